@@ -1,0 +1,42 @@
+//! Devices: what executes one node for one sub-batch and says how long it took. The engine and
+//! the policies never see anything but the [`Device`] trait; the NPU model answers in virtual
+//! time, real devices (CPU, CUDA) in measured wall time.
+
+pub mod npu;
+
+use crate::error::Result;
+use crate::graph::{Lengths, Model, NodeStep};
+use crate::time::Nanos;
+
+/// One request in a sub-batch, as a device sees it: where its activations live and how long its
+/// sequences are. A device never sees arrival times or deadlines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// Index of the request's preallocated activation slot (0..max_batch).
+    pub slot: u32,
+    /// The request's sequence lengths (model steps).
+    pub len: Lengths,
+}
+
+/// Timing detail a model-based device can report for one execution.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Timing {
+    /// Elapsed time.
+    pub time: Nanos,
+    /// Cycles the compute units were busy (systolic array plus vector unit).
+    pub compute_cycles: u64,
+    /// Cycles the DRAM transfers take at the configured bandwidth.
+    pub memory_cycles: u64,
+}
+
+/// A device that executes one node of a model for one sub-batch at a time.
+pub trait Device {
+    /// Short name (`npu`, `cpu`, `cuda`).
+    fn name(&self) -> &'static str;
+    /// True when `execute` returns modeled (virtual) time rather than measured time.
+    fn is_virtual(&self) -> bool;
+    /// Prepares for serving `model`: weights, buffers sized for `max_batch`, cost tables.
+    fn prepare(&mut self, model: &Model, max_batch: u32) -> Result<()>;
+    /// Executes `at` for the sub-batch `members` and returns the device time it took.
+    fn execute(&mut self, model: &Model, at: NodeStep, members: &[Member]) -> Result<Timing>;
+}

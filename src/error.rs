@@ -1,0 +1,90 @@
+//! The library's one error type. Every fallible public function returns [`Result`]; the binary
+//! (`main.rs`) turns an [`Error`] into a one-line message and a non-zero exit.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in the library, with enough context to act on it.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A model file is malformed: names the file, the 1-based line and the field.
+    #[error("{file}:{line}: {field}: {msg}")]
+    ModelFile {
+        /// The file being read.
+        file: PathBuf,
+        /// 1-based line number (0 when unknown).
+        line: usize,
+        /// The field or node the problem is in.
+        field: String,
+        /// What is wrong.
+        msg: String,
+    },
+    /// A configuration file (NPU config, profile, trace) is malformed.
+    #[error("{file}:{line}: {msg}")]
+    ConfigFile {
+        /// The file being read.
+        file: PathBuf,
+        /// 1-based line number (0 when unknown).
+        line: usize,
+        /// What is wrong.
+        msg: String,
+    },
+    /// A model name that is neither built in nor a readable file.
+    #[error("unknown model '{0}' (built in: {1}; or pass a path to a .toml model file)")]
+    UnknownModel(String, String),
+    /// A policy string that does not parse.
+    #[error("bad policy '{spec}': {msg}")]
+    BadPolicy {
+        /// The string as given.
+        spec: String,
+        /// What is wrong with it.
+        msg: String,
+    },
+    /// A numeric argument out of its range (rate ≤ 0, batch 0, ...).
+    #[error("invalid {what}: {msg}")]
+    InvalidArgument {
+        /// The argument's name.
+        what: String,
+        /// Why it was refused.
+        msg: String,
+    },
+    /// A device that cannot be used here (no GPU, missing library, ...).
+    #[error("device '{device}' unavailable: {msg}")]
+    DeviceUnavailable {
+        /// The device asked for.
+        device: String,
+        /// What is missing.
+        msg: String,
+    },
+    /// An internal invariant broke: a bug in lazybatch, never a user error.
+    #[error("internal error (please report): {0}")]
+    Internal(String),
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file involved.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+/// The library's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    /// Shorthand for [`Error::InvalidArgument`].
+    pub fn invalid(what: impl Into<String>, msg: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            what: what.into(),
+            msg: msg.into(),
+        }
+    }
+
+    /// Shorthand for an I/O error on `path`.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,356 @@
+//! The model graph IR: a model is a list of nodes in a serialized topological order, each with an
+//! [`Op`], a [`Class`] (STATIC, ENCODER, DECODER) and named inputs. Consecutive ENCODER or
+//! DECODER nodes form a [`Loop`] that a seq2seq request unrolls for its own lengths; what the
+//! scheduler batches is one [`NodeStep`] — a (node, timestep) pair — and two sub-batches may merge
+//! only when their next `NodeStep` is identical.
+
+pub mod loader;
+pub mod op;
+pub mod shape;
+pub mod zoo;
+
+pub use op::{CostTotals, Gemm, NodeCost, Op, Work};
+pub use shape::{Rows, TensorShape};
+
+use serde::Serialize;
+use std::fmt;
+
+/// Index of a node in its model's node list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct NodeId(pub u32);
+
+impl NodeId {
+    /// As a vector index.
+    pub fn idx(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Index of a loop in its model's loop list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LoopId(pub u32);
+
+/// How often a node runs for one request (the paper's Algorithm 1 node types).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Class {
+    /// Once per request.
+    Static,
+    /// Once per encoder (input) step.
+    Encoder,
+    /// Once per decoder (output) step.
+    Decoder,
+}
+
+impl fmt::Display for Class {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Class::Static => "static",
+            Class::Encoder => "encoder",
+            Class::Decoder => "decoder",
+        })
+    }
+}
+
+/// One executable unit of an unrolled graph: a node at a timestep (0 for static nodes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct NodeStep {
+    /// The node.
+    pub node: NodeId,
+    /// The loop iteration (0 for static nodes).
+    pub step: u32,
+}
+
+impl fmt::Display for NodeStep {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "n{}@{}", self.node.0, self.step)
+    }
+}
+
+/// How a node sees one of its inputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum View {
+    /// The producer's value (same loop and step, or a static value).
+    Same,
+    /// The producer's value at the previous step of the same loop.
+    Prev,
+    /// The producer's loop outputs collected into a sequence (one row per position).
+    Collected,
+    /// `ratio` consecutive rows of a sequence, at this node's step (from the end if `reverse`).
+    StepRows {
+        /// Rows concatenated per step.
+        ratio: u32,
+        /// Walk the sequence backwards.
+        reverse: bool,
+    },
+    /// A collected sequence read row by row at this node's step.
+    CollectedStepRows {
+        /// Rows concatenated per step.
+        ratio: u32,
+        /// Walk the sequence backwards.
+        reverse: bool,
+    },
+}
+
+/// A resolved input edge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Input {
+    /// The producing node.
+    pub node: NodeId,
+    /// How it is read.
+    pub view: View,
+}
+
+/// One layer of a model.
+#[derive(Clone, Debug)]
+pub struct Node {
+    /// Its index.
+    pub id: NodeId,
+    /// Unique name from the model file.
+    pub name: String,
+    /// The operation.
+    pub op: Op,
+    /// STATIC, ENCODER or DECODER.
+    pub class: Class,
+    /// The loop it belongs to (None for static nodes).
+    pub loop_id: Option<LoopId>,
+    /// Resolved inputs.
+    pub inputs: Vec<Input>,
+    /// The per-step shapes of the inputs, as the op sees them.
+    pub in_shapes: Vec<TensorShape>,
+    /// Output shape (per step for loop nodes).
+    pub out: TensorShape,
+    /// Static cost description.
+    pub cost: NodeCost,
+    /// Line of the node in its file (1-based; 0 when built in code).
+    pub line: usize,
+    /// Which input's row count gives the attention key count (None: not key-driven).
+    pub keys: Keys,
+}
+
+/// Where an attention node's key count comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keys {
+    /// Not an attention node.
+    None,
+    /// Self-attention over the node's own rows.
+    OwnRows,
+    /// Cached decoder self-attention: step + 1 keys.
+    Cache,
+    /// The rows of a sequence input.
+    Seq(Rows),
+}
+
+/// A run of consecutive ENCODER or DECODER nodes that repeats per step.
+#[derive(Clone, Debug)]
+pub struct Loop {
+    /// Name (the `loop` field or the class name).
+    pub name: String,
+    /// ENCODER or DECODER.
+    pub class: Class,
+    /// Encoder loops: the loop runs ceil(enc_len / div) times.
+    pub div: u32,
+    /// First node.
+    pub first: NodeId,
+    /// Last node.
+    pub last: NodeId,
+}
+
+/// Sequence settings of a seq2seq model (`[seq2seq]` in the file).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SeqConfig {
+    /// Built-in length distribution name.
+    pub lengths: String,
+    /// Encoder steps per source word.
+    pub enc_scale: f64,
+    /// Decoder steps per target word.
+    pub dec_scale: f64,
+    /// Reference encoder length (model steps).
+    pub ref_enc: u32,
+    /// Reference decoder length (model steps).
+    pub ref_dec: u32,
+    /// Longest encoder length.
+    pub max_enc: u32,
+    /// Longest decoder length.
+    pub max_dec: u32,
+}
+
+/// A validated model.
+#[derive(Clone, Debug)]
+pub struct Model {
+    /// Name.
+    pub name: String,
+    /// One-line description.
+    pub description: String,
+    /// Where the layer facts come from.
+    pub source: String,
+    /// Model-allowed maximum batch.
+    pub max_batch: u32,
+    /// Sequence settings (None for static models).
+    pub seq: Option<SeqConfig>,
+    /// Nodes in execution order.
+    pub nodes: Vec<Node>,
+    /// Loops in execution order.
+    pub loops: Vec<Loop>,
+}
+
+/// The lengths of one request, in model steps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+pub struct Lengths {
+    /// Encoder steps (source positions at full time resolution).
+    pub enc: u32,
+    /// Decoder steps.
+    pub dec: u32,
+}
+
+impl Model {
+    /// True when the model has encoder/decoder loops.
+    pub fn is_seq2seq(&self) -> bool {
+        !self.loops.is_empty()
+    }
+
+    /// The node with id `id`.
+    pub fn node(&self, id: NodeId) -> &Node {
+        &self.nodes[id.idx()]
+    }
+
+    /// Looks a node up by name.
+    pub fn find(&self, name: &str) -> Option<&Node> {
+        self.nodes.iter().find(|n| n.name == name)
+    }
+
+    /// Total trainable parameters.
+    pub fn params(&self) -> u64 {
+        self.nodes.iter().map(|n| n.cost.params).sum()
+    }
+
+    /// The reference lengths (`ref_enc`, `ref_dec`; 1/1 for static models).
+    pub fn ref_lengths(&self) -> Lengths {
+        match &self.seq {
+            Some(s) => Lengths {
+                enc: s.ref_enc,
+                dec: s.ref_dec,
+            },
+            None => Lengths { enc: 1, dec: 1 },
+        }
+    }
+
+    /// How many times loop `l` runs for a request of lengths `len`.
+    pub fn loop_steps(&self, l: &Loop, len: Lengths) -> u32 {
+        match l.class {
+            Class::Encoder => len.enc.div_ceil(l.div.max(1)).max(1),
+            _ => len.dec.max(1),
+        }
+    }
+
+    /// How many times node `n` runs for a request of lengths `len` (Algorithm 1's multiplier).
+    pub fn repeats(&self, n: NodeId, len: Lengths) -> u32 {
+        match self.nodes[n.idx()].loop_id {
+            None => 1,
+            Some(l) => self.loop_steps(&self.loops[l.0 as usize], len),
+        }
+    }
+
+    /// The first unit a request executes.
+    pub fn first_step(&self) -> NodeStep {
+        NodeStep {
+            node: NodeId(0),
+            step: 0,
+        }
+    }
+
+    /// The unit after `at` for a request of lengths `len`, or None when the request is done.
+    pub fn next_step(&self, at: NodeStep, len: Lengths) -> Option<NodeStep> {
+        let node = &self.nodes[at.node.idx()];
+        if let Some(l) = node.loop_id {
+            let lp = &self.loops[l.0 as usize];
+            if at.node == lp.last && at.step + 1 < self.loop_steps(lp, len) {
+                return Some(NodeStep {
+                    node: lp.first,
+                    step: at.step + 1,
+                });
+            }
+            if at.node != lp.last {
+                return Some(NodeStep {
+                    node: NodeId(at.node.0 + 1),
+                    step: at.step,
+                });
+            }
+        }
+        let next = at.node.0 + 1;
+        (next < self.nodes.len() as u32).then_some(NodeStep {
+            node: NodeId(next),
+            step: 0,
+        })
+    }
+
+    /// Number of units one request executes end to end.
+    pub fn unrolled_len(&self, len: Lengths) -> u64 {
+        (0..self.nodes.len() as u32)
+            .map(|i| u64::from(self.repeats(NodeId(i), len)))
+            .sum()
+    }
+
+    /// The work one request contributes when it executes `at`.
+    pub fn member_work(&self, at: NodeStep, len: Lengths) -> Work {
+        let node = &self.nodes[at.node.idx()];
+        let rows = if node.loop_id.is_some() {
+            1
+        } else {
+            node.out.rows.count(len.enc).max(
+                // a `take` reads a sequence but writes one row: its cost is per output row
+                1,
+            )
+        };
+        let keys = match node.keys {
+            Keys::None => 0,
+            Keys::OwnRows => rows,
+            Keys::Cache => u64::from(at.step) + 1,
+            Keys::Seq(r) => r.count(len.enc),
+        };
+        Work {
+            batch: 1,
+            rows,
+            pairs: rows * keys,
+            max_keys: keys,
+        }
+    }
+
+    /// The work a sub-batch whose members have lengths `lens` does at `at`.
+    pub fn work<I: IntoIterator<Item = Lengths>>(&self, at: NodeStep, lens: I) -> Work {
+        let mut w = Work::default();
+        for len in lens {
+            let m = self.member_work(at, len);
+            w.batch += 1;
+            w.rows += m.rows;
+            w.pairs += m.pairs;
+            w.max_keys = w.max_keys.max(m.max_keys);
+        }
+        w
+    }
+
+    /// True when the cost of every node depends on the batch size only (no length terms).
+    pub fn node_is_length_free(&self, n: NodeId) -> bool {
+        let node = &self.nodes[n.idx()];
+        let rows_free = node.loop_id.is_some() || !matches!(node.out.rows, Rows::Src { .. });
+        let keys_free = match node.keys {
+            Keys::None => true,
+            Keys::OwnRows => rows_free,
+            Keys::Cache => false,
+            Keys::Seq(r) => !matches!(r, Rows::Src { .. }),
+        };
+        rows_free && keys_free
+    }
+
+    /// MACs of one request end to end at lengths `len` (batch 1).
+    pub fn macs(&self, len: Lengths) -> u64 {
+        let mut total = 0;
+        let mut at = Some(self.first_step());
+        while let Some(s) = at {
+            let w = self.member_work(s, len);
+            total += self.nodes[s.node.idx()].cost.totals(&w).macs;
+            at = self.next_step(s, len);
+        }
+        total
+    }
+}

@@ -1,0 +1,61 @@
+//! The built-in model zoo: the files in `models/`, embedded in the binary so that `--model
+//! resnet50` works from any directory. A path to a `.toml` file is accepted wherever a name is.
+
+use super::loader::{load_model_file, parse_model};
+use super::Model;
+use crate::error::{Error, Result};
+use std::path::Path;
+
+/// (name, aliases, file text) of every built-in model.
+const BUILTIN: &[(&str, &[&str], &str)] = &[
+    (
+        "resnet50",
+        &["resnet", "resnet-50"],
+        include_str!("../../models/resnet50.toml"),
+    ),
+    ("gnmt", &[], include_str!("../../models/gnmt.toml")),
+    (
+        "transformer_base",
+        &["transformer", "transformer-base"],
+        include_str!("../../models/transformer_base.toml"),
+    ),
+    (
+        "vgg16",
+        &["vgg", "vgg-16"],
+        include_str!("../../models/vgg16.toml"),
+    ),
+    (
+        "mobilenet_v1",
+        &["mobilenet", "mobilenet-v1"],
+        include_str!("../../models/mobilenet_v1.toml"),
+    ),
+    (
+        "bert_base",
+        &["bert", "bert-base"],
+        include_str!("../../models/bert_base.toml"),
+    ),
+    ("las", &[], include_str!("../../models/las.toml")),
+];
+
+/// Names of the built-in models, in the paper's order.
+pub fn builtin_names() -> Vec<&'static str> {
+    BUILTIN.iter().map(|(n, _, _)| *n).collect()
+}
+
+/// Loads a built-in model by name or alias, or a model file by path.
+pub fn load(name_or_path: &str) -> Result<Model> {
+    let key = name_or_path.trim();
+    for (name, aliases, text) in BUILTIN {
+        if key.eq_ignore_ascii_case(name) || aliases.iter().any(|a| key.eq_ignore_ascii_case(a)) {
+            return parse_model(text, Path::new(&format!("models/{name}.toml")));
+        }
+    }
+    let p = Path::new(key);
+    if key.ends_with(".toml") || p.is_file() {
+        return load_model_file(p);
+    }
+    Err(Error::UnknownModel(
+        key.to_string(),
+        builtin_names().join(", "),
+    ))
+}

@@ -1,0 +1,151 @@
+//! The per-node latency table (node × batch size) that the slack predictor and the Oracle read,
+//! measured by running each node on a device for every batch size, plus the graph-wide
+//! single-input latency of the paper's Algorithm 1 and the whole-graph batching curve.
+
+use crate::device::{Device, Member};
+use crate::error::{Error, Result};
+use crate::graph::{Class, Lengths, Model, NodeId, NodeStep};
+use crate::time::Nanos;
+use serde::{Deserialize, Serialize};
+
+/// One node's row of the table.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct NodeProfile {
+    /// Node index.
+    pub id: u32,
+    /// Node name.
+    pub name: String,
+    /// Op name.
+    pub op: String,
+    /// static / encoder / decoder.
+    pub class: String,
+    /// Latency in nanoseconds for batch 1..=max_batch.
+    pub latency_ns: Vec<u64>,
+    /// NPU only: compute cycles per batch size.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compute_cycles: Vec<u64>,
+    /// NPU only: DRAM cycles per batch size.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub memory_cycles: Vec<u64>,
+}
+
+/// A device's per-node latency table for one model.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Profile {
+    /// Model name.
+    pub model: String,
+    /// Device name.
+    pub device: String,
+    /// Largest batch profiled.
+    pub max_batch: u32,
+    /// Lengths the length-dependent nodes were profiled at (decoder nodes at the middle step,
+    /// which is their average cost over `dec` steps).
+    pub lengths: Lengths,
+    /// One row per node, in model order.
+    pub nodes: Vec<NodeProfile>,
+}
+
+impl Profile {
+    /// Measures every node at every batch size 1..=`max_batch` on `device`, at lengths `len`.
+    pub fn measure(
+        device: &mut dyn Device,
+        model: &Model,
+        max_batch: u32,
+        len: Lengths,
+    ) -> Result<Profile> {
+        if max_batch == 0 {
+            return Err(Error::invalid("max batch", "must be at least 1"));
+        }
+        device.prepare(model, max_batch)?;
+        let mid = len.dec.saturating_sub(1) / 2;
+        let mut nodes = Vec::with_capacity(model.nodes.len());
+        for n in &model.nodes {
+            let step = if n.class == Class::Decoder { mid } else { 0 };
+            let at = NodeStep { node: n.id, step };
+            let mut row = NodeProfile {
+                id: n.id.0,
+                name: n.name.clone(),
+                op: n.op.kind_name().to_string(),
+                class: n.class.to_string(),
+                latency_ns: Vec::with_capacity(max_batch as usize),
+                compute_cycles: Vec::new(),
+                memory_cycles: Vec::new(),
+            };
+            for b in 1..=max_batch {
+                let members: Vec<Member> = (0..b).map(|slot| Member { slot, len }).collect();
+                let t = device.execute(model, at, &members)?;
+                row.latency_ns.push(t.time.0);
+                if device.is_virtual() {
+                    row.compute_cycles.push(t.compute_cycles);
+                    row.memory_cycles.push(t.memory_cycles);
+                }
+            }
+            nodes.push(row);
+        }
+        Ok(Profile {
+            model: model.name.clone(),
+            device: device.name().to_string(),
+            max_batch,
+            lengths: len,
+            nodes,
+        })
+    }
+
+    /// Checks the table belongs to `model` (same node names, in order).
+    pub fn check_matches(&self, model: &Model) -> Result<()> {
+        if self.model != model.name
+            || self.nodes.len() != model.nodes.len()
+            || self
+                .nodes
+                .iter()
+                .zip(&model.nodes)
+                .any(|(p, n)| p.name != n.name)
+            || self
+                .nodes
+                .iter()
+                .any(|p| p.latency_ns.len() != self.max_batch as usize)
+        {
+            return Err(Error::invalid(
+                "profile",
+                format!(
+                    "the table is for '{}', not for model '{}' (or it is malformed)",
+                    self.model, model.name
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Latency of `node` at `batch` (clamped to the profiled range): a table read.
+    pub fn latency(&self, node: NodeId, batch: u32) -> Nanos {
+        let row = &self.nodes[node.idx()].latency_ns;
+        let b = batch.clamp(1, self.max_batch) as usize;
+        Nanos(row[b - 1])
+    }
+
+    /// Whole-graph latency of a batch of `batch` requests of lengths `len`, every node at
+    /// `batch` (Algorithm 1 with the batched table).
+    pub fn graph_latency(&self, model: &Model, batch: u32, len: Lengths) -> Nanos {
+        model
+            .nodes
+            .iter()
+            .map(|n| Nanos(self.latency(n.id, batch).0 * u64::from(model.repeats(n.id, len))))
+            .sum()
+    }
+
+    /// The paper's Algorithm 1: single-input latency, STATIC nodes once, ENCODER nodes ×
+    /// enc_timesteps, DECODER nodes × dec_timesteps.
+    pub fn single_input_latency(&self, model: &Model, len: Lengths) -> Nanos {
+        self.graph_latency(model, 1, len)
+    }
+
+    /// The batching curve: (batch, whole-graph latency, throughput in requests/s).
+    pub fn batch_curve(&self, model: &Model, len: Lengths) -> Vec<(u32, Nanos, f64)> {
+        (1..=self.max_batch)
+            .map(|b| {
+                let t = self.graph_latency(model, b, len);
+                (b, t, f64::from(b) / t.as_secs().max(1e-12))
+            })
+            .collect()
+    }
+}

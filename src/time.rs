@@ -1,0 +1,112 @@
+//! Time in the engine: integer nanoseconds ([`Nanos`]), so that virtual-time runs are exact and
+//! deterministic, and the [`Clock`] trait behind which the engine sees either a simulated clock
+//! (the NPU model) or the wall clock (real devices).
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::ops::{Add, AddAssign, Sub};
+
+/// A point in time or a duration, in integer nanoseconds.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
+pub struct Nanos(pub u64);
+
+impl Nanos {
+    /// Zero.
+    pub const ZERO: Nanos = Nanos(0);
+    /// From microseconds.
+    pub fn from_us(us: f64) -> Nanos {
+        Nanos((us * 1e3).round().max(0.0) as u64)
+    }
+    /// From milliseconds.
+    pub fn from_ms(ms: f64) -> Nanos {
+        Nanos((ms * 1e6).round().max(0.0) as u64)
+    }
+    /// From seconds.
+    pub fn from_secs(s: f64) -> Nanos {
+        Nanos((s * 1e9).round().max(0.0) as u64)
+    }
+    /// As microseconds.
+    pub fn as_us(self) -> f64 {
+        self.0 as f64 / 1e3
+    }
+    /// As milliseconds.
+    pub fn as_ms(self) -> f64 {
+        self.0 as f64 / 1e6
+    }
+    /// As seconds.
+    pub fn as_secs(self) -> f64 {
+        self.0 as f64 / 1e9
+    }
+    /// `self - other`, or zero when `other` is later.
+    pub fn saturating_sub(self, other: Nanos) -> Nanos {
+        Nanos(self.0.saturating_sub(other.0))
+    }
+}
+
+impl Add for Nanos {
+    type Output = Nanos;
+    fn add(self, o: Nanos) -> Nanos {
+        Nanos(self.0 + o.0)
+    }
+}
+impl AddAssign for Nanos {
+    fn add_assign(&mut self, o: Nanos) {
+        self.0 += o.0;
+    }
+}
+impl Sub for Nanos {
+    type Output = Nanos;
+    fn sub(self, o: Nanos) -> Nanos {
+        Nanos(self.0 - o.0)
+    }
+}
+impl std::iter::Sum for Nanos {
+    fn sum<I: Iterator<Item = Nanos>>(iter: I) -> Nanos {
+        Nanos(iter.map(|n| n.0).sum())
+    }
+}
+impl fmt::Display for Nanos {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:.3} ms", self.as_ms())
+    }
+}
+
+/// The engine's view of time. A virtual clock is advanced by the engine by the duration the
+/// device model returns; a wall clock advances by itself and `advance` only records.
+pub trait Clock {
+    /// The current time.
+    fn now(&self) -> Nanos;
+    /// Account for `d` of device time that has just elapsed (a virtual clock jumps by it).
+    fn advance(&mut self, d: Nanos);
+    /// Idle until `t` (a virtual clock jumps; a wall clock sleeps or waits for an arrival).
+    fn idle_until(&mut self, t: Nanos);
+}
+
+/// A simulated clock: time moves only when the engine says so.
+#[derive(Debug, Default, Clone)]
+pub struct VirtualClock {
+    now: Nanos,
+}
+
+impl VirtualClock {
+    /// A clock at time zero.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl Clock for VirtualClock {
+    fn now(&self) -> Nanos {
+        self.now
+    }
+    fn advance(&mut self, d: Nanos) {
+        self.now += d;
+    }
+    fn idle_until(&mut self, t: Nanos) {
+        if t > self.now {
+            self.now = t;
+        }
+    }
+}

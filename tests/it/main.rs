@@ -1,0 +1,5 @@
+//! The integration test binary: one module per area (see DESIGN: one test binary, tiny fixtures).
+
+mod cli;
+mod graph;
+mod npu;

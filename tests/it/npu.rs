@@ -1,0 +1,212 @@
+//! The NPU model: golden cycle counts from SCALE-Sim's formulas, the batching curve's shape, and
+//! configuration errors.
+
+use lazybatch::device::npu::{Dataflow, Npu, NpuConfig};
+use lazybatch::device::{Device, Member};
+use lazybatch::graph::{zoo, Lengths, NodeStep};
+use lazybatch::profile::Profile;
+use std::path::Path;
+
+fn scalesim() -> Npu {
+    Npu::new(NpuConfig {
+        overlap_weight_load: false,
+        ..NpuConfig::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn weight_stationary_golden_cycles() {
+    let npu = scalesim();
+    // folds = ceil(K/128)·ceil(N/128), each 2·128 + 128 + M − 2 cycles (hand-computed)
+    assert_eq!(
+        npu.gemm_cycles(12544, 64, 147, 1),
+        2 * (256 + 128 + 12544 - 2)
+    ); // resnet conv1
+    assert_eq!(npu.gemm_cycles(49, 512, 4608, 1), 144 * 431); // layer4 3x3
+    assert_eq!(npu.gemm_cycles(1, 1000, 2048, 1), 128 * 383); // fc
+    assert_eq!(npu.gemm_cycles(128, 128, 128, 1), 510);
+    assert_eq!(npu.gemm_cycles(129, 129, 129, 1), 4 * 511);
+}
+
+#[test]
+fn output_stationary_and_overlap_golden_cycles() {
+    let os = Npu::new(NpuConfig {
+        dataflow: Dataflow::Os,
+        overlap_weight_load: false,
+        ..NpuConfig::default()
+    })
+    .unwrap();
+    // folds = ceil(M/128)·ceil(N/128), each 2·128 + 128 + K − 2
+    assert_eq!(
+        os.gemm_cycles(196, 256, 2304, 1),
+        4 * (256 + 128 + 2304 - 2)
+    );
+    let ov = Npu::new(NpuConfig::default()).unwrap();
+    // one exposed load (128), folds × max(M, 128), one drain (128 + 128 − 2)
+    assert_eq!(ov.gemm_cycles(1, 4096, 3072, 1), 128 + 768 * 128 + 254);
+    assert_eq!(ov.gemm_cycles(3136, 64, 576, 1), 128 + 5 * 3136 + 254);
+}
+
+/// (M, N, K) of every ResNet-50 conv and the FC, from shared/reference/models.md's table.
+const RESNET_GEMMS: &[(u64, u64, u64)] = &[
+    (12544, 64, 147),
+    (3136, 64, 64),
+    (3136, 64, 576),
+    (3136, 256, 64),
+    (3136, 256, 64),
+    (3136, 64, 256),
+    (3136, 64, 576),
+    (3136, 256, 64),
+    (3136, 64, 256),
+    (3136, 64, 576),
+    (3136, 256, 64),
+    (3136, 128, 256),
+    (784, 128, 1152),
+    (784, 512, 128),
+    (784, 512, 256),
+    (784, 128, 512),
+    (784, 128, 1152),
+    (784, 512, 128),
+    (784, 128, 512),
+    (784, 128, 1152),
+    (784, 512, 128),
+    (784, 128, 512),
+    (784, 128, 1152),
+    (784, 512, 128),
+    (784, 256, 512),
+    (196, 256, 2304),
+    (196, 1024, 256),
+    (196, 1024, 512),
+    (196, 256, 1024),
+    (196, 256, 2304),
+    (196, 1024, 256),
+    (196, 256, 1024),
+    (196, 256, 2304),
+    (196, 1024, 256),
+    (196, 256, 1024),
+    (196, 256, 2304),
+    (196, 1024, 256),
+    (196, 256, 1024),
+    (196, 256, 2304),
+    (196, 1024, 256),
+    (196, 256, 1024),
+    (196, 256, 2304),
+    (196, 1024, 256),
+    (196, 512, 1024),
+    (49, 512, 4608),
+    (49, 2048, 512),
+    (49, 2048, 1024),
+    (49, 512, 2048),
+    (49, 512, 4608),
+    (49, 2048, 512),
+    (49, 512, 2048),
+    (49, 512, 4608),
+    (49, 2048, 512),
+    (1, 1000, 2048),
+];
+
+#[test]
+fn resnet50_array_cycles_equal_scalesim_over_the_reference_gemms() {
+    let npu = scalesim();
+    let m = zoo::load("resnet50").unwrap();
+    for batch in [1u64, 16] {
+        let expect: u64 = RESNET_GEMMS
+            .iter()
+            .map(|&(mm, n, k)| npu.gemm_cycles(mm * batch, n, k, 1))
+            .sum();
+        let got: u64 = m
+            .nodes
+            .iter()
+            .filter_map(|n| n.cost.gemm)
+            .map(|g| npu.gemm_cycles(g.m_per_row * batch, g.n, g.k, g.count))
+            .sum();
+        assert_eq!(got, expect, "batch {batch}");
+    }
+}
+
+fn curve(model: &str, npu: Npu) -> Vec<f64> {
+    let m = zoo::load(model).unwrap();
+    let mut d = npu;
+    let p = Profile::measure(&mut d, &m, 64, m.ref_lengths()).unwrap();
+    p.batch_curve(&m, m.ref_lengths())
+        .iter()
+        .map(|c| c.2)
+        .collect()
+}
+
+#[test]
+fn resnet50_throughput_rises_then_saturates() {
+    for npu in [scalesim(), Npu::new(NpuConfig::default()).unwrap()] {
+        let tp = curve("resnet50", npu);
+        assert!(
+            tp[1] > 1.15 * tp[0],
+            "batch 2 should beat batch 1: {:?}",
+            &tp[..2]
+        );
+        assert!(
+            tp[63] < 1.10 * tp[15],
+            "no big gain past 16: {} vs {}",
+            tp[63],
+            tp[15]
+        );
+        assert!(
+            tp.windows(2).all(|w| w[1] >= w[0] * 0.999),
+            "throughput never falls"
+        );
+    }
+}
+
+#[test]
+fn decoder_steps_are_weight_bound_at_small_batch() {
+    let m = zoo::load("gnmt").unwrap();
+    let mut npu = Npu::new(NpuConfig::default()).unwrap();
+    npu.prepare(&m, 64).unwrap();
+    let dec0 = m.find("dec0").unwrap().id;
+    let len = m.ref_lengths();
+    let at = NodeStep {
+        node: dec0,
+        step: 3,
+    };
+    let mut t = |b: u32| {
+        let mem: Vec<Member> = (0..b).map(|slot| Member { slot, len }).collect();
+        npu.execute(&m, at, &mem).unwrap().time.0 as f64
+    };
+    assert!(
+        t(16) < 1.05 * t(1),
+        "a decoder LSTM step costs about the same at batch 16 as at 1"
+    );
+    assert!(
+        t(1) > 1e3,
+        "a 12.6 M-weight step takes more than a microsecond"
+    );
+}
+
+#[test]
+fn profiles_are_deterministic_and_lookups_match_execute() {
+    let m = zoo::load("transformer").unwrap();
+    let len = Lengths { enc: 20, dec: 9 };
+    let mut a = Npu::new(NpuConfig::default()).unwrap();
+    let p1 = Profile::measure(&mut a, &m, 8, len).unwrap();
+    let p2 = Profile::measure(&mut a, &m, 8, len).unwrap();
+    assert_eq!(p1, p2);
+    assert!(p1.single_input_latency(&m, len) < p1.graph_latency(&m, 8, len));
+}
+
+#[test]
+fn npu_config_round_trips_and_rejects_unknown_keys() {
+    let d = NpuConfig::default();
+    assert_eq!(
+        NpuConfig::from_toml(&d.to_toml_commented(), Path::new("x.toml")).unwrap(),
+        d
+    );
+    let e = NpuConfig::from_toml("rows = 64\ncolumns = 9\n", Path::new("c.toml")).unwrap_err();
+    assert!(e.to_string().starts_with("c.toml:2:"), "{e}");
+    assert!(NpuConfig::from_toml("rows = 0\n", Path::new("c.toml")).is_err());
+    assert_eq!(
+        NpuConfig::from_toml("rows = 64\n", Path::new("c.toml"))
+            .unwrap()
+            .rows,
+        64
+    );
+}
