@@ -6,7 +6,11 @@ use clap::{Args, Parser, Subcommand};
 use lazybatch::device::npu::{Npu, NpuConfig};
 use lazybatch::device::Device;
 use lazybatch::graph::{zoo, Lengths, Model};
+use lazybatch::metrics::{self, Stats};
 use lazybatch::profile::Profile;
+use lazybatch::sim::{Bench, SimConfig};
+use lazybatch::time::Nanos;
+use rayon::prelude::*;
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -32,6 +36,97 @@ enum Cmd {
     Profile(ProfileArgs),
     /// Print the default NPU configuration (the paper's Table I) as TOML.
     NpuConfig,
+    /// Serve Poisson (or traced) traffic under one policy and report latency, throughput and
+    /// SLA violations.
+    Run(RunArgs),
+    /// Run several policies at several rates (and seeds) and print one table.
+    Compare(CompareArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+struct ServeArgs {
+    /// Number of requests per run.
+    #[arg(long, default_value_t = 10_000, allow_negative_numbers = true)]
+    requests: i64,
+    /// SLA target in milliseconds.
+    #[arg(long, default_value_t = 100.0, allow_negative_numbers = true)]
+    sla_ms: f64,
+    /// Server maximum batch (activation slots; graph batching's default B).
+    #[arg(long, default_value_t = 64, allow_negative_numbers = true)]
+    max_batch: i64,
+    /// Coverage N (%) of the profiled output lengths that sets dec_timesteps.
+    #[arg(long, default_value_t = 90.0, allow_negative_numbers = true)]
+    coverage: f64,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// Model name or path to a model file.
+    #[arg(long)]
+    model: String,
+    #[command(flatten)]
+    dev: DeviceArgs,
+    /// Policy: serial, graph:W[:B], lazy, oracle.
+    #[arg(long)]
+    policy: String,
+    /// Arrival rate in requests/s.
+    #[arg(long, allow_negative_numbers = true, conflicts_with = "load")]
+    rate: Option<f64>,
+    /// Arrival rate as a multiple of the serial capacity (1 / single-input latency).
+    #[arg(long, allow_negative_numbers = true)]
+    load: Option<f64>,
+    /// Arrival trace (one `TIME_MS [ENC DEC]` per line) instead of Poisson traffic.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["rate", "load"])]
+    trace: Option<PathBuf>,
+    #[command(flatten)]
+    serve: ServeArgs,
+    /// Traffic seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Write the latency histogram (HdrHistogram .hgrm text, ms) to FILE.
+    #[arg(long, value_name = "FILE")]
+    hgrm: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct CompareArgs {
+    /// Model name or path to a model file.
+    #[arg(long)]
+    model: String,
+    #[command(flatten)]
+    dev: DeviceArgs,
+    /// Arrival rates (requests/s), comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        allow_negative_numbers = true,
+        default_value = "16,250,1000"
+    )]
+    rates: Vec<f64>,
+    /// Rates as multiples of the serial capacity instead of --rates.
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
+    load: Option<Vec<f64>>,
+    /// Policies, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "serial,graph:5,graph:25,graph:50,graph:95,lazy,oracle"
+    )]
+    policies: Vec<String>,
+    #[command(flatten)]
+    serve: ServeArgs,
+    /// Seeds per (policy, rate): 1..=K.
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
+    seeds: i64,
+    /// Directory for one .hgrm per policy and rate plus compare.json.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Print a JSON array instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -97,6 +192,8 @@ pub fn run() -> Result<()> {
     match cli.cmd {
         Cmd::Models { json } => cmd_models(json),
         Cmd::Profile(a) => cmd_profile(a),
+        Cmd::Run(a) => cmd_run(a),
+        Cmd::Compare(a) => cmd_compare(a),
         Cmd::NpuConfig => emit(&NpuConfig::default().to_toml_commented()),
     }
 }
@@ -318,4 +415,327 @@ fn truncate(s: &str, n: usize) -> String {
     } else {
         format!("{}…", &s[..n - 1])
     }
+}
+
+fn npu_config(a: &DeviceArgs) -> Result<NpuConfig> {
+    match a.device.as_str() {
+        "npu" | "auto" => {}
+        other => bail!("unknown device '{other}' (available: npu)"),
+    }
+    Ok(match &a.npu_config {
+        Some(p) => NpuConfig::load(p)?,
+        None => NpuConfig::default(),
+    })
+}
+
+struct Serve {
+    requests: usize,
+    sla: Nanos,
+    max_batch: u32,
+    coverage: f64,
+}
+
+fn serve_args(s: &ServeArgs) -> Result<Serve> {
+    let requests = positive("--requests", s.requests)? as usize;
+    if !(s.sla_ms > 0.0 && s.sla_ms.is_finite()) {
+        bail!(
+            "invalid --sla-ms: must be a positive number of milliseconds, got {}",
+            s.sla_ms
+        );
+    }
+    if !(s.coverage > 0.0 && s.coverage <= 100.0) {
+        bail!(
+            "invalid --coverage: must be in (0, 100], got {}",
+            s.coverage
+        );
+    }
+    Ok(Serve {
+        requests,
+        sla: Nanos::from_ms(s.sla_ms),
+        max_batch: positive("--max-batch", s.max_batch)?,
+        coverage: s.coverage,
+    })
+}
+
+fn check_rate(what: &str, r: f64) -> Result<f64> {
+    if !(r > 0.0 && r.is_finite()) {
+        bail!("invalid {what}: must be positive, got {r}");
+    }
+    Ok(r)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_json(
+    model: &str,
+    device: &str,
+    policy: &str,
+    rate: f64,
+    seed: u64,
+    sla_ms: f64,
+    st: &Stats,
+    wall_s: f64,
+) -> serde_json::Value {
+    json!({
+        "model": model, "device": device, "policy": policy, "rate_rps": rate,
+        "requests": st.requests, "completed": st.completed, "rejected": st.rejected,
+        "seed": seed, "sla_ms": sla_ms, "latency_ms": st.latency_ms,
+        "throughput_rps": st.throughput_rps, "sla_violation_rate": st.sla_violation_rate,
+        "mean_batch_size": st.mean_batch_size, "preemptions": st.preemptions, "merges": st.merges,
+        "wall_s": wall_s,
+    })
+}
+
+fn cmd_run(a: RunArgs) -> Result<()> {
+    let mut o = String::new();
+    let model = zoo::load(&a.model)?;
+    let sv = serve_args(&a.serve)?;
+    let cfg = npu_config(&a.dev)?;
+    lazybatch::policy::parse(&a.policy, sv.max_batch)?;
+    let bench = Bench::new(model, cfg, sv.max_batch, sv.coverage)?;
+    let rate = match (a.rate, a.load, &a.trace) {
+        (Some(r), None, None) => check_rate("--rate", r)?,
+        (None, Some(l), None) => check_rate("--load", l)? * bench.serial_capacity(),
+        (None, None, Some(_)) => 0.0,
+        _ => bail!("give one of --rate R, --load X or --trace FILE"),
+    };
+    let sim = SimConfig {
+        policy: a.policy.clone(),
+        rate,
+        requests: sv.requests,
+        sla: sv.sla,
+        seed: a.seed,
+        max_batch: sv.max_batch,
+        coverage: sv.coverage,
+    };
+    let t0 = std::time::Instant::now();
+    let (st, out) = match &a.trace {
+        Some(p) => {
+            let arr = lazybatch::traffic::load_trace(p, &bench.model, a.seed)?;
+            bench.run_arrivals(&sim, &arr)?
+        }
+        None => bench.run(&sim)?,
+    };
+    let wall = t0.elapsed().as_secs_f64();
+    if let Some(p) = &a.hgrm {
+        let h = metrics::histogram(&out)?;
+        let mut f =
+            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
+        metrics::write_hgrm(&h, &mut f).with_context(|| format!("writing {}", p.display()))?;
+    }
+    if a.json {
+        let v = run_json(
+            &bench.model.name,
+            "npu",
+            &a.policy,
+            rate,
+            a.seed,
+            a.serve.sla_ms,
+            &st,
+            wall,
+        );
+        out!(o, "{}", serde_json::to_string_pretty(&v)?);
+        return emit(&o);
+    }
+    out!(
+        o,
+        "{} on npu, policy {}, {:.1} req/s, {} requests, SLA {} ms, seed {}",
+        bench.model.name,
+        a.policy,
+        rate,
+        st.requests,
+        a.serve.sla_ms,
+        a.seed
+    );
+    out!(o, "  completed {} (rejected {})", st.completed, st.rejected);
+    let l = &st.latency_ms;
+    out!(
+        o,
+        "  latency ms: mean {:.3}  p50 {:.3}  p90 {:.3}  p95 {:.3}  p99 {:.3}  max {:.3}",
+        l.mean,
+        l.p50,
+        l.p90,
+        l.p95,
+        l.p99,
+        l.max
+    );
+    out!(
+        o,
+        "  throughput {:.1} req/s   SLA violations {:.2}%   mean batch {:.2}",
+        st.throughput_rps,
+        100.0 * st.sla_violation_rate,
+        st.mean_batch_size
+    );
+    out!(
+        o,
+        "  preemptions {}   merges {}   ({:.3} s wall)",
+        st.preemptions,
+        st.merges,
+        wall
+    );
+    emit(&o)
+}
+
+/// Quantile (linear interpolation) of a sorted slice.
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let x = q * (sorted.len() - 1) as f64;
+    let (i, f) = (x.floor() as usize, x - x.floor());
+    let j = (i + 1).min(sorted.len() - 1);
+    sorted[i] + (sorted[j] - sorted[i]) * f
+}
+
+fn cmd_compare(a: CompareArgs) -> Result<()> {
+    let mut o = String::new();
+    let model = zoo::load(&a.model)?;
+    let sv = serve_args(&a.serve)?;
+    let cfg = npu_config(&a.dev)?;
+    let seeds = positive("--seeds", a.seeds)? as u64;
+    for p in &a.policies {
+        lazybatch::policy::parse(p, sv.max_batch)?;
+    }
+    let bench = Bench::new(model, cfg, sv.max_batch, sv.coverage)?;
+    let rates: Vec<f64> = match &a.load {
+        Some(ls) => ls
+            .iter()
+            .map(|&l| check_rate("--load", l).map(|l| l * bench.serial_capacity()))
+            .collect::<Result<_>>()?,
+        None => a
+            .rates
+            .iter()
+            .map(|&r| check_rate("--rates", r))
+            .collect::<Result<_>>()?,
+    };
+    let mut jobs = Vec::new();
+    for p in &a.policies {
+        for &r in &rates {
+            for s in 1..=seeds {
+                jobs.push((p.clone(), r, s));
+            }
+        }
+    }
+    let t0 = std::time::Instant::now();
+    let results: Vec<(Stats, Option<hdrhistogram::Histogram<u64>>)> = jobs
+        .par_iter()
+        .map(|(p, r, s)| {
+            let cfg = SimConfig {
+                policy: p.clone(),
+                rate: *r,
+                requests: sv.requests,
+                sla: sv.sla,
+                seed: *s,
+                max_batch: sv.max_batch,
+                coverage: sv.coverage,
+            };
+            let (st, out) = bench.run(&cfg)?;
+            let h = if a.out.is_some() && *s == 1 {
+                Some(metrics::histogram(&out)?)
+            } else {
+                None
+            };
+            Ok((st, h))
+        })
+        .collect::<lazybatch::Result<_>>()?;
+    let wall = t0.elapsed().as_secs_f64();
+    let mut rows = Vec::new();
+    for (gi, chunk) in results.chunks(seeds as usize).enumerate() {
+        let (p, r, _) = &jobs[gi * seeds as usize];
+        let avg = |f: &dyn Fn(&Stats) -> f64| {
+            chunk.iter().map(|c| f(&c.0)).sum::<f64>() / chunk.len() as f64
+        };
+        let sorted = |f: &dyn Fn(&Stats) -> f64| {
+            let mut v: Vec<f64> = chunk.iter().map(|c| f(&c.0)).collect();
+            v.sort_by(f64::total_cmp);
+            v
+        };
+        let st = Stats {
+            requests: chunk[0].0.requests,
+            completed: (avg(&|s| s.completed as f64)).round() as u64,
+            rejected: (avg(&|s| s.rejected as f64)).round() as u64,
+            latency_ms: metrics::LatencyMs {
+                mean: avg(&|s| s.latency_ms.mean),
+                p50: avg(&|s| s.latency_ms.p50),
+                p90: avg(&|s| s.latency_ms.p90),
+                p95: avg(&|s| s.latency_ms.p95),
+                p99: avg(&|s| s.latency_ms.p99),
+                max: avg(&|s| s.latency_ms.max),
+            },
+            throughput_rps: avg(&|s| s.throughput_rps),
+            sla_violation_rate: avg(&|s| s.sla_violation_rate),
+            mean_batch_size: avg(&|s| s.mean_batch_size),
+            preemptions: avg(&|s| s.preemptions as f64).round() as u64,
+            merges: avg(&|s| s.merges as f64).round() as u64,
+        };
+        let mut v = run_json(
+            &bench.model.name,
+            "npu",
+            p,
+            *r,
+            1,
+            a.serve.sla_ms,
+            &st,
+            wall,
+        );
+        let lat = sorted(&|s| s.latency_ms.mean);
+        let tp = sorted(&|s| s.throughput_rps);
+        v["seeds"] = json!(seeds);
+        v["mean_latency_ms_p25"] = json!(quantile(&lat, 0.25));
+        v["mean_latency_ms_p75"] = json!(quantile(&lat, 0.75));
+        v["throughput_rps_p25"] = json!(quantile(&tp, 0.25));
+        v["throughput_rps_p75"] = json!(quantile(&tp, 0.75));
+        if let (Some(dir), Some(h)) = (&a.out, &chunk[0].1) {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            let name = format!(
+                "{}_{}_{}rps.hgrm",
+                bench.model.name,
+                p.replace(':', "-"),
+                r.round()
+            );
+            let path = dir.join(name);
+            let mut f = std::fs::File::create(&path)
+                .with_context(|| format!("creating {}", path.display()))?;
+            metrics::write_hgrm(h, &mut f)?;
+        }
+        rows.push((p.clone(), *r, st, v));
+    }
+    let arr: Vec<serde_json::Value> = rows.iter().map(|r| r.3.clone()).collect();
+    if let Some(dir) = &a.out {
+        std::fs::create_dir_all(dir)?;
+        std::fs::write(
+            dir.join("compare.json"),
+            serde_json::to_string_pretty(&arr)?,
+        )?;
+    }
+    if a.json {
+        out!(o, "{}", serde_json::to_string_pretty(&arr)?);
+        return emit(&o);
+    }
+    out!(o, "{} on npu: {} requests per run, {} seed(s), SLA {} ms, max batch {}, single-input latency {:.3} ms", bench.model.name, sv.requests, seeds, a.serve.sla_ms, sv.max_batch, bench.predictor.single_input(bench.model.ref_lengths()).as_ms());
+    out!(
+        o,
+        "{:<12} {:>9} {:>11} {:>11} {:>13} {:>9} {:>10}",
+        "policy",
+        "rate/s",
+        "mean (ms)",
+        "p99 (ms)",
+        "throughput/s",
+        "SLA viol",
+        "mean batch"
+    );
+    for (p, r, st, _) in &rows {
+        out!(
+            o,
+            "{:<12} {:>9.1} {:>11.3} {:>11.3} {:>13.1} {:>8.2}% {:>10.2}",
+            p,
+            r,
+            st.latency_ms.mean,
+            st.latency_ms.p99,
+            st.throughput_rps,
+            100.0 * st.sla_violation_rate,
+            st.mean_batch_size
+        );
+    }
+    out!(o, "({} runs in {:.2} s wall)", jobs.len(), wall);
+    emit(&o)
 }

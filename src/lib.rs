@@ -2,17 +2,24 @@
 //!
 //! SLA-aware, node-level batching of deep-learning inference — the LazyBatching paper
 //! (Choi, Kim, Rhu, HPCA 2021) as software: a model graph IR with a seven-network zoo, devices
-//! that execute one node for one sub-batch (a cycle-level NPU model here; real CPU and CUDA
-//! devices behind the same trait), and the per-node latency profile the slack predictor reads.
+//! that execute one node for one sub-batch (a cycle-level NPU model here), the per-node latency
+//! profile and slack predictor, the batching policies (Serial, GraphB, LazyB, Oracle) and one
+//! engine loop that serves Poisson or traced traffic.
 //!
-//! Start with [`graph::zoo::load`], [`device::npu::Npu`] and [`profile::Profile::measure`].
+//! Start with [`graph::zoo::load`], [`sim::Bench`] and [`engine::run`].
 
 #![warn(missing_docs)]
 
 pub mod device;
+pub mod engine;
 pub mod error;
 pub mod graph;
+pub mod metrics;
+pub mod policy;
 pub mod profile;
+pub mod runtime;
+pub mod sim;
 pub mod time;
+pub mod traffic;
 
 pub use error::{Error, Result};

@@ -91,3 +91,130 @@ fn models_and_profile_json_parse() {
     assert_eq!(n["compute_cycles"].as_array().unwrap().len(), 4);
     assert_eq!(v["batch_curve"].as_array().unwrap().len(), 4);
 }
+
+#[test]
+fn run_rejects_bad_serving_arguments() {
+    let base = ["run", "--model", "resnet50", "--policy", "lazy"];
+    let with = |extra: &[&str]| -> Vec<String> {
+        base.iter().chain(extra).map(|s| s.to_string()).collect()
+    };
+    let check = |extra: &[&str], needle: &str| {
+        let args = with(extra);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        fails_with(&refs, needle);
+    };
+    check(&["--rate", "0"], "--rate");
+    check(&["--rate", "-5"], "--rate");
+    check(&["--rate", "10", "--requests", "0"], "--requests");
+    check(&["--rate", "10", "--sla-ms", "0"], "--sla-ms");
+    check(&["--rate", "10", "--max-batch", "0"], "--max-batch");
+    check(&["--load", "0"], "--load");
+    fails_with(
+        &[
+            "run",
+            "--model",
+            "resnet50",
+            "--policy",
+            "graph:abc",
+            "--rate",
+            "10",
+        ],
+        "graph:abc",
+    );
+    fails_with(
+        &[
+            "run", "--model", "resnet50", "--policy", "lazy:1", "--rate", "10",
+        ],
+        "lazy:1",
+    );
+    let dir = std::env::temp_dir().join(format!("lazybatch-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("trace.txt");
+    std::fs::write(&f, "# ms\n0.5\n1.0\nabc\n").unwrap();
+    fails_with(
+        &[
+            "run",
+            "--model",
+            "resnet50",
+            "--policy",
+            "lazy",
+            "--trace",
+            f.to_str().unwrap(),
+        ],
+        "trace.txt:4:",
+    );
+}
+
+#[test]
+fn run_json_is_deterministic_and_complete() {
+    let args = [
+        "run",
+        "--model",
+        "gnmt",
+        "--policy",
+        "lazy",
+        "--rate",
+        "100",
+        "--requests",
+        "300",
+        "--json",
+    ];
+    let a = lazybatch(&args);
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    let mut va: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
+    let mut vb: serde_json::Value = serde_json::from_slice(&lazybatch(&args).stdout).unwrap();
+    for k in [
+        "model",
+        "device",
+        "policy",
+        "rate_rps",
+        "requests",
+        "completed",
+        "rejected",
+        "seed",
+        "sla_ms",
+        "latency_ms",
+        "throughput_rps",
+        "sla_violation_rate",
+        "mean_batch_size",
+        "preemptions",
+        "merges",
+        "wall_s",
+    ] {
+        assert!(va.get(k).is_some(), "missing {k}");
+    }
+    assert_eq!(
+        va["completed"].as_u64().unwrap() + va["rejected"].as_u64().unwrap(),
+        300
+    );
+    va["wall_s"] = 0.into();
+    vb["wall_s"] = 0.into();
+    assert_eq!(va, vb);
+}
+
+#[test]
+fn compare_writes_hgrm_files() {
+    let dir = std::env::temp_dir().join(format!("lazybatch-cmp-{}", std::process::id()));
+    let o = lazybatch(&[
+        "compare",
+        "--model",
+        "resnet50",
+        "--rates",
+        "100",
+        "--policies",
+        "serial,lazy",
+        "--requests",
+        "200",
+        "--seeds",
+        "2",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let hgrm = std::fs::read_to_string(dir.join("resnet50_lazy_100rps.hgrm")).unwrap();
+    assert!(hgrm.contains("Percentile") && hgrm.contains("#[Mean"));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("compare.json")).unwrap()).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 2);
+    assert_eq!(v[0]["seeds"], 2);
+}

@@ -3,3 +3,4 @@
 mod cli;
 mod graph;
 mod npu;
+mod runtime;

@@ -1,0 +1,242 @@
+//! THE engine loop, written once: admit arrivals into the pending queue, ask the policy, run one
+//! node of the active sub-batch on the device, update the BatchTable, record what happened. Time
+//! comes from a [`Clock`] — virtual for the NPU model, wall for real devices — and the device,
+//! policy and clock are traits, so every driver reuses this loop unchanged.
+
+use crate::device::{Device, Member};
+use crate::error::{Error, Result};
+use crate::graph::{Class, Model, NodeStep};
+use crate::policy::{Decision, Policy, View};
+use crate::runtime::{BatchTable, Predictor, Request, RequestId, SubBatch};
+use crate::time::{Clock, Nanos};
+use crate::traffic::Arrival;
+use std::collections::VecDeque;
+
+/// Counters of one run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Node executions.
+    pub executions: u64,
+    /// Σ of sub-batch sizes over executions.
+    pub batch_sum: u64,
+    /// Admissions onto a non-empty BatchTable (the active sub-batch was preempted).
+    pub preemptions: u64,
+    /// Sub-batch merges.
+    pub merges: u64,
+    /// Sub-batch splits (members diverging at an encoder end).
+    pub splits: u64,
+    /// Busy device time.
+    pub busy: Nanos,
+}
+
+/// A snapshot of the BatchTable (bottom first: members and next unit), for tests and traces.
+pub type Snapshot = (Nanos, Vec<(Vec<u32>, NodeStep)>);
+
+/// The outcome of a run: every request's record and the counters.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// Requests in arrival order.
+    pub requests: Vec<Request>,
+    /// Counters.
+    pub counters: Counters,
+    /// BatchTable snapshots after every admission and execution, when asked for.
+    pub snapshots: Option<Vec<Snapshot>>,
+}
+
+/// Runs `arrivals` (sorted by time) to completion.
+#[allow(clippy::too_many_arguments)]
+pub fn run(
+    model: &Model,
+    device: &mut dyn Device,
+    policy: &mut dyn Policy,
+    clock: &mut dyn Clock,
+    predictor: &Predictor,
+    arrivals: &[Arrival],
+    sla: Nanos,
+    max_batch: u32,
+    record_snapshots: bool,
+) -> Result<Outcome> {
+    if max_batch == 0 {
+        return Err(Error::invalid("max batch", "must be at least 1"));
+    }
+    let mut requests: Vec<Request> = Vec::with_capacity(arrivals.len());
+    let mut pending: VecDeque<RequestId> = VecDeque::new();
+    let mut table = BatchTable::new(max_batch);
+    let mut free_slots: Vec<u32> = (0..max_batch).rev().collect();
+    let mut next = 0usize;
+    let mut c = Counters::default();
+    let mut snaps = record_snapshots.then(Vec::new);
+    let mut members: Vec<Member> = Vec::with_capacity(max_batch as usize);
+    let mut stalls = 0u32;
+    let snap = |table: &BatchTable, now: Nanos, snaps: &mut Option<Vec<Snapshot>>| {
+        if let Some(s) = snaps.as_mut() {
+            s.push((
+                now,
+                table
+                    .entries()
+                    .iter()
+                    .map(|e| (e.members.iter().map(|r| r.0).collect(), e.next))
+                    .collect(),
+            ));
+        }
+    };
+    loop {
+        let now = clock.now();
+        while next < arrivals.len() && arrivals[next].time <= now {
+            let id = RequestId(next as u32);
+            requests.push(Request::new(
+                id,
+                arrivals[next].time,
+                sla,
+                arrivals[next].len,
+            ));
+            pending.push_back(id);
+            next += 1;
+        }
+        if pending.is_empty() && table.is_empty() {
+            match arrivals.get(next) {
+                None => break,
+                Some(a) => {
+                    clock.idle_until(a.time);
+                    continue;
+                }
+            }
+        }
+        let decision = {
+            let view = View::new(
+                now,
+                model,
+                &pending,
+                &table,
+                predictor,
+                max_batch as usize,
+                &requests,
+            );
+            policy.decide(&view)
+        };
+        match decision {
+            Decision::WaitUntil(t) => {
+                let wake = arrivals.get(next).map_or(t, |a| a.time.min(t));
+                if wake <= now {
+                    stalls += 1;
+                    if stalls > 2 {
+                        return Err(Error::Internal(format!(
+                            "policy {} waits for the past",
+                            policy.name()
+                        )));
+                    }
+                }
+                clock.idle_until(wake);
+                continue;
+            }
+            Decision::Admit { count, pad } => {
+                if count == 0
+                    || count > pending.len()
+                    || count > free_slots.len()
+                    || count > max_batch as usize
+                {
+                    return Err(Error::Internal(format!(
+                        "policy {} admitted {count} with {} pending and {} free slots",
+                        policy.name(),
+                        pending.len(),
+                        free_slots.len()
+                    )));
+                }
+                let ids: Vec<RequestId> = pending.drain(..count).collect();
+                let first = model.first_step();
+                let mut padded = None;
+                if pad {
+                    let mut l = requests[ids[0].idx()].len;
+                    for r in &ids {
+                        l.enc = l.enc.max(requests[r.idx()].len.enc);
+                        l.dec = l.dec.max(requests[r.idx()].len.dec);
+                    }
+                    padded = Some(l);
+                }
+                for r in &ids {
+                    let q = &mut requests[r.idx()];
+                    q.at = Some(first);
+                    q.slot = free_slots.pop();
+                }
+                if !table.is_empty() {
+                    c.preemptions += 1;
+                }
+                table.push(SubBatch {
+                    members: ids,
+                    next: first,
+                    padded,
+                });
+                snap(&table, now, &mut snaps);
+            }
+            Decision::Run => {
+                if table.is_empty() {
+                    return Err(Error::Internal(format!(
+                        "policy {} ran an empty BatchTable",
+                        policy.name()
+                    )));
+                }
+            }
+        }
+        stalls = 0;
+        // execute one node of the active sub-batch
+        let top = table
+            .top()
+            .ok_or_else(|| Error::Internal("empty table".into()))?;
+        let at = top.next;
+        members.clear();
+        for r in &top.members {
+            let q = &requests[r.idx()];
+            members.push(Member {
+                slot: q.slot.unwrap_or(0),
+                len: top.padded.unwrap_or(q.len),
+            });
+        }
+        let timing = device.execute(model, at, &members)?;
+        for r in &top.members {
+            let q = &mut requests[r.idx()];
+            if q.first_issue.is_none() {
+                q.first_issue = Some(now);
+            }
+        }
+        c.executions += 1;
+        c.batch_sum += members.len() as u64;
+        c.busy += timing.time;
+        clock.advance(timing.time);
+        let done_at = clock.now();
+        let node = model.node(at.node);
+        let ends_dec_step = node.class == Class::Decoder
+            && node
+                .loop_id
+                .is_some_and(|l| model.loops[l.0 as usize].last == at.node);
+        if ends_dec_step {
+            for r in &top.members {
+                requests[r.idx()].dec_done = at.step + 1;
+            }
+        }
+        let adv = table.advance(model, |r| requests[r.idx()].len);
+        c.merges += u64::from(adv.merges);
+        c.splits += u64::from(adv.splits);
+        for sb in table.entries() {
+            for r in &sb.members {
+                requests[r.idx()].at = Some(sb.next);
+            }
+        }
+        for r in adv.finished {
+            let q = &mut requests[r.idx()];
+            if q.completion.is_some() {
+                return Err(Error::Internal(format!("request {} completed twice", r.0)));
+            }
+            q.completion = Some(done_at);
+            q.at = None;
+            if let Some(s) = q.slot.take() {
+                free_slots.push(s);
+            }
+        }
+        snap(&table, done_at, &mut snaps);
+    }
+    Ok(Outcome {
+        requests,
+        counters: c,
+        snapshots: snaps,
+    })
+}

@@ -1,0 +1,174 @@
+//! Metrics of a run: per-request records into an HDR histogram (microseconds), the summary the
+//! `run` command prints (latency percentiles, throughput, SLA violations, batch sizes, preemptions
+//! and merges), and the HdrHistogram percentile-distribution text format (`.hgrm`).
+
+use crate::engine::Outcome;
+use crate::error::{Error, Result};
+use crate::time::Nanos;
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+
+/// Latency summary in milliseconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LatencyMs {
+    /// Mean.
+    pub mean: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Maximum.
+    pub max: f64,
+}
+
+/// What one run measured (the `run --json` object, less the run's identity fields).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    /// Requests offered.
+    pub requests: u64,
+    /// Requests completed.
+    pub completed: u64,
+    /// Requests rejected (none are, today; counted so that nothing can vanish).
+    pub rejected: u64,
+    /// Latency percentiles.
+    pub latency_ms: LatencyMs,
+    /// Completed requests / (last completion − first arrival).
+    pub throughput_rps: f64,
+    /// Fraction of completed requests whose latency exceeded the SLA.
+    pub sla_violation_rate: f64,
+    /// Mean sub-batch size over node executions.
+    pub mean_batch_size: f64,
+    /// Preemptions of the active sub-batch.
+    pub preemptions: u64,
+    /// Sub-batch merges.
+    pub merges: u64,
+}
+
+/// Builds the latency histogram (µs, 3 significant digits) of the completed requests.
+pub fn histogram(out: &Outcome) -> Result<Histogram<u64>> {
+    let mut h = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)
+        .map_err(|e| Error::Internal(format!("histogram: {e}")))?;
+    for r in &out.requests {
+        if let Some(l) = r.latency() {
+            h.record(l.0.div_ceil(1000).max(1))
+                .map_err(|e| Error::Internal(format!("histogram: {e}")))?;
+        }
+    }
+    Ok(h)
+}
+
+/// Summarizes an outcome against an SLA.
+pub fn summarize(out: &Outcome, sla: Nanos) -> Result<Stats> {
+    let h = histogram(out)?;
+    let lats: Vec<Nanos> = out.requests.iter().filter_map(|r| r.latency()).collect();
+    let completed = lats.len() as u64;
+    let requests = out.requests.len() as u64;
+    let mean = if completed > 0 {
+        lats.iter().map(|l| l.as_ms()).sum::<f64>() / completed as f64
+    } else {
+        0.0
+    };
+    let q = |p: f64| h.value_at_quantile(p) as f64 / 1e3;
+    let first = out
+        .requests
+        .iter()
+        .map(|r| r.arrival)
+        .min()
+        .unwrap_or_default();
+    let last = out
+        .requests
+        .iter()
+        .filter_map(|r| r.completion)
+        .max()
+        .unwrap_or_default();
+    let span = last.saturating_sub(first).as_secs();
+    let c = &out.counters;
+    Ok(Stats {
+        requests,
+        completed,
+        rejected: requests - completed,
+        latency_ms: LatencyMs {
+            mean,
+            p50: q(0.50),
+            p90: q(0.90),
+            p95: q(0.95),
+            p99: q(0.99),
+            max: lats.iter().max().map_or(0.0, |l| l.as_ms()),
+        },
+        throughput_rps: if span > 0.0 {
+            completed as f64 / span
+        } else {
+            0.0
+        },
+        sla_violation_rate: if completed > 0 {
+            lats.iter().filter(|&&l| l > sla).count() as f64 / completed as f64
+        } else {
+            0.0
+        },
+        mean_batch_size: if c.executions > 0 {
+            c.batch_sum as f64 / c.executions as f64
+        } else {
+            0.0
+        },
+        preemptions: c.preemptions,
+        merges: c.merges,
+    })
+}
+
+/// Writes `h` (recorded in µs) in HdrHistogram's `outputPercentileDistribution` text format with
+/// values in milliseconds, as the Java tools and the online plotter read it.
+pub fn write_hgrm<W: Write>(h: &Histogram<u64>, w: &mut W) -> std::io::Result<()> {
+    let scale = 1000.0;
+    let p = h.sigfig() as usize;
+    writeln!(
+        w,
+        "{:>12} {:>14} {:>10} {:>14}\n",
+        "Value", "Percentile", "TotalCount", "1/(1-Percentile)"
+    )?;
+    let mut total = 0u64;
+    for v in h.iter_quantiles(5) {
+        total += v.count_since_last_iteration();
+        let q = v.quantile_iterated_to();
+        let value = v.value_iterated_to() as f64 / scale;
+        if q < 1.0 {
+            writeln!(
+                w,
+                "{:>12.p$} {:>2.12} {:>10} {:>14.2}",
+                value,
+                q,
+                total,
+                1.0 / (1.0 - q),
+                p = p
+            )?;
+        } else {
+            writeln!(w, "{:>12.p$} {:>2.12} {:>10}", value, q, total, p = p)?;
+        }
+    }
+    let sub_buckets = (2.0 * 10f64.powi(p as i32)).log2().ceil().exp2() as u64;
+    writeln!(
+        w,
+        "#[Mean    = {:>12.p$}, StdDeviation   = {:>12.p$}]",
+        h.mean() / scale,
+        h.stdev() / scale,
+        p = p
+    )?;
+    writeln!(
+        w,
+        "#[Max     = {:>12.p$}, Total count    = {:>12}]",
+        h.max() as f64 / scale,
+        h.len(),
+        p = p
+    )?;
+    writeln!(
+        w,
+        "#[Buckets = {:>12}, SubBuckets     = {:>12}]",
+        h.buckets(),
+        sub_buckets
+    )?;
+    Ok(())
+}

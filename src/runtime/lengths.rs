@@ -1,0 +1,120 @@
+//! Sequence lengths: the WMT newstest En→De histograms embedded from `data/wmt/` — the profiled
+//! output-length distribution (2014–2018 pooled, German side) that sets `dec_timesteps`, and the
+//! joint (source, target) distribution of 2019 that actual request lengths are drawn from.
+
+use crate::error::{Error, Result};
+use crate::graph::{Lengths, SeqConfig};
+use rand::Rng;
+
+const PROFILE_CSV: &str = include_str!("../../data/wmt/newstest2014-2018-ende-lengths.csv");
+const TEST_JOINT_CSV: &str = include_str!("../../data/wmt/newstest2019-ende-joint.csv");
+
+/// A discrete distribution of (source words, target words) pairs.
+#[derive(Clone, Debug)]
+pub struct JointLengths {
+    pairs: Vec<(u32, u32)>,
+    /// Cumulative counts, for sampling.
+    cum: Vec<u64>,
+}
+
+fn parse_rows(csv: &str, name: &str, cols: usize) -> Result<Vec<Vec<u64>>> {
+    let mut rows = Vec::new();
+    for (i, line) in csv.lines().enumerate().skip(1) {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let v: Option<Vec<u64>> = line.split(',').map(|s| s.trim().parse().ok()).collect();
+        match v {
+            Some(v) if v.len() == cols => rows.push(v),
+            _ => {
+                return Err(Error::ConfigFile {
+                    file: name.into(),
+                    line: i + 1,
+                    msg: format!("expected {cols} integer columns"),
+                })
+            }
+        }
+    }
+    Ok(rows)
+}
+
+impl JointLengths {
+    /// The WMT19 newstest En→De joint histogram (1,997 pairs).
+    pub fn wmt19() -> Result<Self> {
+        let rows = parse_rows(TEST_JOINT_CSV, "data/wmt/newstest2019-ende-joint.csv", 3)?;
+        let mut pairs = Vec::new();
+        let mut cum = Vec::new();
+        let mut acc = 0;
+        for r in rows {
+            if r[2] > 0 {
+                acc += r[2];
+                pairs.push((r[0] as u32, r[1] as u32));
+                cum.push(acc);
+            }
+        }
+        Ok(JointLengths { pairs, cum })
+    }
+
+    /// Number of sentence pairs.
+    pub fn total(&self) -> u64 {
+        self.cum.last().copied().unwrap_or(0)
+    }
+
+    /// Draws one (source words, target words) pair.
+    pub fn sample<R: Rng>(&self, rng: &mut R) -> (u32, u32) {
+        let x = rng.random_range(0..self.total().max(1));
+        let i = self.cum.partition_point(|&c| c <= x);
+        self.pairs[i.min(self.pairs.len() - 1)]
+    }
+}
+
+/// The profiled output-length distribution (German words, newstest 2014–2018).
+pub fn profiled_output_lengths() -> Result<Vec<(u32, u64)>> {
+    let rows = parse_rows(
+        PROFILE_CSV,
+        "data/wmt/newstest2014-2018-ende-lengths.csv",
+        3,
+    )?;
+    Ok(rows.iter().map(|r| (r[0] as u32, r[2])).collect())
+}
+
+/// Nearest-rank percentile (`coverage` in (0, 100]) of a (value, count) histogram.
+pub fn percentile(hist: &[(u32, u64)], coverage: f64) -> u32 {
+    let total: u64 = hist.iter().map(|h| h.1).sum();
+    let rank = ((coverage / 100.0) * total as f64).ceil().max(1.0) as u64;
+    let mut acc = 0;
+    for &(v, c) in hist {
+        acc += c;
+        if acc >= rank {
+            return v;
+        }
+    }
+    hist.last().map_or(0, |h| h.0)
+}
+
+/// Words to model steps: `ceil(words × scale)`, at least 1, at most `max`.
+pub fn to_steps(words: u32, scale: f64, max: u32) -> u32 {
+    ((f64::from(words) * scale).ceil() as u32).clamp(1, max.max(1))
+}
+
+/// The predictor's `dec_timesteps` for a model: the `coverage`-th percentile of the profiled
+/// output lengths, in model steps.
+pub fn dec_timesteps(seq: &SeqConfig, coverage: f64) -> Result<u32> {
+    if !(coverage > 0.0 && coverage <= 100.0) {
+        return Err(Error::invalid(
+            "--coverage",
+            format!("must be in (0, 100], got {coverage}"),
+        ));
+    }
+    let words = percentile(&profiled_output_lengths()?, coverage);
+    Ok(to_steps(words, seq.dec_scale, seq.max_dec))
+}
+
+/// Draws a request's actual lengths (model steps) from the WMT19 joint histogram.
+pub fn draw<R: Rng>(joint: &JointLengths, seq: &SeqConfig, rng: &mut R) -> Lengths {
+    let (en, de) = joint.sample(rng);
+    Lengths {
+        enc: to_steps(en, seq.enc_scale, seq.max_enc),
+        dec: to_steps(de, seq.dec_scale, seq.max_dec),
+    }
+}

@@ -1,0 +1,139 @@
+//! The SLA slack predictor (paper §IV-C). It reads the device's per-node latency table
+//! ([`Profile`]) and answers, in O(number of loops), how long the rest of a request's graph takes
+//! at a given batch size — Algorithm 1 (STATIC nodes once, ENCODER nodes × enc_timesteps,
+//! DECODER nodes × dec_timesteps) started from any (node, step).
+//!
+//! Lengths: a request's encoder length is known when it arrives; its decoder length is not, so
+//! the predictor assumes `dec_timesteps` (the N-th percentile of the profiled output lengths), or
+//! one more step than the request has already run once it passes that.
+
+use crate::graph::{Class, Lengths, Model, NodeId, NodeStep};
+use crate::profile::Profile;
+use crate::time::Nanos;
+
+/// Per-batch-size suffix sums over the node list.
+#[derive(Clone, Debug)]
+struct Sums {
+    /// Σ of static-node latencies from node i to the end.
+    static_suffix: Vec<u64>,
+    /// Σ of the latencies of node i and the later nodes of its loop (0 for static nodes).
+    body_suffix: Vec<u64>,
+    /// Latency of one iteration of each loop.
+    body: Vec<u64>,
+}
+
+/// The slack predictor for one model on one device.
+#[derive(Clone, Debug)]
+pub struct Predictor {
+    /// `sums[b-1]` for batch b.
+    sums: Vec<Sums>,
+    loop_first: Vec<NodeId>,
+    loop_of: Vec<Option<usize>>,
+    loop_last: Vec<NodeId>,
+    loop_class: Vec<Class>,
+    loop_div: Vec<u32>,
+    /// Predicted decoder steps for requests whose output length is unknown.
+    pub dec_timesteps: u32,
+    max_batch: u32,
+}
+
+impl Predictor {
+    /// Builds the predictor from a profile of `model` (checked to match).
+    pub fn new(model: &Model, profile: &Profile, dec_timesteps: u32) -> Self {
+        let n = model.nodes.len();
+        let loop_of: Vec<Option<usize>> = model
+            .nodes
+            .iter()
+            .map(|x| x.loop_id.map(|l| l.0 as usize))
+            .collect();
+        let sums = (1..=profile.max_batch)
+            .map(|b| {
+                let lat: Vec<u64> = (0..n)
+                    .map(|i| profile.latency(NodeId(i as u32), b).0)
+                    .collect();
+                let mut static_suffix = vec![0u64; n + 1];
+                let mut body_suffix = vec![0u64; n + 1];
+                for i in (0..n).rev() {
+                    static_suffix[i] =
+                        static_suffix[i + 1] + if loop_of[i].is_none() { lat[i] } else { 0 };
+                    body_suffix[i] = match loop_of[i] {
+                        Some(l) if loop_of.get(i + 1).copied().flatten() == Some(l) => {
+                            lat[i] + body_suffix[i + 1]
+                        }
+                        Some(_) => lat[i],
+                        None => 0,
+                    };
+                }
+                let body = model
+                    .loops
+                    .iter()
+                    .map(|l| body_suffix[l.first.idx()])
+                    .collect();
+                Sums {
+                    static_suffix,
+                    body_suffix,
+                    body,
+                }
+            })
+            .collect();
+        Predictor {
+            sums,
+            loop_first: model.loops.iter().map(|l| l.first).collect(),
+            loop_last: model.loops.iter().map(|l| l.last).collect(),
+            loop_class: model.loops.iter().map(|l| l.class).collect(),
+            loop_div: model.loops.iter().map(|l| l.div).collect(),
+            loop_of,
+            dec_timesteps: dec_timesteps.max(1),
+            max_batch: profile.max_batch,
+        }
+    }
+
+    fn steps(&self, l: usize, len: Lengths) -> u64 {
+        u64::from(match self.loop_class[l] {
+            Class::Encoder => len.enc.div_ceil(self.loop_div[l].max(1)).max(1),
+            _ => len.dec.max(1),
+        })
+    }
+
+    /// The lengths the predictor assumes for a request with encoder length `enc` that has run
+    /// `dec_done` decoder steps.
+    pub fn predicted(&self, enc: u32, dec_done: u32) -> Lengths {
+        Lengths {
+            enc,
+            dec: self.dec_timesteps.max(dec_done + 1),
+        }
+    }
+
+    /// Time to run a request from `at` to its end at batch `batch`, all nodes at that batch
+    /// (Algorithm 1 from `at`; `None` = from the start).
+    pub fn remaining(&self, at: Option<NodeStep>, len: Lengths, batch: u32) -> Nanos {
+        let s = &self.sums[(batch.clamp(1, self.max_batch) - 1) as usize];
+        let at = at.unwrap_or(NodeStep {
+            node: NodeId(0),
+            step: 0,
+        });
+        let i = at.node.idx();
+        let mut t = 0u64;
+        let after = match self.loop_of[i] {
+            Some(l) => {
+                let steps = self.steps(l, len);
+                let left = steps.saturating_sub(u64::from(at.step) + 1);
+                t += s.body_suffix[i] + left * s.body[l];
+                self.loop_last[l].idx() + 1
+            }
+            None => i,
+        };
+        t += s.static_suffix[after.min(s.static_suffix.len() - 1)];
+        for (l, first) in self.loop_first.iter().enumerate() {
+            if first.idx() >= after {
+                t += self.steps(l, len) * s.body[l];
+            }
+        }
+        Nanos(t)
+    }
+
+    /// Algorithm 1: the whole graph for one input of lengths `len`, at batch 1.
+    pub fn single_input(&self, len: Lengths) -> Nanos {
+        self.remaining(None, len, 1)
+    }
+}

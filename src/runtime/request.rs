@@ -1,0 +1,61 @@
+//! A request: its id, arrival, deadline and actual lengths, and what happened to it.
+
+use crate::graph::{Lengths, NodeStep};
+use crate::time::Nanos;
+use serde::Serialize;
+
+/// A request's index in its run (0-based, in arrival order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct RequestId(pub u32);
+
+impl RequestId {
+    /// As a vector index.
+    pub fn idx(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// One inference request and its life.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Request {
+    /// Id.
+    pub id: RequestId,
+    /// Arrival time.
+    pub arrival: Nanos,
+    /// Arrival + SLA.
+    pub deadline: Nanos,
+    /// Actual lengths (the decoder length is unknown to policies until the request ends).
+    pub len: Lengths,
+    /// The next unit the request will execute (None before admission or after completion).
+    pub at: Option<NodeStep>,
+    /// Device slot holding its activations while in flight.
+    pub slot: Option<u32>,
+    /// When it first executed a node.
+    pub first_issue: Option<Nanos>,
+    /// When it completed.
+    pub completion: Option<Nanos>,
+    /// Decoder steps it has finished (seq2seq).
+    pub dec_done: u32,
+}
+
+impl Request {
+    /// A new pending request.
+    pub fn new(id: RequestId, arrival: Nanos, sla: Nanos, len: Lengths) -> Self {
+        Request {
+            id,
+            arrival,
+            deadline: arrival + sla,
+            len,
+            at: None,
+            slot: None,
+            first_issue: None,
+            completion: None,
+            dec_done: 0,
+        }
+    }
+
+    /// End-to-end latency, once completed.
+    pub fn latency(&self) -> Option<Nanos> {
+        self.completion.map(|c| c - self.arrival)
+    }
+}

@@ -1,0 +1,272 @@
+//! The serving runtime: nothing lost, merge rules, the paper's worked example, policy
+//! equivalences, determinism, and the slack predictor's veto.
+
+use lazybatch::device::npu::NpuConfig;
+use lazybatch::device::{Device, Member, Timing};
+use lazybatch::engine;
+use lazybatch::graph::{zoo, Lengths, Model, NodeStep};
+use lazybatch::policy;
+use lazybatch::profile::Profile;
+use lazybatch::runtime::Predictor;
+use lazybatch::sim::{Bench, SimConfig};
+use lazybatch::time::{Nanos, VirtualClock};
+use lazybatch::traffic::Arrival;
+use proptest::prelude::*;
+
+/// A device where every node takes 1 ms whatever the batch (the paper's time units); the input
+/// node (a copy into the preallocated buffer) takes no time, so the times match the figure.
+struct UnitDevice;
+impl Device for UnitDevice {
+    fn name(&self) -> &'static str {
+        "unit"
+    }
+    fn is_virtual(&self) -> bool {
+        true
+    }
+    fn prepare(&mut self, _: &Model, _: u32) -> lazybatch::Result<()> {
+        Ok(())
+    }
+    fn execute(&mut self, _: &Model, at: NodeStep, _: &[Member]) -> lazybatch::Result<Timing> {
+        let ms = if at.node.0 == 0 { 0.0 } else { 1.0 };
+        Ok(Timing {
+            time: Nanos::from_ms(ms),
+            ..Timing::default()
+        })
+    }
+}
+
+fn fixture(name: &str) -> Model {
+    zoo::load(&format!(
+        "{}/tests/fixtures/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+}
+
+#[test]
+fn the_papers_worked_example_step_by_step() {
+    let m = fixture("eight_nodes.toml");
+    let mut dev = UnitDevice;
+    let prof = Profile::measure(&mut dev, &m, 8, m.ref_lengths()).unwrap();
+    let pred = Predictor::new(&m, &prof, 1);
+    let at = |ms: f64| Arrival {
+        time: Nanos::from_ms(ms),
+        len: Lengths { enc: 1, dec: 1 },
+    };
+    // Req1 is issued at t=2; Req2 arrives while Req1 runs B (3..4); Req3 while Req2 runs A (4..5)
+    let arrivals = [at(2.0), at(3.5), at(4.5)];
+    let mut pol = policy::parse("lazy", 8).unwrap();
+    let out = engine::run(
+        &m,
+        &mut dev,
+        pol.as_mut(),
+        &mut VirtualClock::new(),
+        &pred,
+        &arrivals,
+        Nanos::from_ms(30.0),
+        8,
+        true,
+    )
+    .unwrap();
+    let snaps = out.snapshots.unwrap();
+    // the table at the end of each time unit, as (members, next node) bottom first; node ids: in=0, A=1 .. H=8
+    let table_at = |ms: f64| -> Vec<(Vec<u32>, u32)> {
+        let t = Nanos::from_ms(ms);
+        let s = snaps.iter().rev().find(|s| s.0 == t).unwrap();
+        s.1.iter().map(|(m, n)| (m.clone(), n.node.0)).collect()
+    };
+    // node ids: in=0, A=1, B=2, C=3; request ids: Req1=0, Req2=1, Req3=2
+    assert_eq!(
+        table_at(2.0),
+        vec![(vec![0], 1)],
+        "t=2: Req1 pushed, next A"
+    );
+    assert_eq!(
+        table_at(4.0),
+        vec![(vec![0], 3), (vec![1], 1)],
+        "t=4: Req1 preempted before C, Req2 pushed"
+    );
+    assert_eq!(
+        table_at(5.0),
+        vec![(vec![0], 3), (vec![1], 2), (vec![2], 1)],
+        "t=5: Req3 pushed"
+    );
+    assert_eq!(
+        table_at(6.0),
+        vec![(vec![0], 3), (vec![1, 2], 2)],
+        "t=6: Req2 and Req3 merge at B"
+    );
+    assert_eq!(
+        table_at(7.0),
+        vec![(vec![0, 1, 2], 3)],
+        "t=7: all merge at C"
+    );
+    assert_eq!(out.counters.preemptions, 2);
+    assert_eq!(out.counters.merges, 2);
+    // every request completes exactly once, together at the end
+    let done: Vec<Nanos> = out.requests.iter().map(|r| r.completion.unwrap()).collect();
+    assert!(done.iter().all(|&d| d == done[0]));
+}
+
+fn bench(model: &str, max_batch: u32) -> Bench {
+    Bench::new(
+        zoo::load(model).unwrap(),
+        NpuConfig::default(),
+        max_batch,
+        90.0,
+    )
+    .unwrap()
+}
+
+fn cfg(policy: &str, rate: f64, n: usize, seed: u64) -> SimConfig {
+    SimConfig {
+        policy: policy.into(),
+        rate,
+        requests: n,
+        sla: Nanos::from_ms(100.0),
+        seed,
+        max_batch: 8,
+        coverage: 90.0,
+    }
+}
+
+const POLICIES: &[&str] = &[
+    "serial",
+    "graph:0:1",
+    "graph:2",
+    "graph:10:4",
+    "lazy",
+    "oracle",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, .. ProptestConfig::default() })]
+
+    #[test]
+    fn nothing_is_lost_and_merges_follow_the_rules(
+        gaps in proptest::collection::vec(0u32..3000, 1..40),
+        lens in proptest::collection::vec((1u32..12, 1u32..12), 40),
+        pi in 0usize..6,
+    ) {
+        let b = bench(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tiny_seq2seq.toml"), 8);
+        let mut t = 0u64;
+        let arrivals: Vec<Arrival> = gaps.iter().zip(&lens).map(|(g, l)| {
+            t += u64::from(*g) * 100;
+            Arrival { time: Nanos(t), len: Lengths { enc: l.0, dec: l.1 } }
+        }).collect();
+        let mut pol = policy::parse(POLICIES[pi], 8).unwrap();
+        let mut dev = b.npu.clone();
+        let out = engine::run(&b.model, &mut dev, pol.as_mut(), &mut VirtualClock::new(), &b.predictor,
+            &arrivals, Nanos::from_ms(100.0), 8, true).unwrap();
+        prop_assert_eq!(out.requests.len(), arrivals.len());
+        prop_assert!(out.requests.iter().all(|r| r.completion.is_some() && r.first_issue.is_some()));
+        for r in &out.requests {
+            prop_assert!(r.completion.unwrap() >= r.arrival);
+        }
+        for (_, entries) in out.snapshots.unwrap() {
+            let mut seen = std::collections::HashSet::new();
+            for (members, _) in &entries {
+                prop_assert!(!members.is_empty() && members.len() <= 8);
+                for m in members { prop_assert!(seen.insert(*m)); }
+            }
+            // adjacent entries never stand at the same unit (they would have merged)
+            for w in entries.windows(2) {
+                prop_assert!(w[0].1 != w[1].1 || w[0].0.len() + w[1].0.len() > 8 || POLICIES[pi].starts_with("graph") || POLICIES[pi] == "serial");
+            }
+        }
+    }
+}
+
+#[test]
+fn graph_0_1_is_exactly_serial() {
+    for model in ["resnet50", "gnmt"] {
+        let b = bench(model, 8);
+        let a = b.run(&cfg("serial", 20.0, 300, 7)).unwrap().0;
+        let g = b.run(&cfg("graph:0:1", 20.0, 300, 7)).unwrap().0;
+        assert_eq!(
+            serde_json::to_string(&a).unwrap(),
+            serde_json::to_string(&g).unwrap(),
+            "{model}"
+        );
+    }
+}
+
+#[test]
+fn same_seed_same_bytes_different_seed_differs() {
+    let b = bench("transformer", 8);
+    let run =
+        |seed| serde_json::to_string(&b.run(&cfg("lazy", 50.0, 200, seed)).unwrap().0).unwrap();
+    assert_eq!(run(3), run(3));
+    assert_ne!(run(3), run(4));
+}
+
+#[test]
+fn lazy_never_preempts_when_its_predictor_forbids_it() {
+    // an SLA below one request's predicted latency: every slack check fails
+    let b = bench("resnet50", 8);
+    let single = b.predictor.single_input(b.model.ref_lengths());
+    for p in ["lazy", "oracle"] {
+        let mut c = cfg(p, 2000.0, 400, 1);
+        c.sla = Nanos(single.0 / 2);
+        let (st, _) = b.run(&c).unwrap();
+        assert_eq!(st.preemptions, 0, "{p}");
+        assert_eq!(st.completed, 400);
+    }
+    // with a generous SLA the same traffic is lazily batched
+    let (st, _) = b.run(&cfg("lazy", 2000.0, 400, 1)).unwrap();
+    assert!(st.preemptions > 0);
+}
+
+#[test]
+fn lazy_at_low_load_is_close_to_the_single_input_latency() {
+    let b = bench("resnet50", 64);
+    let single = b.predictor.single_input(b.model.ref_lengths()).as_ms();
+    let (st, _) = b.run(&cfg("lazy", 16.0, 500, 2)).unwrap();
+    assert!(
+        st.latency_ms.mean < 1.1 * single,
+        "{} vs {single}",
+        st.latency_ms.mean
+    );
+    let (g, _) = b.run(&cfg("graph:25", 16.0, 500, 2)).unwrap();
+    assert!(g.latency_ms.mean > 5.0 * st.latency_ms.mean);
+}
+
+#[test]
+fn policy_strings_are_checked() {
+    for bad in [
+        "graph:abc",
+        "graph:-5",
+        "lazy:1",
+        "graph",
+        "graph:5:0",
+        "graph:5:9",
+        "fifo",
+        "graph:1:2:3",
+    ] {
+        let e = policy::parse(bad, 8)
+            .err()
+            .unwrap_or_else(|| panic!("{bad} accepted"));
+        assert!(e.to_string().contains(bad), "{e}");
+    }
+    for good in ["serial", "graph:0", "graph:2.5:8", "lazy", "oracle"] {
+        assert!(policy::parse(good, 8).is_ok(), "{good}");
+    }
+}
+
+#[test]
+fn violation_rate_is_non_increasing_in_the_sla() {
+    let b = bench("resnet50", 64);
+    for p in ["graph:25", "lazy"] {
+        let mut last = 1.0f64;
+        for sla in [20.0, 40.0, 60.0, 100.0] {
+            let mut c = cfg(p, 1000.0, 1000, 1);
+            c.max_batch = 64;
+            c.sla = Nanos::from_ms(sla);
+            let v = b.run(&c).unwrap().0.sla_violation_rate;
+            if p.starts_with("graph") {
+                assert!(v <= last + 1e-12, "{p} at {sla} ms: {v} > {last}");
+            }
+            last = v;
+        }
+    }
+}
