@@ -206,16 +206,7 @@ fn positive(what: &str, v: i64) -> Result<u32> {
 }
 
 fn make_device(a: &DeviceArgs) -> Result<Box<dyn Device>> {
-    match a.device.as_str() {
-        "npu" | "auto" => {
-            let cfg = match &a.npu_config {
-                Some(p) => NpuConfig::load(p)?,
-                None => NpuConfig::default(),
-            };
-            Ok(Box::new(Npu::new(cfg)?))
-        }
-        other => bail!("unknown device '{other}' (available: npu)"),
-    }
+    Ok(Box::new(Npu::new(npu_config(a)?)?))
 }
 
 fn lengths_for(model: &Model, enc: Option<i64>, dec: Option<i64>) -> Result<Lengths> {

@@ -294,13 +294,12 @@ impl Model {
     /// The work one request contributes when it executes `at`.
     pub fn member_work(&self, at: NodeStep, len: Lengths) -> Work {
         let node = &self.nodes[at.node.idx()];
+        // loop nodes process one row per step; a static node one per output row (a `take`
+        // reads a sequence but writes, and is costed per, one row)
         let rows = if node.loop_id.is_some() {
             1
         } else {
-            node.out.rows.count(len.enc).max(
-                // a `take` reads a sequence but writes one row: its cost is per output row
-                1,
-            )
+            node.out.rows.count(len.enc)
         };
         let keys = match node.keys {
             Keys::None => 0,
