@@ -154,9 +154,7 @@ pub fn run(
                     padded = Some(l);
                 }
                 for r in &ids {
-                    let q = &mut requests[r.idx()];
-                    q.at = Some(first);
-                    q.slot = free_slots.pop();
+                    requests[r.idx()].slot = free_slots.pop();
                 }
                 if !table.is_empty() {
                     c.preemptions += 1;
@@ -216,18 +214,12 @@ pub fn run(
         let adv = table.advance(model, |r| requests[r.idx()].len);
         c.merges += u64::from(adv.merges);
         c.splits += u64::from(adv.splits);
-        for sb in table.entries() {
-            for r in &sb.members {
-                requests[r.idx()].at = Some(sb.next);
-            }
-        }
         for r in adv.finished {
             let q = &mut requests[r.idx()];
             if q.completion.is_some() {
                 return Err(Error::Internal(format!("request {} completed twice", r.0)));
             }
             q.completion = Some(done_at);
-            q.at = None;
             if let Some(s) = q.slot.take() {
                 free_slots.push(s);
             }

@@ -44,25 +44,32 @@ impl Lazy {
     }
 }
 
-/// Σ over requests in flight of their remaining single-input latency, and each one's deadline.
-fn in_flight(v: &View) -> (u64, Vec<Nanos>) {
+/// Σ over requests in flight of their remaining single-input latency, and the earliest deadline
+/// among them. Members of one entry share a position, and mostly their lengths too: the
+/// remaining latency is computed once per run of equal lengths.
+fn in_flight(v: &View) -> (u64, u64) {
     let mut total = 0u64;
-    let mut deadlines = Vec::with_capacity(v.table.in_flight());
+    let mut min_deadline = u64::MAX;
     for sb in v.table.entries() {
+        let mut last: Option<(Lengths, u64)> = None;
         for &r in &sb.members {
             let len = sb.padded.unwrap_or_else(|| v.predicted_len(r));
-            total += v.predictor.remaining(v.position(r), len, 1).0;
-            deadlines.push(v.deadline(r));
+            let rem = match last {
+                Some((l, t)) if l == len => t,
+                _ => v.predictor.remaining(Some(sb.next), len, 1).0,
+            };
+            last = Some((len, rem));
+            total += rem;
+            min_deadline = min_deadline.min(v.deadline(r).0);
         }
     }
-    (total, deadlines)
+    (total, min_deadline)
 }
 
 /// The number of pending requests LazyB may admit now (0 = do not preempt).
 pub fn lazy_admissible(v: &View, k_max: usize) -> usize {
-    let (base, deadlines) = in_flight(v);
+    let (base, mut min_deadline) = in_flight(v);
     let threshold = v.now.0 + base;
-    let mut min_deadline = deadlines.iter().map(|d| d.0).min().unwrap_or(u64::MAX);
     let mut sum = 0u64;
     let mut ok = 0;
     for (i, &r) in v.pending.iter().take(k_max).enumerate() {

@@ -12,7 +12,7 @@ pub use lazy::Lazy;
 pub use serial::Serial;
 
 use crate::error::{Error, Result};
-use crate::graph::{Lengths, Model, NodeStep};
+use crate::graph::{Lengths, Model};
 use crate::runtime::{BatchTable, Predictor, Request, RequestId};
 use crate::time::Nanos;
 use std::collections::VecDeque;
@@ -82,10 +82,6 @@ impl<'a> View<'a> {
     /// A request's deadline (arrival + SLA).
     pub fn deadline(&self, r: RequestId) -> Nanos {
         self.requests[r.idx()].deadline
-    }
-    /// The next unit a request executes (None while pending).
-    pub fn position(&self, r: RequestId) -> Option<NodeStep> {
-        self.requests[r.idx()].at
     }
     /// The lengths the predictor assumes for a request (actual encoder length, predicted
     /// decoder length).

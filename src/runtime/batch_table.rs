@@ -90,6 +90,9 @@ impl BatchTable {
                 Some(next) => self.stack.push(SubBatch { next, ..top }),
                 None => out.finished = top.members,
             }
+        } else if let Some(next) = self.common_next(model, &top, &lengths) {
+            // the usual case: the whole sub-batch moves on together (no allocation)
+            self.stack.push(SubBatch { next, ..top });
         } else {
             // group members by their next unit, keeping admission order within a group
             let mut groups: Vec<SubBatch> = Vec::new();
@@ -115,6 +118,19 @@ impl BatchTable {
         out.merges = self.merge_top();
         self.debug_check();
         out
+    }
+
+    /// The next unit of every member when they all have one and it is the same.
+    fn common_next(
+        &self,
+        model: &Model,
+        sb: &SubBatch,
+        lengths: &impl Fn(RequestId) -> Lengths,
+    ) -> Option<NodeStep> {
+        let mut it = sb.members.iter();
+        let first = model.next_step(sb.next, lengths(*it.next()?))?;
+        it.all(|&r| model.next_step(sb.next, lengths(r)) == Some(first))
+            .then_some(first)
     }
 
     /// Merges the two top entries while their next unit is identical and the result fits.

@@ -1,6 +1,6 @@
 //! A request: its id, arrival, deadline and actual lengths, and what happened to it.
 
-use crate::graph::{Lengths, NodeStep};
+use crate::graph::Lengths;
 use crate::time::Nanos;
 use serde::Serialize;
 
@@ -26,8 +26,6 @@ pub struct Request {
     pub deadline: Nanos,
     /// Actual lengths (the decoder length is unknown to policies until the request ends).
     pub len: Lengths,
-    /// The next unit the request will execute (None before admission or after completion).
-    pub at: Option<NodeStep>,
     /// Device slot holding its activations while in flight.
     pub slot: Option<u32>,
     /// When it first executed a node.
@@ -46,7 +44,6 @@ impl Request {
             arrival,
             deadline: arrival + sla,
             len,
-            at: None,
             slot: None,
             first_issue: None,
             completion: None,
