@@ -41,6 +41,28 @@ enum Cmd {
     Run(RunArgs),
     /// Run several policies at several rates (and seeds) and print one table.
     Compare(CompareArgs),
+    /// Regenerate the paper's evaluation: every experiment's data (CSV, JSON), SVG figures and
+    /// report.md with the paper's headline claims next to ours.
+    Reproduce(ReproduceArgs),
+}
+
+#[derive(Args, Debug)]
+struct ReproduceArgs {
+    /// Output directory.
+    #[arg(long, default_value = "out/reproduce")]
+    out: PathBuf,
+    /// Fewer seeds, requests and sweep points: finishes in well under a minute (CI runs it).
+    #[arg(long)]
+    quick: bool,
+    /// Seeds per configuration (default 20; 2 with --quick).
+    #[arg(long, allow_negative_numbers = true)]
+    seeds: Option<i64>,
+    /// Experiments to run, comma-separated (default: all).
+    #[arg(long, value_delimiter = ',')]
+    figures: Option<Vec<String>>,
+    /// NPU configuration file (TOML).
+    #[arg(long, value_name = "FILE")]
+    npu_config: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -194,6 +216,7 @@ pub fn run() -> Result<()> {
         Cmd::Profile(a) => cmd_profile(a),
         Cmd::Run(a) => cmd_run(a),
         Cmd::Compare(a) => cmd_compare(a),
+        Cmd::Reproduce(a) => cmd_reproduce(a),
         Cmd::NpuConfig => emit(&NpuConfig::default().to_toml_commented()),
     }
 }
@@ -729,4 +752,30 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
     }
     out!(o, "({} runs in {:.2} s wall)", jobs.len(), wall);
     emit(&o)
+}
+
+fn cmd_reproduce(a: ReproduceArgs) -> Result<()> {
+    let seeds = a.seeds.map(|s| positive("--seeds", s)).transpose()?;
+    let npu = match &a.npu_config {
+        Some(p) => NpuConfig::load(p)?,
+        None => NpuConfig::default(),
+    };
+    let opts = lazybatch::report::Options {
+        out: a.out.clone(),
+        quick: a.quick,
+        seeds,
+        figures: a.figures.clone(),
+        progress: true,
+        npu,
+    };
+    let t0 = std::time::Instant::now();
+    let files = lazybatch::report::reproduce(&opts)?;
+    eprintln!(
+        "wrote {} files to {} in {:.1} s; start with {}",
+        files.len(),
+        a.out.display(),
+        t0.elapsed().as_secs_f64(),
+        a.out.join("report.md").display()
+    );
+    Ok(())
 }

@@ -17,6 +17,7 @@ pub mod graph;
 pub mod metrics;
 pub mod policy;
 pub mod profile;
+pub mod report;
 pub mod runtime;
 pub mod sim;
 pub mod time;

@@ -3,4 +3,5 @@
 mod cli;
 mod graph;
 mod npu;
+mod reproduce;
 mod runtime;

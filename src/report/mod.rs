@@ -1,0 +1,313 @@
+//! `lazybatch reproduce`: every experiment of the paper's evaluation on the NPU model, each run
+//! through the same [`Bench::run`](crate::sim::Bench::run) path as `run` and `compare`, in
+//! parallel (rayon), over seeds. Each experiment writes its data (CSV and JSON) and an SVG figure;
+//! `report.md` puts the paper's headline claims next to ours.
+
+pub mod plot;
+pub mod table;
+
+mod experiments;
+
+pub use experiments::EXPERIMENTS;
+
+use crate::device::npu::NpuConfig;
+use crate::error::{Error, Result};
+use crate::graph::zoo;
+use crate::metrics::Stats;
+use crate::sim::{Bench, SimConfig};
+use crate::time::Nanos;
+use rayon::prelude::*;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+
+/// What `reproduce` runs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Output directory.
+    pub out: PathBuf,
+    /// Fewer seeds, requests and sweep points (CI).
+    pub quick: bool,
+    /// Seeds per configuration (default 20, quick 2).
+    pub seeds: Option<u32>,
+    /// Experiments to run (default: all of [`EXPERIMENTS`]).
+    pub figures: Option<Vec<String>>,
+    /// Show a progress bar on stderr (only when it is a terminal).
+    pub progress: bool,
+    /// NPU configuration.
+    pub npu: NpuConfig,
+}
+
+/// The sweep parameters that follow from the options.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct Plan {
+    /// Seeds 1..=seeds.
+    pub seeds: u32,
+    /// Requests per run for static (CNN, BERT) models.
+    pub requests_static: usize,
+    /// Requests per run for seq2seq models.
+    pub requests_seq: usize,
+    /// Arrival rates of the latency/throughput sweep (req/s).
+    pub rates: Vec<f64>,
+    /// Graph-batching windows of the main evaluation (ms).
+    pub windows: Vec<f64>,
+    /// Windows of the batch-size-per-traffic sweep (ms).
+    pub traffic_windows: Vec<f64>,
+    /// Rates of the batch-size-per-traffic sweep.
+    pub traffic_rates: Vec<f64>,
+    /// SLA targets (ms).
+    pub slas: Vec<f64>,
+    /// Coverages N (%) of the dec_timesteps sweep.
+    pub coverages: Vec<f64>,
+    /// High load (req/s) of the CDF, SLA and sensitivity experiments.
+    pub high_rate: f64,
+    /// Low load (req/s) of the sensitivity experiment.
+    pub low_rate: f64,
+    /// Graph batching's maximum batch sizes of the max-batch sweep.
+    pub max_batches: Vec<u32>,
+}
+
+impl Plan {
+    /// The plan for `opts`.
+    pub fn new(opts: &Options) -> Result<Plan> {
+        let seeds = opts.seeds.unwrap_or(if opts.quick { 2 } else { 20 });
+        if seeds == 0 {
+            return Err(Error::invalid("--seeds", "must be at least 1"));
+        }
+        Ok(if opts.quick {
+            Plan {
+                seeds,
+                requests_static: 400,
+                requests_seq: 150,
+                rates: vec![16.0, 256.0, 1000.0],
+                windows: vec![5.0, 25.0, 50.0, 75.0, 95.0],
+                traffic_windows: vec![5.0, 25.0, 99.0],
+                traffic_rates: vec![16.0, 250.0, 2000.0],
+                slas: vec![20.0, 60.0, 100.0],
+                coverages: vec![16.0, 90.0, 99.0],
+                high_rate: 1000.0,
+                low_rate: 16.0,
+                max_batches: vec![16, 32, 64],
+            }
+        } else {
+            Plan {
+                seeds,
+                requests_static: 2000,
+                requests_seq: 500,
+                rates: vec![16.0, 128.0, 256.0, 512.0, 1000.0],
+                windows: vec![5.0, 25.0, 50.0, 75.0, 95.0],
+                traffic_windows: vec![5.0, 10.0, 25.0, 50.0, 75.0, 99.0],
+                traffic_rates: vec![16.0, 250.0, 2000.0],
+                slas: vec![20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0],
+                coverages: vec![16.0, 30.0, 50.0, 70.0, 90.0, 95.0, 99.0],
+                high_rate: 1000.0,
+                low_rate: 16.0,
+                max_batches: vec![16, 32, 64],
+            }
+        })
+    }
+
+    /// Requests per run for a model.
+    pub fn requests(&self, model: &str) -> usize {
+        if ["gnmt", "transformer_base", "las"].contains(&model) {
+            self.requests_seq
+        } else {
+            self.requests_static
+        }
+    }
+}
+
+/// One simulated run's identity. Policies whose decisions ignore the SLA (serial, graph) are
+/// run once at 100 ms and their violations at other targets computed from the latencies.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Job {
+    /// Model name (zoo name).
+    pub model: &'static str,
+    /// Policy string.
+    pub policy: String,
+    /// Rate in milli-requests per second.
+    pub rate_milli: u64,
+    /// Seed.
+    pub seed: u64,
+    /// SLA in µs.
+    pub sla_us: u64,
+    /// Coverage in tenths of a percent.
+    pub coverage_tenths: u32,
+    /// Server maximum batch.
+    pub max_batch: u32,
+}
+
+impl Job {
+    /// A job; the SLA is normalized away for SLA-blind policies.
+    pub fn new(
+        model: &'static str,
+        policy: &str,
+        rate: f64,
+        seed: u64,
+        sla_ms: f64,
+        coverage: f64,
+        max_batch: u32,
+    ) -> Job {
+        let sla_aware = policy == "lazy" || policy == "oracle";
+        Job {
+            model,
+            policy: policy.to_string(),
+            rate_milli: (rate * 1e3).round() as u64,
+            seed,
+            sla_us: if sla_aware {
+                (sla_ms * 1e3).round() as u64
+            } else {
+                100_000
+            },
+            coverage_tenths: if sla_aware {
+                (coverage * 10.0).round() as u32
+            } else {
+                900
+            },
+            max_batch,
+        }
+    }
+    /// The rate in req/s.
+    pub fn rate(&self) -> f64 {
+        self.rate_milli as f64 / 1e3
+    }
+}
+
+/// A finished run: its statistics (at the job's SLA) and its sorted latencies in ms.
+#[derive(Clone, Debug)]
+pub struct RunOut {
+    /// Statistics.
+    pub stats: Stats,
+    /// Latencies of completed requests, ascending (ms).
+    pub lat_ms: Vec<f64>,
+}
+
+impl RunOut {
+    /// Fraction of requests slower than `sla_ms`.
+    pub fn violation(&self, sla_ms: f64) -> f64 {
+        if self.lat_ms.is_empty() {
+            return 0.0;
+        }
+        let ok = self.lat_ms.partition_point(|&l| l <= sla_ms);
+        (self.lat_ms.len() - ok) as f64 / self.lat_ms.len() as f64
+    }
+}
+
+/// Results of every job, by job.
+pub type Results = HashMap<Job, RunOut>;
+
+/// Runs `jobs` in parallel (deterministic: each job depends only on its own key).
+fn run_jobs(jobs: &BTreeSet<Job>, plan: &Plan, npu: &NpuConfig, progress: bool) -> Result<Results> {
+    let mut benches: BTreeMap<(&'static str, u32, u32), Bench> = BTreeMap::new();
+    for j in jobs {
+        let key = (j.model, j.max_batch, j.coverage_tenths);
+        if let std::collections::btree_map::Entry::Vacant(e) = benches.entry(key) {
+            let model = zoo::load(j.model)?;
+            e.insert(Bench::new(
+                model,
+                npu.clone(),
+                j.max_batch,
+                f64::from(j.coverage_tenths) / 10.0,
+            )?);
+        }
+    }
+    let bar = if progress && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        let b = indicatif::ProgressBar::new(jobs.len() as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:40}] {pos}/{len} runs",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    let list: Vec<&Job> = jobs.iter().collect();
+    let outs: Vec<Result<RunOut>> = list
+        .par_iter()
+        .map(|j| {
+            let bench = &benches[&(j.model, j.max_batch, j.coverage_tenths)];
+            let cfg = SimConfig {
+                policy: j.policy.clone(),
+                rate: j.rate(),
+                requests: plan.requests(j.model),
+                sla: Nanos(j.sla_us * 1000),
+                seed: j.seed,
+                max_batch: j.max_batch,
+                coverage: f64::from(j.coverage_tenths) / 10.0,
+            };
+            let (stats, out) = bench.run(&cfg)?;
+            let mut lat_ms: Vec<f64> = out
+                .requests
+                .iter()
+                .filter_map(|r| r.latency())
+                .map(|l| l.as_ms())
+                .collect();
+            lat_ms.sort_by(f64::total_cmp);
+            bar.inc(1);
+            Ok(RunOut { stats, lat_ms })
+        })
+        .collect();
+    bar.finish_and_clear();
+    let mut res = HashMap::with_capacity(list.len());
+    for (j, o) in list.into_iter().zip(outs) {
+        res.insert(j.clone(), o?);
+    }
+    Ok(res)
+}
+
+/// Runs the selected experiments and writes everything to `opts.out`. Returns the list of files
+/// written, relative to the output directory.
+pub fn reproduce(opts: &Options) -> Result<Vec<String>> {
+    let plan = Plan::new(opts)?;
+    let selected: Vec<&'static str> = match &opts.figures {
+        None => EXPERIMENTS.to_vec(),
+        Some(list) => {
+            let mut v = Vec::new();
+            for f in list {
+                let name = EXPERIMENTS
+                    .iter()
+                    .find(|e| **e == f.as_str())
+                    .ok_or_else(|| {
+                        Error::invalid(
+                            "--figures",
+                            format!(
+                                "unknown experiment '{f}' (known: {})",
+                                EXPERIMENTS.join(", ")
+                            ),
+                        )
+                    })?;
+                v.push(*name);
+            }
+            v
+        }
+    };
+    std::fs::create_dir_all(&opts.out).map_err(|e| Error::io(&opts.out, e))?;
+    let mut jobs = BTreeSet::new();
+    for e in &selected {
+        experiments::jobs(e, &plan, &mut jobs);
+    }
+    let results = run_jobs(&jobs, &plan, &opts.npu, opts.progress)?;
+    let mut ctx = experiments::Ctx::new(&plan, &results, &opts.out, &opts.npu)?;
+    for e in &selected {
+        experiments::write(e, &mut ctx)?;
+    }
+    let config = serde_json::json!({
+        "lazybatch_version": env!("CARGO_PKG_VERSION"),
+        "quick": opts.quick,
+        "experiments": selected,
+        "plan": plan,
+        "npu": opts.npu,
+        "runs": jobs.len(),
+        "device": "npu",
+    });
+    let cfg_path = opts.out.join("config.json");
+    std::fs::write(
+        &cfg_path,
+        serde_json::to_string_pretty(&config).map_err(|e| Error::Internal(e.to_string()))? + "\n",
+    )
+    .map_err(|e| Error::io(&cfg_path, e))?;
+    ctx.files.push("config.json".into());
+    experiments::write_report(&mut ctx, &selected, opts.quick)?;
+    Ok(ctx.files)
+}

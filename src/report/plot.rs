@@ -1,0 +1,279 @@
+//! SVG charts (plotters, SVG backend only: no system libraries). One [`Figure`] is a row of
+//! [`Panel`]s; a panel holds line [`Series`] with optional error bars and marks, on linear or
+//! logarithmic axes with labels and units.
+
+use crate::error::{Error, Result};
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use std::path::Path;
+
+/// One line of points (x, y) with an optional (low, high) error bar per point.
+#[derive(Clone, Debug, Default)]
+pub struct Series {
+    /// Legend label.
+    pub name: String,
+    /// Points.
+    pub points: Vec<(f64, f64)>,
+    /// Error bars, aligned with `points` (empty: none).
+    pub bars: Vec<(f64, f64)>,
+    /// Dashed style (a reference or a bound rather than a measurement).
+    pub dashed: bool,
+    /// Draw markers at the points.
+    pub markers: bool,
+}
+
+/// A labelled point drawn on a panel (e.g. "p99").
+#[derive(Clone, Debug)]
+pub struct Mark {
+    /// Position.
+    pub at: (f64, f64),
+    /// Y of the label text (data coordinates), so that labels of close marks do not overlap.
+    pub text_y: f64,
+    /// Text.
+    pub label: String,
+    /// Index of the series whose colour it takes.
+    pub series: usize,
+}
+
+/// One chart.
+#[derive(Clone, Debug, Default)]
+pub struct Panel {
+    /// Caption.
+    pub title: String,
+    /// X axis label with unit.
+    pub x_label: String,
+    /// Y axis label with unit.
+    pub y_label: String,
+    /// Log-scale x.
+    pub log_x: bool,
+    /// Log-scale y.
+    pub log_y: bool,
+    /// Lines.
+    pub series: Vec<Series>,
+    /// Marks.
+    pub marks: Vec<Mark>,
+    /// Fixed y range (else from the data).
+    pub y_range: Option<(f64, f64)>,
+    /// Legend inside the panel, lower right (else upper left); unused with a shared legend.
+    pub legend_lower_right: bool,
+}
+
+/// Several panels side by side, written as one SVG.
+#[derive(Clone, Debug, Default)]
+pub struct Figure {
+    /// Panels, left to right.
+    pub panels: Vec<Panel>,
+    /// One legend for all panels, in a column on the right (the panels' series share names and
+    /// colours); otherwise each panel draws its own.
+    pub shared_legend: bool,
+}
+
+/// Width of the shared legend column in pixels.
+const LEGEND_W: u32 = 150;
+
+fn color(i: usize) -> RGBColor {
+    const C: [RGBColor; 10] = [
+        RGBColor(31, 119, 180),
+        RGBColor(255, 127, 14),
+        RGBColor(44, 160, 44),
+        RGBColor(214, 39, 40),
+        RGBColor(148, 103, 189),
+        RGBColor(140, 86, 75),
+        RGBColor(227, 119, 194),
+        RGBColor(127, 127, 127),
+        RGBColor(188, 189, 34),
+        RGBColor(23, 190, 207),
+    ];
+    C[i % C.len()]
+}
+
+fn bounds(vals: impl Iterator<Item = f64>, log: bool, include_zero: bool) -> (f64, f64) {
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for v in vals.filter(|v| v.is_finite() && (!log || *v > 0.0)) {
+        lo = lo.min(v);
+        hi = hi.max(v);
+    }
+    if !lo.is_finite() {
+        return if log { (1.0, 10.0) } else { (0.0, 1.0) };
+    }
+    if log {
+        (lo / 1.3, hi * 1.3)
+    } else {
+        let pad = ((hi - lo) * 0.05).max(hi.abs() * 0.05).max(1e-9);
+        let lo = if include_zero && lo >= 0.0 {
+            0.0
+        } else {
+            lo - pad
+        };
+        (lo, hi + pad)
+    }
+}
+
+impl Figure {
+    /// Writes the figure to `path` (SVG), `width_per_panel` × `height` pixels per panel.
+    pub fn write_svg(&self, path: &Path, width_per_panel: u32, height: u32) -> Result<()> {
+        let n = self.panels.len().max(1) as u32;
+        let extra = if self.shared_legend { LEGEND_W } else { 0 };
+        let root = SVGBackend::new(path, (width_per_panel * n + extra, height)).into_drawing_area();
+        let err = |e: String| Error::Internal(format!("drawing {}: {e}", path.display()));
+        root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
+        let (plots, legend) = root.split_horizontally(width_per_panel * n);
+        let areas = plots.split_evenly((1, n as usize));
+        for (p, area) in self.panels.iter().zip(areas.iter()) {
+            draw_panel(area, p, !self.shared_legend).map_err(err)?;
+        }
+        if let (true, Some(first)) = (self.shared_legend, self.panels.first()) {
+            for (i, s) in first.series.iter().enumerate() {
+                let y = 50 + 22 * i as i32;
+                let c = color(i);
+                legend
+                    .draw(&PathElement::new(vec![(8, y), (34, y)], c.stroke_width(2)))
+                    .map_err(|e| err(e.to_string()))?;
+                legend
+                    .draw(&Text::new(s.name.clone(), (40, y - 7), ("sans-serif", 14)))
+                    .map_err(|e| err(e.to_string()))?;
+            }
+        }
+        root.present().map_err(|e| err(e.to_string()))?;
+        Ok(())
+    }
+}
+
+fn draw_panel(
+    area: &DrawingArea<SVGBackend, Shift>,
+    p: &Panel,
+    legend: bool,
+) -> std::result::Result<(), String> {
+    let xs = p.series.iter().flat_map(|s| s.points.iter().map(|q| q.0));
+    let ys = p.series.iter().flat_map(|s| {
+        s.points
+            .iter()
+            .map(|q| q.1)
+            .chain(s.bars.iter().flat_map(|b| [b.0, b.1]))
+    });
+    let (x0, x1) = bounds(xs, p.log_x, false);
+    let (y0, y1) = p.y_range.unwrap_or_else(|| bounds(ys, p.log_y, true));
+    match (p.log_x, p.log_y) {
+        (false, false) => inner(area, p, legend, x0..x1, y0..y1),
+        (true, false) => inner(area, p, legend, (x0..x1).log_scale(), y0..y1),
+        (false, true) => inner(area, p, legend, x0..x1, (y0..y1).log_scale()),
+        (true, true) => inner(area, p, legend, (x0..x1).log_scale(), (y0..y1).log_scale()),
+    }
+}
+
+fn inner<XR, YR>(
+    area: &DrawingArea<SVGBackend, Shift>,
+    p: &Panel,
+    legend: bool,
+    xr: XR,
+    yr: YR,
+) -> std::result::Result<(), String>
+where
+    XR: AsRangedCoord<Value = f64>,
+    YR: AsRangedCoord<Value = f64>,
+    XR::CoordDescType: ValueFormatter<f64>,
+    YR::CoordDescType: ValueFormatter<f64>,
+{
+    let e = |x: &dyn std::fmt::Display| x.to_string();
+    let mut chart = ChartBuilder::on(area)
+        .caption(&p.title, ("sans-serif", 18))
+        .margin(12)
+        .x_label_area_size(42)
+        .y_label_area_size(62)
+        .build_cartesian_2d(xr, yr)
+        .map_err(|x| e(&x))?;
+    // log axes get few labels: plotters otherwise labels every minor tick and they overlap
+    let (nx, ny) = (if p.log_x { 4 } else { 10 }, if p.log_y { 5 } else { 10 });
+    let fmt = |v: &f64| {
+        let a = v.abs();
+        if a == 0.0 {
+            "0".to_string()
+        } else if a >= 100.0 {
+            format!("{v:.0}")
+        } else if a >= 1.0 {
+            format!("{}", (v * 10.0).round() / 10.0)
+        } else {
+            format!("{v:.2}")
+        }
+    };
+    chart
+        .configure_mesh()
+        .x_labels(nx)
+        .y_labels(ny)
+        .x_label_formatter(&fmt)
+        .y_label_formatter(&fmt)
+        .x_desc(&p.x_label)
+        .y_desc(&p.y_label)
+        .label_style(("sans-serif", 13))
+        .axis_desc_style(("sans-serif", 15))
+        .light_line_style(WHITE.mix(0.0))
+        .draw()
+        .map_err(|x| e(&x))?;
+    for (i, s) in p.series.iter().enumerate() {
+        let c = color(i);
+        let style = if s.dashed {
+            c.stroke_width(1)
+        } else {
+            c.stroke_width(2)
+        };
+        let pts = s.points.clone();
+        if s.dashed {
+            chart
+                .draw_series(DashedLineSeries::new(pts, 6, 4, style))
+                .map_err(|x| e(&x))?
+                .label(&s.name)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
+                });
+        } else {
+            chart
+                .draw_series(LineSeries::new(pts, style))
+                .map_err(|x| e(&x))?
+                .label(&s.name)
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
+                });
+        }
+        if s.markers {
+            chart
+                .draw_series(s.points.iter().map(|&q| Circle::new(q, 3, c.filled())))
+                .map_err(|x| e(&x))?;
+        }
+        if !s.bars.is_empty() {
+            chart
+                .draw_series(s.points.iter().zip(&s.bars).map(|(&(x, y), &(lo, hi))| {
+                    ErrorBar::new_vertical(x, lo, y, hi, c.stroke_width(1), 6)
+                }))
+                .map_err(|x| e(&x))?;
+        }
+    }
+    for m in &p.marks {
+        let c = color(m.series);
+        chart
+            .draw_series(std::iter::once(Cross::new(m.at, 6, c.stroke_width(2))))
+            .map_err(|x| e(&x))?;
+        chart
+            .draw_series(std::iter::once(Text::new(
+                m.label.clone(),
+                (m.at.0, m.text_y),
+                ("sans-serif", 13).into_font().color(&c),
+            )))
+            .map_err(|x| e(&x))?;
+    }
+    if legend {
+        chart
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.85))
+            .label_font(("sans-serif", 13))
+            .position(if p.legend_lower_right {
+                SeriesLabelPosition::LowerRight
+            } else {
+                SeriesLabelPosition::UpperLeft
+            })
+            .draw()
+            .map_err(|x| e(&x))?;
+    }
+    Ok(())
+}

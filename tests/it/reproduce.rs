@@ -1,0 +1,206 @@
+//! `reproduce --quick`: every figure, its data and the report are written and parse; the data
+//! come from the same code path as `run`; rerunning gives identical files.
+
+use lazybatch::device::npu::NpuConfig;
+use lazybatch::graph::zoo;
+use lazybatch::report::{reproduce, Options, EXPERIMENTS};
+use lazybatch::sim::{Bench, SimConfig};
+use lazybatch::time::Nanos;
+use std::path::{Path, PathBuf};
+
+fn quick(dir: &Path) -> Vec<String> {
+    reproduce(&Options {
+        out: dir.to_path_buf(),
+        quick: true,
+        seeds: None,
+        figures: None,
+        progress: false,
+        npu: NpuConfig::default(),
+    })
+    .unwrap()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("lazybatch-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn csv(dir: &Path, name: &str) -> (Vec<String>, Vec<Vec<String>>) {
+    let text = std::fs::read_to_string(dir.join(name)).unwrap();
+    let mut lines = text.lines();
+    let head: Vec<String> = lines.next().unwrap().split(',').map(String::from).collect();
+    let rows: Vec<Vec<String>> = lines
+        .map(|l| l.split(',').map(String::from).collect())
+        .collect();
+    for r in &rows {
+        assert_eq!(r.len(), head.len(), "{name}: ragged row {r:?}");
+    }
+    (head, rows)
+}
+
+#[test]
+fn quick_reproduce_writes_every_figure_and_is_deterministic() {
+    let a = tmp("repro-a");
+    let files = quick(&a);
+    // every experiment has a CSV, a JSON and at least one SVG; report and config exist
+    for e in EXPERIMENTS {
+        assert!(files.iter().any(|f| f == &format!("{e}.csv")), "{e}.csv");
+        assert!(files.iter().any(|f| f == &format!("{e}.json")), "{e}.json");
+        assert!(
+            files
+                .iter()
+                .any(|f| f.starts_with(e) && f.ends_with(".svg")),
+            "{e} svg"
+        );
+    }
+    for f in &files {
+        let path = a.join(f);
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.is_empty(), "{f} is empty");
+        if f.ends_with(".svg") {
+            let doc = roxmltree::Document::parse(&text).unwrap_or_else(|e| panic!("{f}: {e}"));
+            assert_eq!(doc.root_element().tag_name().name(), "svg");
+            assert!(
+                doc.descendants().filter(|n| n.has_tag_name("text")).count() > 5,
+                "{f} has no labels"
+            );
+        } else if f.ends_with(".json") {
+            serde_json::from_str::<serde_json::Value>(&text).unwrap_or_else(|e| panic!("{f}: {e}"));
+        }
+    }
+    let (head, rows) = csv(&a, "eval.csv");
+    for c in [
+        "model",
+        "policy",
+        "rate_rps",
+        "mean_latency_ms",
+        "latency_p25",
+        "latency_p75",
+        "p99_ms",
+        "throughput_rps",
+        "sla_violation_100ms",
+    ] {
+        assert!(head.iter().any(|h| h == c), "eval.csv lacks {c}");
+    }
+    assert!(!rows.is_empty());
+    let (head, _) = csv(&a, "sla.csv");
+    assert_eq!(
+        head,
+        [
+            "model",
+            "policy",
+            "sla_ms",
+            "violation_rate",
+            "violation_p25",
+            "violation_p75"
+        ]
+    );
+    let report = std::fs::read_to_string(a.join("report.md")).unwrap();
+    assert!(
+        report.contains("Headline claims")
+            && report.contains("5.3×")
+            && report.contains("best GraphB")
+    );
+    // same arguments, identical files
+    let b = tmp("repro-b");
+    quick(&b);
+    for f in &files {
+        assert_eq!(
+            std::fs::read(a.join(f)).unwrap(),
+            std::fs::read(b.join(f)).unwrap(),
+            "{f} differs between runs"
+        );
+    }
+}
+
+#[test]
+fn sla_blind_policies_violate_less_as_the_target_grows() {
+    let a = tmp("repro-sla");
+    reproduce(&Options {
+        out: a.clone(),
+        quick: true,
+        seeds: Some(1),
+        figures: Some(vec!["sla".into()]),
+        progress: false,
+        npu: NpuConfig::default(),
+    })
+    .unwrap();
+    let (_, rows) = csv(&a, "sla.csv");
+    let mut last: std::collections::HashMap<(String, String), f64> = Default::default();
+    for r in rows {
+        let v: f64 = r[3].parse().unwrap();
+        assert!((0.0..=1.0).contains(&v));
+        if r[1] == "lazy" || r[1] == "oracle" {
+            continue; // their decisions depend on the target: not an ordering that follows from definitions
+        }
+        let key = (r[0].clone(), r[1].clone());
+        if let Some(&prev) = last.get(&key) {
+            assert!(v <= prev, "{key:?}: violation rose from {prev} to {v}");
+        }
+        last.insert(key, v);
+    }
+}
+
+#[test]
+fn figure_data_come_from_the_run_code_path() {
+    let a = tmp("repro-eval");
+    reproduce(&Options {
+        out: a.clone(),
+        quick: true,
+        seeds: Some(2),
+        figures: Some(vec!["eval".into()]),
+        progress: false,
+        npu: NpuConfig::default(),
+    })
+    .unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(a.join("eval.json")).unwrap()).unwrap();
+    let row = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["model"] == "resnet50" && r["policy"] == "lazy" && r["rate_rps"] == 256.0)
+        .unwrap();
+    let b = Bench::new(
+        zoo::load("resnet50").unwrap(),
+        NpuConfig::default(),
+        64,
+        90.0,
+    )
+    .unwrap();
+    let mean: f64 = (1..=2)
+        .map(|seed| {
+            let c = SimConfig {
+                policy: "lazy".into(),
+                rate: 256.0,
+                requests: 400,
+                sla: Nanos::from_ms(100.0),
+                seed,
+                max_batch: 64,
+                coverage: 90.0,
+            };
+            b.run(&c).unwrap().0.latency_ms.mean
+        })
+        .sum::<f64>()
+        / 2.0;
+    let got = row["mean_latency_ms"].as_f64().unwrap();
+    assert!((got - mean).abs() <= 1e-5 * mean, "{got} vs {mean}");
+}
+
+#[test]
+fn unknown_experiment_is_an_error() {
+    let e = reproduce(&Options {
+        out: tmp("repro-bad"),
+        quick: true,
+        seeds: None,
+        figures: Some(vec!["latency".into()]),
+        progress: false,
+        npu: NpuConfig::default(),
+    })
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("unknown experiment 'latency'"),
+        "{e}"
+    );
+}
