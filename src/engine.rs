@@ -187,6 +187,7 @@ pub fn run(
             members.push(Member {
                 slot: q.slot.unwrap_or(0),
                 len: top.padded.unwrap_or(q.len),
+                input: u64::from(r.0),
             });
         }
         let timing = device.execute(model, at, &members)?;
@@ -221,6 +222,11 @@ pub fn run(
             }
             q.completion = Some(done_at);
             if let Some(s) = q.slot.take() {
+                device.complete(&Member {
+                    slot: s,
+                    len: q.len,
+                    input: u64::from(r.0),
+                });
                 free_slots.push(s);
             }
         }

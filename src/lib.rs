@@ -22,5 +22,6 @@ pub mod runtime;
 pub mod sim;
 pub mod time;
 pub mod traffic;
+pub mod verify;
 
 pub use error::{Error, Result};

@@ -72,7 +72,13 @@ impl Profile {
                 memory_cycles: Vec::new(),
             };
             for b in 1..=max_batch {
-                let members: Vec<Member> = (0..b).map(|slot| Member { slot, len }).collect();
+                let members: Vec<Member> = (0..b)
+                    .map(|slot| Member {
+                        slot,
+                        len,
+                        input: u64::from(slot),
+                    })
+                    .collect();
                 let t = device.execute(model, at, &members)?;
                 row.latency_ns.push(t.time.0);
                 if device.is_virtual() {
@@ -89,6 +95,30 @@ impl Profile {
             lengths: len,
             nodes,
         })
+    }
+
+    /// A table where every node takes `each` at every batch size: for runs whose policies do not
+    /// consult the predictor (verification).
+    pub fn uniform(model: &Model, max_batch: u32, each: Nanos) -> Profile {
+        Profile {
+            model: model.name.clone(),
+            device: "uniform".into(),
+            max_batch,
+            lengths: model.ref_lengths(),
+            nodes: model
+                .nodes
+                .iter()
+                .map(|n| NodeProfile {
+                    id: n.id.0,
+                    name: n.name.clone(),
+                    op: n.op.kind_name().to_string(),
+                    class: n.class.to_string(),
+                    latency_ns: vec![each.0; max_batch as usize],
+                    compute_cycles: Vec::new(),
+                    memory_cycles: Vec::new(),
+                })
+                .collect(),
+        }
     }
 
     /// Checks the table belongs to `model` (same node names, in order).

@@ -2,6 +2,7 @@
 //! the policies never see anything but the [`Device`] trait; the NPU model answers in virtual
 //! time, real devices (CPU, CUDA) in measured wall time.
 
+pub mod cpu;
 pub mod npu;
 
 use crate::error::Result;
@@ -16,6 +17,8 @@ pub struct Member {
     pub slot: u32,
     /// The request's sequence lengths (model steps).
     pub len: Lengths,
+    /// Key of the request's input (its id): real devices generate the input data from it.
+    pub input: u64,
 }
 
 /// Timing detail a model-based device can report for one execution.
@@ -39,4 +42,6 @@ pub trait Device {
     fn prepare(&mut self, model: &Model, max_batch: u32) -> Result<()>;
     /// Executes `at` for the sub-batch `members` and returns the device time it took.
     fn execute(&mut self, model: &Model, at: NodeStep, members: &[Member]) -> Result<Timing>;
+    /// Called when a request completes, before its slot is reused. Model devices ignore it.
+    fn complete(&mut self, _member: &Member) {}
 }

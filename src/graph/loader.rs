@@ -49,22 +49,118 @@ fn op_fields(op: &str) -> Option<&'static [&'static str]> {
 
 /// Parses model text. `file` is used in error messages only.
 pub fn parse_model(text: &str, file: &Path) -> Result<Model> {
-    Parser {
+    parse_model_scaled(text, file, Scale::default())
+}
+
+/// Parses model text and shrinks (or grows) it by `scale` before shape inference, so that every
+/// edge of the reduced variant is checked like the original's.
+pub fn parse_model_scaled(text: &str, file: &Path, scale: Scale) -> Result<Model> {
+    scale.validate()?;
+    let mut m = Parser {
         text,
         file: file.to_path_buf(),
+        scale,
     }
-    .parse()
+    .parse()?;
+    if scale != Scale::default() {
+        m.name = format!("{}@{}", m.name, scale.tag());
+    }
+    Ok(m)
 }
 
 /// Reads and parses a model file.
 pub fn load_model_file(path: &Path) -> Result<Model> {
+    load_model_file_scaled(path, Scale::default())
+}
+
+/// Reads and parses a model file, scaled.
+pub fn load_model_file_scaled(path: &Path, scale: Scale) -> Result<Model> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-    parse_model(&text, path)
+    parse_model_scaled(&text, path, scale)
+}
+
+/// A reduced-size variant of a model: every width (channels, features, hidden units, embedding
+/// widths and vocabularies) times `width`, and every spatial input dimension times `resolution`.
+/// Model inputs' channel counts (RGB, filterbank, token) and attention head counts stay.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Scale {
+    /// Width multiplier (0, 1].
+    pub width: f64,
+    /// Spatial resolution multiplier (0, 1].
+    pub resolution: f64,
+}
+
+impl Default for Scale {
+    fn default() -> Self {
+        Scale {
+            width: 1.0,
+            resolution: 1.0,
+        }
+    }
+}
+
+impl Scale {
+    fn validate(&self) -> Result<()> {
+        for (what, v) in [("--width", self.width), ("--res", self.resolution)] {
+            if !(v > 0.0 && v <= 1.0) {
+                return Err(Error::invalid(what, format!("must be in (0, 1], got {v}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The suffix that names the variant (`w0.125` / `w0.125r0.25`).
+    pub fn tag(&self) -> String {
+        let mut t = String::new();
+        if self.width != 1.0 {
+            t.push_str(&format!("w{}", self.width));
+        }
+        if self.resolution != 1.0 {
+            t.push_str(&format!("r{}", self.resolution));
+        }
+        t
+    }
+
+    fn w(&self, x: usize) -> usize {
+        ((x as f64 * self.width).round() as usize).max(1)
+    }
+
+    /// Applies the scale to one op (`heads` keeps attention widths divisible).
+    fn apply(&self, op: &mut Op) {
+        if *self == Scale::default() {
+            return;
+        }
+        match op {
+            Op::Input { shape, .. } if shape.len() == 3 => {
+                for d in &mut shape[1..] {
+                    *d = ((*d as f64 * self.resolution).round() as usize).max(1);
+                }
+            }
+            Op::Conv2d {
+                out_channels,
+                groups,
+                ..
+            } => {
+                if *groups > 1 {
+                    *groups = self.w(*groups);
+                }
+                *out_channels = self.w(*out_channels);
+            }
+            Op::Linear { out_features, .. } => *out_features = self.w(*out_features),
+            Op::Embedding { vocab, dim, .. } => {
+                *vocab = self.w(*vocab);
+                *dim = self.w(*dim);
+            }
+            Op::Lstm { hidden, .. } => *hidden = self.w(*hidden),
+            _ => {}
+        }
+    }
 }
 
 struct Parser<'a> {
     text: &'a str,
     file: PathBuf,
+    scale: Scale,
 }
 
 /// A node's resolved inputs, their per-step shapes, and its cost.
@@ -632,7 +728,8 @@ impl<'a> Parser<'a> {
                     ));
                 }
             }
-            let op = self.parse_op(raw, &op_name, &ctx)?;
+            let mut op = self.parse_op(raw, &op_name, &ctx)?;
+            self.scale.apply(&mut op);
             let (class, loop_id) = classes[i];
             let input_names: Vec<(String, usize)> = match self.field(t, "inputs") {
                 None => Vec::new(),

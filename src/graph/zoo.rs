@@ -1,7 +1,7 @@
 //! The built-in model zoo: the files in `models/`, embedded in the binary so that `--model
 //! resnet50` works from any directory. A path to a `.toml` file is accepted wherever a name is.
 
-use super::loader::{load_model_file, parse_model};
+use super::loader::{load_model_file_scaled, parse_model_scaled, Scale};
 use super::Model;
 use crate::error::{Error, Result};
 use std::path::Path;
@@ -44,15 +44,20 @@ pub fn builtin_names() -> Vec<&'static str> {
 
 /// Loads a built-in model by name or alias, or a model file by path.
 pub fn load(name_or_path: &str) -> Result<Model> {
+    load_scaled(name_or_path, Scale::default())
+}
+
+/// Loads a model (see [`load`]) as a reduced-size variant.
+pub fn load_scaled(name_or_path: &str, scale: Scale) -> Result<Model> {
     let key = name_or_path.trim();
     for (name, aliases, text) in BUILTIN {
         if key.eq_ignore_ascii_case(name) || aliases.iter().any(|a| key.eq_ignore_ascii_case(a)) {
-            return parse_model(text, Path::new(&format!("models/{name}.toml")));
+            return parse_model_scaled(text, Path::new(&format!("models/{name}.toml")), scale);
         }
     }
     let p = Path::new(key);
     if key.ends_with(".toml") || p.is_file() {
-        return load_model_file(p);
+        return load_model_file_scaled(p, scale);
     }
     Err(Error::UnknownModel(
         key.to_string(),

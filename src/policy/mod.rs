@@ -3,10 +3,12 @@
 //! [`Decision`]; it never touches a device. [`parse`] turns a policy string (`serial`,
 //! `graph:W[:B]`, `lazy`, `oracle`) into one, with clear errors.
 
+mod forced;
 mod graph_batching;
 mod lazy;
 mod serial;
 
+pub use forced::Forced;
 pub use graph_batching::GraphBatching;
 pub use lazy::Lazy;
 pub use serial::Serial;

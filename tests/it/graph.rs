@@ -185,3 +185,31 @@ fn a_user_model_file_loads_by_path() {
     assert!(m.is_seq2seq());
     assert_eq!(m.loops.len(), 2);
 }
+
+#[test]
+fn every_model_has_a_valid_reduced_variant() {
+    use lazybatch::graph::loader::Scale;
+    let s = Scale {
+        width: 0.125,
+        resolution: 0.25,
+    };
+    for name in zoo::builtin_names() {
+        let full = zoo::load(name).unwrap();
+        let small = zoo::load_scaled(name, s).unwrap();
+        assert_eq!(small.nodes.len(), full.nodes.len(), "{name}");
+        assert!(small.name.ends_with("@w0.125r0.25"));
+        let len = small.ref_lengths();
+        assert!(
+            small.macs(len) * 20 < full.macs(len),
+            "{name}: the variant is much cheaper"
+        );
+    }
+    assert!(zoo::load_scaled(
+        "resnet50",
+        Scale {
+            width: 0.0,
+            resolution: 1.0
+        }
+    )
+    .is_err());
+}

@@ -1,6 +1,7 @@
 //! The integration test binary: one module per area (see DESIGN: one test binary, tiny fixtures).
 
 mod cli;
+mod cpu;
 mod graph;
 mod npu;
 mod reproduce;

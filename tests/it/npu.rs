@@ -169,7 +169,13 @@ fn decoder_steps_are_weight_bound_at_small_batch() {
         step: 3,
     };
     let mut t = |b: u32| {
-        let mem: Vec<Member> = (0..b).map(|slot| Member { slot, len }).collect();
+        let mem: Vec<Member> = (0..b)
+            .map(|slot| Member {
+                slot,
+                len,
+                input: u64::from(slot),
+            })
+            .collect();
         npu.execute(&m, at, &mem).unwrap().time.0 as f64
     };
     assert!(

@@ -1,0 +1,345 @@
+//! The CPU device's kernels: plain f32 functions over slices, each with a naive reference in the
+//! tests. GEMMs go through the `gemm` crate (AVX-512 where the CPU has it); everything else is
+//! written out here. No kernel allocates.
+
+use gemm::Parallelism;
+
+/// GEMMs with at least this many multiply-adds use both cores.
+const PARALLEL_MACS: usize = 1 << 22;
+
+/// `C = A · B` with explicit row/column strides (elements) for every operand; `accumulate` adds
+/// to C instead of overwriting it.
+///
+/// # Panics
+/// When a stride or size would index outside its slice (checked before the call).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_strided(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    (a_rs, a_cs): (usize, usize),
+    b: &[f32],
+    (b_rs, b_cs): (usize, usize),
+    c: &mut [f32],
+    (c_rs, c_cs): (usize, usize),
+    accumulate: bool,
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    let last = |rows: usize, cols: usize, rs: usize, cs: usize| (rows - 1) * rs + (cols - 1) * cs;
+    assert!(
+        k == 0 || last(m, k, a_rs, a_cs) < a.len(),
+        "gemm: A out of bounds"
+    );
+    assert!(
+        k == 0 || last(k, n, b_rs, b_cs) < b.len(),
+        "gemm: B out of bounds"
+    );
+    assert!(last(m, n, c_rs, c_cs) < c.len(), "gemm: C out of bounds");
+    if k == 0 {
+        if !accumulate {
+            for i in 0..m {
+                for j in 0..n {
+                    c[i * c_rs + j * c_cs] = 0.0;
+                }
+            }
+        }
+        return;
+    }
+    let par = if m * n * k >= PARALLEL_MACS {
+        Parallelism::Rayon(0)
+    } else {
+        Parallelism::None
+    };
+    // SAFETY: the asserts above keep every index of the m×k, k×n and m×n views inside the
+    // slices; `c` is borrowed mutably and cannot alias `a` or `b`.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            c.as_mut_ptr(),
+            c_cs as isize,
+            c_rs as isize,
+            accumulate,
+            a.as_ptr(),
+            a_cs as isize,
+            a_rs as isize,
+            b.as_ptr(),
+            b_cs as isize,
+            b_rs as isize,
+            if accumulate { 1.0 } else { 0.0 },
+            1.0,
+            false,
+            false,
+            false,
+            par,
+        );
+    }
+}
+
+/// `C[m×n] = A[m×k] · B` for row-major A and C, where every row of C is computed the same way
+/// whatever `m` is. The `gemm` crate computes a single row (m = 1) along a different path (a
+/// GEMV) than rows of a taller matrix, which changes the last bits; so a lone row is duplicated
+/// and computed as a 2-row GEMM. `a` must hold 2·k and `c` 2·n elements when `m` is 1.
+pub fn gemm_rows(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &mut [f32],
+    b: &[f32],
+    b_strides: (usize, usize),
+    c: &mut [f32],
+) {
+    let m = if m == 1 {
+        a.copy_within(0..k, k);
+        2
+    } else {
+        m
+    };
+    gemm_strided(m, n, k, a, (k, 1), b, b_strides, c, (n, 1), false);
+}
+
+/// Row-major `C[m×n] = A[m×k] · B[k×n]`.
+pub fn matmul(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
+    gemm_strided(m, n, k, a, (k, 1), b, (n, 1), c, (n, 1), false);
+}
+
+/// Unfolds one group of a [C, H, W] image into rows of patches: `cols[p × (cg·kh·kw)]`, p over
+/// output pixels, zero padding outside the image.
+#[allow(clippy::too_many_arguments)]
+pub fn im2col(
+    x: &[f32],
+    (h, w): (usize, usize),
+    (c0, cg): (usize, usize),
+    (kh, kw): (usize, usize),
+    stride: usize,
+    pad: usize,
+    (ho, wo): (usize, usize),
+    cols: &mut [f32],
+) {
+    let kk = cg * kh * kw;
+    for oy in 0..ho {
+        for ox in 0..wo {
+            let row = &mut cols[(oy * wo + ox) * kk..(oy * wo + ox + 1) * kk];
+            let mut idx = 0;
+            for c in c0..c0 + cg {
+                let plane = &x[c * h * w..(c + 1) * h * w];
+                for ky in 0..kh {
+                    let iy = (oy * stride + ky) as isize - pad as isize;
+                    for kx in 0..kw {
+                        let ix = (ox * stride + kx) as isize - pad as isize;
+                        row[idx] = if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < w {
+                            plane[iy as usize * w + ix as usize]
+                        } else {
+                            0.0
+                        };
+                        idx += 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Depthwise convolution (one filter per channel, multiplier 1) of a [C, H, W] image.
+#[allow(clippy::too_many_arguments)]
+pub fn depthwise(
+    x: &[f32],
+    (c, h, w): (usize, usize, usize),
+    wt: &[f32],
+    (kh, kw): (usize, usize),
+    stride: usize,
+    pad: usize,
+    (ho, wo): (usize, usize),
+    y: &mut [f32],
+) {
+    for ch in 0..c {
+        let plane = &x[ch * h * w..(ch + 1) * h * w];
+        let f = &wt[ch * kh * kw..(ch + 1) * kh * kw];
+        for oy in 0..ho {
+            for ox in 0..wo {
+                let mut acc = 0.0f32;
+                for ky in 0..kh {
+                    let iy = (oy * stride + ky) as isize - pad as isize;
+                    if iy < 0 || iy as usize >= h {
+                        continue;
+                    }
+                    for kx in 0..kw {
+                        let ix = (ox * stride + kx) as isize - pad as isize;
+                        if ix < 0 || ix as usize >= w {
+                            continue;
+                        }
+                        acc += plane[iy as usize * w + ix as usize] * f[ky * kw + kx];
+                    }
+                }
+                y[ch * ho * wo + oy * wo + ox] = acc;
+            }
+        }
+    }
+}
+
+/// Max or average pooling of a [C, H, W] image (average counts only in-image elements).
+#[allow(clippy::too_many_arguments)]
+pub fn pool(
+    x: &[f32],
+    (c, h, w): (usize, usize, usize),
+    k: usize,
+    stride: usize,
+    pad: usize,
+    (ho, wo): (usize, usize),
+    max: bool,
+    y: &mut [f32],
+) {
+    for ch in 0..c {
+        let plane = &x[ch * h * w..(ch + 1) * h * w];
+        for oy in 0..ho {
+            for ox in 0..wo {
+                let mut acc = if max { f32::NEG_INFINITY } else { 0.0 };
+                let mut n = 0u32;
+                for ky in 0..k {
+                    let iy = (oy * stride + ky) as isize - pad as isize;
+                    if iy < 0 || iy as usize >= h {
+                        continue;
+                    }
+                    for kx in 0..k {
+                        let ix = (ox * stride + kx) as isize - pad as isize;
+                        if ix < 0 || ix as usize >= w {
+                            continue;
+                        }
+                        let v = plane[iy as usize * w + ix as usize];
+                        if max {
+                            acc = acc.max(v);
+                        } else {
+                            acc += v;
+                        }
+                        n += 1;
+                    }
+                }
+                y[ch * ho * wo + oy * wo + ox] = if max { acc } else { acc / n.max(1) as f32 };
+            }
+        }
+    }
+}
+
+/// Activation kinds the kernels apply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActK {
+    /// None.
+    None,
+    /// max(x, 0).
+    Relu,
+    /// clamp(x, 0, 6).
+    Relu6,
+    /// tanh-approximated GELU.
+    Gelu,
+    /// tanh.
+    Tanh,
+    /// logistic.
+    Sigmoid,
+}
+
+/// The logistic function.
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// Applies an activation to one value.
+#[inline]
+pub fn act1(a: ActK, x: f32) -> f32 {
+    match a {
+        ActK::None => x,
+        ActK::Relu => x.max(0.0),
+        ActK::Relu6 => x.clamp(0.0, 6.0),
+        ActK::Gelu => 0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044_715 * x * x * x)).tanh()),
+        ActK::Tanh => x.tanh(),
+        ActK::Sigmoid => sigmoid(x),
+    }
+}
+
+/// Applies an activation in place.
+pub fn act(a: ActK, x: &mut [f32]) {
+    if a != ActK::None {
+        for v in x {
+            *v = act1(a, *v);
+        }
+    }
+}
+
+/// Layer norm of one row in place: (x − mean) / sqrt(var + eps) · gamma + beta.
+pub fn layernorm(x: &mut [f32], gamma: &[f32], beta: &[f32]) {
+    let n = x.len() as f32;
+    let mean = x.iter().sum::<f32>() / n;
+    let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+    let inv = 1.0 / (var + 1e-5).sqrt();
+    for ((v, g), b) in x.iter_mut().zip(gamma).zip(beta) {
+        *v = (*v - mean) * inv * g + b;
+    }
+}
+
+/// Softmax of one row in place (max-subtracted).
+pub fn softmax(x: &mut [f32]) {
+    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut s = 0.0;
+    for v in x.iter_mut() {
+        *v = (*v - m).exp();
+        s += *v;
+    }
+    let inv = 1.0 / s;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// LSTM pointwise update from the gate pre-activations `gates = [i, f, g, o]` (each `h` wide):
+/// c = σ(f)·c + σ(i)·tanh(g); h = σ(o)·tanh(c).
+pub fn lstm_cell(gates: &[f32], c: &mut [f32], h: &mut [f32]) {
+    let n = c.len();
+    for j in 0..n {
+        let i = sigmoid(gates[j]);
+        let f = sigmoid(gates[n + j]);
+        let g = gates[2 * n + j].tanh();
+        let o = sigmoid(gates[3 * n + j]);
+        c[j] = f * c[j] + i * g;
+        h[j] = o * c[j].tanh();
+    }
+}
+
+/// Scaled dot-product attention of one query row for one head: `keys(j)` and `values(j)` give
+/// the head's slice of key/value row j; `scores` is scratch of at least `nkeys`.
+pub fn attend_dot<'a>(
+    q: &[f32],
+    nkeys: usize,
+    keys: impl Fn(usize) -> &'a [f32],
+    values: impl Fn(usize) -> &'a [f32],
+    scale: f32,
+    scores: &mut [f32],
+    out: &mut [f32],
+) {
+    let s = &mut scores[..nkeys];
+    for (j, sj) in s.iter_mut().enumerate() {
+        *sj = q.iter().zip(keys(j)).map(|(a, b)| a * b).sum::<f32>() * scale;
+    }
+    softmax(s);
+    out.iter_mut().for_each(|o| *o = 0.0);
+    for (j, &p) in s.iter().enumerate() {
+        for (o, v) in out.iter_mut().zip(values(j)) {
+            *o += p * v;
+        }
+    }
+}
+
+/// Sinusoidal positional encoding value for position `pos`, feature `i` of `d`.
+#[inline]
+pub fn sinusoid(pos: usize, i: usize, d: usize) -> f32 {
+    let rate = 1.0 / 10000f32.powf((2 * (i / 2)) as f32 / d as f32);
+    let a = pos as f32 * rate;
+    if i.is_multiple_of(2) {
+        a.sin()
+    } else {
+        a.cos()
+    }
+}

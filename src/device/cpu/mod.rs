@@ -1,0 +1,980 @@
+//! The CPU device: every node of the zoo executed for real in f32, on buffers preallocated at
+//! [`Device::prepare`] for the maximum batch. A request's activations live in its slot
+//! (`Member::slot`) of every node's buffer for its whole life, so preempting and merging
+//! sub-batches moves nothing: a sub-batch is only a list of slots. Batched GEMMs gather their
+//! members' rows into preallocated scratch, run one GEMM, and scatter the rows back.
+//!
+//! Weights are generated from a seed (uniform, variance `gain / fan_in`, gain 2 before a ReLU)
+//! so activations stay finite through every network; inputs are generated per request from its
+//! input key and the seed. Convolutions run per image (im2col + GEMM), which keeps every
+//! request's result independent of the batch it ran in.
+
+pub mod kernels;
+mod weights;
+
+use super::{Device, Member, Timing};
+use crate::error::{Error, Result};
+use crate::graph::op::{AttnMode, Op, PoolKind, PosEnc};
+use crate::graph::{Class, Input, Lengths, Model, Node, NodeStep, Rows, View};
+use crate::time::Nanos;
+use kernels::ActK;
+use std::collections::HashMap;
+use std::time::Instant;
+use weights::Weights;
+
+/// How a node's output buffer is laid out per slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Storage {
+    /// A static node: its rows (1, the sequence length, or a fixed count).
+    Static,
+    /// A loop node read outside its loop: one row per step, by position.
+    AllSteps,
+    /// A loop node read only within its loop: two rows, by step parity.
+    Parity,
+}
+
+#[derive(Debug)]
+struct NodeRt {
+    storage: Storage,
+    /// Elements per row.
+    feat: usize,
+    /// Rows per slot.
+    cap: usize,
+    out: Vec<f32>,
+    w: Weights,
+    /// LSTM cell state (`max_batch × H`) or decoder self-attention K|V cache
+    /// (`max_batch × max_dec × 2D`).
+    state: Vec<f32>,
+    /// Σ of input widths (the concatenated input row).
+    in_feat: usize,
+    /// Owner of a tied table.
+    tied: Option<usize>,
+}
+
+/// Outputs captured for verification, per request input key: the last node's rows (every step
+/// for seq2seq models), then the input of a final argmax.
+pub type Captured = HashMap<u64, Vec<f32>>;
+
+/// The CPU device.
+#[derive(Debug)]
+pub struct CpuDevice {
+    seed: u64,
+    model_name: String,
+    max_batch: usize,
+    nodes: Vec<NodeRt>,
+    scratch_a: Vec<f32>,
+    scratch_c: Vec<f32>,
+    cols: Vec<f32>,
+    scores: Vec<f32>,
+    capture: Option<Captured>,
+}
+
+fn act_k(a: crate::graph::op::Act) -> ActK {
+    use crate::graph::op::Act as A;
+    match a {
+        A::None => ActK::None,
+        A::Relu => ActK::Relu,
+        A::Relu6 => ActK::Relu6,
+        A::Gelu => ActK::Gelu,
+        A::Tanh => ActK::Tanh,
+        A::Sigmoid => ActK::Sigmoid,
+    }
+}
+
+fn numel(s: &[usize]) -> usize {
+    s.iter().product()
+}
+
+/// Largest row count of a tensor over the model's lengths.
+fn max_rows(model: &Model, r: Rows) -> usize {
+    let max_enc = model.seq.as_ref().map_or(1, |s| s.max_enc);
+    r.count(max_enc) as usize
+}
+
+impl CpuDevice {
+    /// A CPU device whose weights and inputs derive from `seed`.
+    pub fn new(seed: u64) -> Self {
+        CpuDevice {
+            seed,
+            model_name: String::new(),
+            max_batch: 0,
+            nodes: Vec::new(),
+            scratch_a: Vec::new(),
+            scratch_c: Vec::new(),
+            cols: Vec::new(),
+            scores: Vec::new(),
+            capture: None,
+        }
+    }
+
+    /// Starts (or stops) capturing final outputs per request, for `verify`.
+    pub fn set_capture(&mut self, on: bool) {
+        self.capture = on.then(HashMap::new);
+    }
+
+    /// Takes the captured outputs.
+    pub fn take_captured(&mut self) -> Captured {
+        self.capture.take().unwrap_or_default()
+    }
+
+    /// Bytes of activation, state and scratch buffers (weights excluded).
+    pub fn activation_bytes(&self) -> usize {
+        4 * (self
+            .nodes
+            .iter()
+            .map(|n| n.out.len() + n.state.len())
+            .sum::<usize>()
+            + self.scratch_a.len()
+            + self.scratch_c.len()
+            + self.cols.len()
+            + self.scores.len())
+    }
+
+    /// Bytes of weights.
+    pub fn weight_bytes(&self) -> usize {
+        4 * self.nodes.iter().map(|n| n.w.len()).sum::<usize>()
+    }
+
+    fn loop_steps(model: &Model, node: &Node, len: Lengths) -> usize {
+        node.loop_id.map_or(1, |l| {
+            model.loop_steps(&model.loops[l.0 as usize], len) as usize
+        })
+    }
+
+    /// Row index in node `i`'s slot where its value at `step` lives.
+    fn pos(&self, model: &Model, i: usize, step: u32, len: Lengths) -> usize {
+        let n = &model.nodes[i];
+        match self.nodes[i].storage {
+            Storage::Static => 0,
+            Storage::Parity => (step % 2) as usize,
+            Storage::AllSteps => {
+                let reverse = matches!(n.op, Op::Lstm { reverse: true, .. });
+                let steps = Self::loop_steps(model, n, len);
+                if reverse {
+                    steps - 1 - step as usize
+                } else {
+                    step as usize
+                }
+            }
+        }
+    }
+
+    fn row(&self, i: usize, slot: u32, pos: usize) -> &[f32] {
+        let n = &self.nodes[i];
+        let o = (slot as usize * n.cap + pos) * n.feat;
+        &n.out[o..o + n.feat]
+    }
+
+    /// Valid rows of node `i`'s value for a request (static sequences and collected loops).
+    fn valid_rows(model: &Model, i: usize, len: Lengths) -> usize {
+        let n = &model.nodes[i];
+        match n.loop_id {
+            Some(_) => Self::loop_steps(model, n, len),
+            None => n.out.rows.count(len.enc) as usize,
+        }
+    }
+
+    /// Rows a node processes per member.
+    fn rows(_model: &Model, node: &Node, len: Lengths) -> usize {
+        if node.loop_id.is_some() {
+            1
+        } else {
+            node.out.rows.count(len.enc) as usize
+        }
+    }
+
+    /// Writes the consumer's input row `r` (all inputs concatenated) for member `m` into `dst`.
+    fn gather_row(
+        &self,
+        model: &Model,
+        node: &Node,
+        m: &Member,
+        step: u32,
+        r: usize,
+        dst: &mut [f32],
+    ) {
+        let mut off = 0;
+        for (k, inp) in node.inputs.iter().enumerate() {
+            let w = numel(&node.in_shapes[k].feat);
+            self.read_input(model, node, inp, m, step, r, &mut dst[off..off + w]);
+            off += w;
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn read_input(
+        &self,
+        model: &Model,
+        node: &Node,
+        inp: &Input,
+        m: &Member,
+        step: u32,
+        r: usize,
+        dst: &mut [f32],
+    ) {
+        let p = inp.node.idx();
+        let pn = &model.nodes[p];
+        match inp.view {
+            View::Same => {
+                let pos = match self.nodes[p].storage {
+                    Storage::Static => {
+                        if pn.out.rows == Rows::One {
+                            0
+                        } else {
+                            r
+                        }
+                    }
+                    _ => self.pos(model, p, step, m.len),
+                };
+                dst.copy_from_slice(self.row(p, m.slot, pos));
+            }
+            View::Prev => {
+                if step == 0 {
+                    let start = if matches!(pn.op, Op::Argmax) {
+                        1.0
+                    } else {
+                        0.0
+                    };
+                    dst.iter_mut().for_each(|v| *v = start);
+                } else {
+                    let pos = self.pos(model, p, step - 1, m.len);
+                    dst.copy_from_slice(self.row(p, m.slot, pos));
+                }
+            }
+            View::Collected => dst.copy_from_slice(self.row(p, m.slot, r)),
+            View::StepRows { ratio, reverse } | View::CollectedStepRows { ratio, reverse } => {
+                let steps = Self::loop_steps(model, node, m.len);
+                let pos = if reverse {
+                    steps - 1 - step as usize
+                } else {
+                    step as usize
+                };
+                let valid = Self::valid_rows(model, p, m.len);
+                let fw = self.nodes[p].feat;
+                for q in 0..ratio as usize {
+                    let row = pos * ratio as usize + q;
+                    let d = &mut dst[q * fw..(q + 1) * fw];
+                    if row < valid {
+                        d.copy_from_slice(self.row(p, m.slot, row));
+                    } else {
+                        d.iter_mut().for_each(|v| *v = 0.0);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The rows (`valid` of them) of a sequence input seen whole (attention keys/values).
+    fn seq_input(&self, model: &Model, inp: &Input, m: &Member) -> (usize, usize) {
+        let p = inp.node.idx();
+        (p, Self::valid_rows(model, p, m.len))
+    }
+
+    fn scatter_row(&mut self, i: usize, slot: u32, pos: usize, src: &[f32]) {
+        let n = &mut self.nodes[i];
+        let o = (slot as usize * n.cap + pos) * n.feat;
+        n.out[o..o + n.feat].copy_from_slice(src);
+    }
+
+    fn out_row_mut(&mut self, i: usize, slot: u32, pos: usize) -> &mut [f32] {
+        let n = &mut self.nodes[i];
+        let o = (slot as usize * n.cap + pos) * n.feat;
+        &mut n.out[o..o + n.feat]
+    }
+
+    fn check_capacity(&self, model: &Model, members: &[Member]) -> Result<()> {
+        if model.name != self.model_name {
+            return Err(Error::Internal(format!(
+                "cpu device prepared for {}, asked to run {}",
+                self.model_name, model.name
+            )));
+        }
+        if members.len() > self.max_batch {
+            return Err(Error::Internal(
+                "sub-batch larger than the prepared maximum".into(),
+            ));
+        }
+        for m in members {
+            if m.slot as usize >= self.max_batch {
+                return Err(Error::Internal(format!(
+                    "slot {} beyond the prepared {}",
+                    m.slot, self.max_batch
+                )));
+            }
+            if let Some(s) = &model.seq {
+                if m.len.enc > s.max_enc || m.len.dec > s.max_dec {
+                    return Err(Error::Internal(format!(
+                        "lengths {}/{} exceed the model's maxima {}/{}",
+                        m.len.enc, m.len.dec, s.max_enc, s.max_dec
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs node `i` (the body of `execute`).
+    fn run_node(&mut self, model: &Model, at: NodeStep, members: &[Member]) {
+        let i = at.node.idx();
+        let node = &model.nodes[i];
+        let step = at.step;
+        match &node.op {
+            Op::Input { shape, tokens, .. } => {
+                let feat = numel(shape);
+                for m in members {
+                    let rows = Self::rows(model, node, m.len);
+                    let base = m.slot as usize * self.nodes[i].cap * feat;
+                    let out = &mut self.nodes[i].out[base..base + rows * feat];
+                    weights::fill_input(out, self.seed, m.input, i as u64, *tokens);
+                }
+            }
+            Op::Conv2d { .. } => self.conv(model, i, members),
+            Op::Pool {
+                kind,
+                kernel,
+                stride,
+                padding,
+            } => {
+                let (c, h, w) = (
+                    node.in_shapes[0].feat[0],
+                    node.in_shapes[0].feat[1],
+                    node.in_shapes[0].feat[2],
+                );
+                let (ho, wo) = (node.out.feat[1], node.out.feat[2]);
+                let mut a = std::mem::take(&mut self.scratch_a);
+                for m in members {
+                    self.gather_row(model, node, m, step, 0, &mut a[..c * h * w]);
+                    let out = self.out_row_mut(i, m.slot, 0);
+                    match kind {
+                        PoolKind::GlobalAvg => {
+                            kernels::pool(&a, (c, h, w), h.max(w), 1, 0, (1, 1), false, out)
+                        }
+                        PoolKind::Max | PoolKind::Avg => kernels::pool(
+                            &a,
+                            (c, h, w),
+                            *kernel,
+                            *stride,
+                            *padding,
+                            (ho, wo),
+                            *kind == PoolKind::Max,
+                            out,
+                        ),
+                    }
+                }
+                self.scratch_a = a;
+            }
+            Op::Linear { act, .. } => self.linear(model, i, members, step, act_k(*act)),
+            Op::Lstm { hidden, .. } => self.lstm(model, i, members, step, *hidden),
+            Op::Attention { mode, heads } => self.attention(model, i, members, step, *mode, *heads),
+            _ => self.rowwise(model, i, members, step),
+        }
+        if self.capture.is_some() {
+            self.capture_outputs(model, i, members, step);
+        }
+    }
+
+    fn capture_outputs(&mut self, model: &Model, i: usize, members: &[Member], step: u32) {
+        let last = model.nodes.len() - 1;
+        let before_argmax = matches!(model.nodes[last].op, Op::Argmax)
+            .then(|| model.nodes[last].inputs[0].node.idx());
+        if i != last && Some(i) != before_argmax {
+            return;
+        }
+        let mut rows_out: Vec<(u64, Vec<f32>)> = Vec::new();
+        for m in members {
+            let node = &model.nodes[i];
+            let rows = Self::rows(model, node, m.len);
+            let mut v = Vec::new();
+            for r in 0..rows {
+                let pos = if node.loop_id.is_some() {
+                    self.pos(model, i, step, m.len)
+                } else {
+                    r
+                };
+                v.extend_from_slice(self.row(i, m.slot, pos));
+            }
+            rows_out.push((m.input, v));
+        }
+        if let Some(c) = self.capture.as_mut() {
+            for (k, v) in rows_out {
+                c.entry(k).or_default().extend(v);
+            }
+        }
+    }
+
+    fn conv(&mut self, model: &Model, i: usize, members: &[Member]) {
+        let node = &model.nodes[i];
+        let Op::Conv2d {
+            out_channels,
+            kernel: (kh, kw),
+            stride,
+            padding,
+            groups,
+            act,
+            ..
+        } = &node.op
+        else {
+            return;
+        };
+        let (c, h, w) = (
+            node.in_shapes[0].feat[0],
+            node.in_shapes[0].feat[1],
+            node.in_shapes[0].feat[2],
+        );
+        let (ho, wo) = (node.out.feat[1], node.out.feat[2]);
+        let p = ho * wo;
+        let (g, co) = (*groups, *out_channels);
+        let (cg, cog) = (c / g, co / g);
+        let kk = cg * kh * kw;
+        let depthwise = node.op.is_depthwise(c);
+        let mut cols = std::mem::take(&mut self.cols);
+        let mut a = std::mem::take(&mut self.scratch_a);
+        let prod = node.inputs[0].node.idx();
+        for m in members {
+            a[..c * h * w].copy_from_slice(self.row(prod, m.slot, 0));
+            let n = &mut self.nodes[i];
+            let o = m.slot as usize * n.cap * n.feat;
+            let (wts, out) = (&n.w, &mut n.out[o..o + co * p]);
+            if depthwise {
+                kernels::depthwise(
+                    &a,
+                    (c, h, w),
+                    &wts.w,
+                    (*kh, *kw),
+                    *stride,
+                    *padding,
+                    (ho, wo),
+                    out,
+                );
+            } else {
+                for gi in 0..g {
+                    kernels::im2col(
+                        &a,
+                        (h, w),
+                        (gi * cg, cg),
+                        (*kh, *kw),
+                        *stride,
+                        *padding,
+                        (ho, wo),
+                        &mut cols,
+                    );
+                    let wg = &wts.w[gi * kk * cog..(gi + 1) * kk * cog];
+                    // C[pixel, channel] written channel-major into the [C, H, W] output
+                    kernels::gemm_strided(
+                        p,
+                        cog,
+                        kk,
+                        &cols,
+                        (kk, 1),
+                        wg,
+                        (cog, 1),
+                        &mut out[gi * cog * p..],
+                        (1, p),
+                        false,
+                    );
+                }
+            }
+            let ak = act_k(*act);
+            for ch in 0..co {
+                let (sc, sh) = (
+                    wts.scale.get(ch).copied().unwrap_or(1.0),
+                    wts.shift.get(ch).copied().unwrap_or(0.0),
+                );
+                for v in &mut out[ch * p..(ch + 1) * p] {
+                    *v = kernels::act1(ak, *v * sc + sh);
+                }
+            }
+        }
+        self.cols = cols;
+        self.scratch_a = a;
+    }
+
+    fn linear(&mut self, model: &Model, i: usize, members: &[Member], step: u32, ak: ActK) {
+        let node = &model.nodes[i];
+        let k = self.nodes[i].in_feat;
+        let n = self.nodes[i].feat;
+        let mut a = std::mem::take(&mut self.scratch_a);
+        let mut c = std::mem::take(&mut self.scratch_c);
+        let mut r_total = 0;
+        for m in members {
+            for r in 0..Self::rows(model, node, m.len) {
+                self.gather_row(
+                    model,
+                    node,
+                    m,
+                    step,
+                    r,
+                    &mut a[r_total * k..(r_total + 1) * k],
+                );
+                r_total += 1;
+            }
+        }
+        match self.nodes[i].tied {
+            // the tied table is [n × k]: read it transposed
+            Some(t) => {
+                kernels::gemm_rows(r_total, n, k, &mut a, &self.nodes[t].w.w, (1, k), &mut c)
+            }
+            None => kernels::gemm_rows(r_total, n, k, &mut a, &self.nodes[i].w.w, (n, 1), &mut c),
+        }
+        let bias = &self.nodes[i].w.bias;
+        for row in c[..r_total * n].chunks_exact_mut(n) {
+            if !bias.is_empty() {
+                for (v, b) in row.iter_mut().zip(bias) {
+                    *v += b;
+                }
+            }
+            kernels::act(ak, row);
+        }
+        let mut r_at = 0;
+        for m in members {
+            for r in 0..Self::rows(model, node, m.len) {
+                let pos = if node.loop_id.is_some() {
+                    self.pos(model, i, step, m.len)
+                } else {
+                    r
+                };
+                let src = &c[r_at * n..(r_at + 1) * n];
+                let nd = &mut self.nodes[i];
+                let o = (m.slot as usize * nd.cap + pos) * nd.feat;
+                nd.out[o..o + n].copy_from_slice(src);
+                r_at += 1;
+            }
+        }
+        self.scratch_a = a;
+        self.scratch_c = c;
+    }
+
+    fn lstm(&mut self, model: &Model, i: usize, members: &[Member], step: u32, h: usize) {
+        let node = &model.nodes[i];
+        let kx = self.nodes[i].in_feat;
+        let k = kx + h;
+        let mut a = std::mem::take(&mut self.scratch_a);
+        let mut c = std::mem::take(&mut self.scratch_c);
+        for (j, m) in members.iter().enumerate() {
+            let row = &mut a[j * k..(j + 1) * k];
+            self.gather_row(model, node, m, step, 0, &mut row[..kx]);
+            if step == 0 {
+                row[kx..].iter_mut().for_each(|v| *v = 0.0);
+            } else {
+                let pos = self.pos(model, i, step - 1, m.len);
+                row[kx..].copy_from_slice(self.row(i, m.slot, pos));
+            }
+        }
+        let b = members.len();
+        kernels::gemm_rows(b, 4 * h, k, &mut a, &self.nodes[i].w.w, (4 * h, 1), &mut c);
+        for (j, m) in members.iter().enumerate() {
+            let gates = &mut c[j * 4 * h..(j + 1) * 4 * h];
+            for (g, bb) in gates.iter_mut().zip(&self.nodes[i].w.bias) {
+                *g += bb;
+            }
+            let pos = self.pos(model, i, step, m.len);
+            let nd = &mut self.nodes[i];
+            let cs = &mut nd.state[m.slot as usize * h..(m.slot as usize + 1) * h];
+            if step == 0 {
+                cs.iter_mut().for_each(|v| *v = 0.0);
+            }
+            let o = (m.slot as usize * nd.cap + pos) * nd.feat;
+            kernels::lstm_cell(gates, cs, &mut nd.out[o..o + h]);
+        }
+        self.scratch_a = a;
+        self.scratch_c = c;
+    }
+
+    fn attention(
+        &mut self,
+        model: &Model,
+        i: usize,
+        members: &[Member],
+        step: u32,
+        mode: AttnMode,
+        heads: usize,
+    ) {
+        let node = &model.nodes[i];
+        let mut a = std::mem::take(&mut self.scratch_a);
+        let mut c = std::mem::take(&mut self.scratch_c);
+        let mut scores = std::mem::take(&mut self.scores);
+        let dout = self.nodes[i].feat;
+        for m in members {
+            match mode {
+                AttnMode::Additive | AttnMode::Dot => {
+                    let d = numel(&node.in_shapes[0].feat);
+                    self.read_input(model, node, &node.inputs[0], m, step, 0, &mut a[..d]);
+                    let (kp, nk) = self.seq_input(model, &node.inputs[1], m);
+                    let (vp, _) = self.seq_input(model, &node.inputs[2], m);
+                    let q = &a[..d];
+                    let s = &mut scores[..nk];
+                    if mode == AttnMode::Additive {
+                        let w = &self.nodes[i].w;
+                        let (vn, bias) = (&w.w, &w.bias);
+                        for (j, sj) in s.iter_mut().enumerate() {
+                            let key = self.row(kp, m.slot, j);
+                            *sj = (0..d)
+                                .map(|t| vn[t] * (key[t] + q[t] + bias[t]).tanh())
+                                .sum();
+                        }
+                    } else {
+                        for (j, sj) in s.iter_mut().enumerate() {
+                            *sj = q
+                                .iter()
+                                .zip(self.row(kp, m.slot, j))
+                                .map(|(x, y)| x * y)
+                                .sum();
+                        }
+                    }
+                    kernels::softmax(s);
+                    let out = &mut c[..dout];
+                    out.iter_mut().for_each(|v| *v = 0.0);
+                    for (j, &pj) in s.iter().enumerate() {
+                        for (o, v) in out.iter_mut().zip(self.row(vp, m.slot, j)) {
+                            *o += pj * v;
+                        }
+                    }
+                    let pos = self.pos(model, i, step, m.len);
+                    let src = &c[..dout];
+                    let nd = &mut self.nodes[i];
+                    let o = (m.slot as usize * nd.cap + pos) * nd.feat;
+                    nd.out[o..o + dout].copy_from_slice(src);
+                }
+                AttnMode::SelfAttn if node.class == Class::Decoder => {
+                    let d = dout;
+                    self.read_input(model, node, &node.inputs[0], m, step, 0, &mut a[..3 * d]);
+                    let max_dec = model.seq.as_ref().map_or(1, |s| s.max_dec as usize);
+                    let base = m.slot as usize * max_dec * 2 * d;
+                    {
+                        let st = &mut self.nodes[i].state;
+                        let t = base + step as usize * 2 * d;
+                        st[t..t + 2 * d].copy_from_slice(&a[d..3 * d]);
+                    }
+                    let dh = d / heads;
+                    let scale = 1.0 / (dh as f32).sqrt();
+                    let st = &self.nodes[i].state;
+                    let nk = step as usize + 1;
+                    for hd in 0..heads {
+                        let q = &a[hd * dh..(hd + 1) * dh];
+                        kernels::attend_dot(
+                            q,
+                            nk,
+                            |j| &st[base + j * 2 * d + hd * dh..base + j * 2 * d + (hd + 1) * dh],
+                            |j| {
+                                &st[base + j * 2 * d + d + hd * dh
+                                    ..base + j * 2 * d + d + (hd + 1) * dh]
+                            },
+                            scale,
+                            &mut scores,
+                            &mut c[hd * dh..(hd + 1) * dh],
+                        );
+                    }
+                    let pos = self.pos(model, i, step, m.len);
+                    let src = &c[..d];
+                    let nd = &mut self.nodes[i];
+                    let o = (m.slot as usize * nd.cap + pos) * nd.feat;
+                    nd.out[o..o + d].copy_from_slice(src);
+                }
+                AttnMode::SelfAttn => {
+                    let d = dout;
+                    let rows = Self::rows(model, node, m.len);
+                    let p = node.inputs[0].node.idx();
+                    let dh = d / heads;
+                    let scale = 1.0 / (dh as f32).sqrt();
+                    for r in 0..rows {
+                        for hd in 0..heads {
+                            let q = &self.row(p, m.slot, r)[hd * dh..(hd + 1) * dh];
+                            kernels::attend_dot(
+                                q,
+                                rows,
+                                |j| &self.row(p, m.slot, j)[d + hd * dh..d + (hd + 1) * dh],
+                                |j| &self.row(p, m.slot, j)[2 * d + hd * dh..2 * d + (hd + 1) * dh],
+                                scale,
+                                &mut scores,
+                                &mut c[r * d + hd * dh..r * d + (hd + 1) * dh],
+                            );
+                        }
+                    }
+                    for r in 0..rows {
+                        let src = &c[r * d..(r + 1) * d];
+                        let nd = &mut self.nodes[i];
+                        let o = (m.slot as usize * nd.cap + r) * nd.feat;
+                        nd.out[o..o + d].copy_from_slice(src);
+                    }
+                }
+                AttnMode::Cross => {
+                    let d = dout;
+                    let rows = Self::rows(model, node, m.len);
+                    let (kvp, nk) = self.seq_input(model, &node.inputs[1], m);
+                    let dh = d / heads;
+                    let scale = 1.0 / (dh as f32).sqrt();
+                    for r in 0..rows {
+                        self.read_input(model, node, &node.inputs[0], m, step, r, &mut a[..d]);
+                        for hd in 0..heads {
+                            kernels::attend_dot(
+                                &a[hd * dh..(hd + 1) * dh],
+                                nk,
+                                |j| &self.row(kvp, m.slot, j)[hd * dh..(hd + 1) * dh],
+                                |j| &self.row(kvp, m.slot, j)[d + hd * dh..d + (hd + 1) * dh],
+                                scale,
+                                &mut scores,
+                                &mut c[r * d + hd * dh..r * d + (hd + 1) * dh],
+                            );
+                        }
+                    }
+                    for r in 0..rows {
+                        let pos = if node.loop_id.is_some() {
+                            self.pos(model, i, step, m.len)
+                        } else {
+                            r
+                        };
+                        let src = &c[r * d..(r + 1) * d];
+                        let nd = &mut self.nodes[i];
+                        let o = (m.slot as usize * nd.cap + pos) * nd.feat;
+                        nd.out[o..o + d].copy_from_slice(src);
+                    }
+                }
+            }
+        }
+        self.scratch_a = a;
+        self.scratch_c = c;
+        self.scores = scores;
+    }
+
+    /// Ops that work row by row on their (concatenated) inputs.
+    fn rowwise(&mut self, model: &Model, i: usize, members: &[Member], step: u32) {
+        let node = &model.nodes[i];
+        let kin = self.nodes[i].in_feat;
+        let fo = self.nodes[i].feat;
+        let mut a = std::mem::take(&mut self.scratch_a);
+        let mut c = std::mem::take(&mut self.scratch_c);
+        for m in members {
+            for r in 0..Self::rows(model, node, m.len) {
+                self.gather_row(model, node, m, step, r, &mut a[..kin]);
+                let x = &a[..kin];
+                let y = &mut c[..fo];
+                let w = &self.nodes[i].w;
+                match &node.op {
+                    Op::Flatten | Op::Concat | Op::Take { .. } => y.copy_from_slice(&x[..fo]),
+                    Op::Add { act } => {
+                        y.copy_from_slice(&x[..fo]);
+                        for part in x[fo..].chunks_exact(fo) {
+                            for (v, p) in y.iter_mut().zip(part) {
+                                *v += p;
+                            }
+                        }
+                        kernels::act(act_k(*act), y);
+                    }
+                    Op::Activation { kind } => {
+                        y.copy_from_slice(x);
+                        kernels::act(act_k(*kind), y);
+                    }
+                    Op::BatchNorm => {
+                        let ch = node.out.feat[0];
+                        let per = fo / ch.max(1);
+                        for (j, v) in y.iter_mut().enumerate() {
+                            *v = x[j] * w.scale[j / per] + w.shift[j / per];
+                        }
+                    }
+                    Op::LayerNorm => {
+                        y.copy_from_slice(x);
+                        kernels::layernorm(y, &w.scale, &w.shift);
+                    }
+                    Op::Softmax => {
+                        y.copy_from_slice(x);
+                        kernels::softmax(y);
+                    }
+                    Op::Argmax => {
+                        let mut best = 0;
+                        for (j, v) in x.iter().enumerate() {
+                            if *v > x[best] {
+                                best = j;
+                            }
+                        }
+                        y[0] = best as f32;
+                    }
+                    Op::Embedding {
+                        vocab,
+                        dim,
+                        scale,
+                        positional,
+                        token_types,
+                        ..
+                    } => {
+                        let id = (x[0].max(0.0) as usize) % vocab;
+                        let table = match self.nodes[i].tied {
+                            Some(t) => &self.nodes[t].w.w,
+                            None => &w.w,
+                        };
+                        y.copy_from_slice(&table[id * dim..(id + 1) * dim]);
+                        if *scale {
+                            let s = (*dim as f32).sqrt();
+                            y.iter_mut().for_each(|v| *v *= s);
+                        }
+                        let pos = if node.loop_id.is_some() {
+                            step as usize
+                        } else {
+                            r
+                        };
+                        match positional {
+                            PosEnc::Sinusoidal => {
+                                for (j, v) in y.iter_mut().enumerate() {
+                                    *v += kernels::sinusoid(pos, j, *dim);
+                                }
+                            }
+                            PosEnc::Learned => {
+                                let np = w.extra.len() / dim;
+                                let p = pos.min(np.saturating_sub(1));
+                                for (v, e) in y.iter_mut().zip(&w.extra[p * dim..(p + 1) * dim]) {
+                                    *v += e;
+                                }
+                            }
+                            PosEnc::None => {}
+                        }
+                        if *token_types > 0 {
+                            // every token is of type 0
+                            for (v, e) in y.iter_mut().zip(&w.bias[..*dim]) {
+                                *v += e;
+                            }
+                        }
+                    }
+                    _ => y.copy_from_slice(&x[..fo]),
+                }
+                let pos = if node.loop_id.is_some() {
+                    self.pos(model, i, step, m.len)
+                } else {
+                    r
+                };
+                let src = &c[..fo];
+                self.scatter_row(i, m.slot, pos, src);
+            }
+        }
+        self.scratch_a = a;
+        self.scratch_c = c;
+    }
+}
+
+impl Device for CpuDevice {
+    fn name(&self) -> &'static str {
+        "cpu"
+    }
+
+    fn is_virtual(&self) -> bool {
+        false
+    }
+
+    fn prepare(&mut self, model: &Model, max_batch: u32) -> Result<()> {
+        if max_batch == 0 {
+            return Err(Error::invalid("max batch", "must be at least 1"));
+        }
+        let mb = max_batch as usize;
+        // which loop nodes are read outside their loop
+        let mut collected = vec![false; model.nodes.len()];
+        for n in &model.nodes {
+            for inp in &n.inputs {
+                if matches!(inp.view, View::Collected | View::CollectedStepRows { .. }) {
+                    collected[inp.node.idx()] = true;
+                }
+            }
+        }
+        let max_dec = model.seq.as_ref().map_or(1, |s| s.max_dec as usize);
+        let mut nodes = Vec::with_capacity(model.nodes.len());
+        let (mut need_a, mut need_c, mut need_cols, mut need_scores) =
+            (1usize, 1usize, 1usize, 1usize);
+        for n in &model.nodes {
+            let feat = numel(&n.out.feat);
+            let (storage, cap) = match n.loop_id {
+                None => (Storage::Static, max_rows(model, n.out.rows)),
+                Some(l) if collected[n.id.idx()] => {
+                    let lp = &model.loops[l.0 as usize];
+                    let max_len = Lengths {
+                        enc: model.seq.as_ref().map_or(1, |s| s.max_enc),
+                        dec: max_dec as u32,
+                    };
+                    (Storage::AllSteps, model.loop_steps(lp, max_len) as usize)
+                }
+                Some(_) => (Storage::Parity, 2),
+            };
+            let in_feat: usize = n.in_shapes.iter().map(|s| numel(&s.feat)).sum();
+            let rows = if n.loop_id.is_some() { 1 } else { cap };
+            let tied = match &n.op {
+                Op::Linear { tied: Some(t), .. } | Op::Embedding { tied: Some(t), .. } => {
+                    model.find(t).map(|x| x.id.idx())
+                }
+                _ => None,
+            };
+            let w = weights::generate(model, n, self.seed);
+            let state = match &n.op {
+                Op::Lstm { hidden, .. } => vec![0.0; mb * hidden],
+                Op::Attention {
+                    mode: AttnMode::SelfAttn,
+                    ..
+                } if n.class == Class::Decoder => vec![0.0; mb * max_dec * 2 * feat],
+                _ => Vec::new(),
+            };
+            let max_in_rows = n
+                .in_shapes
+                .iter()
+                .map(|s| max_rows(model, s.rows))
+                .max()
+                .unwrap_or(1);
+            match &n.op {
+                Op::Conv2d {
+                    kernel: (kh, kw),
+                    groups,
+                    ..
+                } => {
+                    let (c, h, w) = (
+                        n.in_shapes[0].feat[0],
+                        n.in_shapes[0].feat[1],
+                        n.in_shapes[0].feat[2],
+                    );
+                    need_a = need_a.max(c * h * w);
+                    need_cols =
+                        need_cols.max(n.out.feat[1] * n.out.feat[2] * (c / groups) * kh * kw);
+                }
+                // at least two rows: a lone row is computed as a 2-row GEMM (kernels::gemm_rows)
+                Op::Linear { .. } => {
+                    need_a = need_a.max((mb * rows).max(2) * in_feat);
+                    need_c = need_c.max((mb * rows).max(2) * feat);
+                }
+                Op::Lstm { hidden, .. } => {
+                    need_a = need_a.max(mb.max(2) * (in_feat + hidden));
+                    need_c = need_c.max(mb.max(2) * 4 * hidden);
+                }
+                Op::Attention { .. } => {
+                    need_a = need_a.max(in_feat.max(3 * feat));
+                    need_c = need_c.max(rows * feat);
+                    need_scores = need_scores.max(max_in_rows.max(max_dec).max(rows));
+                }
+                _ => {
+                    need_a = need_a.max(in_feat);
+                    need_c = need_c.max(feat);
+                }
+            }
+            nodes.push(NodeRt {
+                storage,
+                feat,
+                cap,
+                out: vec![0.0; mb * cap * feat],
+                w,
+                state,
+                in_feat,
+                tied,
+            });
+        }
+        self.nodes = nodes;
+        self.scratch_a = vec![0.0; need_a];
+        self.scratch_c = vec![0.0; need_c];
+        self.cols = vec![0.0; need_cols];
+        self.scores = vec![0.0; need_scores];
+        self.max_batch = mb;
+        self.model_name = model.name.clone();
+        Ok(())
+    }
+
+    fn execute(&mut self, model: &Model, at: NodeStep, members: &[Member]) -> Result<Timing> {
+        self.check_capacity(model, members)?;
+        let t0 = Instant::now();
+        self.run_node(model, at, members);
+        Ok(Timing {
+            time: Nanos(t0.elapsed().as_nanos() as u64),
+            ..Timing::default()
+        })
+    }
+}

@@ -1,0 +1,117 @@
+//! `verify`: serve requests once alone and once under forced preemptions and merges at varied
+//! nodes on a real device, and compare every request's output. A request's activations never
+//! leave its slot and every kernel computes a row from that row's inputs only, so the outputs
+//! must be bit-identical; any difference is reported with its size.
+
+use crate::device::cpu::{Captured, CpuDevice};
+use crate::device::Device;
+use crate::engine;
+use crate::error::{Error, Result};
+use crate::graph::Model;
+use crate::policy::{Forced, Policy, Serial};
+use crate::profile::Profile;
+use crate::runtime::Predictor;
+use crate::time::{Nanos, VirtualClock};
+use crate::traffic::{self, Arrival};
+
+/// What `verify` found.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct VerifyReport {
+    /// Model.
+    pub model: String,
+    /// Requests compared.
+    pub requests: usize,
+    /// Values compared.
+    pub values: usize,
+    /// Requests whose outputs differ at all.
+    pub mismatched_requests: usize,
+    /// Largest absolute difference.
+    pub max_abs_diff: f64,
+    /// Preemptions the forced run made.
+    pub preemptions: u64,
+    /// Merges the forced run made.
+    pub merges: u64,
+    /// Mean sub-batch size of the forced run.
+    pub mean_batch: f64,
+}
+
+fn serve(
+    model: &Model,
+    dev: &mut CpuDevice,
+    policy: &mut dyn Policy,
+    arrivals: &[Arrival],
+    max_batch: u32,
+) -> Result<(Captured, engine::Counters)> {
+    let profile = Profile::uniform(model, max_batch, Nanos(1));
+    let pred = Predictor::new(model, &profile, 1);
+    dev.set_capture(true);
+    let out = engine::run(
+        model,
+        dev,
+        policy,
+        &mut VirtualClock::new(),
+        &pred,
+        arrivals,
+        Nanos::from_secs(1e6),
+        max_batch,
+        false,
+    )?;
+    Ok((dev.take_captured(), out.counters))
+}
+
+/// Verifies `model` on a CPU device with `requests` requests (lengths drawn with `seed`).
+pub fn verify_cpu(
+    model: &Model,
+    requests: usize,
+    max_batch: u32,
+    seed: u64,
+) -> Result<VerifyReport> {
+    if requests == 0 {
+        return Err(Error::invalid("--requests", "must be at least 1"));
+    }
+    let mut dev = CpuDevice::new(seed);
+    dev.prepare(model, max_batch)?;
+    let mut arrivals = traffic::poisson(model, 1.0, requests, seed)?;
+    for a in &mut arrivals {
+        a.time = Nanos::ZERO;
+    }
+    let (alone, _) = serve(model, &mut dev, &mut Serial, &arrivals, max_batch)?;
+    let (lazy, c) = serve(model, &mut dev, &mut Forced::new(9), &arrivals, max_batch)?;
+    let mut rep = VerifyReport {
+        model: model.name.clone(),
+        requests,
+        values: 0,
+        mismatched_requests: 0,
+        max_abs_diff: 0.0,
+        preemptions: c.preemptions,
+        merges: c.merges,
+        mean_batch: c.batch_sum as f64 / c.executions.max(1) as f64,
+    };
+    for k in 0..requests as u64 {
+        let (a, b) = match (alone.get(&k), lazy.get(&k)) {
+            (Some(a), Some(b)) => (a, b),
+            _ => return Err(Error::Internal(format!("request {k}: no output captured"))),
+        };
+        if a.len() != b.len() {
+            rep.mismatched_requests += 1;
+            rep.max_abs_diff = f64::INFINITY;
+            continue;
+        }
+        rep.values += a.len();
+        let mut differs = false;
+        for (x, y) in a.iter().zip(b) {
+            if x.to_bits() != y.to_bits() {
+                differs = true;
+                let d = f64::from((x - y).abs());
+                rep.max_abs_diff = rep
+                    .max_abs_diff
+                    .max(if d.is_nan() { f64::INFINITY } else { d });
+            }
+        }
+        if !a.iter().all(|v| v.is_finite()) {
+            return Err(Error::Internal(format!("request {k}: non-finite output")));
+        }
+        rep.mismatched_requests += usize::from(differs);
+    }
+    Ok(rep)
+}
