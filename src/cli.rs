@@ -4,18 +4,47 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use lazybatch::device::npu::{Npu, NpuConfig};
-use lazybatch::device::Device;
-use lazybatch::graph::{zoo, Lengths, Model};
+use lazybatch::engine::Outcome;
+use lazybatch::graph::loader::Scale;
+use lazybatch::graph::{zoo, Lengths, Model, NodeId};
 use lazybatch::metrics::{self, Stats};
 use lazybatch::profile::Profile;
 use lazybatch::sim::{Bench, SimConfig};
 use lazybatch::time::Nanos;
+use lazybatch::traffic::{self, Arrival};
+use lazybatch::wall::CpuBench;
 use rayon::prelude::*;
 use serde_json::json;
 use std::path::PathBuf;
 
+/// Appends a line to an output buffer.
+macro_rules! out {
+    ($o:expr, $($t:tt)*) => {{
+        use std::fmt::Write as _;
+        let _ = writeln!($o, $($t)*);
+    }};
+}
+
+/// Appends text (no newline) to an output buffer.
+macro_rules! outp {
+    ($o:expr, $($t:tt)*) => {{
+        use std::fmt::Write as _;
+        let _ = write!($o, $($t)*);
+    }};
+}
+
+/// Writes a command's output to stdout; a closed pipe (`| head`) is not an error.
+fn emit(s: &str) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(s.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
+}
+
 /// SLA-aware node-level batching (LazyBatching, HPCA 2021): serve, profile and compare
-/// batching policies on a cycle-level NPU model or real devices.
+/// batching policies on a cycle-level NPU model or on real kernels.
 #[derive(Parser, Debug)]
 #[command(name = "lazybatch", version, about, long_about = None)]
 struct Cli {
@@ -44,25 +73,115 @@ enum Cmd {
     /// Regenerate the paper's evaluation: every experiment's data (CSV, JSON), SVG figures and
     /// report.md with the paper's headline claims next to ours.
     Reproduce(ReproduceArgs),
+    /// Serve requests alone and under forced preemptions and merges on a real device, and
+    /// compare every request's output (exit 1 on any difference).
+    Verify(VerifyArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+struct ModelArgs {
+    /// Model name (see `lazybatch models`) or path to a model file.
+    #[arg(long)]
+    model: String,
+    /// Width multiplier for a reduced-size variant (channels, features, hidden units), in (0, 1].
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    width: f64,
+    /// Input resolution multiplier for a reduced-size CNN variant, in (0, 1].
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    res: f64,
+}
+
+impl ModelArgs {
+    fn load(&self) -> Result<Model> {
+        Ok(zoo::load_scaled(
+            &self.model,
+            Scale {
+                width: self.width,
+                resolution: self.res,
+            },
+        )?)
+    }
+}
+
+#[derive(Args, Debug, Clone)]
+struct DeviceArgs {
+    /// Device: auto (CUDA when usable, else the NPU model), npu (cycle-level model, virtual
+    /// time), cpu (real kernels, wall time), cuda.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// NPU configuration file (TOML; see `lazybatch npu-config`).
+    #[arg(long, value_name = "FILE")]
+    npu_config: Option<PathBuf>,
+    /// Latency table to use instead of profiling (written by `profile --save`).
+    #[arg(long, value_name = "FILE")]
+    profile: Option<PathBuf>,
+    /// Real devices: runs per measured point of the latency table (median).
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true)]
+    reps: i64,
+    /// Real devices: seed of the generated weights and inputs.
+    #[arg(long, default_value_t = 1)]
+    weights_seed: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DeviceKind {
+    Npu,
+    Cpu,
+}
+
+impl DeviceArgs {
+    fn kind(&self) -> Result<DeviceKind> {
+        match self.device.as_str() {
+            "npu" => Ok(DeviceKind::Npu),
+            "cpu" => Ok(DeviceKind::Cpu),
+            "auto" => {
+                eprintln!("device auto: CUDA support is not built yet; using the npu model (virtual time)");
+                Ok(DeviceKind::Npu)
+            }
+            "cuda" => Err(lazybatch::Error::DeviceUnavailable {
+                device: "cuda".into(),
+                msg: "CUDA support is not implemented in this version; use --device cpu or npu"
+                    .into(),
+            }
+            .into()),
+            other => bail!("unknown device '{other}' (available: auto, npu, cpu, cuda)"),
+        }
+    }
+    fn npu_config(&self) -> Result<NpuConfig> {
+        Ok(match &self.npu_config {
+            Some(p) => NpuConfig::load(p)?,
+            None => NpuConfig::default(),
+        })
+    }
+    fn saved_profile(&self) -> Result<Option<Profile>> {
+        Ok(match &self.profile {
+            Some(p) => Some(Profile::load(p)?),
+            None => None,
+        })
+    }
 }
 
 #[derive(Args, Debug)]
-struct ReproduceArgs {
-    /// Output directory.
-    #[arg(long, default_value = "out/reproduce")]
-    out: PathBuf,
-    /// Fewer seeds, requests and sweep points: finishes in well under a minute (CI runs it).
-    #[arg(long)]
-    quick: bool,
-    /// Seeds per configuration (default 20; 2 with --quick).
+struct ProfileArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    dev: DeviceArgs,
+    /// Largest batch size to profile.
+    #[arg(long, default_value_t = 64, allow_negative_numbers = true)]
+    max_batch: i64,
+    /// Encoder steps (seq2seq models; default: the model's reference length).
     #[arg(long, allow_negative_numbers = true)]
-    seeds: Option<i64>,
-    /// Experiments to run, comma-separated (default: all).
-    #[arg(long, value_delimiter = ',')]
-    figures: Option<Vec<String>>,
-    /// NPU configuration file (TOML).
+    enc_steps: Option<i64>,
+    /// Decoder steps (seq2seq models; default: the model's reference length).
+    #[arg(long, allow_negative_numbers = true)]
+    dec_steps: Option<i64>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Save the table to FILE (JSON) for `run`/`compare --profile FILE`.
     #[arg(long, value_name = "FILE")]
-    npu_config: Option<PathBuf>,
+    save: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -83,9 +202,8 @@ struct ServeArgs {
 
 #[derive(Args, Debug)]
 struct RunArgs {
-    /// Model name or path to a model file.
-    #[arg(long)]
-    model: String,
+    #[command(flatten)]
+    model: ModelArgs,
     #[command(flatten)]
     dev: DeviceArgs,
     /// Policy: serial, graph:W[:B], lazy, oracle.
@@ -115,9 +233,8 @@ struct RunArgs {
 
 #[derive(Args, Debug)]
 struct CompareArgs {
-    /// Model name or path to a model file.
-    #[arg(long)]
-    model: String,
+    #[command(flatten)]
+    model: ModelArgs,
     #[command(flatten)]
     dev: DeviceArgs,
     /// Arrival rates (requests/s), comma-separated.
@@ -152,60 +269,43 @@ struct CompareArgs {
 }
 
 #[derive(Args, Debug)]
-struct DeviceArgs {
-    /// Device: npu (the cycle-level model).
-    #[arg(long, default_value = "npu")]
-    device: String,
-    /// NPU configuration file (TOML; see `lazybatch npu-config`).
+struct ReproduceArgs {
+    /// Output directory.
+    #[arg(long, default_value = "out/reproduce")]
+    out: PathBuf,
+    /// Fewer seeds, requests and sweep points: finishes in well under a minute (CI runs it).
+    #[arg(long)]
+    quick: bool,
+    /// Seeds per configuration (default 20; 2 with --quick).
+    #[arg(long, allow_negative_numbers = true)]
+    seeds: Option<i64>,
+    /// Experiments to run, comma-separated (default: all).
+    #[arg(long, value_delimiter = ',')]
+    figures: Option<Vec<String>>,
+    /// NPU configuration file (TOML).
     #[arg(long, value_name = "FILE")]
     npu_config: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
-struct ProfileArgs {
-    /// Model name (see `lazybatch models`) or path to a model file.
-    #[arg(long)]
-    model: String,
+struct VerifyArgs {
     #[command(flatten)]
-    dev: DeviceArgs,
-    /// Largest batch size to profile.
-    #[arg(long, default_value_t = 64, allow_negative_numbers = true)]
+    model: ModelArgs,
+    /// Device: cpu.
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Requests to serve.
+    #[arg(long, default_value_t = 8, allow_negative_numbers = true)]
+    requests: i64,
+    /// Maximum batch (activation slots).
+    #[arg(long, default_value_t = 8, allow_negative_numbers = true)]
     max_batch: i64,
-    /// Encoder steps (seq2seq models; default: the model's reference length).
-    #[arg(long, allow_negative_numbers = true)]
-    enc_steps: Option<i64>,
-    /// Decoder steps (seq2seq models; default: the model's reference length).
-    #[arg(long, allow_negative_numbers = true)]
-    dec_steps: Option<i64>,
-    /// Print JSON instead of tables.
+    /// Seed of weights, inputs and lengths.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print JSON.
     #[arg(long)]
     json: bool,
-}
-
-/// Appends a line to an output buffer.
-macro_rules! out {
-    ($o:expr, $($t:tt)*) => {{
-        use std::fmt::Write as _;
-        let _ = writeln!($o, $($t)*);
-    }};
-}
-
-/// Appends text (no newline) to an output buffer.
-macro_rules! outp {
-    ($o:expr, $($t:tt)*) => {{
-        use std::fmt::Write as _;
-        let _ = write!($o, $($t)*);
-    }};
-}
-
-/// Writes a command's output to stdout; a closed pipe (`| head`) is not an error.
-fn emit(s: &str) -> Result<()> {
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    match out.write_all(s.as_bytes()).and_then(|()| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        r => Ok(r?),
-    }
 }
 
 /// Parses and runs the command line.
@@ -217,6 +317,7 @@ pub fn run() -> Result<()> {
         Cmd::Run(a) => cmd_run(a),
         Cmd::Compare(a) => cmd_compare(a),
         Cmd::Reproduce(a) => cmd_reproduce(a),
+        Cmd::Verify(a) => cmd_verify(a),
         Cmd::NpuConfig => emit(&NpuConfig::default().to_toml_commented()),
     }
 }
@@ -226,10 +327,6 @@ fn positive(what: &str, v: i64) -> Result<u32> {
         bail!("invalid {what}: must be a positive integer, got {v}");
     }
     Ok(v as u32)
-}
-
-fn make_device(a: &DeviceArgs) -> Result<Box<dyn Device>> {
-    Ok(Box::new(Npu::new(npu_config(a)?)?))
 }
 
 fn lengths_for(model: &Model, enc: Option<i64>, dec: Option<i64>) -> Result<Lengths> {
@@ -246,9 +343,19 @@ fn lengths_for(model: &Model, enc: Option<i64>, dec: Option<i64>) -> Result<Leng
             model.name
         );
     }
+    if let Some(s) = &model.seq {
+        if len.enc > s.max_enc || len.dec > s.max_dec {
+            bail!(
+                "lengths {}/{} exceed the model's maxima {}/{}",
+                len.enc,
+                len.dec,
+                s.max_enc,
+                s.max_dec
+            );
+        }
+    }
     Ok(len)
 }
-
 fn cmd_models(json_out: bool) -> Result<()> {
     let mut o = String::new();
     let mut rows = Vec::new();
@@ -299,7 +406,6 @@ fn cmd_models(json_out: bool) -> Result<()> {
     }
     emit(&o)
 }
-
 /// 1234567 -> "1,234,567".
 fn group(v: u64) -> String {
     let s = v.to_string();
@@ -315,11 +421,24 @@ fn group(v: u64) -> String {
 
 fn cmd_profile(a: ProfileArgs) -> Result<()> {
     let mut o = String::new();
-    let model = zoo::load(&a.model)?;
+    let model = a.model.load()?;
     let max_batch = positive("--max-batch", a.max_batch)?;
     let len = lengths_for(&model, a.enc_steps, a.dec_steps)?;
-    let mut dev = make_device(&a.dev)?;
-    let prof = Profile::measure(dev.as_mut(), &model, max_batch, len)?;
+    let reps = positive("--reps", a.dev.reps)?;
+    let prof = match a.dev.kind()? {
+        DeviceKind::Npu => {
+            let mut dev = Npu::new(a.dev.npu_config()?)?;
+            Profile::measure(&mut dev, &model, max_batch, len)?
+        }
+        DeviceKind::Cpu => {
+            let mut dev = lazybatch::device::cpu::CpuDevice::new(a.dev.weights_seed);
+            Profile::measure_sampled(&mut dev, &model, max_batch, len, reps)?
+        }
+    };
+    if let Some(p) = &a.save {
+        prof.save(p)?;
+        eprintln!("saved the latency table to {}", p.display());
+    }
     let single = prof.single_input_latency(&model, len);
     let curve = prof.batch_curve(&model, len);
     if a.json {
@@ -338,7 +457,7 @@ fn cmd_profile(a: ProfileArgs) -> Result<()> {
                 o
             })
             .collect();
-        let out = json!({
+        let v = json!({
             "model": model.name,
             "device": prof.device,
             "max_batch": max_batch,
@@ -348,7 +467,7 @@ fn cmd_profile(a: ProfileArgs) -> Result<()> {
             "batch_curve": curve.iter().map(|(b, t, tp)| json!({"batch": b, "latency_us": t.as_us(), "throughput_rps": tp})).collect::<Vec<_>>(),
             "nodes": nodes,
         });
-        out!(o, "{}", serde_json::to_string_pretty(&out)?);
+        out!(o, "{}", serde_json::to_string_pretty(&v)?);
         return emit(&o);
     }
     out!(
@@ -363,6 +482,9 @@ fn cmd_profile(a: ProfileArgs) -> Result<()> {
             String::new()
         }
     );
+    if prof.device == "cpu" {
+        out!(o, "measured: median of {reps} runs at batch 1, 2, 4, …, {max_batch}; sizes in between interpolated");
+    }
     out!(
         o,
         "single-input latency (Algorithm 1): {:.3} ms\n",
@@ -406,7 +528,7 @@ fn cmd_profile(a: ProfileArgs) -> Result<()> {
     }
     out!(o,);
     for n in &prof.nodes {
-        let rep = model.repeats(lazybatch::graph::NodeId(n.id), len);
+        let rep = model.repeats(NodeId(n.id), len);
         outp!(
             o,
             "{:>4} {:<28} {:<10} {:>5}",
@@ -424,22 +546,11 @@ fn cmd_profile(a: ProfileArgs) -> Result<()> {
 }
 
 fn truncate(s: &str, n: usize) -> String {
-    if s.len() <= n {
+    if s.chars().count() <= n {
         s.to_string()
     } else {
-        format!("{}…", &s[..n - 1])
+        format!("{}…", s.chars().take(n - 1).collect::<String>())
     }
-}
-
-fn npu_config(a: &DeviceArgs) -> Result<NpuConfig> {
-    match a.device.as_str() {
-        "npu" | "auto" => {}
-        other => bail!("unknown device '{other}' (available: npu)"),
-    }
-    Ok(match &a.npu_config {
-        Some(p) => NpuConfig::load(p)?,
-        None => NpuConfig::default(),
-    })
 }
 
 struct Serve {
@@ -478,6 +589,78 @@ fn check_rate(what: &str, r: f64) -> Result<f64> {
     Ok(r)
 }
 
+/// A model on a device, ready to serve: the NPU model in virtual time or the CPU in wall time.
+enum Backend {
+    Npu(Box<Bench>),
+    Cpu(Box<CpuBench>),
+}
+
+impl Backend {
+    fn new(model: Model, dev: &DeviceArgs, sv: &Serve) -> Result<Backend> {
+        let saved = dev.saved_profile()?;
+        Ok(match dev.kind()? {
+            DeviceKind::Npu => {
+                if saved.is_some() {
+                    bail!(
+                        "--profile applies to real devices; the NPU model profiles itself exactly"
+                    );
+                }
+                Backend::Npu(Box::new(Bench::new(
+                    model,
+                    dev.npu_config()?,
+                    sv.max_batch,
+                    sv.coverage,
+                )?))
+            }
+            DeviceKind::Cpu => {
+                let reps = positive("--reps", dev.reps)?;
+                if saved.is_none() {
+                    eprintln!("profiling the CPU (median of {reps} runs per point); save it with `profile --device cpu --save FILE` and pass --profile FILE to skip this");
+                }
+                Backend::Cpu(Box::new(CpuBench::new(
+                    model,
+                    sv.max_batch,
+                    sv.coverage,
+                    dev.weights_seed,
+                    saved,
+                    reps,
+                )?))
+            }
+        })
+    }
+    fn model(&self) -> &Model {
+        match self {
+            Backend::Npu(b) => &b.model,
+            Backend::Cpu(b) => &b.model,
+        }
+    }
+    fn device(&self) -> &'static str {
+        match self {
+            Backend::Npu(_) => "npu",
+            Backend::Cpu(_) => "cpu",
+        }
+    }
+    fn serial_capacity(&self) -> f64 {
+        match self {
+            Backend::Npu(b) => b.serial_capacity(),
+            Backend::Cpu(b) => b.serial_capacity(),
+        }
+    }
+    fn single_input_ms(&self) -> f64 {
+        1e3 / self.serial_capacity()
+    }
+    fn run(&mut self, cfg: &SimConfig, trace: Option<Vec<Arrival>>) -> Result<(Stats, Outcome)> {
+        let arrivals = match trace {
+            Some(t) => t,
+            None => traffic::poisson(self.model(), cfg.rate, cfg.requests, cfg.seed)?,
+        };
+        Ok(match self {
+            Backend::Npu(b) => b.run_arrivals(cfg, &arrivals)?,
+            Backend::Cpu(b) => b.run(cfg, arrivals)?,
+        })
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn run_json(
     model: &str,
@@ -501,18 +684,27 @@ fn run_json(
 
 fn cmd_run(a: RunArgs) -> Result<()> {
     let mut o = String::new();
-    let model = zoo::load(&a.model)?;
+    let model = a.model.load()?;
     let sv = serve_args(&a.serve)?;
-    let cfg = npu_config(&a.dev)?;
     lazybatch::policy::parse(&a.policy, sv.max_batch)?;
-    let bench = Bench::new(model, cfg, sv.max_batch, sv.coverage)?;
-    let rate = match (a.rate, a.load, &a.trace) {
-        (Some(r), None, None) => check_rate("--rate", r)?,
-        (None, Some(l), None) => check_rate("--load", l)? * bench.serial_capacity(),
-        (None, None, Some(_)) => 0.0,
-        _ => bail!("give one of --rate R, --load X or --trace FILE"),
+    let trace = match &a.trace {
+        Some(p) => Some(traffic::load_trace(p, &model, a.seed)?),
+        None => None,
     };
-    let sim = SimConfig {
+    if let (Some(l), true) = (a.load, a.rate.is_none()) {
+        check_rate("--load", l)?;
+    } else if let Some(r) = a.rate {
+        check_rate("--rate", r)?;
+    } else if trace.is_none() {
+        bail!("give one of --rate R, --load X or --trace FILE");
+    }
+    let mut be = Backend::new(model, &a.dev, &sv)?;
+    let rate = match (a.rate, a.load) {
+        (Some(r), _) => r,
+        (None, Some(l)) => l * be.serial_capacity(),
+        (None, None) => 0.0,
+    };
+    let cfg = SimConfig {
         policy: a.policy.clone(),
         rate,
         requests: sv.requests,
@@ -522,13 +714,7 @@ fn cmd_run(a: RunArgs) -> Result<()> {
         coverage: sv.coverage,
     };
     let t0 = std::time::Instant::now();
-    let (st, out) = match &a.trace {
-        Some(p) => {
-            let arr = lazybatch::traffic::load_trace(p, &bench.model, a.seed)?;
-            bench.run_arrivals(&sim, &arr)?
-        }
-        None => bench.run(&sim)?,
-    };
+    let (st, out) = be.run(&cfg, trace)?;
     let wall = t0.elapsed().as_secs_f64();
     if let Some(p) = &a.hgrm {
         let h = metrics::histogram(&out)?;
@@ -536,10 +722,11 @@ fn cmd_run(a: RunArgs) -> Result<()> {
             std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
         metrics::write_hgrm(&h, &mut f).with_context(|| format!("writing {}", p.display()))?;
     }
+    let name = be.model().name.clone();
     if a.json {
         let v = run_json(
-            &bench.model.name,
-            "npu",
+            &name,
+            be.device(),
             &a.policy,
             rate,
             a.seed,
@@ -552,8 +739,9 @@ fn cmd_run(a: RunArgs) -> Result<()> {
     }
     out!(
         o,
-        "{} on npu, policy {}, {:.1} req/s, {} requests, SLA {} ms, seed {}",
-        bench.model.name,
+        "{} on {}, policy {}, {:.1} req/s, {} requests, SLA {} ms, seed {}",
+        name,
+        be.device(),
         a.policy,
         rate,
         st.requests,
@@ -602,24 +790,25 @@ fn quantile(sorted: &[f64], q: f64) -> f64 {
 
 fn cmd_compare(a: CompareArgs) -> Result<()> {
     let mut o = String::new();
-    let model = zoo::load(&a.model)?;
+    let model = a.model.load()?;
     let sv = serve_args(&a.serve)?;
-    let cfg = npu_config(&a.dev)?;
     let seeds = positive("--seeds", a.seeds)? as u64;
     for p in &a.policies {
         lazybatch::policy::parse(p, sv.max_batch)?;
     }
-    let bench = Bench::new(model, cfg, sv.max_batch, sv.coverage)?;
+    if let Some(ls) = &a.load {
+        for &l in ls {
+            check_rate("--load", l)?;
+        }
+    } else {
+        for &r in &a.rates {
+            check_rate("--rates", r)?;
+        }
+    }
+    let mut be = Backend::new(model, &a.dev, &sv)?;
     let rates: Vec<f64> = match &a.load {
-        Some(ls) => ls
-            .iter()
-            .map(|&l| check_rate("--load", l).map(|l| l * bench.serial_capacity()))
-            .collect::<Result<_>>()?,
-        None => a
-            .rates
-            .iter()
-            .map(|&r| check_rate("--rates", r))
-            .collect::<Result<_>>()?,
+        Some(ls) => ls.iter().map(|&l| l * be.serial_capacity()).collect(),
+        None => a.rates.clone(),
     };
     let mut jobs = Vec::new();
     for p in &a.policies {
@@ -629,29 +818,47 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
             }
         }
     }
+    let cfg_of = |p: &str, r: f64, s: u64| SimConfig {
+        policy: p.to_string(),
+        rate: r,
+        requests: sv.requests,
+        sla: sv.sla,
+        seed: s,
+        max_batch: sv.max_batch,
+        coverage: sv.coverage,
+    };
+    let want_hgrm = a.out.is_some();
     let t0 = std::time::Instant::now();
-    let results: Vec<(Stats, Option<hdrhistogram::Histogram<u64>>)> = jobs
-        .par_iter()
-        .map(|(p, r, s)| {
-            let cfg = SimConfig {
-                policy: p.clone(),
-                rate: *r,
-                requests: sv.requests,
-                sla: sv.sla,
-                seed: *s,
-                max_batch: sv.max_batch,
-                coverage: sv.coverage,
-            };
-            let (st, out) = bench.run(&cfg)?;
-            let h = if a.out.is_some() && *s == 1 {
-                Some(metrics::histogram(&out)?)
-            } else {
-                None
-            };
-            Ok((st, h))
-        })
-        .collect::<lazybatch::Result<_>>()?;
+    let results: Vec<(Stats, Option<hdrhistogram::Histogram<u64>>)> = match &mut be {
+        Backend::Npu(b) => jobs
+            .par_iter()
+            .map(|(p, r, s)| {
+                let (st, out) = b.run(&cfg_of(p, *r, *s))?;
+                let h = if want_hgrm && *s == 1 {
+                    Some(metrics::histogram(&out)?)
+                } else {
+                    None
+                };
+                Ok((st, h))
+            })
+            .collect::<lazybatch::Result<_>>()?,
+        Backend::Cpu(b) => {
+            let mut v = Vec::with_capacity(jobs.len());
+            for (p, r, s) in &jobs {
+                let cfg = cfg_of(p, *r, *s);
+                let (st, out) = b.run(&cfg, traffic::poisson(&b.model, *r, sv.requests, *s)?)?;
+                let h = if want_hgrm && *s == 1 {
+                    Some(metrics::histogram(&out)?)
+                } else {
+                    None
+                };
+                v.push((st, h));
+            }
+            v
+        }
+    };
     let wall = t0.elapsed().as_secs_f64();
+    let name = be.model().name.clone();
     let mut rows = Vec::new();
     for (gi, chunk) in results.chunks(seeds as usize).enumerate() {
         let (p, r, _) = &jobs[gi * seeds as usize];
@@ -665,8 +872,8 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
         };
         let st = Stats {
             requests: chunk[0].0.requests,
-            completed: (avg(&|s| s.completed as f64)).round() as u64,
-            rejected: (avg(&|s| s.rejected as f64)).round() as u64,
+            completed: avg(&|s| s.completed as f64).round() as u64,
+            rejected: avg(&|s| s.rejected as f64).round() as u64,
             latency_ms: metrics::LatencyMs {
                 mean: avg(&|s| s.latency_ms.mean),
                 p50: avg(&|s| s.latency_ms.p50),
@@ -681,16 +888,7 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
             preemptions: avg(&|s| s.preemptions as f64).round() as u64,
             merges: avg(&|s| s.merges as f64).round() as u64,
         };
-        let mut v = run_json(
-            &bench.model.name,
-            "npu",
-            p,
-            *r,
-            1,
-            a.serve.sla_ms,
-            &st,
-            wall,
-        );
+        let mut v = run_json(&name, be.device(), p, *r, 1, a.serve.sla_ms, &st, wall);
         let lat = sorted(&|s| s.latency_ms.mean);
         let tp = sorted(&|s| s.throughput_rps);
         v["seeds"] = json!(seeds);
@@ -700,13 +898,12 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
         v["throughput_rps_p75"] = json!(quantile(&tp, 0.75));
         if let (Some(dir), Some(h)) = (&a.out, &chunk[0].1) {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            let name = format!(
+            let path = dir.join(format!(
                 "{}_{}_{}rps.hgrm",
-                bench.model.name,
+                name,
                 p.replace(':', "-"),
                 r.round()
-            );
-            let path = dir.join(name);
+            ));
             let mut f = std::fs::File::create(&path)
                 .with_context(|| format!("creating {}", path.display()))?;
             metrics::write_hgrm(h, &mut f)?;
@@ -725,7 +922,17 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
         out!(o, "{}", serde_json::to_string_pretty(&arr)?);
         return emit(&o);
     }
-    out!(o, "{} on npu: {} requests per run, {} seed(s), SLA {} ms, max batch {}, single-input latency {:.3} ms", bench.model.name, sv.requests, seeds, a.serve.sla_ms, sv.max_batch, bench.predictor.single_input(bench.model.ref_lengths()).as_ms());
+    out!(
+        o,
+        "{} on {}: {} requests per run, {} seed(s), SLA {} ms, max batch {}, single-input latency {:.3} ms",
+        name,
+        be.device(),
+        sv.requests,
+        seeds,
+        a.serve.sla_ms,
+        sv.max_batch,
+        be.single_input_ms()
+    );
     out!(
         o,
         "{:<12} {:>9} {:>11} {:>11} {:>13} {:>9} {:>10}",
@@ -777,5 +984,47 @@ fn cmd_reproduce(a: ReproduceArgs) -> Result<()> {
         t0.elapsed().as_secs_f64(),
         a.out.join("report.md").display()
     );
+    Ok(())
+}
+
+fn cmd_verify(a: VerifyArgs) -> Result<()> {
+    let mut o = String::new();
+    if a.device != "cpu" {
+        bail!(
+            "verify runs on a real device: --device cpu (got '{}')",
+            a.device
+        );
+    }
+    let model = a.model.load()?;
+    let n = positive("--requests", a.requests)? as usize;
+    let mb = positive("--max-batch", a.max_batch)?;
+    let t0 = std::time::Instant::now();
+    let r = lazybatch::verify::verify_cpu(&model, n, mb, a.seed)?;
+    if a.json {
+        out!(o, "{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        out!(o, "{} on cpu: {} requests alone vs under {} forced preemptions and {} merges (mean batch {:.2})", r.model, r.requests, r.preemptions, r.merges, r.mean_batch);
+        out!(
+            o,
+            "  compared {} output values: {} requests differ, largest difference {:e}",
+            r.values,
+            r.mismatched_requests,
+            r.max_abs_diff
+        );
+        out!(
+            o,
+            "  {} ({:.1} s)",
+            if r.mismatched_requests == 0 {
+                "bit-identical: OK"
+            } else {
+                "MISMATCH"
+            },
+            t0.elapsed().as_secs_f64()
+        );
+    }
+    emit(&o)?;
+    if r.mismatched_requests > 0 {
+        std::process::exit(1);
+    }
     Ok(())
 }

@@ -5,9 +5,9 @@
 
 use crate::device::{Device, Member};
 use crate::error::{Error, Result};
-use crate::graph::{Class, Model, NodeStep};
+use crate::graph::{Class, Lengths, Model, NodeStep};
 use crate::policy::{Decision, Policy, View};
-use crate::runtime::{BatchTable, Predictor, Request, RequestId, SubBatch};
+use crate::runtime::{BatchTable, Predictor, Request, RequestId};
 use crate::time::{Clock, Nanos};
 use crate::traffic::Arrival;
 use std::collections::VecDeque;
@@ -43,7 +43,62 @@ pub struct Outcome {
     pub snapshots: Option<Vec<Snapshot>>,
 }
 
-/// Runs `arrivals` (sorted by time) to completion.
+/// Where requests come from: pre-drawn arrival times on a virtual clock, or a generator thread
+/// delivering them at their real instants on the wall clock.
+pub trait ArrivalSource {
+    /// The next request that has arrived by `now`, if any.
+    fn poll(&mut self, now: Nanos) -> Option<Arrival>;
+    /// Nothing to do: let time pass until the next arrival or `until`, whichever comes first.
+    /// Returns false when no request will ever arrive again and `until` is None.
+    fn idle(&mut self, clock: &mut dyn Clock, until: Option<Nanos>) -> bool;
+    /// How many requests will arrive in all, if known.
+    fn expected(&self) -> usize {
+        0
+    }
+}
+
+/// Pre-drawn arrivals, sorted by time (the virtual-time source).
+#[derive(Clone, Debug)]
+pub struct Predrawn<'a> {
+    list: &'a [Arrival],
+    next: usize,
+}
+
+impl<'a> Predrawn<'a> {
+    /// A source over `list` (sorted by time).
+    pub fn new(list: &'a [Arrival]) -> Self {
+        Predrawn { list, next: 0 }
+    }
+}
+
+impl ArrivalSource for Predrawn<'_> {
+    fn poll(&mut self, now: Nanos) -> Option<Arrival> {
+        let a = *self.list.get(self.next)?;
+        (a.time <= now).then(|| {
+            self.next += 1;
+            a
+        })
+    }
+    fn idle(&mut self, clock: &mut dyn Clock, until: Option<Nanos>) -> bool {
+        let next = self.list.get(self.next).map(|a| a.time);
+        match (next, until) {
+            (None, None) => false,
+            (Some(t), None) | (None, Some(t)) => {
+                clock.idle_until(t);
+                true
+            }
+            (Some(a), Some(u)) => {
+                clock.idle_until(a.min(u));
+                true
+            }
+        }
+    }
+    fn expected(&self) -> usize {
+        self.list.len()
+    }
+}
+
+/// Runs pre-drawn `arrivals` (sorted by time) to completion.
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     model: &Model,
@@ -56,17 +111,44 @@ pub fn run(
     max_batch: u32,
     record_snapshots: bool,
 ) -> Result<Outcome> {
+    let mut src = Predrawn::new(arrivals);
+    run_source(
+        model,
+        device,
+        policy,
+        clock,
+        predictor,
+        &mut src,
+        sla,
+        max_batch,
+        record_snapshots,
+    )
+}
+
+/// Runs the requests of `arrivals` to completion: the engine loop.
+#[allow(clippy::too_many_arguments)]
+pub fn run_source(
+    model: &Model,
+    device: &mut dyn Device,
+    policy: &mut dyn Policy,
+    clock: &mut dyn Clock,
+    predictor: &Predictor,
+    arrivals: &mut dyn ArrivalSource,
+    sla: Nanos,
+    max_batch: u32,
+    record_snapshots: bool,
+) -> Result<Outcome> {
     if max_batch == 0 {
         return Err(Error::invalid("max batch", "must be at least 1"));
     }
-    let mut requests: Vec<Request> = Vec::with_capacity(arrivals.len());
-    let mut pending: VecDeque<RequestId> = VecDeque::new();
+    let mut requests: Vec<Request> = Vec::with_capacity(arrivals.expected());
+    let mut pending: VecDeque<RequestId> = VecDeque::with_capacity(arrivals.expected().max(64));
     let mut table = BatchTable::new(max_batch);
     let mut free_slots: Vec<u32> = (0..max_batch).rev().collect();
-    let mut next = 0usize;
     let mut c = Counters::default();
     let mut snaps = record_snapshots.then(Vec::new);
     let mut members: Vec<Member> = Vec::with_capacity(max_batch as usize);
+    let mut finished: Vec<RequestId> = Vec::with_capacity(max_batch as usize);
     let mut stalls = 0u32;
     let snap = |table: &BatchTable, now: Nanos, snaps: &mut Option<Vec<Snapshot>>| {
         if let Some(s) = snaps.as_mut() {
@@ -82,25 +164,16 @@ pub fn run(
     };
     loop {
         let now = clock.now();
-        while next < arrivals.len() && arrivals[next].time <= now {
-            let id = RequestId(next as u32);
-            requests.push(Request::new(
-                id,
-                arrivals[next].time,
-                sla,
-                arrivals[next].len,
-            ));
+        while let Some(a) = arrivals.poll(now) {
+            let id = RequestId(requests.len() as u32);
+            requests.push(Request::new(id, a.time, sla, a.len));
             pending.push_back(id);
-            next += 1;
         }
         if pending.is_empty() && table.is_empty() {
-            match arrivals.get(next) {
-                None => break,
-                Some(a) => {
-                    clock.idle_until(a.time);
-                    continue;
-                }
+            if arrivals.idle(clock, None) {
+                continue;
             }
+            break;
         }
         let decision = {
             let view = View::new(
@@ -116,8 +189,7 @@ pub fn run(
         };
         match decision {
             Decision::WaitUntil(t) => {
-                let wake = arrivals.get(next).map_or(t, |a| a.time.min(t));
-                if wake <= now {
+                if t <= now {
                     stalls += 1;
                     if stalls > 2 {
                         return Err(Error::Internal(format!(
@@ -126,7 +198,7 @@ pub fn run(
                         )));
                     }
                 }
-                clock.idle_until(wake);
+                arrivals.idle(clock, Some(t));
                 continue;
             }
             Decision::Admit { count, pad } => {
@@ -142,28 +214,23 @@ pub fn run(
                         free_slots.len()
                     )));
                 }
-                let ids: Vec<RequestId> = pending.drain(..count).collect();
                 let first = model.first_step();
                 let mut padded = None;
                 if pad {
-                    let mut l = requests[ids[0].idx()].len;
-                    for r in &ids {
+                    let mut l = Lengths::default();
+                    for r in pending.iter().take(count) {
                         l.enc = l.enc.max(requests[r.idx()].len.enc);
                         l.dec = l.dec.max(requests[r.idx()].len.dec);
                     }
                     padded = Some(l);
                 }
-                for r in &ids {
+                for r in pending.iter().take(count) {
                     requests[r.idx()].slot = free_slots.pop();
                 }
                 if !table.is_empty() {
                     c.preemptions += 1;
                 }
-                table.push(SubBatch {
-                    members: ids,
-                    next: first,
-                    padded,
-                });
+                table.push_from(pending.drain(..count), first, padded);
                 snap(&table, now, &mut snaps);
             }
             Decision::Run => {
@@ -212,10 +279,11 @@ pub fn run(
                 requests[r.idx()].dec_done = at.step + 1;
             }
         }
-        let adv = table.advance(model, |r| requests[r.idx()].len);
+        finished.clear();
+        let adv = table.advance(model, |r| requests[r.idx()].len, &mut finished);
         c.merges += u64::from(adv.merges);
         c.splits += u64::from(adv.splits);
-        for r in adv.finished {
+        for &r in &finished {
             let q = &mut requests[r.idx()];
             if q.completion.is_some() {
                 return Err(Error::Internal(format!("request {} completed twice", r.0)));

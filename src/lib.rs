@@ -23,5 +23,6 @@ pub mod sim;
 pub mod time;
 pub mod traffic;
 pub mod verify;
+pub mod wall;
 
 pub use error::{Error, Result};

@@ -97,6 +97,96 @@ impl Profile {
         })
     }
 
+    /// Measures a real device: every node at batch sizes 1, 2, 4, … and `max_batch`, the median
+    /// of `reps` runs each, with the sizes in between interpolated linearly (measuring all 64
+    /// sizes of a full network would take minutes for little information).
+    pub fn measure_sampled(
+        device: &mut dyn Device,
+        model: &Model,
+        max_batch: u32,
+        len: Lengths,
+        reps: u32,
+    ) -> Result<Profile> {
+        if max_batch == 0 || reps == 0 {
+            return Err(Error::invalid(
+                "max batch / repetitions",
+                "must be at least 1",
+            ));
+        }
+        device.prepare(model, max_batch)?;
+        let mut sizes: Vec<u32> = std::iter::successors(Some(1u32), |b| b.checked_mul(2))
+            .take_while(|&b| b < max_batch)
+            .collect();
+        sizes.push(max_batch);
+        let mid = len.dec.saturating_sub(1) / 2;
+        let mut nodes = Vec::with_capacity(model.nodes.len());
+        for n in &model.nodes {
+            let step = if n.class == Class::Decoder { mid } else { 0 };
+            let at = NodeStep { node: n.id, step };
+            let mut measured = Vec::with_capacity(sizes.len());
+            for &b in &sizes {
+                let members: Vec<Member> = (0..b)
+                    .map(|slot| Member {
+                        slot,
+                        len,
+                        input: u64::from(slot),
+                    })
+                    .collect();
+                let mut runs = Vec::with_capacity(reps as usize);
+                for _ in 0..reps {
+                    runs.push(device.execute(model, at, &members)?.time.0);
+                }
+                runs.sort_unstable();
+                measured.push(runs[runs.len() / 2]);
+            }
+            let mut latency_ns = Vec::with_capacity(max_batch as usize);
+            for b in 1..=max_batch {
+                let j = sizes.partition_point(|&s| s < b);
+                let v = if sizes[j] == b || j == 0 {
+                    measured[j]
+                } else {
+                    let (b0, b1) = (f64::from(sizes[j - 1]), f64::from(sizes[j]));
+                    let (t0, t1) = (measured[j - 1] as f64, measured[j] as f64);
+                    (t0 + (t1 - t0) * (f64::from(b) - b0) / (b1 - b0)).round() as u64
+                };
+                latency_ns.push(v);
+            }
+            nodes.push(NodeProfile {
+                id: n.id.0,
+                name: n.name.clone(),
+                op: n.op.kind_name().to_string(),
+                class: n.class.to_string(),
+                latency_ns,
+                compute_cycles: Vec::new(),
+                memory_cycles: Vec::new(),
+            });
+        }
+        Ok(Profile {
+            model: model.name.clone(),
+            device: device.name().to_string(),
+            max_batch,
+            lengths: len,
+            nodes,
+        })
+    }
+
+    /// Writes the table as JSON.
+    pub fn save(&self, path: &std::path::Path) -> Result<()> {
+        let text =
+            serde_json::to_string_pretty(self).map_err(|e| Error::Internal(e.to_string()))?;
+        std::fs::write(path, text + "\n").map_err(|e| Error::io(path, e))
+    }
+
+    /// Reads a table written by [`Profile::save`].
+    pub fn load(path: &std::path::Path) -> Result<Profile> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        serde_json::from_str(&text).map_err(|e| Error::ConfigFile {
+            file: path.to_path_buf(),
+            line: e.line(),
+            msg: e.to_string(),
+        })
+    }
+
     /// A table where every node takes `each` at every batch size: for runs whose policies do not
     /// consult the predictor (verification).
     pub fn uniform(model: &Model, max_batch: u32, each: Nanos) -> Profile {

@@ -19,30 +19,40 @@ pub struct SubBatch {
     pub padded: Option<Lengths>,
 }
 
-/// What one `advance` did.
+/// What one `advance` did (the requests that completed go to the caller's buffer).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Advance {
-    /// Requests that completed.
-    pub finished: Vec<RequestId>,
     /// Merges performed.
     pub merges: u32,
     /// Splits performed (members diverging to different next units).
     pub splits: u32,
 }
 
-/// The stack. The top (the active sub-batch) is the last element.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// The stack. The top (the active sub-batch) is the last element. Member lists come from a
+/// pool sized at creation, so pushing, advancing, splitting and merging allocate nothing.
+#[derive(Clone, Debug, Default)]
 pub struct BatchTable {
     stack: Vec<SubBatch>,
     max_batch: usize,
+    pool: Vec<Vec<RequestId>>,
+    groups: Vec<SubBatch>,
+}
+
+impl PartialEq for BatchTable {
+    fn eq(&self, o: &Self) -> bool {
+        self.stack == o.stack && self.max_batch == o.max_batch
+    }
 }
 
 impl BatchTable {
     /// An empty table for sub-batches of at most `max_batch` requests.
     pub fn new(max_batch: u32) -> Self {
+        let mb = max_batch as usize;
         BatchTable {
-            stack: Vec::new(),
-            max_batch: max_batch as usize,
+            stack: Vec::with_capacity(mb + 1),
+            max_batch: mb,
+            pool: (0..mb + 2).map(|_| Vec::with_capacity(mb)).collect(),
+            groups: Vec::with_capacity(mb),
         }
     }
 
@@ -71,6 +81,34 @@ impl BatchTable {
         self.max_batch
     }
 
+    fn take_vec(&mut self) -> Vec<RequestId> {
+        self.pool
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(self.max_batch))
+    }
+
+    fn recycle(&mut self, mut v: Vec<RequestId>) {
+        v.clear();
+        self.pool.push(v);
+    }
+
+    /// Pushes a new active sub-batch of `ids` at `next` (preempting the current top, if any),
+    /// with a member list from the pool.
+    pub fn push_from(
+        &mut self,
+        ids: impl IntoIterator<Item = RequestId>,
+        next: NodeStep,
+        padded: Option<Lengths>,
+    ) {
+        let mut members = self.take_vec();
+        members.extend(ids);
+        self.push(SubBatch {
+            members,
+            next,
+            padded,
+        });
+    }
+
     /// Pushes a new active sub-batch (preempting the current top, if any).
     pub fn push(&mut self, sb: SubBatch) {
         self.stack.push(sb);
@@ -79,41 +117,57 @@ impl BatchTable {
     }
 
     /// Advances the top sub-batch past the unit it just executed. `lengths(r)` gives a member's
-    /// lengths (actual ones in the engine, predicted ones in a policy's look-ahead).
-    pub fn advance(&mut self, model: &Model, lengths: impl Fn(RequestId) -> Lengths) -> Advance {
+    /// lengths (actual ones in the engine, predicted ones in a policy's look-ahead); requests
+    /// that completed are appended to `finished`.
+    pub fn advance(
+        &mut self,
+        model: &Model,
+        lengths: impl Fn(RequestId) -> Lengths,
+        finished: &mut Vec<RequestId>,
+    ) -> Advance {
         let mut out = Advance::default();
-        let Some(top) = self.stack.pop() else {
+        let Some(mut top) = self.stack.pop() else {
             return out;
         };
         if let Some(pad) = top.padded {
             match model.next_step(top.next, pad) {
                 Some(next) => self.stack.push(SubBatch { next, ..top }),
-                None => out.finished = top.members,
+                None => {
+                    finished.extend_from_slice(&top.members);
+                    self.recycle(top.members);
+                }
             }
         } else if let Some(next) = self.common_next(model, &top, &lengths) {
-            // the usual case: the whole sub-batch moves on together (no allocation)
+            // the usual case: the whole sub-batch moves on together
             self.stack.push(SubBatch { next, ..top });
         } else {
             // group members by their next unit, keeping admission order within a group
-            let mut groups: Vec<SubBatch> = Vec::new();
-            for r in top.members {
+            let mut groups = std::mem::take(&mut self.groups);
+            for &r in &top.members {
                 match model.next_step(top.next, lengths(r)) {
-                    None => out.finished.push(r),
+                    None => finished.push(r),
                     Some(next) => match groups.iter_mut().find(|g| g.next == next) {
                         Some(g) => g.members.push(r),
-                        None => groups.push(SubBatch {
-                            members: vec![r],
-                            next,
-                            padded: None,
-                        }),
+                        None => {
+                            let mut members = self.take_vec();
+                            members.push(r);
+                            groups.push(SubBatch {
+                                members,
+                                next,
+                                padded: None,
+                            });
+                        }
                     },
                 }
             }
+            top.members.clear();
+            self.recycle(top.members);
             out.splits = groups.len().saturating_sub(1) as u32;
             // the group furthest behind in the node order runs first (it is on top) so that the
             // others, preempted, can be caught up with and merged again
             groups.sort_by_key(|g| std::cmp::Reverse(g.next));
-            self.stack.extend(groups);
+            self.stack.append(&mut groups);
+            self.groups = groups;
         }
         out.merges = self.merge_top();
         self.debug_check();
@@ -146,10 +200,13 @@ impl BatchTable {
             {
                 break;
             }
-            let top = self.stack.pop().map(|s| s.members).unwrap_or_default();
+            let Some(mut top) = self.stack.pop() else {
+                break;
+            };
             if let Some(below) = self.stack.last_mut() {
-                below.members.extend(top);
+                below.members.append(&mut top.members);
             }
+            self.recycle(top.members);
             merges += 1;
         }
         merges

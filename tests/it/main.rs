@@ -3,6 +3,7 @@
 mod cli;
 mod cpu;
 mod graph;
+mod kernels;
 mod npu;
 mod reproduce;
 mod runtime;

@@ -3,6 +3,18 @@
 //! written out here. No kernel allocates.
 
 use gemm::Parallelism;
+use std::cell::Cell;
+
+thread_local! {
+    static IN_GEMM: Cell<bool> = const { Cell::new(false) };
+}
+
+/// True while this thread is inside a call to the `gemm` crate. The crate allocates its
+/// packing buffers inside some calls; the steady-state allocation test uses this to tell those
+/// apart from allocations of lazybatch's own serving path.
+pub fn in_gemm() -> bool {
+    IN_GEMM.with(|g| g.get())
+}
 
 /// GEMMs with at least this many multiply-adds use both cores.
 const PARALLEL_MACS: usize = 1 << 22;
@@ -53,6 +65,7 @@ pub fn gemm_strided(
     } else {
         Parallelism::None
     };
+    IN_GEMM.with(|g| g.set(true));
     // SAFETY: the asserts above keep every index of the m×k, k×n and m×n views inside the
     // slices; `c` is borrowed mutably and cannot alias `a` or `b`.
     unsafe {
@@ -78,6 +91,7 @@ pub fn gemm_strided(
             par,
         );
     }
+    IN_GEMM.with(|g| g.set(false));
 }
 
 /// `C[m×n] = A[m×k] · B` for row-major A and C, where every row of C is computed the same way
@@ -137,6 +151,60 @@ pub fn im2col(
                             0.0
                         };
                         idx += 1;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Unfolds one group of a [C, H, W] image into `cols[K × P]`: row `(c·kh + ky)·kw + kx` holds
+/// that tap's input for every output pixel (zero outside the image). Rows are built from
+/// contiguous runs of the input, so this is much faster than the patch-per-row layout; the
+/// GEMM reads it transposed (row stride 1, column stride P).
+#[allow(clippy::too_many_arguments)]
+pub fn im2col_kp(
+    x: &[f32],
+    (h, w): (usize, usize),
+    (c0, cg): (usize, usize),
+    (kh, kw): (usize, usize),
+    stride: usize,
+    pad: usize,
+    (ho, wo): (usize, usize),
+    cols: &mut [f32],
+) {
+    let p = ho * wo;
+    for c in 0..cg {
+        let plane = &x[(c0 + c) * h * w..(c0 + c + 1) * h * w];
+        for ky in 0..kh {
+            for kx in 0..kw {
+                let row =
+                    &mut cols[((c * kh + ky) * kw + kx) * p..((c * kh + ky) * kw + kx + 1) * p];
+                // output columns whose input column is inside the image
+                let lo = pad.saturating_sub(kx).div_ceil(stride).min(wo);
+                let hi = if w + pad > kx {
+                    ((w + pad - kx - 1) / stride + 1).min(wo)
+                } else {
+                    0
+                }
+                .max(lo);
+                for oy in 0..ho {
+                    let dst = &mut row[oy * wo..(oy + 1) * wo];
+                    let iy = (oy * stride + ky) as isize - pad as isize;
+                    if iy < 0 || iy as usize >= h {
+                        dst.iter_mut().for_each(|v| *v = 0.0);
+                        continue;
+                    }
+                    let src = &plane[iy as usize * w..(iy as usize + 1) * w];
+                    dst[..lo].iter_mut().for_each(|v| *v = 0.0);
+                    dst[hi..].iter_mut().for_each(|v| *v = 0.0);
+                    let ix0 = lo * stride + kx - pad;
+                    if stride == 1 {
+                        dst[lo..hi].copy_from_slice(&src[ix0..ix0 + (hi - lo)]);
+                    } else {
+                        for (j, d) in dst[lo..hi].iter_mut().enumerate() {
+                            *d = src[ix0 + j * stride];
+                        }
                     }
                 }
             }

@@ -447,25 +447,32 @@ impl CpuDevice {
                     out,
                 );
             } else {
+                let pointwise = (*kh, *kw, *stride, *padding) == (1, 1, 1, 0);
                 for gi in 0..g {
-                    kernels::im2col(
-                        &a,
-                        (h, w),
-                        (gi * cg, cg),
-                        (*kh, *kw),
-                        *stride,
-                        *padding,
-                        (ho, wo),
-                        &mut cols,
-                    );
                     let wg = &wts.w[gi * kk * cog..(gi + 1) * kk * cog];
-                    // C[pixel, channel] written channel-major into the [C, H, W] output
+                    // A[pixel, k] read from a [K × P] layout; C[pixel, channel] written
+                    // channel-major into the [C, H, W] output
+                    let a_kp: &[f32] = if pointwise {
+                        &a[gi * cg * p..(gi + 1) * cg * p]
+                    } else {
+                        kernels::im2col_kp(
+                            &a,
+                            (h, w),
+                            (gi * cg, cg),
+                            (*kh, *kw),
+                            *stride,
+                            *padding,
+                            (ho, wo),
+                            &mut cols,
+                        );
+                        &cols
+                    };
                     kernels::gemm_strided(
                         p,
                         cog,
                         kk,
-                        &cols,
-                        (kk, 1),
+                        a_kp,
+                        (1, p),
                         wg,
                         (cog, 1),
                         &mut out[gi * cog * p..],

@@ -1,0 +1,108 @@
+//! CPU benchmarks (a harness that prints tables; run with `cargo bench --bench cpu`):
+//! GEMM throughput on the zoo's shapes, ResNet-50 latency at batch 1 and 16 on the CPU
+//! device, and the scheduler's cost per node decision.
+
+use lazybatch::device::cpu::{kernels, CpuDevice};
+use lazybatch::device::{Device, Member};
+use lazybatch::graph::{zoo, NodeStep};
+use std::time::Instant;
+
+fn gemm_table() {
+    // (label, M, N, K): the zoo's GEMMs at batch 1 (convs as implicit GEMM per image) and batch 64
+    let shapes: &[(&str, usize, usize, usize)] = &[
+        ("resnet conv 3x3 (layer1)", 3136, 64, 576),
+        ("resnet conv 1x1 (layer3)", 196, 1024, 256),
+        ("resnet conv 3x3 (layer4)", 49, 512, 4608),
+        ("resnet fc, batch 64", 64, 1000, 2048),
+        ("gnmt lstm, batch 1", 1, 4096, 3072),
+        ("gnmt lstm, batch 64", 64, 4096, 3072),
+        ("transformer ffn1, 30 tokens", 30, 2048, 512),
+        ("transformer logits, batch 64", 64, 33708, 512),
+        ("bert qkv, 128 tokens", 128, 2304, 768),
+    ];
+    println!(
+        "{:<32} {:>6} {:>6} {:>6} {:>10} {:>10}",
+        "GEMM", "M", "N", "K", "ms", "GFLOP/s"
+    );
+    for &(label, m, n, k) in shapes {
+        let a: Vec<f32> = (0..m.max(2) * k)
+            .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
+            .collect();
+        let b: Vec<f32> = (0..k * n)
+            .map(|i| ((i * 104729) % 1000) as f32 / 1000.0 - 0.5)
+            .collect();
+        let mut c = vec![0.0f32; m.max(2) * n];
+        let mut a2 = a.clone();
+        kernels::gemm_rows(m, n, k, &mut a2, &b, (n, 1), &mut c);
+        let iters = ((2e9 / (2.0 * (m * n * k) as f64)) as usize).clamp(3, 2000);
+        let mut times = Vec::with_capacity(iters);
+        for _ in 0..iters {
+            let t = Instant::now();
+            kernels::gemm_rows(m, n, k, &mut a2, &b, (n, 1), &mut c);
+            times.push(t.elapsed().as_secs_f64());
+        }
+        times.sort_by(f64::total_cmp);
+        let t = times[times.len() / 2];
+        println!(
+            "{:<32} {:>6} {:>6} {:>6} {:>10.3} {:>10.1}",
+            label,
+            m,
+            n,
+            k,
+            t * 1e3,
+            2.0 * (m * n * k) as f64 / t / 1e9
+        );
+    }
+}
+
+fn resnet_latency() {
+    let m = zoo::load("resnet50").unwrap();
+    let mut dev = CpuDevice::new(1);
+    dev.prepare(&m, 16).unwrap();
+    println!("\nResNet-50 (full size) on the CPU device, whole graph:");
+    println!(
+        "{:>6} {:>12} {:>14}",
+        "batch", "latency (ms)", "per image (ms)"
+    );
+    for b in [1u32, 16] {
+        let members: Vec<Member> = (0..b)
+            .map(|slot| Member {
+                slot,
+                len: m.ref_lengths(),
+                input: u64::from(slot),
+            })
+            .collect();
+        let mut best = f64::INFINITY;
+        for _ in 0..3 {
+            let t = Instant::now();
+            for n in &m.nodes {
+                dev.execute(
+                    &m,
+                    NodeStep {
+                        node: n.id,
+                        step: 0,
+                    },
+                    &members,
+                )
+                .unwrap();
+            }
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        println!(
+            "{:>6} {:>12.1} {:>14.2}",
+            b,
+            best * 1e3,
+            best * 1e3 / f64::from(b)
+        );
+    }
+}
+
+fn main() {
+    let only = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
+    if only.as_deref().is_none_or(|o| o == "gemm") {
+        gemm_table();
+    }
+    if only.as_deref().is_none_or(|o| o == "resnet") {
+        resnet_latency();
+    }
+}

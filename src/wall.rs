@@ -1,0 +1,236 @@
+//! The wall-clock driver: the same engine loop and policies as the simulator, with time from
+//! the machine's monotonic clock and requests delivered by a generator thread at their real
+//! instants (Poisson or a trace). Node latencies are whatever the device measures.
+
+use crate::device::Device;
+use crate::engine::{self, ArrivalSource, Outcome};
+use crate::error::Result;
+use crate::graph::Model;
+use crate::policy::Policy;
+use crate::runtime::Predictor;
+use crate::time::{Clock, Nanos};
+use crate::traffic::Arrival;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Time since the clock was created; `advance` only acknowledges time that has really passed.
+#[derive(Clone, Copy, Debug)]
+pub struct WallClock {
+    start: Instant,
+}
+
+impl WallClock {
+    /// A clock at zero now.
+    pub fn start() -> Self {
+        WallClock {
+            start: Instant::now(),
+        }
+    }
+    /// The instant of time zero.
+    pub fn origin(&self) -> Instant {
+        self.start
+    }
+}
+
+impl Clock for WallClock {
+    fn now(&self) -> Nanos {
+        Nanos(self.start.elapsed().as_nanos() as u64)
+    }
+    fn advance(&mut self, _d: Nanos) {}
+    fn idle_until(&mut self, t: Nanos) {
+        let now = self.now();
+        if t > now {
+            std::thread::sleep(Duration::from_nanos((t - now).0));
+        }
+    }
+}
+
+/// Requests delivered by a generator thread at `origin + arrival.time`; each is stamped with
+/// the instant it was actually delivered.
+pub struct ThreadArrivals {
+    rx: Receiver<Arrival>,
+    peeked: Option<Arrival>,
+    total: usize,
+    origin: Instant,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl ThreadArrivals {
+    /// Starts the generator thread for `schedule` (sorted by time), relative to `origin`.
+    pub fn spawn(schedule: Vec<Arrival>, origin: Instant) -> Self {
+        let (tx, rx) = mpsc::channel();
+        let total = schedule.len();
+        let handle = std::thread::spawn(move || {
+            for a in schedule {
+                let due = origin + Duration::from_nanos(a.time.0);
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+                let stamped = Arrival {
+                    time: Nanos(origin.elapsed().as_nanos() as u64),
+                    len: a.len,
+                };
+                if tx.send(stamped).is_err() {
+                    return;
+                }
+            }
+        });
+        ThreadArrivals {
+            rx,
+            peeked: None,
+            total,
+            origin,
+            handle: Some(handle),
+        }
+    }
+}
+
+impl Drop for ThreadArrivals {
+    fn drop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl ArrivalSource for ThreadArrivals {
+    fn poll(&mut self, _now: Nanos) -> Option<Arrival> {
+        self.peeked.take().or_else(|| self.rx.try_recv().ok())
+    }
+    fn idle(&mut self, clock: &mut dyn Clock, until: Option<Nanos>) -> bool {
+        if self.peeked.is_some() {
+            return true;
+        }
+        let got = match until {
+            None => self.rx.recv().ok(),
+            Some(t) => {
+                let now = Nanos(self.origin.elapsed().as_nanos() as u64);
+                match self
+                    .rx
+                    .recv_timeout(Duration::from_nanos(t.saturating_sub(now).0))
+                {
+                    Ok(a) => Some(a),
+                    Err(RecvTimeoutError::Timeout) => return true,
+                    Err(RecvTimeoutError::Disconnected) => {
+                        clock.idle_until(t);
+                        return true;
+                    }
+                }
+            }
+        };
+        match got {
+            Some(a) => {
+                self.peeked = Some(a);
+                true
+            }
+            None => until.is_some(),
+        }
+    }
+    fn expected(&self) -> usize {
+        self.total
+    }
+}
+
+/// Serves `schedule` on `device` in real time and returns what happened.
+#[allow(clippy::too_many_arguments)]
+pub fn serve(
+    model: &Model,
+    device: &mut dyn Device,
+    policy: &mut dyn Policy,
+    predictor: &Predictor,
+    schedule: Vec<Arrival>,
+    sla: Nanos,
+    max_batch: u32,
+) -> Result<Outcome> {
+    let mut clock = WallClock::start();
+    let mut src = ThreadArrivals::spawn(schedule, clock.origin());
+    engine::run_source(
+        model, device, policy, &mut clock, predictor, &mut src, sla, max_batch, false,
+    )
+}
+
+/// A CPU device prepared for a model, with its measured (or loaded) latency table and the
+/// predictor built on it: the wall-clock counterpart of [`crate::sim::Bench`].
+pub struct CpuBench {
+    /// The model.
+    pub model: Model,
+    /// The prepared device.
+    pub device: crate::device::cpu::CpuDevice,
+    /// The latency table the predictor and the Oracle read.
+    pub profile: crate::profile::Profile,
+    /// The predictor.
+    pub predictor: Predictor,
+}
+
+impl CpuBench {
+    /// Prepares `model` on a CPU device (weights from `weights_seed`) and measures its table with
+    /// `reps` runs per point, or uses `profile` when given (checked to match the model).
+    pub fn new(
+        model: Model,
+        max_batch: u32,
+        coverage: f64,
+        weights_seed: u64,
+        profile: Option<crate::profile::Profile>,
+        reps: u32,
+    ) -> Result<CpuBench> {
+        use crate::device::cpu::CpuDevice;
+        use crate::runtime::lengths::dec_timesteps;
+        let dts = match &model.seq {
+            Some(s) => dec_timesteps(s, coverage)?,
+            None => 1,
+        };
+        let mut len = model.ref_lengths();
+        if model.seq.is_some() {
+            len.dec = dts;
+        }
+        let mut device = CpuDevice::new(weights_seed);
+        let profile = match profile {
+            Some(p) => {
+                p.check_matches(&model)?;
+                device.prepare(&model, max_batch)?;
+                p
+            }
+            None => {
+                crate::profile::Profile::measure_sampled(&mut device, &model, max_batch, len, reps)?
+            }
+        };
+        let predictor = Predictor::new(&model, &profile, dts);
+        Ok(CpuBench {
+            model,
+            device,
+            profile,
+            predictor,
+        })
+    }
+
+    /// Serial capacity: 1 / single-input latency at the reference lengths (requests/s).
+    pub fn serial_capacity(&self) -> f64 {
+        1.0 / self
+            .predictor
+            .single_input(self.model.ref_lengths())
+            .as_secs()
+            .max(1e-12)
+    }
+
+    /// Serves `schedule` in real time under `cfg`'s policy.
+    pub fn run(
+        &mut self,
+        cfg: &crate::sim::SimConfig,
+        schedule: Vec<Arrival>,
+    ) -> Result<(crate::metrics::Stats, Outcome)> {
+        let mut pol = crate::policy::parse(&cfg.policy, cfg.max_batch)?;
+        let out = serve(
+            &self.model,
+            &mut self.device,
+            pol.as_mut(),
+            &self.predictor,
+            schedule,
+            cfg.sla,
+            cfg.max_batch,
+        )?;
+        let stats = crate::metrics::summarize(&out, cfg.sla)?;
+        Ok((stats, out))
+    }
+}

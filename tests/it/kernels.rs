@@ -1,0 +1,359 @@
+//! Every CPU kernel against a plain reference implementation on random, never all-zero inputs.
+
+use lazybatch::device::cpu::kernels::*;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn rnd(rng: &mut StdRng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+}
+
+fn close(a: &[f32], b: &[f32], tol: f32, what: &str) {
+    assert_eq!(a.len(), b.len(), "{what}: lengths");
+    assert!(
+        a.iter().any(|v| *v != 0.0),
+        "{what}: all-zero output proves nothing"
+    );
+    for (i, (x, y)) in a.iter().zip(b).enumerate() {
+        assert!(
+            (x - y).abs() <= tol * (1.0 + y.abs()),
+            "{what}[{i}]: {x} vs {y}"
+        );
+    }
+}
+
+fn naive_mm(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: impl Fn(usize, usize) -> f32,
+    b: impl Fn(usize, usize) -> f32,
+) -> Vec<f32> {
+    let mut c = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            c[i * n + j] = (0..k).map(|t| a(i, t) as f64 * b(t, j) as f64).sum::<f64>() as f32;
+        }
+    }
+    c
+}
+
+#[test]
+fn gemm_matches_the_naive_product_with_any_strides() {
+    let mut rng = StdRng::seed_from_u64(1);
+    for &(m, n, k) in &[
+        (1, 7, 5),
+        (3, 1, 9),
+        (17, 33, 65),
+        (64, 130, 300),
+        (300, 64, 147),
+    ] {
+        let a = rnd(&mut rng, m * k);
+        let b = rnd(&mut rng, k * n);
+        let mut c = vec![0.0; m * n];
+        matmul(m, n, k, &a, &b, &mut c);
+        close(
+            &c,
+            &naive_mm(m, n, k, |i, t| a[i * k + t], |t, j| b[t * n + j]),
+            1e-4,
+            "matmul",
+        );
+        // B read transposed from an [n × k] table, C written column-major
+        let bt = rnd(&mut rng, n * k);
+        let mut ct = vec![0.0; m * n];
+        gemm_strided(m, n, k, &a, (k, 1), &bt, (1, k), &mut ct, (1, m), false);
+        let want = naive_mm(m, n, k, |i, t| a[i * k + t], |t, j| bt[j * k + t]);
+        let got: Vec<f32> = (0..m * n).map(|x| ct[(x % n) * m + x / n]).collect();
+        close(&got, &want, 1e-4, "strided");
+    }
+}
+
+#[test]
+fn gemm_rows_are_independent_of_the_batch() {
+    let mut rng = StdRng::seed_from_u64(2);
+    for &(n, k) in &[(512, 2048), (4096, 3072), (64, 7)] {
+        let b = rnd(&mut rng, k * n);
+        let mut a = rnd(&mut rng, 6 * k);
+        let mut c6 = vec![0.0; 6 * n];
+        gemm_rows(6, n, k, &mut a.clone(), &b, (n, 1), &mut c6);
+        for r in [0, 3, 5] {
+            let mut a1 = vec![0.0; 2 * k];
+            a1[..k].copy_from_slice(&a[r * k..(r + 1) * k]);
+            let mut c1 = vec![0.0; 2 * n];
+            gemm_rows(1, n, k, &mut a1, &b, (n, 1), &mut c1);
+            assert!(
+                c1[..n]
+                    .iter()
+                    .zip(&c6[r * n..(r + 1) * n])
+                    .all(|(x, y)| x.to_bits() == y.to_bits()),
+                "row {r} n={n} k={k}"
+            );
+        }
+        a.truncate(0);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn naive_conv(
+    x: &[f32],
+    (c, h, w): (usize, usize, usize),
+    wt: &[f32],
+    co: usize,
+    k: usize,
+    s: usize,
+    p: usize,
+    g: usize,
+) -> Vec<f32> {
+    let ho = (h + 2 * p - k) / s + 1;
+    let wo = (w + 2 * p - k) / s + 1;
+    let (cg, cog) = (c / g, co / g);
+    let mut y = vec![0.0; co * ho * wo];
+    for o in 0..co {
+        let gi = o / cog;
+        for oy in 0..ho {
+            for ox in 0..wo {
+                let mut acc = 0.0f64;
+                for ci in 0..cg {
+                    for ky in 0..k {
+                        for kx in 0..k {
+                            let iy = (oy * s + ky) as isize - p as isize;
+                            let ix = (ox * s + kx) as isize - p as isize;
+                            if iy < 0 || ix < 0 || iy as usize >= h || ix as usize >= w {
+                                continue;
+                            }
+                            let xv = x[(gi * cg + ci) * h * w + iy as usize * w + ix as usize];
+                            // weight layout [group][K = ci·k·k][cout_g]
+                            let kk = (ci * k + ky) * k + kx;
+                            acc += xv as f64
+                                * wt[gi * cg * k * k * cog + kk * cog + (o - gi * cog)] as f64;
+                        }
+                    }
+                }
+                y[o * ho * wo + oy * wo + ox] = acc as f32;
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn im2col_conv_matches_a_direct_convolution() {
+    let mut rng = StdRng::seed_from_u64(3);
+    for &(c, h, w, co, k, s, p, g) in &[
+        (3, 9, 11, 8, 3, 2, 1, 1),
+        (8, 7, 7, 4, 1, 1, 0, 1),
+        (6, 8, 8, 6, 3, 1, 1, 2),
+        (4, 5, 5, 4, 5, 1, 2, 1),
+        (3, 16, 15, 4, 7, 2, 3, 1),
+        (4, 6, 7, 4, 1, 2, 0, 1),
+    ] {
+        let x = rnd(&mut rng, c * h * w);
+        let (cg, cog) = (c / g, co / g);
+        let kk = cg * k * k;
+        let wt = rnd(&mut rng, g * kk * cog);
+        let ho = (h + 2 * p - k) / s + 1;
+        let wo = (w + 2 * p - k) / s + 1;
+        let mut cols = vec![0.0; ho * wo * kk];
+        let mut y = vec![0.0; co * ho * wo];
+        for gi in 0..g {
+            im2col(&x, (h, w), (gi * cg, cg), (k, k), s, p, (ho, wo), &mut cols);
+            let pp = ho * wo;
+            gemm_strided(
+                pp,
+                cog,
+                kk,
+                &cols,
+                (kk, 1),
+                &wt[gi * kk * cog..],
+                (cog, 1),
+                &mut y[gi * cog * pp..],
+                (1, pp),
+                false,
+            );
+        }
+        close(
+            &y,
+            &naive_conv(&x, (c, h, w), &wt, co, k, s, p, g),
+            1e-4,
+            "conv",
+        );
+        // the [K × P] unfolding the CPU device uses gives the same convolution
+        let mut cols_kp = vec![0.0; kk * ho * wo];
+        let mut y2 = vec![0.0; co * ho * wo];
+        for gi in 0..g {
+            im2col_kp(
+                &x,
+                (h, w),
+                (gi * cg, cg),
+                (k, k),
+                s,
+                p,
+                (ho, wo),
+                &mut cols_kp,
+            );
+            let pp = ho * wo;
+            gemm_strided(
+                pp,
+                cog,
+                kk,
+                &cols_kp,
+                (1, pp),
+                &wt[gi * kk * cog..],
+                (cog, 1),
+                &mut y2[gi * cog * pp..],
+                (1, pp),
+                false,
+            );
+        }
+        close(
+            &y2,
+            &naive_conv(&x, (c, h, w), &wt, co, k, s, p, g),
+            1e-4,
+            "conv kp",
+        );
+    }
+}
+
+#[test]
+fn depthwise_matches_a_grouped_convolution() {
+    let mut rng = StdRng::seed_from_u64(4);
+    let (c, h, w, k, s, p) = (5, 9, 8, 3, 2, 1);
+    let x = rnd(&mut rng, c * h * w);
+    let wt = rnd(&mut rng, c * k * k);
+    let (ho, wo) = ((h + 2 * p - k) / s + 1, (w + 2 * p - k) / s + 1);
+    let mut y = vec![0.0; c * ho * wo];
+    depthwise(&x, (c, h, w), &wt, (k, k), s, p, (ho, wo), &mut y);
+    close(
+        &y,
+        &naive_conv(&x, (c, h, w), &wt, c, k, s, p, c),
+        1e-5,
+        "depthwise",
+    );
+}
+
+#[test]
+fn pooling_matches_the_definition() {
+    let mut rng = StdRng::seed_from_u64(5);
+    let (c, h, w) = (3, 7, 6);
+    let x = rnd(&mut rng, c * h * w);
+    let (k, s, p) = (3, 2, 1);
+    let (ho, wo) = ((h + 2 * p - k) / s + 1, (w + 2 * p - k) / s + 1);
+    for max in [true, false] {
+        let mut y = vec![0.0; c * ho * wo];
+        pool(&x, (c, h, w), k, s, p, (ho, wo), max, &mut y);
+        let mut want = vec![0.0; c * ho * wo];
+        for ch in 0..c {
+            for oy in 0..ho {
+                for ox in 0..wo {
+                    let mut vals = Vec::new();
+                    for ky in 0..k {
+                        for kx in 0..k {
+                            let (iy, ix) = ((oy * s + ky) as isize - 1, (ox * s + kx) as isize - 1);
+                            if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < w {
+                                vals.push(x[ch * h * w + iy as usize * w + ix as usize]);
+                            }
+                        }
+                    }
+                    want[ch * ho * wo + oy * wo + ox] = if max {
+                        vals.iter().copied().fold(f32::MIN, f32::max)
+                    } else {
+                        vals.iter().sum::<f32>() / vals.len() as f32
+                    };
+                }
+            }
+        }
+        close(&y, &want, 1e-6, if max { "max pool" } else { "avg pool" });
+    }
+}
+
+#[test]
+fn norms_softmax_activations_match_f64_references() {
+    let mut rng = StdRng::seed_from_u64(6);
+    let x = rnd(&mut rng, 37);
+    let g = rnd(&mut rng, 37);
+    let b = rnd(&mut rng, 37);
+    let mut y = x.clone();
+    layernorm(&mut y, &g, &b);
+    let mean = x.iter().map(|v| *v as f64).sum::<f64>() / 37.0;
+    let var = x.iter().map(|v| (*v as f64 - mean).powi(2)).sum::<f64>() / 37.0;
+    let want: Vec<f32> = (0..37)
+        .map(|i| ((x[i] as f64 - mean) / (var + 1e-5).sqrt() * g[i] as f64 + b[i] as f64) as f32)
+        .collect();
+    close(&y, &want, 1e-5, "layernorm");
+    let mut sm = x.clone();
+    softmax(&mut sm);
+    let z: f64 = x.iter().map(|v| (*v as f64).exp()).sum();
+    let want: Vec<f32> = x.iter().map(|v| ((*v as f64).exp() / z) as f32).collect();
+    close(&sm, &want, 1e-5, "softmax");
+    for (a, f) in [
+        (ActK::Relu, (|v: f64| v.max(0.0)) as fn(f64) -> f64),
+        (ActK::Relu6, |v: f64| v.clamp(0.0, 6.0)),
+        (ActK::Tanh, f64::tanh),
+        (ActK::Sigmoid, |v: f64| 1.0 / (1.0 + (-v).exp())),
+        (ActK::Gelu, |v: f64| {
+            0.5 * v * (1.0 + (0.7978845608 * (v + 0.044715 * v * v * v)).tanh())
+        }),
+    ] {
+        let mut y: Vec<f32> = x.iter().map(|v| v * 4.0).collect();
+        act(a, &mut y);
+        let want: Vec<f32> = x.iter().map(|v| f(*v as f64 * 4.0) as f32).collect();
+        close(&y, &want, 1e-5, &format!("{a:?}"));
+    }
+}
+
+#[test]
+fn lstm_cell_follows_the_equations() {
+    let mut rng = StdRng::seed_from_u64(7);
+    let h = 9;
+    let gates = rnd(&mut rng, 4 * h);
+    let c0 = rnd(&mut rng, h);
+    let mut c = c0.clone();
+    let mut out = vec![0.0; h];
+    lstm_cell(&gates, &mut c, &mut out);
+    let s = |v: f32| 1.0 / (1.0 + (-(v as f64)).exp());
+    for j in 0..h {
+        let cj = s(gates[h + j]) * c0[j] as f64 + s(gates[j]) * (gates[2 * h + j] as f64).tanh();
+        assert!((c[j] as f64 - cj).abs() < 1e-6);
+        assert!((out[j] as f64 - s(gates[3 * h + j]) * cj.tanh()).abs() < 1e-6);
+    }
+}
+
+#[test]
+fn attention_matches_softmax_weighted_values() {
+    let mut rng = StdRng::seed_from_u64(8);
+    let (d, nk) = (8, 11);
+    let q = rnd(&mut rng, d);
+    let keys = rnd(&mut rng, nk * d);
+    let vals = rnd(&mut rng, nk * d);
+    let mut scores = vec![0.0; nk];
+    let mut out = vec![0.0; d];
+    attend_dot(
+        &q,
+        nk,
+        |j| &keys[j * d..(j + 1) * d],
+        |j| &vals[j * d..(j + 1) * d],
+        0.5,
+        &mut scores,
+        &mut out,
+    );
+    let e: Vec<f64> = (0..nk)
+        .map(|j| {
+            (0.5 * (0..d)
+                .map(|t| q[t] as f64 * keys[j * d + t] as f64)
+                .sum::<f64>())
+            .exp()
+        })
+        .collect();
+    let z: f64 = e.iter().sum();
+    let want: Vec<f32> = (0..d)
+        .map(|t| {
+            ((0..nk)
+                .map(|j| e[j] / z * vals[j * d + t] as f64)
+                .sum::<f64>()) as f32
+        })
+        .collect();
+    close(&out, &want, 1e-5, "attention");
+    assert_eq!(sinusoid(0, 0, 16), 0.0);
+    assert_eq!(sinusoid(0, 1, 16), 1.0);
+    assert!((sinusoid(3, 0, 16) - 3f32.sin()).abs() < 1e-6);
+}
