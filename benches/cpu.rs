@@ -3,9 +3,113 @@
 //! device, and the scheduler's cost per node decision.
 
 use lazybatch::device::cpu::{kernels, CpuDevice};
-use lazybatch::device::{Device, Member};
-use lazybatch::graph::{zoo, NodeStep};
+use lazybatch::device::{Device, Member, Timing};
+use lazybatch::engine;
+use lazybatch::graph::{zoo, Model, NodeStep};
+use lazybatch::policy;
+use lazybatch::profile::Profile;
+use lazybatch::runtime::{BatchTable, Predictor, RequestId};
+use lazybatch::time::{Nanos, VirtualClock};
+use lazybatch::traffic;
 use std::time::Instant;
+
+/// A device that does no work and takes a fixed modeled time: what is left is the scheduler.
+struct Null(Nanos);
+impl Device for Null {
+    fn name(&self) -> &'static str {
+        "null"
+    }
+    fn is_virtual(&self) -> bool {
+        true
+    }
+    fn prepare(&mut self, _: &Model, _: u32) -> lazybatch::Result<()> {
+        Ok(())
+    }
+    fn execute(&mut self, _: &Model, _: NodeStep, _: &[Member]) -> lazybatch::Result<Timing> {
+        Ok(Timing {
+            time: self.0,
+            ..Timing::default()
+        })
+    }
+}
+
+fn scheduler_overhead() {
+    println!("\nScheduler cost per node decision (engine + policy + BatchTable, a device that does nothing):");
+    println!(
+        "{:<18} {:<10} {:>12} {:>12} {:>16}",
+        "model", "policy", "decisions", "ns/decision", "vs CPU node time"
+    );
+    for (name, rate) in [
+        ("resnet50", 2000.0),
+        ("gnmt", 500.0),
+        ("transformer", 1000.0),
+    ] {
+        let m = zoo::load(name).unwrap();
+        // a node takes 0.1 ms of modeled time, so that requests overlap as on a real device
+        let prof = Profile::uniform(&m, 64, Nanos::from_us(100.0));
+        let pred = Predictor::new(&m, &prof, 31);
+        let arrivals = traffic::poisson(&m, rate, 3000, 1).unwrap();
+        for p in ["lazy", "graph:25"] {
+            let mut pol = policy::parse(p, 64).unwrap();
+            let t = Instant::now();
+            let out = engine::run(
+                &m,
+                &mut Null(Nanos::from_us(100.0)),
+                pol.as_mut(),
+                &mut VirtualClock::new(),
+                &pred,
+                &arrivals,
+                Nanos::from_ms(100.0),
+                64,
+                false,
+            )
+            .unwrap();
+            let ns = t.elapsed().as_nanos() as f64 / out.counters.executions as f64;
+            // ResNet-50's cheapest CPU node at batch 1 is the flatten; its mean node is ~1.4 ms
+            println!(
+                "{:<18} {:<10} {:>12} {:>12.0} {:>15.4}%",
+                name,
+                p,
+                out.counters.executions,
+                ns,
+                100.0 * ns / 1.4e6
+            );
+        }
+    }
+    // a merge moves request ids between two member lists; activations stay in their slots
+    let m = zoo::load("resnet50").unwrap();
+    let mut t = BatchTable::new(64);
+    let mut finished = Vec::with_capacity(64);
+    let lens = |_r: RequestId| m.ref_lengths();
+    let start = Instant::now();
+    let mut merges = 0u64;
+    for round in 0..20_000u32 {
+        // a sub-batch of 8 preempted at node 1 and a newcomer of 8 catching up: one merge
+        t.push_from(
+            (0..8).map(|i| RequestId(round * 16 + i)),
+            NodeStep {
+                node: lazybatch::graph::NodeId(1),
+                step: 0,
+            },
+            None,
+        );
+        t.push_from(
+            (8..16).map(|i| RequestId(round * 16 + i)),
+            NodeStep {
+                node: lazybatch::graph::NodeId(0),
+                step: 0,
+            },
+            None,
+        );
+        merges += u64::from(t.advance(&m, lens, &mut finished).merges);
+        while !t.is_empty() {
+            finished.clear();
+            t.advance(&m, lens, &mut finished);
+        }
+    }
+    let per = start.elapsed().as_nanos() as f64 / 20_000.0;
+    println!("BatchTable: {merges} merges of 8+8 requests, {per:.0} ns per push+push+advance-with-merge+drain round (74 advances)");
+}
 
 fn gemm_table() {
     // (label, M, N, K): the zoo's GEMMs at batch 1 (convs as implicit GEMM per image) and batch 64
@@ -101,6 +205,9 @@ fn main() {
     let only = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
     if only.as_deref().is_none_or(|o| o == "gemm") {
         gemm_table();
+    }
+    if only.as_deref().is_none_or(|o| o == "scheduler") {
+        scheduler_overhead();
     }
     if only.as_deref().is_none_or(|o| o == "resnet") {
         resnet_latency();

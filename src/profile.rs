@@ -98,7 +98,7 @@ impl Profile {
     }
 
     /// Measures a real device: every node at batch sizes 1, 2, 4, … and `max_batch`, the median
-    /// of `reps` runs each, with the sizes in between interpolated linearly (measuring all 64
+    /// of `reps` runs each after one warm-up run, with the sizes in between interpolated linearly (measuring all 64
     /// sizes of a full network would take minutes for little information).
     pub fn measure_sampled(
         device: &mut dyn Device,
@@ -132,6 +132,8 @@ impl Profile {
                         input: u64::from(slot),
                     })
                     .collect();
+                // one untimed run first: the first touch of freshly allocated buffers faults pages in
+                device.execute(model, at, &members)?;
                 let mut runs = Vec::with_capacity(reps as usize);
                 for _ in 0..reps {
                     runs.push(device.execute(model, at, &members)?.time.0);

@@ -218,3 +218,110 @@ fn compare_writes_hgrm_files() {
     assert_eq!(v.as_array().unwrap().len(), 2);
     assert_eq!(v[0]["seeds"], 2);
 }
+
+#[test]
+fn cpu_compare_runs_for_real_and_lazy_does_not_wait_for_a_window() {
+    let dir = std::env::temp_dir().join(format!("lazybatch-cpu-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prof = dir.join("prof.json");
+    let model = ["--model", "resnet50", "--width", "0.125", "--res", "0.25"];
+    let mut args = vec![
+        "profile",
+        "--device",
+        "cpu",
+        "--max-batch",
+        "8",
+        "--save",
+        prof.to_str().unwrap(),
+    ];
+    args.extend(model);
+    let o = lazybatch(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // the saved table is used as is (no profiling message), and the table has every row
+    let mut args = vec![
+        "compare",
+        "--device",
+        "cpu",
+        "--load",
+        "0.3,0.9",
+        "--policies",
+        "serial,graph:20,lazy",
+        "--requests",
+        "60",
+        "--max-batch",
+        "8",
+        "--profile",
+        prof.to_str().unwrap(),
+        "--json",
+    ];
+    args.extend(model);
+    let o = lazybatch(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(!String::from_utf8_lossy(&o.stderr).contains("profiling the CPU"));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 6);
+    for r in rows {
+        assert_eq!(r["device"], "cpu");
+        assert_eq!(r["completed"], 60);
+    }
+    let mean = |p: &str, i: usize| {
+        rows.iter().filter(|r| r["policy"] == p).nth(i).unwrap()["latency_ms"]["mean"]
+            .as_f64()
+            .unwrap()
+    };
+    // at low load graph batching waits up to its 20 ms window; LazyB never waits for one
+    assert!(
+        mean("lazy", 0) + 5.0 < mean("graph:20", 0),
+        "lazy {} vs graph:20 {}",
+        mean("lazy", 0),
+        mean("graph:20", 0)
+    );
+    // a table for another model is refused
+    let o = lazybatch(&[
+        "run",
+        "--device",
+        "cpu",
+        "--model",
+        "mobilenet",
+        "--width",
+        "0.125",
+        "--res",
+        "0.25",
+        "--policy",
+        "lazy",
+        "--rate",
+        "10",
+        "--profile",
+        prof.to_str().unwrap(),
+    ]);
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("not for model"));
+}
+
+#[test]
+fn verify_command_reports_bit_identical_outputs() {
+    let o = lazybatch(&[
+        "verify",
+        "--model",
+        "gnmt",
+        "--width",
+        "0.125",
+        "--requests",
+        "5",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("bit-identical: OK") && out.contains("forced preemptions"),
+        "{out}"
+    );
+    fails_with(
+        &["verify", "--model", "gnmt", "--device", "npu"],
+        "real device",
+    );
+    fails_with(
+        &["profile", "--model", "resnet50", "--device", "cuda"],
+        "cuda",
+    );
+}

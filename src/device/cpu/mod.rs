@@ -678,24 +678,49 @@ impl CpuDevice {
                     nd.out[o..o + d].copy_from_slice(src);
                 }
                 AttnMode::SelfAttn => {
+                    // whole-sequence self-attention: two GEMMs per head over the packed Q|K|V rows
+                    // of this request's slot (scores = Q·Kᵀ, out = softmax(scores)·V)
                     let d = dout;
                     let rows = Self::rows(model, node, m.len);
                     let p = node.inputs[0].node.idx();
                     let dh = d / heads;
                     let scale = 1.0 / (dh as f32).sqrt();
-                    for r in 0..rows {
-                        for hd in 0..heads {
-                            let q = &self.row(p, m.slot, r)[hd * dh..(hd + 1) * dh];
-                            kernels::attend_dot(
-                                q,
-                                rows,
-                                |j| &self.row(p, m.slot, j)[d + hd * dh..d + (hd + 1) * dh],
-                                |j| &self.row(p, m.slot, j)[2 * d + hd * dh..2 * d + (hd + 1) * dh],
-                                scale,
-                                &mut scores,
-                                &mut c[r * d + hd * dh..r * d + (hd + 1) * dh],
-                            );
+                    let src = &self.nodes[p];
+                    let base = m.slot as usize * src.cap * src.feat;
+                    let qkv = &src.out[base..base + rows * 3 * d];
+                    for hd in 0..heads {
+                        let q = &qkv[hd * dh..];
+                        let k = &qkv[d + hd * dh..];
+                        let v = &qkv[2 * d + hd * dh..];
+                        let sc = &mut scores[..rows * rows];
+                        kernels::gemm_strided(
+                            rows,
+                            rows,
+                            dh,
+                            q,
+                            (3 * d, 1),
+                            k,
+                            (1, 3 * d),
+                            sc,
+                            (rows, 1),
+                            false,
+                        );
+                        for row in sc.chunks_exact_mut(rows) {
+                            row.iter_mut().for_each(|x| *x *= scale);
+                            kernels::softmax(row);
                         }
+                        kernels::gemm_strided(
+                            rows,
+                            dh,
+                            rows,
+                            sc,
+                            (rows, 1),
+                            v,
+                            (3 * d, 1),
+                            &mut c[hd * dh..],
+                            (d, 1),
+                            false,
+                        );
                     }
                     for r in 0..rows {
                         let src = &c[r * d..(r + 1) * d];
@@ -947,7 +972,7 @@ impl Device for CpuDevice {
                 Op::Attention { .. } => {
                     need_a = need_a.max(in_feat.max(3 * feat));
                     need_c = need_c.max(rows * feat);
-                    need_scores = need_scores.max(max_in_rows.max(max_dec).max(rows));
+                    need_scores = need_scores.max(max_in_rows.max(max_dec).max(rows * rows));
                 }
                 _ => {
                     need_a = need_a.max(in_feat);
