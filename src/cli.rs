@@ -4,6 +4,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use lazybatch::device::npu::{Npu, NpuConfig};
+use lazybatch::device::Device;
 use lazybatch::engine::Outcome;
 use lazybatch::graph::loader::Scale;
 use lazybatch::graph::{zoo, Lengths, Model, NodeId};
@@ -12,7 +13,7 @@ use lazybatch::profile::Profile;
 use lazybatch::sim::{Bench, SimConfig};
 use lazybatch::time::Nanos;
 use lazybatch::traffic::{self, Arrival};
-use lazybatch::wall::CpuBench;
+use lazybatch::wall::RealBench;
 use rayon::prelude::*;
 use serde_json::json;
 use std::path::PathBuf;
@@ -76,6 +77,18 @@ enum Cmd {
     /// Serve requests alone and under forced preemptions and merges on a real device, and
     /// compare every request's output (exit 1 on any difference).
     Verify(VerifyArgs),
+    /// Compile every CUDA kernel in kernels/ through NVRTC (no GPU needed) and list them.
+    Kernels(KernelsArgs),
+}
+
+#[derive(Args, Debug)]
+struct KernelsArgs {
+    /// Target architecture (sm_70 … sm_120; default: NVRTC's).
+    #[arg(long)]
+    arch: Option<String>,
+    /// Also write each file's PTX to DIR.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -127,6 +140,7 @@ struct DeviceArgs {
 enum DeviceKind {
     Npu,
     Cpu,
+    Cuda,
 }
 
 impl DeviceArgs {
@@ -134,18 +148,21 @@ impl DeviceArgs {
         match self.device.as_str() {
             "npu" => Ok(DeviceKind::Npu),
             "cpu" => Ok(DeviceKind::Cpu),
-            "auto" => {
-                eprintln!("device auto: CUDA support is not built yet; using the npu model (virtual time)");
-                Ok(DeviceKind::Npu)
+            "auto" => Ok(auto_device()),
+            "cuda" => {
+                cuda_available()?;
+                Ok(DeviceKind::Cuda)
             }
-            "cuda" => Err(lazybatch::Error::DeviceUnavailable {
-                device: "cuda".into(),
-                msg: "CUDA support is not implemented in this version; use --device cpu or npu"
-                    .into(),
-            }
-            .into()),
             other => bail!("unknown device '{other}' (available: auto, npu, cpu, cuda)"),
         }
+    }
+    /// A real device of this kind, with weights from `--weights-seed`.
+    fn real(&self, kind: DeviceKind) -> Result<Box<dyn Device>> {
+        Ok(match kind {
+            DeviceKind::Cpu => Box::new(lazybatch::device::cpu::CpuDevice::new(self.weights_seed)),
+            DeviceKind::Cuda => cuda_device(self.weights_seed)?,
+            DeviceKind::Npu => bail!("the NPU model is not a real device"),
+        })
     }
     fn npu_config(&self) -> Result<NpuConfig> {
         Ok(match &self.npu_config {
@@ -159,6 +176,48 @@ impl DeviceArgs {
             None => None,
         })
     }
+}
+
+#[cfg(feature = "cuda")]
+fn auto_device() -> DeviceKind {
+    let p = lazybatch::device::cuda::probe();
+    if p.usable() {
+        eprintln!("device auto: using CUDA ({} device(s) found)", p.devices);
+        DeviceKind::Cuda
+    } else {
+        eprintln!(
+            "device auto: no usable CUDA device ({}); using the npu model (virtual time)",
+            p.missing()
+        );
+        DeviceKind::Npu
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn auto_device() -> DeviceKind {
+    eprintln!("device auto: built without the cuda feature; using the npu model (virtual time)");
+    DeviceKind::Npu
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_available() -> Result<()> {
+    lazybatch::device::cuda::require()?;
+    Ok(())
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_available() -> Result<()> {
+    bail!("this build has no CUDA support (rebuild with the default `cuda` feature)")
+}
+
+#[cfg(feature = "cuda")]
+fn cuda_device(seed: u64) -> Result<Box<dyn Device>> {
+    Ok(Box::new(lazybatch::device::cuda::CudaDevice::new(0, seed)?))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn cuda_device(_seed: u64) -> Result<Box<dyn Device>> {
+    bail!("this build has no CUDA support (rebuild with the default `cuda` feature)")
 }
 
 #[derive(Args, Debug)]
@@ -291,7 +350,7 @@ struct ReproduceArgs {
 struct VerifyArgs {
     #[command(flatten)]
     model: ModelArgs,
-    /// Device: cpu.
+    /// Device: cpu or cuda (cuda also compares with the CPU reference).
     #[arg(long, default_value = "cpu")]
     device: String,
     /// Requests to serve.
@@ -318,6 +377,7 @@ pub fn run() -> Result<()> {
         Cmd::Compare(a) => cmd_compare(a),
         Cmd::Reproduce(a) => cmd_reproduce(a),
         Cmd::Verify(a) => cmd_verify(a),
+        Cmd::Kernels(a) => cmd_kernels(a),
         Cmd::NpuConfig => emit(&NpuConfig::default().to_toml_commented()),
     }
 }
@@ -430,9 +490,9 @@ fn cmd_profile(a: ProfileArgs) -> Result<()> {
             let mut dev = Npu::new(a.dev.npu_config()?)?;
             Profile::measure(&mut dev, &model, max_batch, len)?
         }
-        DeviceKind::Cpu => {
-            let mut dev = lazybatch::device::cpu::CpuDevice::new(a.dev.weights_seed);
-            Profile::measure_sampled(&mut dev, &model, max_batch, len, reps)?
+        kind => {
+            let mut dev = a.dev.real(kind)?;
+            Profile::measure_sampled(dev.as_mut(), &model, max_batch, len, reps)?
         }
     };
     if let Some(p) = &a.save {
@@ -482,7 +542,7 @@ fn cmd_profile(a: ProfileArgs) -> Result<()> {
             String::new()
         }
     );
-    if prof.device == "cpu" {
+    if prof.device != "npu" {
         out!(o, "measured: median of {reps} runs at batch 1, 2, 4, …, {max_batch}; sizes in between interpolated");
     }
     out!(
@@ -589,10 +649,11 @@ fn check_rate(what: &str, r: f64) -> Result<f64> {
     Ok(r)
 }
 
-/// A model on a device, ready to serve: the NPU model in virtual time or the CPU in wall time.
+/// A model on a device, ready to serve: the NPU model in virtual time, or a real device (CPU,
+/// CUDA) in wall time.
 enum Backend {
     Npu(Box<Bench>),
-    Cpu(Box<CpuBench>),
+    Real(Box<RealBench>),
 }
 
 impl Backend {
@@ -612,16 +673,21 @@ impl Backend {
                     sv.coverage,
                 )?))
             }
-            DeviceKind::Cpu => {
+            kind => {
                 let reps = positive("--reps", dev.reps)?;
+                let d = dev.real(kind)?;
                 if saved.is_none() {
-                    eprintln!("profiling the CPU (median of {reps} runs per point); save it with `profile --device cpu --save FILE` and pass --profile FILE to skip this");
+                    eprintln!(
+                        "profiling the {} device (median of {reps} runs per point); save it with `profile --device {} --save FILE` and pass --profile FILE to skip this",
+                        d.name(),
+                        d.name()
+                    );
                 }
-                Backend::Cpu(Box::new(CpuBench::new(
+                Backend::Real(Box::new(RealBench::new(
                     model,
+                    d,
                     sv.max_batch,
                     sv.coverage,
-                    dev.weights_seed,
                     saved,
                     reps,
                 )?))
@@ -631,19 +697,19 @@ impl Backend {
     fn model(&self) -> &Model {
         match self {
             Backend::Npu(b) => &b.model,
-            Backend::Cpu(b) => &b.model,
+            Backend::Real(b) => &b.model,
         }
     }
     fn device(&self) -> &'static str {
         match self {
             Backend::Npu(_) => "npu",
-            Backend::Cpu(_) => "cpu",
+            Backend::Real(b) => b.device.name(),
         }
     }
     fn serial_capacity(&self) -> f64 {
         match self {
             Backend::Npu(b) => b.serial_capacity(),
-            Backend::Cpu(b) => b.serial_capacity(),
+            Backend::Real(b) => b.serial_capacity(),
         }
     }
     fn single_input_ms(&self) -> f64 {
@@ -656,7 +722,7 @@ impl Backend {
         };
         Ok(match self {
             Backend::Npu(b) => b.run_arrivals(cfg, &arrivals)?,
-            Backend::Cpu(b) => b.run(cfg, arrivals)?,
+            Backend::Real(b) => b.run(cfg, arrivals)?,
         })
     }
 }
@@ -842,7 +908,7 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
                 Ok((st, h))
             })
             .collect::<lazybatch::Result<_>>()?,
-        Backend::Cpu(b) => {
+        Backend::Real(b) => {
             let mut v = Vec::with_capacity(jobs.len());
             for (p, r, s) in &jobs {
                 let cfg = cfg_of(p, *r, *s);
@@ -989,21 +1055,33 @@ fn cmd_reproduce(a: ReproduceArgs) -> Result<()> {
 
 fn cmd_verify(a: VerifyArgs) -> Result<()> {
     let mut o = String::new();
-    if a.device != "cpu" {
-        bail!(
-            "verify runs on a real device: --device cpu (got '{}')",
-            a.device
-        );
-    }
     let model = a.model.load()?;
     let n = positive("--requests", a.requests)? as usize;
     let mb = positive("--max-batch", a.max_batch)?;
+    let mut dev: Box<dyn Device> = match a.device.as_str() {
+        "cpu" => Box::new(lazybatch::device::cpu::CpuDevice::new(a.seed)),
+        "cuda" => cuda_device(a.seed)?,
+        other => bail!("verify runs on a real device: --device cpu or cuda (got '{other}')"),
+    };
     let t0 = std::time::Instant::now();
-    let r = lazybatch::verify::verify_cpu(&model, n, mb, a.seed)?;
-    if a.json {
-        out!(o, "{}", serde_json::to_string_pretty(&r)?);
+    let r = lazybatch::verify::verify(&model, dev.as_mut(), n, mb, a.seed)?;
+    // on a GPU, also compare with the CPU reference (same weights and inputs)
+    let vs_cpu = if dev.name() == "cuda" {
+        let mut cpu = lazybatch::device::cpu::CpuDevice::new(a.seed);
+        let (g, c) = lazybatch::verify::serve_both(&model, dev.as_mut(), &mut cpu, n, mb, a.seed)?;
+        Some(lazybatch::verify::max_diff(&g, &c))
     } else {
-        out!(o, "{} on cpu: {} requests alone vs under {} forced preemptions and {} merges (mean batch {:.2})", r.model, r.requests, r.preemptions, r.merges, r.mean_batch);
+        None
+    };
+    if a.json {
+        let mut v = serde_json::to_value(&r)?;
+        if let Some(d) = vs_cpu {
+            v["vs_cpu_max_abs_diff"] = json!(d.map(|x| x.0));
+            v["vs_cpu_max_rel_diff"] = json!(d.map(|x| x.1));
+        }
+        out!(o, "{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        out!(o, "{} on {}: {} requests alone vs under {} forced preemptions and {} merges (mean batch {:.2})", r.model, dev.name(), r.requests, r.preemptions, r.merges, r.mean_batch);
         out!(
             o,
             "  compared {} output values: {} requests differ, largest difference {:e}",
@@ -1021,10 +1099,74 @@ fn cmd_verify(a: VerifyArgs) -> Result<()> {
             },
             t0.elapsed().as_secs_f64()
         );
+        match vs_cpu {
+            Some(Some((abs, rel, vals))) => out!(o, "  against the CPU reference: {vals} values, largest difference {abs:e} (relative {rel:e})"),
+            Some(None) => out!(o, "  against the CPU reference: outputs differ in shape (a decoded token differs)"),
+            None => {}
+        }
     }
     emit(&o)?;
     if r.mismatched_requests > 0 {
         std::process::exit(1);
     }
     Ok(())
+}
+
+fn cmd_kernels(a: KernelsArgs) -> Result<()> {
+    use lazybatch::device::cuda::nvrtc;
+    let mut o = String::new();
+    let arch = match &a.arch {
+        Some(s) => Some(nvrtc::parse_arch(s)?),
+        None => None,
+    };
+    if let Some(dir) = &a.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let t0 = std::time::Instant::now();
+    let compiled = nvrtc::compile_all(arch)?;
+    out!(
+        o,
+        "NVRTC, arch {}: {} files",
+        arch.unwrap_or("(NVRTC default)"),
+        compiled.len()
+    );
+    out!(
+        o,
+        "{:<14} {:<22} {:>10} {:>12}",
+        "file",
+        "kernel",
+        "PTX bytes",
+        "compile ms"
+    );
+    for c in &compiled {
+        for (i, k) in c.kernels.iter().enumerate() {
+            let (size, ms) = if i == 0 {
+                (c.ptx.len().to_string(), format!("{:.1}", c.ms))
+            } else {
+                (String::new(), String::new())
+            };
+            out!(
+                o,
+                "{:<14} {:<22} {:>10} {:>12}",
+                if i == 0 { c.file } else { "" },
+                k,
+                size,
+                ms
+            );
+            if !c.ptx.contains(&format!(".entry {k}(")) {
+                bail!("{}: kernel {k} is missing from the PTX", c.file);
+            }
+        }
+        if let Some(dir) = &a.out {
+            let p = dir.join(c.file.replace(".cu", ".ptx"));
+            std::fs::write(&p, &c.ptx).with_context(|| format!("writing {}", p.display()))?;
+        }
+    }
+    out!(
+        o,
+        "all {} kernels compiled in {:.0} ms",
+        compiled.iter().map(|c| c.kernels.len()).sum::<usize>(),
+        t0.elapsed().as_secs_f64() * 1e3
+    );
+    emit(&o)
 }

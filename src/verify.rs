@@ -37,7 +37,7 @@ pub struct VerifyReport {
 
 fn serve(
     model: &Model,
-    dev: &mut CpuDevice,
+    dev: &mut dyn Device,
     policy: &mut dyn Policy,
     arrivals: &[Arrival],
     max_batch: u32,
@@ -66,17 +66,70 @@ pub fn verify_cpu(
     max_batch: u32,
     seed: u64,
 ) -> Result<VerifyReport> {
+    let mut dev = CpuDevice::new(seed);
+    verify(model, &mut dev, requests, max_batch, seed)
+}
+
+fn arrivals_at_zero(model: &Model, requests: usize, seed: u64) -> Result<Vec<Arrival>> {
     if requests == 0 {
         return Err(Error::invalid("--requests", "must be at least 1"));
     }
-    let mut dev = CpuDevice::new(seed);
-    dev.prepare(model, max_batch)?;
     let mut arrivals = traffic::poisson(model, 1.0, requests, seed)?;
     for a in &mut arrivals {
         a.time = Nanos::ZERO;
     }
-    let (alone, _) = serve(model, &mut dev, &mut Serial, &arrivals, max_batch)?;
-    let (lazy, c) = serve(model, &mut dev, &mut Forced::new(9), &arrivals, max_batch)?;
+    Ok(arrivals)
+}
+
+/// Largest absolute and relative differences between two captures (None when the captures
+/// differ in shape: a request missing, or a different number of values).
+pub fn max_diff(a: &Captured, b: &Captured) -> Option<(f64, f64, usize)> {
+    let (mut abs, mut rel, mut n) = (0.0f64, 0.0f64, 0usize);
+    for (k, x) in a {
+        let y = b.get(k)?;
+        if x.len() != y.len() {
+            return None;
+        }
+        for (p, q) in x.iter().zip(y) {
+            let d = f64::from((p - q).abs());
+            abs = abs.max(d);
+            rel = rel.max(d / (1.0 + f64::from(q.abs())));
+            n += 1;
+        }
+    }
+    (a.len() == b.len()).then_some((abs, rel, n))
+}
+
+/// Serves the same requests alone (serial) on two devices and returns both captures, for
+/// device-against-device checks (CUDA against the CPU reference).
+pub fn serve_both(
+    model: &Model,
+    a: &mut dyn Device,
+    b: &mut dyn Device,
+    requests: usize,
+    max_batch: u32,
+    seed: u64,
+) -> Result<(Captured, Captured)> {
+    let arrivals = arrivals_at_zero(model, requests, seed)?;
+    a.prepare(model, max_batch)?;
+    b.prepare(model, max_batch)?;
+    let (ca, _) = serve(model, a, &mut Serial, &arrivals, max_batch)?;
+    let (cb, _) = serve(model, b, &mut Serial, &arrivals, max_batch)?;
+    Ok((ca, cb))
+}
+
+/// Verifies `model` on `dev`: outputs alone against outputs under forced preemptions and merges.
+pub fn verify(
+    model: &Model,
+    dev: &mut dyn Device,
+    requests: usize,
+    max_batch: u32,
+    seed: u64,
+) -> Result<VerifyReport> {
+    let arrivals = arrivals_at_zero(model, requests, seed)?;
+    dev.prepare(model, max_batch)?;
+    let (alone, _) = serve(model, dev, &mut Serial, &arrivals, max_batch)?;
+    let (lazy, c) = serve(model, dev, &mut Forced::new(9), &arrivals, max_batch)?;
     let mut rep = VerifyReport {
         model: model.name.clone(),
         requests,

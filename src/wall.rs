@@ -151,31 +151,30 @@ pub fn serve(
     )
 }
 
-/// A CPU device prepared for a model, with its measured (or loaded) latency table and the
-/// predictor built on it: the wall-clock counterpart of [`crate::sim::Bench`].
-pub struct CpuBench {
+/// A real device (CPU or CUDA) prepared for a model, with its measured (or loaded) latency
+/// table and the predictor built on it: the wall-clock counterpart of [`crate::sim::Bench`].
+pub struct RealBench {
     /// The model.
     pub model: Model,
     /// The prepared device.
-    pub device: crate::device::cpu::CpuDevice,
+    pub device: Box<dyn Device>,
     /// The latency table the predictor and the Oracle read.
     pub profile: crate::profile::Profile,
     /// The predictor.
     pub predictor: Predictor,
 }
 
-impl CpuBench {
-    /// Prepares `model` on a CPU device (weights from `weights_seed`) and measures its table with
-    /// `reps` runs per point, or uses `profile` when given (checked to match the model).
+impl RealBench {
+    /// Prepares `model` on `device` and measures its table with `reps` runs per point, or uses
+    /// `profile` when given (checked to match the model).
     pub fn new(
         model: Model,
+        mut device: Box<dyn Device>,
         max_batch: u32,
         coverage: f64,
-        weights_seed: u64,
         profile: Option<crate::profile::Profile>,
         reps: u32,
-    ) -> Result<CpuBench> {
-        use crate::device::cpu::CpuDevice;
+    ) -> Result<RealBench> {
         use crate::runtime::lengths::dec_timesteps;
         let dts = match &model.seq {
             Some(s) => dec_timesteps(s, coverage)?,
@@ -185,19 +184,22 @@ impl CpuBench {
         if model.seq.is_some() {
             len.dec = dts;
         }
-        let mut device = CpuDevice::new(weights_seed);
         let profile = match profile {
             Some(p) => {
                 p.check_matches(&model)?;
                 device.prepare(&model, max_batch)?;
                 p
             }
-            None => {
-                crate::profile::Profile::measure_sampled(&mut device, &model, max_batch, len, reps)?
-            }
+            None => crate::profile::Profile::measure_sampled(
+                device.as_mut(),
+                &model,
+                max_batch,
+                len,
+                reps,
+            )?,
         };
         let predictor = Predictor::new(&model, &profile, dts);
-        Ok(CpuBench {
+        Ok(RealBench {
             model,
             device,
             profile,
@@ -223,7 +225,7 @@ impl CpuBench {
         let mut pol = crate::policy::parse(&cfg.policy, cfg.max_batch)?;
         let out = serve(
             &self.model,
-            &mut self.device,
+            self.device.as_mut(),
             pol.as_mut(),
             &self.predictor,
             schedule,

@@ -3,6 +3,9 @@
 //! time, real devices (CPU, CUDA) in measured wall time.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+pub mod layout;
 pub mod npu;
 
 use crate::error::Result;
@@ -44,4 +47,10 @@ pub trait Device {
     fn execute(&mut self, model: &Model, at: NodeStep, members: &[Member]) -> Result<Timing>;
     /// Called when a request completes, before its slot is reused. Model devices ignore it.
     fn complete(&mut self, _member: &Member) {}
+    /// Starts (or stops) capturing each request's final outputs (real devices; for `verify`).
+    fn set_capture(&mut self, _on: bool) {}
+    /// The captured outputs per request input key (empty for model devices).
+    fn take_captured(&mut self) -> std::collections::HashMap<u64, Vec<f32>> {
+        std::collections::HashMap::new()
+    }
 }

@@ -2,6 +2,8 @@
 
 mod cli;
 mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod graph;
 mod kernels;
 mod npu;

@@ -10,7 +10,7 @@
 //! request's result independent of the batch it ran in.
 
 pub mod kernels;
-mod weights;
+pub mod weights;
 
 use super::{Device, Member, Timing};
 use crate::error::{Error, Result};
@@ -107,16 +107,6 @@ impl CpuDevice {
         }
     }
 
-    /// Starts (or stops) capturing final outputs per request, for `verify`.
-    pub fn set_capture(&mut self, on: bool) {
-        self.capture = on.then(HashMap::new);
-    }
-
-    /// Takes the captured outputs.
-    pub fn take_captured(&mut self) -> Captured {
-        self.capture.take().unwrap_or_default()
-    }
-
     /// Bytes of activation, state and scratch buffers (weights excluded).
     pub fn activation_bytes(&self) -> usize {
         4 * (self
@@ -132,7 +122,7 @@ impl CpuDevice {
 
     /// Bytes of weights.
     pub fn weight_bytes(&self) -> usize {
-        4 * self.nodes.iter().map(|n| n.w.len()).sum::<usize>()
+        4 * self.nodes.iter().map(|n| n.w.count()).sum::<usize>()
     }
 
     fn loop_steps(model: &Model, node: &Node, len: Lengths) -> usize {
@@ -882,6 +872,16 @@ impl CpuDevice {
 }
 
 impl Device for CpuDevice {
+    /// Starts (or stops) capturing final outputs per request, for `verify`.
+    fn set_capture(&mut self, on: bool) {
+        self.capture = on.then(HashMap::new);
+    }
+
+    /// Takes the captured outputs.
+    fn take_captured(&mut self) -> Captured {
+        self.capture.take().unwrap_or_default()
+    }
+
     fn name(&self) -> &'static str {
         "cpu"
     }

@@ -27,7 +27,7 @@ pub struct Weights {
 
 impl Weights {
     /// Number of parameters held.
-    pub fn len(&self) -> usize {
+    pub fn count(&self) -> usize {
         self.w.len() + self.bias.len() + self.scale.len() + self.shift.len() + self.extra.len()
     }
 }

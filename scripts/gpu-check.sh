@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# What a user with an NVIDIA card runs: build, the GPU tests with REQUIRE_GPU=1 (CUDA against
+# the CPU reference, model by model; preemption and merging on the GPU), `profile --device cuda`
+# for ResNet-50, GNMT and Transformer, and a GraphB-vs-LazyB `compare --device cuda` at a low and
+# a high load. Writes everything to ${OUT:-out/gpu-check} and a summary to report.md there.
+# Needs the NVIDIA driver; cuBLAS and NVRTC 13 from the CUDA toolkit or from pip
+# (nvidia-cublas, nvidia-cuda-nvrtc) on LD_LIBRARY_PATH.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-out/gpu-check}"
+mkdir -p "$out"
+bin=target/release/lazybatch
+cargo build --release
+{
+  echo "# GPU check ($(date -u +%Y-%m-%dT%H:%MZ))"
+  echo
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /' || true
+  echo
+  echo '## Tests (REQUIRE_GPU=1)'
+  echo '```'
+  REQUIRE_GPU=1 cargo test --release --test it cuda -- --nocapture 2>&1 | grep -E "^test |values, max|test result|panicked|Verify" || true
+  echo '```'
+  echo
+  echo '## Kernels'
+  echo '```'
+  "$bin" kernels
+  echo '```'
+  echo
+  echo '## Verify on the GPU (alone vs forced preemptions/merges, and against the CPU)'
+  echo '```'
+  for m in resnet50 gnmt transformer; do "$bin" verify --device cuda --model "$m" --width 0.25 --res 0.5; done
+  echo '```'
+  for m in resnet50 gnmt transformer; do
+    echo
+    echo "## profile --device cuda --model $m"
+    echo '```'
+    "$bin" profile --device cuda --model "$m" --max-batch 64 --save "$out/$m.profile.json" | sed -n 1,14p
+    echo '```'
+    echo
+    echo "## compare --device cuda --model $m --load 0.3,0.9"
+    echo '```'
+    "$bin" compare --device cuda --model "$m" --load 0.3,0.9 --requests 500 --profile "$out/$m.profile.json" \
+      --policies serial,graph:5,graph:25,graph:50,lazy,oracle --out "$out/$m"
+    echo '```'
+  done
+} 2>&1 | tee "$out/report.md"
+echo "wrote $out/report.md"

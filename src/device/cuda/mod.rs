@@ -1,0 +1,86 @@
+//! The CUDA device (cargo feature `cuda`, on by default): cuBLAS GEMMs and NVRTC-compiled
+//! kernels from `kernels/`, through cudarc with dynamic loading, so the binary links no CUDA
+//! library and runs on machines without one. cudarc panics when a library is missing: [`probe`]
+//! checks the driver, cuBLAS and NVRTC libraries and then the device count before anything else
+//! touches CUDA, and turns absence into an error that says what is missing.
+
+pub mod device;
+pub mod nvrtc;
+
+pub use device::CudaDevice;
+
+use crate::error::{Error, Result};
+
+/// What the probe found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Probe {
+    /// libcuda (the driver) loads.
+    pub driver: bool,
+    /// libcublas loads.
+    pub cublas: bool,
+    /// libnvrtc loads.
+    pub nvrtc: bool,
+    /// Devices the driver reports (0 when the driver is absent or reports an error).
+    pub devices: i32,
+}
+
+impl Probe {
+    /// True when a CUDA device can be used.
+    pub fn usable(&self) -> bool {
+        self.driver && self.cublas && self.nvrtc && self.devices > 0
+    }
+
+    /// Why CUDA cannot be used, in one line.
+    pub fn missing(&self) -> String {
+        let mut m = Vec::new();
+        if !self.driver {
+            m.push("no NVIDIA driver (libcuda.so.1 cannot be loaded)".to_string());
+        }
+        if !self.cublas {
+            m.push("no cuBLAS library (libcublas.so.13)".to_string());
+        }
+        if !self.nvrtc {
+            m.push("no NVRTC library (libnvrtc.so.13)".to_string());
+        }
+        if self.driver && self.devices == 0 {
+            m.push("the driver reports no CUDA device".to_string());
+        }
+        m.join("; ")
+    }
+}
+
+/// Checks for the CUDA libraries, then for a device, without ever letting cudarc panic.
+pub fn probe() -> Probe {
+    // SAFETY: these only try to dlopen the libraries.
+    let (driver, cublas, nvrtc) = unsafe {
+        (
+            cudarc::driver::sys::is_culib_present(),
+            cudarc::cublas::sys::is_culib_present(),
+            cudarc::nvrtc::sys::is_culib_present(),
+        )
+    };
+    let devices = if driver {
+        cudarc::driver::CudaContext::device_count().unwrap_or(0)
+    } else {
+        0
+    };
+    Probe {
+        driver,
+        cublas,
+        nvrtc,
+        devices,
+    }
+}
+
+/// Fails with a clear message unless a CUDA device is usable.
+pub fn require() -> Result<Probe> {
+    let p = probe();
+    if p.usable() {
+        Ok(p)
+    } else {
+        Err(Error::DeviceUnavailable {
+            device: "cuda".into(),
+            msg: p.missing(),
+        })
+    }
+}

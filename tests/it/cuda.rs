@@ -1,0 +1,155 @@
+//! The CUDA device. Without a GPU these tests say so on stderr and pass (they fail when
+//! `REQUIRE_GPU=1`); the kernel compilation test needs only NVRTC and runs in CI, where
+//! `.ci/run` installs it (it fails when `REQUIRE_NVRTC=1` and NVRTC is missing).
+
+use lazybatch::device::cpu::CpuDevice;
+use lazybatch::device::cuda::{self, nvrtc, CudaDevice};
+use lazybatch::graph::loader::Scale;
+use lazybatch::graph::zoo;
+use lazybatch::verify::{max_diff, serve_both, verify};
+
+fn gpu_or_skip(test: &str) -> bool {
+    let p = cuda::probe();
+    if p.usable() {
+        return true;
+    }
+    assert!(
+        std::env::var("REQUIRE_GPU").as_deref() != Ok("1"),
+        "{test}: REQUIRE_GPU=1 but no usable GPU: {}",
+        p.missing()
+    );
+    eprintln!("SKIPPED {test}: no usable GPU ({})", p.missing());
+    false
+}
+
+#[test]
+fn every_shipped_kernel_compiles_with_nvrtc() {
+    if !nvrtc::nvrtc_available() {
+        assert!(
+            std::env::var("REQUIRE_NVRTC").as_deref() != Ok("1"),
+            "REQUIRE_NVRTC=1 but {}",
+            nvrtc::nvrtc_search_list()
+        );
+        eprintln!(
+            "SKIPPED every_shipped_kernel_compiles_with_nvrtc: no libnvrtc ({})",
+            nvrtc::nvrtc_search_list()
+        );
+        return;
+    }
+    for arch in ["sm_80", "sm_90"] {
+        let compiled = nvrtc::compile_all(Some(arch)).unwrap();
+        assert_eq!(compiled.len(), nvrtc::SOURCES.len());
+        for c in &compiled {
+            assert!(
+                c.ptx.contains(&format!(".target {arch}")),
+                "{}: wrong target",
+                c.file
+            );
+            for k in &c.kernels {
+                assert!(
+                    c.ptx.contains(&format!(".entry {k}(")),
+                    "{}: {k} missing from the PTX",
+                    c.file
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn kernel_sources_are_self_contained() {
+    let names: Vec<String> = nvrtc::SOURCES
+        .iter()
+        .flat_map(|(_, s)| nvrtc::kernel_names(s))
+        .collect();
+    for k in [
+        "copy_segments",
+        "im2col_kp",
+        "depthwise",
+        "channel_epilogue",
+        "pool2d",
+        "bias_act",
+        "sum_parts",
+        "batchnorm_rows",
+        "layernorm_rows",
+        "softmax_rows",
+        "argmax_rows",
+        "embedding_rows",
+        "lstm_cell",
+        "attend_rows",
+    ] {
+        assert!(names.iter().any(|n| n == k), "no kernel {k}");
+    }
+    for (f, s) in nvrtc::SOURCES {
+        assert!(
+            !s.contains("#include"),
+            "{f} includes a header: NVRTC ships none"
+        );
+        assert!(
+            !s.contains("INFINITY"),
+            "{f} uses INFINITY, which NVRTC does not define"
+        );
+    }
+}
+
+#[test]
+fn without_a_gpu_cuda_is_a_clear_error() {
+    let p = cuda::probe();
+    if p.usable() {
+        eprintln!("a GPU is present: nothing to check here");
+        return;
+    }
+    let e = CudaDevice::new(0, 1).expect_err("no GPU, no device");
+    let msg = e.to_string();
+    assert!(msg.starts_with("device 'cuda' unavailable:"), "{msg}");
+    assert!(!msg.is_empty() && msg.contains("no "), "{msg}");
+}
+
+fn small(name: &str) -> lazybatch::graph::Model {
+    let s = if name == "las" {
+        Scale {
+            width: 0.125,
+            resolution: 1.0,
+        }
+    } else {
+        Scale {
+            width: 0.125,
+            resolution: 0.25,
+        }
+    };
+    zoo::load_scaled(name, s).unwrap()
+}
+
+#[test]
+fn cuda_matches_the_cpu_model_by_model() {
+    if !gpu_or_skip("cuda_matches_the_cpu_model_by_model") {
+        return;
+    }
+    for name in zoo::builtin_names() {
+        let m = small(name);
+        let mut gpu = CudaDevice::new(0, 3).unwrap();
+        let mut cpu = CpuDevice::new(3);
+        let (g, c) = serve_both(&m, &mut gpu, &mut cpu, 4, 4, 3).unwrap();
+        let (abs, rel, n) = max_diff(&g, &c)
+            .unwrap_or_else(|| panic!("{name}: outputs differ in shape (a decoded token differs)"));
+        eprintln!("{name}: {n} values, max abs diff {abs:e}, max rel diff {rel:e}");
+        // f32 with different reduction orders (cuBLAS vs gemm): relative 1e-3 of magnitude
+        assert!(rel < 1e-3, "{name}: CUDA vs CPU relative difference {rel}");
+    }
+}
+
+#[test]
+fn cuda_preemption_and_merging_keep_results() {
+    if !gpu_or_skip("cuda_preemption_and_merging_keep_results") {
+        return;
+    }
+    for name in ["resnet50", "gnmt", "transformer_base", "bert_base"] {
+        let m = small(name);
+        let mut gpu = CudaDevice::new(0, 5).unwrap();
+        let r = verify(&m, &mut gpu, 6, 4, 5).unwrap();
+        eprintln!("{name}: {r:?}");
+        assert!(r.preemptions > 0);
+        // cuBLAS may pick a different kernel for a different batch: not bit-identical in general
+        assert!(r.max_abs_diff < 1e-3, "{name}: {r:?}");
+    }
+}
