@@ -178,6 +178,7 @@ fn resnet_latency() {
                 slot,
                 len: m.ref_lengths(),
                 input: u64::from(slot),
+                step: 0,
             })
             .collect();
         let mut best = f64::INFINITY;

@@ -1,7 +1,8 @@
 // LSTM cell update for a sub-batch: gates[b, 4H] (i, f, g, o) plus bias; the cell state lives
-// in the member's slot of `cstate` (slot index per row), h is written to h_out[b, H].
+// in the member's slot of `cstate` (slot index per row), h is written to h_out[b, H]. reset[r]
+// is 1 for a member at its first step (members of a cellular batch can be at different steps).
 extern "C" __global__ void lstm_cell(const float* gates, const float* bias, float* cstate, const int* slots,
-                                     float* h_out, int rows, int hdim, int reset) {
+                                     const int* reset, float* h_out, int rows, int hdim) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (long long)rows * hdim) return;
     int r = (int)(i / hdim), j = (int)(i % hdim);
@@ -11,7 +12,7 @@ extern "C" __global__ void lstm_cell(const float* gates, const float* bias, floa
     float gg = tanhf(g[2 * hdim + j] + bias[2 * hdim + j]);
     float og = lb_sigmoid(g[3 * hdim + j] + bias[3 * hdim + j]);
     float* c = cstate + (long long)slots[r] * hdim + j;
-    float cv = (reset ? 0.0f : *c) * fg + ig * gg;
+    float cv = (reset[r] ? 0.0f : *c) * fg + ig * gg;
     *c = cv;
     h_out[i] = og * tanhf(cv);
 }

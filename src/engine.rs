@@ -249,12 +249,13 @@ pub fn run_source(
             .ok_or_else(|| Error::Internal("empty table".into()))?;
         let at = top.next;
         members.clear();
-        for r in &top.members {
+        for (j, r) in top.members.iter().enumerate() {
             let q = &requests[r.idx()];
             members.push(Member {
                 slot: q.slot.unwrap_or(0),
                 len: top.padded.unwrap_or(q.len),
                 input: u64::from(r.0),
+                step: top.steps.get(j).copied().unwrap_or(at.step),
             });
         }
         let timing = device.execute(model, at, &members)?;
@@ -275,8 +276,8 @@ pub fn run_source(
                 .loop_id
                 .is_some_and(|l| model.loops[l.0 as usize].last == at.node);
         if ends_dec_step {
-            for r in &top.members {
-                requests[r.idx()].dec_done = at.step + 1;
+            for m in &members {
+                requests[m.input as usize].dec_done = m.step + 1;
             }
         }
         finished.clear();
@@ -294,6 +295,7 @@ pub fn run_source(
                     slot: s,
                     len: q.len,
                     input: u64::from(r.0),
+                    step: 0,
                 });
                 free_slots.push(s);
             }

@@ -77,6 +77,7 @@ impl Profile {
                         slot,
                         len,
                         input: u64::from(slot),
+                        step: at.step,
                     })
                     .collect();
                 let t = device.execute(model, at, &members)?;
@@ -130,6 +131,7 @@ impl Profile {
                         slot,
                         len,
                         input: u64::from(slot),
+                        step: at.step,
                     })
                     .collect();
                 // one untimed run first: the first touch of freshly allocated buffers faults pages in

@@ -22,6 +22,9 @@ pub struct Member {
     pub len: Lengths,
     /// Key of the request's input (its id): real devices generate the input data from it.
     pub input: u64,
+    /// The step this member executes the node at. Equal to the sub-batch's step, except when
+    /// cells of different timesteps of one loop layer batch together (cellular batching).
+    pub step: u32,
 }
 
 /// Timing detail a model-based device can report for one execution.

@@ -315,11 +315,11 @@ impl Model {
         }
     }
 
-    /// The work a sub-batch whose members have lengths `lens` does at `at`.
-    pub fn work<I: IntoIterator<Item = Lengths>>(&self, at: NodeStep, lens: I) -> Work {
+    /// The work a sub-batch does at node `node`, its members given as (lengths, step).
+    pub fn work<I: IntoIterator<Item = (Lengths, u32)>>(&self, node: NodeId, members: I) -> Work {
         let mut w = Work::default();
-        for len in lens {
-            let m = self.member_work(at, len);
+        for (len, step) in members {
+            let m = self.member_work(NodeStep { node, step }, len);
             w.batch += 1;
             w.rows += m.rows;
             w.pairs += m.pairs;

@@ -3,6 +3,10 @@
 //! (members of a seq2seq sub-batch with different encoder lengths leave the encoder at different
 //! steps); and the two top entries merge while their next unit is identical and the merged
 //! sub-batch stays within the maximum batch.
+//!
+//! Cell merging (cellular batching, `lazy+cell`): at nodes marked as cells — loop nodes whose
+//! weights every timestep shares — "identical" ignores the timestep, so requests at different
+//! steps of the same layer run together; each member then keeps its own step.
 
 use super::request::RequestId;
 use crate::graph::{Lengths, Model, NodeStep};
@@ -12,7 +16,9 @@ use crate::graph::{Lengths, Model, NodeStep};
 pub struct SubBatch {
     /// Members, in admission order.
     pub members: Vec<RequestId>,
-    /// The next (node, step) the whole sub-batch executes.
+    /// Each member's step at `next.node` (all equal to `next.step` unless cells merged).
+    pub steps: Vec<u32>,
+    /// The next (node, step) the sub-batch executes (the step of its first member).
     pub next: NodeStep,
     /// Graph batching: every member runs to these lengths (the longest member's) and all
     /// complete together at the end; None for node-level batching.
@@ -35,7 +41,10 @@ pub struct BatchTable {
     stack: Vec<SubBatch>,
     max_batch: usize,
     pool: Vec<Vec<RequestId>>,
+    step_pool: Vec<Vec<u32>>,
     groups: Vec<SubBatch>,
+    /// Per node: merge across timesteps (empty: never).
+    cells: Vec<bool>,
 }
 
 impl PartialEq for BatchTable {
@@ -52,8 +61,25 @@ impl BatchTable {
             stack: Vec::with_capacity(mb + 1),
             max_batch: mb,
             pool: (0..mb + 2).map(|_| Vec::with_capacity(mb)).collect(),
+            step_pool: (0..mb + 2).map(|_| Vec::with_capacity(mb)).collect(),
             groups: Vec::with_capacity(mb),
+            cells: Vec::new(),
         }
+    }
+
+    /// Marks the nodes at which sub-batches merge across timesteps (one flag per node).
+    pub fn set_cells(&mut self, cells: Vec<bool>) {
+        self.cells = cells;
+    }
+
+    /// True when node-level identity ignores the step at `n`.
+    pub fn is_cell(&self, n: NodeStep) -> bool {
+        self.cells.get(n.node.idx()).copied().unwrap_or(false)
+    }
+
+    /// The merge key of a unit: the node, and the step unless the node is a cell.
+    fn key(&self, n: NodeStep) -> (u32, Option<u32>) {
+        (n.node.0, (!self.is_cell(n)).then_some(n.step))
     }
 
     /// The entries, bottom first.
@@ -81,37 +107,40 @@ impl BatchTable {
         self.max_batch
     }
 
-    fn take_vec(&mut self) -> Vec<RequestId> {
-        self.pool
-            .pop()
-            .unwrap_or_else(|| Vec::with_capacity(self.max_batch))
+    fn take_vecs(&mut self) -> (Vec<RequestId>, Vec<u32>) {
+        let mb = self.max_batch;
+        (
+            self.pool.pop().unwrap_or_else(|| Vec::with_capacity(mb)),
+            self.step_pool
+                .pop()
+                .unwrap_or_else(|| Vec::with_capacity(mb)),
+        )
     }
 
-    fn recycle(&mut self, mut v: Vec<RequestId>) {
-        v.clear();
-        self.pool.push(v);
+    fn recycle(&mut self, mut m: Vec<RequestId>, mut s: Vec<u32>) {
+        m.clear();
+        s.clear();
+        self.pool.push(m);
+        self.step_pool.push(s);
     }
 
     /// Pushes a new active sub-batch of `ids` at `next` (preempting the current top, if any),
-    /// with a member list from the pool.
+    /// with member lists from the pool.
     pub fn push_from(
         &mut self,
         ids: impl IntoIterator<Item = RequestId>,
         next: NodeStep,
         padded: Option<Lengths>,
     ) {
-        let mut members = self.take_vec();
+        let (mut members, mut steps) = self.take_vecs();
         members.extend(ids);
-        self.push(SubBatch {
+        steps.extend(std::iter::repeat_n(next.step, members.len()));
+        self.stack.push(SubBatch {
             members,
+            steps,
             next,
             padded,
         });
-    }
-
-    /// Pushes a new active sub-batch (preempting the current top, if any).
-    pub fn push(&mut self, sb: SubBatch) {
-        self.stack.push(sb);
         self.merge_top();
         self.debug_check();
     }
@@ -129,39 +158,62 @@ impl BatchTable {
         let Some(mut top) = self.stack.pop() else {
             return out;
         };
+        let node = top.next.node;
         if let Some(pad) = top.padded {
             match model.next_step(top.next, pad) {
-                Some(next) => self.stack.push(SubBatch { next, ..top }),
+                Some(next) => {
+                    top.steps.iter_mut().for_each(|s| *s = next.step);
+                    self.stack.push(SubBatch { next, ..top });
+                }
                 None => {
                     finished.extend_from_slice(&top.members);
-                    self.recycle(top.members);
+                    self.recycle(top.members, top.steps);
                 }
             }
-        } else if let Some(next) = self.common_next(model, &top, &lengths) {
+        } else if let Some(next) = Self::common_next(model, &top, &lengths) {
             // the usual case: the whole sub-batch moves on together
+            top.steps.iter_mut().for_each(|s| *s = next.step);
             self.stack.push(SubBatch { next, ..top });
         } else {
-            // group members by their next unit, keeping admission order within a group
+            // group members by their next unit (its node only, at cells), keeping admission
+            // order within a group
             let mut groups = std::mem::take(&mut self.groups);
-            for &r in &top.members {
-                match model.next_step(top.next, lengths(r)) {
+            for (j, &r) in top.members.iter().enumerate() {
+                let at = NodeStep {
+                    node,
+                    step: top.steps[j],
+                };
+                match model.next_step(at, lengths(r)) {
                     None => finished.push(r),
-                    Some(next) => match groups.iter_mut().find(|g| g.next == next) {
-                        Some(g) => g.members.push(r),
-                        None => {
-                            let mut members = self.take_vec();
-                            members.push(r);
-                            groups.push(SubBatch {
-                                members,
-                                next,
-                                padded: None,
-                            });
+                    Some(next) => {
+                        let key = self.key(next);
+                        match groups.iter_mut().find(|g| {
+                            (
+                                g.next.node.0,
+                                (!self.cells.get(g.next.node.idx()).copied().unwrap_or(false))
+                                    .then_some(g.next.step),
+                            ) == key
+                        }) {
+                            Some(g) => {
+                                g.members.push(r);
+                                g.steps.push(next.step);
+                            }
+                            None => {
+                                let (mut members, mut steps) = self.take_vecs();
+                                members.push(r);
+                                steps.push(next.step);
+                                groups.push(SubBatch {
+                                    members,
+                                    steps,
+                                    next,
+                                    padded: None,
+                                });
+                            }
                         }
-                    },
+                    }
                 }
             }
-            top.members.clear();
-            self.recycle(top.members);
+            self.recycle(top.members, top.steps);
             out.splits = groups.len().saturating_sub(1) as u32;
             // the group furthest behind in the node order runs first (it is on top) so that the
             // others, preempted, can be caught up with and merged again
@@ -176,15 +228,23 @@ impl BatchTable {
 
     /// The next unit of every member when they all have one and it is the same.
     fn common_next(
-        &self,
         model: &Model,
         sb: &SubBatch,
         lengths: &impl Fn(RequestId) -> Lengths,
     ) -> Option<NodeStep> {
-        let mut it = sb.members.iter();
-        let first = model.next_step(sb.next, lengths(*it.next()?))?;
-        it.all(|&r| model.next_step(sb.next, lengths(r)) == Some(first))
+        let node = sb.next.node;
+        let mut it = sb.members.iter().zip(&sb.steps);
+        let (&r0, &s0) = it.next()?;
+        let first = model.next_step(NodeStep { node, step: s0 }, lengths(r0))?;
+        it.all(|(&r, &s)| model.next_step(NodeStep { node, step: s }, lengths(r)) == Some(first))
             .then_some(first)
+    }
+
+    fn mergeable(&self, a: &SubBatch, b: &SubBatch) -> bool {
+        self.key(a.next) == self.key(b.next)
+            && a.padded.is_none()
+            && b.padded.is_none()
+            && a.members.len() + b.members.len() <= self.max_batch
     }
 
     /// Merges the two top entries while their next unit is identical and the result fits.
@@ -192,12 +252,7 @@ impl BatchTable {
         let mut merges = 0;
         while self.stack.len() >= 2 {
             let n = self.stack.len();
-            let (a, b) = (&self.stack[n - 2], &self.stack[n - 1]);
-            if a.next != b.next
-                || a.padded.is_some()
-                || b.padded.is_some()
-                || a.members.len() + b.members.len() > self.max_batch
-            {
+            if !self.mergeable(&self.stack[n - 2], &self.stack[n - 1]) {
                 break;
             }
             let Some(mut top) = self.stack.pop() else {
@@ -205,16 +260,17 @@ impl BatchTable {
             };
             if let Some(below) = self.stack.last_mut() {
                 below.members.append(&mut top.members);
+                below.steps.append(&mut top.steps);
             }
-            self.recycle(top.members);
+            self.recycle(top.members, top.steps);
             merges += 1;
         }
         merges
     }
 
-    /// Checks the invariants: no empty entry, no entry over the maximum batch, no request twice,
-    /// and no two adjacent entries that should have merged. Returns a description of the first
-    /// violation.
+    /// Checks the invariants: no empty entry, no entry over the maximum batch, one step per
+    /// member, no request twice, and no two adjacent entries that should have merged. Returns a
+    /// description of the first violation.
     pub fn check(&self) -> Result<(), String> {
         let mut seen = std::collections::HashSet::new();
         for (i, sb) in self.stack.iter().enumerate() {
@@ -228,6 +284,18 @@ impl BatchTable {
                     self.max_batch
                 ));
             }
+            if sb.steps.len() != sb.members.len() {
+                return Err(format!(
+                    "entry {i} has {} steps for {} members",
+                    sb.steps.len(),
+                    sb.members.len()
+                ));
+            }
+            if !self.is_cell(sb.next) && sb.steps.iter().any(|&s| s != sb.next.step) {
+                return Err(format!(
+                    "entry {i} mixes steps at a node that is not a cell"
+                ));
+            }
             for r in &sb.members {
                 if !seen.insert(*r) {
                     return Err(format!("request {} is in two entries", r.0));
@@ -235,11 +303,7 @@ impl BatchTable {
             }
         }
         if let [.., a, b] = self.stack.as_slice() {
-            if a.next == b.next
-                && a.padded.is_none()
-                && b.padded.is_none()
-                && a.members.len() + b.members.len() <= self.max_batch
-            {
+            if self.mergeable(a, b) {
                 return Err("the two top entries stand at the same unit but did not merge".into());
             }
         }

@@ -174,6 +174,7 @@ fn decoder_steps_are_weight_bound_at_small_batch() {
                 slot,
                 len,
                 input: u64::from(slot),
+                step: at.step,
             })
             .collect();
         npu.execute(&m, at, &mem).unwrap().time.0 as f64

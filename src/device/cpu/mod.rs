@@ -307,7 +307,6 @@ impl CpuDevice {
     fn run_node(&mut self, model: &Model, at: NodeStep, members: &[Member]) {
         let i = at.node.idx();
         let node = &model.nodes[i];
-        let step = at.step;
         match &node.op {
             Op::Input { shape, tokens, .. } => {
                 let feat = numel(shape);
@@ -333,6 +332,7 @@ impl CpuDevice {
                 let (ho, wo) = (node.out.feat[1], node.out.feat[2]);
                 let mut a = std::mem::take(&mut self.scratch_a);
                 for m in members {
+                    let step = m.step;
                     self.gather_row(model, node, m, step, 0, &mut a[..c * h * w]);
                     let out = self.out_row_mut(i, m.slot, 0);
                     match kind {
@@ -353,17 +353,17 @@ impl CpuDevice {
                 }
                 self.scratch_a = a;
             }
-            Op::Linear { act, .. } => self.linear(model, i, members, step, act_k(*act)),
-            Op::Lstm { hidden, .. } => self.lstm(model, i, members, step, *hidden),
-            Op::Attention { mode, heads } => self.attention(model, i, members, step, *mode, *heads),
-            _ => self.rowwise(model, i, members, step),
+            Op::Linear { act, .. } => self.linear(model, i, members, act_k(*act)),
+            Op::Lstm { hidden, .. } => self.lstm(model, i, members, *hidden),
+            Op::Attention { mode, heads } => self.attention(model, i, members, *mode, *heads),
+            _ => self.rowwise(model, i, members),
         }
         if self.capture.is_some() {
-            self.capture_outputs(model, i, members, step);
+            self.capture_outputs(model, i, members);
         }
     }
 
-    fn capture_outputs(&mut self, model: &Model, i: usize, members: &[Member], step: u32) {
+    fn capture_outputs(&mut self, model: &Model, i: usize, members: &[Member]) {
         let last = model.nodes.len() - 1;
         let before_argmax = matches!(model.nodes[last].op, Op::Argmax)
             .then(|| model.nodes[last].inputs[0].node.idx());
@@ -372,6 +372,7 @@ impl CpuDevice {
         }
         let mut rows_out: Vec<(u64, Vec<f32>)> = Vec::new();
         for m in members {
+            let step = m.step;
             let node = &model.nodes[i];
             let rows = Self::rows(model, node, m.len);
             let mut v = Vec::new();
@@ -486,7 +487,7 @@ impl CpuDevice {
         self.scratch_a = a;
     }
 
-    fn linear(&mut self, model: &Model, i: usize, members: &[Member], step: u32, ak: ActK) {
+    fn linear(&mut self, model: &Model, i: usize, members: &[Member], ak: ActK) {
         let node = &model.nodes[i];
         let k = self.nodes[i].in_feat;
         let n = self.nodes[i].feat;
@@ -494,6 +495,7 @@ impl CpuDevice {
         let mut c = std::mem::take(&mut self.scratch_c);
         let mut r_total = 0;
         for m in members {
+            let step = m.step;
             for r in 0..Self::rows(model, node, m.len) {
                 self.gather_row(
                     model,
@@ -524,6 +526,7 @@ impl CpuDevice {
         }
         let mut r_at = 0;
         for m in members {
+            let step = m.step;
             for r in 0..Self::rows(model, node, m.len) {
                 let pos = if node.loop_id.is_some() {
                     self.pos(model, i, step, m.len)
@@ -541,13 +544,14 @@ impl CpuDevice {
         self.scratch_c = c;
     }
 
-    fn lstm(&mut self, model: &Model, i: usize, members: &[Member], step: u32, h: usize) {
+    fn lstm(&mut self, model: &Model, i: usize, members: &[Member], h: usize) {
         let node = &model.nodes[i];
         let kx = self.nodes[i].in_feat;
         let k = kx + h;
         let mut a = std::mem::take(&mut self.scratch_a);
         let mut c = std::mem::take(&mut self.scratch_c);
         for (j, m) in members.iter().enumerate() {
+            let step = m.step;
             let row = &mut a[j * k..(j + 1) * k];
             self.gather_row(model, node, m, step, 0, &mut row[..kx]);
             if step == 0 {
@@ -560,6 +564,7 @@ impl CpuDevice {
         let b = members.len();
         kernels::gemm_rows(b, 4 * h, k, &mut a, &self.nodes[i].w.w, (4 * h, 1), &mut c);
         for (j, m) in members.iter().enumerate() {
+            let step = m.step;
             let gates = &mut c[j * 4 * h..(j + 1) * 4 * h];
             for (g, bb) in gates.iter_mut().zip(&self.nodes[i].w.bias) {
                 *g += bb;
@@ -582,7 +587,6 @@ impl CpuDevice {
         model: &Model,
         i: usize,
         members: &[Member],
-        step: u32,
         mode: AttnMode,
         heads: usize,
     ) {
@@ -592,6 +596,7 @@ impl CpuDevice {
         let mut scores = std::mem::take(&mut self.scores);
         let dout = self.nodes[i].feat;
         for m in members {
+            let step = m.step;
             match mode {
                 AttnMode::Additive | AttnMode::Dot => {
                     let d = numel(&node.in_shapes[0].feat);
@@ -759,13 +764,14 @@ impl CpuDevice {
     }
 
     /// Ops that work row by row on their (concatenated) inputs.
-    fn rowwise(&mut self, model: &Model, i: usize, members: &[Member], step: u32) {
+    fn rowwise(&mut self, model: &Model, i: usize, members: &[Member]) {
         let node = &model.nodes[i];
         let kin = self.nodes[i].in_feat;
         let fo = self.nodes[i].feat;
         let mut a = std::mem::take(&mut self.scratch_a);
         let mut c = std::mem::take(&mut self.scratch_c);
         for m in members {
+            let step = m.step;
             for r in 0..Self::rows(model, node, m.len) {
                 self.gather_row(model, node, m, step, r, &mut a[..kin]);
                 let x = &a[..kin];

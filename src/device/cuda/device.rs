@@ -260,12 +260,13 @@ impl CudaDevice {
 
     /// Gathers node `i`'s concatenated input rows for `members` into scratch A; returns the row
     /// count.
-    fn gather(&mut self, model: &Model, i: usize, members: &[Member], step: u32) -> Result<usize> {
+    fn gather(&mut self, model: &Model, i: usize, members: &[Member]) -> Result<usize> {
         let node = &model.nodes[i];
         let width = self.nodes[i].in_feat;
         let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
         let mut rows = 0;
         for m in members {
+            let step = m.step;
             for r in 0..Layout::rows(node, m.len) {
                 let mut off = rows * width;
                 for (k, inp) in node.inputs.iter().enumerate() {
@@ -290,14 +291,7 @@ impl CudaDevice {
     }
 
     /// Scatters `width`-wide rows of scratch `from` to the members' output rows of node `i`.
-    fn scatter(
-        &mut self,
-        model: &Model,
-        i: usize,
-        members: &[Member],
-        step: u32,
-        from: Buf,
-    ) -> Result<()> {
+    fn scatter(&mut self, model: &Model, i: usize, members: &[Member], from: Buf) -> Result<()> {
         let node = &model.nodes[i];
         let CudaDevice {
             stream,
@@ -313,6 +307,7 @@ impl CudaDevice {
         seg_host.clear();
         let mut r_at = 0;
         for m in members {
+            let step = m.step;
             for r in 0..Layout::rows(node, m.len) {
                 let pos = layout.out_pos(model, i, step, r, m.len);
                 seg_host.extend_from_slice(&[
@@ -392,7 +387,6 @@ impl CudaDevice {
     fn run_node(&mut self, model: &Model, at: NodeStep, members: &[Member]) -> Result<()> {
         let i = at.node.idx();
         let node = &model.nodes[i];
-        let step = at.step;
         let feat = self.layout.as_ref().ok_or_else(|| missing("layout"))?.nodes[i].feat;
         match &node.op {
             Op::Input { shape, tokens, .. } => {
@@ -451,7 +445,7 @@ impl CudaDevice {
                     .iter()
                     .chain(&members[1..])
                 {
-                    self.gather(model, i, std::slice::from_ref(m), step)?;
+                    self.gather(model, i, std::slice::from_ref(m))?;
                     let CudaDevice {
                         stream,
                         funcs,
@@ -525,7 +519,7 @@ impl CudaDevice {
                     b.arg(&co_i).arg(&p_i).arg(&ak);
                     // SAFETY: C holds co·p outputs.
                     unsafe { b.launch(elems(co * p)) }.map_err(cuda_err)?;
-                    self.scatter(model, i, std::slice::from_ref(m), step, Buf::C)?;
+                    self.scatter(model, i, std::slice::from_ref(m), Buf::C)?;
                 }
             }
             Op::Pool {
@@ -546,7 +540,7 @@ impl CudaDevice {
                     PoolKind::Avg => (*kernel, *stride, *padding, 1),
                 };
                 for m in members {
-                    self.gather(model, i, std::slice::from_ref(m), step)?;
+                    self.gather(model, i, std::slice::from_ref(m))?;
                     let CudaDevice {
                         stream,
                         funcs,
@@ -566,11 +560,11 @@ impl CudaDevice {
                     }
                     // SAFETY: one image in, c·ho·wo out, both within the scratch.
                     unsafe { b.launch(elems(c * ho * wo)) }.map_err(cuda_err)?;
-                    self.scatter(model, i, std::slice::from_ref(m), step, Buf::C)?;
+                    self.scatter(model, i, std::slice::from_ref(m), Buf::C)?;
                 }
             }
             Op::Linear { act, .. } => {
-                let rows = self.gather(model, i, members, step)?;
+                let rows = self.gather(model, i, members)?;
                 let k = self.nodes[i].in_feat;
                 let CudaDevice {
                     stream,
@@ -613,7 +607,7 @@ impl CudaDevice {
                 b.arg(&r_i).arg(&n_i).arg(&a_i);
                 // SAFETY: rows·feat outputs in C.
                 unsafe { b.launch(elems(rows * feat)) }.map_err(cuda_err)?;
-                self.scatter(model, i, members, step, Buf::C)?;
+                self.scatter(model, i, members, Buf::C)?;
             }
             Op::Lstm { hidden, .. } => {
                 let h = *hidden;
@@ -622,6 +616,7 @@ impl CudaDevice {
                 // [x ; h_prev] rows: inputs, then this node's previous step (or zeros)
                 let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
                 for (r, m) in members.iter().enumerate() {
+                    let step = m.step;
                     let mut off = r * k;
                     for (q, inp) in node.inputs.iter().enumerate() {
                         layout.input_segs(
@@ -654,6 +649,8 @@ impl CudaDevice {
                 self.copy_segs(Buf::A)?;
                 self.host_i32.clear();
                 self.host_i32.extend(members.iter().map(|m| m.slot as i32));
+                self.host_i32
+                    .extend(members.iter().map(|m| i32::from(m.step == 0)));
                 let rows = members.len();
                 let CudaDevice {
                     stream,
@@ -666,7 +663,7 @@ impl CudaDevice {
                 } = self;
                 let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
                 stream
-                    .memcpy_htod(&host_i32[..], &mut sc.i32a.slice_mut(..rows))
+                    .memcpy_htod(&host_i32[..], &mut sc.i32a.slice_mut(..2 * rows))
                     .map_err(cuda_err)?;
                 {
                     let av = sc.a.slice(..rows * k);
@@ -695,23 +692,22 @@ impl CudaDevice {
                 let NodeGpu { w, state, .. } = &mut nodes[i];
                 let bias = w.bias.as_ref().ok_or_else(|| missing("lstm bias"))?;
                 let cstate = state.as_mut().ok_or_else(|| missing("lstm state"))?;
-                let (r_i, h_i, reset) = (rows as i32, h as i32, i32::from(step == 0));
+                let (r_i, h_i) = (rows as i32, h as i32);
+                let (slots_v, reset_v) = (sc.i32a.slice(..rows), sc.i32a.slice(rows..2 * rows));
                 let mut b = stream.launch_builder(f);
                 b.arg(&sc.c)
                     .arg(bias)
                     .arg(cstate)
-                    .arg(&sc.i32a)
+                    .arg(&slots_v)
+                    .arg(&reset_v)
                     .arg(&mut sc.a)
                     .arg(&r_i)
-                    .arg(&h_i)
-                    .arg(&reset);
+                    .arg(&h_i);
                 // SAFETY: rows·4h gates in C, rows·h outputs into A, states indexed by slot.
                 unsafe { b.launch(elems(rows * h)) }.map_err(cuda_err)?;
-                self.scatter(model, i, members, step, Buf::A)?;
+                self.scatter(model, i, members, Buf::A)?;
             }
-            Op::Attention { mode, heads } => {
-                self.attention(model, i, members, step, *mode, *heads)?
-            }
+            Op::Attention { mode, heads } => self.attention(model, i, members, *mode, *heads)?,
             Op::Embedding {
                 vocab,
                 dim,
@@ -720,9 +716,10 @@ impl CudaDevice {
                 positions,
                 ..
             } => {
-                let rows = self.gather(model, i, members, step)?;
+                let rows = self.gather(model, i, members)?;
                 self.host_i32.clear();
                 for m in members {
+                    let step = m.step;
                     for r in 0..Layout::rows(node, m.len) {
                         self.host_i32.push(if node.loop_id.is_some() {
                             step as i32
@@ -781,16 +778,16 @@ impl CudaDevice {
                 }
                 // SAFETY: rows ids in A, rows·dim outputs in C.
                 unsafe { b.launch(elems(rows * dim)) }.map_err(cuda_err)?;
-                self.scatter(model, i, members, step, Buf::C)?;
+                self.scatter(model, i, members, Buf::C)?;
             }
-            _ => self.rowwise(model, i, members, step)?,
+            _ => self.rowwise(model, i, members)?,
         }
         Ok(())
     }
 
-    fn rowwise(&mut self, model: &Model, i: usize, members: &[Member], step: u32) -> Result<()> {
+    fn rowwise(&mut self, model: &Model, i: usize, members: &[Member]) -> Result<()> {
         let node = &model.nodes[i];
-        let rows = self.gather(model, i, members, step)?;
+        let rows = self.gather(model, i, members)?;
         let kin = self.nodes[i].in_feat;
         let feat = self.layout.as_ref().ok_or_else(|| missing("layout"))?.nodes[i].feat;
         let CudaDevice {
@@ -878,7 +875,7 @@ impl CudaDevice {
                 )))
             }
         };
-        self.scatter(model, i, members, step, from)
+        self.scatter(model, i, members, from)
     }
 
     fn attention(
@@ -886,7 +883,6 @@ impl CudaDevice {
         model: &Model,
         i: usize,
         members: &[Member],
-        step: u32,
         mode: AttnMode,
         heads: usize,
     ) -> Result<()> {
@@ -919,6 +915,7 @@ impl CudaDevice {
             }
             AttnMode::SelfAttn if node.class == Class::Decoder => {
                 for m in members {
+                    let step = m.step;
                     let base = m.slot as usize * max_dec * 2 * d;
                     self.host_i64.push(base as i64);
                     self.host_i64b.push((base + d) as i64);
@@ -971,7 +968,7 @@ impl CudaDevice {
                 additive = false;
             }
         }
-        let qrows = self.gather_first_input(model, i, members, step)?;
+        let qrows = self.gather_first_input(model, i, members)?;
         let CudaDevice {
             stream,
             funcs,
@@ -1003,7 +1000,7 @@ impl CudaDevice {
                 .flat_map(|(r, m)| {
                     [
                         (r * 3 * d + d) as i64,
-                        (m.slot as usize * max_dec * 2 * d + step as usize * 2 * d) as i64,
+                        (m.slot as usize * max_dec * 2 * d + m.step as usize * 2 * d) as i64,
                         (2 * d) as i64,
                     ]
                 })
@@ -1066,22 +1063,17 @@ impl CudaDevice {
         let rows_heads = qrows * heads;
         // SAFETY: one block per (query row, head); scores in dynamic shared memory.
         unsafe { b.launch(blocks(rows_heads, 128, 4 * max_keys)) }.map_err(cuda_err)?;
-        self.scatter(model, i, members, step, Buf::C)
+        self.scatter(model, i, members, Buf::C)
     }
 
     /// Gathers only the first input's rows (the query) into scratch A; returns the row count.
-    fn gather_first_input(
-        &mut self,
-        model: &Model,
-        i: usize,
-        members: &[Member],
-        step: u32,
-    ) -> Result<usize> {
+    fn gather_first_input(&mut self, model: &Model, i: usize, members: &[Member]) -> Result<usize> {
         let node = &model.nodes[i];
         let width: usize = node.in_shapes[0].feat.iter().product();
         let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
         let mut rows = 0;
         for m in members {
+            let step = m.step;
             for r in 0..Layout::rows(node, m.len) {
                 layout.input_segs(
                     model,
@@ -1101,13 +1093,7 @@ impl CudaDevice {
         Ok(rows)
     }
 
-    fn capture_outputs(
-        &mut self,
-        model: &Model,
-        i: usize,
-        members: &[Member],
-        step: u32,
-    ) -> Result<()> {
+    fn capture_outputs(&mut self, model: &Model, i: usize, members: &[Member]) -> Result<()> {
         let last = model.nodes.len() - 1;
         let before_argmax = matches!(model.nodes[last].op, Op::Argmax)
             .then(|| model.nodes[last].inputs[0].node.idx());
@@ -1123,6 +1109,7 @@ impl CudaDevice {
         let node = &model.nodes[i];
         let cap = self.capture.as_mut().ok_or_else(|| missing("capture"))?;
         for m in members {
+            let step = m.step;
             let e = cap.entry(m.input).or_default();
             for r in 0..Layout::rows(node, m.len) {
                 let o = layout.offset(i, m.slot, layout.out_pos(model, i, step, r, m.len));
@@ -1292,7 +1279,7 @@ impl Device for CudaDevice {
         end.synchronize().map_err(cuda_err)?;
         let ms = start.elapsed_ms(&end).map_err(cuda_err)?;
         if self.capture.is_some() {
-            self.capture_outputs(model, at.node.idx(), members, at.step)?;
+            self.capture_outputs(model, at.node.idx(), members)?;
         }
         Ok(Timing {
             time: Nanos((f64::from(ms) * 1e6).round() as u64),

@@ -218,7 +218,7 @@ impl Device for Npu {
                 };
                 (1..=max_batch)
                     .map(|b| {
-                        let w = model.work(at, std::iter::repeat_n(len, b as usize));
+                        let w = model.work(at.node, std::iter::repeat_n((len, 0), b as usize));
                         self.timing(model, n.id, &w)
                     })
                     .collect()
@@ -239,7 +239,7 @@ impl Device for Npu {
         {
             return Ok(*t);
         }
-        let w = model.work(at, members.iter().map(|m| m.len));
+        let w = model.work(at.node, members.iter().map(|m| (m.len, m.step)));
         Ok(self.timing(model, at.node, &w))
     }
 }
