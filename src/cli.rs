@@ -419,7 +419,7 @@ fn lengths_for(model: &Model, enc: Option<i64>, dec: Option<i64>) -> Result<Leng
 fn cmd_models(json_out: bool) -> Result<()> {
     let mut o = String::new();
     let mut rows = Vec::new();
-    for name in zoo::builtin_names() {
+    for name in zoo::all_names() {
         let m = zoo::load(name).with_context(|| format!("loading built-in model {name}"))?;
         let len = m.ref_lengths();
         rows.push(json!({

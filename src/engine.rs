@@ -25,6 +25,8 @@ pub struct Counters {
     pub merges: u64,
     /// Sub-batch splits (members diverging at an encoder end).
     pub splits: u64,
+    /// Executions whose members stood at different timesteps of the node (cell batching).
+    pub cross_step: u64,
     /// Busy device time.
     pub busy: Nanos,
 }
@@ -144,6 +146,7 @@ pub fn run_source(
     let mut requests: Vec<Request> = Vec::with_capacity(arrivals.expected());
     let mut pending: VecDeque<RequestId> = VecDeque::with_capacity(arrivals.expected().max(64));
     let mut table = BatchTable::new(max_batch);
+    table.set_cells(policy.cell_nodes(model));
     let mut free_slots: Vec<u32> = (0..max_batch).rev().collect();
     let mut c = Counters::default();
     let mut snaps = record_snapshots.then(Vec::new);
@@ -257,6 +260,9 @@ pub fn run_source(
                 input: u64::from(r.0),
                 step: top.steps.get(j).copied().unwrap_or(at.step),
             });
+        }
+        if members.iter().any(|m| m.step != at.step) {
+            c.cross_step += 1;
         }
         let timing = device.execute(model, at, &members)?;
         for r in &top.members {

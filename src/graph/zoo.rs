@@ -35,10 +35,25 @@ const BUILTIN: &[(&str, &[&str], &str)] = &[
         include_str!("../../models/bert_base.toml"),
     ),
     ("las", &[], include_str!("../../models/las.toml")),
+    (
+        "lstm_stack",
+        &["lstm"],
+        include_str!("../../models/lstm_stack.toml"),
+    ),
 ];
 
-/// Names of the built-in models, in the paper's order.
+/// Names of the paper's seven models, in the paper's order.
 pub fn builtin_names() -> Vec<&'static str> {
+    BUILTIN
+        .iter()
+        .map(|(n, _, _)| *n)
+        .filter(|n| *n != "lstm_stack")
+        .collect()
+}
+
+/// Every built-in model: the paper's seven and `lstm_stack`, the pure-RNN workload of the
+/// cellular-batching comparison.
+pub fn all_names() -> Vec<&'static str> {
     BUILTIN.iter().map(|(n, _, _)| *n).collect()
 }
 
@@ -59,8 +74,5 @@ pub fn load_scaled(name_or_path: &str, scale: Scale) -> Result<Model> {
     if key.ends_with(".toml") || p.is_file() {
         return load_model_file_scaled(p, scale);
     }
-    Err(Error::UnknownModel(
-        key.to_string(),
-        builtin_names().join(", "),
-    ))
+    Err(Error::UnknownModel(key.to_string(), all_names().join(", ")))
 }

@@ -27,20 +27,36 @@ use super::{Decision, Policy, View};
 use crate::graph::{Lengths, NodeStep};
 use crate::time::Nanos;
 
-/// LazyBatching with the conservative predictor, or the Oracle.
+/// LazyBatching with the conservative predictor, or the Oracle; optionally merging decoder
+/// sub-batches across timesteps (`lazy+cell`).
 #[derive(Clone, Debug)]
 pub struct Lazy {
     oracle: bool,
+    cells: bool,
 }
 
 impl Lazy {
     /// The paper's LazyB.
     pub fn conservative() -> Self {
-        Lazy { oracle: false }
+        Lazy {
+            oracle: false,
+            cells: false,
+        }
     }
     /// LazyB with exact batched latencies.
     pub fn oracle() -> Self {
-        Lazy { oracle: true }
+        Lazy {
+            oracle: true,
+            cells: false,
+        }
+    }
+    /// LazyB whose sub-batches at the same decoder layer merge whatever their timestep (a
+    /// decoder layer's weights are shared across steps, as cellular batching exploits).
+    pub fn with_cells() -> Self {
+        Lazy {
+            oracle: false,
+            cells: true,
+        }
     }
 }
 
@@ -51,14 +67,26 @@ fn in_flight(v: &View) -> (u64, u64) {
     let mut total = 0u64;
     let mut min_deadline = u64::MAX;
     for sb in v.table.entries() {
-        let mut last: Option<(Lengths, u64)> = None;
-        for &r in &sb.members {
+        let mut last: Option<(Lengths, u32, u64)> = None;
+        for (j, &r) in sb.members.iter().enumerate() {
             let len = sb.padded.unwrap_or_else(|| v.predicted_len(r));
+            let step = sb.steps.get(j).copied().unwrap_or(sb.next.step);
             let rem = match last {
-                Some((l, t)) if l == len => t,
-                _ => v.predictor.remaining(Some(sb.next), len, 1).0,
+                Some((l, s, t)) if l == len && s == step => t,
+                _ => {
+                    v.predictor
+                        .remaining(
+                            Some(NodeStep {
+                                node: sb.next.node,
+                                step,
+                            }),
+                            len,
+                            1,
+                        )
+                        .0
+                }
             };
-            last = Some((len, rem));
+            last = Some((len, step, rem));
             total += rem;
             min_deadline = min_deadline.min(v.deadline(r).0);
         }
@@ -152,7 +180,24 @@ pub fn oracle_admissible(v: &View, k_max: usize) -> usize {
 
 impl Policy for Lazy {
     fn name(&self) -> String {
-        if self.oracle { "oracle" } else { "lazy" }.into()
+        match (self.oracle, self.cells) {
+            (true, _) => "oracle",
+            (false, true) => "lazy+cell",
+            (false, false) => "lazy",
+        }
+        .into()
+    }
+
+    fn cell_nodes(&self, model: &crate::graph::Model) -> Vec<bool> {
+        if self.cells {
+            model
+                .nodes
+                .iter()
+                .map(|n| n.class == crate::graph::Class::Decoder)
+                .collect()
+        } else {
+            Vec::new()
+        }
     }
 
     fn decide(&mut self, v: &View) -> Decision {

@@ -3,11 +3,13 @@
 //! [`Decision`]; it never touches a device. [`parse`] turns a policy string (`serial`,
 //! `graph:W[:B]`, `lazy`, `oracle`) into one, with clear errors.
 
+mod cellular;
 mod forced;
 mod graph_batching;
 mod lazy;
 mod serial;
 
+pub use cellular::Cellular;
 pub use forced::Forced;
 pub use graph_batching::GraphBatching;
 pub use lazy::Lazy;
@@ -103,6 +105,34 @@ pub trait Policy: Send {
     fn name(&self) -> String;
     /// Decides the next action. Called when requests are pending or in flight.
     fn decide(&mut self, view: &View) -> Decision;
+    /// Nodes at which sub-batches merge across timesteps (cells); none by default.
+    fn cell_nodes(&self, _model: &Model) -> Vec<bool> {
+        Vec::new()
+    }
+}
+
+/// Parses `W[:B]`: a window in ms (≥ 0) and a maximum batch (1..=`default_max`).
+fn window_and_batch(rest: &[&str], default_max: u32) -> std::result::Result<(Nanos, u32), String> {
+    let w: f64 = rest[0]
+        .parse()
+        .map_err(|_| "the window must be a number of milliseconds".to_string())?;
+    if !w.is_finite() || w < 0.0 {
+        return Err("the window must be ≥ 0 ms".into());
+    }
+    let b = match rest.get(1) {
+        None => default_max,
+        Some(s) => s
+            .parse::<u32>()
+            .ok()
+            .filter(|&b| b >= 1)
+            .ok_or_else(|| "the max batch must be a positive integer".to_string())?,
+    };
+    if b > default_max {
+        return Err(format!(
+            "max batch {b} exceeds the server's --max-batch {default_max}"
+        ));
+    }
+    Ok((Nanos::from_ms(w), b))
 }
 
 /// Parses a policy string: `serial`, `graph:W[:B]` (window W ms ≥ 0, max batch B ≥ 1, default
@@ -116,35 +146,23 @@ pub fn parse(spec: &str, default_max: u32) -> Result<Box<dyn Policy>> {
     match parts.as_slice() {
         ["serial"] => Ok(Box::new(Serial)),
         ["lazy"] => Ok(Box::new(Lazy::conservative())),
+        ["lazy+cell"] => Ok(Box::new(Lazy::with_cells())),
         ["oracle"] => Ok(Box::new(Lazy::oracle())),
-        ["lazy" | "oracle" | "serial", ..] => Err(bad("takes no parameters")),
+        ["lazy" | "oracle" | "serial" | "lazy+cell", ..] => Err(bad("takes no parameters")),
         ["graph", rest @ ..] if !rest.is_empty() && rest.len() <= 2 => {
-            let w: f64 = rest[0]
-                .parse()
-                .map_err(|_| bad("the window must be a number of milliseconds"))?;
-            if !w.is_finite() || w < 0.0 {
-                return Err(bad("the window must be ≥ 0 ms"));
-            }
-            let b = match rest.get(1) {
-                None => default_max,
-                Some(s) => s
-                    .parse::<u32>()
-                    .ok()
-                    .filter(|&b| b >= 1)
-                    .ok_or_else(|| bad("the max batch must be a positive integer"))?,
-            };
-            if b > default_max {
-                return Err(bad(&format!(
-                    "max batch {b} exceeds the server's --max-batch {default_max}"
-                )));
-            }
-            Ok(Box::new(GraphBatching::new(
-                Nanos::from_ms(w),
-                b,
-                spec.trim(),
-            )))
+            let (w, b) = window_and_batch(rest, default_max).map_err(|m| bad(&m))?;
+            Ok(Box::new(GraphBatching::new(w, b, spec.trim())))
         }
         ["graph"] | ["graph", ..] => Err(bad("use graph:W or graph:W:B (W ms, B max batch)")),
-        _ => Err(bad("unknown policy (serial, graph:W[:B], lazy, oracle)")),
+        ["cellular", rest @ ..] if !rest.is_empty() && rest.len() <= 2 => {
+            let (w, b) = window_and_batch(rest, default_max).map_err(|m| bad(&m))?;
+            Ok(Box::new(Cellular::new(w, b, spec.trim())))
+        }
+        ["cellular"] | ["cellular", ..] => {
+            Err(bad("use cellular:W or cellular:W:B (W ms, B max batch)"))
+        }
+        _ => Err(bad(
+            "unknown policy (serial, graph:W[:B], cellular:W[:B], lazy, lazy+cell, oracle)",
+        )),
     }
 }

@@ -64,6 +64,8 @@ pub struct Plan {
     pub low_rate: f64,
     /// Graph batching's maximum batch sizes of the max-batch sweep.
     pub max_batches: Vec<u32>,
+    /// Rates of the cellular-batching comparison (low, medium, high load).
+    pub cell_rates: Vec<f64>,
 }
 
 impl Plan {
@@ -87,6 +89,7 @@ impl Plan {
                 high_rate: 1000.0,
                 low_rate: 16.0,
                 max_batches: vec![16, 32, 64],
+                cell_rates: vec![16.0, 256.0, 1000.0],
             }
         } else {
             Plan {
@@ -102,13 +105,14 @@ impl Plan {
                 high_rate: 1000.0,
                 low_rate: 16.0,
                 max_batches: vec![16, 32, 64],
+                cell_rates: vec![16.0, 256.0, 1000.0],
             }
         })
     }
 
     /// Requests per run for a model.
     pub fn requests(&self, model: &str) -> usize {
-        if ["gnmt", "transformer_base", "las"].contains(&model) {
+        if ["gnmt", "transformer_base", "las", "lstm_stack"].contains(&model) {
             self.requests_seq
         } else {
             self.requests_static

@@ -216,12 +216,16 @@ impl BatchTable {
             self.recycle(top.members, top.steps);
             out.splits = groups.len().saturating_sub(1) as u32;
             // the group furthest behind in the node order runs first (it is on top) so that the
-            // others, preempted, can be caught up with and merged again
+            // others, preempted, can be caught up with and merged again; a group that stands
+            // where the entry below it does merges with it at once
             groups.sort_by_key(|g| std::cmp::Reverse(g.next));
-            self.stack.append(&mut groups);
+            for g in groups.drain(..) {
+                self.stack.push(g);
+                out.merges += self.merge_top();
+            }
             self.groups = groups;
         }
-        out.merges = self.merge_top();
+        out.merges += self.merge_top();
         self.debug_check();
         out
     }

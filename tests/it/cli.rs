@@ -72,7 +72,11 @@ fn models_and_profile_json_parse() {
     let o = lazybatch(&["models", "--json"]);
     assert!(o.status.success());
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert_eq!(v.as_array().unwrap().len(), 7);
+    assert_eq!(
+        v.as_array().unwrap().len(),
+        8,
+        "the seven paper models and lstm_stack"
+    );
     let o = lazybatch(&["profile", "--model", "gnmt", "--max-batch", "4", "--json"]);
     assert!(o.status.success());
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();

@@ -137,16 +137,18 @@ const POLICIES: &[&str] = &[
     "graph:10:4",
     "lazy",
     "oracle",
+    "cellular:2:4",
+    "lazy+cell",
 ];
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 12, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 16, .. ProptestConfig::default() })]
 
     #[test]
     fn nothing_is_lost_and_merges_follow_the_rules(
         gaps in proptest::collection::vec(0u32..3000, 1..40),
         lens in proptest::collection::vec((1u32..12, 1u32..12), 40),
-        pi in 0usize..6,
+        pi in 0usize..8,
     ) {
         let b = bench(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tiny_seq2seq.toml"), 8);
         let mut t = 0u64;
@@ -172,6 +174,10 @@ proptest! {
             // adjacent entries never stand at the same unit (they would have merged)
             for w in entries.windows(2) {
                 prop_assert!(w[0].1 != w[1].1 || w[0].0.len() + w[1].0.len() > 8 || POLICIES[pi].starts_with("graph") || POLICIES[pi] == "serial");
+                // at cells (cellular, lazy+cell) the same layer at another step must have merged too
+                if POLICIES[pi].starts_with("cellular") || POLICIES[pi] == "lazy+cell" {
+                    prop_assert!(w[0].1.node != w[1].1.node || w[0].0.len() + w[1].0.len() > 8 || b.model.node(w[0].1.node).loop_id.is_none() || (POLICIES[pi] == "lazy+cell" && b.model.node(w[0].1.node).class != lazybatch::graph::Class::Decoder));
+                }
             }
         }
     }
@@ -268,5 +274,59 @@ fn violation_rate_is_non_increasing_in_the_sla() {
             }
             last = v;
         }
+    }
+}
+
+#[test]
+fn cellular_is_graph_batching_on_resnet() {
+    let b = bench("resnet50", 16);
+    for (w, bb) in [(5.0, 16), (25.0, 8)] {
+        let mut cg = cfg(&format!("graph:{w}:{bb}"), 800.0, 600, 3);
+        let mut cc = cfg(&format!("cellular:{w}:{bb}"), 800.0, 600, 3);
+        cg.max_batch = 16;
+        cc.max_batch = 16;
+        let (g, og) = b.run(&cg).unwrap();
+        let (c, oc) = b.run(&cc).unwrap();
+        assert_eq!(
+            serde_json::to_string(&g).unwrap(),
+            serde_json::to_string(&c).unwrap()
+        );
+        assert_eq!(og.counters, oc.counters);
+    }
+}
+
+#[test]
+fn cellular_batches_requests_of_different_timesteps_on_a_pure_rnn_model() {
+    let b = bench("lstm_stack", 64);
+    let mut c = cfg("cellular:5", 400.0, 600, 2);
+    c.max_batch = 64;
+    let (st, out) = b.run(&c).unwrap();
+    assert_eq!(st.completed, 600);
+    assert!(out.counters.cross_step > 0, "no execution mixed timesteps");
+    // requests that arrived at different times ran together: some execution batched a request
+    // with one that had already advanced further through the loop (cross-step batch)
+    let mut g = cfg("graph:5", 400.0, 600, 2);
+    g.max_batch = 64;
+    let (_, og) = b.run(&g).unwrap();
+    assert_eq!(og.counters.cross_step, 0);
+    // and it does not help a model whose first layer is not a cell (GNMT starts with an embedding)
+    let gn = bench("gnmt", 64);
+    let mut c2 = cfg("cellular:5", 100.0, 300, 2);
+    c2.max_batch = 64;
+    let (_, o2) = gn.run(&c2).unwrap();
+    assert_eq!(
+        o2.counters.preemptions, 0,
+        "a newcomer cannot join a GNMT batch"
+    );
+}
+
+#[test]
+fn lazy_with_cells_merges_decoder_steps_and_loses_nobody() {
+    let b = bench("transformer", 8);
+    let (st, out) = b.run(&cfg("lazy+cell", 300.0, 300, 4)).unwrap();
+    assert_eq!(st.completed, 300);
+    assert!(out.counters.cross_step > 0);
+    for bad in ["cellular:abc", "cellular", "lazy+cell:1", "cellular:5:0"] {
+        assert!(policy::parse(bad, 8).is_err(), "{bad}");
     }
 }

@@ -1,0 +1,96 @@
+//! `cellular:W[:B]`: cellular batching (BatchMaker, Gao et al., EuroSys 2018) as we read it.
+//! BatchMaker has no public code; what we assume, written down:
+//!
+//! * a *cell* is one timestep of a loop (an RNN layer's step, or a decoder step); every step of
+//!   a loop shares its weights, so cells of the same loop layer batch together whatever their
+//!   timestep (the BatchTable merges at loop nodes ignoring the step);
+//! * a newcomer joins the running batch at a cell boundary when its next cell is the cell the
+//!   running batch is about to run: the first layer of the model's first loop (any timestep),
+//!   with nothing but the model's input in front of that loop. It runs its input (a copy) and
+//!   merges at once. Otherwise it waits for the running batch to end: we do not model
+//!   BatchMaker's interleaving of different cell types, so a newcomer that arrives while the
+//!   running batch is past the first layer waits. A non-RNN layer in front (a convolution, an
+//!   embedding) means a newcomer never reaches a running batch's cell: graph batching, which is
+//!   the paper's argument;
+//! * requests leave the batch when their own sequence ends (no padding);
+//! * everything else — starting a batch when the device is free — is graph batching with the
+//!   same window W and maximum batch B.
+
+use super::{Decision, Policy, View};
+use crate::graph::{Model, NodeStep};
+use crate::op_is_input;
+use crate::time::Nanos;
+
+/// Cellular batching.
+#[derive(Clone, Debug)]
+pub struct Cellular {
+    window: Nanos,
+    max_batch: u32,
+    name: String,
+}
+
+impl Cellular {
+    /// Window `window`, at most `max_batch` requests in the running batch.
+    pub fn new(window: Nanos, max_batch: u32, name: &str) -> Self {
+        Cellular {
+            window,
+            max_batch: max_batch.max(1),
+            name: name.to_string(),
+        }
+    }
+}
+
+/// Every loop node is a cell.
+pub fn loop_cells(model: &Model) -> Vec<bool> {
+    model.nodes.iter().map(|n| n.loop_id.is_some()).collect()
+}
+
+/// True when a newcomer can join a batch whose next unit is `at`: `at` is the first layer of
+/// the model's first loop and only model inputs stand in front of it.
+pub fn joinable(model: &Model, at: NodeStep) -> bool {
+    let Some(first) = model.loops.first() else {
+        return false;
+    };
+    at.node == first.first
+        && model.nodes[..first.first.idx()]
+            .iter()
+            .all(|n| op_is_input(&n.op))
+}
+
+impl Policy for Cellular {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn cell_nodes(&self, model: &Model) -> Vec<bool> {
+        loop_cells(model)
+    }
+
+    fn decide(&mut self, v: &View) -> Decision {
+        let Some(&oldest) = v.pending.front() else {
+            return Decision::Run;
+        };
+        let room = (self.max_batch as usize)
+            .saturating_sub(v.table.in_flight())
+            .min(v.free_slots());
+        match v.table.top() {
+            None => {
+                let cap = room.max(1);
+                let due = v.arrival(oldest) + self.window;
+                if v.pending.len() >= cap || v.now >= due {
+                    Decision::Admit {
+                        count: v.pending.len().min(cap),
+                        pad: false,
+                    }
+                } else {
+                    Decision::WaitUntil(due)
+                }
+            }
+            Some(top) if room > 0 && joinable(v.model, top.next) => Decision::Admit {
+                count: v.pending.len().min(room),
+                pad: false,
+            },
+            Some(_) => Decision::Run,
+        }
+    }
+}
