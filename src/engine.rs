@@ -169,7 +169,15 @@ pub fn run_source(
         let now = clock.now();
         while let Some(a) = arrivals.poll(now) {
             let id = RequestId(requests.len() as u32);
-            requests.push(Request::new(id, a.time, sla, a.len));
+            if usize::from(a.part) >= model.parts.len() {
+                return Err(Error::invalid(
+                    "arrival",
+                    format!("request for model #{} of {}", a.part, model.parts.len()),
+                ));
+            }
+            let mut q = Request::new(id, a.time, a.sla.unwrap_or(sla), a.len);
+            q.part = a.part;
+            requests.push(q);
             pending.push_back(id);
         }
         if pending.is_empty() && table.is_empty() {
@@ -217,23 +225,47 @@ pub fn run_source(
                         free_slots.len()
                     )));
                 }
-                let first = model.first_step();
-                let mut padded = None;
-                if pad {
-                    let mut l = Lengths::default();
-                    for r in pending.iter().take(count) {
-                        l.enc = l.enc.max(requests[r.idx()].len.enc);
-                        l.dec = l.dec.max(requests[r.idx()].len.dec);
-                    }
-                    padded = Some(l);
-                }
                 for r in pending.iter().take(count) {
                     requests[r.idx()].slot = free_slots.pop();
                 }
                 if !table.is_empty() {
                     c.preemptions += 1;
                 }
-                table.push_from(pending.drain(..count), first, padded);
+                let padded_of = |part: Option<u16>| -> Lengths {
+                    let mut l = Lengths::default();
+                    for r in pending.iter().take(count) {
+                        let q = &requests[r.idx()];
+                        if part.is_none_or(|p| p == q.part) {
+                            l.enc = l.enc.max(q.len.enc);
+                            l.dec = l.dec.max(q.len.dec);
+                        }
+                    }
+                    l
+                };
+                if model.parts.len() == 1 {
+                    let padded = pad.then(|| padded_of(None));
+                    table.push_from(pending.drain(..count), model.first_step(), padded);
+                } else {
+                    // co-located models: one sub-batch per model, each at its model's first
+                    // node, pushed so that the model of the oldest admitted request runs first
+                    let mut order: Vec<u16> = Vec::new();
+                    for r in pending.iter().take(count) {
+                        let p = requests[r.idx()].part;
+                        if !order.contains(&p) {
+                            order.push(p);
+                        }
+                    }
+                    for &p in order.iter().rev() {
+                        let padded = pad.then(|| padded_of(Some(p)));
+                        let ids = pending
+                            .iter()
+                            .take(count)
+                            .copied()
+                            .filter(|r| requests[r.idx()].part == p);
+                        table.push_from(ids, model.first_step_of(usize::from(p)), padded);
+                    }
+                    pending.drain(..count);
+                }
                 snap(&table, now, &mut snaps);
             }
             Decision::Run => {

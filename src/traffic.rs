@@ -10,13 +10,18 @@ use rand::SeedableRng;
 use rand_distr::{Distribution, Exp};
 use std::path::Path;
 
-/// One arrival: when, and the request's actual lengths (model steps).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One arrival: when, the request's actual lengths (model steps), and for co-located models
+/// which model it is for and its SLA.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Arrival {
     /// Arrival time from the start of the run.
     pub time: Nanos,
     /// Actual lengths ({1, 1} for static models).
     pub len: Lengths,
+    /// The model (part of a composed model) it is for; 0 for a single model.
+    pub part: u16,
+    /// Its SLA when it differs from the run's.
+    pub sla: Option<Nanos>,
 }
 
 fn length_source(model: &Model) -> Result<Option<JointLengths>> {
@@ -56,7 +61,61 @@ pub fn poisson(model: &Model, rate: f64, n: usize, seed: u64) -> Result<Vec<Arri
         out.push(Arrival {
             time: Nanos::from_secs(t),
             len: draw_len(model, &joint, &mut len_rng),
+            ..Arrival::default()
         });
+    }
+    Ok(out)
+}
+
+/// `n` Poisson arrivals for co-located models: part `k` of `model` receives `rates[k]` req/s
+/// and has SLA `slas[k]`. One process at the total rate, each arrival given to part `k` with
+/// probability `rates[k] / Σ rates` (the superposition of independent Poisson processes).
+pub fn poisson_parts(
+    model: &Model,
+    rates: &[f64],
+    slas: &[Nanos],
+    n: usize,
+    seed: u64,
+) -> Result<Vec<Arrival>> {
+    if rates.len() != model.parts.len() || slas.len() != model.parts.len() {
+        return Err(Error::invalid(
+            "co-location",
+            format!(
+                "{} models but {} rates and {} SLAs",
+                model.parts.len(),
+                rates.len(),
+                slas.len()
+            ),
+        ));
+    }
+    if rates.iter().any(|r| !(*r > 0.0 && r.is_finite())) {
+        return Err(Error::invalid(
+            "rate",
+            "every model's rate must be positive",
+        ));
+    }
+    let total: f64 = rates.iter().sum();
+    let mut out = poisson(model, total, n, seed)?;
+    let joint = JointLengths::wmt19()?;
+    let mut pick = StdRng::seed_from_u64(seed ^ 0x51ce_0f00_d5ee_d000);
+    let mut len_rng = StdRng::seed_from_u64(seed ^ 0x2545_f491_4f6c_dd1d);
+    for a in &mut out {
+        let x: f64 = rand::Rng::random_range(&mut pick, 0.0..total);
+        let mut acc = 0.0;
+        let mut k = rates.len() - 1;
+        for (i, r) in rates.iter().enumerate() {
+            acc += r;
+            if x < acc {
+                k = i;
+                break;
+            }
+        }
+        a.part = k as u16;
+        a.sla = Some(slas[k]);
+        a.len = match &model.parts[k].seq {
+            Some(seq) => draw(&joint, seq, &mut len_rng),
+            None => Lengths { enc: 1, dec: 1 },
+        };
     }
     Ok(out)
 }
@@ -104,6 +163,7 @@ pub fn load_trace(path: &Path, model: &Model, seed: u64) -> Result<Vec<Arrival>>
         out.push(Arrival {
             time: Nanos::from_ms(t),
             len,
+            ..Arrival::default()
         });
     }
     if out.is_empty() {

@@ -70,7 +70,7 @@ impl ThreadArrivals {
                 }
                 let stamped = Arrival {
                     time: Nanos(origin.elapsed().as_nanos() as u64),
-                    len: a.len,
+                    ..a
                 };
                 if tx.send(stamped).is_err() {
                     return;

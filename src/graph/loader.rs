@@ -64,6 +64,7 @@ pub fn parse_model_scaled(text: &str, file: &Path, scale: Scale) -> Result<Model
     .parse()?;
     if scale != Scale::default() {
         m.name = format!("{}@{}", m.name, scale.tag());
+        m.parts[0].name = m.name.clone();
     }
     Ok(m)
 }
@@ -1018,6 +1019,13 @@ impl<'a> Parser<'a> {
                 return Err(self.err(1, "seq2seq", "reference lengths exceed the maximum lengths"));
             }
         }
+        let parts = vec![super::Part {
+            name: name.clone(),
+            first: NodeId(0),
+            end: nodes.len() as u32,
+            seq: seq.clone(),
+        }];
+        let node_part = vec![0; nodes.len()];
         Ok(Model {
             name,
             description,
@@ -1026,6 +1034,8 @@ impl<'a> Parser<'a> {
             seq,
             nodes,
             loops,
+            parts,
+            node_part,
         })
     }
 }

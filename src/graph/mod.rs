@@ -192,6 +192,24 @@ pub struct Model {
     pub nodes: Vec<Node>,
     /// Loops in execution order.
     pub loops: Vec<Loop>,
+    /// The models this one is made of: one part for a model file; several for co-located models
+    /// ([`Model::compose`]), each a contiguous range of nodes a request of that model runs.
+    pub parts: Vec<Part>,
+    /// The part each node belongs to.
+    pub node_part: Vec<u16>,
+}
+
+/// One model of a (possibly composed) model: its node range and sequence settings.
+#[derive(Clone, Debug)]
+pub struct Part {
+    /// The model's name.
+    pub name: String,
+    /// Its first node.
+    pub first: NodeId,
+    /// One past its last node.
+    pub end: u32,
+    /// Its sequence settings.
+    pub seq: Option<SeqConfig>,
 }
 
 /// The lengths of one request, in model steps.
@@ -222,6 +240,94 @@ impl Model {
     /// Total trainable parameters.
     pub fn params(&self) -> u64 {
         self.nodes.iter().map(|n| n.cost.params).sum()
+    }
+
+    /// The part (co-located model) node `n` belongs to.
+    pub fn part_of(&self, n: NodeId) -> usize {
+        usize::from(self.node_part[n.idx()])
+    }
+
+    /// Reference lengths of part `p`.
+    pub fn ref_lengths_of(&self, p: usize) -> Lengths {
+        match &self.parts[p].seq {
+            Some(s) => Lengths {
+                enc: s.ref_enc,
+                dec: s.ref_dec,
+            },
+            None => Lengths { enc: 1, dec: 1 },
+        }
+    }
+
+    /// The first unit a request of part `p` executes.
+    pub fn first_step_of(&self, p: usize) -> NodeStep {
+        NodeStep {
+            node: self.parts[p].first,
+            step: 0,
+        }
+    }
+
+    /// Co-locates `models` on one device: one model whose nodes are the models' nodes one after
+    /// another (names prefixed `model/`), with one [`Part`] each. Nodes of different parts never
+    /// share an identity, so sub-batches of different models never merge.
+    pub fn compose(models: Vec<Model>) -> Model {
+        let mut nodes = Vec::new();
+        let mut loops = Vec::new();
+        let mut parts = Vec::new();
+        let mut node_part = Vec::new();
+        let mut names = Vec::new();
+        let (mut max_enc, mut max_dec) = (1, 1);
+        let mut seq: Option<SeqConfig> = None;
+        let mut max_batch = 0;
+        for (pi, m) in models.into_iter().enumerate() {
+            let off = nodes.len() as u32;
+            let loff = loops.len() as u32;
+            for l in &m.loops {
+                loops.push(Loop {
+                    name: format!("{}/{}", m.name, l.name),
+                    first: NodeId(l.first.0 + off),
+                    last: NodeId(l.last.0 + off),
+                    ..l.clone()
+                });
+            }
+            for mut n in m.nodes.clone() {
+                n.id = NodeId(n.id.0 + off);
+                n.name = format!("{}/{}", m.name, n.name);
+                n.loop_id = n.loop_id.map(|l| LoopId(l.0 + loff));
+                for i in &mut n.inputs {
+                    i.node = NodeId(i.node.0 + off);
+                }
+                nodes.push(n);
+                node_part.push(pi as u16);
+            }
+            if let Some(s) = &m.seq {
+                max_enc = max_enc.max(s.max_enc);
+                max_dec = max_dec.max(s.max_dec);
+                seq.get_or_insert_with(|| s.clone());
+            }
+            max_batch = max_batch.max(m.max_batch);
+            parts.push(Part {
+                name: m.name.clone(),
+                first: NodeId(off),
+                end: nodes.len() as u32,
+                seq: m.seq.clone(),
+            });
+            names.push(m.name);
+        }
+        if let Some(s) = seq.as_mut() {
+            s.max_enc = max_enc;
+            s.max_dec = max_dec;
+        }
+        Model {
+            name: names.join("+"),
+            description: format!("co-located: {}", names.join(", ")),
+            source: String::new(),
+            max_batch,
+            seq,
+            nodes,
+            loops,
+            parts,
+            node_part,
+        }
     }
 
     /// The reference lengths (`ref_enc`, `ref_dec`; 1/1 for static models).
@@ -278,7 +384,8 @@ impl Model {
             }
         }
         let next = at.node.0 + 1;
-        (next < self.nodes.len() as u32).then_some(NodeStep {
+        let end = self.parts[self.part_of(at.node)].end;
+        (next < end).then_some(NodeStep {
             node: NodeId(next),
             step: 0,
         })

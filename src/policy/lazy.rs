@@ -101,7 +101,7 @@ pub fn lazy_admissible(v: &View, k_max: usize) -> usize {
     let mut sum = 0u64;
     let mut ok = 0;
     for (i, &r) in v.pending.iter().take(k_max).enumerate() {
-        sum += v.predictor.single_input(v.predicted_len(r)).0;
+        sum += v.predictor.single_input_of(v.part(r), v.predicted_len(r)).0;
         min_deadline = min_deadline.min(v.deadline(r).0);
         if threshold + sum > min_deadline {
             break;
@@ -186,6 +186,12 @@ impl Policy for Lazy {
             (false, false) => "lazy",
         }
         .into()
+    }
+
+    fn supports_colocation(&self) -> bool {
+        // the Oracle's look-ahead assumes every entry merges as it catches up: not so for
+        // sub-batches of different models
+        !self.oracle
     }
 
     fn cell_nodes(&self, model: &crate::graph::Model) -> Vec<bool> {

@@ -91,7 +91,12 @@ impl<'a> View<'a> {
     /// decoder length).
     pub fn predicted_len(&self, r: RequestId) -> Lengths {
         let q = &self.requests[r.idx()];
-        self.predictor.predicted(q.len.enc, q.dec_done)
+        self.predictor
+            .predicted_in(usize::from(q.part), q.enc_len(), q.dec_done)
+    }
+    /// The co-located model a request is for (0 for a single model).
+    pub fn part(&self, r: RequestId) -> usize {
+        usize::from(self.requests[r.idx()].part)
     }
     /// Free activation slots.
     pub fn free_slots(&self) -> usize {
@@ -105,6 +110,10 @@ pub trait Policy: Send {
     fn name(&self) -> String;
     /// Decides the next action. Called when requests are pending or in flight.
     fn decide(&mut self, view: &View) -> Decision;
+    /// False for policies that cannot serve several co-located models.
+    fn supports_colocation(&self) -> bool {
+        true
+    }
     /// Nodes at which sub-batches merge across timesteps (cells); none by default.
     fn cell_nodes(&self, _model: &Model) -> Vec<bool> {
         Vec::new()

@@ -32,14 +32,25 @@ pub struct Predictor {
     loop_last: Vec<NodeId>,
     loop_class: Vec<Class>,
     loop_div: Vec<u32>,
-    /// Predicted decoder steps for requests whose output length is unknown.
+    /// Predicted decoder steps for requests whose output length is unknown (of part 0).
     pub dec_timesteps: u32,
+    /// The same per part (co-located models).
+    part_dts: Vec<u32>,
+    part_of: Vec<u16>,
+    part_first: Vec<NodeId>,
+    part_end: Vec<u32>,
     max_batch: u32,
 }
 
 impl Predictor {
     /// Builds the predictor from a profile of `model` (checked to match).
     pub fn new(model: &Model, profile: &Profile, dec_timesteps: u32) -> Self {
+        Self::for_parts(model, profile, vec![dec_timesteps; model.parts.len()])
+    }
+
+    /// Builds the predictor for co-located models, with each part's `dec_timesteps`.
+    pub fn for_parts(model: &Model, profile: &Profile, part_dts: Vec<u32>) -> Self {
+        let dec_timesteps = part_dts.first().copied().unwrap_or(1);
         let n = model.nodes.len();
         let loop_of: Vec<Option<usize>> = model
             .nodes
@@ -54,8 +65,13 @@ impl Predictor {
                 let mut static_suffix = vec![0u64; n + 1];
                 let mut body_suffix = vec![0u64; n + 1];
                 for i in (0..n).rev() {
-                    static_suffix[i] =
-                        static_suffix[i + 1] + if loop_of[i].is_none() { lat[i] } else { 0 };
+                    // suffix sums stop at the end of the node's own model (part)
+                    let next = if i + 1 < n && model.node_part[i + 1] == model.node_part[i] {
+                        static_suffix[i + 1]
+                    } else {
+                        0
+                    };
+                    static_suffix[i] = next + if loop_of[i].is_none() { lat[i] } else { 0 };
                     body_suffix[i] = match loop_of[i] {
                         Some(l) if loop_of.get(i + 1).copied().flatten() == Some(l) => {
                             lat[i] + body_suffix[i + 1]
@@ -84,6 +100,10 @@ impl Predictor {
             loop_div: model.loops.iter().map(|l| l.div).collect(),
             loop_of,
             dec_timesteps: dec_timesteps.max(1),
+            part_dts: part_dts.iter().map(|d| (*d).max(1)).collect(),
+            part_of: model.node_part.clone(),
+            part_first: model.parts.iter().map(|p| p.first).collect(),
+            part_end: model.parts.iter().map(|p| p.end).collect(),
             max_batch: profile.max_batch,
         }
     }
@@ -98,10 +118,29 @@ impl Predictor {
     /// The lengths the predictor assumes for a request with encoder length `enc` that has run
     /// `dec_done` decoder steps.
     pub fn predicted(&self, enc: u32, dec_done: u32) -> Lengths {
+        self.predicted_in(0, enc, dec_done)
+    }
+
+    /// [`Predictor::predicted`] for a request of part `part`.
+    pub fn predicted_in(&self, part: usize, enc: u32, dec_done: u32) -> Lengths {
+        let dts = self
+            .part_dts
+            .get(part)
+            .copied()
+            .unwrap_or(self.dec_timesteps);
         Lengths {
             enc,
-            dec: self.dec_timesteps.max(dec_done + 1),
+            dec: dts.max(dec_done + 1),
         }
+    }
+
+    /// Algorithm 1 for a request of part `part`.
+    pub fn single_input_of(&self, part: usize, len: Lengths) -> Nanos {
+        let first = NodeStep {
+            node: self.part_first[part],
+            step: 0,
+        };
+        self.remaining(Some(first), len, 1)
     }
 
     /// Time to run a request from `at` to its end at batch `batch`, all nodes at that batch
@@ -123,9 +162,12 @@ impl Predictor {
             }
             None => i,
         };
-        t += s.static_suffix[after.min(s.static_suffix.len() - 1)];
+        let end = self.part_end[usize::from(self.part_of[i])] as usize;
+        if after < end {
+            t += s.static_suffix[after];
+        }
         for (l, first) in self.loop_first.iter().enumerate() {
-            if first.idx() >= after {
+            if first.idx() >= after && first.idx() < end {
                 t += self.steps(l, len) * s.body[l];
             }
         }

@@ -34,6 +34,8 @@ pub struct Request {
     pub completion: Option<Nanos>,
     /// Decoder steps it has finished (seq2seq).
     pub dec_done: u32,
+    /// The co-located model it is for (0 for a single model).
+    pub part: u16,
 }
 
 impl Request {
@@ -48,7 +50,13 @@ impl Request {
             first_issue: None,
             completion: None,
             dec_done: 0,
+            part: 0,
         }
+    }
+
+    /// The encoder length (known on arrival).
+    pub fn enc_len(&self) -> u32 {
+        self.len.enc
     }
 
     /// End-to-end latency, once completed.

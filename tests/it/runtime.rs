@@ -52,6 +52,7 @@ fn the_papers_worked_example_step_by_step() {
     let at = |ms: f64| Arrival {
         time: Nanos::from_ms(ms),
         len: Lengths { enc: 1, dec: 1 },
+        ..Arrival::default()
     };
     // Req1 is issued at t=2; Req2 arrives while Req1 runs B (3..4); Req3 while Req2 runs A (4..5)
     let arrivals = [at(2.0), at(3.5), at(4.5)];
@@ -154,7 +155,7 @@ proptest! {
         let mut t = 0u64;
         let arrivals: Vec<Arrival> = gaps.iter().zip(&lens).map(|(g, l)| {
             t += u64::from(*g) * 100;
-            Arrival { time: Nanos(t), len: Lengths { enc: l.0, dec: l.1 } }
+            Arrival { time: Nanos(t), len: Lengths { enc: l.0, dec: l.1 }, ..Arrival::default() }
         }).collect();
         let mut pol = policy::parse(POLICIES[pi], 8).unwrap();
         let mut dev = b.npu.clone();
