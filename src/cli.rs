@@ -105,15 +105,58 @@ struct ModelArgs {
 }
 
 impl ModelArgs {
+    /// The model, or several co-located models (`--model a,b,c`) composed into one.
     fn load(&self) -> Result<Model> {
-        Ok(zoo::load_scaled(
-            &self.model,
-            Scale {
-                width: self.width,
-                resolution: self.res,
-            },
-        )?)
+        let scale = Scale {
+            width: self.width,
+            resolution: self.res,
+        };
+        let names: Vec<&str> = self.model.split(',').map(str::trim).collect();
+        if names.len() == 1 {
+            return Ok(zoo::load_scaled(names[0], scale)?);
+        }
+        let mut models = Vec::with_capacity(names.len());
+        for n in &names {
+            if n.is_empty() {
+                bail!("--model: empty name in the list '{}'", self.model);
+            }
+            models.push(zoo::load_scaled(n, scale)?);
+        }
+        Ok(Model::compose(models))
     }
+}
+
+/// Each co-located model's share of the rate and SLA (None for a single model).
+type Colo = Option<(Vec<f64>, Vec<Nanos>)>;
+
+fn colocation(model: &Model, s: &ServeArgs) -> Result<Colo> {
+    let n = model.parts.len();
+    if n == 1 {
+        if s.shares.is_some() || s.slas.is_some() {
+            bail!("--shares and --slas apply to co-located models (--model a,b,…)");
+        }
+        return Ok(None);
+    }
+    let shares = match &s.shares {
+        Some(v) if v.len() != n => bail!("--shares has {} values for {n} models", v.len()),
+        Some(v) if v.iter().any(|x| !(*x > 0.0 && x.is_finite())) => {
+            bail!("invalid --shares: every share must be positive")
+        }
+        Some(v) => {
+            let t: f64 = v.iter().sum();
+            v.iter().map(|x| x / t).collect()
+        }
+        None => vec![1.0 / n as f64; n],
+    };
+    let slas = match &s.slas {
+        Some(v) if v.len() != n => bail!("--slas has {} values for {n} models", v.len()),
+        Some(v) if v.iter().any(|x| !(*x > 0.0 && x.is_finite())) => {
+            bail!("invalid --slas: every SLA must be positive")
+        }
+        Some(v) => v.iter().map(|&x| Nanos::from_ms(x)).collect(),
+        None => vec![Nanos::from_ms(s.sla_ms); n],
+    };
+    Ok(Some((shares, slas)))
 }
 
 #[derive(Args, Debug, Clone)]
@@ -257,6 +300,12 @@ struct ServeArgs {
     /// Coverage N (%) of the profiled output lengths that sets dec_timesteps.
     #[arg(long, default_value_t = 90.0, allow_negative_numbers = true)]
     coverage: f64,
+    /// Co-located models (--model a,b,…): each model's share of the arrival rate (default: equal).
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
+    shares: Option<Vec<f64>>,
+    /// Co-located models: each model's SLA in ms (default: --sla-ms for every model).
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
+    slas: Option<Vec<f64>>,
 }
 
 #[derive(Args, Debug)]
@@ -659,6 +708,9 @@ enum Backend {
 impl Backend {
     fn new(model: Model, dev: &DeviceArgs, sv: &Serve) -> Result<Backend> {
         let saved = dev.saved_profile()?;
+        if model.parts.len() > 1 && dev.kind()? != DeviceKind::Npu {
+            bail!("co-located models run on the NPU model only (--device npu)");
+        }
         Ok(match dev.kind()? {
             DeviceKind::Npu => {
                 if saved.is_some() {
@@ -715,10 +767,19 @@ impl Backend {
     fn single_input_ms(&self) -> f64 {
         1e3 / self.serial_capacity()
     }
-    fn run(&mut self, cfg: &SimConfig, trace: Option<Vec<Arrival>>) -> Result<(Stats, Outcome)> {
-        let arrivals = match trace {
-            Some(t) => t,
-            None => traffic::poisson(self.model(), cfg.rate, cfg.requests, cfg.seed)?,
+    fn run(
+        &mut self,
+        cfg: &SimConfig,
+        trace: Option<Vec<Arrival>>,
+        colo: &Colo,
+    ) -> Result<(Stats, Outcome)> {
+        let arrivals = match (trace, colo) {
+            (Some(t), _) => t,
+            (None, Some((shares, slas))) => {
+                let rates: Vec<f64> = shares.iter().map(|s| s * cfg.rate).collect();
+                traffic::poisson_parts(self.model(), &rates, slas, cfg.requests, cfg.seed)?
+            }
+            (None, None) => traffic::poisson(self.model(), cfg.rate, cfg.requests, cfg.seed)?,
         };
         Ok(match self {
             Backend::Npu(b) => b.run_arrivals(cfg, &arrivals)?,
@@ -764,6 +825,10 @@ fn cmd_run(a: RunArgs) -> Result<()> {
     } else if trace.is_none() {
         bail!("give one of --rate R, --load X or --trace FILE");
     }
+    let colo = colocation(&model, &a.serve)?;
+    if colo.is_some() && (a.load.is_some() || trace.is_some()) {
+        bail!("co-located models take a total --rate (split by --shares), not --load or --trace");
+    }
     let mut be = Backend::new(model, &a.dev, &sv)?;
     let rate = match (a.rate, a.load) {
         (Some(r), _) => r,
@@ -780,8 +845,18 @@ fn cmd_run(a: RunArgs) -> Result<()> {
         coverage: sv.coverage,
     };
     let t0 = std::time::Instant::now();
-    let (st, out) = be.run(&cfg, trace)?;
+    let (st, out) = be.run(&cfg, trace, &colo)?;
     let wall = t0.elapsed().as_secs_f64();
+    let per_model: Vec<(String, Stats)> = if colo.is_some() {
+        be.model()
+            .parts
+            .iter()
+            .enumerate()
+            .map(|(p, part)| Ok((part.name.clone(), metrics::summarize_part(&out, p as u16)?)))
+            .collect::<lazybatch::Result<_>>()?
+    } else {
+        Vec::new()
+    };
     if let Some(p) = &a.hgrm {
         let h = metrics::histogram(&out)?;
         let mut f =
@@ -790,7 +865,7 @@ fn cmd_run(a: RunArgs) -> Result<()> {
     }
     let name = be.model().name.clone();
     if a.json {
-        let v = run_json(
+        let mut v = run_json(
             &name,
             be.device(),
             &a.policy,
@@ -800,6 +875,12 @@ fn cmd_run(a: RunArgs) -> Result<()> {
             &st,
             wall,
         );
+        if !per_model.is_empty() {
+            v["per_model"] = json!(per_model
+                .iter()
+                .map(|(m, s)| json!({"model": m, "completed": s.completed, "latency_ms": s.latency_ms, "throughput_rps": s.throughput_rps, "sla_violation_rate": s.sla_violation_rate}))
+                .collect::<Vec<_>>());
+        }
         out!(o, "{}", serde_json::to_string_pretty(&v)?);
         return emit(&o);
     }
@@ -840,6 +921,18 @@ fn cmd_run(a: RunArgs) -> Result<()> {
         st.merges,
         wall
     );
+    for (m, ps) in &per_model {
+        out!(
+            o,
+            "  {:<20} completed {:>6}  mean {:>9.3} ms  p99 {:>9.3} ms  {:>8.1} req/s  SLA violations {:>6.2}%",
+            m,
+            ps.completed,
+            ps.latency_ms.mean,
+            ps.latency_ms.p99,
+            ps.throughput_rps,
+            100.0 * ps.sla_violation_rate
+        );
+    }
     emit(&o)
 }
 
@@ -871,6 +964,10 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
             check_rate("--rates", r)?;
         }
     }
+    let colo = colocation(&model, &a.serve)?;
+    if colo.is_some() && a.load.is_some() {
+        bail!("co-located models take total --rates (split by --shares), not --load");
+    }
     let mut be = Backend::new(model, &a.dev, &sv)?;
     let rates: Vec<f64> = match &a.load {
         Some(ls) => ls.iter().map(|&l| l * be.serial_capacity()).collect(),
@@ -895,17 +992,32 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
     };
     let want_hgrm = a.out.is_some();
     let t0 = std::time::Instant::now();
-    let results: Vec<(Stats, Option<hdrhistogram::Histogram<u64>>)> = match &mut be {
+    type JobOut = (Stats, Option<hdrhistogram::Histogram<u64>>, Vec<Stats>);
+    let results: Vec<JobOut> = match &mut be {
         Backend::Npu(b) => jobs
             .par_iter()
             .map(|(p, r, s)| {
-                let (st, out) = b.run(&cfg_of(p, *r, *s))?;
+                let cfg = cfg_of(p, *r, *s);
+                let (st, out) = match &colo {
+                    Some((shares, slas)) => {
+                        let rates: Vec<f64> = shares.iter().map(|x| x * r).collect();
+                        b.run_colocated(&cfg, &rates, slas)?
+                    }
+                    None => b.run(&cfg)?,
+                };
                 let h = if want_hgrm && *s == 1 {
                     Some(metrics::histogram(&out)?)
                 } else {
                     None
                 };
-                Ok((st, h))
+                let parts = if colo.is_some() {
+                    (0..b.model.parts.len())
+                        .map(|k| metrics::summarize_part(&out, k as u16))
+                        .collect::<lazybatch::Result<_>>()?
+                } else {
+                    Vec::new()
+                };
+                Ok((st, h, parts))
             })
             .collect::<lazybatch::Result<_>>()?,
         Backend::Real(b) => {
@@ -918,7 +1030,7 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
                 } else {
                     None
                 };
-                v.push((st, h));
+                v.push((st, h, Vec::new()));
             }
             v
         }
@@ -974,7 +1086,31 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
                 .with_context(|| format!("creating {}", path.display()))?;
             metrics::write_hgrm(h, &mut f)?;
         }
-        rows.push((p.clone(), *r, st, v));
+        // co-located models: each model's figures, averaged over the seeds
+        let nparts = chunk[0].2.len();
+        let per: Vec<(String, [f64; 4])> = (0..nparts)
+            .map(|k| {
+                let avg = |f: &dyn Fn(&Stats) -> f64| {
+                    chunk.iter().map(|c| f(&c.2[k])).sum::<f64>() / chunk.len() as f64
+                };
+                (
+                    be.model().parts[k].name.clone(),
+                    [
+                        avg(&|s| s.latency_ms.mean),
+                        avg(&|s| s.latency_ms.p99),
+                        avg(&|s| s.throughput_rps),
+                        avg(&|s| s.sla_violation_rate),
+                    ],
+                )
+            })
+            .collect();
+        if nparts > 0 {
+            v["per_model"] = json!(per
+                .iter()
+                .map(|(m, x)| json!({"model": m, "mean_latency_ms": x[0], "p99_ms": x[1], "throughput_rps": x[2], "sla_violation_rate": x[3]}))
+                .collect::<Vec<_>>());
+        }
+        rows.push((p.clone(), *r, st, v, per));
     }
     let arr: Vec<serde_json::Value> = rows.iter().map(|r| r.3.clone()).collect();
     if let Some(dir) = &a.out {
@@ -1010,7 +1146,7 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
         "SLA viol",
         "mean batch"
     );
-    for (p, r, st, _) in &rows {
+    for (p, r, st, _, per) in &rows {
         out!(
             o,
             "{:<12} {:>9.1} {:>11.3} {:>11.3} {:>13.1} {:>8.2}% {:>10.2}",
@@ -1022,6 +1158,17 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
             100.0 * st.sla_violation_rate,
             st.mean_batch_size
         );
+        for (m, x) in per {
+            out!(
+                o,
+                "  {:<22} {:>11.3} {:>11.3} {:>13.1} {:>8.2}%",
+                m,
+                x[0],
+                x[1],
+                x[2],
+                100.0 * x[3]
+            );
+        }
     }
     out!(o, "({} runs in {:.2} s wall)", jobs.len(), wall);
     emit(&o)

@@ -62,8 +62,24 @@ pub fn histogram(out: &Outcome) -> Result<Histogram<u64>> {
     Ok(h)
 }
 
-/// Summarizes an outcome against an SLA.
-pub fn summarize(out: &Outcome, sla: Nanos) -> Result<Stats> {
+/// Summarizes the requests of one co-located model (part `part`), each against its own
+/// deadline.
+pub fn summarize_part(out: &Outcome, part: u16) -> Result<Stats> {
+    let sub = Outcome {
+        requests: out
+            .requests
+            .iter()
+            .filter(|r| r.part == part)
+            .cloned()
+            .collect(),
+        counters: out.counters.clone(),
+        snapshots: None,
+    };
+    summarize(&sub)
+}
+
+/// Summarizes an outcome; a request violates its SLA when it completes after its deadline.
+pub fn summarize(out: &Outcome) -> Result<Stats> {
     let h = histogram(out)?;
     let lats: Vec<Nanos> = out.requests.iter().filter_map(|r| r.latency()).collect();
     let completed = lats.len() as u64;
@@ -105,8 +121,13 @@ pub fn summarize(out: &Outcome, sla: Nanos) -> Result<Stats> {
         } else {
             0.0
         },
+        // each request against its own deadline (arrival + its SLA: the run's, or its model's)
         sla_violation_rate: if completed > 0 {
-            lats.iter().filter(|&&l| l > sla).count() as f64 / completed as f64
+            out.requests
+                .iter()
+                .filter(|r| r.completion.is_some_and(|c| c > r.deadline))
+                .count() as f64
+                / completed as f64
         } else {
             0.0
         },

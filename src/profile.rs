@@ -53,13 +53,25 @@ impl Profile {
         max_batch: u32,
         len: Lengths,
     ) -> Result<Profile> {
+        Self::measure_parts(device, model, max_batch, &vec![len; model.parts.len()])
+    }
+
+    /// [`Profile::measure`] for co-located models: each model's nodes at its own lengths.
+    pub fn measure_parts(
+        device: &mut dyn Device,
+        model: &Model,
+        max_batch: u32,
+        lens: &[Lengths],
+    ) -> Result<Profile> {
+        let len = lens.first().copied().unwrap_or_default();
         if max_batch == 0 {
             return Err(Error::invalid("max batch", "must be at least 1"));
         }
         device.prepare(model, max_batch)?;
-        let mid = len.dec.saturating_sub(1) / 2;
         let mut nodes = Vec::with_capacity(model.nodes.len());
         for n in &model.nodes {
+            let len = lens.get(model.part_of(n.id)).copied().unwrap_or(len);
+            let mid = len.dec.saturating_sub(1) / 2;
             let step = if n.class == Class::Decoder { mid } else { 0 };
             let at = NodeStep { node: n.id, step };
             let mut row = NodeProfile {

@@ -54,16 +54,23 @@ impl Bench {
             return Err(Error::invalid("--max-batch", "must be at least 1"));
         }
         let mut npu = Npu::new(cfg)?;
-        let dts = match &model.seq {
-            Some(s) => dec_timesteps(s, coverage)?,
-            None => 1,
-        };
-        let mut len = model.ref_lengths();
-        if model.seq.is_some() {
-            len.dec = dts;
+        // each (co-located) model's dec_timesteps and profiling lengths
+        let mut dts = Vec::with_capacity(model.parts.len());
+        let mut lens = Vec::with_capacity(model.parts.len());
+        for (p, part) in model.parts.iter().enumerate() {
+            let d = match &part.seq {
+                Some(s) => dec_timesteps(s, coverage)?,
+                None => 1,
+            };
+            let mut len = model.ref_lengths_of(p);
+            if part.seq.is_some() {
+                len.dec = d;
+            }
+            dts.push(d);
+            lens.push(len);
         }
-        let profile = Profile::measure(&mut npu, &model, max_batch, len)?;
-        let predictor = Predictor::new(&model, &profile, dts);
+        let profile = Profile::measure_parts(&mut npu, &model, max_batch, &lens)?;
+        let predictor = Predictor::for_parts(&model, &profile, dts);
         npu.prepare(&model, max_batch)?;
         Ok(Bench {
             model,
@@ -79,6 +86,18 @@ impl Bench {
         1.0 / t.as_secs().max(1e-12)
     }
 
+    /// Runs co-located models on Poisson traffic: model `k` receives `rates[k]` req/s and has
+    /// SLA `slas[k]` (`cfg.rate` and `cfg.sla` are ignored).
+    pub fn run_colocated(
+        &self,
+        cfg: &SimConfig,
+        rates: &[f64],
+        slas: &[Nanos],
+    ) -> Result<(Stats, Outcome)> {
+        let arrivals = traffic::poisson_parts(&self.model, rates, slas, cfg.requests, cfg.seed)?;
+        self.run_arrivals(cfg, &arrivals)
+    }
+
     /// Runs one configuration on Poisson traffic.
     pub fn run(&self, cfg: &SimConfig) -> Result<(Stats, Outcome)> {
         let arrivals = traffic::poisson(&self.model, cfg.rate, cfg.requests, cfg.seed)?;
@@ -91,6 +110,13 @@ impl Bench {
             return Err(Error::invalid("--sla-ms", "must be positive"));
         }
         let mut pol = policy::parse(&cfg.policy, cfg.max_batch)?;
+        if self.model.parts.len() > 1 && !pol.supports_colocation() {
+            return Err(Error::BadPolicy {
+                spec: cfg.policy.clone(),
+                msg: "does not support co-located models (serial, graph, lazy and lazy+cell do)"
+                    .into(),
+            });
+        }
         let mut dev: Box<dyn Device> = Box::new(self.npu.clone());
         let mut clock = VirtualClock::new();
         let out = engine::run(
@@ -104,7 +130,7 @@ impl Bench {
             cfg.max_batch,
             false,
         )?;
-        let stats = summarize(&out, cfg.sla)?;
+        let stats = summarize(&out)?;
         Ok((stats, out))
     }
 }

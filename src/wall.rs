@@ -232,7 +232,7 @@ impl RealBench {
             cfg.sla,
             cfg.max_batch,
         )?;
-        let stats = crate::metrics::summarize(&out, cfg.sla)?;
+        let stats = crate::metrics::summarize(&out)?;
         Ok((stats, out))
     }
 }
