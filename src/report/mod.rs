@@ -66,6 +66,8 @@ pub struct Plan {
     pub max_batches: Vec<u32>,
     /// Rates of the cellular-batching comparison (low, medium, high load).
     pub cell_rates: Vec<f64>,
+    /// Total rates of the co-location experiment.
+    pub colo_rates: Vec<f64>,
 }
 
 impl Plan {
@@ -90,6 +92,7 @@ impl Plan {
                 low_rate: 16.0,
                 max_batches: vec![16, 32, 64],
                 cell_rates: vec![16.0, 256.0, 1000.0],
+                colo_rates: vec![64.0, 128.0, 256.0, 384.0],
             }
         } else {
             Plan {
@@ -106,13 +109,15 @@ impl Plan {
                 low_rate: 16.0,
                 max_batches: vec![16, 32, 64],
                 cell_rates: vec![16.0, 256.0, 1000.0],
+                colo_rates: vec![64.0, 128.0, 256.0, 384.0],
             }
         })
     }
 
     /// Requests per run for a model.
     pub fn requests(&self, model: &str) -> usize {
-        if ["gnmt", "transformer_base", "las", "lstm_stack"].contains(&model) {
+        if model.contains(',') || ["gnmt", "transformer_base", "las", "lstm_stack"].contains(&model)
+        {
             self.requests_seq
         } else {
             self.requests_static
@@ -183,6 +188,8 @@ pub struct RunOut {
     pub stats: Stats,
     /// Latencies of completed requests, ascending (ms).
     pub lat_ms: Vec<f64>,
+    /// Co-located runs: each model's statistics.
+    pub parts: Vec<Stats>,
 }
 
 impl RunOut {
@@ -205,7 +212,17 @@ fn run_jobs(jobs: &BTreeSet<Job>, plan: &Plan, npu: &NpuConfig, progress: bool) 
     for j in jobs {
         let key = (j.model, j.max_batch, j.coverage_tenths);
         if let std::collections::btree_map::Entry::Vacant(e) = benches.entry(key) {
-            let model = zoo::load(j.model)?;
+            // a comma-separated model list is a co-location of those models
+            let model = if j.model.contains(',') {
+                crate::graph::Model::compose(
+                    j.model
+                        .split(',')
+                        .map(zoo::load)
+                        .collect::<Result<Vec<_>>>()?,
+                )
+            } else {
+                zoo::load(j.model)?
+            };
             e.insert(Bench::new(
                 model,
                 npu.clone(),
@@ -240,7 +257,20 @@ fn run_jobs(jobs: &BTreeSet<Job>, plan: &Plan, npu: &NpuConfig, progress: bool) 
                 max_batch: j.max_batch,
                 coverage: f64::from(j.coverage_tenths) / 10.0,
             };
-            let (stats, out) = bench.run(&cfg)?;
+            let nparts = bench.model.parts.len();
+            let (stats, out) = if nparts > 1 {
+                let rates = vec![cfg.rate / nparts as f64; nparts];
+                bench.run_colocated(&cfg, &rates, &vec![cfg.sla; nparts])?
+            } else {
+                bench.run(&cfg)?
+            };
+            let parts = if nparts > 1 {
+                (0..nparts)
+                    .map(|k| crate::metrics::summarize_part(&out, k as u16))
+                    .collect::<Result<Vec<_>>>()?
+            } else {
+                Vec::new()
+            };
             let mut lat_ms: Vec<f64> = out
                 .requests
                 .iter()
@@ -249,7 +279,11 @@ fn run_jobs(jobs: &BTreeSet<Job>, plan: &Plan, npu: &NpuConfig, progress: bool) 
                 .collect();
             lat_ms.sort_by(f64::total_cmp);
             bar.inc(1);
-            Ok(RunOut { stats, lat_ms })
+            Ok(RunOut {
+                stats,
+                lat_ms,
+                parts,
+            })
         })
         .collect();
     bar.finish_and_clear();

@@ -329,3 +329,105 @@ fn verify_command_reports_bit_identical_outputs() {
         "cuda",
     );
 }
+
+#[test]
+fn colocation_arguments_are_checked() {
+    fails_with(
+        &[
+            "run",
+            "--model",
+            "resnet50,gnmtx",
+            "--policy",
+            "lazy",
+            "--rate",
+            "10",
+        ],
+        "unknown model 'gnmtx'",
+    );
+    fails_with(
+        &[
+            "run",
+            "--model",
+            "resnet50,gnmt",
+            "--policy",
+            "lazy",
+            "--rate",
+            "10",
+            "--shares",
+            "1,2,3",
+        ],
+        "--shares has 3 values for 2 models",
+    );
+    fails_with(
+        &[
+            "run",
+            "--model",
+            "resnet50,gnmt",
+            "--policy",
+            "lazy",
+            "--rate",
+            "10",
+            "--slas",
+            "50",
+        ],
+        "--slas has 1 values for 2 models",
+    );
+    fails_with(
+        &[
+            "run",
+            "--model",
+            "resnet50,gnmt",
+            "--policy",
+            "oracle",
+            "--rate",
+            "10",
+        ],
+        "co-located",
+    );
+    fails_with(
+        &[
+            "run", "--model", "resnet50", "--policy", "lazy", "--rate", "10", "--shares", "1",
+        ],
+        "co-located",
+    );
+    fails_with(
+        &[
+            "run",
+            "--model",
+            "resnet50,gnmt",
+            "--device",
+            "cpu",
+            "--policy",
+            "lazy",
+            "--rate",
+            "10",
+        ],
+        "NPU model only",
+    );
+    let o = lazybatch(&[
+        "run",
+        "--model",
+        "resnet50,gnmt",
+        "--policy",
+        "lazy",
+        "--rate",
+        "50",
+        "--requests",
+        "200",
+        "--shares",
+        "3,1",
+        "--slas",
+        "20,150",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let per = v["per_model"].as_array().unwrap();
+    assert_eq!(per.len(), 2);
+    let total: u64 = per.iter().map(|p| p["completed"].as_u64().unwrap()).sum();
+    assert_eq!(total, 200);
+    assert!(
+        per[0]["completed"].as_u64().unwrap() > per[1]["completed"].as_u64().unwrap(),
+        "shares 3:1"
+    );
+}

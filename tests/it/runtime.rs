@@ -331,3 +331,133 @@ fn lazy_with_cells_merges_decoder_steps_and_loses_nobody() {
         assert!(policy::parse(bad, 8).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn colocated_models_complete_once_and_never_share_a_sub_batch() {
+    let m = lazybatch::graph::Model::compose(vec![
+        zoo::load("resnet50").unwrap(),
+        fixture("tiny_seq2seq.toml"),
+        zoo::load("transformer").unwrap(),
+    ]);
+    let b = Bench::new(m, NpuConfig::default(), 8, 90.0).unwrap();
+    let slas = [
+        Nanos::from_ms(20.0),
+        Nanos::from_ms(100.0),
+        Nanos::from_ms(200.0),
+    ];
+    for p in ["serial", "graph:3:8", "lazy", "lazy+cell"] {
+        let arrivals =
+            lazybatch::traffic::poisson_parts(&b.model, &[300.0, 200.0, 100.0], &slas, 300, 9)
+                .unwrap();
+        let mut pol = policy::parse(p, 8).unwrap();
+        let out = engine::run(
+            &b.model,
+            &mut b.npu.clone(),
+            pol.as_mut(),
+            &mut VirtualClock::new(),
+            &b.predictor,
+            &arrivals,
+            Nanos::from_ms(100.0),
+            8,
+            true,
+        )
+        .unwrap();
+        assert!(out.requests.iter().all(|r| r.completion.is_some()), "{p}");
+        // every request saw its own model's SLA
+        for r in &out.requests {
+            assert_eq!(r.deadline - r.arrival, slas[usize::from(r.part)], "{p}");
+        }
+        for (_, entries) in out.snapshots.unwrap() {
+            for (members, next) in &entries {
+                let part = b.model.part_of(next.node) as u16;
+                assert!(
+                    members
+                        .iter()
+                        .all(|&id| out.requests[id as usize].part == part),
+                    "{p}: a sub-batch mixes models"
+                );
+            }
+        }
+        let parts: Vec<u16> = out.requests.iter().map(|r| r.part).collect();
+        assert!(
+            (0..3).all(|k| parts.contains(&k)),
+            "every model received requests"
+        );
+    }
+    // policies that assume one model refuse
+    for p in ["oracle", "cellular:5"] {
+        let e = b
+            .run_colocated(&cfg(p, 100.0, 50, 1), &[50.0, 30.0, 20.0], &slas)
+            .unwrap_err();
+        assert!(e.to_string().contains("co-located"), "{e}");
+    }
+    assert!(b
+        .run_colocated(&cfg("lazy", 100.0, 50, 1), &[50.0, 30.0], &slas)
+        .is_err());
+}
+
+#[test]
+fn the_slack_check_protects_other_models() {
+    // model 0 has an SLA barely above its own latency; a newcomer of model 1 may not preempt it
+    let m = lazybatch::graph::Model::compose(vec![
+        zoo::load("vgg16").unwrap(),
+        zoo::load("resnet50").unwrap(),
+    ]);
+    let b = Bench::new(m, NpuConfig::default(), 8, 90.0).unwrap();
+    let vgg = b.predictor.single_input_of(0, b.model.ref_lengths_of(0));
+    let tight = Nanos(vgg.0 + vgg.0 / 10);
+    let arrivals = [
+        Arrival {
+            time: Nanos::ZERO,
+            part: 0,
+            sla: Some(tight),
+            ..Arrival::default()
+        },
+        Arrival {
+            time: Nanos::from_us(50.0),
+            part: 1,
+            sla: Some(Nanos::from_secs(1.0)),
+            ..Arrival::default()
+        },
+    ];
+    let mut pol = policy::parse("lazy", 8).unwrap();
+    let out = engine::run(
+        &b.model,
+        &mut b.npu.clone(),
+        pol.as_mut(),
+        &mut VirtualClock::new(),
+        &b.predictor,
+        &arrivals,
+        Nanos::from_ms(100.0),
+        8,
+        false,
+    )
+    .unwrap();
+    assert_eq!(
+        out.counters.preemptions, 0,
+        "preempting VGG for ResNet would miss VGG's SLA"
+    );
+    assert!(out.requests[0].completion.unwrap() <= out.requests[0].deadline);
+    // with a loose SLA for VGG the newcomer does preempt
+    let loose = [
+        Arrival {
+            sla: Some(Nanos::from_secs(1.0)),
+            ..arrivals[0]
+        },
+        arrivals[1],
+    ];
+    let mut pol = policy::parse("lazy", 8).unwrap();
+    let out = engine::run(
+        &b.model,
+        &mut b.npu.clone(),
+        pol.as_mut(),
+        &mut VirtualClock::new(),
+        &b.predictor,
+        &loose,
+        Nanos::from_ms(100.0),
+        8,
+        false,
+    )
+    .unwrap();
+    assert_eq!(out.counters.preemptions, 1);
+}
