@@ -29,6 +29,7 @@ cargo build --release
   echo '## Verify on the GPU (alone vs forced preemptions/merges, and against the CPU)'
   echo '```'
   for m in resnet50 gnmt transformer; do "$bin" verify --device cuda --model "$m" --width 0.25 --res 0.5; done
+  "$bin" verify --device cuda --precision f16 --model resnet50 --width 0.25 --res 0.5 || true
   echo '```'
   for m in resnet50 gnmt transformer; do
     echo

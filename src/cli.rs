@@ -177,6 +177,9 @@ struct DeviceArgs {
     /// Real devices: seed of the generated weights and inputs.
     #[arg(long, default_value_t = 1)]
     weights_seed: u64,
+    /// CUDA: storage precision of GEMM operands, f32 or f16 (f16 accumulates in f32).
+    #[arg(long, default_value = "f32")]
+    precision: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,6 +191,13 @@ enum DeviceKind {
 
 impl DeviceArgs {
     fn kind(&self) -> Result<DeviceKind> {
+        let kind = self.kind_inner()?;
+        if kind != DeviceKind::Cuda && self.precision != "f32" {
+            bail!("--precision {} applies to --device cuda", self.precision);
+        }
+        Ok(kind)
+    }
+    fn kind_inner(&self) -> Result<DeviceKind> {
         match self.device.as_str() {
             "npu" => Ok(DeviceKind::Npu),
             "cpu" => Ok(DeviceKind::Cpu),
@@ -203,7 +213,7 @@ impl DeviceArgs {
     fn real(&self, kind: DeviceKind) -> Result<Box<dyn Device>> {
         Ok(match kind {
             DeviceKind::Cpu => Box::new(lazybatch::device::cpu::CpuDevice::new(self.weights_seed)),
-            DeviceKind::Cuda => cuda_device(self.weights_seed)?,
+            DeviceKind::Cuda => cuda_device(self.weights_seed, &self.precision)?,
             DeviceKind::Npu => bail!("the NPU model is not a real device"),
         })
     }
@@ -254,12 +264,15 @@ fn cuda_available() -> Result<()> {
 }
 
 #[cfg(feature = "cuda")]
-fn cuda_device(seed: u64) -> Result<Box<dyn Device>> {
-    Ok(Box::new(lazybatch::device::cuda::CudaDevice::new(0, seed)?))
+fn cuda_device(seed: u64, precision: &str) -> Result<Box<dyn Device>> {
+    let p = lazybatch::device::cuda::device::Precision::parse(precision)?;
+    Ok(Box::new(lazybatch::device::cuda::CudaDevice::new(
+        0, seed, p,
+    )?))
 }
 
 #[cfg(not(feature = "cuda"))]
-fn cuda_device(_seed: u64) -> Result<Box<dyn Device>> {
+fn cuda_device(_seed: u64, _precision: &str) -> Result<Box<dyn Device>> {
     bail!("this build has no CUDA support (rebuild with the default `cuda` feature)")
 }
 
@@ -411,6 +424,9 @@ struct VerifyArgs {
     /// Seed of weights, inputs and lengths.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// CUDA: storage precision of GEMM operands, f32 or f16.
+    #[arg(long, default_value = "f32")]
+    precision: String,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -1206,8 +1222,9 @@ fn cmd_verify(a: VerifyArgs) -> Result<()> {
     let n = positive("--requests", a.requests)? as usize;
     let mb = positive("--max-batch", a.max_batch)?;
     let mut dev: Box<dyn Device> = match a.device.as_str() {
-        "cpu" => Box::new(lazybatch::device::cpu::CpuDevice::new(a.seed)),
-        "cuda" => cuda_device(a.seed)?,
+        "cpu" if a.precision == "f32" => Box::new(lazybatch::device::cpu::CpuDevice::new(a.seed)),
+        "cpu" => bail!("--precision {} applies to --device cuda", a.precision),
+        "cuda" => cuda_device(a.seed, &a.precision)?,
         other => bail!("verify runs on a real device: --device cpu or cuda (got '{other}')"),
     };
     let t0 = std::time::Instant::now();

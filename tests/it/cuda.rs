@@ -3,6 +3,7 @@
 //! `.ci/run` installs it (it fails when `REQUIRE_NVRTC=1` and NVRTC is missing).
 
 use lazybatch::device::cpu::CpuDevice;
+use lazybatch::device::cuda::device::Precision;
 use lazybatch::device::cuda::{self, nvrtc, CudaDevice};
 use lazybatch::graph::loader::Scale;
 use lazybatch::graph::zoo;
@@ -99,7 +100,7 @@ fn without_a_gpu_cuda_is_a_clear_error() {
         eprintln!("a GPU is present: nothing to check here");
         return;
     }
-    let e = CudaDevice::new(0, 1).expect_err("no GPU, no device");
+    let e = CudaDevice::new(0, 1, Precision::F32).expect_err("no GPU, no device");
     let msg = e.to_string();
     assert!(msg.starts_with("device 'cuda' unavailable:"), "{msg}");
     assert!(!msg.is_empty() && msg.contains("no "), "{msg}");
@@ -127,7 +128,7 @@ fn cuda_matches_the_cpu_model_by_model() {
     }
     for name in zoo::builtin_names() {
         let m = small(name);
-        let mut gpu = CudaDevice::new(0, 3).unwrap();
+        let mut gpu = CudaDevice::new(0, 3, Precision::F32).unwrap();
         let mut cpu = CpuDevice::new(3);
         let (g, c) = serve_both(&m, &mut gpu, &mut cpu, 4, 4, 3).unwrap();
         let (abs, rel, n) = max_diff(&g, &c)
@@ -145,11 +146,31 @@ fn cuda_preemption_and_merging_keep_results() {
     }
     for name in ["resnet50", "gnmt", "transformer_base", "bert_base"] {
         let m = small(name);
-        let mut gpu = CudaDevice::new(0, 5).unwrap();
+        let mut gpu = CudaDevice::new(0, 5, Precision::F32).unwrap();
         let r = verify(&m, &mut gpu, 6, 4, 5).unwrap();
         eprintln!("{name}: {r:?}");
         assert!(r.preemptions > 0);
         // cuBLAS may pick a different kernel for a different batch: not bit-identical in general
         assert!(r.max_abs_diff < 1e-3, "{name}: {r:?}");
+    }
+}
+
+#[test]
+fn cuda_f16_storage_stays_close_to_the_cpu() {
+    if !gpu_or_skip("cuda_f16_storage_stays_close_to_the_cpu") {
+        return;
+    }
+    for name in ["resnet50", "bert_base"] {
+        let m = small(name);
+        let mut gpu = CudaDevice::new(0, 3, Precision::F16).unwrap();
+        let mut cpu = CpuDevice::new(3);
+        let (g, c) = serve_both(&m, &mut gpu, &mut cpu, 4, 4, 3).unwrap();
+        let (abs, rel, n) = max_diff(&g, &c).unwrap();
+        eprintln!("{name} f16: {n} values, max abs diff {abs:e}, max rel diff {rel:e}");
+        // f16 operands (11-bit mantissa) with f32 accumulation: a few 1e-3 of the magnitude
+        assert!(
+            rel < 5e-2,
+            "{name}: f16 CUDA vs CPU relative difference {rel}"
+        );
     }
 }

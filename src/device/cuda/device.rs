@@ -58,8 +58,47 @@ fn missing(what: &str) -> Error {
     Error::Internal(format!("cuda device: {what} missing (not prepared?)"))
 }
 
+/// Storage precision of the GEMM operands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Precision {
+    /// f32 everywhere.
+    F32,
+    /// GEMM weights stored as f16; activations converted to f16 for each GEMM; cuBLAS
+    /// accumulates in f32 (CUBLAS_COMPUTE_32F) and the result returns to f32.
+    F16,
+}
+
+impl Precision {
+    /// Parses `f32` / `f16`.
+    pub fn parse(s: &str) -> Result<Precision> {
+        match s {
+            "f32" => Ok(Precision::F32),
+            "f16" => Ok(Precision::F16),
+            o => Err(Error::invalid(
+                "--precision",
+                format!("unknown precision '{o}' (f32, f16)"),
+            )),
+        }
+    }
+}
+
+/// A GEMM operand in either storage.
+enum Operand<'a> {
+    F(cudarc::driver::CudaView<'a, f32>),
+    H(cudarc::driver::CudaView<'a, half::f16>),
+}
+
+/// f16 scratch for the f16 GEMM path.
+struct Scratch16 {
+    a: CudaSlice<half::f16>,
+    b: CudaSlice<half::f16>,
+    c: CudaSlice<half::f16>,
+}
+
 struct GpuWeights {
     w: Option<CudaSlice<f32>>,
+    /// The GEMM weights in f16 (f16 precision only).
+    w16: Option<CudaSlice<half::f16>>,
     bias: Option<CudaSlice<f32>>,
     scale: Option<CudaSlice<f32>>,
     shift: Option<CudaSlice<f32>>,
@@ -118,6 +157,8 @@ pub struct CudaDevice {
     model_name: String,
     nodes: Vec<NodeGpu>,
     scratch: Option<Scratch>,
+    s16: Option<Scratch16>,
+    precision: Precision,
     max_dec: usize,
     // host-side scratch, reused
     segs: Vec<Seg>,
@@ -132,7 +173,7 @@ pub struct CudaDevice {
 impl CudaDevice {
     /// Opens device `ordinal` (after [`super::require`]) and compiles the kernels for its
     /// architecture.
-    pub fn new(ordinal: usize, seed: u64) -> Result<Self> {
+    pub fn new(ordinal: usize, seed: u64, precision: Precision) -> Result<Self> {
         super::require()?;
         let ctx = CudaContext::new(ordinal).map_err(cuda_err)?;
         let (major, minor) = ctx.compute_capability().map_err(cuda_err)?;
@@ -160,6 +201,8 @@ impl CudaDevice {
             model_name: String::new(),
             nodes: Vec::new(),
             scratch: None,
+            s16: None,
+            precision,
             max_dec: 1,
             segs: Vec::new(),
             seg_host: Vec::new(),
@@ -184,9 +227,16 @@ impl CudaDevice {
         }
     }
 
-    fn upload_weights(&self, w: &Weights) -> Result<GpuWeights> {
+    fn upload_weights(&self, w: &Weights, gemm: bool) -> Result<GpuWeights> {
+        let w16 = if gemm && self.precision == Precision::F16 && !w.w.is_empty() {
+            let h: Vec<half::f16> = w.w.iter().map(|&x| half::f16::from_f32(x)).collect();
+            Some(self.stream.clone_htod(&h).map_err(cuda_err)?)
+        } else {
+            None
+        };
         Ok(GpuWeights {
             w: self.upload(&w.w)?,
+            w16,
             bias: self.upload(&w.bias)?,
             scale: self.upload(&w.scale)?,
             shift: self.upload(&w.shift)?,
@@ -384,6 +434,91 @@ impl CudaDevice {
         unsafe { blas.gemm(cfg, b, a, c) }.map_err(cuda_err)
     }
 
+    /// [`Self::sgemm`] in the device's precision: f32 operands go straight to cuBLAS; with an
+    /// f16 operand, the f32 one is converted to f16 scratch, cuBLAS multiplies f16 with f32
+    /// accumulation into f16 scratch, and the result is converted back into `c`.
+    #[allow(clippy::too_many_arguments)]
+    fn gemm_p(
+        s16: Option<&mut Scratch16>,
+        blas: &CudaBlas,
+        stream: &Arc<CudaStream>,
+        funcs: &HashMap<String, CudaFunction>,
+        (m, n, k): (usize, usize, usize),
+        (a, a_t, lda): (Operand, bool, usize),
+        (b, b_t, ldb): (Operand, bool, usize),
+        c: &mut cudarc::driver::CudaViewMut<f32>,
+        ldc: usize,
+    ) -> Result<()> {
+        if let (Operand::F(a), Operand::F(b)) = (&a, &b) {
+            return Self::sgemm(blas, m, n, k, a, a_t, lda, b, b_t, ldb, c, ldc);
+        }
+        let s16 = s16.ok_or_else(|| missing("f16 scratch"))?;
+        let to16 = funcs
+            .get("f32_to_f16")
+            .ok_or_else(|| missing("f32_to_f16"))?;
+        let to32 = funcs
+            .get("f16_to_f32")
+            .ok_or_else(|| missing("f16_to_f32"))?;
+        let a_len = if a_t { k * lda } else { m * lda };
+        let b_len = if b_t { n * ldb } else { k * ldb };
+        if let Operand::F(x) = &a {
+            let nn = a_len as i64;
+            let mut y = s16.a.slice_mut(..a_len);
+            let mut l = stream.launch_builder(to16);
+            l.arg(x).arg(&mut y).arg(&nn);
+            // SAFETY: a_len elements in both.
+            unsafe { l.launch(elems(a_len)) }.map_err(cuda_err)?;
+        }
+        if let Operand::F(x) = &b {
+            let nn = b_len as i64;
+            let mut y = s16.b.slice_mut(..b_len);
+            let mut l = stream.launch_builder(to16);
+            l.arg(x).arg(&mut y).arg(&nn);
+            // SAFETY: b_len elements in both.
+            unsafe { l.launch(elems(b_len)) }.map_err(cuda_err)?;
+        }
+        let a16 = match &a {
+            Operand::H(h) => h.slice(..),
+            Operand::F(_) => s16.a.slice(..a_len),
+        };
+        let b16 = match &b {
+            Operand::H(h) => h.slice(..),
+            Operand::F(_) => s16.b.slice(..b_len),
+        };
+        let op = |t: bool| {
+            if t {
+                cublasOperation_t::CUBLAS_OP_T
+            } else {
+                cublasOperation_t::CUBLAS_OP_N
+            }
+        };
+        let cfg = GemmConfig {
+            transa: op(b_t),
+            transb: op(a_t),
+            m: n as i32,
+            n: m as i32,
+            k: k as i32,
+            alpha: half::f16::ONE,
+            lda: ldb as i32,
+            ldb: lda as i32,
+            beta: half::f16::ZERO,
+            ldc: ldc as i32,
+        };
+        let c_len = m * ldc;
+        {
+            let mut c16 = s16.c.slice_mut(..c_len);
+            // SAFETY: as for the f32 call; cuBLAS accumulates in f32 (CUBLAS_COMPUTE_32F).
+            unsafe { blas.gemm(cfg, &b16, &a16, &mut c16) }.map_err(cuda_err)?;
+        }
+        let nn = c_len as i64;
+        let c16 = s16.c.slice(..c_len);
+        let mut l = stream.launch_builder(to32);
+        l.arg(&c16).arg(c).arg(&nn);
+        // SAFETY: c_len elements in both.
+        unsafe { l.launch(elems(c_len)) }.map_err(cuda_err)?;
+        Ok(())
+    }
+
     fn run_node(&mut self, model: &Model, at: NodeStep, members: &[Member]) -> Result<()> {
         let i = at.node.idx();
         let node = &model.nodes[i];
@@ -452,6 +587,7 @@ impl CudaDevice {
                         nodes,
                         scratch,
                         blas,
+                        s16,
                         ..
                     } = self;
                     let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
@@ -486,19 +622,28 @@ impl CudaDevice {
                                 unsafe { b.launch(elems(kk * p)) }.map_err(cuda_err)?;
                             }
                             // out[cog × p] (channel-major) = Wgᵀ[cog × kk] · cols[kk × p]
-                            let wg = wv.slice(gi * kk * cog..(gi + 1) * kk * cog);
+                            let range = gi * kk * cog..(gi + 1) * kk * cog;
+                            let wop = match &wts.w16 {
+                                Some(h) => Operand::H(h.slice(range)),
+                                None => Operand::F(wv.slice(range)),
+                            };
                             let mut cv = sc.c.slice_mut(gi * cog * p..(gi + 1) * cog * p);
-                            if pointwise {
-                                let av = sc.a.slice(gi * cg * p..(gi + 1) * cg * p);
-                                Self::sgemm(
-                                    blas, cog, p, kk, &wg, true, cog, &av, false, p, &mut cv, p,
-                                )?;
+                            let act_op = if pointwise {
+                                Operand::F(sc.a.slice(gi * cg * p..(gi + 1) * cg * p))
                             } else {
-                                let colv = sc.cols.slice(..kk * p);
-                                Self::sgemm(
-                                    blas, cog, p, kk, &wg, true, cog, &colv, false, p, &mut cv, p,
-                                )?;
-                            }
+                                Operand::F(sc.cols.slice(..kk * p))
+                            };
+                            Self::gemm_p(
+                                s16.as_mut(),
+                                blas,
+                                stream,
+                                funcs,
+                                (cog, p, kk),
+                                (wop, true, cog),
+                                (act_op, false, p),
+                                &mut cv,
+                                p,
+                            )?;
                         }
                     }
                     let f = funcs
@@ -572,29 +717,34 @@ impl CudaDevice {
                     nodes,
                     scratch,
                     blas,
+                    s16,
                     ..
                 } = self;
                 let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
                 let av = sc.a.slice(..rows * k);
                 let mut cv = sc.c.slice_mut(..rows * feat);
-                match nodes[i].tied {
-                    Some(t) => {
-                        let table = nodes[t].w.w.as_ref().ok_or_else(|| missing("tied table"))?;
-                        Self::sgemm(
-                            blas, rows, feat, k, &av, false, k, table, true, k, &mut cv, feat,
-                        )?;
-                    }
-                    None => {
-                        let wv = nodes[i]
-                            .w
-                            .w
-                            .as_ref()
-                            .ok_or_else(|| missing("linear weights"))?;
-                        Self::sgemm(
-                            blas, rows, feat, k, &av, false, k, wv, false, feat, &mut cv, feat,
-                        )?;
-                    }
-                }
+                // the tied table is [feat × k]: read it transposed
+                let (owner, transposed, ld) = match nodes[i].tied {
+                    Some(t) => (t, true, k),
+                    None => (i, false, feat),
+                };
+                let w = &nodes[owner].w;
+                let wop = match (&w.w16, &w.w) {
+                    (Some(h), _) => Operand::H(h.slice(..)),
+                    (None, Some(f)) => Operand::F(f.slice(..)),
+                    (None, None) => return Err(missing("linear weights")),
+                };
+                Self::gemm_p(
+                    s16.as_mut(),
+                    blas,
+                    stream,
+                    funcs,
+                    (rows, feat, k),
+                    (Operand::F(av), false, k),
+                    (wop, transposed, ld),
+                    &mut cv,
+                    feat,
+                )?;
                 let f = funcs.get("bias_act").ok_or_else(|| missing("bias_act"))?;
                 let null = 0u64;
                 let (r_i, n_i, a_i) = (rows as i32, feat as i32, act_code(*act));
@@ -658,6 +808,7 @@ impl CudaDevice {
                     nodes,
                     scratch,
                     blas,
+                    s16,
                     host_i32,
                     ..
                 } = self;
@@ -668,22 +819,20 @@ impl CudaDevice {
                 {
                     let av = sc.a.slice(..rows * k);
                     let mut cv = sc.c.slice_mut(..rows * 4 * h);
-                    let wv = nodes[i]
-                        .w
-                        .w
-                        .as_ref()
-                        .ok_or_else(|| missing("lstm weights"))?;
-                    Self::sgemm(
+                    let w = &nodes[i].w;
+                    let wop = match (&w.w16, &w.w) {
+                        (Some(x), _) => Operand::H(x.slice(..)),
+                        (None, Some(f)) => Operand::F(f.slice(..)),
+                        (None, None) => return Err(missing("lstm weights")),
+                    };
+                    Self::gemm_p(
+                        s16.as_mut(),
                         blas,
-                        rows,
-                        4 * h,
-                        k,
-                        &av,
-                        false,
-                        k,
-                        wv,
-                        false,
-                        4 * h,
+                        stream,
+                        funcs,
+                        (rows, 4 * h, k),
+                        (Operand::F(av), false, k),
+                        (wop, false, 4 * h),
                         &mut cv,
                         4 * h,
                     )?;
@@ -1204,7 +1353,17 @@ impl Device for CudaDevice {
                     .stream
                     .alloc_zeros::<f32>(layout.buffer_len(n.id.idx()).max(1))
                     .map_err(cuda_err)?,
-                w: self.upload_weights(&w)?,
+                // GEMM weights (and tables read by tied GEMMs) also in f16 at f16 precision
+                w: self.upload_weights(
+                    &w,
+                    matches!(
+                        n.op,
+                        Op::Conv2d { .. }
+                            | Op::Linear { .. }
+                            | Op::Lstm { .. }
+                            | Op::Embedding { .. }
+                    ),
+                )?,
                 state,
                 in_feat,
                 tied,
@@ -1232,6 +1391,25 @@ impl Device for CudaDevice {
                 .alloc_zeros::<i64>(need_rows)
                 .map_err(cuda_err)?,
         });
+        self.s16 = if self.precision == Precision::F16 {
+            let n16 = need_a.max(need_c).max(need_cols);
+            Some(Scratch16 {
+                a: self
+                    .stream
+                    .alloc_zeros::<half::f16>(n16)
+                    .map_err(cuda_err)?,
+                b: self
+                    .stream
+                    .alloc_zeros::<half::f16>(n16)
+                    .map_err(cuda_err)?,
+                c: self
+                    .stream
+                    .alloc_zeros::<half::f16>(n16)
+                    .map_err(cuda_err)?,
+            })
+        } else {
+            None
+        };
         self.segs = Vec::with_capacity(segs);
         self.seg_host = Vec::with_capacity(3 * segs);
         self.host_i32 = Vec::with_capacity(need_rows);
