@@ -1,8 +1,8 @@
 //! Where a request's activations live on a real device: every node's output buffer holds, per
 //! slot, `cap` rows of `feat` elements — a static node's rows, one row per step for a loop node
 //! read outside its loop, or two rows (step parity) otherwise. [`Layout`] answers which row a
-//! value sits in and which copies assemble a node's input rows; the CUDA device turns those
-//! copies into one gather kernel per source buffer.
+//! value sits in and which copies assemble a node's input rows. The CPU device performs those
+//! copies directly; the CUDA device turns them into one gather kernel per source buffer.
 
 use crate::graph::op::Op;
 use crate::graph::{Input, Lengths, Model, Node, Rows, View};
@@ -163,7 +163,7 @@ impl Layout {
         }
     }
 
-    /// Appends the copies that assemble input `inp` of `node` for a request in `slot` at `step`,
+    /// Emits the copies that assemble input `inp` of `node` for a request in `slot` at `step`,
     /// consumer row `r`, into a row buffer at offset `dst`.
     #[allow(clippy::too_many_arguments)]
     pub fn input_segs(
@@ -176,7 +176,7 @@ impl Layout {
         step: u32,
         r: usize,
         dst: usize,
-        out: &mut Vec<Seg>,
+        mut emit: impl FnMut(Seg),
     ) {
         let p = inp.node.idx();
         let pn = &model.nodes[p];
@@ -192,7 +192,7 @@ impl Layout {
                     Storage::Static => r,
                     _ => self.pos(model, p, step, len),
                 };
-                out.push(Seg {
+                emit(Seg {
                     src: from(pos),
                     dst,
                     len: fw,
@@ -205,20 +205,20 @@ impl Layout {
                     } else {
                         0.0
                     };
-                    out.push(Seg {
+                    emit(Seg {
                         src: Src::Fill(start),
                         dst,
                         len: fw,
                     });
                 } else {
-                    out.push(Seg {
+                    emit(Seg {
                         src: from(self.pos(model, p, step - 1, len)),
                         dst,
                         len: fw,
                     });
                 }
             }
-            View::Collected => out.push(Seg {
+            View::Collected => emit(Seg {
                 src: from(r),
                 dst,
                 len: fw,
@@ -235,13 +235,13 @@ impl Layout {
                     let row = pos * ratio as usize + q;
                     let d = dst + q * fw;
                     if row < valid {
-                        out.push(Seg {
+                        emit(Seg {
                             src: from(row),
                             dst: d,
                             len: fw,
                         });
                     } else {
-                        out.push(Seg {
+                        emit(Seg {
                             src: Src::Fill(0.0),
                             dst: d,
                             len: fw,

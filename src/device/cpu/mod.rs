@@ -12,34 +12,20 @@
 pub mod kernels;
 pub mod weights;
 
+use super::layout::{Layout, NodeLayout, Seg, Src};
 use super::{Device, Member, Timing};
 use crate::error::{Error, Result};
 use crate::graph::op::{AttnMode, Op, PoolKind, PosEnc};
-use crate::graph::{Class, Input, Lengths, Model, Node, NodeStep, Rows, View};
+use crate::graph::{Class, Input, Model, Node, NodeStep, Rows};
 use crate::time::Nanos;
 use kernels::ActK;
 use std::collections::HashMap;
 use std::time::Instant;
 use weights::Weights;
 
-/// How a node's output buffer is laid out per slot.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Storage {
-    /// A static node: its rows (1, the sequence length, or a fixed count).
-    Static,
-    /// A loop node read outside its loop: one row per step, by position.
-    AllSteps,
-    /// A loop node read only within its loop: two rows, by step parity.
-    Parity,
-}
-
 #[derive(Debug)]
 struct NodeRt {
-    storage: Storage,
-    /// Elements per row.
-    feat: usize,
-    /// Rows per slot.
-    cap: usize,
+    /// Output buffer, laid out by [`Layout`].
     out: Vec<f32>,
     w: Weights,
     /// LSTM cell state (`max_batch × H`) or decoder self-attention K|V cache
@@ -61,6 +47,7 @@ pub struct CpuDevice {
     seed: u64,
     model_name: String,
     max_batch: usize,
+    layout: Layout,
     nodes: Vec<NodeRt>,
     scratch_a: Vec<f32>,
     scratch_c: Vec<f32>,
@@ -98,6 +85,10 @@ impl CpuDevice {
             seed,
             model_name: String::new(),
             max_batch: 0,
+            layout: Layout {
+                nodes: Vec::new(),
+                max_batch: 0,
+            },
             nodes: Vec::new(),
             scratch_a: Vec::new(),
             scratch_c: Vec::new(),
@@ -125,51 +116,17 @@ impl CpuDevice {
         4 * self.nodes.iter().map(|n| n.w.count()).sum::<usize>()
     }
 
-    fn loop_steps(model: &Model, node: &Node, len: Lengths) -> usize {
-        node.loop_id.map_or(1, |l| {
-            model.loop_steps(&model.loops[l.0 as usize], len) as usize
-        })
-    }
-
-    /// Row index in node `i`'s slot where its value at `step` lives.
-    fn pos(&self, model: &Model, i: usize, step: u32, len: Lengths) -> usize {
-        let n = &model.nodes[i];
-        match self.nodes[i].storage {
-            Storage::Static => 0,
-            Storage::Parity => (step % 2) as usize,
-            Storage::AllSteps => {
-                let reverse = matches!(n.op, Op::Lstm { reverse: true, .. });
-                let steps = Self::loop_steps(model, n, len);
-                if reverse {
-                    steps - 1 - step as usize
-                } else {
-                    step as usize
-                }
-            }
-        }
-    }
-
     fn row(&self, i: usize, slot: u32, pos: usize) -> &[f32] {
-        let n = &self.nodes[i];
-        let o = (slot as usize * n.cap + pos) * n.feat;
-        &n.out[o..o + n.feat]
+        let o = self.layout.offset(i, slot, pos);
+        &self.nodes[i].out[o..o + self.layout.nodes[i].feat]
     }
 
-    /// Valid rows of node `i`'s value for a request (static sequences and collected loops).
-    fn valid_rows(model: &Model, i: usize, len: Lengths) -> usize {
-        let n = &model.nodes[i];
-        match n.loop_id {
-            Some(_) => Self::loop_steps(model, n, len),
-            None => n.out.rows.count(len.enc) as usize,
-        }
-    }
-
-    /// Rows a node processes per member.
-    fn rows(_model: &Model, node: &Node, len: Lengths) -> usize {
-        if node.loop_id.is_some() {
-            1
-        } else {
-            node.out.rows.count(len.enc) as usize
+    /// Performs one input copy into a row buffer.
+    fn copy_seg(&self, seg: Seg, dst: &mut [f32]) {
+        let d = &mut dst[seg.dst..seg.dst + seg.len];
+        match seg.src {
+            Src::Node { node, off } => d.copy_from_slice(&self.nodes[node].out[off..off + seg.len]),
+            Src::Fill(v) => d.iter_mut().for_each(|x| *x = v),
         }
     }
 
@@ -185,12 +142,15 @@ impl CpuDevice {
     ) {
         let mut off = 0;
         for (k, inp) in node.inputs.iter().enumerate() {
-            let w = numel(&node.in_shapes[k].feat);
-            self.read_input(model, node, inp, m, step, r, &mut dst[off..off + w]);
-            off += w;
+            self.layout
+                .input_segs(model, node, inp, m.slot, m.len, step, r, off, |seg| {
+                    self.copy_seg(seg, dst)
+                });
+            off += numel(&node.in_shapes[k].feat);
         }
     }
 
+    /// Writes input `inp`'s row `r` for member `m` into `dst`.
     #[allow(clippy::too_many_arguments)]
     fn read_input(
         &self,
@@ -202,74 +162,25 @@ impl CpuDevice {
         r: usize,
         dst: &mut [f32],
     ) {
-        let p = inp.node.idx();
-        let pn = &model.nodes[p];
-        match inp.view {
-            View::Same => {
-                let pos = match self.nodes[p].storage {
-                    Storage::Static => {
-                        if pn.out.rows == Rows::One {
-                            0
-                        } else {
-                            r
-                        }
-                    }
-                    _ => self.pos(model, p, step, m.len),
-                };
-                dst.copy_from_slice(self.row(p, m.slot, pos));
-            }
-            View::Prev => {
-                if step == 0 {
-                    let start = if matches!(pn.op, Op::Argmax) {
-                        1.0
-                    } else {
-                        0.0
-                    };
-                    dst.iter_mut().for_each(|v| *v = start);
-                } else {
-                    let pos = self.pos(model, p, step - 1, m.len);
-                    dst.copy_from_slice(self.row(p, m.slot, pos));
-                }
-            }
-            View::Collected => dst.copy_from_slice(self.row(p, m.slot, r)),
-            View::StepRows { ratio, reverse } | View::CollectedStepRows { ratio, reverse } => {
-                let steps = Self::loop_steps(model, node, m.len);
-                let pos = if reverse {
-                    steps - 1 - step as usize
-                } else {
-                    step as usize
-                };
-                let valid = Self::valid_rows(model, p, m.len);
-                let fw = self.nodes[p].feat;
-                for q in 0..ratio as usize {
-                    let row = pos * ratio as usize + q;
-                    let d = &mut dst[q * fw..(q + 1) * fw];
-                    if row < valid {
-                        d.copy_from_slice(self.row(p, m.slot, row));
-                    } else {
-                        d.iter_mut().for_each(|v| *v = 0.0);
-                    }
-                }
-            }
-        }
+        self.layout
+            .input_segs(model, node, inp, m.slot, m.len, step, r, 0, |seg| {
+                self.copy_seg(seg, dst)
+            });
     }
 
     /// The rows (`valid` of them) of a sequence input seen whole (attention keys/values).
     fn seq_input(&self, model: &Model, inp: &Input, m: &Member) -> (usize, usize) {
         let p = inp.node.idx();
-        (p, Self::valid_rows(model, p, m.len))
+        (p, Layout::valid_rows(model, p, m.len))
     }
 
     fn scatter_row(&mut self, i: usize, slot: u32, pos: usize, src: &[f32]) {
-        let n = &mut self.nodes[i];
-        let o = (slot as usize * n.cap + pos) * n.feat;
-        n.out[o..o + n.feat].copy_from_slice(src);
+        self.out_row_mut(i, slot, pos).copy_from_slice(src);
     }
 
     fn out_row_mut(&mut self, i: usize, slot: u32, pos: usize) -> &mut [f32] {
-        let n = &mut self.nodes[i];
-        let o = (slot as usize * n.cap + pos) * n.feat;
-        &mut n.out[o..o + n.feat]
+        let o = self.layout.offset(i, slot, pos);
+        &mut self.nodes[i].out[o..o + self.layout.nodes[i].feat]
     }
 
     fn check_capacity(&self, model: &Model, members: &[Member]) -> Result<()> {
@@ -311,8 +222,8 @@ impl CpuDevice {
             Op::Input { shape, tokens, .. } => {
                 let feat = numel(shape);
                 for m in members {
-                    let rows = Self::rows(model, node, m.len);
-                    let base = m.slot as usize * self.nodes[i].cap * feat;
+                    let rows = Layout::rows(node, m.len);
+                    let base = self.layout.offset(i, m.slot, 0);
                     let out = &mut self.nodes[i].out[base..base + rows * feat];
                     weights::fill_input(out, self.seed, m.input, i as u64, *tokens);
                 }
@@ -374,14 +285,10 @@ impl CpuDevice {
         for m in members {
             let step = m.step;
             let node = &model.nodes[i];
-            let rows = Self::rows(model, node, m.len);
+            let rows = Layout::rows(node, m.len);
             let mut v = Vec::new();
             for r in 0..rows {
-                let pos = if node.loop_id.is_some() {
-                    self.pos(model, i, step, m.len)
-                } else {
-                    r
-                };
+                let pos = self.layout.out_pos(model, i, step, r, m.len);
                 v.extend_from_slice(self.row(i, m.slot, pos));
             }
             rows_out.push((m.input, v));
@@ -423,8 +330,8 @@ impl CpuDevice {
         let prod = node.inputs[0].node.idx();
         for m in members {
             a[..c * h * w].copy_from_slice(self.row(prod, m.slot, 0));
+            let o = self.layout.offset(i, m.slot, 0);
             let n = &mut self.nodes[i];
-            let o = m.slot as usize * n.cap * n.feat;
             let (wts, out) = (&n.w, &mut n.out[o..o + co * p]);
             if depthwise {
                 kernels::depthwise(
@@ -490,13 +397,13 @@ impl CpuDevice {
     fn linear(&mut self, model: &Model, i: usize, members: &[Member], ak: ActK) {
         let node = &model.nodes[i];
         let k = self.nodes[i].in_feat;
-        let n = self.nodes[i].feat;
+        let n = self.layout.nodes[i].feat;
         let mut a = std::mem::take(&mut self.scratch_a);
         let mut c = std::mem::take(&mut self.scratch_c);
         let mut r_total = 0;
         for m in members {
             let step = m.step;
-            for r in 0..Self::rows(model, node, m.len) {
+            for r in 0..Layout::rows(node, m.len) {
                 self.gather_row(
                     model,
                     node,
@@ -527,15 +434,11 @@ impl CpuDevice {
         let mut r_at = 0;
         for m in members {
             let step = m.step;
-            for r in 0..Self::rows(model, node, m.len) {
-                let pos = if node.loop_id.is_some() {
-                    self.pos(model, i, step, m.len)
-                } else {
-                    r
-                };
+            for r in 0..Layout::rows(node, m.len) {
+                let pos = self.layout.out_pos(model, i, step, r, m.len);
                 let src = &c[r_at * n..(r_at + 1) * n];
                 let nd = &mut self.nodes[i];
-                let o = (m.slot as usize * nd.cap + pos) * nd.feat;
+                let o = self.layout.offset(i, m.slot, pos);
                 nd.out[o..o + n].copy_from_slice(src);
                 r_at += 1;
             }
@@ -557,7 +460,7 @@ impl CpuDevice {
             if step == 0 {
                 row[kx..].iter_mut().for_each(|v| *v = 0.0);
             } else {
-                let pos = self.pos(model, i, step - 1, m.len);
+                let pos = self.layout.pos(model, i, step - 1, m.len);
                 row[kx..].copy_from_slice(self.row(i, m.slot, pos));
             }
         }
@@ -569,13 +472,13 @@ impl CpuDevice {
             for (g, bb) in gates.iter_mut().zip(&self.nodes[i].w.bias) {
                 *g += bb;
             }
-            let pos = self.pos(model, i, step, m.len);
+            let pos = self.layout.pos(model, i, step, m.len);
             let nd = &mut self.nodes[i];
             let cs = &mut nd.state[m.slot as usize * h..(m.slot as usize + 1) * h];
             if step == 0 {
                 cs.iter_mut().for_each(|v| *v = 0.0);
             }
-            let o = (m.slot as usize * nd.cap + pos) * nd.feat;
+            let o = self.layout.offset(i, m.slot, pos);
             kernels::lstm_cell(gates, cs, &mut nd.out[o..o + h]);
         }
         self.scratch_a = a;
@@ -594,7 +497,7 @@ impl CpuDevice {
         let mut a = std::mem::take(&mut self.scratch_a);
         let mut c = std::mem::take(&mut self.scratch_c);
         let mut scores = std::mem::take(&mut self.scores);
-        let dout = self.nodes[i].feat;
+        let dout = self.layout.nodes[i].feat;
         for m in members {
             let step = m.step;
             match mode {
@@ -631,10 +534,10 @@ impl CpuDevice {
                             *o += pj * v;
                         }
                     }
-                    let pos = self.pos(model, i, step, m.len);
+                    let pos = self.layout.pos(model, i, step, m.len);
                     let src = &c[..dout];
                     let nd = &mut self.nodes[i];
-                    let o = (m.slot as usize * nd.cap + pos) * nd.feat;
+                    let o = self.layout.offset(i, m.slot, pos);
                     nd.out[o..o + dout].copy_from_slice(src);
                 }
                 AttnMode::SelfAttn if node.class == Class::Decoder => {
@@ -666,23 +569,22 @@ impl CpuDevice {
                             &mut c[hd * dh..(hd + 1) * dh],
                         );
                     }
-                    let pos = self.pos(model, i, step, m.len);
+                    let pos = self.layout.pos(model, i, step, m.len);
                     let src = &c[..d];
                     let nd = &mut self.nodes[i];
-                    let o = (m.slot as usize * nd.cap + pos) * nd.feat;
+                    let o = self.layout.offset(i, m.slot, pos);
                     nd.out[o..o + d].copy_from_slice(src);
                 }
                 AttnMode::SelfAttn => {
                     // whole-sequence self-attention: two GEMMs per head over the packed Q|K|V rows
                     // of this request's slot (scores = Q·Kᵀ, out = softmax(scores)·V)
                     let d = dout;
-                    let rows = Self::rows(model, node, m.len);
+                    let rows = Layout::rows(node, m.len);
                     let p = node.inputs[0].node.idx();
                     let dh = d / heads;
                     let scale = 1.0 / (dh as f32).sqrt();
-                    let src = &self.nodes[p];
-                    let base = m.slot as usize * src.cap * src.feat;
-                    let qkv = &src.out[base..base + rows * 3 * d];
+                    let base = self.layout.offset(p, m.slot, 0);
+                    let qkv = &self.nodes[p].out[base..base + rows * 3 * d];
                     for hd in 0..heads {
                         let q = &qkv[hd * dh..];
                         let k = &qkv[d + hd * dh..];
@@ -720,13 +622,13 @@ impl CpuDevice {
                     for r in 0..rows {
                         let src = &c[r * d..(r + 1) * d];
                         let nd = &mut self.nodes[i];
-                        let o = (m.slot as usize * nd.cap + r) * nd.feat;
+                        let o = self.layout.offset(i, m.slot, r);
                         nd.out[o..o + d].copy_from_slice(src);
                     }
                 }
                 AttnMode::Cross => {
                     let d = dout;
-                    let rows = Self::rows(model, node, m.len);
+                    let rows = Layout::rows(node, m.len);
                     let (kvp, nk) = self.seq_input(model, &node.inputs[1], m);
                     let dh = d / heads;
                     let scale = 1.0 / (dh as f32).sqrt();
@@ -745,14 +647,10 @@ impl CpuDevice {
                         }
                     }
                     for r in 0..rows {
-                        let pos = if node.loop_id.is_some() {
-                            self.pos(model, i, step, m.len)
-                        } else {
-                            r
-                        };
+                        let pos = self.layout.out_pos(model, i, step, r, m.len);
                         let src = &c[r * d..(r + 1) * d];
                         let nd = &mut self.nodes[i];
-                        let o = (m.slot as usize * nd.cap + pos) * nd.feat;
+                        let o = self.layout.offset(i, m.slot, pos);
                         nd.out[o..o + d].copy_from_slice(src);
                     }
                 }
@@ -767,12 +665,12 @@ impl CpuDevice {
     fn rowwise(&mut self, model: &Model, i: usize, members: &[Member]) {
         let node = &model.nodes[i];
         let kin = self.nodes[i].in_feat;
-        let fo = self.nodes[i].feat;
+        let fo = self.layout.nodes[i].feat;
         let mut a = std::mem::take(&mut self.scratch_a);
         let mut c = std::mem::take(&mut self.scratch_c);
         for m in members {
             let step = m.step;
-            for r in 0..Self::rows(model, node, m.len) {
+            for r in 0..Layout::rows(node, m.len) {
                 self.gather_row(model, node, m, step, r, &mut a[..kin]);
                 let x = &a[..kin];
                 let y = &mut c[..fo];
@@ -863,11 +761,7 @@ impl CpuDevice {
                     }
                     _ => y.copy_from_slice(&x[..fo]),
                 }
-                let pos = if node.loop_id.is_some() {
-                    self.pos(model, i, step, m.len)
-                } else {
-                    r
-                };
+                let pos = self.layout.out_pos(model, i, step, r, m.len);
                 let src = &c[..fo];
                 self.scatter_row(i, m.slot, pos, src);
             }
@@ -901,33 +795,13 @@ impl Device for CpuDevice {
             return Err(Error::invalid("max batch", "must be at least 1"));
         }
         let mb = max_batch as usize;
-        // which loop nodes are read outside their loop
-        let mut collected = vec![false; model.nodes.len()];
-        for n in &model.nodes {
-            for inp in &n.inputs {
-                if matches!(inp.view, View::Collected | View::CollectedStepRows { .. }) {
-                    collected[inp.node.idx()] = true;
-                }
-            }
-        }
+        let layout = Layout::new(model, mb);
         let max_dec = model.seq.as_ref().map_or(1, |s| s.max_dec as usize);
         let mut nodes = Vec::with_capacity(model.nodes.len());
         let (mut need_a, mut need_c, mut need_cols, mut need_scores) =
             (1usize, 1usize, 1usize, 1usize);
         for n in &model.nodes {
-            let feat = numel(&n.out.feat);
-            let (storage, cap) = match n.loop_id {
-                None => (Storage::Static, max_rows(model, n.out.rows)),
-                Some(l) if collected[n.id.idx()] => {
-                    let lp = &model.loops[l.0 as usize];
-                    let max_len = Lengths {
-                        enc: model.seq.as_ref().map_or(1, |s| s.max_enc),
-                        dec: max_dec as u32,
-                    };
-                    (Storage::AllSteps, model.loop_steps(lp, max_len) as usize)
-                }
-                Some(_) => (Storage::Parity, 2),
-            };
+            let NodeLayout { feat, cap, .. } = layout.nodes[n.id.idx()];
             let in_feat: usize = n.in_shapes.iter().map(|s| numel(&s.feat)).sum();
             let rows = if n.loop_id.is_some() { 1 } else { cap };
             let tied = match &n.op {
@@ -986,10 +860,7 @@ impl Device for CpuDevice {
                 }
             }
             nodes.push(NodeRt {
-                storage,
-                feat,
-                cap,
-                out: vec![0.0; mb * cap * feat],
+                out: vec![0.0; layout.buffer_len(n.id.idx())],
                 w,
                 state,
                 in_feat,
@@ -997,6 +868,7 @@ impl Device for CpuDevice {
             });
         }
         self.nodes = nodes;
+        self.layout = layout;
         self.scratch_a = vec![0.0; need_a];
         self.scratch_c = vec![0.0; need_c];
         self.cols = vec![0.0; need_cols];

@@ -320,17 +320,9 @@ impl CudaDevice {
             for r in 0..Layout::rows(node, m.len) {
                 let mut off = rows * width;
                 for (k, inp) in node.inputs.iter().enumerate() {
-                    layout.input_segs(
-                        model,
-                        node,
-                        inp,
-                        m.slot,
-                        m.len,
-                        step,
-                        r,
-                        off,
-                        &mut self.segs,
-                    );
+                    layout.input_segs(model, node, inp, m.slot, m.len, step, r, off, |s| {
+                        self.segs.push(s)
+                    });
                     off += node.in_shapes[k].feat.iter().product::<usize>();
                 }
                 rows += 1;
@@ -769,17 +761,9 @@ impl CudaDevice {
                     let step = m.step;
                     let mut off = r * k;
                     for (q, inp) in node.inputs.iter().enumerate() {
-                        layout.input_segs(
-                            model,
-                            node,
-                            inp,
-                            m.slot,
-                            m.len,
-                            step,
-                            0,
-                            off,
-                            &mut self.segs,
-                        );
+                        layout.input_segs(model, node, inp, m.slot, m.len, step, 0, off, |s| {
+                            self.segs.push(s)
+                        });
                         off += node.in_shapes[q].feat.iter().product::<usize>();
                     }
                     let src = if step == 0 {
@@ -1233,7 +1217,7 @@ impl CudaDevice {
                     step,
                     r,
                     rows * width,
-                    &mut self.segs,
+                    |s| self.segs.push(s),
                 );
                 rows += 1;
             }
