@@ -1,5 +1,6 @@
 //! The binary: bad input gets a one-line error and a non-zero exit, never a panic.
 
+use crate::fresh_dir;
 use std::process::{Command, Output};
 
 fn lazybatch(args: &[&str]) -> Output {
@@ -51,8 +52,7 @@ fn bad_input_is_a_clear_error() {
 
 #[test]
 fn bad_npu_config_names_the_line() {
-    let dir = std::env::temp_dir().join(format!("lazybatch-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("cli");
     let f = dir.join("npu.toml");
     std::fs::write(&f, "rows = 128\nfrequency = 9\n").unwrap();
     fails_with(
@@ -131,8 +131,7 @@ fn run_rejects_bad_serving_arguments() {
         ],
         "lazy:1",
     );
-    let dir = std::env::temp_dir().join(format!("lazybatch-trace-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("trace");
     let f = dir.join("trace.txt");
     std::fs::write(&f, "# ms\n0.5\n1.0\nabc\n").unwrap();
     fails_with(
@@ -198,7 +197,7 @@ fn run_json_is_deterministic_and_complete() {
 
 #[test]
 fn compare_writes_hgrm_files() {
-    let dir = std::env::temp_dir().join(format!("lazybatch-cmp-{}", std::process::id()));
+    let dir = fresh_dir("cmp");
     let o = lazybatch(&[
         "compare",
         "--model",
@@ -225,8 +224,7 @@ fn compare_writes_hgrm_files() {
 
 #[test]
 fn cpu_compare_runs_for_real_and_lazy_does_not_wait_for_a_window() {
-    let dir = std::env::temp_dir().join(format!("lazybatch-cpu-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("cpu");
     let prof = dir.join("prof.json");
     let model = ["--model", "resnet50", "--width", "0.125", "--res", "0.25"];
     let mut args = vec![

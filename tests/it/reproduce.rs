@@ -1,12 +1,13 @@
 //! `reproduce --quick`: every figure, its data and the report are written and parse; the data
 //! come from the same code path as `run`; rerunning gives identical files.
 
+use crate::fresh_dir;
 use lazybatch::device::npu::NpuConfig;
 use lazybatch::graph::zoo;
 use lazybatch::report::{reproduce, Options, EXPERIMENTS};
 use lazybatch::sim::{Bench, SimConfig};
 use lazybatch::time::Nanos;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 fn quick(dir: &Path) -> Vec<String> {
     reproduce(&Options {
@@ -18,12 +19,6 @@ fn quick(dir: &Path) -> Vec<String> {
         npu: NpuConfig::default(),
     })
     .unwrap()
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("lazybatch-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    d
 }
 
 fn csv(dir: &Path, name: &str) -> (Vec<String>, Vec<Vec<String>>) {
@@ -41,7 +36,7 @@ fn csv(dir: &Path, name: &str) -> (Vec<String>, Vec<Vec<String>>) {
 
 #[test]
 fn quick_reproduce_writes_every_figure_and_is_deterministic() {
-    let a = tmp("repro-a");
+    let a = fresh_dir("repro-a");
     let files = quick(&a);
     // every experiment has a CSV, a JSON and at least one SVG; report and config exist
     for e in EXPERIMENTS {
@@ -103,7 +98,7 @@ fn quick_reproduce_writes_every_figure_and_is_deterministic() {
             && report.contains("best GraphB")
     );
     // same arguments, identical files
-    let b = tmp("repro-b");
+    let b = fresh_dir("repro-b");
     quick(&b);
     for f in &files {
         assert_eq!(
@@ -116,7 +111,7 @@ fn quick_reproduce_writes_every_figure_and_is_deterministic() {
 
 #[test]
 fn sla_blind_policies_violate_less_as_the_target_grows() {
-    let a = tmp("repro-sla");
+    let a = fresh_dir("repro-sla");
     reproduce(&Options {
         out: a.clone(),
         quick: true,
@@ -144,7 +139,7 @@ fn sla_blind_policies_violate_less_as_the_target_grows() {
 
 #[test]
 fn figure_data_come_from_the_run_code_path() {
-    let a = tmp("repro-eval");
+    let a = fresh_dir("repro-eval");
     reproduce(&Options {
         out: a.clone(),
         quick: true,
@@ -191,7 +186,7 @@ fn figure_data_come_from_the_run_code_path() {
 #[test]
 fn unknown_experiment_is_an_error() {
     let e = reproduce(&Options {
-        out: tmp("repro-bad"),
+        out: fresh_dir("repro-bad"),
         quick: true,
         seeds: None,
         figures: Some(vec!["latency".into()]),
