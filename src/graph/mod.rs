@@ -156,6 +156,16 @@ pub struct Loop {
     pub last: NodeId,
 }
 
+impl Loop {
+    /// How many times the loop runs for a request of lengths `len`.
+    pub fn steps(&self, len: Lengths) -> u32 {
+        match self.class {
+            Class::Encoder => len.enc.div_ceil(self.div.max(1)).max(1),
+            _ => len.dec.max(1),
+        }
+    }
+}
+
 /// Sequence settings of a seq2seq model (`[seq2seq]` in the file).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SeqConfig {
@@ -343,10 +353,7 @@ impl Model {
 
     /// How many times loop `l` runs for a request of lengths `len`.
     pub fn loop_steps(&self, l: &Loop, len: Lengths) -> u32 {
-        match l.class {
-            Class::Encoder => len.enc.div_ceil(l.div.max(1)).max(1),
-            _ => len.dec.max(1),
-        }
+        l.steps(len)
     }
 
     /// How many times node `n` runs for a request of lengths `len` (Algorithm 1's multiplier).

@@ -7,7 +7,7 @@
 //! the predictor assumes `dec_timesteps` (the N-th percentile of the profiled output lengths), or
 //! one more step than the request has already run once it passes that.
 
-use crate::graph::{Class, Lengths, Model, NodeId, NodeStep};
+use crate::graph::{Lengths, Loop, Model, NodeId, NodeStep};
 use crate::profile::Profile;
 use crate::time::Nanos;
 
@@ -27,11 +27,8 @@ struct Sums {
 pub struct Predictor {
     /// `sums[b-1]` for batch b.
     sums: Vec<Sums>,
-    loop_first: Vec<NodeId>,
+    loops: Vec<Loop>,
     loop_of: Vec<Option<usize>>,
-    loop_last: Vec<NodeId>,
-    loop_class: Vec<Class>,
-    loop_div: Vec<u32>,
     /// Predicted decoder steps for requests whose output length is unknown (of part 0).
     pub dec_timesteps: u32,
     /// The same per part (co-located models).
@@ -94,10 +91,7 @@ impl Predictor {
             .collect();
         Predictor {
             sums,
-            loop_first: model.loops.iter().map(|l| l.first).collect(),
-            loop_last: model.loops.iter().map(|l| l.last).collect(),
-            loop_class: model.loops.iter().map(|l| l.class).collect(),
-            loop_div: model.loops.iter().map(|l| l.div).collect(),
+            loops: model.loops.clone(),
             loop_of,
             dec_timesteps: dec_timesteps.max(1),
             part_dts: part_dts.iter().map(|d| (*d).max(1)).collect(),
@@ -106,13 +100,6 @@ impl Predictor {
             part_end: model.parts.iter().map(|p| p.end).collect(),
             max_batch: profile.max_batch,
         }
-    }
-
-    fn steps(&self, l: usize, len: Lengths) -> u64 {
-        u64::from(match self.loop_class[l] {
-            Class::Encoder => len.enc.div_ceil(self.loop_div[l].max(1)).max(1),
-            _ => len.dec.max(1),
-        })
     }
 
     /// The lengths the predictor assumes for a request with encoder length `enc` that has run
@@ -155,10 +142,10 @@ impl Predictor {
         let mut t = 0u64;
         let after = match self.loop_of[i] {
             Some(l) => {
-                let steps = self.steps(l, len);
+                let steps = u64::from(self.loops[l].steps(len));
                 let left = steps.saturating_sub(u64::from(at.step) + 1);
                 t += s.body_suffix[i] + left * s.body[l];
-                self.loop_last[l].idx() + 1
+                self.loops[l].last.idx() + 1
             }
             None => i,
         };
@@ -166,9 +153,9 @@ impl Predictor {
         if after < end {
             t += s.static_suffix[after];
         }
-        for (l, first) in self.loop_first.iter().enumerate() {
-            if first.idx() >= after && first.idx() < end {
-                t += self.steps(l, len) * s.body[l];
+        for (lp, body) in self.loops.iter().zip(&s.body) {
+            if lp.first.idx() >= after && lp.first.idx() < end {
+                t += u64::from(lp.steps(len)) * body;
             }
         }
         Nanos(t)

@@ -461,3 +461,21 @@ fn the_slack_check_protects_other_models() {
     .unwrap();
     assert_eq!(out.counters.preemptions, 1);
 }
+
+#[test]
+fn predictor_matches_the_direct_sum_over_nodes() {
+    // Algorithm 1 two ways: the predictor's suffix sums and the profile's node-by-node sum
+    for name in zoo::all_names() {
+        let b = bench(name, 8);
+        for (enc, dec) in [(1, 1), (7, 3), (31, 40)] {
+            let len = Lengths { enc, dec };
+            for batch in [1, 3, 8] {
+                assert_eq!(
+                    b.predictor.remaining(None, len, batch),
+                    b.profile.graph_latency(&b.model, batch, len),
+                    "{name} {len:?} batch {batch}"
+                );
+            }
+        }
+    }
+}
