@@ -187,13 +187,7 @@ impl BatchTable {
                     None => finished.push(r),
                     Some(next) => {
                         let key = self.key(next);
-                        match groups.iter_mut().find(|g| {
-                            (
-                                g.next.node.0,
-                                (!self.cells.get(g.next.node.idx()).copied().unwrap_or(false))
-                                    .then_some(g.next.step),
-                            ) == key
-                        }) {
+                        match groups.iter_mut().find(|g| self.key(g.next) == key) {
                             Some(g) => {
                                 g.members.push(r);
                                 g.steps.push(next.step);
