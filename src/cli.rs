@@ -864,12 +864,11 @@ fn cmd_run(a: RunArgs) -> Result<()> {
     let (st, out) = be.run(&cfg, trace, &colo)?;
     let wall = t0.elapsed().as_secs_f64();
     let per_model: Vec<(String, Stats)> = if colo.is_some() {
-        be.model()
-            .parts
-            .iter()
-            .enumerate()
-            .map(|(p, part)| Ok((part.name.clone(), metrics::summarize_part(&out, p as u16)?)))
-            .collect::<lazybatch::Result<_>>()?
+        let parts = &be.model().parts;
+        let names = parts.iter().map(|p| p.name.clone());
+        names
+            .zip(metrics::summarize_parts(&out, parts.len())?)
+            .collect()
     } else {
         Vec::new()
     };
@@ -952,17 +951,6 @@ fn cmd_run(a: RunArgs) -> Result<()> {
     emit(&o)
 }
 
-/// Quantile (linear interpolation) of a sorted slice.
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let x = q * (sorted.len() - 1) as f64;
-    let (i, f) = (x.floor() as usize, x - x.floor());
-    let j = (i + 1).min(sorted.len() - 1);
-    sorted[i] + (sorted[j] - sorted[i]) * f
-}
-
 fn cmd_compare(a: CompareArgs) -> Result<()> {
     let mut o = String::new();
     let model = a.model.load()?;
@@ -1027,9 +1015,7 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
                     None
                 };
                 let parts = if colo.is_some() {
-                    (0..b.model.parts.len())
-                        .map(|k| metrics::summarize_part(&out, k as u16))
-                        .collect::<lazybatch::Result<_>>()?
+                    metrics::summarize_parts(&out, b.model.parts.len())?
                 } else {
                     Vec::new()
                 };
@@ -1059,11 +1045,8 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
         let avg = |f: &dyn Fn(&Stats) -> f64| {
             chunk.iter().map(|c| f(&c.0)).sum::<f64>() / chunk.len() as f64
         };
-        let sorted = |f: &dyn Fn(&Stats) -> f64| {
-            let mut v: Vec<f64> = chunk.iter().map(|c| f(&c.0)).collect();
-            v.sort_by(f64::total_cmp);
-            v
-        };
+        let spread =
+            |f: &dyn Fn(&Stats) -> f64| metrics::spread(chunk.iter().map(|c| f(&c.0)).collect());
         let st = Stats {
             requests: chunk[0].0.requests,
             completed: avg(&|s| s.completed as f64).round() as u64,
@@ -1083,13 +1066,13 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
             merges: avg(&|s| s.merges as f64).round() as u64,
         };
         let mut v = run_json(&name, be.device(), p, *r, 1, a.serve.sla_ms, &st, wall);
-        let lat = sorted(&|s| s.latency_ms.mean);
-        let tp = sorted(&|s| s.throughput_rps);
+        let (_, lat25, lat75) = spread(&|s| s.latency_ms.mean);
+        let (_, tp25, tp75) = spread(&|s| s.throughput_rps);
         v["seeds"] = json!(seeds);
-        v["mean_latency_ms_p25"] = json!(quantile(&lat, 0.25));
-        v["mean_latency_ms_p75"] = json!(quantile(&lat, 0.75));
-        v["throughput_rps_p25"] = json!(quantile(&tp, 0.25));
-        v["throughput_rps_p75"] = json!(quantile(&tp, 0.75));
+        v["mean_latency_ms_p25"] = json!(lat25);
+        v["mean_latency_ms_p75"] = json!(lat75);
+        v["throughput_rps_p25"] = json!(tp25);
+        v["throughput_rps_p75"] = json!(tp75);
         if let (Some(dir), Some(h)) = (&a.out, &chunk[0].1) {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             let path = dir.join(format!(

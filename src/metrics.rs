@@ -62,8 +62,14 @@ pub fn histogram(out: &Outcome) -> Result<Histogram<u64>> {
     Ok(h)
 }
 
+/// Summarizes each co-located model (parts `0..parts`) of a run.
+pub fn summarize_parts(out: &Outcome, parts: usize) -> Result<Vec<Stats>> {
+    (0..parts).map(|p| summarize_part(out, p as u16)).collect()
+}
+
 /// Summarizes the requests of one co-located model (part `part`), each against its own
-/// deadline.
+/// deadline. The engine's counters (batch sizes, preemptions, merges) are whole-run figures and
+/// are copied as they are.
 pub fn summarize_part(out: &Outcome, part: u16) -> Result<Stats> {
     let sub = Outcome {
         requests: out
@@ -192,4 +198,22 @@ pub fn write_hgrm<W: Write>(h: &Histogram<u64>, w: &mut W) -> std::io::Result<()
         sub_buckets
     )?;
     Ok(())
+}
+
+/// Quantile `p` (linear interpolation) of a sorted slice; NaN when it is empty.
+pub fn quantile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let x = p * (sorted.len() - 1) as f64;
+    let (i, f) = (x.floor() as usize, x - x.floor());
+    let j = (i + 1).min(sorted.len() - 1);
+    sorted[i] + (sorted[j] - sorted[i]) * f
+}
+
+/// Mean, 25th and 75th percentile of a sample (across seeds).
+pub fn spread(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+    (mean, quantile(&v, 0.25), quantile(&v, 0.75))
 }

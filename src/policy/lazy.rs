@@ -25,7 +25,6 @@
 
 use super::{Decision, Policy, View};
 use crate::graph::{Lengths, NodeStep};
-use crate::time::Nanos;
 
 /// LazyBatching with the conservative predictor, or the Oracle; optionally merging decoder
 /// sub-batches across timesteps (`lazy+cell`).
@@ -111,33 +110,27 @@ pub fn lazy_admissible(v: &View, k_max: usize) -> usize {
     ok
 }
 
-/// Exact (profile-table) time until the whole table, plus `extra` newcomers at the first unit,
-/// has finished, if everything merges as it catches up.
-fn oracle_drain(v: &View, extra: &[(Lengths, usize)]) -> u64 {
-    let mut chain: Vec<(Option<NodeStep>, Lengths, u32)> = v
-        .table
-        .entries()
-        .iter()
-        .map(|sb| {
-            let r = sb.members[0];
-            (
-                Some(sb.next),
-                sb.padded.unwrap_or_else(|| v.predicted_len(r)),
-                sb.members.len() as u32,
-            )
-        })
-        .collect();
-    if !extra.is_empty() {
-        let len = extra[0].0;
-        chain.push((None, len, extra.iter().map(|e| e.1 as u32).sum()));
-    }
+/// Exact (profile-table) time until the whole table, plus `extra` newcomers (lengths, count)
+/// at the first unit, has finished, if everything merges as it catches up.
+fn oracle_drain(v: &View, extra: Option<(Lengths, u32)>) -> u64 {
+    // top of the stack first: the newcomers, then the entries from the top down
+    let mut chain =
+        extra
+            .map(|(len, n)| (None, len, n))
+            .into_iter()
+            .chain(v.table.entries().iter().rev().map(|sb| {
+                (
+                    Some(sb.next),
+                    sb.padded.unwrap_or_else(|| v.predicted_len(sb.members[0])),
+                    sb.members.len() as u32,
+                )
+            }));
     let p = v.predictor;
     let mut t = 0u64;
-    let mut iter = chain.iter().rev();
-    let Some(&(mut at, mut len, mut size)) = iter.next() else {
+    let Some((mut at, mut len, mut size)) = chain.next() else {
         return 0;
     };
-    for &(below_at, below_len, below_size) in iter {
+    for (below_at, below_len, below_size) in chain {
         let from = p.remaining(at, len, size).0;
         let to = p.remaining(below_at, len, size).0;
         t += from.saturating_sub(to);
@@ -148,29 +141,34 @@ fn oracle_drain(v: &View, extra: &[(Lengths, usize)]) -> u64 {
     t + p.remaining(at, len, size).0
 }
 
-/// The number of pending requests the Oracle may admit now.
+/// The number of pending requests the Oracle may admit now (at most `k_max`, which the caller
+/// bounds by the pending count).
 pub fn oracle_admissible(v: &View, k_max: usize) -> usize {
     let now = v.now.0;
-    let deadlines: Vec<u64> = v
+    let inflight_min = v
         .table
         .entries()
         .iter()
         .flat_map(|sb| sb.members.iter())
         .map(|&r| v.deadline(r).0)
-        .collect();
-    let pending: Vec<(Lengths, Nanos)> = v
-        .pending
-        .iter()
-        .take(k_max)
-        .map(|&r| (v.predicted_len(r), v.deadline(r)))
-        .collect();
-    let mut k = k_max;
+        .min()
+        .unwrap_or(u64::MAX);
+    let Some(&first) = v.pending.front() else {
+        return 0;
+    };
+    // the newcomers run as one sub-batch at the first one's predicted lengths
+    let len = v.predicted_len(first);
+    let mut k = k_max.min(v.pending.len());
     while k > 0 {
-        let extra: Vec<(Lengths, usize)> = pending[..k].iter().map(|p| (p.0, 1)).collect();
-        let with = now + oracle_drain(v, &extra);
-        let inflight_ok = deadlines.iter().all(|&d| d >= with);
-        let new_ok = pending[..k].iter().all(|p| p.1 .0 >= with);
-        if inflight_ok && new_ok {
+        let with = now + oracle_drain(v, Some((len, k as u32)));
+        let new_min = v
+            .pending
+            .iter()
+            .take(k)
+            .map(|&r| v.deadline(r).0)
+            .min()
+            .unwrap_or(u64::MAX);
+        if inflight_min >= with && new_min >= with {
             return k;
         }
         k /= 2;
@@ -186,6 +184,10 @@ impl Policy for Lazy {
             (false, false) => "lazy",
         }
         .into()
+    }
+
+    fn uses_sla(&self) -> bool {
+        true
     }
 
     fn supports_colocation(&self) -> bool {

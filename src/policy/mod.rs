@@ -114,6 +114,11 @@ pub trait Policy: Send {
     fn supports_colocation(&self) -> bool {
         true
     }
+    /// True when decisions depend on the SLA and the predicted lengths (the slack check);
+    /// false for policies blind to both.
+    fn uses_sla(&self) -> bool {
+        false
+    }
     /// Nodes at which sub-batches merge across timesteps (cells); none by default.
     fn cell_nodes(&self, _model: &Model) -> Vec<bool> {
         Vec::new()

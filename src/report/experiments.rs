@@ -7,6 +7,7 @@ use super::{Job, Plan, Results, RunOut};
 use crate::device::npu::{Npu, NpuConfig};
 use crate::error::{Error, Result};
 use crate::graph::zoo;
+use crate::metrics::{quantile as q, spread};
 use crate::profile::Profile;
 use crate::runtime::lengths::dec_timesteps;
 use std::collections::BTreeSet;
@@ -44,8 +45,8 @@ const CELL_POLICIES: &[&str] = &[
 const MAIN: &[&str] = &["resnet50", "gnmt", "transformer_base"];
 const OTHERS: &[&str] = &["vgg16", "mobilenet_v1", "las", "bert_base"];
 const MAX_BATCH: u32 = 64;
-const SLA_MS: f64 = 100.0;
-const COVERAGE: f64 = 90.0;
+pub(super) const SLA_MS: f64 = 100.0;
+pub(super) const COVERAGE: f64 = 90.0;
 
 /// Paper-style label of a policy string.
 fn label(p: &str) -> String {
@@ -234,22 +235,6 @@ pub struct Agg {
     pub viol: (f64, f64, f64),
     /// Mean executed batch size.
     pub batch: (f64, f64, f64),
-}
-
-fn q(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let x = p * (sorted.len() - 1) as f64;
-    let (i, f) = (x.floor() as usize, x - x.floor());
-    let j = (i + 1).min(sorted.len() - 1);
-    sorted[i] + (sorted[j] - sorted[i]) * f
-}
-
-fn spread(mut v: Vec<f64>) -> (f64, f64, f64) {
-    v.sort_by(f64::total_cmp);
-    let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
-    (mean, q(&v, 0.25), q(&v, 0.75))
 }
 
 /// Shared state of the writers.

@@ -146,7 +146,8 @@ pub struct Job {
 }
 
 impl Job {
-    /// A job; the SLA is normalized away for SLA-blind policies.
+    /// A job; the SLA and coverage are normalized to the defaults for SLA-blind policies, so
+    /// their runs are shared across SLA targets.
     pub fn new(
         model: &'static str,
         policy: &str,
@@ -156,22 +157,20 @@ impl Job {
         coverage: f64,
         max_batch: u32,
     ) -> Job {
-        let sla_aware = policy == "lazy" || policy == "oracle";
+        // an unknown policy keeps its settings: its run reports the parse error
+        let sla_aware = crate::policy::parse(policy, max_batch).map_or(true, |p| p.uses_sla());
+        let (sla_ms, coverage) = if sla_aware {
+            (sla_ms, coverage)
+        } else {
+            (experiments::SLA_MS, experiments::COVERAGE)
+        };
         Job {
             model,
             policy: policy.to_string(),
             rate_milli: (rate * 1e3).round() as u64,
             seed,
-            sla_us: if sla_aware {
-                (sla_ms * 1e3).round() as u64
-            } else {
-                100_000
-            },
-            coverage_tenths: if sla_aware {
-                (coverage * 10.0).round() as u32
-            } else {
-                900
-            },
+            sla_us: (sla_ms * 1e3).round() as u64,
+            coverage_tenths: (coverage * 10.0).round() as u32,
             max_batch,
         }
     }
@@ -265,9 +264,7 @@ fn run_jobs(jobs: &BTreeSet<Job>, plan: &Plan, npu: &NpuConfig, progress: bool) 
                 bench.run(&cfg)?
             };
             let parts = if nparts > 1 {
-                (0..nparts)
-                    .map(|k| crate::metrics::summarize_part(&out, k as u16))
-                    .collect::<Result<Vec<_>>>()?
+                crate::metrics::summarize_parts(&out, nparts)?
             } else {
                 Vec::new()
             };
