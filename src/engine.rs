@@ -152,6 +152,8 @@ pub fn run_source(
     let mut snaps = record_snapshots.then(Vec::new);
     let mut members: Vec<Member> = Vec::with_capacity(max_batch as usize);
     let mut finished: Vec<RequestId> = Vec::with_capacity(max_batch as usize);
+    // the models (parts) of an admitted group, oldest request's first
+    let mut order: Vec<u16> = Vec::with_capacity(model.parts.len());
     let mut stalls = 0u32;
     let snap = |table: &BatchTable, now: Nanos, snaps: &mut Option<Vec<Snapshot>>| {
         if let Some(s) = snaps.as_mut() {
@@ -231,41 +233,36 @@ pub fn run_source(
                 if !table.is_empty() {
                     c.preemptions += 1;
                 }
-                let padded_of = |part: Option<u16>| -> Lengths {
+                let padded_of = |part: u16| -> Lengths {
                     let mut l = Lengths::default();
                     for r in pending.iter().take(count) {
                         let q = &requests[r.idx()];
-                        if part.is_none_or(|p| p == q.part) {
+                        if q.part == part {
                             l.enc = l.enc.max(q.len.enc);
                             l.dec = l.dec.max(q.len.dec);
                         }
                     }
                     l
                 };
-                if model.parts.len() == 1 {
-                    let padded = pad.then(|| padded_of(None));
-                    table.push_from(pending.drain(..count), model.first_step(), padded);
-                } else {
-                    // co-located models: one sub-batch per model, each at its model's first
-                    // node, pushed so that the model of the oldest admitted request runs first
-                    let mut order: Vec<u16> = Vec::new();
-                    for r in pending.iter().take(count) {
-                        let p = requests[r.idx()].part;
-                        if !order.contains(&p) {
-                            order.push(p);
-                        }
+                // one sub-batch per model (a single model: one), each at its model's first
+                // node, pushed so that the model of the oldest admitted request runs first
+                order.clear();
+                for r in pending.iter().take(count) {
+                    let p = requests[r.idx()].part;
+                    if !order.contains(&p) {
+                        order.push(p);
                     }
-                    for &p in order.iter().rev() {
-                        let padded = pad.then(|| padded_of(Some(p)));
-                        let ids = pending
-                            .iter()
-                            .take(count)
-                            .copied()
-                            .filter(|r| requests[r.idx()].part == p);
-                        table.push_from(ids, model.first_step_of(usize::from(p)), padded);
-                    }
-                    pending.drain(..count);
                 }
+                for &p in order.iter().rev() {
+                    let padded = pad.then(|| padded_of(p));
+                    let ids = pending
+                        .iter()
+                        .take(count)
+                        .copied()
+                        .filter(|r| requests[r.idx()].part == p);
+                    table.push_from(ids, model.first_step_of(usize::from(p)), padded);
+                }
+                pending.drain(..count);
                 snap(&table, now, &mut snaps);
             }
             Decision::Run => {
