@@ -39,8 +39,14 @@ fn draw_len(model: &Model, joint: &Option<JointLengths>, rng: &mut StdRng) -> Le
     }
 }
 
-/// `n` Poisson arrivals at `rate` requests per second, deterministic for `seed`.
-pub fn poisson(model: &Model, rate: f64, n: usize, seed: u64) -> Result<Vec<Arrival>> {
+/// `n` Poisson arrival times at `rate` requests per second, deterministic for `seed`; `fill`
+/// completes each arrival (lengths, model) in order.
+fn arrivals(
+    rate: f64,
+    n: usize,
+    seed: u64,
+    mut fill: impl FnMut(&mut Arrival),
+) -> Result<Vec<Arrival>> {
     if !(rate > 0.0 && rate.is_finite()) {
         return Err(Error::invalid(
             "rate",
@@ -52,19 +58,27 @@ pub fn poisson(model: &Model, rate: f64, n: usize, seed: u64) -> Result<Vec<Arri
     }
     let exp = Exp::new(rate).map_err(|e| Error::invalid("rate", e.to_string()))?;
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut len_rng = StdRng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15);
-    let joint = length_source(model)?;
     let mut t = 0.0f64;
     let mut out = Vec::with_capacity(n);
     for _ in 0..n {
         t += exp.sample(&mut rng);
-        out.push(Arrival {
+        let mut a = Arrival {
             time: Nanos::from_secs(t),
-            len: draw_len(model, &joint, &mut len_rng),
             ..Arrival::default()
-        });
+        };
+        fill(&mut a);
+        out.push(a);
     }
     Ok(out)
+}
+
+/// `n` Poisson arrivals at `rate` requests per second, deterministic for `seed`.
+pub fn poisson(model: &Model, rate: f64, n: usize, seed: u64) -> Result<Vec<Arrival>> {
+    let mut len_rng = StdRng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15);
+    let joint = length_source(model)?;
+    arrivals(rate, n, seed, |a| {
+        a.len = draw_len(model, &joint, &mut len_rng)
+    })
 }
 
 /// `n` Poisson arrivals for co-located models: part `k` of `model` receives `rates[k]` req/s
@@ -95,11 +109,10 @@ pub fn poisson_parts(
         ));
     }
     let total: f64 = rates.iter().sum();
-    let mut out = poisson(model, total, n, seed)?;
     let joint = JointLengths::wmt19()?;
     let mut pick = StdRng::seed_from_u64(seed ^ 0x51ce_0f00_d5ee_d000);
     let mut len_rng = StdRng::seed_from_u64(seed ^ 0x2545_f491_4f6c_dd1d);
-    for a in &mut out {
+    arrivals(total, n, seed, |a| {
         let x: f64 = rand::Rng::random_range(&mut pick, 0.0..total);
         let mut acc = 0.0;
         let mut k = rates.len() - 1;
@@ -116,8 +129,7 @@ pub fn poisson_parts(
             Some(seq) => draw(&joint, seq, &mut len_rng),
             None => Lengths { enc: 1, dec: 1 },
         };
-    }
-    Ok(out)
+    })
 }
 
 /// Reads a trace: one arrival per line, `TIME_MS [ENC DEC]` (lengths in model steps; drawn from
