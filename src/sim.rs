@@ -10,7 +10,7 @@ use crate::graph::Model;
 use crate::metrics::{summarize, Stats};
 use crate::policy;
 use crate::profile::Profile;
-use crate::runtime::lengths::dec_timesteps;
+use crate::runtime::lengths::profiling_lengths;
 use crate::runtime::Predictor;
 use crate::time::{Nanos, VirtualClock};
 use crate::traffic::{self, Arrival};
@@ -54,21 +54,7 @@ impl Bench {
             return Err(Error::invalid("--max-batch", "must be at least 1"));
         }
         let mut npu = Npu::new(cfg)?;
-        // each (co-located) model's dec_timesteps and profiling lengths
-        let mut dts = Vec::with_capacity(model.parts.len());
-        let mut lens = Vec::with_capacity(model.parts.len());
-        for (p, part) in model.parts.iter().enumerate() {
-            let d = match &part.seq {
-                Some(s) => dec_timesteps(s, coverage)?,
-                None => 1,
-            };
-            let mut len = model.ref_lengths_of(p);
-            if part.seq.is_some() {
-                len.dec = d;
-            }
-            dts.push(d);
-            lens.push(len);
-        }
+        let (dts, lens) = profiling_lengths(&model, coverage)?;
         let profile = Profile::measure_parts(&mut npu, &model, max_batch, &lens)?;
         let predictor = Predictor::for_parts(&model, &profile, dts);
         npu.prepare(&model, max_batch)?;
@@ -82,8 +68,7 @@ impl Bench {
 
     /// Serial capacity: 1 / single-input latency at the reference lengths (requests/s).
     pub fn serial_capacity(&self) -> f64 {
-        let t = self.predictor.single_input(self.model.ref_lengths());
-        1.0 / t.as_secs().max(1e-12)
+        self.predictor.serial_capacity(self.model.ref_lengths())
     }
 
     /// Runs co-located models on Poisson traffic: model `k` receives `rates[k]` req/s and has
@@ -109,14 +94,7 @@ impl Bench {
         if cfg.sla.0 == 0 {
             return Err(Error::invalid("--sla-ms", "must be positive"));
         }
-        let mut pol = policy::parse(&cfg.policy, cfg.max_batch)?;
-        if self.model.parts.len() > 1 && !pol.supports_colocation() {
-            return Err(Error::BadPolicy {
-                spec: cfg.policy.clone(),
-                msg: "does not support co-located models (serial, graph, lazy and lazy+cell do)"
-                    .into(),
-            });
-        }
+        let mut pol = policy::parse_for(&cfg.policy, cfg.max_batch, &self.model)?;
         let mut dev: Box<dyn Device> = Box::new(self.npu.clone());
         let mut clock = VirtualClock::new();
         let out = engine::run(

@@ -175,15 +175,8 @@ impl RealBench {
         profile: Option<crate::profile::Profile>,
         reps: u32,
     ) -> Result<RealBench> {
-        use crate::runtime::lengths::dec_timesteps;
-        let dts = match &model.seq {
-            Some(s) => dec_timesteps(s, coverage)?,
-            None => 1,
-        };
-        let mut len = model.ref_lengths();
-        if model.seq.is_some() {
-            len.dec = dts;
-        }
+        let (dts, lens) = crate::runtime::lengths::profiling_lengths(&model, coverage)?;
+        let (dts, len) = (dts[0], lens[0]);
         let profile = match profile {
             Some(p) => {
                 p.check_matches(&model)?;
@@ -209,11 +202,7 @@ impl RealBench {
 
     /// Serial capacity: 1 / single-input latency at the reference lengths (requests/s).
     pub fn serial_capacity(&self) -> f64 {
-        1.0 / self
-            .predictor
-            .single_input(self.model.ref_lengths())
-            .as_secs()
-            .max(1e-12)
+        self.predictor.serial_capacity(self.model.ref_lengths())
     }
 
     /// Serves `schedule` in real time under `cfg`'s policy.
@@ -222,7 +211,7 @@ impl RealBench {
         cfg: &crate::sim::SimConfig,
         schedule: Vec<Arrival>,
     ) -> Result<(crate::metrics::Stats, Outcome)> {
-        let mut pol = crate::policy::parse(&cfg.policy, cfg.max_batch)?;
+        let mut pol = crate::policy::parse_for(&cfg.policy, cfg.max_batch, &self.model)?;
         let out = serve(
             &self.model,
             self.device.as_mut(),

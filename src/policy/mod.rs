@@ -149,8 +149,20 @@ fn window_and_batch(rest: &[&str], default_max: u32) -> std::result::Result<(Nan
     Ok((Nanos::from_ms(w), b))
 }
 
-/// Parses a policy string: `serial`, `graph:W[:B]` (window W ms ≥ 0, max batch B ≥ 1, default
-/// `default_max`), `lazy`, `oracle`.
+/// [`parse`] for serving `model`: refuses a policy that cannot serve its co-located models.
+pub fn parse_for(spec: &str, default_max: u32, model: &Model) -> Result<Box<dyn Policy>> {
+    let pol = parse(spec, default_max)?;
+    if model.parts.len() > 1 && !pol.supports_colocation() {
+        return Err(Error::BadPolicy {
+            spec: spec.to_string(),
+            msg: "does not support co-located models (serial, graph, lazy and lazy+cell do)".into(),
+        });
+    }
+    Ok(pol)
+}
+
+/// Parses a policy string: `serial`, `graph:W[:B]`, `cellular:W[:B]` (window W ms ≥ 0, max
+/// batch B ≥ 1, default `default_max`), `lazy`, `lazy+cell`, `oracle`.
 pub fn parse(spec: &str, default_max: u32) -> Result<Box<dyn Policy>> {
     let bad = |msg: &str| Error::BadPolicy {
         spec: spec.to_string(),

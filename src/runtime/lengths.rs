@@ -3,7 +3,7 @@
 //! joint (source, target) distribution of 2019 that actual request lengths are drawn from.
 
 use crate::error::{Error, Result};
-use crate::graph::{Lengths, SeqConfig};
+use crate::graph::{Lengths, Model, SeqConfig};
 use rand::Rng;
 
 const PROFILE_CSV: &str = include_str!("../../data/wmt/newstest2014-2018-ende-lengths.csv");
@@ -108,6 +108,27 @@ pub fn dec_timesteps(seq: &SeqConfig, coverage: f64) -> Result<u32> {
     }
     let words = percentile(&profiled_output_lengths()?, coverage);
     Ok(to_steps(words, seq.dec_scale, seq.max_dec))
+}
+
+/// Each (co-located) model's `dec_timesteps` (1 for static models) and the lengths it is
+/// profiled at: its reference encoder length, and `dec_timesteps` decoder steps.
+pub fn profiling_lengths(model: &Model, coverage: f64) -> Result<(Vec<u32>, Vec<Lengths>)> {
+    let mut dts = Vec::with_capacity(model.parts.len());
+    let mut lens = Vec::with_capacity(model.parts.len());
+    for (p, part) in model.parts.iter().enumerate() {
+        let mut len = model.ref_lengths_of(p);
+        let d = match &part.seq {
+            Some(s) => {
+                let d = dec_timesteps(s, coverage)?;
+                len.dec = d;
+                d
+            }
+            None => 1,
+        };
+        dts.push(d);
+        lens.push(len);
+    }
+    Ok((dts, lens))
 }
 
 /// Draws a request's actual lengths (model steps) from the WMT19 joint histogram.

@@ -161,6 +161,11 @@ impl Predictor {
         Nanos(t)
     }
 
+    /// Serial capacity: 1 / single-input latency at lengths `len` (requests/s).
+    pub fn serial_capacity(&self, len: Lengths) -> f64 {
+        1.0 / self.single_input(len).as_secs().max(1e-12)
+    }
+
     /// Algorithm 1: the whole graph for one input of lengths `len`, at batch 1.
     pub fn single_input(&self, len: Lengths) -> Nanos {
         self.remaining(None, len, 1)
