@@ -2,7 +2,7 @@
 //! measured by running each node on a device for every batch size, plus the graph-wide
 //! single-input latency of the paper's Algorithm 1 and the whole-graph batching curve.
 
-use crate::device::{Device, Member};
+use crate::device::{Device, Member, Timing};
 use crate::error::{Error, Result};
 use crate::graph::{Class, Lengths, Model, NodeId, NodeStep};
 use crate::time::Nanos;
@@ -63,56 +63,19 @@ impl Profile {
         max_batch: u32,
         lens: &[Lengths],
     ) -> Result<Profile> {
-        let len = lens.first().copied().unwrap_or_default();
         if max_batch == 0 {
             return Err(Error::invalid("max batch", "must be at least 1"));
         }
-        device.prepare(model, max_batch)?;
-        let mut nodes = Vec::with_capacity(model.nodes.len());
-        for n in &model.nodes {
-            let len = lens.get(model.part_of(n.id)).copied().unwrap_or(len);
-            let mid = len.dec.saturating_sub(1) / 2;
-            let step = if n.class == Class::Decoder { mid } else { 0 };
-            let at = NodeStep { node: n.id, step };
-            let mut row = NodeProfile {
-                id: n.id.0,
-                name: n.name.clone(),
-                op: n.op.kind_name().to_string(),
-                class: n.class.to_string(),
-                latency_ns: Vec::with_capacity(max_batch as usize),
-                compute_cycles: Vec::new(),
-                memory_cycles: Vec::new(),
-            };
-            for b in 1..=max_batch {
-                let members: Vec<Member> = (0..b)
-                    .map(|slot| Member {
-                        slot,
-                        len,
-                        input: u64::from(slot),
-                        step: at.step,
-                    })
-                    .collect();
-                let t = device.execute(model, at, &members)?;
-                row.latency_ns.push(t.time.0);
-                if device.is_virtual() {
-                    row.compute_cycles.push(t.compute_cycles);
-                    row.memory_cycles.push(t.memory_cycles);
-                }
-            }
-            nodes.push(row);
-        }
-        Ok(Profile {
-            model: model.name.clone(),
-            device: device.name().to_string(),
-            max_batch,
-            lengths: len,
-            nodes,
+        let sizes: Vec<u32> = (1..=max_batch).collect();
+        Self::measure_at(device, model, max_batch, lens, &sizes, |d, at, members| {
+            d.execute(model, at, members)
         })
     }
 
     /// Measures a real device: every node at batch sizes 1, 2, 4, … and `max_batch`, the median
-    /// of `reps` runs each after one warm-up run, with the sizes in between interpolated linearly (measuring all 64
-    /// sizes of a full network would take minutes for little information).
+    /// of `reps` runs each after one warm-up run, with the sizes in between interpolated
+    /// linearly (measuring all 64 sizes of a full network would take minutes for little
+    /// information).
     pub fn measure_sampled(
         device: &mut dyn Device,
         model: &Model,
@@ -126,55 +89,94 @@ impl Profile {
                 "must be at least 1",
             ));
         }
-        device.prepare(model, max_batch)?;
         let mut sizes: Vec<u32> = std::iter::successors(Some(1u32), |b| b.checked_mul(2))
             .take_while(|&b| b < max_batch)
             .collect();
         sizes.push(max_batch);
-        let mid = len.dec.saturating_sub(1) / 2;
+        let mut runs = Vec::with_capacity(reps as usize);
+        Self::measure_at(
+            device,
+            model,
+            max_batch,
+            &[len],
+            &sizes,
+            |d, at, members| {
+                // one untimed run first: the first touch of freshly allocated buffers faults pages in
+                d.execute(model, at, members)?;
+                runs.clear();
+                for _ in 0..reps {
+                    runs.push(d.execute(model, at, members)?.time.0);
+                }
+                runs.sort_unstable();
+                Ok(Timing {
+                    time: Nanos(runs[runs.len() / 2]),
+                    ..Timing::default()
+                })
+            },
+        )
+    }
+
+    /// Prepares `device` and times every node of `model` with `time` at the batch sizes `sizes`
+    /// (ascending, the last `max_batch`), each node of part `p` at lengths `lens[p]` (its
+    /// middle decoder step for decoder nodes); sizes in between are interpolated linearly. A
+    /// virtual device measured at every size also records its cycle counts.
+    fn measure_at(
+        device: &mut dyn Device,
+        model: &Model,
+        max_batch: u32,
+        lens: &[Lengths],
+        sizes: &[u32],
+        mut time: impl FnMut(&mut dyn Device, NodeStep, &[Member]) -> Result<Timing>,
+    ) -> Result<Profile> {
+        let len = lens.first().copied().unwrap_or_default();
+        device.prepare(model, max_batch)?;
+        let cycles = device.is_virtual() && sizes.len() == max_batch as usize;
         let mut nodes = Vec::with_capacity(model.nodes.len());
+        let mut measured = Vec::with_capacity(sizes.len());
         for n in &model.nodes {
+            let len = lens.get(model.part_of(n.id)).copied().unwrap_or(len);
+            let mid = len.dec.saturating_sub(1) / 2;
             let step = if n.class == Class::Decoder { mid } else { 0 };
             let at = NodeStep { node: n.id, step };
-            let mut measured = Vec::with_capacity(sizes.len());
-            for &b in &sizes {
+            measured.clear();
+            for &b in sizes {
                 let members: Vec<Member> = (0..b)
                     .map(|slot| Member {
                         slot,
                         len,
                         input: u64::from(slot),
-                        step: at.step,
+                        step,
                     })
                     .collect();
-                // one untimed run first: the first touch of freshly allocated buffers faults pages in
-                device.execute(model, at, &members)?;
-                let mut runs = Vec::with_capacity(reps as usize);
-                for _ in 0..reps {
-                    runs.push(device.execute(model, at, &members)?.time.0);
-                }
-                runs.sort_unstable();
-                measured.push(runs[runs.len() / 2]);
+                measured.push(time(&mut *device, at, &members)?);
             }
-            let mut latency_ns = Vec::with_capacity(max_batch as usize);
-            for b in 1..=max_batch {
-                let j = sizes.partition_point(|&s| s < b);
-                let v = if sizes[j] == b || j == 0 {
-                    measured[j]
+            let latency_ns = (1..=max_batch)
+                .map(|b| {
+                    let j = sizes.partition_point(|&s| s < b);
+                    if sizes[j] == b || j == 0 {
+                        measured[j].time.0
+                    } else {
+                        let (b0, b1) = (f64::from(sizes[j - 1]), f64::from(sizes[j]));
+                        let (t0, t1) = (measured[j - 1].time.0 as f64, measured[j].time.0 as f64);
+                        (t0 + (t1 - t0) * (f64::from(b) - b0) / (b1 - b0)).round() as u64
+                    }
+                })
+                .collect();
+            let per_size = |f: fn(&Timing) -> u64| -> Vec<u64> {
+                if cycles {
+                    measured.iter().map(f).collect()
                 } else {
-                    let (b0, b1) = (f64::from(sizes[j - 1]), f64::from(sizes[j]));
-                    let (t0, t1) = (measured[j - 1] as f64, measured[j] as f64);
-                    (t0 + (t1 - t0) * (f64::from(b) - b0) / (b1 - b0)).round() as u64
-                };
-                latency_ns.push(v);
-            }
+                    Vec::new()
+                }
+            };
             nodes.push(NodeProfile {
                 id: n.id.0,
                 name: n.name.clone(),
                 op: n.op.kind_name().to_string(),
                 class: n.class.to_string(),
                 latency_ns,
-                compute_cycles: Vec::new(),
-                memory_cycles: Vec::new(),
+                compute_cycles: per_size(|t| t.compute_cycles),
+                memory_cycles: per_size(|t| t.memory_cycles),
             });
         }
         Ok(Profile {
