@@ -16,6 +16,7 @@
 //! * everything else — starting a batch when the device is free — is graph batching with the
 //!   same window W and maximum batch B.
 
+use super::graph_batching::start_batch;
 use super::{Decision, Policy, View};
 use crate::graph::{Model, NodeStep};
 use crate::op_is_input;
@@ -71,25 +72,15 @@ impl Policy for Cellular {
     }
 
     fn decide(&mut self, v: &View) -> Decision {
-        let Some(&oldest) = v.pending.front() else {
+        if v.pending.is_empty() {
             return Decision::Run;
-        };
+        }
         let room = (self.max_batch as usize)
             .saturating_sub(v.table.in_flight())
             .min(v.free_slots());
         match v.table.top() {
-            None => {
-                let cap = room.max(1);
-                let due = v.arrival(oldest) + self.window;
-                if v.pending.len() >= cap || v.now >= due {
-                    Decision::Admit {
-                        count: v.pending.len().min(cap),
-                        pad: false,
-                    }
-                } else {
-                    Decision::WaitUntil(due)
-                }
-            }
+            // an idle device: graph batching, without padding
+            None => start_batch(v, self.window, self.max_batch, false),
             Some(top) if room > 0 && joinable(v.model, top.next) => Decision::Admit {
                 count: v.pending.len().min(room),
                 pad: false,

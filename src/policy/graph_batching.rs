@@ -33,18 +33,24 @@ impl Policy for GraphBatching {
         if !v.table.is_empty() {
             return Decision::Run;
         }
-        let Some(&oldest) = v.pending.front() else {
-            return Decision::Run;
-        };
-        let cap = (self.max_batch as usize).min(v.free_slots()).max(1);
-        let due = v.arrival(oldest) + self.window;
-        if v.pending.len() >= cap || v.now >= due {
-            Decision::Admit {
-                count: v.pending.len().min(cap),
-                pad: true,
-            }
-        } else {
-            Decision::WaitUntil(due)
+        start_batch(v, self.window, self.max_batch, true)
+    }
+}
+
+/// On an idle device: admit up to `max_batch` pending requests once that many wait or the
+/// oldest has waited `window`, padded to their longest lengths when `pad`; else wait.
+pub(super) fn start_batch(v: &View, window: Nanos, max_batch: u32, pad: bool) -> Decision {
+    let Some(&oldest) = v.pending.front() else {
+        return Decision::Run;
+    };
+    let cap = (max_batch as usize).min(v.free_slots()).max(1);
+    let due = v.arrival(oldest) + window;
+    if v.pending.len() >= cap || v.now >= due {
+        Decision::Admit {
+            count: v.pending.len().min(cap),
+            pad,
         }
+    } else {
+        Decision::WaitUntil(due)
     }
 }
