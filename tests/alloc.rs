@@ -144,7 +144,7 @@ fn serving_allocates_nothing_in_steady_state() {
         ("transformer", 3000.0),
         ("las", 500.0),
     ] {
-        for p in ["lazy", "graph:1:4", "serial"] {
+        for p in ["lazy", "oracle", "graph:1:4", "serial"] {
             let (n, g, execs) = steady_state_allocations(model, small, p, rate);
             eprintln!("{model} under {p}: {n} allocations by lazybatch, {g} inside gemm, over {execs} node executions (whole run)");
             assert_eq!(n, 0, "{model} under {p}: {n} allocations while serving");
