@@ -381,7 +381,8 @@ impl CudaDevice {
         Ok(())
     }
 
-    /// Row-major `C[m×n] = op(A)[m×k] · op(B)[k×n]` in cuBLAS (column-major): `a_t`/`b_t` mean
+    /// Row-major `C[m×n] = op(A)[m×k] · op(B)[k×n]` in cuBLAS (column-major, see [`row_major`]):
+    /// `a_t`/`b_t` mean
     /// the buffer holds the operand transposed; `lda`/`ldb`/`ldc` are row strides.
     #[allow(clippy::too_many_arguments)]
     fn sgemm<A, B, C>(
@@ -403,25 +404,7 @@ impl CudaDevice {
         B: cudarc::driver::DevicePtr<f32>,
         C: cudarc::driver::DevicePtrMut<f32>,
     {
-        let op = |t: bool| {
-            if t {
-                cublasOperation_t::CUBLAS_OP_T
-            } else {
-                cublasOperation_t::CUBLAS_OP_N
-            }
-        };
-        let cfg = GemmConfig {
-            transa: op(b_t),
-            transb: op(a_t),
-            m: n as i32,
-            n: m as i32,
-            k: k as i32,
-            alpha: 1.0f32,
-            lda: ldb as i32,
-            ldb: lda as i32,
-            beta: 0.0f32,
-            ldc: ldc as i32,
-        };
+        let cfg = row_major(m, n, k, (a_t, lda), (b_t, ldb), ldc, 1.0f32, 0.0f32);
         // SAFETY: sizes and strides describe ranges of buffers sized from the model at prepare.
         unsafe { blas.gemm(cfg, b, a, c) }.map_err(cuda_err)
     }
@@ -453,21 +436,22 @@ impl CudaDevice {
             .ok_or_else(|| missing("f16_to_f32"))?;
         let a_len = if a_t { k * lda } else { m * lda };
         let b_len = if b_t { n * ldb } else { k * ldb };
+        let convert =
+            |x: &cudarc::driver::CudaView<f32>, y: &mut CudaSlice<half::f16>, len: usize| {
+                let nn = len as i64;
+                let mut y = y.slice_mut(..len);
+                let mut l = stream.launch_builder(to16);
+                l.arg(x).arg(&mut y).arg(&nn);
+                // SAFETY: len elements in both.
+                unsafe { l.launch(elems(len)) }
+                    .map_err(cuda_err)
+                    .map(|_| ())
+            };
         if let Operand::F(x) = &a {
-            let nn = a_len as i64;
-            let mut y = s16.a.slice_mut(..a_len);
-            let mut l = stream.launch_builder(to16);
-            l.arg(x).arg(&mut y).arg(&nn);
-            // SAFETY: a_len elements in both.
-            unsafe { l.launch(elems(a_len)) }.map_err(cuda_err)?;
+            convert(x, &mut s16.a, a_len)?;
         }
         if let Operand::F(x) = &b {
-            let nn = b_len as i64;
-            let mut y = s16.b.slice_mut(..b_len);
-            let mut l = stream.launch_builder(to16);
-            l.arg(x).arg(&mut y).arg(&nn);
-            // SAFETY: b_len elements in both.
-            unsafe { l.launch(elems(b_len)) }.map_err(cuda_err)?;
+            convert(x, &mut s16.b, b_len)?;
         }
         let a16 = match &a {
             Operand::H(h) => h.slice(..),
@@ -477,25 +461,16 @@ impl CudaDevice {
             Operand::H(h) => h.slice(..),
             Operand::F(_) => s16.b.slice(..b_len),
         };
-        let op = |t: bool| {
-            if t {
-                cublasOperation_t::CUBLAS_OP_T
-            } else {
-                cublasOperation_t::CUBLAS_OP_N
-            }
-        };
-        let cfg = GemmConfig {
-            transa: op(b_t),
-            transb: op(a_t),
-            m: n as i32,
-            n: m as i32,
-            k: k as i32,
-            alpha: half::f16::ONE,
-            lda: ldb as i32,
-            ldb: lda as i32,
-            beta: half::f16::ZERO,
-            ldc: ldc as i32,
-        };
+        let cfg = row_major(
+            m,
+            n,
+            k,
+            (a_t, lda),
+            (b_t, ldb),
+            ldc,
+            half::f16::ONE,
+            half::f16::ZERO,
+        );
         let c_len = m * ldc;
         {
             let mut c16 = s16.c.slice_mut(..c_len);
@@ -1453,5 +1428,40 @@ impl Device for CudaDevice {
 impl std::fmt::Debug for CudaDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "CudaDevice({}, model {})", self.name, self.model_name)
+    }
+}
+
+/// The cuBLAS (column-major) configuration of the row-major product `C[m×n] = op(A)·op(B)`:
+/// cuBLAS computes `Cᵀ = op(B)ᵀ·op(A)ᵀ`, so B comes first. `(t, ld)` per operand: whether the
+/// buffer holds it transposed, and its row stride.
+#[allow(clippy::too_many_arguments)]
+fn row_major<T>(
+    m: usize,
+    n: usize,
+    k: usize,
+    (a_t, lda): (bool, usize),
+    (b_t, ldb): (bool, usize),
+    ldc: usize,
+    alpha: T,
+    beta: T,
+) -> GemmConfig<T> {
+    let op = |t: bool| {
+        if t {
+            cublasOperation_t::CUBLAS_OP_T
+        } else {
+            cublasOperation_t::CUBLAS_OP_N
+        }
+    };
+    GemmConfig {
+        transa: op(b_t),
+        transb: op(a_t),
+        m: n as i32,
+        n: m as i32,
+        k: k as i32,
+        alpha,
+        lda: ldb as i32,
+        ldb: lda as i32,
+        beta,
+        ldc: ldc as i32,
     }
 }
