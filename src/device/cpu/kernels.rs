@@ -121,43 +121,6 @@ pub fn matmul(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: &mut [f32])
     gemm_strided(m, n, k, a, (k, 1), b, (n, 1), c, (n, 1), false);
 }
 
-/// Unfolds one group of a [C, H, W] image into rows of patches: `cols[p × (cg·kh·kw)]`, p over
-/// output pixels, zero padding outside the image.
-#[allow(clippy::too_many_arguments)]
-pub fn im2col(
-    x: &[f32],
-    (h, w): (usize, usize),
-    (c0, cg): (usize, usize),
-    (kh, kw): (usize, usize),
-    stride: usize,
-    pad: usize,
-    (ho, wo): (usize, usize),
-    cols: &mut [f32],
-) {
-    let kk = cg * kh * kw;
-    for oy in 0..ho {
-        for ox in 0..wo {
-            let row = &mut cols[(oy * wo + ox) * kk..(oy * wo + ox + 1) * kk];
-            let mut idx = 0;
-            for c in c0..c0 + cg {
-                let plane = &x[c * h * w..(c + 1) * h * w];
-                for ky in 0..kh {
-                    let iy = (oy * stride + ky) as isize - pad as isize;
-                    for kx in 0..kw {
-                        let ix = (ox * stride + kx) as isize - pad as isize;
-                        row[idx] = if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < w {
-                            plane[iy as usize * w + ix as usize]
-                        } else {
-                            0.0
-                        };
-                        idx += 1;
-                    }
-                }
-            }
-        }
-    }
-}
-
 /// Unfolds one group of a [C, H, W] image into `cols[K × P]`: row `(c·kh + ky)·kw + kx` holds
 /// that tap's input for every output pixel (zero outside the image). Rows are built from
 /// contiguous runs of the input, so this is much faster than the patch-per-row layout; the
