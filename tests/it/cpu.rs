@@ -1,25 +1,14 @@
 //! The CPU device: every model's reduced variant serves with forced preemptions and merges and
 //! gives bit-identical outputs to serving alone.
 
-use lazybatch::graph::loader::Scale;
+use crate::small;
 use lazybatch::graph::zoo;
 use lazybatch::verify::verify_cpu;
 
 #[test]
 fn verify_every_reduced_model() {
     for name in zoo::builtin_names() {
-        let s = if name == "las" {
-            Scale {
-                width: 0.125,
-                resolution: 1.0,
-            }
-        } else {
-            Scale {
-                width: 0.125,
-                resolution: 0.25,
-            }
-        };
-        let m = zoo::load_scaled(name, s).unwrap();
+        let m = small(name);
         let t = std::time::Instant::now();
         let r = verify_cpu(&m, 6, 4, 3).unwrap();
         eprintln!("{name}: {r:?} in {:.2}s", t.elapsed().as_secs_f64());

@@ -2,10 +2,10 @@
 //! `REQUIRE_GPU=1`); the kernel compilation test needs only NVRTC and runs in CI, where
 //! `.ci/run` installs it (it fails when `REQUIRE_NVRTC=1` and NVRTC is missing).
 
+use crate::small;
 use lazybatch::device::cpu::CpuDevice;
 use lazybatch::device::cuda::device::Precision;
 use lazybatch::device::cuda::{self, nvrtc, CudaDevice};
-use lazybatch::graph::loader::Scale;
 use lazybatch::graph::zoo;
 use lazybatch::verify::{max_diff, serve_both, verify};
 
@@ -104,21 +104,6 @@ fn without_a_gpu_cuda_is_a_clear_error() {
     let msg = e.to_string();
     assert!(msg.starts_with("device 'cuda' unavailable:"), "{msg}");
     assert!(!msg.is_empty() && msg.contains("no "), "{msg}");
-}
-
-fn small(name: &str) -> lazybatch::graph::Model {
-    let s = if name == "las" {
-        Scale {
-            width: 0.125,
-            resolution: 1.0,
-        }
-    } else {
-        Scale {
-            width: 0.125,
-            resolution: 0.25,
-        }
-    };
-    zoo::load_scaled(name, s).unwrap()
 }
 
 #[test]

@@ -17,3 +17,20 @@ pub fn fresh_dir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&d).expect("creating a scratch directory");
     d
 }
+
+/// The reduced-size variant of a zoo model the device tests run: width 1/8, inputs at 1/4
+/// resolution (LAS at full resolution).
+pub fn small(name: &str) -> lazybatch::graph::Model {
+    let s = if name == "las" {
+        lazybatch::graph::loader::Scale {
+            width: 0.125,
+            resolution: 1.0,
+        }
+    } else {
+        lazybatch::graph::loader::Scale {
+            width: 0.125,
+            resolution: 0.25,
+        }
+    };
+    lazybatch::graph::zoo::load_scaled(name, s).unwrap()
+}
