@@ -266,9 +266,9 @@ fn cuda_available() -> Result<()> {
 #[cfg(feature = "cuda")]
 fn cuda_device(seed: u64, precision: &str) -> Result<Box<dyn Device>> {
     let p = lazybatch::device::cuda::device::Precision::parse(precision)?;
-    Ok(Box::new(lazybatch::device::cuda::CudaDevice::new(
-        0, seed, p,
-    )?))
+    let dev = lazybatch::device::cuda::CudaDevice::new(0, seed, p)?;
+    eprintln!("cuda: {} ({precision})", dev.gpu_name());
+    Ok(Box::new(dev))
 }
 
 #[cfg(not(feature = "cuda"))]

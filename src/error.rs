@@ -55,6 +55,14 @@ pub enum Error {
         /// What is missing.
         msg: String,
     },
+    /// A device call failed while the device was in use (a driver, cuBLAS or kernel error).
+    #[error("device '{device}' failed: {msg}")]
+    DeviceFailed {
+        /// The device.
+        device: String,
+        /// The failing call's error.
+        msg: String,
+    },
     /// An internal invariant broke: a bug in lazybatch, never a user error.
     #[error("internal error (please report): {0}")]
     Internal(String),

@@ -25,7 +25,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 fn cuda_err(e: impl std::fmt::Debug) -> Error {
-    Error::DeviceUnavailable {
+    Error::DeviceFailed {
         device: "cuda".into(),
         msg: format!("{e:?}"),
     }
@@ -175,7 +175,10 @@ impl CudaDevice {
     /// architecture.
     pub fn new(ordinal: usize, seed: u64, precision: Precision) -> Result<Self> {
         super::require()?;
-        let ctx = CudaContext::new(ordinal).map_err(cuda_err)?;
+        let ctx = CudaContext::new(ordinal).map_err(|e| Error::DeviceUnavailable {
+            device: "cuda".into(),
+            msg: format!("cannot open device {ordinal}: {e:?}"),
+        })?;
         let (major, minor) = ctx.compute_capability().map_err(cuda_err)?;
         let arch = nvrtc::parse_arch(&format!("sm_{major}{minor}")).ok();
         let stream = ctx.default_stream();
