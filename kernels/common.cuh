@@ -4,6 +4,11 @@
 
 #define LB_INF __int_as_float(0x7f800000)
 
+#ifdef LB_HOST
+// The software CUDA stand-in (tests/cuda-stand-in) compiles these kernels as host C++: it has no PTX.
+__device__ __forceinline__ float h2f(unsigned short h) { return lb_host_h2f(h); }
+__device__ __forceinline__ unsigned short f2h(float f) { return lb_host_f2h(f); }
+#else
 __device__ __forceinline__ float h2f(unsigned short h) {
     float f;
     asm("{ .reg .b16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h));
@@ -15,6 +20,7 @@ __device__ __forceinline__ unsigned short f2h(float f) {
     asm("{ .reg .b16 t; cvt.rn.f16.f32 t, %1; mov.b16 %0, t; }" : "=h"(h) : "f"(f));
     return h;
 }
+#endif
 
 __device__ __forceinline__ float lb_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 

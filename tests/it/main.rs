@@ -4,6 +4,8 @@ mod cli;
 mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
+#[cfg(feature = "cuda")]
+mod cuda_stand_in;
 mod graph;
 mod kernels;
 mod npu;

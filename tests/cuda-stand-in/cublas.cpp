@@ -1,0 +1,132 @@
+// A software stand-in for libcublas.so: the handle calls and the two GEMMs lazybatch's CUDA
+// device issues (cublasSgemm_v2 and cublasGemmEx with f16 storage and f32 compute), on host
+// memory (the driver stand-in's "device" pointers are host addresses). It follows cuBLAS's
+// column-major definition and rejects what cuBLAS rejects: a leading dimension smaller than the
+// rows of the operand as stored, or negative sizes (CUBLAS_STATUS_INVALID_VALUE). It is
+// stricter than cuBLAS in one way: an operand that extends past the end of its device
+// allocation (asked of the driver stand-in) is an error, where a GPU would read garbage or fault.
+// Products accumulate in f32, one accumulator per output, the k loop in order.
+#include "shim.h"
+
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <vector>
+
+typedef int cublasStatus_t;
+typedef void* cublasHandle_t;
+enum { SUCCESS = 0, INVALID_VALUE = 7, NOT_SUPPORTED = 15 };
+enum { OP_N = 0, OP_T = 1 };
+enum { R_32F = 0, R_16F = 2 };
+enum { COMPUTE_32F = 68 };
+
+namespace {
+
+int g_handle_token;
+
+bool bad_dims(const char* f, int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc) {
+    auto need = [](int rows) { return rows > 1 ? rows : 1; };
+    bool bad = m < 0 || n < 0 || k < 0 || (ta != OP_N && ta != OP_T) || (tb != OP_N && tb != OP_T) ||
+               lda < need(ta == OP_N ? m : k) || ldb < need(tb == OP_N ? k : n) || ldc < need(m);
+    if (bad)
+        std::fprintf(stderr, "cublas-stand-in: %s rejects transa=%d transb=%d m=%d n=%d k=%d lda=%d ldb=%d ldc=%d\n", f,
+                     ta, tb, m, n, k, lda, ldb, ldc);
+    return bad;
+}
+
+// Asks the driver stand-in whether [p, p + bytes) lies in one allocation.
+bool inside(const void* p, size_t bytes) {
+    typedef bool (*F)(unsigned long long, size_t);
+    static F f = [] {
+        void* lib = dlopen("libcuda.so", RTLD_NOW | RTLD_NOLOAD);
+        return lib ? reinterpret_cast<F>(dlsym(lib, "lb_stand_in_inside")) : nullptr;
+    }();
+    return !f || f(reinterpret_cast<unsigned long long>(p), bytes);
+}
+
+// The operands' extents: an operand stored as r x c (column-major, leading dimension ld) spans
+// (c - 1) * ld + r elements.
+bool outside(const char* f, int ta, int tb, int m, int n, int k, const void* a, int lda, const void* b, int ldb,
+             const void* c, int ldc, size_t elem) {
+    auto span = [](int r, int cols, int ld) { return r == 0 || cols == 0 ? 0 : ((size_t)(cols - 1) * ld + r); };
+    size_t sa = ta == OP_N ? span(m, k, lda) : span(k, m, lda);
+    size_t sb = tb == OP_N ? span(k, n, ldb) : span(n, k, ldb);
+    size_t sc = span(m, n, ldc);
+    const char* bad = !inside(a, sa * elem) ? "A" : !inside(b, sb * elem) ? "B" : !inside(c, sc * elem) ? "C" : nullptr;
+    if (bad)
+        std::fprintf(stderr,
+                     "cublas-stand-in: %s operand %s extends past its device allocation (transa=%d transb=%d m=%d "
+                     "n=%d k=%d lda=%d ldb=%d ldc=%d)\n",
+                     f, bad, ta, tb, m, n, k, lda, ldb, ldc);
+    return bad != nullptr;
+}
+
+// C[m x n] = alpha * op(A) op(B) + beta * C, all column-major; `load` reads an element as f32.
+template <typename T, typename L, typename S>
+void gemm(int ta, int tb, int m, int n, int k, float alpha, const T* a, int lda, const T* b, int ldb, float beta,
+          T* c, int ldc, L load, S store) {
+    std::vector<float> acc((size_t)m);
+    for (int j = 0; j < n; ++j) {
+        for (int i = 0; i < m; ++i) acc[i] = 0.0f;
+        for (int l = 0; l < k; ++l) {
+            float bv = load(tb == OP_N ? b[l + (size_t)j * ldb] : b[j + (size_t)l * ldb]);
+            for (int i = 0; i < m; ++i) {
+                float av = load(ta == OP_N ? a[i + (size_t)l * lda] : a[l + (size_t)i * lda]);
+                acc[i] += av * bv;
+            }
+        }
+        for (int i = 0; i < m; ++i) {
+            T& out = c[i + (size_t)j * ldc];
+            float v = alpha * acc[i];
+            if (beta != 0.0f) v += beta * load(out);
+            out = store(v);
+        }
+    }
+}
+
+}  // namespace
+
+extern "C" {
+
+cublasStatus_t cublasCreate_v2(cublasHandle_t* h) {
+    *h = &g_handle_token;
+    return SUCCESS;
+}
+cublasStatus_t cublasDestroy_v2(cublasHandle_t) { return SUCCESS; }
+cublasStatus_t cublasSetStream_v2(cublasHandle_t, void*) { return SUCCESS; }
+cublasStatus_t cublasSetMathMode(cublasHandle_t, int) { return SUCCESS; }
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t, void*, size_t) { return SUCCESS; }
+const char* cublasGetStatusString(cublasStatus_t s) {
+    return s == SUCCESS ? "CUBLAS_STATUS_SUCCESS" : s == INVALID_VALUE ? "CUBLAS_STATUS_INVALID_VALUE"
+                                                                       : "CUBLAS_STATUS_NOT_SUPPORTED";
+}
+
+cublasStatus_t cublasSgemm_v2(cublasHandle_t, int ta, int tb, int m, int n, int k, const float* alpha, const float* a,
+                               int lda, const float* b, int ldb, const float* beta, float* c, int ldc) {
+    if (bad_dims("cublasSgemm_v2", ta, tb, m, n, k, lda, ldb, ldc)) return INVALID_VALUE;
+    if (outside("cublasSgemm_v2", ta, tb, m, n, k, a, lda, b, ldb, c, ldc, 4)) return INVALID_VALUE;
+    gemm(
+        ta, tb, m, n, k, *alpha, a, lda, b, ldb, *beta, c, ldc, [](float x) { return x; },
+        [](float x) { return x; });
+    return SUCCESS;
+}
+
+cublasStatus_t cublasGemmEx(cublasHandle_t, int ta, int tb, int m, int n, int k, const void* alpha, const void* a,
+                            int atype, int lda, const void* b, int btype, int ldb, const void* beta, void* c,
+                            int ctype, int ldc, int compute, int /*algo*/) {
+    if (bad_dims("cublasGemmEx", ta, tb, m, n, k, lda, ldb, ldc)) return INVALID_VALUE;
+    if (atype != R_16F || btype != R_16F || ctype != R_16F || compute != COMPUTE_32F) {
+        std::fprintf(stderr, "cublas-stand-in: cublasGemmEx types %d/%d/%d compute %d not modeled\n", atype, btype,
+                     ctype, compute);
+        return NOT_SUPPORTED;
+    }
+    if (outside("cublasGemmEx", ta, tb, m, n, k, a, lda, b, ldb, c, ldc, 2)) return INVALID_VALUE;
+    // CUBLAS_COMPUTE_32F: alpha and beta are f32, products accumulate in f32, C is rounded to f16.
+    gemm(
+        ta, tb, m, n, k, *static_cast<const float*>(alpha), static_cast<const unsigned short*>(a), lda,
+        static_cast<const unsigned short*>(b), ldb, *static_cast<const float*>(beta), static_cast<unsigned short*>(c),
+        ldc, [](unsigned short x) { return lb_host_h2f(x); }, [](float x) { return lb_host_f2h(x); });
+    return SUCCESS;
+}
+
+}  // extern "C"

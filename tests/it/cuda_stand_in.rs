@@ -1,0 +1,357 @@
+//! The unmodified CUDA device on a software CUDA stand-in (`tests/cuda-stand-in/`): fake `libcuda.so`
+//! and `libcublas.so` that run the shipped `kernels/*.cu` compiled as host C++, so that CI, which
+//! has no GPU, runs the CUDA device's host code (cudarc calls, buffer layout, launch shapes,
+//! cuBLAS configurations, preemption and merging) end to end. The real NVRTC still compiles the
+//! PTX, and the stand-in only hands out kernels the PTX defines.
+//!
+//! The loader reads `LD_LIBRARY_PATH` once at process start, so the GPU tests of `cuda.rs` run
+//! in a child process of this test binary with the stand-in first on that path and
+//! `REQUIRE_GPU=1`. Needs g++ and NVRTC; skips loudly without them and fails instead when
+//! `REQUIRE_CUDA_STAND_IN=1` (as in CI).
+//!
+//! This checks the CUDA device's logic and the kernels' arithmetic, not a GPU: memory model,
+//! warp scheduling, cuBLAS's own kernels and every speed figure still need a card.
+
+use lazybatch::device::cuda::nvrtc;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+const REQUIRE: &str = "REQUIRE_CUDA_STAND_IN";
+
+/// The kernels' host C++: the shim, the common header, every kernel file (dynamic shared memory
+/// rewritten to the stand-in's buffer) and the registry of kernels, each marked cooperative when
+/// it synchronizes.
+fn host_kernels_source() -> String {
+    let mut s = String::from("#include \"shim.h\"\n");
+    s.push_str(nvrtc::COMMON);
+    let mut registry = String::new();
+    let mut n = 0;
+    for (file, src) in nvrtc::SOURCES {
+        s.push_str(&format!("\n// ---- kernels/{file}\n"));
+        for line in src.lines() {
+            s.push_str(&rewrite_dynamic_shared(line));
+            s.push('\n');
+        }
+        for name in nvrtc::kernel_names(src) {
+            let coop = cooperative(src, &name);
+            registry.push_str(&format!("    LB_KERNEL({name}, {coop}),\n"));
+            n += 1;
+        }
+    }
+    s.push_str(&format!(
+        "\nextern const lb_kernel lb_kernels[] = {{\n{registry}}};\nextern const int lb_nkernels = {n};\n"
+    ));
+    s
+}
+
+/// `extern __shared__ T name[];` becomes `T* name = (T*)lb_dynamic_shared();`.
+fn rewrite_dynamic_shared(line: &str) -> String {
+    let t = line.trim();
+    if let Some(decl) = t
+        .strip_prefix("extern __shared__ ")
+        .and_then(|d| d.strip_suffix("[];"))
+    {
+        if let Some((ty, name)) = decl.rsplit_once(' ') {
+            return format!("    {ty}* {name} = ({ty}*)lb_dynamic_shared();");
+        }
+    }
+    line.to_string()
+}
+
+/// True when the kernel's body uses a barrier or a shuffle (directly or through the common
+/// block reductions).
+fn cooperative(src: &str, name: &str) -> bool {
+    let start = src
+        .find(&format!("__global__ void {name}("))
+        .expect("kernel_names found it");
+    let rest = &src[start + 1..];
+    let body = &rest[..rest.find("__global__").unwrap_or(rest.len())];
+    ["__syncthreads", "lb_block_", "__shfl"]
+        .iter()
+        .any(|k| body.contains(k))
+}
+
+fn required() -> bool {
+    std::env::var(REQUIRE).as_deref() == Ok("1")
+}
+
+fn skip(test: &str, why: &str) {
+    assert!(!required(), "{test}: {REQUIRE}=1 but {why}");
+    eprintln!("SKIPPED {test}: {why}");
+}
+
+/// Builds the stand-in once per test process; the directory to put first on `LD_LIBRARY_PATH`.
+fn stand_in() -> Result<&'static Path, String> {
+    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    DIR.get_or_init(|| {
+        if !nvrtc::nvrtc_available() {
+            return Err(format!("no NVRTC ({})", nvrtc::nvrtc_search_list()));
+        }
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cuda-stand-in");
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("cuda-stand-in");
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        let kernels = dir.join("kernels_host.cpp");
+        std::fs::write(&kernels, host_kernels_source()).map_err(|e| e.to_string())?;
+        let build = |out: &str, files: &[PathBuf]| -> Result<(), String> {
+            let o = Command::new("g++")
+                .args(["-std=c++17", "-O2", "-fPIC", "-shared", "-I"])
+                .arg(&src)
+                .arg("-o")
+                .arg(dir.join(out))
+                .args(files)
+                .arg("-ldl")
+                .output()
+                .map_err(|e| format!("cannot run g++: {e}"))?;
+            if !o.status.success() {
+                return Err(format!(
+                    "g++ failed building {out}:\n{}",
+                    String::from_utf8_lossy(&o.stderr)
+                ));
+            }
+            Ok(())
+        };
+        build("libcuda.so", &[kernels, src.join("driver.cpp")])?;
+        build("libcublas.so", &[src.join("cublas.cpp")])?;
+        Ok(dir)
+    })
+    .as_deref()
+    .map_err(Clone::clone)
+}
+
+/// A command whose dynamic loader sees the stand-in first.
+fn with_stand_in(cmd: &mut Command, dir: &Path) {
+    let old = std::env::var("LD_LIBRARY_PATH").unwrap_or_default();
+    cmd.env("LD_LIBRARY_PATH", format!("{}:{old}", dir.display()));
+}
+
+#[test]
+fn host_kernel_source_marks_the_synchronizing_kernels() {
+    let s = host_kernels_source();
+    for (k, coop) in [
+        ("layernorm_rows", true),
+        ("softmax_rows", true),
+        ("argmax_rows", true),
+        ("attend_rows", true),
+        ("copy_segments", false),
+        ("lstm_cell", false),
+        ("im2col_kp", false),
+    ] {
+        assert!(
+            s.contains(&format!("LB_KERNEL({k}, {coop})")),
+            "{k} should be cooperative={coop}"
+        );
+    }
+    assert!(s.contains("float* sc = (float*)lb_dynamic_shared();"));
+    assert!(!s.contains("extern __shared__"));
+}
+
+#[test]
+fn gpu_tests_pass_on_the_software_cuda_stand_in() {
+    let test = "gpu_tests_pass_on_the_software_cuda_stand_in";
+    let dir = match stand_in() {
+        Ok(d) => d,
+        Err(why) => return skip(test, &why),
+    };
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut cmd = Command::new(exe);
+    cmd.args(["cuda::cuda_", "--test-threads=1", "--nocapture"])
+        .env("REQUIRE_GPU", "1");
+    with_stand_in(&mut cmd, dir);
+    let o = cmd.output().expect("running the GPU tests in a child");
+    let out = String::from_utf8_lossy(&o.stdout);
+    let err = String::from_utf8_lossy(&o.stderr);
+    for l in err
+        .lines()
+        .filter(|l| l.contains("max") || l.contains("stand-in"))
+    {
+        eprintln!("stand-in: {l}");
+    }
+    assert!(
+        o.status.success(),
+        "GPU tests failed on the stand-in:\n{out}\n{err}"
+    );
+    let passed: usize = out
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("test result: ok. ")
+                .and_then(|r| r.split(' ').next())
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0);
+    assert!(passed >= 3, "expected the GPU tests to run:\n{out}\n{err}");
+    assert!(!err.contains("SKIPPED"), "a GPU test skipped:\n{err}");
+}
+
+#[test]
+fn cli_picks_and_names_the_stand_in() {
+    let test = "cli_picks_and_names_the_stand_in";
+    let dir = match stand_in() {
+        Ok(d) => d,
+        Err(why) => return skip(test, &why),
+    };
+    let run = |args: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lazybatch"));
+        cmd.args(args);
+        with_stand_in(&mut cmd, dir);
+        let o = cmd.output().expect("running lazybatch");
+        let out = String::from_utf8_lossy(&o.stdout).into_owned();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{args:?}:\n{out}\n{err}");
+        (out, err)
+    };
+    let (out, err) = run(&[
+        "verify",
+        "--device",
+        "cuda",
+        "--model",
+        "gnmt",
+        "--width",
+        "0.125",
+        "--requests",
+        "4",
+    ]);
+    assert!(
+        err.contains("cuda: lazybatch software CUDA stand-in"),
+        "{err}"
+    );
+    assert!(out.contains("bit-identical: OK"), "{out}");
+    assert!(out.contains("against the CPU reference"), "{out}");
+    let (_, err) = run(&[
+        "profile",
+        "--model",
+        "resnet50",
+        "--width",
+        "0.125",
+        "--res",
+        "0.25",
+        "--max-batch",
+        "2",
+    ]);
+    assert!(err.contains("device auto: using CUDA"), "{err}");
+}
+
+// ---- the stand-in must be able to fail: misuse the CUDA API on purpose in a child ----
+
+/// Loads one shipped kernel through the real NVRTC path onto device 0.
+fn child_kernel(
+    file: &str,
+    name: &str,
+) -> (
+    std::sync::Arc<cudarc::driver::CudaStream>,
+    cudarc::driver::CudaFunction,
+) {
+    let ctx = cudarc::driver::CudaContext::new(0).expect("a (stand-in) device");
+    let c = nvrtc::compile_all(Some("sm_90"))
+        .expect("kernels compile")
+        .into_iter()
+        .find(|c| c.file == file)
+        .expect("the kernel file");
+    let m = ctx
+        .load_module(cudarc::nvrtc::Ptx::from_src(c.ptx))
+        .expect("module loads");
+    (ctx.default_stream(), m.load_function(name).expect("kernel"))
+}
+
+#[test]
+#[ignore = "run by misuse_is_caught_by_the_stand_in in a child with the stand-in loaded"]
+fn stand_in_child_partial_warp() {
+    use cudarc::driver::{LaunchConfig, PushKernelArg};
+    let (s, f) = child_kernel("rows.cu", "layernorm_rows");
+    let x = s.alloc_zeros::<f32>(200).unwrap();
+    let mut y = s.alloc_zeros::<f32>(200).unwrap();
+    let g = s.alloc_zeros::<f32>(200).unwrap();
+    let n = 200i32;
+    let mut b = s.launch_builder(&f);
+    b.arg(&x).arg(&mut y).arg(&g).arg(&g).arg(&n);
+    let cfg = LaunchConfig {
+        grid_dim: (1, 1, 1),
+        block_dim: (200, 1, 1), // not a whole number of warps: the block reductions shuffle
+        shared_mem_bytes: 0,
+    };
+    // SAFETY: a deliberate misuse on the software stand-in, which aborts.
+    let _ = unsafe { b.launch(cfg) };
+    s.synchronize().unwrap();
+}
+
+#[test]
+#[ignore = "run by misuse_is_caught_by_the_stand_in in a child with the stand-in loaded"]
+fn stand_in_child_write_past_a_buffer() {
+    use cudarc::driver::{LaunchConfig, PushKernelArg};
+    let (s, f) = child_kernel("gather.cu", "copy_segments");
+    let src = s.clone_htod(&vec![1.0f32; 4096]).unwrap();
+    let mut dst = s.alloc_zeros::<f32>(1000).unwrap();
+    let seg = s.clone_htod(&[0i64, 0, 4096]).unwrap(); // 4096 floats into a 1000-float buffer
+    let (n, fill) = (1i32, 0.0f32);
+    let mut b = s.launch_builder(&f);
+    b.arg(&src).arg(&mut dst).arg(&seg).arg(&n).arg(&fill);
+    // SAFETY: a deliberate misuse on the software stand-in, which faults.
+    let _ = unsafe { b.launch(LaunchConfig::for_num_elems(256)) };
+    s.synchronize().unwrap();
+}
+
+#[test]
+#[ignore = "run by misuse_is_caught_by_the_stand_in in a child with the stand-in loaded"]
+fn stand_in_child_gemm_past_a_buffer() {
+    use cudarc::cublas::{sys::cublasOperation_t::CUBLAS_OP_N, CudaBlas, Gemm, GemmConfig};
+    let ctx = cudarc::driver::CudaContext::new(0).expect("a (stand-in) device");
+    let s = ctx.default_stream();
+    let blas = CudaBlas::new(s.clone()).unwrap();
+    let a = s.alloc_zeros::<f32>(64 * 64).unwrap();
+    let b = s.alloc_zeros::<f32>(64 * 64).unwrap();
+    let mut c = s.alloc_zeros::<f32>(64 * 64).unwrap();
+    let cfg = |n: i32| GemmConfig {
+        transa: CUBLAS_OP_N,
+        transb: CUBLAS_OP_N,
+        m: 64,
+        n,
+        k: 64,
+        alpha: 1.0f32,
+        lda: 64,
+        ldb: 64,
+        beta: 0.0,
+        ldc: 64,
+    };
+    // SAFETY: n = 64 fits the buffers; n = 65 (valid leading dimensions) reads a column past
+    // the end of B, which the stand-in refuses.
+    unsafe { blas.gemm(cfg(64), &a, &b, &mut c) }.expect("an in-bounds GEMM runs");
+    let e = unsafe { blas.gemm(cfg(65), &a, &b, &mut c) }.expect_err("an out-of-bounds GEMM");
+    assert!(format!("{e:?}").contains("INVALID_VALUE"), "{e:?}");
+}
+
+#[test]
+fn misuse_is_caught_by_the_stand_in() {
+    let test = "misuse_is_caught_by_the_stand_in";
+    let dir = match stand_in() {
+        Ok(d) => d,
+        Err(why) => return skip(test, &why),
+    };
+    let child = |name: &str| {
+        let mut cmd = Command::new(std::env::current_exe().expect("the test binary's path"));
+        cmd.args(["--ignored", "--exact", &format!("cuda_stand_in::{name}")]);
+        with_stand_in(&mut cmd, dir);
+        let o = cmd.output().expect("running a child");
+        (
+            o.status.success(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    };
+    let (ok, err) = child("stand_in_child_partial_warp");
+    assert!(!ok, "a partial-warp shuffle went unnoticed:\n{err}");
+    assert!(
+        err.contains("layernorm_rows: shuffle in a block that is not a whole number of warps"),
+        "{err}"
+    );
+    let (ok, err) = child("stand_in_child_write_past_a_buffer");
+    assert!(!ok, "a write past a buffer went unnoticed:\n{err}");
+    assert!(
+        err.contains("out-of-bounds device access) in kernel copy_segments"),
+        "{err}"
+    );
+    let (ok, err) = child("stand_in_child_gemm_past_a_buffer");
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("cublasSgemm_v2 operand B extends past its device allocation"),
+        "{err}"
+    );
+}
