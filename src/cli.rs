@@ -427,6 +427,13 @@ struct VerifyArgs {
     /// CUDA: storage precision of GEMM operands, f32 or f16.
     #[arg(long, default_value = "f32")]
     precision: String,
+    /// CUDA: also compare with the CPU reference node by node (two requests), printing each op
+    /// kind's largest relative difference and the first node execution above --tolerance.
+    #[arg(long)]
+    ops: bool,
+    /// Relative tolerance for --ops.
+    #[arg(long, default_value_t = 1e-3)]
+    tolerance: f64,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -1220,8 +1227,40 @@ fn cmd_verify(a: VerifyArgs) -> Result<()> {
     } else {
         None
     };
+    let ops = if a.ops {
+        if dev.name() != "cuda" {
+            bail!("--ops compares a CUDA device with the CPU: use it with --device cuda");
+        }
+        if a.tolerance.is_nan() || a.tolerance <= 0.0 {
+            bail!("--tolerance must be positive (got {})", a.tolerance);
+        }
+        let mut cpu = lazybatch::device::cpu::CpuDevice::new(a.seed);
+        let (g, c) =
+            lazybatch::verify::trace_both(&model, dev.as_mut(), &mut cpu, n.min(2), mb, a.seed)?;
+        Some(lazybatch::verify::compare_traces(
+            &model,
+            &g,
+            &c,
+            a.tolerance,
+        )?)
+    } else {
+        None
+    };
     if a.json {
         let mut v = serde_json::to_value(&r)?;
+        if let Some(t) = &ops {
+            v["ops_executions"] = json!(t.executions);
+            v["ops_nodes"] = json!(t
+                .nodes
+                .iter()
+                .map(|(name, op, rel)| json!({"node": name, "op": op, "max_rel_diff": rel}))
+                .collect::<Vec<_>>());
+            v["ops_first_divergence"] = json!(t.first_divergence.as_ref().map(
+                |(name, op, step, input, rel)| {
+                    json!({"node": name, "op": op, "step": step, "request": input, "rel_diff": rel})
+                }
+            ));
+        }
         if let Some(d) = vs_cpu {
             v["vs_cpu_max_abs_diff"] = json!(d.map(|x| x.0));
             v["vs_cpu_max_rel_diff"] = json!(d.map(|x| x.1));
@@ -1251,9 +1290,34 @@ fn cmd_verify(a: VerifyArgs) -> Result<()> {
             Some(None) => out!(o, "  against the CPU reference: outputs differ in shape (a decoded token differs)"),
             None => {}
         }
+        if let Some(t) = &ops {
+            let mut per_op: std::collections::BTreeMap<&str, f64> = Default::default();
+            for (_, op, rel) in &t.nodes {
+                let w = per_op.entry(op).or_insert(0.0);
+                *w = w.max(*rel);
+            }
+            out!(
+                o,
+                "  node by node against the CPU ({} node executions, {} nodes):",
+                t.executions,
+                t.nodes.len()
+            );
+            for (op, rel) in per_op {
+                out!(o, "    {op:<12} largest relative difference {rel:e}");
+            }
+            match &t.first_divergence {
+                Some((name, op, step, input, rel)) => out!(
+                    o,
+                    "  FIRST DIVERGENCE above {:e}: node '{name}' ({op}) at step {step}, request {input}: {rel:e}",
+                    a.tolerance
+                ),
+                None => out!(o, "  no node execution differs by more than {:e}", a.tolerance),
+            }
+        }
     }
     emit(&o)?;
-    if r.mismatched_requests > 0 {
+    let diverged = ops.is_some_and(|t| t.first_divergence.is_some());
+    if r.mismatched_requests > 0 || diverged {
         std::process::exit(1);
     }
     Ok(())

@@ -3,7 +3,8 @@
 //! leave its slot and every kernel computes a row from that row's inputs only, so the outputs
 //! must be bit-identical; any difference is reported with its size.
 
-use crate::device::cpu::{Captured, CpuDevice};
+use crate::device::capture::{Capture, CaptureMode, Captured, TraceEntry};
+use crate::device::cpu::CpuDevice;
 use crate::device::Device;
 use crate::engine;
 use crate::error::{Error, Result};
@@ -41,10 +42,11 @@ fn serve(
     policy: &mut dyn Policy,
     arrivals: &[Arrival],
     max_batch: u32,
-) -> Result<(Captured, engine::Counters)> {
+    mode: CaptureMode,
+) -> Result<(Capture, engine::Counters)> {
     let profile = Profile::uniform(model, max_batch, Nanos(1));
     let pred = Predictor::new(model, &profile, 1);
-    dev.set_capture(true);
+    dev.set_capture(mode);
     let out = engine::run(
         model,
         dev,
@@ -56,7 +58,9 @@ fn serve(
         max_batch,
         false,
     )?;
-    Ok((dev.take_captured(), out.counters))
+    let captured = dev.take_captured();
+    dev.set_capture(CaptureMode::Off);
+    Ok((captured, out.counters))
 }
 
 /// Verifies `model` on a CPU device with `requests` requests (lengths drawn with `seed`).
@@ -113,9 +117,136 @@ pub fn serve_both(
     let arrivals = arrivals_at_zero(model, requests, seed)?;
     a.prepare(model, max_batch)?;
     b.prepare(model, max_batch)?;
-    let (ca, _) = serve(model, a, &mut Serial, &arrivals, max_batch)?;
-    let (cb, _) = serve(model, b, &mut Serial, &arrivals, max_batch)?;
-    Ok((ca, cb))
+    let (ca, _) = serve(
+        model,
+        a,
+        &mut Serial,
+        &arrivals,
+        max_batch,
+        CaptureMode::Outputs,
+    )?;
+    let (cb, _) = serve(
+        model,
+        b,
+        &mut Serial,
+        &arrivals,
+        max_batch,
+        CaptureMode::Outputs,
+    )?;
+    Ok((ca.outputs, cb.outputs))
+}
+
+/// Serves the same requests alone (serial) on two devices and returns both devices' traces:
+/// every node execution's output rows in execution order, for op-by-op comparison
+/// ([`compare_traces`]).
+pub fn trace_both(
+    model: &Model,
+    a: &mut dyn Device,
+    b: &mut dyn Device,
+    requests: usize,
+    max_batch: u32,
+    seed: u64,
+) -> Result<(Vec<TraceEntry>, Vec<TraceEntry>)> {
+    let arrivals = arrivals_at_zero(model, requests, seed)?;
+    a.prepare(model, max_batch)?;
+    b.prepare(model, max_batch)?;
+    let (ca, _) = serve(
+        model,
+        a,
+        &mut Serial,
+        &arrivals,
+        max_batch,
+        CaptureMode::EveryNode,
+    )?;
+    let (cb, _) = serve(
+        model,
+        b,
+        &mut Serial,
+        &arrivals,
+        max_batch,
+        CaptureMode::EveryNode,
+    )?;
+    Ok((ca.trace, cb.trace))
+}
+
+/// Largest relative difference per node (over all its executions), and the first execution
+/// whose difference exceeds the tolerance.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceComparison {
+    /// Per node index: (node name, op kind, largest relative difference), for nodes that ran.
+    pub nodes: Vec<(String, &'static str, f64)>,
+    /// Node executions compared.
+    pub executions: usize,
+    /// The first execution, in execution order, whose relative difference exceeds the
+    /// tolerance: (node name, op kind, step, request input key, relative difference).
+    pub first_divergence: Option<(String, &'static str, u32, u64, f64)>,
+}
+
+/// Compares two traces of the same serving run entry by entry, with the relative difference
+/// `|a - b| / (1 + |b|)` (NaN counts as infinite). Errors when the traces do not describe the
+/// same executions (a decoded token differed, so the runs took different paths), naming the
+/// first entry where they part.
+pub fn compare_traces(
+    model: &Model,
+    a: &[TraceEntry],
+    b: &[TraceEntry],
+    tolerance: f64,
+) -> Result<TraceComparison> {
+    let mut worst = vec![None::<f64>; model.nodes.len()];
+    let mut first = None;
+    for (n, (x, y)) in a.iter().zip(b).enumerate() {
+        let node = model.nodes.get(x.node).ok_or_else(|| {
+            Error::Internal(format!("trace entry {n}: node {} not in the model", x.node))
+        })?;
+        if (x.input, x.node, x.step, x.values.len()) != (y.input, y.node, y.step, y.values.len()) {
+            return Err(Error::Internal(format!(
+                "traces part at entry {n}: node '{}' step {} (request {}, {} values) vs node {} step {} (request {}, {} values)",
+                node.name, x.step, x.input, x.values.len(), y.node, y.step, y.input, y.values.len()
+            )));
+        }
+        let rel = x
+            .values
+            .iter()
+            .zip(&y.values)
+            .map(|(p, q)| {
+                let d = f64::from((p - q).abs()) / (1.0 + f64::from(q.abs()));
+                if d.is_nan() {
+                    f64::INFINITY
+                } else {
+                    d
+                }
+            })
+            .fold(0.0f64, f64::max);
+        let w = &mut worst[x.node];
+        *w = Some(w.map_or(rel, |v: f64| v.max(rel)));
+        if first.is_none() && rel > tolerance {
+            first = Some((node.name.clone(), node.op.kind_name(), x.step, x.input, rel));
+        }
+    }
+    if a.len() != b.len() {
+        return Err(Error::Internal(format!(
+            "traces differ in length: {} vs {} node executions",
+            a.len(),
+            b.len()
+        )));
+    }
+    Ok(TraceComparison {
+        nodes: worst
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| {
+                w.map(|w| {
+                    (
+                        model.nodes[i].name.clone(),
+                        model.nodes[i].op.kind_name(),
+                        w,
+                    )
+                })
+            })
+            .collect(),
+        executions: a.len(),
+        first_divergence: first,
+    })
 }
 
 /// Verifies `model` on `dev`: outputs alone against outputs under forced preemptions and merges.
@@ -128,8 +259,23 @@ pub fn verify(
 ) -> Result<VerifyReport> {
     let arrivals = arrivals_at_zero(model, requests, seed)?;
     dev.prepare(model, max_batch)?;
-    let (alone, _) = serve(model, dev, &mut Serial, &arrivals, max_batch)?;
-    let (lazy, c) = serve(model, dev, &mut Forced::new(9), &arrivals, max_batch)?;
+    let (alone, _) = serve(
+        model,
+        dev,
+        &mut Serial,
+        &arrivals,
+        max_batch,
+        CaptureMode::Outputs,
+    )?;
+    let (lazy, c) = serve(
+        model,
+        dev,
+        &mut Forced::new(9),
+        &arrivals,
+        max_batch,
+        CaptureMode::Outputs,
+    )?;
+    let (alone, lazy) = (alone.outputs, lazy.outputs);
     let mut rep = VerifyReport {
         model: model.name.clone(),
         requests,

@@ -2,6 +2,7 @@
 //! the policies never see anything but the [`Device`] trait; the NPU model answers in virtual
 //! time, real devices (CPU, CUDA) in measured wall time.
 
+pub mod capture;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -50,10 +51,11 @@ pub trait Device {
     fn execute(&mut self, model: &Model, at: NodeStep, members: &[Member]) -> Result<Timing>;
     /// Called when a request completes, before its slot is reused. Model devices ignore it.
     fn complete(&mut self, _member: &Member) {}
-    /// Starts (or stops) capturing each request's final outputs (real devices; for `verify`).
-    fn set_capture(&mut self, _on: bool) {}
-    /// The captured outputs per request input key (empty for model devices).
-    fn take_captured(&mut self) -> std::collections::HashMap<u64, Vec<f32>> {
-        std::collections::HashMap::new()
+    /// Starts (or, with [`capture::CaptureMode::Off`], stops) recording outputs (real devices;
+    /// for `verify` and device-against-device checks).
+    fn set_capture(&mut self, _mode: capture::CaptureMode) {}
+    /// What was recorded since [`Device::set_capture`] (empty for model devices).
+    fn take_captured(&mut self) -> capture::Capture {
+        capture::Capture::default()
     }
 }

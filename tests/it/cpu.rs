@@ -16,3 +16,40 @@ fn verify_every_reduced_model() {
         assert_eq!(r.mismatched_requests, 0, "{name}: {r:?}");
     }
 }
+
+#[test]
+fn traces_cover_every_node_and_name_the_first_divergence() {
+    use lazybatch::device::cpu::CpuDevice;
+    use lazybatch::verify::{compare_traces, trace_both};
+    let m = small("gnmt");
+    let (a, mut b) =
+        trace_both(&m, &mut CpuDevice::new(2), &mut CpuDevice::new(2), 2, 2, 5).unwrap();
+    let same = compare_traces(&m, &a, &b, 0.0).unwrap();
+    assert_eq!(
+        same.nodes.len(),
+        m.nodes.len(),
+        "every node ran and was traced"
+    );
+    assert!(same.nodes.iter().all(|n| n.2 == 0.0));
+    assert_eq!(same.first_divergence, None);
+    // a decoder step in the middle of the run differs: it is named, earlier ones are not
+    let k = b.len() / 2;
+    b[k].values[0] += 1.0;
+    let d = compare_traces(&m, &a, &b, 1e-3).unwrap();
+    let (name, _, step, input, rel) = d.first_divergence.expect("a divergence");
+    assert_eq!(
+        (name.as_str(), step, input),
+        (m.nodes[b[k].node].name.as_str(), b[k].step, b[k].input)
+    );
+    assert!(rel > 0.1);
+    // a different path (one execution fewer) is an error, not a comparison
+    b.pop();
+    assert!(compare_traces(&m, &a, &b, 1e-3).is_err());
+    // and a different device seed (other weights) diverges at the very first node
+    let (c, _) = trace_both(&m, &mut CpuDevice::new(3), &mut CpuDevice::new(2), 2, 2, 5).unwrap();
+    let d = compare_traces(&m, &c, &a, 1e-3).unwrap();
+    assert_eq!(
+        d.first_divergence.map(|f| f.0),
+        Some(m.nodes[a[0].node].name.clone())
+    );
+}

@@ -7,7 +7,7 @@ use lazybatch::device::cpu::CpuDevice;
 use lazybatch::device::cuda::device::Precision;
 use lazybatch::device::cuda::{self, nvrtc, CudaDevice};
 use lazybatch::graph::zoo;
-use lazybatch::verify::{max_diff, serve_both, verify};
+use lazybatch::verify::{compare_traces, max_diff, serve_both, trace_both, verify};
 
 fn gpu_or_skip(test: &str) -> bool {
     let p = cuda::probe();
@@ -121,6 +121,40 @@ fn cuda_matches_the_cpu_model_by_model() {
         eprintln!("{name}: {n} values, max abs diff {abs:e}, max rel diff {rel:e}");
         // f32 with different reduction orders (cuBLAS vs gemm): relative 1e-3 of magnitude
         assert!(rel < 1e-3, "{name}: CUDA vs CPU relative difference {rel}");
+    }
+}
+
+#[test]
+fn cuda_matches_the_cpu_op_by_op() {
+    if !gpu_or_skip("cuda_matches_the_cpu_op_by_op") {
+        return;
+    }
+    let mut per_op: std::collections::BTreeMap<&str, f64> = Default::default();
+    for name in zoo::builtin_names() {
+        let m = small(name);
+        let mut gpu = CudaDevice::new(0, 4, Precision::F32).unwrap();
+        let mut cpu = CpuDevice::new(4);
+        let (g, c) = trace_both(&m, &mut gpu, &mut cpu, 2, 2, 4).unwrap();
+        // every node execution, f32 with different reduction orders: relative 1e-3 (as above)
+        let cmp = compare_traces(&m, &g, &c, 1e-3)
+            .unwrap_or_else(|e| panic!("{name}: the CUDA and CPU runs took different paths: {e}"));
+        assert_eq!(
+            cmp.nodes.len(),
+            m.nodes.len(),
+            "{name}: a node was not traced"
+        );
+        for (_, op, rel) in &cmp.nodes {
+            let w = per_op.entry(op).or_insert(0.0);
+            *w = w.max(*rel);
+        }
+        assert!(
+            cmp.first_divergence.is_none(),
+            "{name}: first divergence (node, op, step, request, relative difference): {:?}",
+            cmp.first_divergence
+        );
+    }
+    for (op, rel) in per_op {
+        eprintln!("op {op}: max relative difference {rel:e}");
     }
 }
 

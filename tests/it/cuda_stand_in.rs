@@ -210,6 +210,7 @@ fn cli_picks_and_names_the_stand_in() {
         "0.125",
         "--requests",
         "4",
+        "--ops",
     ]);
     assert!(
         err.contains("cuda: lazybatch software CUDA stand-in"),
@@ -217,6 +218,11 @@ fn cli_picks_and_names_the_stand_in() {
     );
     assert!(out.contains("bit-identical: OK"), "{out}");
     assert!(out.contains("against the CPU reference"), "{out}");
+    assert!(out.contains("    lstm "), "{out}");
+    assert!(
+        out.contains("no node execution differs by more than"),
+        "{out}"
+    );
     let (_, err) = run(&[
         "profile",
         "--model",

@@ -19,7 +19,6 @@ use crate::graph::op::{AttnMode, Op, PoolKind, PosEnc};
 use crate::graph::{Class, Input, Model, Node, NodeStep, Rows};
 use crate::time::Nanos;
 use kernels::ActK;
-use std::collections::HashMap;
 use std::time::Instant;
 use weights::Weights;
 
@@ -37,9 +36,8 @@ struct NodeRt {
     tied: Option<usize>,
 }
 
-/// Outputs captured for verification, per request input key: the last node's rows (every step
-/// for seq2seq models), then the input of a final argmax.
-pub type Captured = HashMap<u64, Vec<f32>>;
+pub use crate::device::capture::Captured;
+use crate::device::capture::{Capture, CaptureMode};
 
 /// The CPU device.
 #[derive(Debug)]
@@ -53,7 +51,7 @@ pub struct CpuDevice {
     scratch_c: Vec<f32>,
     cols: Vec<f32>,
     scores: Vec<f32>,
-    capture: Option<Captured>,
+    capture: Capture,
 }
 
 fn act_k(a: crate::graph::op::Act) -> ActK {
@@ -94,7 +92,7 @@ impl CpuDevice {
             scratch_c: Vec::new(),
             cols: Vec::new(),
             scores: Vec::new(),
-            capture: None,
+            capture: Capture::default(),
         }
     }
 
@@ -269,34 +267,23 @@ impl CpuDevice {
             Op::Attention { mode, heads } => self.attention(model, i, members, *mode, *heads),
             _ => self.rowwise(model, i, members),
         }
-        if self.capture.is_some() {
+        if self.capture.is_on() {
             self.capture_outputs(model, i, members);
         }
     }
 
     fn capture_outputs(&mut self, model: &Model, i: usize, members: &[Member]) {
-        let last = model.nodes.len() - 1;
-        let before_argmax = matches!(model.nodes[last].op, Op::Argmax)
-            .then(|| model.nodes[last].inputs[0].node.idx());
-        if i != last && Some(i) != before_argmax {
+        if !self.capture.wants(model, i) {
             return;
         }
-        let mut rows_out: Vec<(u64, Vec<f32>)> = Vec::new();
         for m in members {
-            let step = m.step;
             let node = &model.nodes[i];
-            let rows = Layout::rows(node, m.len);
             let mut v = Vec::new();
-            for r in 0..rows {
-                let pos = self.layout.out_pos(model, i, step, r, m.len);
+            for r in 0..Layout::rows(node, m.len) {
+                let pos = self.layout.out_pos(model, i, m.step, r, m.len);
                 v.extend_from_slice(self.row(i, m.slot, pos));
             }
-            rows_out.push((m.input, v));
-        }
-        if let Some(c) = self.capture.as_mut() {
-            for (k, v) in rows_out {
-                c.entry(k).or_default().extend(v);
-            }
+            self.capture.record(model, i, m.step, m.input, v);
         }
     }
 
@@ -773,13 +760,13 @@ impl CpuDevice {
 
 impl Device for CpuDevice {
     /// Starts (or stops) capturing final outputs per request, for `verify`.
-    fn set_capture(&mut self, on: bool) {
-        self.capture = on.then(HashMap::new);
+    fn set_capture(&mut self, mode: CaptureMode) {
+        self.capture = Capture::new(mode);
     }
 
     /// Takes the captured outputs.
-    fn take_captured(&mut self) -> Captured {
-        self.capture.take().unwrap_or_default()
+    fn take_captured(&mut self) -> Capture {
+        std::mem::take(&mut self.capture)
     }
 
     fn name(&self) -> &'static str {

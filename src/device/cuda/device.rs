@@ -7,8 +7,8 @@
 //! everything else in the NVRTC-compiled kernels of `kernels/`. Node time: CUDA events.
 
 use super::nvrtc;
+use crate::device::capture::{Capture, CaptureMode};
 use crate::device::cpu::weights::{self, Weights};
-use crate::device::cpu::Captured;
 use crate::device::layout::{Layout, Seg, Src};
 use crate::device::{Device, Member, Timing};
 use crate::error::{Error, Result};
@@ -167,7 +167,7 @@ pub struct CudaDevice {
     host_i64: Vec<i64>,
     host_i64b: Vec<i64>,
     host_in: Vec<f32>,
-    capture: Option<Captured>,
+    capture: Capture,
 }
 
 impl CudaDevice {
@@ -213,7 +213,7 @@ impl CudaDevice {
             host_i64: Vec::new(),
             host_i64b: Vec::new(),
             host_in: Vec::new(),
-            capture: None,
+            capture: Capture::default(),
         })
     }
 
@@ -1205,10 +1205,7 @@ impl CudaDevice {
     }
 
     fn capture_outputs(&mut self, model: &Model, i: usize, members: &[Member]) -> Result<()> {
-        let last = model.nodes.len() - 1;
-        let before_argmax = matches!(model.nodes[last].op, Op::Argmax)
-            .then(|| model.nodes[last].inputs[0].node.idx());
-        if i != last && Some(i) != before_argmax {
+        if !self.capture.wants(model, i) {
             return Ok(());
         }
         let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
@@ -1218,14 +1215,13 @@ impl CudaDevice {
             .clone_dtoh(&self.nodes[i].out)
             .map_err(cuda_err)?;
         let node = &model.nodes[i];
-        let cap = self.capture.as_mut().ok_or_else(|| missing("capture"))?;
         for m in members {
-            let step = m.step;
-            let e = cap.entry(m.input).or_default();
+            let mut v = Vec::new();
             for r in 0..Layout::rows(node, m.len) {
-                let o = layout.offset(i, m.slot, layout.out_pos(model, i, step, r, m.len));
-                e.extend_from_slice(&host[o..o + feat]);
+                let o = layout.offset(i, m.slot, layout.out_pos(model, i, m.step, r, m.len));
+                v.extend_from_slice(&host[o..o + feat]);
             }
+            self.capture.record(model, i, m.step, m.input, v);
         }
         Ok(())
     }
@@ -1233,13 +1229,13 @@ impl CudaDevice {
 
 impl Device for CudaDevice {
     /// Starts (or stops) capturing final outputs per request, to compare with the CPU device.
-    fn set_capture(&mut self, on: bool) {
-        self.capture = on.then(HashMap::new);
+    fn set_capture(&mut self, mode: CaptureMode) {
+        self.capture = Capture::new(mode);
     }
 
     /// Takes the captured outputs.
-    fn take_captured(&mut self) -> Captured {
-        self.capture.take().unwrap_or_default()
+    fn take_captured(&mut self) -> Capture {
+        std::mem::take(&mut self.capture)
     }
 
     fn name(&self) -> &'static str {
@@ -1418,7 +1414,7 @@ impl Device for CudaDevice {
             .map_err(cuda_err)?;
         end.synchronize().map_err(cuda_err)?;
         let ms = start.elapsed_ms(&end).map_err(cuda_err)?;
-        if self.capture.is_some() {
+        if self.capture.is_on() {
             self.capture_outputs(model, at.node.idx(), members)?;
         }
         Ok(Timing {

@@ -1,0 +1,97 @@
+//! What a real device records while serving, for `verify` and device-against-device checks:
+//! each request's final outputs, or, to compare two devices op by op, every node execution's
+//! output rows in execution order, so that a difference can be traced to the first node (and
+//! step) where it appears.
+
+use crate::graph::op::Op;
+use crate::graph::Model;
+use std::collections::HashMap;
+
+/// Final outputs per request input key: the last node's rows (every step for seq2seq models),
+/// then the input of a final argmax.
+pub type Captured = HashMap<u64, Vec<f32>>;
+
+/// Which outputs a real device records.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CaptureMode {
+    /// Nothing (serving).
+    #[default]
+    Off,
+    /// Each request's final outputs.
+    Outputs,
+    /// The final outputs and every node execution's output rows.
+    EveryNode,
+}
+
+/// One node execution's output rows for one request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TraceEntry {
+    /// The request's input key.
+    pub input: u64,
+    /// Node index in the model.
+    pub node: usize,
+    /// The step the node ran at.
+    pub step: u32,
+    /// The rows the node wrote for this request.
+    pub values: Vec<f32>,
+}
+
+/// What a device captured.
+#[derive(Clone, Debug, Default)]
+pub struct Capture {
+    mode: CaptureMode,
+    /// Final outputs per request.
+    pub outputs: Captured,
+    /// Every node execution, in order ([`CaptureMode::EveryNode`] only).
+    pub trace: Vec<TraceEntry>,
+}
+
+impl Capture {
+    /// An empty capture recording `mode`.
+    pub fn new(mode: CaptureMode) -> Self {
+        Capture {
+            mode,
+            ..Capture::default()
+        }
+    }
+
+    /// True when anything is recorded.
+    pub fn is_on(&self) -> bool {
+        self.mode != CaptureMode::Off
+    }
+
+    /// True when node `i`'s rows belong to the final outputs.
+    fn is_output(model: &Model, i: usize) -> bool {
+        let last = model.nodes.len() - 1;
+        i == last
+            || (matches!(model.nodes[last].op, Op::Argmax)
+                && model.nodes[last].inputs[0].node.idx() == i)
+    }
+
+    /// True when node `i`'s rows are to be recorded.
+    pub fn wants(&self, model: &Model, i: usize) -> bool {
+        match self.mode {
+            CaptureMode::Off => false,
+            CaptureMode::Outputs => Self::is_output(model, i),
+            CaptureMode::EveryNode => true,
+        }
+    }
+
+    /// Records the rows node `i` wrote at `step` for the request with input key `input`.
+    pub fn record(&mut self, model: &Model, i: usize, step: u32, input: u64, values: Vec<f32>) {
+        if Self::is_output(model, i) {
+            self.outputs
+                .entry(input)
+                .or_default()
+                .extend_from_slice(&values);
+        }
+        if self.mode == CaptureMode::EveryNode {
+            self.trace.push(TraceEntry {
+                input,
+                node: i,
+                step,
+                values,
+            });
+        }
+    }
+}
