@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # What a user with an NVIDIA card runs: build, the GPU tests with REQUIRE_GPU=1 (CUDA against
-# the CPU reference, model by model; preemption and merging on the GPU), `profile --device cuda`
+# the CPU reference, model by model and op by op; preemption and merging on the GPU), `verify
+# --ops` (the first node that differs from the CPU, if any), `profile --device cuda`
 # for ResNet-50, GNMT and Transformer, and a GraphB-vs-LazyB `compare --device cuda` at a low and
 # a high load. Writes everything to ${OUT:-out/gpu-check} and a summary to report.md there.
 # Needs the NVIDIA driver; cuBLAS and NVRTC 13 from the CUDA toolkit or from pip
@@ -28,7 +29,7 @@ cargo build --release
   echo
   echo '## Verify on the GPU (alone vs forced preemptions/merges, and against the CPU)'
   echo '```'
-  for m in resnet50 gnmt transformer; do "$bin" verify --device cuda --model "$m" --width 0.25 --res 0.5; done
+  for m in resnet50 gnmt transformer; do "$bin" verify --device cuda --model "$m" --width 0.25 --res 0.5 --ops || echo "VERIFY FAILED: $m"; done
   "$bin" verify --device cuda --precision f16 --model resnet50 --width 0.25 --res 0.5 || true
   echo '```'
   for m in resnet50 gnmt transformer; do
