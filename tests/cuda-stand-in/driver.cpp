@@ -68,7 +68,10 @@ struct Alloc {
     size_t size;
 };
 std::map<CUdeviceptr, Alloc> g_allocs;
+size_t g_live_bytes = 0;
+unsigned long long g_allocations = 0;  // every allocation ever made  // requested bytes of live allocations (cuMemGetInfo reports the rest free)
 const size_t PAGE = 4096;
+const size_t TOTAL_BYTES = (size_t)16 << 30;
 
 CUresult alloc(CUdeviceptr* p, size_t bytes) {
     size_t size = (bytes + 7) / 8 * 8;
@@ -82,6 +85,8 @@ CUresult alloc(CUdeviceptr* p, size_t bytes) {
     CUdeviceptr ptr = reinterpret_cast<CUdeviceptr>(guard - size);
     std::lock_guard<std::mutex> l(g_lock);
     g_allocs[ptr] = Alloc{base, total, bytes};
+    g_live_bytes += bytes;
+    g_allocations += 1;
     *p = ptr;
     return OK;
 }
@@ -91,6 +96,7 @@ CUresult release(CUdeviceptr p) {
     auto it = g_allocs.find(p);
     if (it == g_allocs.end()) return INVALID_VALUE;
     munmap(it->second.base, it->second.total);
+    g_live_bytes -= it->second.size;
     g_allocs.erase(it);
     return OK;
 }
@@ -317,6 +323,12 @@ void* lb_dynamic_shared() { return g_dyn_shared.data(); }
 
 extern "C" {
 
+// For tests: device allocations made so far (a real driver has no such symbol).
+unsigned long long lb_stand_in_allocations() {
+    std::lock_guard<std::mutex> l(g_lock);
+    return g_allocations;
+}
+
 // For the cuBLAS stand-in: true when [p, p + bytes) lies inside one allocation.
 bool lb_stand_in_inside(CUdeviceptr p, size_t bytes) { return inside(p, bytes); }
 
@@ -351,7 +363,13 @@ CUresult cuDeviceGetName(char* name, int len, CUdevice) {
     return OK;
 }
 CUresult cuDeviceTotalMem_v2(size_t* b, CUdevice) {
-    *b = (size_t)16 << 30;
+    *b = TOTAL_BYTES;
+    return OK;
+}
+CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
+    std::lock_guard<std::mutex> l(g_lock);
+    *free = TOTAL_BYTES - g_live_bytes;
+    *total = TOTAL_BYTES;
     return OK;
 }
 CUresult cuDeviceGetAttribute(int* v, int attr, CUdevice) {

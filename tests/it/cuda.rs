@@ -23,6 +23,20 @@ fn gpu_or_skip(test: &str) -> bool {
     false
 }
 
+/// Device allocations made so far, when the driver is the software stand-in (which counts
+/// them); None with a real driver.
+fn stand_in_allocations() -> Option<u64> {
+    // SAFETY: opens the driver library cudarc already loaded and, if it is the stand-in, calls
+    // its counter, a plain function without arguments.
+    unsafe {
+        let lib = libloading::Library::new("libcuda.so").ok()?;
+        let f = lib
+            .get::<unsafe extern "C" fn() -> u64>(b"lb_stand_in_allocations")
+            .ok()?;
+        Some(f())
+    }
+}
+
 #[test]
 fn every_shipped_kernel_compiles_with_nvrtc() {
     if !nvrtc::nvrtc_available() {
@@ -155,6 +169,60 @@ fn cuda_matches_the_cpu_op_by_op() {
     }
     for (op, rel) in per_op {
         eprintln!("op {op}: max relative difference {rel:e}");
+    }
+}
+
+#[test]
+fn cuda_serving_allocates_no_device_memory() {
+    use lazybatch::device::Device;
+    use lazybatch::profile::Profile;
+    use lazybatch::runtime::Predictor;
+    use lazybatch::time::{Nanos, VirtualClock};
+    if !gpu_or_skip("cuda_serving_allocates_no_device_memory") {
+        return;
+    }
+    // Free device memory before and after serving, once buffers are prepared and a first run
+    // has warmed up: every buffer comes from prepare. (On a card shared with other processes
+    // their allocations would show here too.)
+    for name in ["resnet50", "gnmt", "transformer_base"] {
+        let m = small(name);
+        let mut gpu = CudaDevice::new(0, 1, Precision::F32).unwrap();
+        gpu.prepare(&m, 4).unwrap();
+        let pred = Predictor::new(&m, &Profile::uniform(&m, 4, Nanos::from_us(50.0)), 30);
+        let arrivals = lazybatch::traffic::poisson(&m, 20_000.0, 12, 7).unwrap();
+        let mut serve = || {
+            let mut pol = lazybatch::policy::parse("lazy", 4).unwrap();
+            lazybatch::engine::run(
+                &m,
+                &mut gpu,
+                pol.as_mut(),
+                &mut VirtualClock::new(),
+                &pred,
+                &arrivals,
+                Nanos::from_secs(60.0),
+                4,
+                false,
+            )
+            .unwrap()
+        };
+        serve();
+        let (before, _) = cudarc::driver::result::mem_get_info().unwrap();
+        let allocs = stand_in_allocations();
+        let out = serve();
+        let (after, _) = cudarc::driver::result::mem_get_info().unwrap();
+        eprintln!(
+            "{name}: {} node executions, {} preemptions; free device memory {before} -> {after} bytes",
+            out.counters.executions, out.counters.preemptions
+        );
+        assert!(out.counters.preemptions > 0, "{name}: nothing preempted");
+        assert_eq!(
+            before, after,
+            "{name}: device memory allocated while serving"
+        );
+        // the stand-in also counts allocations freed again before the end (a real driver cannot)
+        if let (Some(a), Some(b)) = (allocs, stand_in_allocations()) {
+            assert_eq!(a, b, "{name}: {} device allocations while serving", b - a);
+        }
     }
 }
 

@@ -19,7 +19,7 @@ use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -149,6 +149,8 @@ pub struct CudaDevice {
     seed: u64,
     /// Held so the context outlives every buffer (the stream holds it too).
     _ctx: Arc<CudaContext>,
+    /// Start and end events of a node execution, created once and re-recorded.
+    events: (CudaEvent, CudaEvent),
     stream: Arc<CudaStream>,
     blas: CudaBlas,
     funcs: HashMap<String, CudaFunction>,
@@ -193,7 +195,10 @@ impl CudaDevice {
             }
         }
         let name = ctx.name().map_err(cuda_err)?;
+        let event = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT));
+        let events = (event().map_err(cuda_err)?, event().map_err(cuda_err)?);
         Ok(CudaDevice {
+            events,
             seed,
             _ctx: ctx,
             stream,
@@ -1403,17 +1408,12 @@ impl Device for CudaDevice {
                 "step beyond the model's maximum length".into(),
             ));
         }
-        let start = self
-            .stream
-            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(cuda_err)?;
+        self.events.0.record(&self.stream).map_err(cuda_err)?;
         self.run_node(model, at, members)?;
-        let end = self
-            .stream
-            .record_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-            .map_err(cuda_err)?;
+        let (start, end) = &self.events;
+        end.record(&self.stream).map_err(cuda_err)?;
         end.synchronize().map_err(cuda_err)?;
-        let ms = start.elapsed_ms(&end).map_err(cuda_err)?;
+        let ms = start.elapsed_ms(end).map_err(cuda_err)?;
         if self.capture.is_on() {
             self.capture_outputs(model, at.node.idx(), members)?;
         }
