@@ -3,35 +3,13 @@
 //! device, and the scheduler's cost per node decision.
 
 use lazybatch::device::cpu::{kernels, CpuDevice};
-use lazybatch::device::{Device, Member, Timing};
-use lazybatch::engine;
-use lazybatch::graph::{zoo, Model, NodeStep};
-use lazybatch::policy;
-use lazybatch::profile::Profile;
-use lazybatch::runtime::{BatchTable, Predictor, RequestId};
-use lazybatch::time::{Nanos, VirtualClock};
-use lazybatch::traffic;
+use lazybatch::device::Device;
+use lazybatch::graph::{zoo, NodeStep};
+use lazybatch::runtime::{BatchTable, RequestId};
 use std::time::Instant;
 
-/// A device that does no work and takes a fixed modeled time: what is left is the scheduler.
-struct Null(Nanos);
-impl Device for Null {
-    fn name(&self) -> &'static str {
-        "null"
-    }
-    fn is_virtual(&self) -> bool {
-        true
-    }
-    fn prepare(&mut self, _: &Model, _: u32) -> lazybatch::Result<()> {
-        Ok(())
-    }
-    fn execute(&mut self, _: &Model, _: NodeStep, _: &[Member]) -> lazybatch::Result<Timing> {
-        Ok(Timing {
-            time: self.0,
-            ..Timing::default()
-        })
-    }
-}
+mod common;
+use common::whole_graph;
 
 fn scheduler_overhead() {
     // the yardstick: ResNet-50's mean node on this CPU at batch 1, measured now
@@ -53,33 +31,14 @@ fn scheduler_overhead() {
         ("gnmt", 500.0),
         ("transformer", 1000.0),
     ] {
-        let m = zoo::load(name).unwrap();
-        // a node takes 0.1 ms of modeled time, so that requests overlap as on a real device
-        let prof = Profile::uniform(&m, 64, Nanos::from_us(100.0));
-        let pred = Predictor::new(&m, &prof, 31);
-        let arrivals = traffic::poisson(&m, rate, 3000, 1).unwrap();
         for p in ["lazy", "graph:25"] {
-            let mut pol = policy::parse(p, 64).unwrap();
-            let t = Instant::now();
-            let out = engine::run(
-                &m,
-                &mut Null(Nanos::from_us(100.0)),
-                pol.as_mut(),
-                &mut VirtualClock::new(),
-                &pred,
-                &arrivals,
-                Nanos::from_ms(100.0),
-                64,
-                false,
-            )
-            .unwrap();
-            let ns = t.elapsed().as_nanos() as f64 / out.counters.executions as f64;
+            let (decisions, ns) = common::scheduler_cost(name, rate, p);
             // relative to ResNet-50's mean node on this CPU at batch 1
             println!(
                 "{:<18} {:<10} {:>12} {:>12.0} {:>15.4}%",
                 name,
                 p,
-                out.counters.executions,
+                decisions,
                 ns,
                 100.0 * ns / node_ns
             );
@@ -203,33 +162,4 @@ fn main() {
     if only.as_deref().is_none_or(|o| o == "resnet") {
         resnet_latency();
     }
-}
-
-/// Best of three whole-graph passes of `m` at batch `b` on `dev`, in seconds.
-fn whole_graph(dev: &mut CpuDevice, m: &Model, b: u32) -> f64 {
-    let members: Vec<Member> = (0..b)
-        .map(|slot| Member {
-            slot,
-            len: m.ref_lengths(),
-            input: u64::from(slot),
-            step: 0,
-        })
-        .collect();
-    let mut best = f64::INFINITY;
-    for _ in 0..3 {
-        let t = Instant::now();
-        for n in &m.nodes {
-            dev.execute(
-                m,
-                NodeStep {
-                    node: n.id,
-                    step: 0,
-                },
-                &members,
-            )
-            .unwrap();
-        }
-        best = best.min(t.elapsed().as_secs_f64());
-    }
-    best
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What a user with an NVIDIA card runs: build, the GPU tests with REQUIRE_GPU=1 (CUDA against
 # the CPU reference, model by model and op by op; preemption and merging on the GPU), `verify
-# --ops` (the first node that differs from the CPU, if any), `profile --device cuda`
+# --ops` (the first node that differs from the CPU, if any), `cargo bench --bench cuda` (GEMM
+# nodes against cuBLAS on the same shapes, scheduler share of node time), `profile --device cuda`
 # for ResNet-50, GNMT and Transformer, and a GraphB-vs-LazyB `compare --device cuda` at a low and
 # a high load. Writes everything to ${OUT:-out/gpu-check} and a summary to report.md there.
 # Needs the NVIDIA driver; cuBLAS and NVRTC 13 from the CUDA toolkit or from pip
@@ -31,6 +32,11 @@ cargo build --release
   echo '```'
   for m in resnet50 gnmt transformer; do "$bin" verify --device cuda --model "$m" --width 0.25 --res 0.5 --ops || echo "VERIFY FAILED: $m"; done
   "$bin" verify --device cuda --precision f16 --model resnet50 --width 0.25 --res 0.5 || true
+  echo '```'
+  echo
+  echo '## GEMM nodes vs cuBLAS, scheduler share (cargo bench --bench cuda)'
+  echo '```'
+  cargo bench --bench cuda 2>&1 | grep -v -E "^\s*(Compiling|Finished|Running)" || echo "BENCH FAILED"
   echo '```'
   for m in resnet50 gnmt transformer; do
     echo
