@@ -8,9 +8,10 @@
 //  - device memory: every allocation ends at a guard page, so a kernel that reads or writes past
 //    the end of a buffer faults (the handler names the kernel); copies must stay inside one
 //    allocation;
-//  - barriers and warp shuffles behave as on the GPU (threads of a block run as fibers; a
-//    shuffle that reads a lane outside the block, or a barrier only part of a warp reaches, is
-//    reported as an error instead of silently computing something).
+//  - barriers and warp shuffles behave as on the GPU (threads of a block run as fibers); a
+//    shuffle in a block that is not whole warps, one that reads a lane outside its warp or a
+//    lane that has exited, and one that only part of a warp reaches abort with the kernel's
+//    name instead of silently computing something.
 // Fibers switch with a few instructions of x86-64 assembly (ucontext's swapcontext makes a
 // system call per switch, which made attention-heavy models take minutes), so the stand-in
 // builds on x86-64 only.
@@ -316,6 +317,8 @@ float __shfl_xor_sync(unsigned mask, float v, int lane_mask) {
     float* x = &g_xchg[(f.shuffles++ & 1) * n];
     x[t] = v;
     wait(WAIT_WARP);
+    // the partner has made this shuffle too unless it exited before it
+    if (g_fibers[p].shuffles < f.shuffles) fail("shuffle reads a lane that has exited");
     return x[p];
 }
 
@@ -345,8 +348,10 @@ CUresult cuInit(unsigned) {
     }
     return OK;
 }
+// LB_STAND_IN_DRIVER_VERSION pretends an older (or newer) driver, e.g. 12080 for CUDA 12.8.
 CUresult cuDriverGetVersion(int* v) {
-    *v = 13000;
+    const char* e = std::getenv("LB_STAND_IN_DRIVER_VERSION");
+    *v = e ? std::atoi(e) : 13000;
     return OK;
 }
 CUresult cuDeviceGetCount(int* n) {

@@ -237,6 +237,45 @@ fn cli_picks_and_names_the_stand_in() {
     assert!(err.contains("device auto: using CUDA"), "{err}");
 }
 
+#[test]
+fn an_old_driver_is_a_clear_error_and_auto_falls_back() {
+    let test = "an_old_driver_is_a_clear_error_and_auto_falls_back";
+    let dir = match stand_in() {
+        Ok(d) => d,
+        Err(why) => return skip(test, &why),
+    };
+    let run = |args: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_lazybatch"));
+        cmd.args(args).env("LB_STAND_IN_DRIVER_VERSION", "12080");
+        with_stand_in(&mut cmd, dir);
+        cmd.output().expect("running lazybatch")
+    };
+    let o = run(&["verify", "--device", "cuda", "--model", "resnet50"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("the driver supports CUDA 12.8, older than the CUDA 13.0"),
+        "{err}"
+    );
+    let o = run(&[
+        "run",
+        "--model",
+        "resnet50",
+        "--policy",
+        "lazy",
+        "--rate",
+        "100",
+        "--requests",
+        "20",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("device auto: no usable CUDA device (the driver supports CUDA 12.8"),
+        "{err}"
+    );
+}
+
 // ---- the stand-in must be able to fail: misuse the CUDA API on purpose in a child ----
 
 /// Loads one shipped kernel through the real NVRTC path onto device 0.

@@ -22,12 +22,21 @@ pub struct Probe {
     pub nvrtc: bool,
     /// Devices the driver reports (0 when the driver is absent or reports an error).
     pub devices: i32,
+    /// The CUDA version the driver supports, as 1000 × major + 10 × minor (0 when unknown).
+    pub driver_version: i32,
 }
+
+/// The oldest driver that loads the PTX of NVRTC 13 (PTX ISA 9.0), as the driver reports it.
+pub const MIN_DRIVER_VERSION: i32 = 13000;
 
 impl Probe {
     /// True when a CUDA device can be used.
     pub fn usable(&self) -> bool {
-        self.driver && self.cublas && self.nvrtc && self.devices > 0
+        self.driver
+            && self.cublas
+            && self.nvrtc
+            && self.devices > 0
+            && self.driver_version >= MIN_DRIVER_VERSION
     }
 
     /// Why CUDA cannot be used, in one line.
@@ -44,6 +53,15 @@ impl Probe {
         }
         if self.driver && self.devices == 0 {
             m.push("the driver reports no CUDA device".to_string());
+        }
+        if self.driver && self.driver_version < MIN_DRIVER_VERSION {
+            m.push(format!(
+                "the driver supports CUDA {}.{}, older than the CUDA {}.{} whose NVRTC compiles the kernels (update the NVIDIA driver)",
+                self.driver_version / 1000,
+                self.driver_version % 1000 / 10,
+                MIN_DRIVER_VERSION / 1000,
+                MIN_DRIVER_VERSION % 1000 / 10
+            ));
         }
         m.join("; ")
     }
@@ -64,11 +82,20 @@ pub fn probe() -> Probe {
     } else {
         0
     };
+    let mut driver_version = 0;
+    if driver {
+        // SAFETY: the driver library is present (checked above); the call writes one int.
+        let r = unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut driver_version) };
+        if r != cudarc::driver::sys::CUresult::CUDA_SUCCESS {
+            driver_version = 0;
+        }
+    }
     Probe {
         driver,
         cublas,
         nvrtc,
         devices,
+        driver_version,
     }
 }
 
