@@ -18,7 +18,10 @@ extern "C" __global__ void f32_to_f16(const float* x, unsigned short* y, long lo
     if (i < n) y[i] = f2h(x[i]);
 }
 
-extern "C" __global__ void f16_to_f32(const unsigned short* x, float* y, long long n) {
+// y[(i / block) * y_stride + i % block] = x[i]: converts `n` contiguous halves back into
+// blocks of `block` floats `y_stride` apart (one block per GEMM of a strided batch).
+extern "C" __global__ void f16_to_f32(const unsigned short* x, float* y, long long n, long long block,
+                                      long long y_stride) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = h2f(x[i]);
+    if (i < n) y[(i / block) * y_stride + i % block] = h2f(x[i]);
 }

@@ -1,5 +1,6 @@
-// A software stand-in for libcublas.so: the handle calls and the two GEMMs lazybatch's CUDA
-// device issues (cublasSgemm_v2 and cublasGemmEx with f16 storage and f32 compute), on host
+// A software stand-in for libcublas.so: the handle calls and the GEMMs lazybatch's CUDA device
+// issues (cublasSgemm_v2 and cublasGemmEx with f16 storage and f32 compute, and their
+// strided-batched forms), on host
 // memory (the driver stand-in's "device" pointers are host addresses). It follows cuBLAS's
 // column-major definition and rejects what cuBLAS rejects: a leading dimension smaller than the
 // rows of the operand as stored, or negative sizes (CUBLAS_STATUS_INVALID_VALUE). It is
@@ -126,6 +127,34 @@ cublasStatus_t cublasGemmEx(cublasHandle_t, int ta, int tb, int m, int n, int k,
         ta, tb, m, n, k, *static_cast<const float*>(alpha), static_cast<const unsigned short*>(a), lda,
         static_cast<const unsigned short*>(b), ldb, *static_cast<const float*>(beta), static_cast<unsigned short*>(c),
         ldc, [](unsigned short x) { return lb_host_h2f(x); }, [](float x) { return lb_host_f2h(x); });
+    return SUCCESS;
+}
+
+cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, int ta, int tb, int m, int n, int k, const float* alpha,
+                                         const float* a, int lda, long long sa, const float* b, int ldb, long long sb,
+                                         const float* beta, float* c, int ldc, long long sc, int count) {
+    if (count < 0 || sa < 0 || sb < 0 || sc < 0) return INVALID_VALUE;
+    for (int g = 0; g < count; ++g) {
+        cublasStatus_t r = cublasSgemm_v2(h, ta, tb, m, n, k, alpha, a + g * sa, lda, b + g * sb, ldb, beta,
+                                          c + g * sc, ldc);
+        if (r != SUCCESS) return r;
+    }
+    return SUCCESS;
+}
+
+cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, int ta, int tb, int m, int n, int k, const void* alpha,
+                                          const void* a, int atype, int lda, long long sa, const void* b, int btype,
+                                          int ldb, long long sb, const void* beta, void* c, int ctype, int ldc,
+                                          long long sc, int count, int compute, int algo) {
+    if (count < 0 || sa < 0 || sb < 0 || sc < 0) return INVALID_VALUE;
+    const unsigned short* ah = static_cast<const unsigned short*>(a);
+    const unsigned short* bh = static_cast<const unsigned short*>(b);
+    unsigned short* ch = static_cast<unsigned short*>(c);
+    for (int g = 0; g < count; ++g) {
+        cublasStatus_t r = cublasGemmEx(h, ta, tb, m, n, k, alpha, ah + g * sa, atype, lda, bh + g * sb, btype, ldb,
+                                        beta, ch + g * sc, ctype, ldc, compute, algo);
+        if (r != SUCCESS) return r;
+    }
     return SUCCESS;
 }
 

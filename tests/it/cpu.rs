@@ -53,3 +53,17 @@ fn traces_cover_every_node_and_name_the_first_divergence() {
         Some(m.nodes[a[0].node].name.clone())
     );
 }
+
+#[test]
+fn batched_convolutions_match_one_by_one() {
+    use lazybatch::device::cpu::CpuDevice;
+    for m in [
+        small("resnet50"),
+        small("mobilenet_v1"),
+        zoo::load("tests/fixtures/grouped_convs.toml").unwrap(),
+    ] {
+        let rel = crate::batched_vs_alone(&mut CpuDevice::new(6), &m, 4);
+        // the CPU computes a row from that row alone: bit-identical
+        assert_eq!(rel, 0.0, "{}", m.name);
+    }
+}

@@ -227,6 +227,30 @@ fn cuda_serving_allocates_no_device_memory() {
 }
 
 #[test]
+fn cuda_batched_convolutions_match_one_by_one() {
+    if !gpu_or_skip("cuda_batched_convolutions_match_one_by_one") {
+        return;
+    }
+    // convolutions and pooling run a whole sub-batch at once (strided-batched GEMMs)
+    for precision in [Precision::F32, Precision::F16] {
+        for m in [
+            small("resnet50"),
+            small("mobilenet_v1"),
+            zoo::load("tests/fixtures/grouped_convs.toml").unwrap(),
+        ] {
+            let mut gpu = CudaDevice::new(0, 6, precision).unwrap();
+            let rel = crate::batched_vs_alone(&mut gpu, &m, 4);
+            eprintln!(
+                "{} {precision:?}: batched vs alone, max relative difference {rel:e}",
+                m.name
+            );
+            // cuBLAS may pick another kernel for a batch: close, not necessarily identical
+            assert!(rel < 1e-4, "{} {precision:?}: {rel}", m.name);
+        }
+    }
+}
+
+#[test]
 fn cuda_preemption_and_merging_keep_results() {
     if !gpu_or_skip("cuda_preemption_and_merging_keep_results") {
         return;

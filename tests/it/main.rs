@@ -36,3 +36,48 @@ pub fn small(name: &str) -> lazybatch::graph::Model {
     };
     lazybatch::graph::zoo::load_scaled(name, s).unwrap()
 }
+
+/// Runs every node of `m` once for `b` requests batched together and once for each request
+/// alone (static models: every node at step 0), capturing the final outputs, and returns the
+/// largest relative difference between the two. The same body runs on every real device.
+pub fn batched_vs_alone(
+    dev: &mut dyn lazybatch::device::Device,
+    m: &lazybatch::graph::Model,
+    b: u32,
+) -> f64 {
+    use lazybatch::device::capture::CaptureMode;
+    use lazybatch::device::Member;
+    use lazybatch::graph::NodeStep;
+    let members: Vec<Member> = (0..b)
+        .map(|slot| Member {
+            slot,
+            len: m.ref_lengths(),
+            input: u64::from(slot) + 100,
+            step: 0,
+        })
+        .collect();
+    let mut run = |groups: Vec<&[Member]>| {
+        dev.prepare(m, b).unwrap();
+        dev.set_capture(CaptureMode::Outputs);
+        for g in groups {
+            for n in &m.nodes {
+                dev.execute(
+                    m,
+                    NodeStep {
+                        node: n.id,
+                        step: 0,
+                    },
+                    g,
+                )
+                .unwrap();
+            }
+        }
+        dev.take_captured().outputs
+    };
+    let together = run(vec![&members[..]]);
+    let alone = run(members.chunks(1).collect());
+    assert_eq!(together.len(), b as usize);
+    lazybatch::verify::max_diff(&together, &alone)
+        .expect("the same requests and output sizes")
+        .1
+}

@@ -16,7 +16,7 @@ use crate::graph::op::{Act, AttnMode, Op, PoolKind, PosEnc};
 use crate::graph::{Class, Model, NodeStep};
 use crate::time::Nanos;
 use cudarc::cublas::sys::cublasOperation_t;
-use cudarc::cublas::{CudaBlas, Gemm, GemmConfig};
+use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
@@ -112,6 +112,38 @@ struct NodeGpu {
     state: Option<CudaSlice<f32>>,
     in_feat: usize,
     tied: Option<usize>,
+}
+
+/// A GEMM repeated `count` times with its operands `a`, `b` and `c` elements apart (a
+/// strided-batched GEMM; stride 0 repeats an operand, as a convolution's weights).
+#[derive(Clone, Copy, Debug)]
+struct Strides {
+    count: usize,
+    a: usize,
+    b: usize,
+    c: usize,
+}
+
+impl Strides {
+    /// One GEMM.
+    const ONE: Strides = Strides {
+        count: 1,
+        a: 0,
+        b: 0,
+        c: 0,
+    };
+
+    /// cuBLAS's configuration for a row-major GEMM built by [`row_major`], which swaps the
+    /// operands (cuBLAS's A is our B).
+    fn config<T>(self, gemm: GemmConfig<T>) -> StridedBatchedConfig<T> {
+        StridedBatchedConfig {
+            gemm,
+            batch_size: self.count as i32,
+            stride_a: self.b as i64,
+            stride_b: self.a as i64,
+            stride_c: self.c as i64,
+        }
+    }
 }
 
 /// Preallocated device scratch.
@@ -389,37 +421,12 @@ impl CudaDevice {
         Ok(())
     }
 
-    /// Row-major `C[m×n] = op(A)[m×k] · op(B)[k×n]` in cuBLAS (column-major, see [`row_major`]):
-    /// `a_t`/`b_t` mean
-    /// the buffer holds the operand transposed; `lda`/`ldb`/`ldc` are row strides.
-    #[allow(clippy::too_many_arguments)]
-    fn sgemm<A, B, C>(
-        blas: &CudaBlas,
-        m: usize,
-        n: usize,
-        k: usize,
-        a: &A,
-        a_t: bool,
-        lda: usize,
-        b: &B,
-        b_t: bool,
-        ldb: usize,
-        c: &mut C,
-        ldc: usize,
-    ) -> Result<()>
-    where
-        A: cudarc::driver::DevicePtr<f32>,
-        B: cudarc::driver::DevicePtr<f32>,
-        C: cudarc::driver::DevicePtrMut<f32>,
-    {
-        let cfg = row_major(m, n, k, (a_t, lda), (b_t, ldb), ldc, 1.0f32, 0.0f32);
-        // SAFETY: sizes and strides describe ranges of buffers sized from the model at prepare.
-        unsafe { blas.gemm(cfg, b, a, c) }.map_err(cuda_err)
-    }
-
-    /// [`Self::sgemm`] in the device's precision: f32 operands go straight to cuBLAS; with an
-    /// f16 operand, the f32 one is converted to f16 scratch, cuBLAS multiplies f16 with f32
-    /// accumulation into f16 scratch, and the result is converted back into `c`.
+    /// Row-major `C[m×n] = op(A)[m×k] · op(B)[k×n]` in cuBLAS (column-major, see [`row_major`]),
+    /// `batch.count` times with operands `batch.a`/`batch.b`/`batch.c` elements apart (one call:
+    /// a strided-batched GEMM when the count exceeds one): `a_t`/`b_t` mean the buffer holds the
+    /// operand transposed; `lda`/`ldb`/`ldc` are row strides. f32 operands go straight to
+    /// cuBLAS; with an f16 operand, the f32 one is converted to f16 scratch, cuBLAS multiplies f16
+    /// with f32 accumulation into compact f16 scratch, and the result is converted back into `c`.
     #[allow(clippy::too_many_arguments)]
     fn gemm_p(
         s16: Option<&mut Scratch16>,
@@ -431,9 +438,18 @@ impl CudaDevice {
         (b, b_t, ldb): (Operand, bool, usize),
         c: &mut cudarc::driver::CudaViewMut<f32>,
         ldc: usize,
+        batch: Strides,
     ) -> Result<()> {
         if let (Operand::F(a), Operand::F(b)) = (&a, &b) {
-            return Self::sgemm(blas, m, n, k, a, a_t, lda, b, b_t, ldb, c, ldc);
+            let cfg = row_major(m, n, k, (a_t, lda), (b_t, ldb), ldc, 1.0f32, 0.0f32);
+            // SAFETY: sizes, strides and batch strides describe ranges of buffers sized from the
+            // model at prepare.
+            return if batch.count == 1 {
+                unsafe { blas.gemm(cfg, b, a, c) }
+            } else {
+                unsafe { blas.gemm_strided_batched(batch.config(cfg), b, a, c) }
+            }
+            .map_err(cuda_err);
         }
         let s16 = s16.ok_or_else(|| missing("f16 scratch"))?;
         let to16 = funcs
@@ -442,8 +458,9 @@ impl CudaDevice {
         let to32 = funcs
             .get("f16_to_f32")
             .ok_or_else(|| missing("f16_to_f32"))?;
-        let a_len = if a_t { k * lda } else { m * lda };
-        let b_len = if b_t { n * ldb } else { k * ldb };
+        let last = batch.count - 1;
+        let a_len = last * batch.a + if a_t { k * lda } else { m * lda };
+        let b_len = last * batch.b + if b_t { n * ldb } else { k * ldb };
         let convert =
             |x: &cudarc::driver::CudaView<f32>, y: &mut CudaSlice<half::f16>, len: usize| {
                 let nn = len as i64;
@@ -469,28 +486,55 @@ impl CudaDevice {
             Operand::H(h) => h.slice(..),
             Operand::F(_) => s16.b.slice(..b_len),
         };
+        // C in f16 scratch is compact: rows of n, GEMMs m·n apart
         let cfg = row_major(
             m,
             n,
             k,
             (a_t, lda),
             (b_t, ldb),
-            ldc,
+            n,
             half::f16::ONE,
             half::f16::ZERO,
         );
-        let c_len = m * ldc;
+        let c_len = batch.count * m * n;
         {
             let mut c16 = s16.c.slice_mut(..c_len);
+            let compact = Strides { c: m * n, ..batch };
             // SAFETY: as for the f32 call; cuBLAS accumulates in f32 (CUBLAS_COMPUTE_32F).
-            unsafe { blas.gemm(cfg, &b16, &a16, &mut c16) }.map_err(cuda_err)?;
+            if batch.count == 1 {
+                unsafe { blas.gemm(cfg, &b16, &a16, &mut c16) }
+            } else {
+                unsafe { blas.gemm_strided_batched(compact.config(cfg), &b16, &a16, &mut c16) }
+            }
+            .map_err(cuda_err)?;
         }
-        let nn = c_len as i64;
-        let c16 = s16.c.slice(..c_len);
-        let mut l = stream.launch_builder(to32);
-        l.arg(&c16).arg(c).arg(&nn);
-        // SAFETY: c_len elements in both.
-        unsafe { l.launch(elems(c_len)) }.map_err(cuda_err)?;
+        // back into c: rows of n, ldc apart, GEMMs batch.c apart
+        let convert_back = |from: usize,
+                            len: usize,
+                            block: usize,
+                            stride: usize,
+                            c: &mut cudarc::driver::CudaViewMut<f32>,
+                            to: usize| {
+            let (nn, bl, st) = (len as i64, block as i64, stride as i64);
+            let c16 = s16.c.slice(from..from + len);
+            let mut cv = c.slice_mut(to..);
+            let mut l = stream.launch_builder(to32);
+            l.arg(&c16).arg(&mut cv).arg(&nn).arg(&bl).arg(&st);
+            // SAFETY: len halves in, blocks of `block` floats `stride` apart out, within c.
+            unsafe { l.launch(elems(len)) }
+                .map_err(cuda_err)
+                .map(|_| ())
+        };
+        if ldc == n {
+            convert_back(0, c_len, m * n, batch.c, c, 0)?;
+        } else if batch.count == 1 || batch.c == m * ldc {
+            convert_back(0, c_len, n, ldc, c, 0)?;
+        } else {
+            for g in 0..batch.count {
+                convert_back(g * m * n, m * n, n, ldc, c, g * batch.c)?;
+            }
+        }
         Ok(())
     }
 
@@ -551,96 +595,102 @@ impl CudaDevice {
                     wo as i32,
                 ];
                 let ak = act_code(*act);
-                for m in std::slice::from_ref(&members[0])
-                    .iter()
-                    .chain(&members[1..])
-                {
-                    self.gather(model, i, std::slice::from_ref(m))?;
-                    let CudaDevice {
-                        stream,
-                        funcs,
-                        nodes,
-                        scratch,
-                        blas,
-                        s16,
-                        ..
-                    } = self;
-                    let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
-                    let wts = &nodes[i].w;
-                    let wv = wts.w.as_ref().ok_or_else(|| missing("conv weights"))?;
-                    if depthwise {
-                        let f = funcs.get("depthwise").ok_or_else(|| missing("depthwise"))?;
-                        let mut b = stream.launch_builder(f);
-                        b.arg(&sc.a).arg(wv).arg(&mut sc.c);
-                        for v in &ints {
-                            b.arg(v);
-                        }
-                        // SAFETY: one image in A, C holds co·p outputs (prepare sized them).
-                        unsafe { b.launch(elems(c * p)) }.map_err(cuda_err)?;
-                    } else {
-                        for gi in 0..g {
-                            if !pointwise {
-                                let f =
-                                    funcs.get("im2col_kp").ok_or_else(|| missing("im2col_kp"))?;
-                                let (c0, cgi) = ((gi * cg) as i32, cg as i32);
-                                let mut b = stream.launch_builder(f);
-                                b.arg(&sc.a)
-                                    .arg(&mut sc.cols)
-                                    .arg(&ints[1])
-                                    .arg(&ints[2])
-                                    .arg(&c0)
-                                    .arg(&cgi);
-                                for v in &ints[3..] {
-                                    b.arg(v);
-                                }
-                                // SAFETY: cols holds kk·p elements (prepare sized it).
-                                unsafe { b.launch(elems(kk * p)) }.map_err(cuda_err)?;
-                            }
-                            // out[cog × p] (channel-major) = Wgᵀ[cog × kk] · cols[kk × p]
-                            let range = gi * kk * cog..(gi + 1) * kk * cog;
-                            let wop = match &wts.w16 {
-                                Some(h) => Operand::H(h.slice(range)),
-                                None => Operand::F(wv.slice(range)),
-                            };
-                            let mut cv = sc.c.slice_mut(gi * cog * p..(gi + 1) * cog * p);
-                            let act_op = if pointwise {
-                                Operand::F(sc.a.slice(gi * cg * p..(gi + 1) * cg * p))
-                            } else {
-                                Operand::F(sc.cols.slice(..kk * p))
-                            };
-                            Self::gemm_p(
-                                s16.as_mut(),
-                                blas,
-                                stream,
-                                funcs,
-                                (cog, p, kk),
-                                (wop, true, cog),
-                                (act_op, false, p),
-                                &mut cv,
-                                p,
-                            )?;
-                        }
-                    }
-                    let f = funcs
-                        .get("channel_epilogue")
-                        .ok_or_else(|| missing("channel_epilogue"))?;
-                    let null = 0u64;
-                    let (co_i, p_i) = (co as i32, p as i32);
+                // the whole sub-batch at once: images one after another in A (c·h·w apart),
+                // their columns in `cols` (kk·p apart), outputs in C (co·p apart)
+                let nimg = self.gather(model, i, members)?;
+                let nimg_i = nimg as i32;
+                let CudaDevice {
+                    stream,
+                    funcs,
+                    nodes,
+                    scratch,
+                    blas,
+                    s16,
+                    ..
+                } = self;
+                let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
+                let wts = &nodes[i].w;
+                let wv = wts.w.as_ref().ok_or_else(|| missing("conv weights"))?;
+                if depthwise {
+                    let f = funcs.get("depthwise").ok_or_else(|| missing("depthwise"))?;
                     let mut b = stream.launch_builder(f);
-                    b.arg(&mut sc.c);
-                    match &wts.scale {
-                        Some(s) => b.arg(s),
-                        None => b.arg(&null),
-                    };
-                    match &wts.shift {
-                        Some(s) => b.arg(s),
-                        None => b.arg(&null),
-                    };
-                    b.arg(&co_i).arg(&p_i).arg(&ak);
-                    // SAFETY: C holds co·p outputs.
-                    unsafe { b.launch(elems(co * p)) }.map_err(cuda_err)?;
-                    self.scatter(model, i, std::slice::from_ref(m), Buf::C)?;
+                    b.arg(&sc.a).arg(wv).arg(&mut sc.c);
+                    for v in &ints {
+                        b.arg(v);
+                    }
+                    b.arg(&nimg_i);
+                    // SAFETY: nimg images in A, C holds nimg·co·p outputs (prepare sized them).
+                    unsafe { b.launch(elems(nimg * c * p)) }.map_err(cuda_err)?;
+                } else {
+                    let x_img = (c * h * w) as i64;
+                    for gi in 0..g {
+                        if !pointwise {
+                            let f = funcs.get("im2col_kp").ok_or_else(|| missing("im2col_kp"))?;
+                            let (c0, cgi) = ((gi * cg) as i32, cg as i32);
+                            let mut b = stream.launch_builder(f);
+                            b.arg(&sc.a)
+                                .arg(&mut sc.cols)
+                                .arg(&ints[1])
+                                .arg(&ints[2])
+                                .arg(&c0)
+                                .arg(&cgi);
+                            for v in &ints[3..] {
+                                b.arg(v);
+                            }
+                            b.arg(&nimg_i).arg(&x_img);
+                            // SAFETY: cols holds max_batch·kk·p elements (prepare sized it).
+                            unsafe { b.launch(elems(nimg * kk * p)) }.map_err(cuda_err)?;
+                        }
+                        // per image: out[cog × p] (channel-major) = Wgᵀ[cog × kk] · cols[kk × p]
+                        let range = gi * kk * cog..(gi + 1) * kk * cog;
+                        let wop = match &wts.w16 {
+                            Some(h) => Operand::H(h.slice(range)),
+                            None => Operand::F(wv.slice(range)),
+                        };
+                        let mut cv = sc.c.slice_mut(gi * cog * p..nimg * co * p);
+                        let (act_op, act_stride) = if pointwise {
+                            (Operand::F(sc.a.slice(gi * cg * p..nimg * c * p)), c * p)
+                        } else {
+                            (Operand::F(sc.cols.slice(..nimg * kk * p)), kk * p)
+                        };
+                        Self::gemm_p(
+                            s16.as_mut(),
+                            blas,
+                            stream,
+                            funcs,
+                            (cog, p, kk),
+                            (wop, true, cog),
+                            (act_op, false, p),
+                            &mut cv,
+                            p,
+                            Strides {
+                                count: nimg,
+                                a: 0,
+                                b: act_stride,
+                                c: co * p,
+                            },
+                        )?;
+                    }
                 }
+                let f = funcs
+                    .get("channel_epilogue")
+                    .ok_or_else(|| missing("channel_epilogue"))?;
+                let null = 0u64;
+                let (co_i, p_i) = (co as i32, p as i32);
+                let mut b = stream.launch_builder(f);
+                b.arg(&mut sc.c);
+                match &wts.scale {
+                    Some(s) => b.arg(s),
+                    None => b.arg(&null),
+                };
+                match &wts.shift {
+                    Some(s) => b.arg(s),
+                    None => b.arg(&null),
+                };
+                b.arg(&co_i).arg(&p_i).arg(&ak).arg(&nimg_i);
+                // SAFETY: C holds nimg·co·p outputs.
+                unsafe { b.launch(elems(nimg * co * p)) }.map_err(cuda_err)?;
+                self.scatter(model, i, members, Buf::C)?;
             }
             Op::Pool {
                 kind,
@@ -659,29 +709,35 @@ impl CudaDevice {
                     PoolKind::Max => (*kernel, *stride, *padding, 0),
                     PoolKind::Avg => (*kernel, *stride, *padding, 1),
                 };
-                for m in members {
-                    self.gather(model, i, std::slice::from_ref(m))?;
-                    let CudaDevice {
-                        stream,
-                        funcs,
-                        scratch,
-                        ..
-                    } = self;
-                    let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
-                    let f = funcs.get("pool2d").ok_or_else(|| missing("pool2d"))?;
-                    let v = [
-                        c as i32, h as i32, w as i32, k as i32, s as i32, pd as i32, ho as i32,
-                        wo as i32, kd,
-                    ];
-                    let mut b = stream.launch_builder(f);
-                    b.arg(&sc.a).arg(&mut sc.c);
-                    for x in &v {
-                        b.arg(x);
-                    }
-                    // SAFETY: one image in, c·ho·wo out, both within the scratch.
-                    unsafe { b.launch(elems(c * ho * wo)) }.map_err(cuda_err)?;
-                    self.scatter(model, i, std::slice::from_ref(m), Buf::C)?;
+                let nimg = self.gather(model, i, members)?;
+                let CudaDevice {
+                    stream,
+                    funcs,
+                    scratch,
+                    ..
+                } = self;
+                let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
+                let f = funcs.get("pool2d").ok_or_else(|| missing("pool2d"))?;
+                let v = [
+                    c as i32,
+                    h as i32,
+                    w as i32,
+                    k as i32,
+                    s as i32,
+                    pd as i32,
+                    ho as i32,
+                    wo as i32,
+                    kd,
+                    nimg as i32,
+                ];
+                let mut b = stream.launch_builder(f);
+                b.arg(&sc.a).arg(&mut sc.c);
+                for x in &v {
+                    b.arg(x);
                 }
+                // SAFETY: nimg images in, nimg·c·ho·wo out, both within the scratch.
+                unsafe { b.launch(elems(nimg * c * ho * wo)) }.map_err(cuda_err)?;
+                self.scatter(model, i, members, Buf::C)?;
             }
             Op::Linear { act, .. } => {
                 let rows = self.gather(model, i, members)?;
@@ -719,6 +775,7 @@ impl CudaDevice {
                     (wop, transposed, ld),
                     &mut cv,
                     feat,
+                    Strides::ONE,
                 )?;
                 let f = funcs.get("bias_act").ok_or_else(|| missing("bias_act"))?;
                 let null = 0u64;
@@ -802,6 +859,7 @@ impl CudaDevice {
                         (wop, false, 4 * h),
                         &mut cv,
                         4 * h,
+                        Strides::ONE,
                     )?;
                 }
                 let f = funcs.get("lstm_cell").ok_or_else(|| missing("lstm_cell"))?;
@@ -1283,7 +1341,8 @@ impl Device for CudaDevice {
             } = &n.op
             {
                 let c = n.in_shapes[0].feat[0];
-                need_cols = need_cols.max(n.out.feat[1] * n.out.feat[2] * (c / groups) * kh * kw);
+                need_cols =
+                    need_cols.max(mb * n.out.feat[1] * n.out.feat[2] * (c / groups) * kh * kw);
             }
             if let Op::Lstm { hidden, .. } = &n.op {
                 need_c = need_c.max(mb * 4 * hidden);
