@@ -751,6 +751,24 @@ impl Backend {
             kind => {
                 let reps = positive("--reps", dev.reps)?;
                 let d = dev.real(kind)?;
+                if let Some(p) = &saved {
+                    // "cuda (NVIDIA …)": the kind before the details
+                    let kind_of = |s: &str| s.split(' ').next().unwrap_or("").to_string();
+                    if kind_of(&p.device) != d.name() {
+                        bail!(
+                            "--profile was measured on '{}', but this run is on '{}': profile this device",
+                            p.device,
+                            d.description()
+                        );
+                    }
+                    if p.device != d.description() {
+                        eprintln!(
+                            "warning: --profile was measured on '{}', this run is on '{}'",
+                            p.device,
+                            d.description()
+                        );
+                    }
+                }
                 if saved.is_none() {
                     eprintln!(
                         "profiling the {} device (median of {reps} runs per point); save it with `profile --device {} --save FILE` and pass --profile FILE to skip this",
@@ -775,10 +793,10 @@ impl Backend {
             Backend::Real(b) => &b.model,
         }
     }
-    fn device(&self) -> &'static str {
+    fn device(&self) -> String {
         match self {
-            Backend::Npu(_) => "npu",
-            Backend::Real(b) => b.device.name(),
+            Backend::Npu(_) => "npu".to_string(),
+            Backend::Real(b) => b.device.description(),
         }
     }
     fn serial_capacity(&self) -> f64 {
@@ -889,7 +907,7 @@ fn cmd_run(a: RunArgs) -> Result<()> {
     if a.json {
         let mut v = run_json(
             &name,
-            be.device(),
+            &be.device(),
             &a.policy,
             rate,
             a.seed,
@@ -1072,7 +1090,7 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
             preemptions: avg(&|s| s.preemptions as f64).round() as u64,
             merges: avg(&|s| s.merges as f64).round() as u64,
         };
-        let mut v = run_json(&name, be.device(), p, *r, 1, a.serve.sla_ms, &st, wall);
+        let mut v = run_json(&name, &be.device(), p, *r, 1, a.serve.sla_ms, &st, wall);
         let (_, lat25, lat75) = spread(&|s| s.latency_ms.mean);
         let (_, tp25, tp75) = spread(&|s| s.throughput_rps);
         v["seeds"] = json!(seeds);
@@ -1267,7 +1285,7 @@ fn cmd_verify(a: VerifyArgs) -> Result<()> {
         }
         out!(o, "{}", serde_json::to_string_pretty(&v)?);
     } else {
-        out!(o, "{} on {}: {} requests alone vs under {} forced preemptions and {} merges (mean batch {:.2})", r.model, dev.name(), r.requests, r.preemptions, r.merges, r.mean_batch);
+        out!(o, "{} on {}: {} requests alone vs under {} forced preemptions and {} merges (mean batch {:.2})", r.model, dev.description(), r.requests, r.preemptions, r.merges, r.mean_batch);
         out!(
             o,
             "  compared {} output values: {} requests differ, largest difference {:e}",

@@ -181,7 +181,7 @@ impl Profile {
         }
         Ok(Profile {
             model: model.name.clone(),
-            device: device.name().to_string(),
+            device: device.description(),
             max_batch,
             lengths: len,
             nodes,

@@ -43,6 +43,11 @@ pub struct Timing {
 pub trait Device {
     /// Short name (`npu`, `cpu`, `cuda`).
     fn name(&self) -> &'static str;
+    /// The device in words for reports and saved profiles: its kind and, for a real device,
+    /// what it runs on (the GPU's name for CUDA).
+    fn description(&self) -> String {
+        self.name().to_string()
+    }
     /// True when `execute` returns modeled (virtual) time rather than measured time.
     fn is_virtual(&self) -> bool;
     /// Prepares for serving `model`: weights, buffers sized for `max_batch`, cost tables.

@@ -299,6 +299,37 @@ fn cpu_compare_runs_for_real_and_lazy_does_not_wait_for_a_window() {
     ]);
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("not for model"));
+    // a table measured on another kind of device is refused too
+    let text = std::fs::read_to_string(&prof).unwrap();
+    assert!(text.contains("\"device\": \"cpu\""), "{text}");
+    let other = dir.join("gpu.json");
+    std::fs::write(
+        &other,
+        text.replace("\"device\": \"cpu\"", "\"device\": \"cuda (some GPU)\""),
+    )
+    .unwrap();
+    let mut args = vec![
+        "run",
+        "--device",
+        "cpu",
+        "--policy",
+        "lazy",
+        "--rate",
+        "10",
+        "--max-batch",
+        "8",
+        "--profile",
+        other.to_str().unwrap(),
+    ];
+    args.extend(model);
+    let o = lazybatch(&args);
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("--profile was measured on 'cuda (some GPU)', but this run is on 'cpu'"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }
 
 #[test]

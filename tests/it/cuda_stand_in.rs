@@ -217,6 +217,11 @@ fn cli_picks_and_names_the_stand_in() {
         "{err}"
     );
     assert!(out.contains("bit-identical: OK"), "{out}");
+    // reports name the stand-in, so its figures cannot pass for a GPU's
+    assert!(
+        out.contains("on cuda (lazybatch software CUDA stand-in (tests only, not a GPU))"),
+        "{out}"
+    );
     assert!(out.contains("against the CPU reference"), "{out}");
     assert!(out.contains("    lstm "), "{out}");
     assert!(

@@ -1305,6 +1305,10 @@ impl Device for CudaDevice {
         "cuda"
     }
 
+    fn description(&self) -> String {
+        format!("cuda ({})", self.name)
+    }
+
     fn is_virtual(&self) -> bool {
         false
     }
