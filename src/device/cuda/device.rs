@@ -218,7 +218,7 @@ impl CudaDevice {
         let stream = ctx.default_stream();
         let blas = CudaBlas::new(stream.clone()).map_err(cuda_err)?;
         let mut funcs = HashMap::new();
-        for c in nvrtc::compile_all(arch)? {
+        for c in nvrtc::compile_all_cached(arch)?.iter() {
             let module = ctx
                 .load_module(cudarc::nvrtc::Ptx::from_src(c.ptx.clone()))
                 .map_err(cuda_err)?;

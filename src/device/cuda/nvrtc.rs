@@ -4,6 +4,8 @@
 //! GPU and no driver — so CI checks every kernel with the real compiler.
 
 use crate::error::{Error, Result};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
 /// Helpers prepended to every kernel file.
@@ -117,4 +119,20 @@ pub fn compile_all(arch: Option<&'static str>) -> Result<Vec<Compiled>> {
         });
     }
     Ok(out)
+}
+
+/// [`compile_all`] once per architecture per process: devices opened later (or again) reuse
+/// the PTX.
+pub fn compile_all_cached(arch: Option<&'static str>) -> Result<Arc<Vec<Compiled>>> {
+    type Cache = Mutex<HashMap<Option<&'static str>, Arc<Vec<Compiled>>>>;
+    static CACHE: OnceLock<Cache> = OnceLock::new();
+    let cache = CACHE.get_or_init(Default::default);
+    if let Some(c) = cache.lock().ok().and_then(|m| m.get(&arch).cloned()) {
+        return Ok(c);
+    }
+    let compiled = Arc::new(compile_all(arch)?);
+    if let Ok(mut m) = cache.lock() {
+        m.insert(arch, compiled.clone());
+    }
+    Ok(compiled)
 }
