@@ -104,6 +104,23 @@ pub fn max_diff(a: &Captured, b: &Captured) -> Option<(f64, f64, usize)> {
     (a.len() == b.len()).then_some((abs, rel, n))
 }
 
+/// Serves the same requests alone (serial) on two devices, recording `mode` on both.
+fn capture_both(
+    model: &Model,
+    (a, b): (&mut dyn Device, &mut dyn Device),
+    requests: usize,
+    max_batch: u32,
+    seed: u64,
+    mode: CaptureMode,
+) -> Result<(Capture, Capture)> {
+    let arrivals = arrivals_at_zero(model, requests, seed)?;
+    a.prepare(model, max_batch)?;
+    b.prepare(model, max_batch)?;
+    let (ca, _) = serve(model, a, &mut Serial, &arrivals, max_batch, mode)?;
+    let (cb, _) = serve(model, b, &mut Serial, &arrivals, max_batch, mode)?;
+    Ok((ca, cb))
+}
+
 /// Serves the same requests alone (serial) on two devices and returns both captures, for
 /// device-against-device checks (CUDA against the CPU reference).
 pub fn serve_both(
@@ -114,23 +131,12 @@ pub fn serve_both(
     max_batch: u32,
     seed: u64,
 ) -> Result<(Captured, Captured)> {
-    let arrivals = arrivals_at_zero(model, requests, seed)?;
-    a.prepare(model, max_batch)?;
-    b.prepare(model, max_batch)?;
-    let (ca, _) = serve(
+    let (ca, cb) = capture_both(
         model,
-        a,
-        &mut Serial,
-        &arrivals,
+        (a, b),
+        requests,
         max_batch,
-        CaptureMode::Outputs,
-    )?;
-    let (cb, _) = serve(
-        model,
-        b,
-        &mut Serial,
-        &arrivals,
-        max_batch,
+        seed,
         CaptureMode::Outputs,
     )?;
     Ok((ca.outputs, cb.outputs))
@@ -147,23 +153,12 @@ pub fn trace_both(
     max_batch: u32,
     seed: u64,
 ) -> Result<(Vec<TraceEntry>, Vec<TraceEntry>)> {
-    let arrivals = arrivals_at_zero(model, requests, seed)?;
-    a.prepare(model, max_batch)?;
-    b.prepare(model, max_batch)?;
-    let (ca, _) = serve(
+    let (ca, cb) = capture_both(
         model,
-        a,
-        &mut Serial,
-        &arrivals,
+        (a, b),
+        requests,
         max_batch,
-        CaptureMode::EveryNode,
-    )?;
-    let (cb, _) = serve(
-        model,
-        b,
-        &mut Serial,
-        &arrivals,
-        max_batch,
+        seed,
         CaptureMode::EveryNode,
     )?;
     Ok((ca.trace, cb.trace))
