@@ -247,6 +247,22 @@ impl Model {
         self.nodes.iter().find(|n| n.name == name)
     }
 
+    /// The index of the node whose table `node` reads (a tied linear or embedding), None when
+    /// the node owns its weights; an error when the named table is not in the model.
+    pub fn tied_owner(&self, node: &Node) -> crate::Result<Option<usize>> {
+        match &node.op {
+            Op::Linear { tied: Some(t), .. } | Op::Embedding { tied: Some(t), .. } => {
+                self.find(t).map(|x| Some(x.id.idx())).ok_or_else(|| {
+                    crate::Error::Internal(format!(
+                        "node '{}' of model '{}' ties to '{t}', which the model does not have",
+                        node.name, self.name
+                    ))
+                })
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// Total trainable parameters.
     pub fn params(&self) -> u64 {
         self.nodes.iter().map(|n| n.cost.params).sum()
@@ -305,6 +321,12 @@ impl Model {
                 n.loop_id = n.loop_id.map(|l| LoopId(l.0 + loff));
                 for i in &mut n.inputs {
                     i.node = NodeId(i.node.0 + off);
+                }
+                // a tied table is named; the composed model prefixes every name
+                if let Op::Linear { tied: Some(t), .. } | Op::Embedding { tied: Some(t), .. } =
+                    &mut n.op
+                {
+                    *t = format!("{}/{t}", m.name);
                 }
                 nodes.push(n);
                 node_part.push(pi as u16);

@@ -213,3 +213,29 @@ fn every_model_has_a_valid_reduced_variant() {
     )
     .is_err());
 }
+
+#[test]
+fn composed_models_keep_their_tied_tables() {
+    use lazybatch::graph::op::Op;
+    let m = lazybatch::graph::Model::compose(vec![
+        zoo::load("gnmt").unwrap(),
+        zoo::load("transformer").unwrap(),
+    ]);
+    let mut tied = 0;
+    for n in &m.nodes {
+        if let Op::Linear { tied: Some(t), .. } | Op::Embedding { tied: Some(t), .. } = &n.op {
+            let owner = m.find(t).unwrap_or_else(|| {
+                panic!("{}: tied table '{t}' not in the composed model", n.name)
+            });
+            // the table belongs to the same part (model) as the node that reads it
+            assert_eq!(
+                m.node_part[owner.id.idx()],
+                m.node_part[n.id.idx()],
+                "{}",
+                n.name
+            );
+            tied += 1;
+        }
+    }
+    assert!(tied > 0, "Transformer ties its tables");
+}

@@ -791,12 +791,7 @@ impl Device for CpuDevice {
             let NodeLayout { feat, cap, .. } = layout.nodes[n.id.idx()];
             let in_feat: usize = n.in_shapes.iter().map(|s| numel(&s.feat)).sum();
             let rows = if n.loop_id.is_some() { 1 } else { cap };
-            let tied = match &n.op {
-                Op::Linear { tied: Some(t), .. } | Op::Embedding { tied: Some(t), .. } => {
-                    model.find(t).map(|x| x.id.idx())
-                }
-                _ => None,
-            };
+            let tied = model.tied_owner(n)?;
             let w = weights::generate(model, n, self.seed);
             let state = match &n.op {
                 Op::Lstm { hidden, .. } => vec![0.0; mb * hidden],

@@ -1368,12 +1368,7 @@ impl Device for CudaDevice {
                 ),
                 _ => None,
             };
-            let tied = match &n.op {
-                Op::Linear { tied: Some(t), .. } | Op::Embedding { tied: Some(t), .. } => {
-                    model.find(t).map(|x| x.id.idx())
-                }
-                _ => None,
-            };
+            let tied = model.tied_owner(n)?;
             nodes.push(NodeGpu {
                 out: self
                     .stream
