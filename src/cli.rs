@@ -564,7 +564,7 @@ fn cmd_profile(a: ProfileArgs) -> Result<()> {
         }
         kind => {
             let mut dev = a.dev.real(kind)?;
-            Profile::measure_sampled(dev.as_mut(), &model, max_batch, len, reps)?
+            Profile::measure_sampled(dev.as_mut(), &model, max_batch, &[len], reps)?
         }
     };
     if let Some(p) = &a.save {
@@ -731,9 +731,6 @@ enum Backend {
 impl Backend {
     fn new(model: Model, dev: &DeviceArgs, sv: &Serve) -> Result<Backend> {
         let saved = dev.saved_profile()?;
-        if model.parts.len() > 1 && dev.kind()? != DeviceKind::Npu {
-            bail!("co-located models run on the NPU model only (--device npu)");
-        }
         Ok(match dev.kind()? {
             DeviceKind::Npu => {
                 if saved.is_some() {
@@ -814,18 +811,26 @@ impl Backend {
         trace: Option<Vec<Arrival>>,
         colo: &Colo,
     ) -> Result<(Stats, Outcome)> {
-        let arrivals = match (trace, colo) {
-            (Some(t), _) => t,
-            (None, Some((shares, slas))) => {
-                let rates: Vec<f64> = shares.iter().map(|s| s * cfg.rate).collect();
-                traffic::poisson_parts(self.model(), &rates, slas, cfg.requests, cfg.seed)?
-            }
-            (None, None) => traffic::poisson(self.model(), cfg.rate, cfg.requests, cfg.seed)?,
+        let arrivals = match trace {
+            Some(t) => t,
+            None => arrivals_for(self.model(), cfg, colo)?,
         };
         Ok(match self {
             Backend::Npu(b) => b.run_arrivals(cfg, &arrivals)?,
             Backend::Real(b) => b.run(cfg, arrivals)?,
         })
+    }
+}
+
+/// Poisson arrivals at `cfg.rate` (split over co-located models by their shares, each with
+/// its own SLA).
+fn arrivals_for(model: &Model, cfg: &SimConfig, colo: &Colo) -> lazybatch::Result<Vec<Arrival>> {
+    match colo {
+        Some((shares, slas)) => {
+            let rates: Vec<f64> = shares.iter().map(|s| s * cfg.rate).collect();
+            traffic::poisson_parts(model, &rates, slas, cfg.requests, cfg.seed)
+        }
+        None => traffic::poisson(model, cfg.rate, cfg.requests, cfg.seed),
     }
 }
 
@@ -1051,13 +1056,18 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
             let mut v = Vec::with_capacity(jobs.len());
             for (p, r, s) in &jobs {
                 let cfg = cfg_of(p, *r, *s);
-                let (st, out) = b.run(&cfg, traffic::poisson(&b.model, *r, sv.requests, *s)?)?;
+                let (st, out) = b.run(&cfg, arrivals_for(&b.model, &cfg, &colo)?)?;
                 let h = if want_hgrm && *s == 1 {
                     Some(metrics::histogram(&out)?)
                 } else {
                     None
                 };
-                v.push((st, h, Vec::new()));
+                let parts = if colo.is_some() {
+                    metrics::summarize_parts(&out, b.model.parts.len())?
+                } else {
+                    Vec::new()
+                };
+                v.push((st, h, parts));
             }
             v
         }
@@ -1183,10 +1193,13 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
             st.mean_batch_size
         );
         for (m, x) in per {
+            // under the policy column, aligned with the row above (the full names, with any
+            // reduced-size suffix, are in the header)
+            let label: String = m.split('@').next().unwrap_or(m).chars().take(20).collect();
             out!(
                 o,
-                "  {:<22} {:>11.3} {:>11.3} {:>13.1} {:>8.2}%",
-                m,
+                "  {:<20} {:>11.3} {:>11.3} {:>13.1} {:>8.2}%",
+                label,
                 x[0],
                 x[1],
                 x[2],

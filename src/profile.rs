@@ -75,12 +75,12 @@ impl Profile {
     /// Measures a real device: every node at batch sizes 1, 2, 4, … and `max_batch`, the median
     /// of `reps` runs each after one warm-up run, with the sizes in between interpolated
     /// linearly (measuring all 64 sizes of a full network would take minutes for little
-    /// information).
+    /// information). Nodes of part `p` run at `lens[p]` (the first length for parts beyond).
     pub fn measure_sampled(
         device: &mut dyn Device,
         model: &Model,
         max_batch: u32,
-        len: Lengths,
+        lens: &[Lengths],
         reps: u32,
     ) -> Result<Profile> {
         if max_batch == 0 || reps == 0 {
@@ -94,26 +94,19 @@ impl Profile {
             .collect();
         sizes.push(max_batch);
         let mut runs = Vec::with_capacity(reps as usize);
-        Self::measure_at(
-            device,
-            model,
-            max_batch,
-            &[len],
-            &sizes,
-            |d, at, members| {
-                // one untimed run first: the first touch of freshly allocated buffers faults pages in
-                d.execute(model, at, members)?;
-                runs.clear();
-                for _ in 0..reps {
-                    runs.push(d.execute(model, at, members)?.time.0);
-                }
-                runs.sort_unstable();
-                Ok(Timing {
-                    time: Nanos(runs[runs.len() / 2]),
-                    ..Timing::default()
-                })
-            },
-        )
+        Self::measure_at(device, model, max_batch, lens, &sizes, |d, at, members| {
+            // one untimed run first: the first touch of freshly allocated buffers faults pages in
+            d.execute(model, at, members)?;
+            runs.clear();
+            for _ in 0..reps {
+                runs.push(d.execute(model, at, members)?.time.0);
+            }
+            runs.sort_unstable();
+            Ok(Timing {
+                time: Nanos(runs[runs.len() / 2]),
+                ..Timing::default()
+            })
+        })
     }
 
     /// Prepares `device` and times every node of `model` with `time` at the batch sizes `sizes`

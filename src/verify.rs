@@ -78,7 +78,14 @@ fn arrivals_at_zero(model: &Model, requests: usize, seed: u64) -> Result<Vec<Arr
     if requests == 0 {
         return Err(Error::invalid("--requests", "must be at least 1"));
     }
-    let mut arrivals = traffic::poisson(model, 1.0, requests, seed)?;
+    // co-located models: requests spread over every model (the SLA plays no part here)
+    let parts = model.parts.len();
+    let mut arrivals = if parts > 1 {
+        let sla = Nanos::from_secs(1.0);
+        traffic::poisson_parts(model, &vec![1.0; parts], &vec![sla; parts], requests, seed)?
+    } else {
+        traffic::poisson(model, 1.0, requests, seed)?
+    };
     for a in &mut arrivals {
         a.time = Nanos::ZERO;
     }

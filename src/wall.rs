@@ -176,7 +176,6 @@ impl RealBench {
         reps: u32,
     ) -> Result<RealBench> {
         let (dts, lens) = crate::runtime::lengths::profiling_lengths(&model, coverage)?;
-        let (dts, len) = (dts[0], lens[0]);
         let profile = match profile {
             Some(p) => {
                 p.check_matches(&model)?;
@@ -187,11 +186,12 @@ impl RealBench {
                 device.as_mut(),
                 &model,
                 max_batch,
-                len,
+                &lens,
                 reps,
             )?,
         };
-        let predictor = Predictor::new(&model, &profile, dts);
+        // co-located models: each part at its own lengths and decoder coverage
+        let predictor = Predictor::for_parts(&model, &profile, dts);
         Ok(RealBench {
             model,
             device,

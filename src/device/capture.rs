@@ -60,9 +60,13 @@ impl Capture {
         self.mode != CaptureMode::Off
     }
 
-    /// True when node `i`'s rows belong to the final outputs.
+    /// True when node `i`'s rows belong to the final outputs: the last node of its model (of
+    /// its part, for co-located models), or the input of that node when it is an argmax.
     fn is_output(model: &Model, i: usize) -> bool {
-        let last = model.nodes.len() - 1;
+        let last = match model.parts.get(usize::from(model.node_part[i])) {
+            Some(p) => p.end as usize - 1,
+            None => model.nodes.len() - 1,
+        };
         i == last
             || (matches!(model.nodes[last].op, Op::Argmax)
                 && model.nodes[last].inputs[0].node.idx() == i)

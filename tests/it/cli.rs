@@ -419,20 +419,6 @@ fn colocation_arguments_are_checked() {
         ],
         "co-located",
     );
-    fails_with(
-        &[
-            "run",
-            "--model",
-            "resnet50,gnmt",
-            "--device",
-            "cpu",
-            "--policy",
-            "lazy",
-            "--rate",
-            "10",
-        ],
-        "NPU model only",
-    );
     let o = lazybatch(&[
         "run",
         "--model",
@@ -459,4 +445,52 @@ fn colocation_arguments_are_checked() {
         per[0]["completed"].as_u64().unwrap() > per[1]["completed"].as_u64().unwrap(),
         "shares 3:1"
     );
+}
+
+#[test]
+fn colocation_runs_on_the_cpu_device() {
+    // two reduced models served together in wall time: every request of each completes, with
+    // its own model's figures
+    let o = lazybatch(&[
+        "compare",
+        "--device",
+        "cpu",
+        "--model",
+        "resnet50,gnmt",
+        "--width",
+        "0.125",
+        "--res",
+        "0.25",
+        "--rates",
+        "40",
+        "--shares",
+        "1,1",
+        "--requests",
+        "40",
+        "--max-batch",
+        "4",
+        "--policies",
+        "graph:5,lazy",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let rows = v.as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for r in rows {
+        assert_eq!(r["device"], "cpu");
+        assert_eq!(r["completed"], 40, "{r}");
+        let per = r["per_model"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no per-model figures: {r}"));
+        assert_eq!(per.len(), 2, "{r}");
+        // both models got traffic, and GNMT's requests take longer than ResNet's
+        let f = |i: usize, k: &str| per[i][k].as_f64().unwrap();
+        assert!(
+            f(0, "throughput_rps") > 0.0 && f(1, "throughput_rps") > 0.0,
+            "{r}"
+        );
+        let mean = |i: usize| f(i, "mean_latency_ms");
+        assert!(mean(1) > mean(0), "{r}");
+    }
 }

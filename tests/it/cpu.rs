@@ -67,3 +67,18 @@ fn batched_convolutions_match_one_by_one() {
         assert_eq!(rel, 0.0, "{}", m.name);
     }
 }
+
+#[test]
+fn verify_co_located_models() {
+    // requests spread over both models; each one's final outputs are captured at the end of
+    // its own model (verify fails on a request without outputs)
+    let m = lazybatch::graph::Model::compose(vec![small("resnet50"), small("gnmt")]);
+    let r = verify_cpu(&m, 8, 4, 3).unwrap();
+    assert!(r.preemptions > 0, "{r:?}");
+    assert_eq!(r.mismatched_requests, 0, "{r:?}");
+    let resnet_only = verify_cpu(&small("resnet50"), 8, 4, 3).unwrap();
+    assert!(
+        r.values > resnet_only.values,
+        "GNMT's outputs were compared too: {r:?}"
+    );
+}
