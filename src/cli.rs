@@ -1027,50 +1027,37 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
     let want_hgrm = a.out.is_some();
     let t0 = std::time::Instant::now();
     type JobOut = (Stats, Option<hdrhistogram::Histogram<u64>>, Vec<Stats>);
+    // one job's figures: its stats, the first seed's histogram, per-model stats if co-located
+    let finish = |st: Stats, out: &Outcome, seed: u64, parts: usize| -> lazybatch::Result<JobOut> {
+        let h = if want_hgrm && seed == 1 {
+            Some(metrics::histogram(out)?)
+        } else {
+            None
+        };
+        let per = if colo.is_some() {
+            metrics::summarize_parts(out, parts)?
+        } else {
+            Vec::new()
+        };
+        Ok((st, h, per))
+    };
     let results: Vec<JobOut> = match &mut be {
         Backend::Npu(b) => jobs
             .par_iter()
             .map(|(p, r, s)| {
                 let cfg = cfg_of(p, *r, *s);
-                let (st, out) = match &colo {
-                    Some((shares, slas)) => {
-                        let rates: Vec<f64> = shares.iter().map(|x| x * r).collect();
-                        b.run_colocated(&cfg, &rates, slas)?
-                    }
-                    None => b.run(&cfg)?,
-                };
-                let h = if want_hgrm && *s == 1 {
-                    Some(metrics::histogram(&out)?)
-                } else {
-                    None
-                };
-                let parts = if colo.is_some() {
-                    metrics::summarize_parts(&out, b.model.parts.len())?
-                } else {
-                    Vec::new()
-                };
-                Ok((st, h, parts))
+                let (st, out) = b.run_arrivals(&cfg, &arrivals_for(&b.model, &cfg, &colo)?)?;
+                finish(st, &out, *s, b.model.parts.len())
             })
             .collect::<lazybatch::Result<_>>()?,
-        Backend::Real(b) => {
-            let mut v = Vec::with_capacity(jobs.len());
-            for (p, r, s) in &jobs {
+        Backend::Real(b) => jobs
+            .iter()
+            .map(|(p, r, s)| {
                 let cfg = cfg_of(p, *r, *s);
                 let (st, out) = b.run(&cfg, arrivals_for(&b.model, &cfg, &colo)?)?;
-                let h = if want_hgrm && *s == 1 {
-                    Some(metrics::histogram(&out)?)
-                } else {
-                    None
-                };
-                let parts = if colo.is_some() {
-                    metrics::summarize_parts(&out, b.model.parts.len())?
-                } else {
-                    Vec::new()
-                };
-                v.push((st, h, parts));
-            }
-            v
-        }
+                finish(st, &out, *s, b.model.parts.len())
+            })
+            .collect::<lazybatch::Result<_>>()?,
     };
     let wall = t0.elapsed().as_secs_f64();
     let name = be.model().name.clone();
