@@ -42,6 +42,11 @@ pub struct NpuConfig {
     /// Load the next fold's weights while the current fold computes (a TPU weight FIFO with
     /// double-buffered PE weights). On by default; off gives SCALE-Sim v2's exact fold count.
     pub overlap_weight_load: bool,
+    /// Rate at which a fold's weights enter the array, in GB/s; 0 = one PE row per cycle (the
+    /// TPU's weight shift-in: `cols × bytes_per_element` bytes per cycle, 89.6 GB/s for a
+    /// 128-wide int8 array at 700 MHz). A fold's load then takes
+    /// `rows·cols·bytes_per_element / fill` cycles instead of `rows`.
+    pub weight_fill_gbps: f64,
     /// Vector-unit lanes: element operations per cycle.
     pub vector_lanes: u32,
     /// Cycles (lane-operations) one transcendental (exp, tanh, sigmoid, rsqrt) costs.
@@ -65,6 +70,7 @@ impl Default for NpuConfig {
             bytes_per_element: 1,
             dataflow: Dataflow::Ws,
             overlap_weight_load: true,
+            weight_fill_gbps: 0.0,
             vector_lanes: 128,
             vector_transcendental_cycles: 4,
             interleave_bytes: 256,
@@ -102,6 +108,12 @@ impl NpuConfig {
             self.vector_transcendental_cycles > 0,
         )?;
         pos("interleave_bytes", self.interleave_bytes > 0)?;
+        if !(self.weight_fill_gbps >= 0.0 && self.weight_fill_gbps.is_finite()) {
+            return Err(Error::invalid(
+                "npu config weight_fill_gbps",
+                "must be ≥ 0 (0 = one PE row per cycle)",
+            ));
+        }
         Ok(())
     }
 
@@ -142,6 +154,7 @@ impl NpuConfig {
              bytes_per_element = {}           # 1 = int8, 2 = fp16/bf16\n\
              dataflow = \"{}\"                # \"ws\" (weight stationary) or \"os\" (output stationary)\n\
              overlap_weight_load = {}     # hide the next fold's weight load behind the current fold\n\
+             weight_fill_gbps = {:.1}         # rate weights enter the array (GB/s); 0 = one PE row per cycle\n\
              vector_lanes = {}              # vector unit: element ops per cycle\n\
              vector_transcendental_cycles = {} # lane-cycles per exp/tanh/sigmoid/rsqrt\n\
              interleave_bytes = {}          # DRAM channel interleaving granularity\n",
@@ -159,6 +172,7 @@ impl NpuConfig {
                 Dataflow::Os => "os",
             },
             self.overlap_weight_load,
+            self.weight_fill_gbps,
             self.vector_lanes,
             self.vector_transcendental_cycles,
             self.interleave_bytes,

@@ -70,12 +70,13 @@ impl Npu {
         match self.cfg.dataflow {
             Dataflow::Ws => {
                 let folds = k.div_ceil(r) * n.div_ceil(c) * count;
+                let load = self.weight_load_cycles();
                 if self.cfg.overlap_weight_load {
                     // double-buffered PE weights: fold i+1 loads while fold i streams, and
                     // consecutive folds' fill and drain overlap; one load and one drain exposed
-                    r + folds * m.max(r) + (r + c - 2)
+                    load + folds * m.max(load) + (r + c - 2)
                 } else {
-                    folds * (2 * r + c + m - 2)
+                    folds * (load + r + c + m - 2)
                 }
             }
             Dataflow::Os => {
@@ -83,6 +84,18 @@ impl Npu {
                 folds * (2 * r + c + k - 2)
             }
         }
+    }
+
+    /// Cycles to load one fold's weights into the array: `rows` (one PE row per cycle), or the
+    /// fold's bytes at `weight_fill_gbps`.
+    pub fn weight_load_cycles(&self) -> u64 {
+        let r = u64::from(self.cfg.rows);
+        if self.cfg.weight_fill_gbps <= 0.0 {
+            return r;
+        }
+        let bytes = r * u64::from(self.cfg.cols) * self.cfg.bytes_per_element;
+        let per_cycle = self.cfg.weight_fill_gbps * 1e3 / self.cfg.freq_mhz;
+        ((bytes as f64 / per_cycle).ceil() as u64).max(1)
     }
 
     fn vector_cycles(&self, simple: u64, transc: u64) -> u64 {
