@@ -1285,7 +1285,7 @@ fn cmd_verify(a: VerifyArgs) -> Result<()> {
         }
         out!(o, "{}", serde_json::to_string_pretty(&v)?);
     } else {
-        out!(o, "{} on {}: {} requests alone vs under {} forced preemptions and {} merges (mean batch {:.2})", r.model, dev.description(), r.requests, r.preemptions, r.merges, r.mean_batch);
+        out!(o, "{} on {}: {} requests alone vs under {} forced preemptions and {} merges (mean batch {:.2}; {} executions mixed timesteps)", r.model, dev.description(), r.requests, r.preemptions, r.merges, r.mean_batch, r.cross_step);
         out!(
             o,
             "  compared {} output values: {} requests differ, largest difference {:e}",

@@ -32,6 +32,9 @@ pub struct VerifyReport {
     pub preemptions: u64,
     /// Merges the forced run made.
     pub merges: u64,
+    /// Node executions of the forced run whose members stood at different timesteps (merges
+    /// across timesteps of an encoder or decoder layer).
+    pub cross_step: u64,
     /// Mean sub-batch size of the forced run.
     pub mean_batch: f64,
 }
@@ -269,10 +272,11 @@ pub fn verify(
         max_batch,
         CaptureMode::Outputs,
     )?;
+    let reach = u32::try_from(model.unrolled_len(model.ref_lengths())).unwrap_or(u32::MAX);
     let (lazy, c) = serve(
         model,
         dev,
-        &mut Forced::new(9),
+        &mut Forced::new(reach),
         &arrivals,
         max_batch,
         CaptureMode::Outputs,
@@ -286,6 +290,7 @@ pub fn verify(
         max_abs_diff: 0.0,
         preemptions: c.preemptions,
         merges: c.merges,
+        cross_step: c.cross_step,
         mean_batch: c.batch_sum as f64 / c.executions.max(1) as f64,
     };
     for k in 0..requests as u64 {

@@ -3,6 +3,18 @@
 //! let them catch up and merge; otherwise let the active batch run on and start the pending ones
 //! when the table empties. No time window anywhere.
 //!
+//! ## The merge rule
+//!
+//! The paper's BatchTable keeps each entry's *graph node ID* and merges entries "able to execute
+//! a common node" (§IV-B); Algorithm 1 lists every decoder node once, × `dec_timesteps`; and §III-B
+//! argues that the cells of an unrolled recurrent layer share their weights across timesteps. So
+//! `lazy` and `oracle` merge two sub-batches that stand at the same node of a loop (an encoder or
+//! decoder layer) whatever their timesteps: a newcomer at decoder step 1 and a batch at step 7 run
+//! the layer together, each member at its own step, position and length. `lazy:strict` and
+//! `oracle:strict` merge only at an identical (node, timestep) — our first reading, kept as an
+//! ablation. (`lazy+cell`, the name this rule had as an option, is accepted as an alias of
+//! `lazy`.)
+//!
 //! ## Our reading of Eq. 2 (the paper leaves these details open)
 //!
 //! `Slack = SLA − (T_wait + Σ_i SingleInputExecTime_i)`, evaluated for every request the
@@ -10,9 +22,10 @@
 //! * `T_wait` is the time a request has already spent in the server (`now − arrival`), waiting
 //!   and executing: work already done counts as time spent, not again as work;
 //! * the sum runs over **every** request in flight plus the newcomers, each term the request's
-//!   **remaining** single-input latency (Algorithm 1 from its current node; full for newcomers),
-//!   because after lazy batching they all finish together in one merged batch whose latency the
-//!   paper conservatively estimates as the sum of its members' single-input latencies;
+//!   **remaining** single-input latency (Algorithm 1 from its current node and step; full for
+//!   newcomers, at their own encoder length), because after lazy batching they all finish
+//!   together in one merged batch whose latency the paper conservatively estimates as the sum
+//!   of its members' single-input latencies;
 //! * LazyB admits the largest prefix of the pending queue (FIFO, within free slots) for which
 //!   no affected request's slack is negative. A request already predicted to be late blocks
 //!   lazy batching until the table drains (we first exempted such requests — they are late
@@ -21,17 +34,21 @@
 //!
 //! The Oracle replaces the conservative sum by the exact batched latencies of the profile: the
 //! newcomers catch up with each stack entry below at their own batch size, merge, and the merged
-//! batch finishes at its combined size.
+//! batch finishes at its combined size, running until its slowest member (the one with the most
+//! remaining work) is done. It admits the largest number of newcomers for which every affected
+//! request still meets its deadline (a binary search: a longer prefix never finishes earlier).
 
 use super::{Decision, Policy, View};
 use crate::graph::{Lengths, NodeStep};
 
-/// LazyBatching with the conservative predictor, or the Oracle; optionally merging decoder
-/// sub-batches across timesteps (`lazy+cell`).
+/// LazyBatching with the conservative predictor, or the Oracle; merging at a common loop node
+/// whatever the timestep, or (`strict`) only at an identical (node, timestep).
 #[derive(Clone, Debug)]
 pub struct Lazy {
     oracle: bool,
-    cells: bool,
+    strict: bool,
+    /// The Oracle's scratch: one group per BatchTable entry.
+    groups: Vec<Group>,
 }
 
 impl Lazy {
@@ -39,22 +56,24 @@ impl Lazy {
     pub fn conservative() -> Self {
         Lazy {
             oracle: false,
-            cells: false,
+            strict: false,
+            groups: Vec::new(),
         }
     }
     /// LazyB with exact batched latencies.
     pub fn oracle() -> Self {
         Lazy {
             oracle: true,
-            cells: false,
+            strict: false,
+            groups: Vec::new(),
         }
     }
-    /// LazyB whose sub-batches at the same decoder layer merge whatever their timestep (a
-    /// decoder layer's weights are shared across steps, as cellular batching exploits).
-    pub fn with_cells() -> Self {
+    /// The same policy merging only at an identical (node, timestep): the ablation of the merge
+    /// rule.
+    pub fn strict(self) -> Self {
         Lazy {
-            oracle: false,
-            cells: true,
+            strict: true,
+            ..self
         }
     }
 }
@@ -94,7 +113,7 @@ fn in_flight(v: &View) -> (u64, u64) {
 }
 
 /// The number of pending requests LazyB may admit now (0 = do not preempt).
-pub fn lazy_admissible(v: &View, k_max: usize) -> usize {
+fn lazy_admissible(v: &View, k_max: usize) -> usize {
     let (base, mut min_deadline) = in_flight(v);
     let threshold = v.now.0 + base;
     let mut sum = 0u64;
@@ -110,40 +129,105 @@ pub fn lazy_admissible(v: &View, k_max: usize) -> usize {
     ok
 }
 
-/// Exact (profile-table) time until the whole table, plus `extra` newcomers (lengths, count)
-/// at the first unit, has finished, if everything merges as it catches up.
-fn oracle_drain(v: &View, extra: Option<(Lengths, u32)>) -> u64 {
-    // top of the stack first: the newcomers, then the entries from the top down
-    let mut chain =
-        extra
-            .map(|(len, n)| (None, len, n))
-            .into_iter()
-            .chain(v.table.entries().iter().rev().map(|sb| {
-                (
-                    Some(sb.next),
-                    sb.padded.unwrap_or_else(|| v.predicted_len(sb.members[0])),
-                    sb.members.len() as u32,
-                )
-            }));
+/// Where a group of requests stands for the Oracle's look-ahead: the position and lengths of
+/// its member with the most work left (a merged group runs until that member is done), and
+/// its size. `at` None: not started.
+#[derive(Clone, Copy, Debug)]
+struct Group {
+    at: Option<NodeStep>,
+    len: Lengths,
+    size: u32,
+}
+
+/// The representative of a BatchTable entry: its member with the most remaining single-input
+/// work (members stand at different steps after cross-step merges).
+fn entry_group(v: &View, sb: &crate::runtime::SubBatch) -> Group {
+    let mut best = (0u64, Some(sb.next), v.predicted_len(sb.members[0]));
+    for (j, &r) in sb.members.iter().enumerate() {
+        let len = sb.padded.unwrap_or_else(|| v.predicted_len(r));
+        let at = Some(NodeStep {
+            node: sb.next.node,
+            step: sb.steps.get(j).copied().unwrap_or(sb.next.step),
+        });
+        let rem = v.predictor.remaining(at, len, 1).0;
+        if j == 0 || rem > best.0 {
+            best = (rem, at, len);
+        }
+    }
+    Group {
+        at: best.1,
+        len: best.2,
+        size: sb.members.len() as u32,
+    }
+}
+
+/// The unit at which a group standing at `from` first reaches `target`'s node: the target
+/// itself under the strict rule, otherwise the group's own step at that node.
+fn arrival(v: &View, from: Option<NodeStep>, target: NodeStep) -> NodeStep {
+    if !v.table.is_cell(target) {
+        return target;
+    }
+    let model = v.model;
+    let l = model
+        .node(target.node)
+        .loop_id
+        .map(|l| &model.loops[l.0 as usize]);
+    let step = match (from, l) {
+        (Some(f), Some(lp)) if f.node >= lp.first && f.node <= lp.last => {
+            // inside the same loop: this iteration if the node is still ahead, else the next
+            f.step + u32::from(f.node > target.node)
+        }
+        _ => 0,
+    };
+    NodeStep {
+        node: target.node,
+        step,
+    }
+}
+
+/// Exact (profile-table) time until the whole table, plus `extra` newcomers at the first unit,
+/// has finished, if each group catches up with the entry below, merges with it, and the merged
+/// group runs at its combined size until its slowest member is done. `entries` are the
+/// table's entries as groups, bottom first.
+fn oracle_drain(v: &View, entries: &[Group], extra: Option<Group>) -> u64 {
     let p = v.predictor;
-    let mut t = 0u64;
-    let Some((mut at, mut len, mut size)) = chain.next() else {
+    // top of the stack first: the newcomers, then the entries from the top down
+    let mut chain = extra.into_iter().chain(entries.iter().rev().copied());
+    let Some(mut top) = chain.next() else {
         return 0;
     };
-    for (below_at, below_len, below_size) in chain {
-        let from = p.remaining(at, len, size).0;
-        let to = p.remaining(below_at, len, size).0;
+    let mut t = 0u64;
+    for below in chain {
+        let Some(target) = below.at else { continue };
+        let meet = arrival(v, top.at, target);
+        let from = p.remaining(top.at, top.len, top.size).0;
+        let to = p.remaining(Some(meet), top.len, top.size).0;
         t += from.saturating_sub(to);
-        at = below_at;
-        len = below_len;
-        size += below_size;
+        // the merged group: whichever side has more work left leads it
+        let mine = p.remaining(Some(meet), top.len, 1).0;
+        let theirs = p.remaining(below.at, below.len, 1).0;
+        top = if mine > theirs {
+            Group {
+                at: Some(meet),
+                len: top.len,
+                size: top.size + below.size,
+            }
+        } else {
+            Group {
+                size: top.size + below.size,
+                ..below
+            }
+        };
     }
-    t + p.remaining(at, len, size).0
+    t + p.remaining(top.at, top.len, top.size).0
 }
 
 /// The number of pending requests the Oracle may admit now (at most `k_max`, which the caller
-/// bounds by the pending count).
-pub fn oracle_admissible(v: &View, k_max: usize) -> usize {
+/// bounds by the pending count): the largest k for which every affected request still meets
+/// its deadline. Admitting more never finishes earlier (the batched latencies grow with the
+/// batch) and only adds deadlines, so feasibility is monotone in k and a binary search finds it.
+/// `scratch` holds the entries' groups (kept by the policy so that deciding allocates nothing).
+fn oracle_admissible(v: &View, k_max: usize, scratch: &mut Vec<Group>) -> usize {
     let now = v.now.0;
     let inflight_min = v
         .table
@@ -156,11 +240,18 @@ pub fn oracle_admissible(v: &View, k_max: usize) -> usize {
     let Some(&first) = v.pending.front() else {
         return 0;
     };
+    scratch.clear();
+    scratch.extend(v.table.entries().iter().map(|sb| entry_group(v, sb)));
+    let entries = &scratch[..];
     // the newcomers run as one sub-batch at the first one's predicted lengths
     let len = v.predicted_len(first);
-    let mut k = k_max.min(v.pending.len());
-    while k > 0 {
-        let with = now + oracle_drain(v, Some((len, k as u32)));
+    let feasible = |k: usize| {
+        let extra = Group {
+            at: None,
+            len,
+            size: k as u32,
+        };
+        let with = now + oracle_drain(v, entries, Some(extra));
         let new_min = v
             .pending
             .iter()
@@ -168,20 +259,28 @@ pub fn oracle_admissible(v: &View, k_max: usize) -> usize {
             .map(|&r| v.deadline(r).0)
             .min()
             .unwrap_or(u64::MAX);
-        if inflight_min >= with && new_min >= with {
-            return k;
+        inflight_min >= with && new_min >= with
+    };
+    // invariant: lo is feasible (0 trivially), everything above hi is not
+    let (mut lo, mut hi) = (0usize, k_max.min(v.pending.len()));
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if feasible(mid) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
         }
-        k /= 2;
     }
-    0
+    lo
 }
 
 impl Policy for Lazy {
     fn name(&self) -> String {
-        match (self.oracle, self.cells) {
-            (true, _) => "oracle",
-            (false, true) => "lazy+cell",
+        match (self.oracle, self.strict) {
+            (true, false) => "oracle",
+            (true, true) => "oracle:strict",
             (false, false) => "lazy",
+            (false, true) => "lazy:strict",
         }
         .into()
     }
@@ -197,14 +296,10 @@ impl Policy for Lazy {
     }
 
     fn cell_nodes(&self, model: &crate::graph::Model) -> Vec<bool> {
-        if self.cells {
-            model
-                .nodes
-                .iter()
-                .map(|n| n.class == crate::graph::Class::Decoder)
-                .collect()
-        } else {
+        if self.strict {
             Vec::new()
+        } else {
+            super::cellular::loop_cells(model)
         }
     }
 
@@ -223,7 +318,7 @@ impl Policy for Lazy {
             };
         }
         let k = if self.oracle {
-            oracle_admissible(v, k_max)
+            oracle_admissible(v, k_max, &mut self.groups)
         } else {
             lazy_admissible(v, k_max)
         };

@@ -3,7 +3,7 @@
 //! [`Decision`]; it never touches a device. [`parse`] turns a policy string (`serial`,
 //! `graph:W[:B]`, `lazy`, `oracle`) into one, with clear errors.
 
-mod cellular;
+pub(crate) mod cellular;
 mod forced;
 mod graph_batching;
 mod lazy;
@@ -155,14 +155,15 @@ pub fn parse_for(spec: &str, default_max: u32, model: &Model) -> Result<Box<dyn 
     if model.parts.len() > 1 && !pol.supports_colocation() {
         return Err(Error::BadPolicy {
             spec: spec.to_string(),
-            msg: "does not support co-located models (serial, graph, lazy and lazy+cell do)".into(),
+            msg: "does not support co-located models (serial, graph and lazy do)".into(),
         });
     }
     Ok(pol)
 }
 
 /// Parses a policy string: `serial`, `graph:W[:B]`, `cellular:W[:B]` (window W ms ≥ 0, max
-/// batch B ≥ 1, default `default_max`), `lazy`, `lazy+cell`, `oracle`.
+/// batch B ≥ 1, default `default_max`), `lazy`, `oracle`, `lazy:strict`, `oracle:strict`
+/// (`lazy+cell` is an alias of `lazy`).
 pub fn parse(spec: &str, default_max: u32) -> Result<Box<dyn Policy>> {
     let bad = |msg: &str| Error::BadPolicy {
         spec: spec.to_string(),
@@ -171,10 +172,13 @@ pub fn parse(spec: &str, default_max: u32) -> Result<Box<dyn Policy>> {
     let parts: Vec<&str> = spec.trim().split(':').collect();
     match parts.as_slice() {
         ["serial"] => Ok(Box::new(Serial)),
-        ["lazy"] => Ok(Box::new(Lazy::conservative())),
-        ["lazy+cell"] => Ok(Box::new(Lazy::with_cells())),
+        // `lazy+cell` is the name cross-step merging had while it was an option
+        ["lazy"] | ["lazy+cell"] => Ok(Box::new(Lazy::conservative())),
         ["oracle"] => Ok(Box::new(Lazy::oracle())),
-        ["lazy" | "oracle" | "serial" | "lazy+cell", ..] => Err(bad("takes no parameters")),
+        ["lazy", "strict"] => Ok(Box::new(Lazy::conservative().strict())),
+        ["oracle", "strict"] => Ok(Box::new(Lazy::oracle().strict())),
+        ["lazy" | "oracle", ..] => Err(bad("takes no parameter but 'strict' (lazy:strict)")),
+        ["serial" | "lazy+cell", ..] => Err(bad("takes no parameters")),
         ["graph", rest @ ..] if !rest.is_empty() && rest.len() <= 2 => {
             let (w, b) = window_and_batch(rest, default_max).map_err(|m| bad(&m))?;
             Ok(Box::new(GraphBatching::new(w, b, spec.trim())))
@@ -188,7 +192,7 @@ pub fn parse(spec: &str, default_max: u32) -> Result<Box<dyn Policy>> {
             Err(bad("use cellular:W or cellular:W:B (W ms, B max batch)"))
         }
         _ => Err(bad(
-            "unknown policy (serial, graph:W[:B], cellular:W[:B], lazy, lazy+cell, oracle)",
+            "unknown policy (serial, graph:W[:B], cellular:W[:B], lazy, oracle, lazy:strict, oracle:strict)",
         )),
     }
 }
