@@ -27,6 +27,12 @@ pub struct NodeProfile {
     /// NPU only: DRAM cycles per batch size.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub memory_cycles: Vec<u64>,
+    /// Nodes whose cost depends on the encoder length: the latency at batch 1 for encoder
+    /// lengths 1..=max_enc (model steps), so that the predictor prices a request at its own
+    /// length. Empty for every other node (and in tables saved before it existed, which the
+    /// predictor then prices at the profiled length).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub enc_latency_ns: Vec<u64>,
 }
 
 /// A device's per-node latency table for one model.
@@ -143,7 +149,7 @@ impl Profile {
                     .collect();
                 measured.push(time(&mut *device, at, &members)?);
             }
-            let latency_ns = (1..=max_batch)
+            let latency_ns: Vec<u64> = (1..=max_batch)
                 .map(|b| {
                     let j = sizes.partition_point(|&s| s < b);
                     if sizes[j] == b || j == 0 {
@@ -162,6 +168,11 @@ impl Profile {
                     Vec::new()
                 }
             };
+            let enc_latency_ns = if model.node_depends_on_enc(n.id) {
+                enc_curve(&mut *device, model, at, len, latency_ns[0])?
+            } else {
+                Vec::new()
+            };
             nodes.push(NodeProfile {
                 id: n.id.0,
                 name: n.name.clone(),
@@ -170,6 +181,7 @@ impl Profile {
                 latency_ns,
                 compute_cycles: per_size(|t| t.compute_cycles),
                 memory_cycles: per_size(|t| t.memory_cycles),
+                enc_latency_ns,
             });
         }
         Ok(Profile {
@@ -217,6 +229,7 @@ impl Profile {
                     latency_ns: vec![each.0; max_batch as usize],
                     compute_cycles: Vec::new(),
                     memory_cycles: Vec::new(),
+                    enc_latency_ns: Vec::new(),
                 })
                 .collect(),
         }
@@ -247,6 +260,16 @@ impl Profile {
         Ok(())
     }
 
+    /// Latency of `node` at batch 1 for a request of encoder length `enc` (clamped to the
+    /// curve): the encoder-length curve where the node has one, else the profiled latency.
+    pub fn latency_at_enc(&self, node: NodeId, enc: u32) -> Nanos {
+        let row = &self.nodes[node.idx()];
+        match row.enc_latency_ns.len() {
+            0 => self.latency(node, 1),
+            n => Nanos(row.enc_latency_ns[(enc.max(1) as usize).min(n) - 1]),
+        }
+    }
+
     /// Latency of `node` at `batch` (clamped to the profiled range): a table read.
     pub fn latency(&self, node: NodeId, batch: u32) -> Nanos {
         let row = &self.nodes[node.idx()].latency_ns;
@@ -255,12 +278,24 @@ impl Profile {
     }
 
     /// Whole-graph latency of a batch of `batch` requests of lengths `len`, every node at
-    /// `batch` (Algorithm 1 with the batched table).
+    /// `batch` (Algorithm 1 with the batched table). A node that depends on the encoder length
+    /// takes its encoder-length curve's time at `len.enc`, scaled at batch b by its batch-b to
+    /// batch-1 ratio at the profiled length.
     pub fn graph_latency(&self, model: &Model, batch: u32, len: Lengths) -> Nanos {
         model
             .nodes
             .iter()
-            .map(|n| Nanos(self.latency(n.id, batch).0 * u64::from(model.repeats(n.id, len))))
+            .map(|n| {
+                let at_b = self.latency(n.id, batch).0;
+                let t = if self.nodes[n.id.idx()].enc_latency_ns.is_empty() {
+                    at_b
+                } else {
+                    let one = self.latency(n.id, 1).0.max(1) as f64;
+                    let own = self.latency_at_enc(n.id, len.enc).0 as f64;
+                    (at_b as f64 * own / one).round() as u64
+                };
+                Nanos(t * u64::from(model.repeats(n.id, len)))
+            })
             .sum()
     }
 
@@ -279,4 +314,39 @@ impl Profile {
             })
             .collect()
     }
+}
+
+/// The batch-1 latency of a node whose cost depends on the encoder length, for every encoder
+/// length 1..=max_enc of its model: executed on a virtual device (exact and cheap); on a real
+/// device, the latency measured at `len` (`at_len`) scaled by the node's own work at each
+/// length ([`crate::graph::NodeCost::work_proxy`]), since timing every length of every such
+/// node would take minutes.
+fn enc_curve(
+    device: &mut dyn Device,
+    model: &Model,
+    at: NodeStep,
+    len: Lengths,
+    at_len: u64,
+) -> Result<Vec<u64>> {
+    let max_enc = model.max_enc_of(at.node);
+    let member = |e: u32| Member {
+        slot: 0,
+        len: Lengths {
+            enc: e,
+            dec: len.dec,
+        },
+        input: 0,
+        step: at.step,
+    };
+    if device.is_virtual() {
+        return (1..=max_enc)
+            .map(|e| Ok(device.execute(model, at, &[member(e)])?.time.0))
+            .collect();
+    }
+    let cost = &model.node(at.node).cost;
+    let proxy = |e: u32| cost.work_proxy(&model.work(at.node, [(member(e).len, at.step)]));
+    let base = proxy(len.enc).max(1.0);
+    Ok((1..=max_enc)
+        .map(|e| (at_len as f64 * proxy(e) / base).round() as u64)
+        .collect())
 }

@@ -477,6 +477,24 @@ impl Model {
         rows_free && keys_free
     }
 
+    /// True when the cost of node `n` depends on the request's encoder length: a static node
+    /// with one row per source position (the Transformer's encoder, cross-attention keys and
+    /// values), or attention over the source sequence.
+    pub fn node_depends_on_enc(&self, n: NodeId) -> bool {
+        let node = &self.nodes[n.idx()];
+        let rows = node.loop_id.is_none() && matches!(node.out.rows, Rows::Src { .. });
+        let keys = matches!(node.keys, Keys::Seq(Rows::Src { .. }));
+        rows || keys
+    }
+
+    /// The longest encoder length of the part node `n` belongs to (1 for static models).
+    pub fn max_enc_of(&self, n: NodeId) -> u32 {
+        self.parts[self.part_of(n)]
+            .seq
+            .as_ref()
+            .map_or(1, |s| s.max_enc.max(1))
+    }
+
     /// MACs of one request end to end at lengths `len` (batch 1).
     pub fn macs(&self, len: Lengths) -> u64 {
         let mut total = 0;

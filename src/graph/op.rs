@@ -306,6 +306,16 @@ pub struct CostTotals {
 }
 
 impl NodeCost {
+    /// A device-independent size of one execution on `work`: multiply-accumulates, vector-unit
+    /// operations and every element read or written (weights included). Real devices scale a
+    /// measured latency by its ratio between two amounts of work (the encoder-length curve of a
+    /// profile), where measuring every length would take too long.
+    pub fn work_proxy(&self, work: &Work) -> f64 {
+        let t = self.totals(work);
+        let vec = (self.vec_simple_per_row + self.vec_transc_per_row) * work.rows;
+        (t.macs + vec + t.in_elems + t.out_elems + t.weight_elems) as f64
+    }
+
     /// Totals for one execution on `work`.
     pub fn totals(&self, work: &Work) -> CostTotals {
         let mut macs = self.vec_macs_per_row * work.rows;

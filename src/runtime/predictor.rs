@@ -5,7 +5,12 @@
 //!
 //! Lengths: a request's encoder length is known when it arrives; its decoder length is not, so
 //! the predictor assumes `dec_timesteps` (the N-th percentile of the profiled output lengths), or
-//! one more step than the request has already run once it passes that.
+//! one more step than the request has already run once it passes that. Nodes whose cost depends
+//! on the encoder length (the Transformer's encoder, cross-attention keys and values, attention
+//! over the source) are priced at the request's own encoder length, from the profile's
+//! encoder-length curves: exactly at batch 1 (what LazyB's conservative sum uses), and at
+//! batch b by scaling the profiled batch-b time by the batch-1 ratio between the request's
+//! length and the profiled one (what the Oracle uses).
 
 use crate::graph::{Lengths, Loop, Model, NodeId, NodeStep};
 use crate::profile::Profile;
@@ -22,11 +27,52 @@ struct Sums {
     body: Vec<u64>,
 }
 
+impl Sums {
+    /// Suffix sums of the node latencies `lat` (one per node, in model order).
+    fn new(model: &Model, loop_of: &[Option<usize>], lat: &[u64]) -> Sums {
+        let n = lat.len();
+        let mut static_suffix = vec![0u64; n + 1];
+        let mut body_suffix = vec![0u64; n + 1];
+        for i in (0..n).rev() {
+            // suffix sums stop at the end of the node's own model (part)
+            let next = if i + 1 < n && model.node_part[i + 1] == model.node_part[i] {
+                static_suffix[i + 1]
+            } else {
+                0
+            };
+            static_suffix[i] = next + if loop_of[i].is_none() { lat[i] } else { 0 };
+            body_suffix[i] = match loop_of[i] {
+                Some(l) if loop_of.get(i + 1).copied().flatten() == Some(l) => {
+                    lat[i] + body_suffix[i + 1]
+                }
+                Some(_) => lat[i],
+                None => 0,
+            };
+        }
+        let body = model
+            .loops
+            .iter()
+            .map(|l| body_suffix[l.first.idx()])
+            .collect();
+        Sums {
+            static_suffix,
+            body_suffix,
+            body,
+        }
+    }
+}
+
 /// The slack predictor for one model on one device.
 #[derive(Clone, Debug)]
 pub struct Predictor {
-    /// `sums[b-1]` for batch b.
+    /// `sums[b-1]` for batch b, every node at the profiled lengths.
     sums: Vec<Sums>,
+    /// `enc1[e-1]`: batch 1, nodes that depend on the encoder length at length e (empty when
+    /// none does, or the profile has no curves).
+    enc1: Vec<Sums>,
+    /// `dep[b-1]`: like `sums`, but only the nodes that depend on the encoder length (empty
+    /// when `enc1` is).
+    dep: Vec<Sums>,
     loops: Vec<Loop>,
     loop_of: Vec<Option<usize>>,
     /// Predicted decoder steps for requests whose output length is unknown (of part 0).
@@ -59,38 +105,49 @@ impl Predictor {
                 let lat: Vec<u64> = (0..n)
                     .map(|i| profile.latency(NodeId(i as u32), b).0)
                     .collect();
-                let mut static_suffix = vec![0u64; n + 1];
-                let mut body_suffix = vec![0u64; n + 1];
-                for i in (0..n).rev() {
-                    // suffix sums stop at the end of the node's own model (part)
-                    let next = if i + 1 < n && model.node_part[i + 1] == model.node_part[i] {
-                        static_suffix[i + 1]
-                    } else {
-                        0
-                    };
-                    static_suffix[i] = next + if loop_of[i].is_none() { lat[i] } else { 0 };
-                    body_suffix[i] = match loop_of[i] {
-                        Some(l) if loop_of.get(i + 1).copied().flatten() == Some(l) => {
-                            lat[i] + body_suffix[i + 1]
-                        }
-                        Some(_) => lat[i],
-                        None => 0,
-                    };
-                }
-                let body = model
-                    .loops
-                    .iter()
-                    .map(|l| body_suffix[l.first.idx()])
-                    .collect();
-                Sums {
-                    static_suffix,
-                    body_suffix,
-                    body,
-                }
+                Sums::new(model, &loop_of, &lat)
             })
             .collect();
+        let curves = profile.nodes.iter().any(|p| !p.enc_latency_ns.is_empty());
+        let max_enc = (0..n)
+            .map(|i| model.max_enc_of(NodeId(i as u32)))
+            .max()
+            .unwrap_or(1);
+        let dep = if curves {
+            (1..=profile.max_batch)
+                .map(|b| {
+                    let lat: Vec<u64> = (0..n)
+                        .map(|i| {
+                            let id = NodeId(i as u32);
+                            if model.node_depends_on_enc(id) {
+                                profile.latency(id, b).0
+                            } else {
+                                0
+                            }
+                        })
+                        .collect();
+                    Sums::new(model, &loop_of, &lat)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let enc1 = if curves {
+            (1..=max_enc)
+                .map(|e| {
+                    let lat: Vec<u64> = (0..n)
+                        .map(|i| profile.latency_at_enc(NodeId(i as u32), e).0)
+                        .collect();
+                    Sums::new(model, &loop_of, &lat)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         Predictor {
             sums,
+            enc1,
+            dep,
             loops: model.loops.clone(),
             loop_of,
             dec_timesteps: dec_timesteps.max(1),
@@ -131,9 +188,32 @@ impl Predictor {
     }
 
     /// Time to run a request from `at` to its end at batch `batch`, all nodes at that batch
-    /// (Algorithm 1 from `at`; `None` = from the start).
+    /// (Algorithm 1 from `at`; `None` = from the start), nodes that depend on the encoder
+    /// length priced at `len.enc`.
     pub fn remaining(&self, at: Option<NodeStep>, len: Lengths, batch: u32) -> Nanos {
-        let s = &self.sums[(batch.clamp(1, self.max_batch) - 1) as usize];
+        let b = batch.clamp(1, self.max_batch);
+        let own = (!self.enc1.is_empty())
+            .then(|| &self.enc1[(len.enc.max(1) as usize).min(self.enc1.len()) - 1]);
+        match own {
+            None => Nanos(self.sum_from(&self.sums[b as usize - 1], at, len)),
+            Some(own) if b == 1 => Nanos(self.sum_from(own, at, len)),
+            Some(own) => {
+                // nodes that do not depend on the encoder length: the batch-b table; those
+                // that do: their batch-b time at the profiled length, scaled by their batch-1
+                // ratio of the request's own length to the profiled one
+                let sum = |s: &Sums| self.sum_from(s, at, len);
+                let all_b = sum(&self.sums[b as usize - 1]);
+                let dep_b = sum(&self.dep[b as usize - 1]);
+                let dep_1 = sum(&self.dep[0]);
+                let own_1 = sum(own).saturating_sub(sum(&self.sums[0]) - dep_1);
+                let scaled = dep_b as f64 * own_1 as f64 / dep_1.max(1) as f64;
+                Nanos(all_b - dep_b + scaled.round() as u64)
+            }
+        }
+    }
+
+    /// Algorithm 1 from `at` over the suffix sums `s`.
+    fn sum_from(&self, s: &Sums, at: Option<NodeStep>, len: Lengths) -> u64 {
         let at = at.unwrap_or(NodeStep {
             node: NodeId(0),
             step: 0,
@@ -158,7 +238,7 @@ impl Predictor {
                 t += u64::from(lp.steps(len)) * body;
             }
         }
-        Nanos(t)
+        t
     }
 
     /// Serial capacity: 1 / single-input latency at lengths `len` (requests/s).
@@ -169,5 +249,63 @@ impl Predictor {
     /// Algorithm 1: the whole graph for one input of lengths `len`, at batch 1.
     pub fn single_input(&self, len: Lengths) -> Nanos {
         self.remaining(None, len, 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::npu::{Npu, NpuConfig};
+    use crate::device::{Device, Member};
+    use crate::graph::{zoo, Class};
+
+    /// Σ of the exact batch-1 times of a request's static nodes before its decoder loop.
+    fn static_prefix(npu: &mut Npu, model: &Model, len: Lengths) -> u64 {
+        let member = Member {
+            slot: 0,
+            len,
+            input: 0,
+            step: 0,
+        };
+        model
+            .nodes
+            .iter()
+            .take_while(|n| n.class != Class::Decoder)
+            .map(|n| {
+                let at = NodeStep {
+                    node: n.id,
+                    step: 0,
+                };
+                npu.execute(model, at, &[member]).unwrap().time.0
+            })
+            .sum()
+    }
+
+    #[test]
+    fn static_nodes_are_priced_at_the_requests_own_encoder_length() {
+        let model = zoo::load("transformer").unwrap();
+        let mut npu = Npu::new(NpuConfig::default()).unwrap();
+        let profile = Profile::measure(&mut npu, &model, 4, model.ref_lengths()).unwrap();
+        let p = Predictor::new(&model, &profile, 31);
+        let dec = model.loops[0].first;
+        let mut seen = Vec::new();
+        for enc in [3, 30, 71] {
+            let len = Lengths { enc, dec: 31 };
+            let whole = p.remaining(None, len, 1).0;
+            let from_decoder = p.remaining(Some(NodeStep { node: dec, step: 0 }), len, 1).0;
+            assert_eq!(
+                whole - from_decoder,
+                static_prefix(&mut npu, &model, len),
+                "encoder length {enc}"
+            );
+            seen.push(whole);
+        }
+        assert!(seen[0] < seen[1] && seen[1] < seen[2], "{seen:?}");
+        // at the profiled length and batch b the table is read as it is
+        let len = Lengths { enc: 30, dec: 31 };
+        assert_eq!(
+            p.remaining(None, len, 3),
+            Nanos(p.sum_from(&p.sums[2], None, len))
+        );
     }
 }
