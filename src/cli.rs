@@ -64,8 +64,17 @@ enum Cmd {
     /// Per-node latency table for every batch size, the single-input latency (Algorithm 1)
     /// and the batching curve.
     Profile(ProfileArgs),
-    /// Print the default NPU configuration (the paper's Table I) as TOML.
-    NpuConfig,
+    /// The NPU model against the paper's Table II (single-batch latency alone, at 30/30 words
+    /// and averaged over WMT 2019's lengths) and Fig. 2 (ResNet-50's batching saturation), one
+    /// column per NPU configuration.
+    Calibrate(CalibrateArgs),
+    /// Print a shipped NPU configuration as documented TOML: `default` (the paper's Table I)
+    /// or `paper` (calibrated to Table II). Edit it and pass `--npu-config FILE`.
+    NpuConfig {
+        /// Which configuration.
+        #[arg(default_value = "default")]
+        name: String,
+    },
     /// Serve Poisson (or traced) traffic under one policy and report latency, throughput and
     /// SLA violations.
     Run(RunArgs),
@@ -79,6 +88,16 @@ enum Cmd {
     Verify(VerifyArgs),
     /// Compile every CUDA kernel in kernels/ through NVRTC (no GPU needed) and list them.
     Kernels(KernelsArgs),
+}
+
+#[derive(Args, Debug)]
+struct CalibrateArgs {
+    /// NPU configurations, comma-separated: shipped names (`default`, `paper`) or TOML files.
+    #[arg(long, value_delimiter = ',', default_value = "default,paper")]
+    npu_config: Vec<String>,
+    /// Print JSON instead of the Markdown table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -165,9 +184,11 @@ struct DeviceArgs {
     /// time), cpu (real kernels, wall time), cuda.
     #[arg(long, default_value = "auto")]
     device: String,
-    /// NPU configuration file (TOML; see `lazybatch npu-config`).
-    #[arg(long, value_name = "FILE")]
-    npu_config: Option<PathBuf>,
+    /// NPU configuration: `default` (the paper's Table I), `paper` (Table I with weights
+    /// entering the array at DRAM bandwidth, calibrated to Table II) or a TOML file (see
+    /// `lazybatch npu-config`).
+    #[arg(long, value_name = "NAME|FILE")]
+    npu_config: Option<String>,
     /// Latency table to use instead of profiling (written by `profile --save`).
     #[arg(long, value_name = "FILE")]
     profile: Option<PathBuf>,
@@ -219,7 +240,7 @@ impl DeviceArgs {
     }
     fn npu_config(&self) -> Result<NpuConfig> {
         Ok(match &self.npu_config {
-            Some(p) => NpuConfig::load(p)?,
+            Some(spec) => NpuConfig::resolve(spec)?,
             None => NpuConfig::default(),
         })
     }
@@ -450,7 +471,30 @@ pub fn run() -> Result<()> {
         Cmd::Reproduce(a) => cmd_reproduce(a),
         Cmd::Verify(a) => cmd_verify(a),
         Cmd::Kernels(a) => cmd_kernels(a),
-        Cmd::NpuConfig => emit(&NpuConfig::default().to_toml_commented()),
+        Cmd::Calibrate(a) => {
+            let cfgs = a
+                .npu_config
+                .iter()
+                .map(|c| Ok((c.clone(), NpuConfig::resolve(c)?)))
+                .collect::<Result<Vec<_>>>()?;
+            let cal = lazybatch::report::calibration::calibrate(&cfgs)?;
+            if a.json {
+                emit(&(serde_json::to_string_pretty(&cal)? + "\n"))
+            } else {
+                emit(&cal.markdown())
+            }
+        }
+        Cmd::NpuConfig { name } => match NpuConfig::named_text(&name) {
+            Some(text) => emit(text),
+            None => bail!(
+                "unknown NPU configuration '{name}' (shipped: {})",
+                lazybatch::device::npu::config::NAMED
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        },
     }
 }
 
@@ -557,10 +601,19 @@ fn cmd_profile(a: ProfileArgs) -> Result<()> {
     let max_batch = positive("--max-batch", a.max_batch)?;
     let len = lengths_for(&model, a.enc_steps, a.dec_steps)?;
     let reps = positive("--reps", a.dev.reps)?;
+    // on the NPU model, also the latency of one request served alone: at these lengths, and
+    // averaged over WMT 2019's length pairs (Table II's "single-batch latency")
+    let mut alone = None;
     let prof = match a.dev.kind()? {
         DeviceKind::Npu => {
             let mut dev = Npu::new(a.dev.npu_config()?)?;
-            Profile::measure(&mut dev, &model, max_batch, len)?
+            let p = Profile::measure(&mut dev, &model, max_batch, len)?;
+            if model.parts.len() == 1 {
+                let at = lazybatch::profile::alone_latency(&mut dev, &model, len)?;
+                let (mean, words) = lazybatch::profile::wmt19_mean_alone_latency(&mut dev, &model)?;
+                alone = Some((at, mean, words));
+            }
+            p
         }
         kind => {
             let mut dev = a.dev.real(kind)?;
@@ -596,6 +649,9 @@ fn cmd_profile(a: ProfileArgs) -> Result<()> {
             "enc_steps": model.seq.as_ref().map(|_| len.enc),
             "dec_steps": model.seq.as_ref().map(|_| len.dec),
             "single_input_latency_us": single.as_us(),
+            "alone_latency_us": alone.map(|a| a.0.as_us()),
+            "wmt19_mean_alone_latency_us": alone.and_then(|a| a.2.map(|_| a.1.as_us())),
+            "wmt19_mean_words": alone.and_then(|a| a.2.map(|w| [w.0, w.1])),
             "batch_curve": curve.iter().map(|(b, t, tp)| json!({"batch": b, "latency_us": t.as_us(), "throughput_rps": tp})).collect::<Vec<_>>(),
             "nodes": nodes,
         });
@@ -619,9 +675,21 @@ fn cmd_profile(a: ProfileArgs) -> Result<()> {
     }
     out!(
         o,
-        "single-input latency (Algorithm 1): {:.3} ms\n",
+        "single-input latency (Algorithm 1): {:.3} ms",
         single.as_ms()
     );
+    if let Some((at, mean, words)) = alone {
+        match words {
+            Some((en, de)) => out!(
+                o,
+                "served alone: {:.3} ms at these lengths; {:.3} ms on average over WMT 2019 newstest lengths (mean {en:.2} / {de:.2} words)",
+                at.as_ms(),
+                mean.as_ms()
+            ),
+            None => out!(o, "served alone: {:.3} ms", at.as_ms()),
+        }
+    }
+    out!(o,);
     let show: Vec<u32> = [1u32, 2, 4, 8, 16, 32, 64]
         .into_iter()
         .filter(|&b| b <= max_batch)

@@ -350,3 +350,46 @@ fn enc_curve(
         .map(|e| (at_len as f64 * proxy(e) / base).round() as u64)
         .collect())
 }
+
+/// The latency of one request served alone at lengths `len`: every unit it executes, at
+/// batch 1, timed by `device` (prepared for `model`). What Table II's "single-batch latency"
+/// measures; Algorithm 1 over a profile estimates it.
+pub fn alone_latency(device: &mut dyn Device, model: &Model, len: Lengths) -> Result<Nanos> {
+    let mut t = Nanos::ZERO;
+    let mut at = Some(model.first_step());
+    while let Some(u) = at {
+        let member = Member {
+            slot: 0,
+            len,
+            input: 0,
+            step: u.step,
+        };
+        t += device.execute(model, u, &[member])?.time;
+        at = model.next_step(u, len);
+    }
+    Ok(t)
+}
+
+/// [`alone_latency`] averaged over the WMT 2019 newstest En→De length pairs (each pair's
+/// lengths converted to the model's steps as requests' are), with the mean source and target
+/// lengths in words. For a static model: its latency alone, and no lengths.
+pub fn wmt19_mean_alone_latency(
+    device: &mut dyn Device,
+    model: &Model,
+) -> Result<(Nanos, Option<(f64, f64)>)> {
+    let Some(seq) = &model.seq else {
+        return Ok((alone_latency(device, model, model.ref_lengths())?, None));
+    };
+    let joint = crate::runtime::lengths::JointLengths::wmt19()?;
+    let (mut sum, mut count) = (0.0f64, 0u64);
+    for ((en, de), n) in joint.pairs() {
+        let len = Lengths {
+            enc: crate::runtime::lengths::to_steps(en, seq.enc_scale, seq.max_enc),
+            dec: crate::runtime::lengths::to_steps(de, seq.dec_scale, seq.max_dec),
+        };
+        sum += alone_latency(device, model, len)?.0 as f64 * n as f64;
+        count += n;
+    }
+    let mean = Nanos((sum / count.max(1) as f64).round() as u64);
+    Ok((mean, Some(joint.mean_words())))
+}

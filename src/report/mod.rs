@@ -3,6 +3,7 @@
 //! parallel (rayon), over seeds. Each experiment writes its data (CSV and JSON) and an SVG figure;
 //! `report.md` puts the paper's headline claims next to ours.
 
+pub mod calibration;
 pub mod plot;
 pub mod table;
 

@@ -60,6 +60,27 @@ impl JointLengths {
         self.cum.last().copied().unwrap_or(0)
     }
 
+    /// Every (source words, target words) pair with its count.
+    pub fn pairs(&self) -> impl Iterator<Item = ((u32, u32), u64)> + '_ {
+        let mut prev = 0;
+        self.pairs.iter().zip(&self.cum).map(move |(&p, &c)| {
+            let n = c - prev;
+            prev = c;
+            (p, n)
+        })
+    }
+
+    /// Mean source and target lengths in words.
+    pub fn mean_words(&self) -> (f64, f64) {
+        let total = self.total().max(1) as f64;
+        let (mut en, mut de) = (0.0, 0.0);
+        for ((s, t), n) in self.pairs() {
+            en += f64::from(s) * n as f64;
+            de += f64::from(t) * n as f64;
+        }
+        (en / total, de / total)
+    }
+
     /// Draws one (source words, target words) pair.
     pub fn sample<R: Rng>(&self, rng: &mut R) -> (u32, u32) {
         let x = rng.random_range(0..self.total().max(1));

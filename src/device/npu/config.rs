@@ -1,5 +1,8 @@
 //! The NPU's configuration: the paper's Table I by default, any field replaceable from a TOML
-//! file (`--npu-config FILE`; `lazybatch npu-config` prints the default).
+//! file (`--npu-config FILE`; `lazybatch npu-config` prints the default). Two documented
+//! configurations ship in `configs/npu/` and are selected by name: `default` (Table I taken
+//! literally) and `paper` (Table I with weights entering the array at DRAM bandwidth, the
+//! reading of Table II); every value there names its source.
 
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
@@ -78,7 +81,35 @@ impl Default for NpuConfig {
     }
 }
 
+/// The shipped configurations, by name: (name, documented TOML).
+pub const NAMED: &[(&str, &str)] = &[
+    ("default", include_str!("../../../configs/npu/default.toml")),
+    ("paper", include_str!("../../../configs/npu/paper.toml")),
+];
+
 impl NpuConfig {
+    /// A shipped configuration by name (`default`, `paper`), or None.
+    pub fn named(name: &str) -> Option<Result<Self>> {
+        NAMED
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(n, text)| Self::from_toml(text, Path::new(&format!("configs/npu/{n}.toml"))))
+    }
+
+    /// `--npu-config SPEC`: a shipped configuration's name, or a TOML file's path (a file
+    /// named like a shipped configuration needs a directory: `./paper`).
+    pub fn resolve(spec: &str) -> Result<Self> {
+        match Self::named(spec) {
+            Some(cfg) => cfg,
+            None => Self::load(Path::new(spec)),
+        }
+    }
+
+    /// The documented TOML of a shipped configuration.
+    pub fn named_text(name: &str) -> Option<&'static str> {
+        NAMED.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+    }
+
     /// Checks every field is in range.
     pub fn validate(&self) -> Result<()> {
         let pos = |name: &str, ok: bool| -> Result<()> {
@@ -138,44 +169,35 @@ impl NpuConfig {
         let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
         Self::from_toml(&text, path)
     }
+}
 
-    /// The configuration as TOML, with a comment per key.
-    pub fn to_toml_commented(&self) -> String {
-        format!(
-            "# lazybatch NPU configuration (defaults: the paper's Table I)\n\
-             rows = {}                      # systolic-array PE rows\n\
-             cols = {}                      # systolic-array PE columns\n\
-             freq_mhz = {:.1}               # clock\n\
-             act_sram_kib = {}             # activation SRAM (KiB)\n\
-             weight_sram_kib = {}          # weight SRAM (KiB)\n\
-             channels = {}                    # DRAM channels\n\
-             dram_latency_cycles = {}       # DRAM access latency, exposed once per node\n\
-             dram_gbps = {:.1}              # aggregate DRAM bandwidth (GB/s)\n\
-             bytes_per_element = {}           # 1 = int8, 2 = fp16/bf16\n\
-             dataflow = \"{}\"                # \"ws\" (weight stationary) or \"os\" (output stationary)\n\
-             overlap_weight_load = {}     # hide the next fold's weight load behind the current fold\n\
-             weight_fill_gbps = {:.1}         # rate weights enter the array (GB/s); 0 = one PE row per cycle\n\
-             vector_lanes = {}              # vector unit: element ops per cycle\n\
-             vector_transcendental_cycles = {} # lane-cycles per exp/tanh/sigmoid/rsqrt\n\
-             interleave_bytes = {}          # DRAM channel interleaving granularity\n",
-            self.rows,
-            self.cols,
-            self.freq_mhz,
-            self.act_sram_kib,
-            self.weight_sram_kib,
-            self.channels,
-            self.dram_latency_cycles,
-            self.dram_gbps,
-            self.bytes_per_element,
-            match self.dataflow {
-                Dataflow::Ws => "ws",
-                Dataflow::Os => "os",
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shipped_default_file_is_the_default() {
+        assert_eq!(
+            NpuConfig::named("default").unwrap().unwrap(),
+            NpuConfig::default()
+        );
+    }
+
+    #[test]
+    fn the_paper_configuration_differs_only_in_the_weight_fill_rate() {
+        let paper = NpuConfig::resolve("paper").unwrap();
+        assert_eq!(paper.weight_fill_gbps, paper.dram_gbps);
+        assert_eq!(
+            NpuConfig {
+                weight_fill_gbps: 0.0,
+                ..paper
             },
-            self.overlap_weight_load,
-            self.weight_fill_gbps,
-            self.vector_lanes,
-            self.vector_transcendental_cycles,
-            self.interleave_bytes,
-        )
+            NpuConfig::default()
+        );
+        assert!(NpuConfig::named("nonesuch").is_none());
+        let e = NpuConfig::resolve("no/such/file.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no/such/file.toml"), "{e}");
     }
 }
