@@ -147,6 +147,10 @@ pub fn run_source(
     let mut pending: VecDeque<RequestId> = VecDeque::with_capacity(arrivals.expected().max(64));
     let mut table = BatchTable::new(max_batch);
     table.set_cells(policy.cell_nodes(model));
+    table.set_model(model);
+    // the active sub-batch as the device sees it, rebuilt only when the table says it changed
+    let mut members_of: Option<u64> = None;
+    let mut mixed_steps = false;
     let mut free_slots: Vec<u32> = (0..max_batch).rev().collect();
     let mut c = Counters::default();
     let mut snaps = record_snapshots.then(Vec::new);
@@ -228,7 +232,10 @@ pub fn run_source(
                     )));
                 }
                 for r in pending.iter().take(count) {
-                    requests[r.idx()].slot = free_slots.pop();
+                    let q = &mut requests[r.idx()];
+                    q.slot = free_slots.pop();
+                    // admitted requests run their first node now, on top of the table
+                    q.first_issue = Some(now);
                 }
                 if !table.is_empty() {
                     c.preemptions += 1;
@@ -280,26 +287,24 @@ pub fn run_source(
             .top()
             .ok_or_else(|| Error::Internal("empty table".into()))?;
         let at = top.next;
-        members.clear();
-        for (j, r) in top.members.iter().enumerate() {
-            let q = &requests[r.idx()];
-            members.push(Member {
-                slot: q.slot.unwrap_or(0),
-                len: top.padded.unwrap_or(q.len),
-                input: u64::from(r.0),
-                step: top.steps.get(j).copied().unwrap_or(at.step),
-            });
+        if members_of != Some(table.generation()) {
+            members.clear();
+            for (j, r) in top.members.iter().enumerate() {
+                let q = &requests[r.idx()];
+                members.push(Member {
+                    slot: q.slot.unwrap_or(0),
+                    len: top.padded.unwrap_or(q.len),
+                    input: u64::from(r.0),
+                    step: top.steps.get(j).copied().unwrap_or(at.step),
+                });
+            }
+            mixed_steps = members.iter().any(|m| m.step != members[0].step);
+            members_of = Some(table.generation());
         }
-        if members.iter().any(|m| m.step != at.step) {
+        if mixed_steps {
             c.cross_step += 1;
         }
         let timing = device.execute(model, at, &members)?;
-        for r in &top.members {
-            let q = &mut requests[r.idx()];
-            if q.first_issue.is_none() {
-                q.first_issue = Some(now);
-            }
-        }
         c.executions += 1;
         c.batch_sum += members.len() as u64;
         c.busy += timing.time;

@@ -45,6 +45,12 @@ pub struct BatchTable {
     groups: Vec<SubBatch>,
     /// Per node: merge across timesteps (empty: never).
     cells: Vec<bool>,
+    /// Per node: true when every member moves on to the next node at its own step whatever
+    /// its lengths (a node that ends neither its loop nor its model).
+    straight: Vec<bool>,
+    /// Bumped whenever the active sub-batch's members or their steps may have changed (so the
+    /// engine rebuilds its member list only then).
+    generation: u64,
 }
 
 impl PartialEq for BatchTable {
@@ -64,7 +70,30 @@ impl BatchTable {
             step_pool: (0..mb + 2).map(|_| Vec::with_capacity(mb)).collect(),
             groups: Vec::with_capacity(mb),
             cells: Vec::new(),
+            straight: Vec::new(),
+            generation: 0,
         }
+    }
+
+    /// Prepares for `model`: which nodes every member leaves for the next node at its own step
+    /// (so that advancing past them touches no member).
+    pub fn set_model(&mut self, model: &Model) {
+        self.straight = model
+            .nodes
+            .iter()
+            .map(|n| {
+                let ends_loop = n
+                    .loop_id
+                    .is_some_and(|l| model.loops[l.0 as usize].last == n.id);
+                let ends_part = n.id.0 + 1 >= model.parts[model.part_of(n.id)].end;
+                !ends_loop && !ends_part
+            })
+            .collect();
+    }
+
+    /// Changes whenever the active sub-batch's members or their steps may have changed.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Marks the nodes at which sub-batches merge across timesteps (one flag per node).
@@ -141,6 +170,7 @@ impl BatchTable {
             next,
             padded,
         });
+        self.generation += 1;
         self.merge_top();
         self.debug_check();
     }
@@ -155,10 +185,29 @@ impl BatchTable {
         finished: &mut Vec<RequestId>,
     ) -> Advance {
         let mut out = Advance::default();
+        let node = match self.stack.last_mut() {
+            None => return out,
+            Some(top)
+                if self
+                    .straight
+                    .get(top.next.node.idx())
+                    .copied()
+                    .unwrap_or(false) =>
+            {
+                // the usual case: everyone moves to the next node at their own steps
+                top.next.node.0 += 1;
+                if top.padded.is_none() {
+                    out.merges += self.merge_top();
+                }
+                self.debug_check();
+                return out;
+            }
+            Some(top) => top.next.node,
+        };
+        self.generation += 1;
         let Some(mut top) = self.stack.pop() else {
             return out;
         };
-        let node = top.next.node;
         if let Some(pad) = top.padded {
             match model.next_step(top.next, pad) {
                 Some(next) => {
@@ -261,6 +310,7 @@ impl BatchTable {
                 below.steps.append(&mut top.steps);
             }
             self.recycle(top.members, top.steps);
+            self.generation += 1;
             merges += 1;
         }
         merges

@@ -43,6 +43,8 @@ pub struct Npu {
     /// Memoized timings: `table[node][batch-1]`, empty for length-dependent nodes.
     table: Vec<Vec<Timing>>,
     model_name: String,
+    /// Address of the prepared model's node list.
+    prepared_nodes: usize,
 }
 
 impl Npu {
@@ -53,6 +55,7 @@ impl Npu {
             cfg,
             table: Vec::new(),
             model_name: String::new(),
+            prepared_nodes: 0,
         })
     }
 
@@ -238,6 +241,7 @@ impl Device for Npu {
             })
             .collect();
         self.model_name = model.name.clone();
+        self.prepared_nodes = model.nodes.as_ptr() as usize;
         Ok(())
     }
 
@@ -245,7 +249,12 @@ impl Device for Npu {
         if members.is_empty() {
             return Err(Error::Internal("execute on an empty sub-batch".into()));
         }
-        if let Some(t) = (model.name == self.model_name)
+        // the table belongs to the prepared model: the same node list (its address, cheap) or,
+        // failing that, the same name
+        let prepared = model.nodes.as_ptr() as usize == self.prepared_nodes
+            && model.nodes.len() == self.table.len()
+            || model.name == self.model_name;
+        if let Some(t) = prepared
             .then(|| self.table.get(at.node.idx()))
             .flatten()
             .and_then(|row| row.get(members.len() - 1))
