@@ -57,6 +57,10 @@ pub trait ArrivalSource {
     fn expected(&self) -> usize {
         0
     }
+    /// A time before which no request arrives (`Nanos::MAX` when none will), if known.
+    fn next_due(&self) -> Option<Nanos> {
+        None
+    }
 }
 
 /// Pre-drawn arrivals, sorted by time (the virtual-time source).
@@ -98,15 +102,18 @@ impl ArrivalSource for Predrawn<'_> {
     fn expected(&self) -> usize {
         self.list.len()
     }
+    fn next_due(&self) -> Option<Nanos> {
+        Some(self.list.get(self.next).map_or(Nanos::MAX, |a| a.time))
+    }
 }
 
 /// Runs pre-drawn `arrivals` (sorted by time) to completion.
 #[allow(clippy::too_many_arguments)]
-pub fn run(
+pub fn run<D: Device + ?Sized, C: Clock>(
     model: &Model,
-    device: &mut dyn Device,
+    device: &mut D,
     policy: &mut dyn Policy,
-    clock: &mut dyn Clock,
+    clock: &mut C,
     predictor: &Predictor,
     arrivals: &[Arrival],
     sla: Nanos,
@@ -129,13 +136,13 @@ pub fn run(
 
 /// Runs the requests of `arrivals` to completion: the engine loop.
 #[allow(clippy::too_many_arguments)]
-pub fn run_source(
+pub fn run_source<D: Device + ?Sized, C: Clock, A: ArrivalSource + ?Sized>(
     model: &Model,
-    device: &mut dyn Device,
+    device: &mut D,
     policy: &mut dyn Policy,
-    clock: &mut dyn Clock,
+    clock: &mut C,
     predictor: &Predictor,
-    arrivals: &mut dyn ArrivalSource,
+    arrivals: &mut A,
     sla: Nanos,
     max_batch: u32,
     record_snapshots: bool,
@@ -148,6 +155,7 @@ pub fn run_source(
     let mut table = BatchTable::new(max_batch);
     table.set_cells(policy.cell_nodes(model));
     table.set_model(model);
+    let never_preempts = policy.never_preempts();
     // the active sub-batch as the device sees it, rebuilt only when the table says it changed
     let mut members_of: Option<u64> = None;
     let mut mixed_steps = false;
@@ -192,7 +200,11 @@ pub fn run_source(
             }
             break;
         }
-        let decision = {
+        let quiet = !table.is_empty() && (pending.is_empty() || never_preempts);
+        let decision = if quiet {
+            // nothing to decide (the policy contract): run the active sub-batch
+            Decision::Run
+        } else {
             let view = View::new(
                 now,
                 model,
@@ -300,6 +312,32 @@ pub fn run_source(
             }
             mixed_steps = members.iter().any(|m| m.step != members[0].step);
             members_of = Some(table.generation());
+        }
+        // a virtual device times a run of batch-size-only nodes at once, up to the next unit
+        // where anything can happen: a node that ends a loop or the model, a node whose time
+        // depends on lengths, the entry below (a merge), or the next arrival for a policy that
+        // may preempt (byte-identical to executing them one by one)
+        if quiet && snaps.is_none() {
+            let budget = match (never_preempts, arrivals.next_due()) {
+                (true, _) => Some(None),
+                (false, Some(due)) => Some(Some(Nanos(due.0.saturating_sub(now.0)))),
+                (false, None) => None,
+            };
+            let ahead = table.straight_ahead();
+            if let (Some(budget), true) = (budget, ahead > 1) {
+                if let Some((k, t)) = device.time_run(model, at.node, members.len(), ahead, budget)
+                {
+                    c.executions += u64::from(k);
+                    c.batch_sum += u64::from(k) * members.len() as u64;
+                    if mixed_steps {
+                        c.cross_step += u64::from(k);
+                    }
+                    c.busy += t;
+                    clock.advance(t);
+                    c.merges += u64::from(table.advance_straight(k));
+                    continue;
+                }
+            }
         }
         if mixed_steps {
             c.cross_step += 1;

@@ -95,11 +95,11 @@ impl Bench {
             return Err(Error::invalid("--sla-ms", "must be positive"));
         }
         let mut pol = policy::parse_for(&cfg.policy, cfg.max_batch, &self.model)?;
-        let mut dev: Box<dyn Device> = Box::new(self.npu.clone());
+        let mut dev = self.npu.clone();
         let mut clock = VirtualClock::new();
         let out = engine::run(
             &self.model,
-            dev.as_mut(),
+            &mut dev,
             pol.as_mut(),
             &mut clock,
             &self.predictor,

@@ -15,6 +15,8 @@ pub struct Nanos(pub u64);
 impl Nanos {
     /// Zero.
     pub const ZERO: Nanos = Nanos(0);
+    /// The largest representable time ("never").
+    pub const MAX: Nanos = Nanos(u64::MAX);
     /// From microseconds.
     pub fn from_us(us: f64) -> Nanos {
         Nanos((us * 1e3).round().max(0.0) as u64)

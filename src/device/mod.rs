@@ -54,6 +54,21 @@ pub trait Device {
     fn prepare(&mut self, model: &Model, max_batch: u32) -> Result<()>;
     /// Executes `at` for the sub-batch `members` and returns the device time it took.
     fn execute(&mut self, model: &Model, at: NodeStep, members: &[Member]) -> Result<Timing>;
+    /// A virtual device's shortcut for a run of nodes whose time depends on the batch size only:
+    /// how many consecutive nodes from `from` (at most `max_nodes`) it can time at once for a
+    /// sub-batch of `batch`, stopping after the node during which `budget` runs out (if given),
+    /// and their total time — exactly the sum of their one-by-one times. None: execute node by
+    /// node (real devices always).
+    fn time_run(
+        &self,
+        _model: &Model,
+        _from: crate::graph::NodeId,
+        _batch: usize,
+        _max_nodes: u32,
+        _budget: Option<Nanos>,
+    ) -> Option<(u32, Nanos)> {
+        None
+    }
     /// Called when a request completes, before its slot is reused. Model devices ignore it.
     fn complete(&mut self, _member: &Member) {}
     /// Starts (or, with [`capture::CaptureMode::Off`], stops) recording outputs (real devices;

@@ -29,6 +29,9 @@ impl Policy for GraphBatching {
     fn name(&self) -> String {
         self.name.clone()
     }
+    fn never_preempts(&self) -> bool {
+        true
+    }
     fn decide(&mut self, v: &View) -> Decision {
         if !v.table.is_empty() {
             return Decision::Run;

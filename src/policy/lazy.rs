@@ -40,6 +40,7 @@
 
 use super::{Decision, Policy, View};
 use crate::graph::{Lengths, NodeStep};
+use crate::runtime::SubBatch;
 
 /// LazyBatching with the conservative predictor, or the Oracle; merging at a common loop node
 /// whatever the timestep, or (`strict`) only at an identical (node, timestep).
@@ -49,6 +50,8 @@ pub struct Lazy {
     strict: bool,
     /// The Oracle's scratch: one group per BatchTable entry.
     groups: Vec<Group>,
+    /// The entries below the active one, summed once per table generation.
+    below: Below,
 }
 
 impl Lazy {
@@ -58,6 +61,7 @@ impl Lazy {
             oracle: false,
             strict: false,
             groups: Vec::new(),
+            below: Below::default(),
         }
     }
     /// LazyB with exact batched latencies.
@@ -66,6 +70,7 @@ impl Lazy {
             oracle: true,
             strict: false,
             groups: Vec::new(),
+            below: Below::default(),
         }
     }
     /// The same policy merging only at an identical (node, timestep): the ablation of the merge
@@ -78,43 +83,86 @@ impl Lazy {
     }
 }
 
-/// Σ over requests in flight of their remaining single-input latency, and the earliest deadline
-/// among them. Members of one entry share a position, and mostly their lengths too: the
-/// remaining latency is computed once per run of equal lengths.
-fn in_flight(v: &View) -> (u64, u64) {
+/// Σ over the members of one entry of their remaining single-input latency, and the earliest
+/// deadline among them. Members mostly share a position and lengths: the remaining latency is
+/// computed once per run of equal (lengths, step).
+fn entry_load(v: &View, sb: &SubBatch) -> (u64, u64) {
     let mut total = 0u64;
     let mut min_deadline = u64::MAX;
-    for sb in v.table.entries() {
-        let mut last: Option<(Lengths, u32, u64)> = None;
-        for (j, &r) in sb.members.iter().enumerate() {
-            let len = sb.padded.unwrap_or_else(|| v.predicted_len(r));
-            let step = sb.steps.get(j).copied().unwrap_or(sb.next.step);
-            let rem = match last {
-                Some((l, s, t)) if l == len && s == step => t,
-                _ => {
-                    v.predictor
-                        .remaining(
-                            Some(NodeStep {
-                                node: sb.next.node,
-                                step,
-                            }),
-                            len,
-                            1,
-                        )
-                        .0
-                }
-            };
-            last = Some((len, step, rem));
-            total += rem;
-            min_deadline = min_deadline.min(v.deadline(r).0);
-        }
+    let mut last: Option<(Lengths, u32, u64)> = None;
+    for (j, &r) in sb.members.iter().enumerate() {
+        let len = sb.padded.unwrap_or_else(|| v.predicted_len(r));
+        let step = sb.steps.get(j).copied().unwrap_or(sb.next.step);
+        let rem = match last {
+            Some((l, s, t)) if l == len && s == step => t,
+            _ => {
+                v.predictor
+                    .remaining(
+                        Some(NodeStep {
+                            node: sb.next.node,
+                            step,
+                        }),
+                        len,
+                        1,
+                    )
+                    .0
+            }
+        };
+        last = Some((len, step, rem));
+        total += rem;
+        min_deadline = min_deadline.min(v.deadline(r).0);
     }
     (total, min_deadline)
 }
 
+/// What the policy remembers of the entries below the active one: they do not move until the
+/// table's generation changes, so their load is summed once per generation, not per decision.
+#[derive(Clone, Debug, Default)]
+struct Below {
+    generation: Option<u64>,
+    /// Σ remaining single-input latency and earliest deadline of the entries below the top.
+    load: (u64, u64),
+    /// The Oracle's groups for those entries, bottom first.
+    groups: Vec<Group>,
+}
+
+impl Below {
+    /// Brings the cache up to date with the table (`oracle`: also the groups).
+    fn refresh(&mut self, v: &View, oracle: bool) {
+        let generation = v.table.generation();
+        if self.generation == Some(generation) {
+            return;
+        }
+        let entries = v.table.entries();
+        let below = &entries[..entries.len().saturating_sub(1)];
+        self.load = below.iter().fold((0, u64::MAX), |(t, d), sb| {
+            let (et, ed) = entry_load(v, sb);
+            (t + et, d.min(ed))
+        });
+        self.groups.clear();
+        if oracle {
+            self.groups
+                .extend(below.iter().map(|sb| entry_group(v, sb)));
+        }
+        self.generation = Some(generation);
+    }
+}
+
+/// Σ over requests in flight of their remaining single-input latency, and the earliest deadline
+/// among them.
+fn in_flight(v: &View, below: &Below) -> (u64, u64) {
+    match v.table.top() {
+        None => (0, u64::MAX),
+        Some(top) => {
+            let (t, d) = entry_load(v, top);
+            (below.load.0 + t, below.load.1.min(d))
+        }
+    }
+}
+
 /// The number of pending requests LazyB may admit now (0 = do not preempt).
-fn lazy_admissible(v: &View, k_max: usize) -> usize {
-    let (base, mut min_deadline) = in_flight(v);
+fn lazy_admissible(v: &View, k_max: usize, below: &Below) -> usize {
+    let (base, mut min_deadline) = in_flight(v, below);
     let threshold = v.now.0 + base;
     let mut sum = 0u64;
     let mut ok = 0;
@@ -141,7 +189,7 @@ struct Group {
 
 /// The representative of a BatchTable entry: its member with the most remaining single-input
 /// work (members stand at different steps after cross-step merges).
-fn entry_group(v: &View, sb: &crate::runtime::SubBatch) -> Group {
+fn entry_group(v: &View, sb: &SubBatch) -> Group {
     let mut best = (0u64, Some(sb.next), v.predicted_len(sb.members[0]));
     for (j, &r) in sb.members.iter().enumerate() {
         let len = sb.padded.unwrap_or_else(|| v.predicted_len(r));
@@ -226,22 +274,17 @@ fn oracle_drain(v: &View, entries: &[Group], extra: Option<Group>) -> u64 {
 /// bounds by the pending count): the largest k for which every affected request still meets
 /// its deadline. Admitting more never finishes earlier (the batched latencies grow with the
 /// batch) and only adds deadlines, so feasibility is monotone in k and a binary search finds it.
-/// `scratch` holds the entries' groups (kept by the policy so that deciding allocates nothing).
-fn oracle_admissible(v: &View, k_max: usize, scratch: &mut Vec<Group>) -> usize {
+/// `below` holds the groups of the entries under the active one; `scratch` receives every
+/// entry's group (kept by the policy, so that deciding allocates nothing).
+fn oracle_admissible(v: &View, k_max: usize, below: &Below, scratch: &mut Vec<Group>) -> usize {
     let now = v.now.0;
-    let inflight_min = v
-        .table
-        .entries()
-        .iter()
-        .flat_map(|sb| sb.members.iter())
-        .map(|&r| v.deadline(r).0)
-        .min()
-        .unwrap_or(u64::MAX);
+    let inflight_min = in_flight(v, below).1;
     let Some(&first) = v.pending.front() else {
         return 0;
     };
     scratch.clear();
-    scratch.extend(v.table.entries().iter().map(|sb| entry_group(v, sb)));
+    scratch.extend_from_slice(&below.groups);
+    scratch.extend(v.table.top().map(|sb| entry_group(v, sb)));
     let entries = &scratch[..];
     // the newcomers run as one sub-batch at the first one's predicted lengths
     let len = v.predicted_len(first);
@@ -317,10 +360,11 @@ impl Policy for Lazy {
                 pad: false,
             };
         }
+        self.below.refresh(v, self.oracle);
         let k = if self.oracle {
-            oracle_admissible(v, k_max, &mut self.groups)
+            oracle_admissible(v, k_max, &self.below, &mut self.groups)
         } else {
-            lazy_admissible(v, k_max)
+            lazy_admissible(v, k_max, &self.below)
         };
         if k > 0 {
             Decision::Admit {

@@ -105,6 +105,9 @@ impl<'a> View<'a> {
 }
 
 /// A batching policy.
+///
+/// Contract with the engine: while requests are in flight and none is pending, a policy has
+/// nothing to decide and the engine runs the active sub-batch without asking it.
 pub trait Policy: Send {
     /// The policy string it was parsed from (`graph:25:64`, `lazy`, ...).
     fn name(&self) -> String;
@@ -117,6 +120,12 @@ pub trait Policy: Send {
     /// True when decisions depend on the SLA and the predicted lengths (the slack check);
     /// false for policies blind to both.
     fn uses_sla(&self) -> bool {
+        false
+    }
+    /// True for policies that never admit while requests are in flight (they start the next
+    /// batch when the table is empty): the engine then runs the active sub-batch without asking
+    /// them, whatever is pending.
+    fn never_preempts(&self) -> bool {
         false
     }
     /// Nodes at which sub-batches merge across timesteps (cells); none by default.

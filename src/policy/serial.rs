@@ -10,6 +10,9 @@ impl Policy for Serial {
     fn name(&self) -> String {
         "serial".into()
     }
+    fn never_preempts(&self) -> bool {
+        true
+    }
     fn decide(&mut self, v: &View) -> Decision {
         if v.table.is_empty() && !v.pending.is_empty() {
             Decision::Admit {

@@ -208,29 +208,35 @@ pub type Results = HashMap<Job, RunOut>;
 
 /// Runs `jobs` in parallel (deterministic: each job depends only on its own key).
 fn run_jobs(jobs: &BTreeSet<Job>, plan: &Plan, npu: &NpuConfig, progress: bool) -> Result<Results> {
-    let mut benches: BTreeMap<(&'static str, u32, u32), Bench> = BTreeMap::new();
-    for j in jobs {
-        let key = (j.model, j.max_batch, j.coverage_tenths);
-        if let std::collections::btree_map::Entry::Vacant(e) = benches.entry(key) {
+    // one bench (model, profiled device, predictor) per model, maximum batch and coverage,
+    // built in parallel
+    let keys: BTreeSet<(&'static str, u32, u32)> = jobs
+        .iter()
+        .map(|j| (j.model, j.max_batch, j.coverage_tenths))
+        .collect();
+    let benches: BTreeMap<(&'static str, u32, u32), Bench> = keys
+        .into_par_iter()
+        .map(|key @ (model, max_batch, coverage_tenths)| {
             // a comma-separated model list is a co-location of those models
-            let model = if j.model.contains(',') {
+            let model = if model.contains(',') {
                 crate::graph::Model::compose(
-                    j.model
+                    model
                         .split(',')
                         .map(zoo::load)
                         .collect::<Result<Vec<_>>>()?,
                 )
             } else {
-                zoo::load(j.model)?
+                zoo::load(model)?
             };
-            e.insert(Bench::new(
+            let bench = Bench::new(
                 model,
                 npu.clone(),
-                j.max_batch,
-                f64::from(j.coverage_tenths) / 10.0,
-            )?);
-        }
-    }
+                max_batch,
+                f64::from(coverage_tenths) / 10.0,
+            )?;
+            Ok((key, bench))
+        })
+        .collect::<Result<_>>()?;
     let bar = if progress && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         let b = indicatif::ProgressBar::new(jobs.len() as u64);
         b.set_style(

@@ -48,6 +48,8 @@ pub struct BatchTable {
     /// Per node: true when every member moves on to the next node at its own step whatever
     /// its lengths (a node that ends neither its loop nor its model).
     straight: Vec<bool>,
+    /// Per node: how many consecutive straight nodes start there.
+    straight_len: Vec<u32>,
     /// Bumped whenever the active sub-batch's members or their steps may have changed (so the
     /// engine rebuilds its member list only then).
     generation: u64,
@@ -71,6 +73,7 @@ impl BatchTable {
             groups: Vec::with_capacity(mb),
             cells: Vec::new(),
             straight: Vec::new(),
+            straight_len: Vec::new(),
             generation: 0,
         }
     }
@@ -89,6 +92,46 @@ impl BatchTable {
                 !ends_loop && !ends_part
             })
             .collect();
+        self.straight_len = vec![0; self.straight.len() + 1];
+        for i in (0..self.straight.len()).rev() {
+            if self.straight[i] {
+                self.straight_len[i] = self.straight_len[i + 1] + 1;
+            }
+        }
+    }
+
+    /// How many nodes the active sub-batch can run straight on before anything can happen to
+    /// the table: nodes that end neither a loop nor the model, and not past the node where the
+    /// entry below stands (where they could merge).
+    pub fn straight_ahead(&self) -> u32 {
+        let Some(top) = self.stack.last() else {
+            return 0;
+        };
+        let i = top.next.node.0;
+        let mut k = self.straight_len.get(i as usize).copied().unwrap_or(0);
+        if let [.., below, _] = self.stack.as_slice() {
+            let b = below.next.node.0;
+            if b > i {
+                k = k.min(b - i);
+            }
+        }
+        k
+    }
+
+    /// Moves the active sub-batch `k` straight nodes on ([`BatchTable::straight_ahead`] or
+    /// fewer) and merges it with the entry below if they then meet. Returns the merges.
+    pub fn advance_straight(&mut self, k: u32) -> u32 {
+        let Some(top) = self.stack.last_mut() else {
+            return 0;
+        };
+        top.next.node.0 += k;
+        let merges = if top.padded.is_none() {
+            self.merge_top()
+        } else {
+            0
+        };
+        self.debug_check();
+        merges
     }
 
     /// Changes whenever the active sub-batch's members or their steps may have changed.
@@ -219,6 +262,14 @@ impl BatchTable {
                     self.recycle(top.members, top.steps);
                 }
             }
+        } else if let Some(first) = Self::all_wrap(model, &top, &lengths) {
+            // the end of a loop that every member runs again: each to its own next step
+            top.steps.iter_mut().for_each(|s| *s += 1);
+            let next = NodeStep {
+                node: first,
+                step: top.next.step + 1,
+            };
+            self.stack.push(SubBatch { next, ..top });
         } else if let Some(next) = Self::common_next(model, &top, &lengths) {
             // the usual case: the whole sub-batch moves on together
             top.steps.iter_mut().for_each(|s| *s = next.step);
@@ -271,6 +322,25 @@ impl BatchTable {
         out.merges += self.merge_top();
         self.debug_check();
         out
+    }
+
+    /// At the last node of a loop that every member runs again (its own step + 1 is within its
+    /// own step count), the loop's first node.
+    fn all_wrap(
+        model: &Model,
+        sb: &SubBatch,
+        lengths: &impl Fn(RequestId) -> Lengths,
+    ) -> Option<crate::graph::NodeId> {
+        let node = model.node(sb.next.node);
+        let lp = &model.loops[node.loop_id?.0 as usize];
+        if lp.last != node.id {
+            return None;
+        }
+        sb.members
+            .iter()
+            .zip(&sb.steps)
+            .all(|(&r, &s)| s + 1 < lp.steps(lengths(r)))
+            .then_some(lp.first)
     }
 
     /// The next unit of every member when they all have one and it is the same.

@@ -40,11 +40,16 @@ use crate::time::Nanos;
 #[derive(Clone, Debug)]
 pub struct Npu {
     cfg: NpuConfig,
-    /// Memoized timings: `table[node][batch-1]`, empty for length-dependent nodes.
-    table: Vec<Vec<Timing>>,
+    /// Memoized timings: `table[node][batch-1]`, empty for length-dependent nodes. Shared by
+    /// clones (every simulated run clones its bench's device).
+    table: std::sync::Arc<Vec<Vec<Timing>>>,
     model_name: String,
     /// Address of the prepared model's node list.
     prepared_nodes: usize,
+    /// `prefix[b-1][i]`: Σ of the memoized times of nodes 0..i at batch b (0 for the others).
+    prefix: std::sync::Arc<Vec<Vec<u64>>>,
+    /// Per node: the first node at or after it whose time is not memoized.
+    memo_end: std::sync::Arc<Vec<u32>>,
 }
 
 impl Npu {
@@ -53,15 +58,25 @@ impl Npu {
         cfg.validate()?;
         Ok(Npu {
             cfg,
-            table: Vec::new(),
+            table: std::sync::Arc::new(Vec::new()),
             model_name: String::new(),
             prepared_nodes: 0,
+            prefix: std::sync::Arc::new(Vec::new()),
+            memo_end: std::sync::Arc::new(Vec::new()),
         })
     }
 
     /// The configuration.
     pub fn config(&self) -> &NpuConfig {
         &self.cfg
+    }
+
+    /// True when the memoized tables belong to `model`: the same node list (its address,
+    /// cheap) or, failing that, the same name.
+    fn prepared_for(&self, model: &Model) -> bool {
+        model.nodes.as_ptr() as usize == self.prepared_nodes
+            && model.nodes.len() == self.table.len()
+            || model.name == self.model_name
     }
 
     /// Cycles the systolic array needs for `count` GEMMs of `m×k · k×n`.
@@ -221,7 +236,7 @@ impl Device for Npu {
             return Err(Error::invalid("max batch", "must be at least 1"));
         }
         let len = model.ref_lengths();
-        self.table = model
+        let table: Vec<Vec<Timing>> = model
             .nodes
             .iter()
             .map(|n| {
@@ -240,21 +255,69 @@ impl Device for Npu {
                     .collect()
             })
             .collect();
+        let n = table.len();
+        let mut memo_end = vec![n as u32; n + 1];
+        for i in (0..n).rev() {
+            memo_end[i] = if table[i].is_empty() {
+                i as u32
+            } else {
+                memo_end[i + 1]
+            };
+        }
+        let prefix = (0..max_batch as usize)
+            .map(|b| {
+                let mut p = Vec::with_capacity(n + 1);
+                let mut acc = 0u64;
+                p.push(0);
+                for row in &table {
+                    acc += row.get(b).map_or(0, |t| t.time.0);
+                    p.push(acc);
+                }
+                p
+            })
+            .collect();
+        self.prefix = std::sync::Arc::new(prefix);
+        self.memo_end = std::sync::Arc::new(memo_end);
+        self.table = std::sync::Arc::new(table);
         self.model_name = model.name.clone();
         self.prepared_nodes = model.nodes.as_ptr() as usize;
         Ok(())
+    }
+
+    fn time_run(
+        &self,
+        model: &Model,
+        from: NodeId,
+        batch: usize,
+        max_nodes: u32,
+        budget: Option<Nanos>,
+    ) -> Option<(u32, Nanos)> {
+        if !self.prepared_for(model) || batch == 0 || batch > self.prefix.len() {
+            return None;
+        }
+        let i = from.idx();
+        let end = (*self.memo_end.get(i)? as usize).min(i + max_nodes as usize);
+        if end <= i {
+            return None;
+        }
+        let p = &self.prefix[batch - 1];
+        let j = match budget {
+            None => end,
+            // the first node after which the budget is spent
+            Some(b) => {
+                let target = p[i].saturating_add(b.0);
+                (i + 1 + p[i + 1..=end].partition_point(|&x| x < target)).min(end)
+            }
+        };
+        Some(((j - i) as u32, Nanos(p[j] - p[i])))
     }
 
     fn execute(&mut self, model: &Model, at: NodeStep, members: &[Member]) -> Result<Timing> {
         if members.is_empty() {
             return Err(Error::Internal("execute on an empty sub-batch".into()));
         }
-        // the table belongs to the prepared model: the same node list (its address, cheap) or,
-        // failing that, the same name
-        let prepared = model.nodes.as_ptr() as usize == self.prepared_nodes
-            && model.nodes.len() == self.table.len()
-            || model.name == self.model_name;
-        if let Some(t) = prepared
+        if let Some(t) = self
+            .prepared_for(model)
             .then(|| self.table.get(at.node.idx()))
             .flatten()
             .and_then(|row| row.get(members.len() - 1))
