@@ -523,3 +523,33 @@ fn predictor_matches_the_direct_sum_over_nodes() {
         }
     }
 }
+
+#[test]
+fn timing_runs_of_nodes_at_once_changes_nothing() {
+    // recording snapshots makes the engine execute node by node; without, the NPU model times
+    // runs of batch-size-only nodes at once: every request and counter must be the same
+    for model in ["resnet50", "gnmt", "transformer", "las"] {
+        let b = bench(model, 8);
+        for p in ["serial", "graph:5", "lazy", "oracle", "lazy:strict", "cellular:5"] {
+            let arrivals = lazybatch::traffic::poisson(&b.model, 400.0, 120, 3).unwrap();
+            let run = |snapshots: bool| {
+                let mut pol = policy::parse(p, 8).unwrap();
+                engine::run(
+                    &b.model,
+                    &mut b.npu.clone(),
+                    pol.as_mut(),
+                    &mut VirtualClock::new(),
+                    &b.predictor,
+                    &arrivals,
+                    Nanos::from_ms(100.0),
+                    8,
+                    snapshots,
+                )
+                .unwrap()
+            };
+            let (fast, slow) = (run(false), run(true));
+            assert_eq!(fast.requests, slow.requests, "{model} {p}");
+            assert_eq!(fast.counters, slow.counters, "{model} {p}");
+        }
+    }
+}
