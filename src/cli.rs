@@ -919,7 +919,7 @@ fn run_json(
         "seed": seed, "sla_ms": sla_ms, "latency_ms": st.latency_ms,
         "throughput_rps": st.throughput_rps, "sla_violation_rate": st.sla_violation_rate,
         "mean_batch_size": st.mean_batch_size, "preemptions": st.preemptions, "merges": st.merges,
-        "wall_s": wall_s,
+        "by_class": st.by_class, "wall_s": wall_s,
     })
 }
 
@@ -1034,6 +1034,19 @@ fn cmd_run(a: RunArgs) -> Result<()> {
         st.merges,
         wall
     );
+    if st.by_class.len() > 1 {
+        let parts: Vec<String> = st
+            .by_class
+            .iter()
+            .map(|k| {
+                format!(
+                    "{} {:.3} ms at mean batch {:.2}",
+                    k.class, k.busy_ms_per_request, k.mean_batch
+                )
+            })
+            .collect();
+        out!(o, "  device time per request: {}", parts.join("; "));
+    }
     for (m, ps) in &per_model {
         out!(
             o,
@@ -1154,6 +1167,13 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
             mean_batch_size: avg(&|s| s.mean_batch_size),
             preemptions: avg(&|s| s.preemptions as f64).round() as u64,
             merges: avg(&|s| s.merges as f64).round() as u64,
+            by_class: (0..chunk[0].0.by_class.len())
+                .map(|k| metrics::ClassStats {
+                    class: chunk[0].0.by_class[k].class.clone(),
+                    busy_ms_per_request: avg(&|s| s.by_class[k].busy_ms_per_request),
+                    mean_batch: avg(&|s| s.by_class[k].mean_batch),
+                })
+                .collect(),
         };
         let mut v = run_json(&name, &be.device(), p, *r, 1, a.serve.sla_ms, &st, wall);
         let (_, lat25, lat75) = spread(&|s| s.latency_ms.mean);

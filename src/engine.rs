@@ -29,6 +29,31 @@ pub struct Counters {
     pub cross_step: u64,
     /// Busy device time.
     pub busy: Nanos,
+    /// The same by node class (static, encoder, decoder): where the device time went.
+    pub by_class: [ClassCounters; 3],
+}
+
+/// Executions, batch sizes and device time at the nodes of one class.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClassCounters {
+    /// Node executions.
+    pub executions: u64,
+    /// Σ of sub-batch sizes over them.
+    pub batch_sum: u64,
+    /// Device time.
+    pub busy: Nanos,
+}
+
+impl Counters {
+    fn record(&mut self, class: Class, executions: u64, batch: usize, time: Nanos) {
+        self.executions += executions;
+        self.batch_sum += executions * batch as u64;
+        self.busy += time;
+        let k = &mut self.by_class[class as usize];
+        k.executions += executions;
+        k.batch_sum += executions * batch as u64;
+        k.busy += time;
+    }
 }
 
 /// A snapshot of the BatchTable (bottom first: members and next unit), for tests and traces.
@@ -327,12 +352,11 @@ pub fn run_source<D: Device + ?Sized, C: Clock, A: ArrivalSource + ?Sized>(
             if let (Some(budget), true) = (budget, ahead > 1) {
                 if let Some((k, t)) = device.time_run(model, at.node, members.len(), ahead, budget)
                 {
-                    c.executions += u64::from(k);
-                    c.batch_sum += u64::from(k) * members.len() as u64;
+                    // a run stays within one node class (BatchTable::straight_ahead)
+                    c.record(model.node(at.node).class, u64::from(k), members.len(), t);
                     if mixed_steps {
                         c.cross_step += u64::from(k);
                     }
-                    c.busy += t;
                     clock.advance(t);
                     c.merges += u64::from(table.advance_straight(k));
                     continue;
@@ -343,12 +367,10 @@ pub fn run_source<D: Device + ?Sized, C: Clock, A: ArrivalSource + ?Sized>(
             c.cross_step += 1;
         }
         let timing = device.execute(model, at, &members)?;
-        c.executions += 1;
-        c.batch_sum += members.len() as u64;
-        c.busy += timing.time;
+        let node = model.node(at.node);
+        c.record(node.class, 1, members.len(), timing.time);
         clock.advance(timing.time);
         let done_at = clock.now();
-        let node = model.node(at.node);
         let ends_dec_step = node.class == Class::Decoder
             && node
                 .loop_id

@@ -4,6 +4,7 @@
 
 use crate::engine::Outcome;
 use crate::error::{Error, Result};
+use crate::graph::Class;
 use crate::time::Nanos;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -47,6 +48,20 @@ pub struct Stats {
     pub preemptions: u64,
     /// Sub-batch merges.
     pub merges: u64,
+    /// Where the device time went, by node class (classes the model has).
+    #[serde(default)]
+    pub by_class: Vec<ClassStats>,
+}
+
+/// Device time and batch sizes at the nodes of one class.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClassStats {
+    /// `static`, `encoder` or `decoder`.
+    pub class: String,
+    /// Device time at these nodes per completed request (ms).
+    pub busy_ms_per_request: f64,
+    /// Mean sub-batch size at these nodes.
+    pub mean_batch: f64,
 }
 
 /// Builds the latency histogram (µs, 3 significant digits) of the completed requests.
@@ -144,6 +159,16 @@ pub fn summarize(out: &Outcome) -> Result<Stats> {
         },
         preemptions: c.preemptions,
         merges: c.merges,
+        by_class: [Class::Static, Class::Encoder, Class::Decoder]
+            .into_iter()
+            .zip(&c.by_class)
+            .filter(|(_, k)| k.executions > 0)
+            .map(|(class, k)| ClassStats {
+                class: class.to_string(),
+                busy_ms_per_request: k.busy.as_ms() / completed.max(1) as f64,
+                mean_batch: k.batch_sum as f64 / k.executions as f64,
+            })
+            .collect(),
     })
 }
 

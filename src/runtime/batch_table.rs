@@ -92,17 +92,19 @@ impl BatchTable {
                 !ends_loop && !ends_part
             })
             .collect();
+        // runs of straight nodes of one class (so that device time can be told by class)
         self.straight_len = vec![0; self.straight.len() + 1];
         for i in (0..self.straight.len()).rev() {
             if self.straight[i] {
-                self.straight_len[i] = self.straight_len[i + 1] + 1;
+                let same = model.nodes.get(i + 1).map(|n| n.class) == Some(model.nodes[i].class);
+                self.straight_len[i] = 1 + if same { self.straight_len[i + 1] } else { 0 };
             }
         }
     }
 
     /// How many nodes the active sub-batch can run straight on before anything can happen to
-    /// the table: nodes that end neither a loop nor the model, and not past the node where the
-    /// entry below stands (where they could merge).
+    /// the table: nodes of one class that end neither a loop nor the model, and not past the
+    /// node where the entry below stands (where they could merge).
     pub fn straight_ahead(&self) -> u32 {
         let Some(top) = self.stack.last() else {
             return 0;

@@ -530,7 +530,14 @@ fn timing_runs_of_nodes_at_once_changes_nothing() {
     // runs of batch-size-only nodes at once: every request and counter must be the same
     for model in ["resnet50", "gnmt", "transformer", "las"] {
         let b = bench(model, 8);
-        for p in ["serial", "graph:5", "lazy", "oracle", "lazy:strict", "cellular:5"] {
+        for p in [
+            "serial",
+            "graph:5",
+            "lazy",
+            "oracle",
+            "lazy:strict",
+            "cellular:5",
+        ] {
             let arrivals = lazybatch::traffic::poisson(&b.model, 400.0, 120, 3).unwrap();
             let run = |snapshots: bool| {
                 let mut pol = policy::parse(p, 8).unwrap();
