@@ -382,6 +382,10 @@ pub fn run_source<D: Device + ?Sized, C: Clock, A: ArrivalSource + ?Sized>(
         }
         finished.clear();
         let adv = table.advance(model, |r| requests[r.idx()].len, &mut finished);
+        if adv.wrapped {
+            // every member's step went up by one; a changed table is rebuilt next time anyway
+            members.iter_mut().for_each(|m| m.step += 1);
+        }
         c.merges += u64::from(adv.merges);
         c.splits += u64::from(adv.splits);
         for &r in &finished {

@@ -304,8 +304,13 @@ fn oracle_admissible(v: &View, k_max: usize, below: &Below, scratch: &mut Vec<Gr
             .unwrap_or(u64::MAX);
         inflight_min >= with && new_min >= with
     };
-    // invariant: lo is feasible (0 trivially), everything above hi is not
-    let (mut lo, mut hi) = (0usize, k_max.min(v.pending.len()));
+    let k_max = k_max.min(v.pending.len());
+    // blocked is the common case under load: one look-ahead says so
+    if k_max == 0 || !feasible(1) {
+        return 0;
+    }
+    // invariant: lo is feasible, everything above hi is not
+    let (mut lo, mut hi) = (1usize, k_max);
     while lo < hi {
         let mid = lo + (hi - lo).div_ceil(2);
         if feasible(mid) {

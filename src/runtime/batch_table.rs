@@ -23,6 +23,10 @@ pub struct SubBatch {
     /// Graph batching: every member runs to these lengths (the longest member's) and all
     /// complete together at the end; None for node-level batching.
     pub padded: Option<Lengths>,
+    /// At the end of loop `.0`: how many more times every member runs it again (the least of
+    /// the members' remaining iterations), so that wrapping does not visit every member each
+    /// time. None: not known (recomputed at the next loop end).
+    pub wraps: Option<(u32, u32)>,
 }
 
 /// What one `advance` did (the requests that completed go to the caller's buffer).
@@ -32,6 +36,9 @@ pub struct Advance {
     pub merges: u32,
     /// Splits performed (members diverging to different next units).
     pub splits: u32,
+    /// Every member of the active sub-batch ran its loop again: each member's step went up by
+    /// one, nobody joined or left (the table's generation did not change for it).
+    pub wrapped: bool,
 }
 
 /// The stack. The top (the active sub-batch) is the last element. Member lists come from a
@@ -214,6 +221,7 @@ impl BatchTable {
             steps,
             next,
             padded,
+            wraps: None,
         });
         self.generation += 1;
         self.merge_top();
@@ -249,6 +257,12 @@ impl BatchTable {
             }
             Some(top) => top.next.node,
         };
+        if self.wrap_in_place(model, &lengths) {
+            out.wrapped = true;
+            out.merges += self.merge_top();
+            self.debug_check();
+            return out;
+        }
         self.generation += 1;
         let Some(mut top) = self.stack.pop() else {
             return out;
@@ -264,14 +278,6 @@ impl BatchTable {
                     self.recycle(top.members, top.steps);
                 }
             }
-        } else if let Some(first) = Self::all_wrap(model, &top, &lengths) {
-            // the end of a loop that every member runs again: each to its own next step
-            top.steps.iter_mut().for_each(|s| *s += 1);
-            let next = NodeStep {
-                node: first,
-                step: top.next.step + 1,
-            };
-            self.stack.push(SubBatch { next, ..top });
         } else if let Some(next) = Self::common_next(model, &top, &lengths) {
             // the usual case: the whole sub-batch moves on together
             top.steps.iter_mut().for_each(|s| *s = next.step);
@@ -303,6 +309,7 @@ impl BatchTable {
                                     steps,
                                     next,
                                     padded: None,
+                                    wraps: None,
                                 });
                             }
                         }
@@ -326,23 +333,45 @@ impl BatchTable {
         out
     }
 
-    /// At the last node of a loop that every member runs again (its own step + 1 is within its
-    /// own step count), the loop's first node.
-    fn all_wrap(
-        model: &Model,
-        sb: &SubBatch,
-        lengths: &impl Fn(RequestId) -> Lengths,
-    ) -> Option<crate::graph::NodeId> {
-        let node = model.node(sb.next.node);
-        let lp = &model.loops[node.loop_id?.0 as usize];
+    /// At the last node of a loop that every member of the active sub-batch runs again (its own
+    /// step + 1 within its own step count): moves each member to its next step at the loop's
+    /// first node, in place, and returns true.
+    fn wrap_in_place(&mut self, model: &Model, lengths: &impl Fn(RequestId) -> Lengths) -> bool {
+        let Some(top) = self.stack.last_mut() else {
+            return false;
+        };
+        let node = model.node(top.next.node);
+        let Some(l) = node.loop_id else {
+            return false;
+        };
+        let lp = &model.loops[l.0 as usize];
         if lp.last != node.id {
-            return None;
+            return false;
         }
-        sb.members
-            .iter()
-            .zip(&sb.steps)
-            .all(|(&r, &s)| s + 1 < lp.steps(lengths(r)))
-            .then_some(lp.first)
+        let left = match top.wraps {
+            Some((id, left)) if id == l.0 => left,
+            _ => top
+                .members
+                .iter()
+                .zip(&top.steps)
+                .map(|(&r, &s)| {
+                    let len = top.padded.unwrap_or_else(|| lengths(r));
+                    lp.steps(len).saturating_sub(s + 1)
+                })
+                .min()
+                .unwrap_or(0),
+        };
+        if left == 0 {
+            top.wraps = None;
+            return false;
+        }
+        top.wraps = Some((l.0, left - 1));
+        top.steps.iter_mut().for_each(|s| *s += 1);
+        top.next = NodeStep {
+            node: lp.first,
+            step: top.next.step + 1,
+        };
+        true
     }
 
     /// The next unit of every member when they all have one and it is the same.
@@ -380,6 +409,7 @@ impl BatchTable {
             if let Some(below) = self.stack.last_mut() {
                 below.members.append(&mut top.members);
                 below.steps.append(&mut top.steps);
+                below.wraps = None;
             }
             self.recycle(top.members, top.steps);
             self.generation += 1;

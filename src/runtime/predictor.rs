@@ -83,6 +83,20 @@ pub struct Predictor {
     part_first: Vec<NodeId>,
     part_end: Vec<u32>,
     max_batch: u32,
+    /// `loop_from[x]`: how many loops start before node x (loops are in node order).
+    loop_from: Vec<usize>,
+}
+
+/// The shape of Algorithm 1 from one position ([`Predictor::walk`]).
+struct Walk {
+    i: usize,
+    /// The current loop and its iterations left after this one.
+    cur: Option<(usize, u64)>,
+    /// The first node after the current loop (or the current static node), if in the model.
+    after: Option<usize>,
+    /// The later loops of the model.
+    loops: std::ops::Range<usize>,
+    len: Lengths,
 }
 
 impl Predictor {
@@ -156,6 +170,9 @@ impl Predictor {
             part_first: model.parts.iter().map(|p| p.first).collect(),
             part_end: model.parts.iter().map(|p| p.end).collect(),
             max_batch: profile.max_batch,
+            loop_from: (0..=n)
+                .map(|x| model.loops.iter().filter(|l| l.first.idx() < x).count())
+                .collect(),
         }
     }
 
@@ -201,7 +218,8 @@ impl Predictor {
                 // nodes that do not depend on the encoder length: the batch-b table; those
                 // that do: their batch-b time at the profiled length, scaled by their batch-1
                 // ratio of the request's own length to the profiled one
-                let sum = |s: &Sums| self.sum_from(s, at, len);
+                let w = self.walk(at, len);
+                let sum = |s: &Sums| self.apply(&w, s);
                 let all_b = sum(&self.sums[b as usize - 1]);
                 let dep_b = sum(&self.dep[b as usize - 1]);
                 let dep_1 = sum(&self.dep[0]);
@@ -214,29 +232,46 @@ impl Predictor {
 
     /// Algorithm 1 from `at` over the suffix sums `s`.
     fn sum_from(&self, s: &Sums, at: Option<NodeStep>, len: Lengths) -> u64 {
+        self.apply(&self.walk(at, len), s)
+    }
+
+    /// What Algorithm 1 from `at` visits, whatever the latencies: the rest of the current loop,
+    /// the static nodes after it, and the later loops of the same model.
+    fn walk(&self, at: Option<NodeStep>, len: Lengths) -> Walk {
         let at = at.unwrap_or(NodeStep {
             node: NodeId(0),
             step: 0,
         });
         let i = at.node.idx();
-        let mut t = 0u64;
-        let after = match self.loop_of[i] {
+        let (cur, after) = match self.loop_of[i] {
             Some(l) => {
                 let steps = u64::from(self.loops[l].steps(len));
                 let left = steps.saturating_sub(u64::from(at.step) + 1);
-                t += s.body_suffix[i] + left * s.body[l];
-                self.loops[l].last.idx() + 1
+                (Some((l, left)), self.loops[l].last.idx() + 1)
             }
-            None => i,
+            None => (None, i),
         };
         let end = self.part_end[usize::from(self.part_of[i])] as usize;
-        if after < end {
-            t += s.static_suffix[after];
+        Walk {
+            i,
+            cur,
+            after: (after < end).then_some(after),
+            loops: self.loop_from[after.min(end)]..self.loop_from[end],
+            len,
         }
-        for (lp, body) in self.loops.iter().zip(&s.body) {
-            if lp.first.idx() >= after && lp.first.idx() < end {
-                t += u64::from(lp.steps(len)) * body;
-            }
+    }
+
+    /// The time of walk `w` over the suffix sums `s`.
+    fn apply(&self, w: &Walk, s: &Sums) -> u64 {
+        let mut t = 0u64;
+        if let Some((l, left)) = w.cur {
+            t += s.body_suffix[w.i] + left * s.body[l];
+        }
+        if let Some(a) = w.after {
+            t += s.static_suffix[a];
+        }
+        for k in w.loops.clone() {
+            t += u64::from(self.loops[k].steps(w.len)) * s.body[k];
         }
         t
     }
