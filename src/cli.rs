@@ -424,9 +424,10 @@ struct ReproduceArgs {
     /// Experiments to run, comma-separated (default: all).
     #[arg(long, value_delimiter = ',')]
     figures: Option<Vec<String>>,
-    /// NPU configuration file (TOML).
-    #[arg(long, value_name = "FILE")]
-    npu_config: Option<PathBuf>,
+    /// NPU configurations, comma-separated: shipped names (`paper`, `default`) or TOML files;
+    /// the first is the primary one (the ablations run on it). Default: both shipped ones.
+    #[arg(long, value_delimiter = ',', value_name = "NAME|FILE")]
+    npu_config: Option<Vec<String>>,
 }
 
 #[derive(Args, Debug)]
@@ -1288,17 +1289,31 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
 
 fn cmd_reproduce(a: ReproduceArgs) -> Result<()> {
     let seeds = a.seeds.map(|s| positive("--seeds", s)).transpose()?;
-    let npu = match &a.npu_config {
-        Some(p) => NpuConfig::load(p)?,
-        None => NpuConfig::default(),
-    };
+    let specs = a
+        .npu_config
+        .clone()
+        .unwrap_or_else(|| vec!["paper".into(), "default".into()]);
+    let mut npus = Vec::new();
+    for spec in &specs {
+        // a file's configuration is named after the file
+        let name = match NpuConfig::named(spec) {
+            Some(_) => spec.clone(),
+            None => std::path::Path::new(spec)
+                .file_stem()
+                .map_or_else(|| spec.clone(), |s| s.to_string_lossy().into_owned()),
+        };
+        if npus.iter().any(|(n, _)| n == &name) {
+            bail!("--npu-config: '{name}' given twice");
+        }
+        npus.push((name, NpuConfig::resolve(spec)?));
+    }
     let opts = lazybatch::report::Options {
         out: a.out.clone(),
         quick: a.quick,
         seeds,
         figures: a.figures.clone(),
         progress: true,
-        npu,
+        npus,
     };
     let t0 = std::time::Instant::now();
     let files = lazybatch::report::reproduce(&opts)?;

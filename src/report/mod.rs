@@ -1,13 +1,18 @@
-//! `lazybatch reproduce`: every experiment of the paper's evaluation on the NPU model, each run
-//! through the same [`Bench::run`](crate::sim::Bench::run) path as `run` and `compare`, in
-//! parallel (rayon), over seeds. Each experiment writes its data (CSV and JSON) and an SVG figure;
-//! `report.md` puts the paper's headline claims next to ours.
+//! `lazybatch reproduce`: every experiment of the paper's evaluation on the NPU model, under
+//! one or several NPU configurations (by default the paper-calibrated one and Table I taken
+//! literally), each run through the same [`Bench::run`](crate::sim::Bench::run) path as `run`
+//! and `compare`, in parallel (rayon), over seeds. Each configuration's experiments write their
+//! data (CSV and JSON), SVG figures and a report into a directory of their own; the top-level
+//! `report.md` puts the paper's headline claims next to every configuration's, with the
+//! measured cause of every large difference ([`headline`]).
 
 pub mod calibration;
 pub mod plot;
 pub mod table;
 
 mod experiments;
+mod headline;
+mod lifo;
 
 pub use experiments::EXPERIMENTS;
 
@@ -32,10 +37,11 @@ pub struct Options {
     pub seeds: Option<u32>,
     /// Experiments to run (default: all of [`EXPERIMENTS`]).
     pub figures: Option<Vec<String>>,
-    /// Show a progress bar on stderr (only when it is a terminal).
+    /// Show progress on stderr: a bar on a terminal, else a line per experiment.
     pub progress: bool,
-    /// NPU configuration.
-    pub npu: NpuConfig,
+    /// NPU configurations (name, configuration), the first the primary one (its figures head
+    /// the report; the ablations run on it).
+    pub npus: Vec<(String, NpuConfig)>,
 }
 
 /// The sweep parameters that follow from the options.
@@ -69,6 +75,8 @@ pub struct Plan {
     pub cell_rates: Vec<f64>,
     /// Total rates of the co-location experiment.
     pub colo_rates: Vec<f64>,
+    /// Loads (arrival rate × mean service time) of the LIFO experiment.
+    pub lifo_loads: Vec<f64>,
 }
 
 impl Plan {
@@ -94,6 +102,7 @@ impl Plan {
                 max_batches: vec![16, 32, 64],
                 cell_rates: vec![16.0, 256.0, 1000.0],
                 colo_rates: vec![64.0, 128.0, 256.0, 384.0],
+                lifo_loads: vec![0.3, 0.7, 0.9],
             }
         } else {
             Plan {
@@ -111,6 +120,7 @@ impl Plan {
                 max_batches: vec![16, 32, 64],
                 cell_rates: vec![16.0, 256.0, 1000.0],
                 colo_rates: vec![64.0, 128.0, 256.0, 384.0],
+                lifo_loads: vec![0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95],
             }
         })
     }
@@ -144,6 +154,8 @@ pub struct Job {
     pub coverage_tenths: u32,
     /// Server maximum batch.
     pub max_batch: u32,
+    /// Which NPU configuration (index into [`Options::npus`]).
+    pub npu: u8,
 }
 
 impl Job {
@@ -173,7 +185,12 @@ impl Job {
             sla_us: (sla_ms * 1e3).round() as u64,
             coverage_tenths: (coverage * 10.0).round() as u32,
             max_batch,
+            npu: 0,
         }
+    }
+    /// The same run on NPU configuration `npu`.
+    pub fn on(self, npu: u8) -> Job {
+        Job { npu, ..self }
     }
     /// The rate in req/s.
     pub fn rate(&self) -> f64 {
@@ -207,16 +224,20 @@ impl RunOut {
 pub type Results = HashMap<Job, RunOut>;
 
 /// Runs `jobs` in parallel (deterministic: each job depends only on its own key).
-fn run_jobs(jobs: &BTreeSet<Job>, plan: &Plan, npu: &NpuConfig, progress: bool) -> Result<Results> {
+fn run_jobs(
+    jobs: &BTreeSet<Job>,
+    plan: &Plan,
+    npus: &[(String, NpuConfig)],
+    progress: bool,
+) -> Result<Results> {
     // one bench (model, profiled device, predictor) per model, maximum batch and coverage,
     // built in parallel
-    let keys: BTreeSet<(&'static str, u32, u32)> = jobs
-        .iter()
-        .map(|j| (j.model, j.max_batch, j.coverage_tenths))
-        .collect();
-    let benches: BTreeMap<(&'static str, u32, u32), Bench> = keys
+    type Key = (u8, &'static str, u32, u32);
+    let key_of = |j: &Job| (j.npu, j.model, j.max_batch, j.coverage_tenths);
+    let keys: BTreeSet<Key> = jobs.iter().map(key_of).collect();
+    let benches: BTreeMap<Key, Bench> = keys
         .into_par_iter()
-        .map(|key @ (model, max_batch, coverage_tenths)| {
+        .map(|key @ (npu, model, max_batch, coverage_tenths)| {
             // a comma-separated model list is a co-location of those models
             let model = if model.contains(',') {
                 crate::graph::Model::compose(
@@ -228,9 +249,12 @@ fn run_jobs(jobs: &BTreeSet<Job>, plan: &Plan, npu: &NpuConfig, progress: bool) 
             } else {
                 zoo::load(model)?
             };
+            let cfg = npus
+                .get(usize::from(npu))
+                .ok_or_else(|| Error::Internal(format!("no NPU configuration #{npu}")))?;
             let bench = Bench::new(
                 model,
-                npu.clone(),
+                cfg.1.clone(),
                 max_batch,
                 f64::from(coverage_tenths) / 10.0,
             )?;
@@ -252,8 +276,9 @@ fn run_jobs(jobs: &BTreeSet<Job>, plan: &Plan, npu: &NpuConfig, progress: bool) 
     let list: Vec<&Job> = jobs.iter().collect();
     let outs: Vec<Result<RunOut>> = list
         .par_iter()
+        .with_max_len(1)
         .map(|j| {
-            let bench = &benches[&(j.model, j.max_batch, j.coverage_tenths)];
+            let bench = &benches[&key_of(j)];
             let cfg = SimConfig {
                 policy: j.policy.clone(),
                 rate: j.rate(),
@@ -298,10 +323,17 @@ fn run_jobs(jobs: &BTreeSet<Job>, plan: &Plan, npu: &NpuConfig, progress: bool) 
     Ok(res)
 }
 
-/// Runs the selected experiments and writes everything to `opts.out`. Returns the list of files
-/// written, relative to the output directory.
+/// Runs the selected experiments under every configuration of `opts.npus` and writes
+/// everything to `opts.out`: each configuration's files under `<out>/<name>/`, and the
+/// top-level `report.md` and `config.json`. Returns the files written, relative to `opts.out`.
 pub fn reproduce(opts: &Options) -> Result<Vec<String>> {
     let plan = Plan::new(opts)?;
+    if opts.npus.is_empty() || opts.npus.len() > usize::from(u8::MAX) {
+        return Err(Error::invalid(
+            "--npu-config",
+            "give 1 to 255 configurations",
+        ));
+    }
     let selected: Vec<&'static str> = match &opts.figures {
         None => EXPERIMENTS.to_vec(),
         Some(list) => {
@@ -326,20 +358,53 @@ pub fn reproduce(opts: &Options) -> Result<Vec<String>> {
     };
     std::fs::create_dir_all(&opts.out).map_err(|e| Error::io(&opts.out, e))?;
     let mut jobs = BTreeSet::new();
-    for e in &selected {
-        experiments::jobs(e, &plan, &mut jobs);
+    for (i, (_, cfg)) in opts.npus.iter().enumerate() {
+        let mut mine = BTreeSet::new();
+        for e in &selected {
+            experiments::jobs(e, &plan, cfg, &mut mine)?;
+        }
+        jobs.extend(mine.into_iter().map(|j| j.on(i as u8)));
     }
-    let results = run_jobs(&jobs, &plan, &opts.npu, opts.progress)?;
-    let mut ctx = experiments::Ctx::new(&plan, &results, &opts.out, &opts.npu)?;
-    for e in &selected {
-        experiments::write(e, &mut ctx)?;
+    let say = |msg: &str| {
+        if opts.progress && !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+            eprintln!("{msg}");
+        }
+    };
+    say(&format!(
+        "reproduce: {} runs of {} experiments on {} NPU configuration(s)",
+        jobs.len(),
+        selected.len(),
+        opts.npus.len()
+    ));
+    let results = run_jobs(&jobs, &plan, &opts.npus, opts.progress)?;
+    let mut files = Vec::new();
+    let mut ctxs = Vec::new();
+    for (i, (name, cfg)) in opts.npus.iter().enumerate() {
+        let dir = opts.out.join(name);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let mut ctx = experiments::Ctx::new(&plan, &results, dir, cfg, i as u8, name)?;
+        for e in &selected {
+            let t0 = std::time::Instant::now();
+            experiments::write(e, &mut ctx)?;
+            say(&format!(
+                "reproduce: {name}: {e} written ({:.1} s)",
+                t0.elapsed().as_secs_f64()
+            ));
+        }
+        ctx.write_config(&selected, opts.quick, jobs.len())?;
+        headline::write_config_report(&mut ctx, &selected, opts.quick)?;
+        files.extend(ctx.files.iter().map(|f| format!("{name}/{f}")));
+        ctxs.push(ctx);
     }
+    files.extend(headline::write_top_report(
+        &opts.out, &ctxs, &selected, opts.quick,
+    )?);
     let config = serde_json::json!({
         "lazybatch_version": env!("CARGO_PKG_VERSION"),
         "quick": opts.quick,
         "experiments": selected,
         "plan": plan,
-        "npu": opts.npu,
+        "npu": opts.npus.iter().map(|(n, c)| serde_json::json!({"name": n, "config": c})).collect::<Vec<_>>(),
         "runs": jobs.len(),
         "device": "npu",
     });
@@ -349,7 +414,6 @@ pub fn reproduce(opts: &Options) -> Result<Vec<String>> {
         serde_json::to_string_pretty(&config).map_err(|e| Error::Internal(e.to_string()))? + "\n",
     )
     .map_err(|e| Error::io(&cfg_path, e))?;
-    ctx.files.push("config.json".into());
-    experiments::write_report(&mut ctx, &selected, opts.quick)?;
-    Ok(ctx.files)
+    files.push("config.json".into());
+    Ok(files)
 }

@@ -9,6 +9,17 @@ use lazybatch::sim::{Bench, SimConfig};
 use lazybatch::time::Nanos;
 use std::path::Path;
 
+fn both() -> Vec<(String, NpuConfig)> {
+    vec![
+        ("paper".into(), NpuConfig::resolve("paper").unwrap()),
+        ("default".into(), NpuConfig::default()),
+    ]
+}
+
+fn only_default() -> Vec<(String, NpuConfig)> {
+    vec![("default".into(), NpuConfig::default())]
+}
+
 fn quick(dir: &Path) -> Vec<String> {
     reproduce(&Options {
         out: dir.to_path_buf(),
@@ -16,7 +27,7 @@ fn quick(dir: &Path) -> Vec<String> {
         seeds: None,
         figures: None,
         progress: false,
-        npu: NpuConfig::default(),
+        npus: both(),
     })
     .unwrap()
 }
@@ -38,17 +49,29 @@ fn csv(dir: &Path, name: &str) -> (Vec<String>, Vec<Vec<String>>) {
 fn quick_reproduce_writes_every_figure_and_is_deterministic() {
     let a = fresh_dir("repro-a");
     let files = quick(&a);
-    // every experiment has a CSV, a JSON and at least one SVG; report and config exist
-    for e in EXPERIMENTS {
-        assert!(files.iter().any(|f| f == &format!("{e}.csv")), "{e}.csv");
-        assert!(files.iter().any(|f| f == &format!("{e}.json")), "{e}.json");
-        assert!(
-            files
-                .iter()
-                .any(|f| f.starts_with(e) && f.ends_with(".svg")),
-            "{e} svg"
-        );
+    // under each configuration, every experiment has a CSV, a JSON and at least one SVG, and
+    // there is a report; the top level has the combined report and the configuration
+    for cfg in ["paper", "default"] {
+        for e in EXPERIMENTS {
+            let stem = format!("{cfg}/{e}");
+            assert!(
+                files.iter().any(|f| f == &format!("{stem}.csv")),
+                "{stem}.csv"
+            );
+            assert!(
+                files.iter().any(|f| f == &format!("{stem}.json")),
+                "{stem}.json"
+            );
+            assert!(
+                files
+                    .iter()
+                    .any(|f| f.starts_with(&stem) && f.ends_with(".svg")),
+                "{stem} svg"
+            );
+        }
+        assert!(files.contains(&format!("{cfg}/report.md")));
     }
+    assert!(files.contains(&"report.md".to_string()) && files.contains(&"config.json".to_string()));
     for f in &files {
         let path = a.join(f);
         let text = std::fs::read_to_string(&path).unwrap();
@@ -64,7 +87,7 @@ fn quick_reproduce_writes_every_figure_and_is_deterministic() {
             serde_json::from_str::<serde_json::Value>(&text).unwrap_or_else(|e| panic!("{f}: {e}"));
         }
     }
-    let (head, rows) = csv(&a, "eval.csv");
+    let (head, rows) = csv(&a, "paper/eval.csv");
     for c in [
         "model",
         "policy",
@@ -79,7 +102,11 @@ fn quick_reproduce_writes_every_figure_and_is_deterministic() {
         assert!(head.iter().any(|h| h == c), "eval.csv lacks {c}");
     }
     assert!(!rows.is_empty());
-    let (head, _) = csv(&a, "sla.csv");
+    // graph:0 and the merge-rule ablation are evaluated beside the paper's policies
+    for p in ["graph:0", "lazy:strict"] {
+        assert!(rows.iter().any(|r| r[1] == p), "eval.csv lacks {p}");
+    }
+    let (head, _) = csv(&a, "paper/sla.csv");
     assert_eq!(
         head,
         [
@@ -91,12 +118,19 @@ fn quick_reproduce_writes_every_figure_and_is_deterministic() {
             "violation_p75"
         ]
     );
+    // the top-level report: Table II under both configurations, and every claim with the
+    // paper's figure, each configuration's and the ablation's in adjacent columns
     let report = std::fs::read_to_string(a.join("report.md")).unwrap();
-    assert!(
-        report.contains("Headline claims")
-            && report.contains("5.3×")
-            && report.contains("best GraphB")
-    );
+    assert!(report.contains("| model | lengths | Table II (ms) | `paper` (ms) | `default` (ms) |"));
+    assert!(report.contains(
+        "| claim | paper | ours, `paper` | ours, `default` | ablation: `lazy:strict` on `paper` | command |"
+    ));
+    let row = report
+        .lines()
+        .find(|l| l.starts_with("| Transformer mean latency, best GraphB / LazyB | 2.5× |"))
+        .expect("the Transformer's latency claim");
+    assert_eq!(row.matches('|').count(), 7, "{row}");
+    assert!(report.contains("## Where `paper` differs from the paper by more than 30%, and why"));
     // same arguments, identical files
     let b = fresh_dir("repro-b");
     quick(&b);
@@ -118,10 +152,10 @@ fn sla_blind_policies_violate_less_as_the_target_grows() {
         seeds: Some(1),
         figures: Some(vec!["sla".into()]),
         progress: false,
-        npu: NpuConfig::default(),
+        npus: only_default(),
     })
     .unwrap();
-    let (_, rows) = csv(&a, "sla.csv");
+    let (_, rows) = csv(&a, "default/sla.csv");
     let mut last: std::collections::HashMap<(String, String), f64> = Default::default();
     for r in rows {
         let v: f64 = r[3].parse().unwrap();
@@ -146,11 +180,12 @@ fn figure_data_come_from_the_run_code_path() {
         seeds: Some(2),
         figures: Some(vec!["eval".into()]),
         progress: false,
-        npu: NpuConfig::default(),
+        npus: only_default(),
     })
     .unwrap();
     let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(a.join("eval.json")).unwrap()).unwrap();
+        serde_json::from_str(&std::fs::read_to_string(a.join("default/eval.json")).unwrap())
+            .unwrap();
     let row = v
         .as_array()
         .unwrap()
@@ -191,7 +226,7 @@ fn unknown_experiment_is_an_error() {
         seeds: None,
         figures: Some(vec!["latency".into()]),
         progress: false,
-        npu: NpuConfig::default(),
+        npus: only_default(),
     })
     .unwrap_err();
     assert!(
