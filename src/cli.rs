@@ -244,6 +244,12 @@ impl DeviceArgs {
             None => NpuConfig::default(),
         })
     }
+    /// The NPU configuration's name for reports: a shipped name, a file's name, or `default`.
+    fn npu_name(&self) -> String {
+        self.npu_config
+            .clone()
+            .unwrap_or_else(|| "default".to_string())
+    }
     fn saved_profile(&self) -> Result<Option<Profile>> {
         Ok(match &self.profile {
             Some(p) => Some(Profile::load(p)?),
@@ -394,7 +400,7 @@ struct CompareArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "serial,graph:5,graph:25,graph:50,graph:95,lazy,oracle"
+        default_value = "serial,graph:0,graph:5,graph:25,graph:50,graph:95,lazy,oracle"
     )]
     policies: Vec<String>,
     #[command(flatten)]
@@ -793,7 +799,8 @@ fn check_rate(what: &str, r: f64) -> Result<f64> {
 /// A model on a device, ready to serve: the NPU model in virtual time, or a real device (CPU,
 /// CUDA) in wall time.
 enum Backend {
-    Npu(Box<Bench>),
+    /// The NPU model and the name of its configuration.
+    Npu(Box<Bench>, String),
     Real(Box<RealBench>),
 }
 
@@ -807,12 +814,15 @@ impl Backend {
                         "--profile applies to real devices; the NPU model profiles itself exactly"
                     );
                 }
-                Backend::Npu(Box::new(Bench::new(
-                    model,
-                    dev.npu_config()?,
-                    sv.max_batch,
-                    sv.coverage,
-                )?))
+                Backend::Npu(
+                    Box::new(Bench::new(
+                        model,
+                        dev.npu_config()?,
+                        sv.max_batch,
+                        sv.coverage,
+                    )?),
+                    dev.npu_name(),
+                )
             }
             kind => {
                 let reps = positive("--reps", dev.reps)?;
@@ -855,19 +865,19 @@ impl Backend {
     }
     fn model(&self) -> &Model {
         match self {
-            Backend::Npu(b) => &b.model,
+            Backend::Npu(b, _) => &b.model,
             Backend::Real(b) => &b.model,
         }
     }
     fn device(&self) -> String {
         match self {
-            Backend::Npu(_) => "npu".to_string(),
+            Backend::Npu(_, name) => format!("npu ({name})"),
             Backend::Real(b) => b.device.description(),
         }
     }
     fn serial_capacity(&self) -> f64 {
         match self {
-            Backend::Npu(b) => b.serial_capacity(),
+            Backend::Npu(b, _) => b.serial_capacity(),
             Backend::Real(b) => b.serial_capacity(),
         }
     }
@@ -885,7 +895,7 @@ impl Backend {
             None => arrivals_for(self.model(), cfg, colo)?,
         };
         Ok(match self {
-            Backend::Npu(b) => b.run_arrivals(cfg, &arrivals)?,
+            Backend::Npu(b, _) => b.run_arrivals(cfg, &arrivals)?,
             Backend::Real(b) => b.run(cfg, arrivals)?,
         })
     }
@@ -920,6 +930,7 @@ fn run_json(
         "seed": seed, "sla_ms": sla_ms, "latency_ms": st.latency_ms,
         "throughput_rps": st.throughput_rps, "sla_violation_rate": st.sla_violation_rate,
         "mean_batch_size": st.mean_batch_size, "preemptions": st.preemptions, "merges": st.merges,
+        "cross_step_executions": st.cross_step_executions,
         "by_class": st.by_class, "wall_s": wall_s,
     })
 }
@@ -1030,9 +1041,10 @@ fn cmd_run(a: RunArgs) -> Result<()> {
     );
     out!(
         o,
-        "  preemptions {}   merges {}   ({:.3} s wall)",
+        "  preemptions {}   merges {} ({} executions across timesteps)   ({:.3} s wall)",
         st.preemptions,
         st.merges,
+        st.cross_step_executions,
         wall
     );
     if st.by_class.len() > 1 {
@@ -1124,7 +1136,7 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
         Ok((st, h, per))
     };
     let results: Vec<JobOut> = match &mut be {
-        Backend::Npu(b) => jobs
+        Backend::Npu(b, _) => jobs
             .par_iter()
             .map(|(p, r, s)| {
                 let cfg = cfg_of(p, *r, *s);
@@ -1168,6 +1180,7 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
             mean_batch_size: avg(&|s| s.mean_batch_size),
             preemptions: avg(&|s| s.preemptions as f64).round() as u64,
             merges: avg(&|s| s.merges as f64).round() as u64,
+            cross_step_executions: avg(&|s| s.cross_step_executions as f64).round() as u64,
             by_class: (0..chunk[0].0.by_class.len())
                 .map(|k| metrics::ClassStats {
                     class: chunk[0].0.by_class[k].class.clone(),
@@ -1229,6 +1242,25 @@ fn cmd_compare(a: CompareArgs) -> Result<()> {
             dir.join("compare.json"),
             serde_json::to_string_pretty(&arr)?,
         )?;
+        // the pictures: each policy's percentile spectrum per rate, mean and p99 against rate
+        let points: Vec<lazybatch::report::spectrum::Point> = results
+            .chunks(seeds as usize)
+            .zip(&rows)
+            .filter_map(|(chunk, (p, r, st, _, _))| {
+                chunk[0]
+                    .1
+                    .as_ref()
+                    .map(|h| lazybatch::report::spectrum::Point {
+                        policy: p,
+                        rate: *r,
+                        histogram: h,
+                        mean_ms: st.latency_ms.mean,
+                        p99_ms: st.latency_ms.p99,
+                    })
+            })
+            .collect();
+        let title = format!("{name} on {}", be.device());
+        lazybatch::report::spectrum::write(dir, &name, &title, &points)?;
     }
     if a.json {
         out!(o, "{}", serde_json::to_string_pretty(&arr)?);

@@ -48,6 +48,10 @@ pub struct Stats {
     pub preemptions: u64,
     /// Sub-batch merges.
     pub merges: u64,
+    /// Node executions whose members stood at different timesteps of a loop (merges across
+    /// timesteps at work).
+    #[serde(default)]
+    pub cross_step_executions: u64,
     /// Where the device time went, by node class (classes the model has).
     #[serde(default)]
     pub by_class: Vec<ClassStats>,
@@ -159,6 +163,7 @@ pub fn summarize(out: &Outcome) -> Result<Stats> {
         },
         preemptions: c.preemptions,
         merges: c.merges,
+        cross_step_executions: c.cross_step,
         by_class: [Class::Static, Class::Encoder, Class::Decoder]
             .into_iter()
             .zip(&c.by_class)

@@ -8,6 +8,7 @@
 
 pub mod calibration;
 pub mod plot;
+pub mod spectrum;
 pub mod table;
 
 mod experiments;

@@ -57,6 +57,9 @@ pub struct Panel {
     pub y_range: Option<(f64, f64)>,
     /// Legend inside the panel, lower right (else upper left); unused with a shared legend.
     pub legend_lower_right: bool,
+    /// The x values are 1/(1−p) of percentiles p (HdrHistogram's percentile-spectrum axis,
+    /// on a log scale): labelled as percentiles (10 → "90%", 1000 → "99.9%").
+    pub x_percentile: bool,
 }
 
 /// Several panels side by side, written as one SVG.
@@ -197,11 +200,17 @@ where
             format!("{v:.2}")
         }
     };
+    let pct = |v: &f64| {
+        let p = 100.0 * (1.0 - 1.0 / v.max(1.0));
+        let s = format!("{p:.4}");
+        format!("{}%", s.trim_end_matches('0').trim_end_matches('.'))
+    };
+    let xfmt: &dyn Fn(&f64) -> String = if p.x_percentile { &pct } else { &fmt };
     chart
         .configure_mesh()
         .x_labels(nx)
         .y_labels(ny)
-        .x_label_formatter(&fmt)
+        .x_label_formatter(xfmt)
         .y_label_formatter(&fmt)
         .x_desc(&p.x_label)
         .y_desc(&p.y_label)

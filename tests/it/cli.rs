@@ -494,3 +494,119 @@ fn colocation_runs_on_the_cpu_device() {
         assert!(mean(1) > mean(0), "{r}");
     }
 }
+
+fn run_json(args: &[&str]) -> serde_json::Value {
+    let o = lazybatch(args);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn lazy_merges_across_timesteps_and_the_json_counts_it() {
+    for model in ["gnmt", "transformer"] {
+        let base = [
+            "run",
+            "--device",
+            "npu",
+            "--npu-config",
+            "paper",
+            "--model",
+            model,
+            "--rate",
+            "400",
+            "--requests",
+            "300",
+            "--json",
+            "--policy",
+        ];
+        let lazy = run_json(&[&base[..], &["lazy"]].concat());
+        assert!(lazy["merges"].as_u64().unwrap() > 0, "{model}: {lazy}");
+        assert!(
+            lazy["cross_step_executions"].as_u64().unwrap() > 0,
+            "{model}: {lazy}"
+        );
+        assert!(lazy["device"].as_str().unwrap().contains("paper"));
+        let strict = run_json(&[&base[..], &["lazy:strict"]].concat());
+        assert_eq!(strict["cross_step_executions"].as_u64(), Some(0), "{model}");
+        // device time by node class: encoder (GNMT) and decoder are told apart
+        let classes: Vec<&str> = lazy["by_class"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["class"].as_str().unwrap())
+            .collect();
+        assert!(classes.contains(&"decoder"), "{model}: {classes:?}");
+    }
+}
+
+#[test]
+fn compare_lists_graph_0_and_draws_the_comparison() {
+    let dir = fresh_dir("compare-svg");
+    let o = lazybatch(&[
+        "compare",
+        "--device",
+        "npu",
+        "--model",
+        "resnet50",
+        "--rates",
+        "100,800",
+        "--requests",
+        "300",
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(table.lines().any(|l| l.starts_with("graph:0 ")), "{table}");
+    for f in [
+        "resnet50_100rps_spectrum.svg",
+        "resnet50_800rps_spectrum.svg",
+        "resnet50_vs_rate.svg",
+    ] {
+        let text = std::fs::read_to_string(dir.join(f)).unwrap();
+        let doc = roxmltree::Document::parse(&text).unwrap();
+        let labels: Vec<&str> = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("text"))
+            .filter_map(|n| n.text())
+            .map(str::trim)
+            .collect();
+        // every policy in the legend; the spectrum's axis in percentiles
+        for p in ["serial", "graph:0", "lazy", "oracle"] {
+            assert!(labels.contains(&p), "{f}: no {p} in {labels:?}");
+        }
+        if f.contains("spectrum") {
+            assert!(labels.iter().any(|l| l.ends_with("99%")), "{f}: {labels:?}");
+        }
+    }
+}
+
+#[test]
+fn npu_configurations_by_name() {
+    let o = lazybatch(&["npu-config", "paper"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && text.contains("weight_fill_gbps = 360.0"),
+        "{text}"
+    );
+    fails_with(
+        &["npu-config", "fastest"],
+        "unknown NPU configuration 'fastest'",
+    );
+    fails_with(
+        &[
+            "profile",
+            "--model",
+            "resnet50",
+            "--device",
+            "npu",
+            "--npu-config",
+            "nonesuch.toml",
+        ],
+        "nonesuch.toml",
+    );
+}
