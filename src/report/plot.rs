@@ -73,7 +73,7 @@ pub struct Figure {
 }
 
 /// Width of the shared legend column in pixels.
-const LEGEND_W: u32 = 150;
+const LEGEND_W: u32 = 170;
 
 fn color(i: usize) -> RGBColor {
     const C: [RGBColor; 10] = [
