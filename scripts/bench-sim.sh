@@ -14,7 +14,7 @@ for m in resnet50 gnmt transformer; do
   done
 done
 s=$(date +%s.%N); "$bin" compare --model resnet50 > /dev/null; e=$(date +%s.%N)
-python3 -c "print('compare --model resnet50 (7 policies x 3 rates x 10,000 requests): %.2f s' % ($e-$s))"
+python3 -c "print('compare --model resnet50 (8 policies x 3 rates x 10,000 requests): %.2f s' % ($e-$s))"
 s=$(date +%s.%N)
 for m in resnet50 gnmt transformer vgg16 mobilenet bert las; do "$bin" profile --model "$m" --json > /dev/null; done
 e=$(date +%s.%N)
