@@ -57,6 +57,15 @@ pub struct Stats {
     pub by_class: Vec<ClassStats>,
 }
 
+impl Stats {
+    /// The share of the run (first arrival to last completion) during which the device was
+    /// busy: device time per completed request × completed requests per second.
+    pub fn device_busy_fraction(&self) -> f64 {
+        let per_request_ms: f64 = self.by_class.iter().map(|c| c.busy_ms_per_request).sum();
+        per_request_ms / 1e3 * self.throughput_rps
+    }
+}
+
 /// Device time and batch sizes at the nodes of one class.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ClassStats {
