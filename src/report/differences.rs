@@ -3,11 +3,11 @@
 //! device time went by node class and at what batch, how busy the device was — with the
 //! ablations' values ([`super::headline`] decides which claims differ).
 
+use super::claims::{satisfaction, Claim, Kind, Value};
 use super::experiments::{
     geomean, graph_policy, label, pooled, sla_curve, zero_from, Ctx, COLO, COLO_POLICIES, COVERAGE,
     MAIN, MAX_BATCH, SLA_MS,
 };
-use super::headline::{satisfaction, Claim, Kind, Value};
 use crate::error::Result;
 use crate::metrics::{quantile, ClassStats};
 use std::fmt::Write as _;

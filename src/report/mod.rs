@@ -11,6 +11,7 @@ pub mod plot;
 pub mod spectrum;
 pub mod table;
 
+mod claims;
 mod differences;
 mod experiments;
 mod headline;

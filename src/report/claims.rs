@@ -1,0 +1,278 @@
+//! The paper's headline claims and how to compute ours from a configuration's runs: what each
+//! claim is about ([`Kind`]), the paper's figure, and our value of it under any LazyB variant
+//! (the ablation included).
+
+use super::experiments::{
+    gains_of, geomean, graph_policy, label, pooled, short, sla_curve, zero_from, Ctx, COVERAGE,
+    MAIN, MAX_BATCH, SLA_MS,
+};
+use crate::error::Result;
+use crate::metrics::quantile;
+
+/// What a claim is about.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum Kind {
+    LatencyGain(&'static str),
+    ThroughputGain(&'static str),
+    TransformerP99,
+    ZeroViolation(&'static str),
+    AvgLatency,
+    AvgThroughput,
+    AvgSla,
+    ColoLatency,
+    ColoThroughput,
+    VsGraph0(&'static str),
+}
+
+/// One headline claim: the paper's figure and how to compute ours.
+pub(super) struct Claim {
+    pub(super) kind: Kind,
+    pub(super) text: String,
+    pub(super) paper: &'static str,
+    /// The paper's figure as a number comparable with ours (None: not in the paper).
+    pub(super) paper_value: Option<f64>,
+    /// The experiment that gives it.
+    pub(super) figure: &'static str,
+}
+
+pub(super) fn claims() -> Vec<Claim> {
+    let mut v = Vec::new();
+    let lat = [5.3, 2.7, 2.5];
+    let tp = [1.1, 1.3, 1.2];
+    let lat_s = ["5.3×", "2.7×", "2.5×"];
+    let tp_s = ["1.1×", "1.3×", "1.2×"];
+    for (i, &m) in MAIN.iter().enumerate() {
+        v.push(Claim {
+            kind: Kind::LatencyGain(m),
+            text: format!("{} mean latency, best GraphB / LazyB", short(m)),
+            paper: lat_s[i],
+            paper_value: Some(lat[i]),
+            figure: "eval",
+        });
+    }
+    for (i, &m) in MAIN.iter().enumerate() {
+        v.push(Claim {
+            kind: Kind::ThroughputGain(m),
+            text: format!("{} throughput, LazyB / best GraphB", short(m)),
+            paper: tp_s[i],
+            paper_value: Some(tp[i]),
+            figure: "eval",
+        });
+    }
+    v.push(Claim {
+        kind: Kind::TransformerP99,
+        text: "Transformer p99 at 1 K req/s, LazyB vs best GraphB".into(),
+        paper: "54 vs 123 ms",
+        paper_value: Some(123.0 / 54.0),
+        figure: "cdf",
+    });
+    let zero = [("20", 20.0), ("40", 40.0), ("60", 60.0)];
+    for (i, &m) in MAIN.iter().enumerate() {
+        v.push(Claim {
+            kind: Kind::ZeroViolation(m),
+            text: format!("{} LazyB has zero SLA violations at 1 K req/s", short(m)),
+            paper: ["from 20 ms", "from 40 ms", "from 60 ms"][i],
+            paper_value: Some(zero[i].1),
+            figure: "sla",
+        });
+    }
+    v.push(Claim {
+        kind: Kind::AvgLatency,
+        text: "average latency improvement over graph batching".into(),
+        paper: "15×",
+        paper_value: Some(15.0),
+        figure: "eval",
+    });
+    v.push(Claim {
+        kind: Kind::AvgThroughput,
+        text: "average throughput improvement".into(),
+        paper: "1.5×",
+        paper_value: Some(1.5),
+        figure: "eval",
+    });
+    v.push(Claim {
+        kind: Kind::AvgSla,
+        text: "average SLA satisfaction improvement".into(),
+        paper: "5.5×",
+        paper_value: Some(5.5),
+        figure: "sla",
+    });
+    v.push(Claim {
+        kind: Kind::ColoLatency,
+        text: "four co-located models: latency vs best GraphB".into(),
+        paper: "2.4×",
+        paper_value: Some(2.4),
+        figure: "colocation",
+    });
+    v.push(Claim {
+        kind: Kind::ColoThroughput,
+        text: "four co-located models: throughput vs best GraphB".into(),
+        paper: "1.8×",
+        paper_value: Some(1.8),
+        figure: "colocation",
+    });
+    for &m in MAIN {
+        v.push(Claim {
+            kind: Kind::VsGraph0(m),
+            text: format!(
+                "{} mean latency, GraphB(0) / LazyB (not in the paper)",
+                short(m)
+            ),
+            paper: "–",
+            paper_value: None,
+            figure: "eval",
+        });
+    }
+    v
+}
+
+/// Our value of a claim: a number comparable with the paper's (None: never / not measured)
+/// and how it reads.
+#[derive(Clone, Debug)]
+pub(super) struct Value {
+    pub(super) v: Option<f64>,
+    pub(super) shown: String,
+}
+
+fn missing() -> Value {
+    Value {
+        v: None,
+        shown: "–".into(),
+    }
+}
+
+/// Mean over the rates of a model's runs under `lazy` compared with graph batching.
+fn averages(ctx: &Ctx, lazy: &str) -> Result<(f64, f64)> {
+    let (mut lr, mut tr) = (Vec::new(), Vec::new());
+    for &m in MAIN {
+        for &w in &ctx.plan.windows {
+            let g = graph_policy(w, MAX_BATCH);
+            for &rate in &ctx.plan.rates {
+                let a = ctx.agg(m, &g, rate, SLA_MS, COVERAGE, MAX_BATCH)?;
+                let z = ctx.agg(m, lazy, rate, SLA_MS, COVERAGE, MAX_BATCH)?;
+                lr.push(a.lat.0 / z.lat.0);
+                tr.push(z.tp.0 / a.tp.0);
+            }
+        }
+    }
+    Ok((geomean(&lr), geomean(&tr)))
+}
+
+/// SLA satisfaction (1 − violation) averaged over models, windows and targets: (LazyB, GraphB).
+pub(super) fn satisfaction(ctx: &Ctx) -> Result<(f64, f64)> {
+    let (mut z, mut g) = (Vec::new(), Vec::new());
+    for &m in MAIN {
+        for &w in &ctx.plan.windows {
+            let cg = sla_curve(ctx, m, &graph_policy(w, MAX_BATCH))?;
+            let cz = sla_curve(ctx, m, "lazy")?;
+            g.extend(cg.iter().map(|x| 1.0 - x.1));
+            z.extend(cz.iter().map(|x| 1.0 - x.1));
+        }
+    }
+    let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
+    Ok((mean(&z), mean(&g)))
+}
+
+fn evaluate(ctx: &Ctx, kind: Kind, lazy: &str) -> Result<Value> {
+    let strict = lazy != "lazy";
+    Ok(match kind {
+        Kind::LatencyGain(m) => {
+            let (best, l, _) = gains_of(ctx, m, MAX_BATCH, lazy)?;
+            Value {
+                v: Some(l),
+                shown: format!("{l:.2}× (best: {})", label(&best)),
+            }
+        }
+        Kind::ThroughputGain(m) => {
+            let (_, _, t) = gains_of(ctx, m, MAX_BATCH, lazy)?;
+            Value {
+                v: Some(t),
+                shown: format!("{t:.2}×"),
+            }
+        }
+        Kind::TransformerP99 => {
+            let m = "transformer_base";
+            let best = ctx.best_graph(m, &ctx.plan.rates, MAX_BATCH)?;
+            let r = ctx.plan.high_rate;
+            let tz = quantile(&pooled(ctx, m, lazy, r)?, 0.99);
+            let tg = quantile(&pooled(ctx, m, &best, r)?, 0.99);
+            Value {
+                v: Some(tg / tz),
+                shown: format!("{tz:.1} vs {tg:.1} ms"),
+            }
+        }
+        Kind::ZeroViolation(_) | Kind::AvgSla | Kind::ColoLatency | Kind::ColoThroughput
+            if strict =>
+        {
+            missing()
+        }
+        Kind::ZeroViolation(m) => match zero_from(&sla_curve(ctx, m, lazy)?) {
+            Some(z) => Value {
+                v: Some(z),
+                shown: format!("from {z} ms"),
+            },
+            None => Value {
+                v: None,
+                shown: "never in 20–100 ms".into(),
+            },
+        },
+        Kind::AvgLatency => {
+            let (l, _) = averages(ctx, lazy)?;
+            Value {
+                v: Some(l),
+                shown: format!("{l:.2}×"),
+            }
+        }
+        Kind::AvgThroughput => {
+            let (_, t) = averages(ctx, lazy)?;
+            Value {
+                v: Some(t),
+                shown: format!("{t:.2}×"),
+            }
+        }
+        Kind::AvgSla => {
+            let (z, g) = satisfaction(ctx)?;
+            Value {
+                v: Some(z / g),
+                shown: format!("{:.2}×", z / g),
+            }
+        }
+        Kind::ColoLatency | Kind::ColoThroughput => match &ctx.colo_gains {
+            Some((l, t, best)) => {
+                let x = if kind == Kind::ColoLatency { *l } else { *t };
+                Value {
+                    v: Some(x),
+                    shown: format!("{x:.2}× (best: {best})"),
+                }
+            }
+            None => missing(),
+        },
+        Kind::VsGraph0(m) => {
+            let mut v = Vec::new();
+            for &r in &ctx.plan.rates {
+                let g = ctx.agg(m, "graph:0", r, SLA_MS, COVERAGE, MAX_BATCH)?;
+                let z = ctx.agg(m, lazy, r, SLA_MS, COVERAGE, MAX_BATCH)?;
+                v.push(g.lat.0 / z.lat.0);
+            }
+            let x = geomean(&v);
+            Value {
+                v: Some(x),
+                shown: format!("{x:.2}×"),
+            }
+        }
+    })
+}
+
+/// A claim's value, or "–" when the runs it needs were not part of this reproduction.
+pub(super) fn value(ctx: &Ctx, kind: Kind, lazy: &str) -> Value {
+    evaluate(ctx, kind, lazy).unwrap_or_else(|_| missing())
+}
+
+/// True when ours differs from the paper's by more than 30% (or ours never happens).
+pub(super) fn differs(paper: Option<f64>, ours: &Value) -> bool {
+    match (paper, ours.v) {
+        (Some(p), Some(v)) => (v / p - 1.0).abs() > 0.3,
+        (Some(_), None) => ours.shown != "–",
+        (None, _) => false,
+    }
+}
