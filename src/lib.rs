@@ -6,10 +6,11 @@
 //! profile and slack predictor, the batching policies (Serial, GraphB, LazyB, Oracle) and one
 //! engine loop that serves Poisson or traced traffic.
 //!
-//! Start with [`graph::zoo::load`], [`sim::Bench`] and [`engine::run`].
+//! Start with [`graph::zoo::load`], [`bench::Bench`] and [`engine::run`].
 
 #![warn(missing_docs)]
 
+pub mod bench;
 pub mod device;
 pub mod engine;
 pub mod error;
@@ -18,8 +19,8 @@ pub mod metrics;
 pub mod policy;
 pub mod profile;
 pub mod report;
+pub mod runs;
 pub mod runtime;
-pub mod sim;
 pub mod time;
 pub mod traffic;
 pub mod verify;

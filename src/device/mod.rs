@@ -8,6 +8,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod layout;
 pub mod npu;
+pub mod open;
 
 use crate::error::Result;
 use crate::graph::{Lengths, Model, NodeStep};

@@ -1,6 +1,6 @@
 //! `lazybatch reproduce`: every experiment of the paper's evaluation on the NPU model, under
 //! one or several NPU configurations (by default the paper-calibrated one and Table I taken
-//! literally), each run through the same [`Bench::run`](crate::sim::Bench::run) path as `run`
+//! literally), each run through the same [`Bench::run`](crate::bench::Bench::run) path as `run`
 //! and `compare`, in parallel (rayon), over seeds. Each configuration's experiments write their
 //! data (CSV and JSON), SVG figures and a report into a directory of their own; the top-level
 //! `report.md` puts the paper's headline claims next to every configuration's, with the
@@ -19,11 +19,11 @@ mod lifo;
 
 pub use experiments::EXPERIMENTS;
 
+use crate::bench::{Bench, RunConfig};
 use crate::device::npu::NpuConfig;
 use crate::error::{Error, Result};
 use crate::graph::zoo;
-use crate::metrics::Stats;
-use crate::sim::{Bench, SimConfig};
+use crate::runs::{run_one, Colocation, Keep};
 use crate::time::Nanos;
 use rayon::prelude::*;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -201,27 +201,7 @@ impl Job {
     }
 }
 
-/// A finished run: its statistics (at the job's SLA) and its sorted latencies in ms.
-#[derive(Clone, Debug)]
-pub struct RunOut {
-    /// Statistics.
-    pub stats: Stats,
-    /// Latencies of completed requests, ascending (ms).
-    pub lat_ms: Vec<f64>,
-    /// Co-located runs: each model's statistics.
-    pub parts: Vec<Stats>,
-}
-
-impl RunOut {
-    /// Fraction of requests slower than `sla_ms`.
-    pub fn violation(&self, sla_ms: f64) -> f64 {
-        if self.lat_ms.is_empty() {
-            return 0.0;
-        }
-        let ok = self.lat_ms.partition_point(|&l| l <= sla_ms);
-        (self.lat_ms.len() - ok) as f64 / self.lat_ms.len() as f64
-    }
-}
+pub use crate::runs::RunOut;
 
 /// Results of every job, by job.
 pub type Results = HashMap<Job, RunOut>;
@@ -282,7 +262,7 @@ fn run_jobs(
         .with_max_len(1)
         .map(|j| {
             let bench = &benches[&key_of(j)];
-            let cfg = SimConfig {
+            let cfg = RunConfig {
                 policy: j.policy.clone(),
                 rate: j.rate(),
                 requests: plan.requests(j.model),
@@ -291,31 +271,15 @@ fn run_jobs(
                 max_batch: j.max_batch,
                 coverage: f64::from(j.coverage_tenths) / 10.0,
             };
+            // co-located models: the rate split evenly, every model at the run's SLA
             let nparts = bench.model.parts.len();
-            let (stats, out) = if nparts > 1 {
-                let rates = vec![cfg.rate / nparts as f64; nparts];
-                bench.run_colocated(&cfg, &rates, &vec![cfg.sla; nparts])?
-            } else {
-                bench.run(&cfg)?
-            };
-            let parts = if nparts > 1 {
-                crate::metrics::summarize_parts(&out, nparts)?
-            } else {
-                Vec::new()
-            };
-            let mut lat_ms: Vec<f64> = out
-                .requests
-                .iter()
-                .filter_map(|r| r.latency())
-                .map(|l| l.as_ms())
-                .collect();
-            lat_ms.sort_by(f64::total_cmp);
+            let colo = (nparts > 1).then(|| Colocation {
+                shares: vec![1.0 / nparts as f64; nparts],
+                slas: vec![cfg.sla; nparts],
+            });
+            let out = run_one(bench, &cfg, colo.as_ref(), Keep::default())?;
             bar.inc(1);
-            Ok(RunOut {
-                stats,
-                lat_ms,
-                parts,
-            })
+            Ok(out)
         })
         .collect();
     bar.finish_and_clear();

@@ -2,10 +2,10 @@
 //! come from the same code path as `run`; rerunning gives identical files.
 
 use crate::fresh_dir;
+use lazybatch::bench::{Bench, RunConfig};
 use lazybatch::device::npu::NpuConfig;
 use lazybatch::graph::zoo;
 use lazybatch::report::{reproduce, Options, EXPERIMENTS};
-use lazybatch::sim::{Bench, SimConfig};
 use lazybatch::time::Nanos;
 use std::path::Path;
 
@@ -201,7 +201,7 @@ fn figure_data_come_from_the_run_code_path() {
     .unwrap();
     let mean: f64 = (1..=2)
         .map(|seed| {
-            let c = SimConfig {
+            let c = RunConfig {
                 policy: "lazy".into(),
                 rate: 256.0,
                 requests: 400,

@@ -1,6 +1,7 @@
 //! The serving runtime: nothing lost, merge rules, the paper's worked example, policy
 //! equivalences, determinism, and the slack predictor's veto.
 
+use lazybatch::bench::{Bench, RunConfig};
 use lazybatch::device::npu::NpuConfig;
 use lazybatch::device::{Device, Member, Timing};
 use lazybatch::engine;
@@ -8,7 +9,6 @@ use lazybatch::graph::{zoo, Lengths, Model, NodeStep};
 use lazybatch::policy;
 use lazybatch::profile::Profile;
 use lazybatch::runtime::Predictor;
-use lazybatch::sim::{Bench, SimConfig};
 use lazybatch::time::{Nanos, VirtualClock};
 use lazybatch::traffic::Arrival;
 use proptest::prelude::*;
@@ -119,8 +119,8 @@ fn bench(model: &str, max_batch: u32) -> Bench {
     .unwrap()
 }
 
-fn cfg(policy: &str, rate: f64, n: usize, seed: u64) -> SimConfig {
-    SimConfig {
+fn cfg(policy: &str, rate: f64, n: usize, seed: u64) -> RunConfig {
+    RunConfig {
         policy: policy.into(),
         rate,
         requests: n,
@@ -158,7 +158,7 @@ proptest! {
             Arrival { time: Nanos(t), len: Lengths { enc: l.0, dec: l.1 }, ..Arrival::default() }
         }).collect();
         let mut pol = policy::parse(POLICIES[pi], 8).unwrap();
-        let mut dev = b.npu.clone();
+        let mut dev = b.npu().unwrap().clone();
         let out = engine::run(&b.model, &mut dev, pol.as_mut(), &mut VirtualClock::new(), &b.predictor,
             &arrivals, Nanos::from_ms(100.0), 8, true).unwrap();
         prop_assert_eq!(out.requests.len(), arrivals.len());
@@ -373,7 +373,7 @@ fn colocated_models_complete_once_and_never_share_a_sub_batch() {
         let mut pol = policy::parse(p, 8).unwrap();
         let out = engine::run(
             &b.model,
-            &mut b.npu.clone(),
+            &mut b.npu().unwrap().clone(),
             pol.as_mut(),
             &mut VirtualClock::new(),
             &b.predictor,
@@ -444,7 +444,7 @@ fn the_slack_check_protects_other_models() {
     let mut pol = policy::parse("lazy", 8).unwrap();
     let out = engine::run(
         &b.model,
-        &mut b.npu.clone(),
+        &mut b.npu().unwrap().clone(),
         pol.as_mut(),
         &mut VirtualClock::new(),
         &b.predictor,
@@ -470,7 +470,7 @@ fn the_slack_check_protects_other_models() {
     let mut pol = policy::parse("lazy", 8).unwrap();
     let out = engine::run(
         &b.model,
-        &mut b.npu.clone(),
+        &mut b.npu().unwrap().clone(),
         pol.as_mut(),
         &mut VirtualClock::new(),
         &b.predictor,
@@ -543,7 +543,7 @@ fn timing_runs_of_nodes_at_once_changes_nothing() {
                 let mut pol = policy::parse(p, 8).unwrap();
                 engine::run(
                     &b.model,
-                    &mut b.npu.clone(),
+                    &mut b.npu().unwrap().clone(),
                     pol.as_mut(),
                     &mut VirtualClock::new(),
                     &b.predictor,

@@ -1,0 +1,246 @@
+//! A model on a device, ready to serve: the device (the NPU model, or a real CPU or CUDA
+//! device), its per-node latency table and the slack predictor built on it. One recipe for
+//! every device — lengths → profile → predictor; then per run: policy → engine → summary — and
+//! one run configuration ([`RunConfig`]). The NPU model runs in virtual time and, being a
+//! model, can replay many runs at once ([`Bench::run_arrivals`] takes `&self`); a real device
+//! serves one run at a time in wall time ([`Bench::serve`]).
+
+use crate::device::npu::{Npu, NpuConfig};
+use crate::device::open::Opened;
+use crate::device::Device;
+use crate::engine::{self, Outcome};
+use crate::error::{Error, Result};
+use crate::graph::Model;
+use crate::metrics::{summarize, Stats};
+use crate::policy;
+use crate::profile::Profile;
+use crate::runtime::lengths::profiling_lengths;
+use crate::runtime::Predictor;
+use crate::time::{Nanos, VirtualClock};
+use crate::traffic::{self, Arrival};
+
+/// Everything that fixes one run.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// Policy string.
+    pub policy: String,
+    /// Arrival rate (requests/s).
+    pub rate: f64,
+    /// Number of requests.
+    pub requests: usize,
+    /// SLA target.
+    pub sla: Nanos,
+    /// Seed of the traffic.
+    pub seed: u64,
+    /// Server maximum batch (activation slots).
+    pub max_batch: u32,
+    /// Coverage N (%) of the profiled output lengths that sets dec_timesteps.
+    pub coverage: f64,
+}
+
+/// How a bench gets its latency table.
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    /// Server maximum batch (activation slots; the table's largest batch).
+    pub max_batch: u32,
+    /// Coverage N (%) of the profiled output lengths that sets dec_timesteps.
+    pub coverage: f64,
+    /// A table measured earlier on this kind of device, instead of measuring (real devices).
+    pub profile: Option<Profile>,
+    /// Real devices: runs per measured point of the table (median).
+    pub reps: u32,
+}
+
+/// The device of a bench.
+pub enum Backend {
+    /// The NPU model, and its configuration's name.
+    Npu(Npu, String),
+    /// A real device (behind a lock: it serves one run at a time, and a bench may be shared
+    /// between threads that replay NPU runs).
+    Real(std::sync::Mutex<Box<dyn Device + Send>>),
+}
+
+/// A prepared model + device + latency table + predictor.
+pub struct Bench {
+    /// The model.
+    pub model: Model,
+    /// The device.
+    pub backend: Backend,
+    /// Its per-node table.
+    pub profile: Profile,
+    /// The predictor at the configured coverage.
+    pub predictor: Predictor,
+}
+
+impl Bench {
+    /// `model` on an NPU model with configuration `cfg`, profiled up to `max_batch`.
+    pub fn new(model: Model, cfg: NpuConfig, max_batch: u32, coverage: f64) -> Result<Bench> {
+        let opts = BenchOptions {
+            max_batch,
+            coverage,
+            profile: None,
+            reps: 1,
+        };
+        Self::open(model, Opened::Npu(Npu::new(cfg)?, "custom".into()), &opts)
+    }
+
+    /// `model` on an opened device: the NPU model profiles itself exactly; a real device is
+    /// measured (`opts.reps` runs per point) unless `opts.profile` gives its table.
+    pub fn open(model: Model, device: Opened, opts: &BenchOptions) -> Result<Bench> {
+        if opts.max_batch == 0 {
+            return Err(Error::invalid("--max-batch", "must be at least 1"));
+        }
+        // co-located models: each part at its own lengths and decoder coverage
+        let (dts, lens) = profiling_lengths(&model, opts.coverage)?;
+        let (backend, profile) = match device {
+            Opened::Npu(mut npu, name) => {
+                if opts.profile.is_some() {
+                    return Err(Error::invalid(
+                        "--profile",
+                        "applies to real devices; the NPU model profiles itself exactly",
+                    ));
+                }
+                let profile = Profile::measure_parts(&mut npu, &model, opts.max_batch, &lens)?;
+                npu.prepare(&model, opts.max_batch)?;
+                (Backend::Npu(npu, name), profile)
+            }
+            Opened::Real(mut device) => {
+                let profile = match &opts.profile {
+                    Some(p) => {
+                        p.check_matches(&model)?;
+                        device.prepare(&model, opts.max_batch)?;
+                        p.clone()
+                    }
+                    None => Profile::measure_sampled(
+                        device.as_mut(),
+                        &model,
+                        opts.max_batch,
+                        &lens,
+                        opts.reps,
+                    )?,
+                };
+                (Backend::Real(std::sync::Mutex::new(device)), profile)
+            }
+        };
+        let predictor = Predictor::for_parts(&model, &profile, dts);
+        Ok(Bench {
+            model,
+            backend,
+            profile,
+            predictor,
+        })
+    }
+
+    /// The NPU model, if that is the device.
+    pub fn npu(&self) -> Option<&Npu> {
+        match &self.backend {
+            Backend::Npu(n, _) => Some(n),
+            Backend::Real(_) => None,
+        }
+    }
+
+    /// True for the NPU model (virtual time; runs can be replayed in parallel).
+    pub fn is_virtual(&self) -> bool {
+        matches!(self.backend, Backend::Npu(..))
+    }
+
+    /// The device in words for reports: `npu (paper)`, `cpu`, `cuda (<GPU>)`.
+    pub fn description(&self) -> String {
+        match &self.backend {
+            Backend::Npu(_, name) => format!("npu ({name})"),
+            Backend::Real(d) => d
+                .lock()
+                .map_or_else(|_| "real device".into(), |d| d.description()),
+        }
+    }
+
+    /// Serial capacity: 1 / single-input latency at the reference lengths (requests/s).
+    pub fn serial_capacity(&self) -> f64 {
+        self.predictor.serial_capacity(self.model.ref_lengths())
+    }
+
+    /// Poisson arrivals for `cfg`: at `cfg.rate`, or for co-located models at `rates[k]` with
+    /// SLA `slas[k]` each.
+    pub fn arrivals(
+        &self,
+        cfg: &RunConfig,
+        colo: Option<(&[f64], &[Nanos])>,
+    ) -> Result<Vec<Arrival>> {
+        match colo {
+            Some((rates, slas)) => {
+                traffic::poisson_parts(&self.model, rates, slas, cfg.requests, cfg.seed)
+            }
+            None => traffic::poisson(&self.model, cfg.rate, cfg.requests, cfg.seed),
+        }
+    }
+
+    /// Runs one configuration on Poisson traffic (the NPU model).
+    pub fn run(&self, cfg: &RunConfig) -> Result<(Stats, Outcome)> {
+        self.run_arrivals(cfg, &self.arrivals(cfg, None)?)
+    }
+
+    /// Runs co-located models on Poisson traffic: model `k` receives `rates[k]` req/s and has
+    /// SLA `slas[k]` (`cfg.rate` and `cfg.sla` are ignored). The NPU model.
+    pub fn run_colocated(
+        &self,
+        cfg: &RunConfig,
+        rates: &[f64],
+        slas: &[Nanos],
+    ) -> Result<(Stats, Outcome)> {
+        self.run_arrivals(cfg, &self.arrivals(cfg, Some((rates, slas)))?)
+    }
+
+    /// Runs one configuration on given arrivals in virtual time, on a copy of the NPU model
+    /// (so that many runs can go at once). A real device serves through [`Bench::serve`].
+    pub fn run_arrivals(&self, cfg: &RunConfig, arrivals: &[Arrival]) -> Result<(Stats, Outcome)> {
+        let Backend::Npu(npu, _) = &self.backend else {
+            return Err(Error::Internal(
+                "a real device serves one run at a time, in wall time (Bench::serve)".into(),
+            ));
+        };
+        check_sla(cfg)?;
+        let mut pol = policy::parse_for(&cfg.policy, cfg.max_batch, &self.model)?;
+        let out = engine::run(
+            &self.model,
+            &mut npu.clone(),
+            pol.as_mut(),
+            &mut VirtualClock::new(),
+            &self.predictor,
+            arrivals,
+            cfg.sla,
+            cfg.max_batch,
+            false,
+        )?;
+        Ok((summarize(&out)?, out))
+    }
+
+    /// Serves `arrivals` under `cfg` on any device: the NPU model in virtual time, a real
+    /// device in wall time with the requests delivered at their real instants.
+    pub fn serve(&mut self, cfg: &RunConfig, arrivals: Vec<Arrival>) -> Result<(Stats, Outcome)> {
+        let Backend::Real(device) = &mut self.backend else {
+            return self.run_arrivals(cfg, &arrivals);
+        };
+        let device = device
+            .get_mut()
+            .map_err(|_| Error::Internal("a real device's earlier run panicked".into()))?;
+        check_sla(cfg)?;
+        let mut pol = policy::parse_for(&cfg.policy, cfg.max_batch, &self.model)?;
+        let out = crate::wall::serve(
+            &self.model,
+            device.as_mut(),
+            pol.as_mut(),
+            &self.predictor,
+            arrivals,
+            cfg.sla,
+            cfg.max_batch,
+        )?;
+        Ok((summarize(&out)?, out))
+    }
+}
+
+fn check_sla(cfg: &RunConfig) -> Result<()> {
+    if cfg.sla.0 == 0 {
+        return Err(Error::invalid("--sla-ms", "must be positive"));
+    }
+    Ok(())
+}

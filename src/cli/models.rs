@@ -1,0 +1,70 @@
+//! `lazybatch models`: the zoo.
+
+use super::emit;
+use anyhow::{Context, Result};
+use lazybatch::graph::zoo;
+use serde_json::json;
+
+/// Lists the built-in models: class, nodes, parameters, MACs at batch 1.
+pub(super) fn run(json_out: bool) -> Result<()> {
+    let mut o = String::new();
+    let mut rows = Vec::new();
+    for name in zoo::all_names() {
+        let m = zoo::load(name).with_context(|| format!("loading built-in model {name}"))?;
+        let len = m.ref_lengths();
+        rows.push(json!({
+            "name": m.name,
+            "class": if m.is_seq2seq() { "seq2seq" } else { "static" },
+            "nodes": m.nodes.len(),
+            "params": m.params(),
+            "macs": m.macs(len),
+            "enc_steps": m.seq.as_ref().map(|_| len.enc),
+            "dec_steps": m.seq.as_ref().map(|_| len.dec),
+            "max_batch": m.max_batch,
+            "description": m.description,
+        }));
+    }
+    if json_out {
+        out!(o, "{}", serde_json::to_string_pretty(&rows)?);
+        return emit(&o);
+    }
+    out!(
+        o,
+        "{:<18} {:<8} {:>6} {:>13} {:>16}  {}",
+        "model",
+        "class",
+        "nodes",
+        "params",
+        "MACs (batch 1)",
+        "lengths (enc/dec steps)"
+    );
+    for r in &rows {
+        let lens = match (r["enc_steps"].as_u64(), r["dec_steps"].as_u64()) {
+            (Some(e), Some(d)) => format!("{e}/{d}"),
+            _ => "-".into(),
+        };
+        out!(
+            o,
+            "{:<18} {:<8} {:>6} {:>13} {:>16}  {}",
+            r["name"].as_str().unwrap_or(""),
+            r["class"].as_str().unwrap_or(""),
+            r["nodes"].as_u64().unwrap_or(0),
+            group(r["params"].as_u64().unwrap_or(0)),
+            group(r["macs"].as_u64().unwrap_or(0)),
+            lens
+        );
+    }
+    emit(&o)
+}
+/// 1234567 -> "1,234,567".
+fn group(v: u64) -> String {
+    let s = v.to_string();
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}

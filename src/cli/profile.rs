@@ -1,0 +1,190 @@
+//! `lazybatch profile`: the per-node latency table of a model on a device.
+
+use super::{emit, lengths_for, positive, DeviceArgs, ModelArgs};
+use anyhow::Result;
+use clap::Args;
+use lazybatch::device::open::{open, Opened};
+use lazybatch::graph::NodeId;
+use lazybatch::profile::Profile;
+use serde_json::json;
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub(super) struct ProfileArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    dev: DeviceArgs,
+    /// Largest batch size to profile.
+    #[arg(long, default_value_t = 64, allow_negative_numbers = true)]
+    max_batch: i64,
+    /// Encoder steps (seq2seq models; default: the model's reference length).
+    #[arg(long, allow_negative_numbers = true)]
+    enc_steps: Option<i64>,
+    /// Decoder steps (seq2seq models; default: the model's reference length).
+    #[arg(long, allow_negative_numbers = true)]
+    dec_steps: Option<i64>,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Save the table to FILE (JSON) for `run`/`compare --profile FILE`.
+    #[arg(long, value_name = "FILE")]
+    save: Option<PathBuf>,
+}
+
+/// The per-node latency table, Algorithm 1 and the batching curve on one device.
+pub(super) fn run(a: ProfileArgs) -> Result<()> {
+    let mut o = String::new();
+    let model = a.model.load()?;
+    let max_batch = positive("--max-batch", a.max_batch)?;
+    let len = lengths_for(&model, a.enc_steps, a.dec_steps)?;
+    let reps = positive("--reps", a.dev.reps)?;
+    // on the NPU model, also the latency of one request served alone: at these lengths, and
+    // averaged over WMT 2019's length pairs (Table II's "single-batch latency")
+    let mut alone = None;
+    let prof = match open(&a.dev.choice()?)? {
+        Opened::Npu(mut dev, _) => {
+            let p = Profile::measure(&mut dev, &model, max_batch, len)?;
+            if model.parts.len() == 1 {
+                let at = lazybatch::profile::alone_latency(&mut dev, &model, len)?;
+                let (mean, words) = lazybatch::profile::wmt19_mean_alone_latency(&mut dev, &model)?;
+                alone = Some((at, mean, words));
+            }
+            p
+        }
+        Opened::Real(mut dev) => {
+            Profile::measure_sampled(dev.as_mut(), &model, max_batch, &[len], reps)?
+        }
+    };
+    if let Some(p) = &a.save {
+        prof.save(p)?;
+        eprintln!("saved the latency table to {}", p.display());
+    }
+    let single = prof.single_input_latency(&model, len);
+    let curve = prof.batch_curve(&model, len);
+    if a.json {
+        let nodes: Vec<_> = prof
+            .nodes
+            .iter()
+            .map(|n| {
+                let mut o = json!({
+                    "id": n.id, "name": n.name, "op": n.op, "class": n.class,
+                    "latency_us": n.latency_ns.iter().map(|&x| x as f64 / 1e3).collect::<Vec<_>>(),
+                });
+                if !n.compute_cycles.is_empty() {
+                    o["compute_cycles"] = json!(n.compute_cycles);
+                    o["memory_cycles"] = json!(n.memory_cycles);
+                }
+                o
+            })
+            .collect();
+        let v = json!({
+            "model": model.name,
+            "device": prof.device,
+            "max_batch": max_batch,
+            "enc_steps": model.seq.as_ref().map(|_| len.enc),
+            "dec_steps": model.seq.as_ref().map(|_| len.dec),
+            "single_input_latency_us": single.as_us(),
+            "alone_latency_us": alone.map(|a| a.0.as_us()),
+            "wmt19_mean_alone_latency_us": alone.and_then(|a| a.2.map(|_| a.1.as_us())),
+            "wmt19_mean_words": alone.and_then(|a| a.2.map(|w| [w.0, w.1])),
+            "batch_curve": curve.iter().map(|(b, t, tp)| json!({"batch": b, "latency_us": t.as_us(), "throughput_rps": tp})).collect::<Vec<_>>(),
+            "nodes": nodes,
+        });
+        out!(o, "{}", serde_json::to_string_pretty(&v)?);
+        return emit(&o);
+    }
+    out!(
+        o,
+        "{} on {}: {} nodes{}",
+        model.name,
+        prof.device,
+        model.nodes.len(),
+        if model.is_seq2seq() {
+            format!(", {} encoder / {} decoder steps", len.enc, len.dec)
+        } else {
+            String::new()
+        }
+    );
+    if prof.device != "npu" {
+        out!(o, "measured: median of {reps} runs at batch 1, 2, 4, …, {max_batch}; sizes in between interpolated");
+    }
+    out!(
+        o,
+        "single-input latency (Algorithm 1): {:.3} ms",
+        single.as_ms()
+    );
+    if let Some((at, mean, words)) = alone {
+        match words {
+            Some((en, de)) => out!(
+                o,
+                "served alone: {:.3} ms at these lengths; {:.3} ms on average over WMT 2019 newstest lengths (mean {en:.2} / {de:.2} words)",
+                at.as_ms(),
+                mean.as_ms()
+            ),
+            None => out!(o, "served alone: {:.3} ms", at.as_ms()),
+        }
+    }
+    out!(o,);
+    let show: Vec<u32> = [1u32, 2, 4, 8, 16, 32, 64]
+        .into_iter()
+        .filter(|&b| b <= max_batch)
+        .collect();
+    out!(
+        o,
+        "batching curve (whole graph, every member at the same lengths):"
+    );
+    out!(
+        o,
+        "{:>6} {:>14} {:>16} {:>12}",
+        "batch",
+        "latency (ms)",
+        "throughput (/s)",
+        "per input (ms)"
+    );
+    for &(b, t, tp) in &curve {
+        if show.contains(&b) || b == max_batch {
+            out!(
+                o,
+                "{:>6} {:>14.3} {:>16.1} {:>12.4}",
+                b,
+                t.as_ms(),
+                tp,
+                t.as_ms() / f64::from(b)
+            );
+        }
+    }
+    out!(
+        o,
+        "\nper-node latency (us) at batch {show:?}; x = runs per request:"
+    );
+    outp!(o, "{:>4} {:<28} {:<10} {:>5}", "id", "node", "op", "x");
+    for b in &show {
+        outp!(o, " {:>9}", format!("b={b}"));
+    }
+    out!(o,);
+    for n in &prof.nodes {
+        let rep = model.repeats(NodeId(n.id), len);
+        outp!(
+            o,
+            "{:>4} {:<28} {:<10} {:>5}",
+            n.id,
+            truncate(&n.name, 28),
+            n.op,
+            rep
+        );
+        for &b in &show {
+            outp!(o, " {:>9.2}", n.latency_ns[b as usize - 1] as f64 / 1e3);
+        }
+        out!(o,);
+    }
+    emit(&o)
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        format!("{}…", s.chars().take(n - 1).collect::<String>())
+    }
+}

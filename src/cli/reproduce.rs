@@ -1,0 +1,109 @@
+//! `lazybatch reproduce`, `calibrate` and `npu-config`: the paper's evaluation and the NPU
+//! configurations against it.
+
+use super::{emit, positive};
+use anyhow::{bail, Result};
+use clap::Args;
+use lazybatch::device::npu::NpuConfig;
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub(super) struct ReproduceArgs {
+    /// Output directory.
+    #[arg(long, default_value = "out/reproduce")]
+    out: PathBuf,
+    /// Fewer seeds, requests and sweep points: finishes in well under a minute (CI runs it).
+    #[arg(long)]
+    quick: bool,
+    /// Seeds per configuration (default 20; 2 with --quick).
+    #[arg(long, allow_negative_numbers = true)]
+    seeds: Option<i64>,
+    /// Experiments to run, comma-separated (default: all).
+    #[arg(long, value_delimiter = ',')]
+    figures: Option<Vec<String>>,
+    /// NPU configurations, comma-separated: shipped names (`paper`, `default`) or TOML files;
+    /// the first is the primary one (the ablations run on it). Default: both shipped ones.
+    #[arg(long, value_delimiter = ',', value_name = "NAME|FILE")]
+    npu_config: Option<Vec<String>>,
+}
+
+#[derive(Args, Debug)]
+pub(super) struct CalibrateArgs {
+    /// NPU configurations, comma-separated: shipped names (`default`, `paper`) or TOML files.
+    #[arg(long, value_delimiter = ',', default_value = "default,paper")]
+    npu_config: Vec<String>,
+    /// Print JSON instead of the Markdown table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs the evaluation and writes its files.
+pub(super) fn run(a: ReproduceArgs) -> Result<()> {
+    let seeds = a.seeds.map(|s| positive("--seeds", s)).transpose()?;
+    let specs = a
+        .npu_config
+        .clone()
+        .unwrap_or_else(|| vec!["paper".into(), "default".into()]);
+    let mut npus = Vec::new();
+    for spec in &specs {
+        // a file's configuration is named after the file
+        let name = match NpuConfig::named(spec) {
+            Some(_) => spec.clone(),
+            None => std::path::Path::new(spec)
+                .file_stem()
+                .map_or_else(|| spec.clone(), |s| s.to_string_lossy().into_owned()),
+        };
+        if npus.iter().any(|(n, _)| n == &name) {
+            bail!("--npu-config: '{name}' given twice");
+        }
+        npus.push((name, NpuConfig::resolve(spec)?));
+    }
+    let opts = lazybatch::report::Options {
+        out: a.out.clone(),
+        quick: a.quick,
+        seeds,
+        figures: a.figures.clone(),
+        progress: true,
+        npus,
+    };
+    let t0 = std::time::Instant::now();
+    let files = lazybatch::report::reproduce(&opts)?;
+    eprintln!(
+        "wrote {} files to {} in {:.1} s; start with {}",
+        files.len(),
+        a.out.display(),
+        t0.elapsed().as_secs_f64(),
+        a.out.join("report.md").display()
+    );
+    Ok(())
+}
+
+/// Table II and Fig. 2 against the given configurations.
+pub(super) fn calibrate(a: CalibrateArgs) -> Result<()> {
+    let cfgs = a
+        .npu_config
+        .iter()
+        .map(|c| Ok((c.clone(), NpuConfig::resolve(c)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let cal = lazybatch::report::calibration::calibrate(&cfgs)?;
+    if a.json {
+        emit(&(serde_json::to_string_pretty(&cal)? + "\n"))
+    } else {
+        emit(&cal.markdown())
+    }
+}
+
+/// Prints a shipped configuration's documented file.
+pub(super) fn npu_config(name: &str) -> Result<()> {
+    match NpuConfig::named_text(name) {
+        Some(text) => emit(text),
+        None => bail!(
+            "unknown NPU configuration '{name}' (shipped: {})",
+            lazybatch::device::npu::config::NAMED
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}

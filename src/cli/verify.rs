@@ -1,0 +1,161 @@
+//! `lazybatch verify`: a real device's outputs alone against under forced preemptions and
+//! merges (and, on CUDA, against the CPU reference).
+
+use super::{emit, positive, ModelArgs};
+use anyhow::{bail, Result};
+use clap::Args;
+use lazybatch::device::open::open_real;
+use serde_json::json;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub(super) struct VerifyArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Device: cpu or cuda (cuda also compares with the CPU reference).
+    #[arg(long, default_value = "cpu")]
+    device: String,
+    /// Requests to serve.
+    #[arg(long, default_value_t = 8, allow_negative_numbers = true)]
+    requests: i64,
+    /// Maximum batch (activation slots).
+    #[arg(long, default_value_t = 8, allow_negative_numbers = true)]
+    max_batch: i64,
+    /// Seed of weights, inputs and lengths.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// CUDA: storage precision of GEMM operands, f32 or f16.
+    #[arg(long, default_value = "f32")]
+    precision: String,
+    /// CUDA: also compare with the CPU reference node by node (two requests), printing each op
+    /// kind's largest relative difference and the first node execution above --tolerance.
+    #[arg(long)]
+    ops: bool,
+    /// Relative tolerance for --ops.
+    #[arg(long, default_value_t = 1e-3)]
+    tolerance: f64,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Serves requests alone and under forced preemptions and merges; exit code 1 on any
+/// difference.
+pub(super) fn run(a: VerifyArgs) -> Result<ExitCode> {
+    let mut o = String::new();
+    let model = a.model.load()?;
+    let n = positive("--requests", a.requests)? as usize;
+    let mb = positive("--max-batch", a.max_batch)?;
+    if a.device == "cpu" && a.precision != "f32" {
+        bail!("--precision {} applies to --device cuda", a.precision);
+    }
+    let mut dev = open_real(&a.device, a.seed, &a.precision)?;
+    if dev.name() == "cuda" {
+        eprintln!("{} ({})", dev.description(), a.precision);
+    }
+    let t0 = std::time::Instant::now();
+    let r = lazybatch::verify::verify(&model, dev.as_mut(), n, mb, a.seed)?;
+    // on a GPU, also compare with the CPU reference (same weights and inputs)
+    let vs_cpu = if dev.name() == "cuda" {
+        let mut cpu = lazybatch::device::cpu::CpuDevice::new(a.seed);
+        let (g, c) = lazybatch::verify::serve_both(&model, dev.as_mut(), &mut cpu, n, mb, a.seed)?;
+        Some(lazybatch::verify::max_diff(&g, &c))
+    } else {
+        None
+    };
+    let ops = if a.ops {
+        if dev.name() != "cuda" {
+            bail!("--ops compares a CUDA device with the CPU: use it with --device cuda");
+        }
+        if a.tolerance.is_nan() || a.tolerance <= 0.0 {
+            bail!("--tolerance must be positive (got {})", a.tolerance);
+        }
+        let mut cpu = lazybatch::device::cpu::CpuDevice::new(a.seed);
+        let (g, c) =
+            lazybatch::verify::trace_both(&model, dev.as_mut(), &mut cpu, n.min(2), mb, a.seed)?;
+        Some(lazybatch::verify::compare_traces(
+            &model,
+            &g,
+            &c,
+            a.tolerance,
+        )?)
+    } else {
+        None
+    };
+    if a.json {
+        let mut v = serde_json::to_value(&r)?;
+        if let Some(t) = &ops {
+            v["ops_executions"] = json!(t.executions);
+            v["ops_nodes"] = json!(t
+                .nodes
+                .iter()
+                .map(|(name, op, rel)| json!({"node": name, "op": op, "max_rel_diff": rel}))
+                .collect::<Vec<_>>());
+            v["ops_first_divergence"] = json!(t.first_divergence.as_ref().map(
+                |(name, op, step, input, rel)| {
+                    json!({"node": name, "op": op, "step": step, "request": input, "rel_diff": rel})
+                }
+            ));
+        }
+        if let Some(d) = vs_cpu {
+            v["vs_cpu_max_abs_diff"] = json!(d.map(|x| x.0));
+            v["vs_cpu_max_rel_diff"] = json!(d.map(|x| x.1));
+        }
+        out!(o, "{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        out!(o, "{} on {}: {} requests alone vs under {} forced preemptions and {} merges (mean batch {:.2}; {} executions mixed timesteps)", r.model, dev.description(), r.requests, r.preemptions, r.merges, r.mean_batch, r.cross_step);
+        out!(
+            o,
+            "  compared {} output values: {} requests differ, largest difference {:e}",
+            r.values,
+            r.mismatched_requests,
+            r.max_abs_diff
+        );
+        out!(
+            o,
+            "  {} ({:.1} s)",
+            if r.mismatched_requests == 0 {
+                "bit-identical: OK"
+            } else {
+                "MISMATCH"
+            },
+            t0.elapsed().as_secs_f64()
+        );
+        match vs_cpu {
+            Some(Some((abs, rel, vals))) => out!(o, "  against the CPU reference: {vals} values, largest difference {abs:e} (relative {rel:e})"),
+            Some(None) => out!(o, "  against the CPU reference: outputs differ in shape (a decoded token differs)"),
+            None => {}
+        }
+        if let Some(t) = &ops {
+            let mut per_op: std::collections::BTreeMap<&str, f64> = Default::default();
+            for (_, op, rel) in &t.nodes {
+                let w = per_op.entry(op).or_insert(0.0);
+                *w = w.max(*rel);
+            }
+            out!(
+                o,
+                "  node by node against the CPU ({} node executions, {} nodes):",
+                t.executions,
+                t.nodes.len()
+            );
+            for (op, rel) in per_op {
+                out!(o, "    {op:<12} largest relative difference {rel:e}");
+            }
+            match &t.first_divergence {
+                Some((name, op, step, input, rel)) => out!(
+                    o,
+                    "  FIRST DIVERGENCE above {:e}: node '{name}' ({op}) at step {step}, request {input}: {rel:e}",
+                    a.tolerance
+                ),
+                None => out!(o, "  no node execution differs by more than {:e}", a.tolerance),
+            }
+        }
+    }
+    emit(&o)?;
+    let diverged = ops.is_some_and(|t| t.first_divergence.is_some());
+    Ok(if r.mismatched_requests > 0 || diverged {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,36 @@
+//! The CUDA backend of [`super::open`] when the `cuda` feature is on.
+
+use crate::device::cuda::{self, device::Precision, nvrtc, CudaDevice};
+use crate::device::Device;
+use crate::error::Result;
+
+/// One compiled kernel file (`lazybatch kernels`).
+pub use nvrtc::Compiled as KernelFile;
+
+/// Fails with what is missing unless a CUDA device is usable.
+pub fn require() -> Result<()> {
+    cuda::require().map(|_| ())
+}
+
+/// The number of usable CUDA devices, or why there is none.
+pub fn usable() -> std::result::Result<i32, String> {
+    let p = cuda::probe();
+    if p.usable() {
+        Ok(p.devices)
+    } else {
+        Err(format!("no usable CUDA device ({})", p.missing()))
+    }
+}
+
+/// The first CUDA device, with weights from `seed`, GEMM operands stored in `precision`.
+pub fn open(seed: u64, precision: &str) -> Result<Box<dyn Device + Send>> {
+    let p = Precision::parse(precision)?;
+    Ok(Box::new(CudaDevice::new(0, seed, p)?))
+}
+
+/// Compiles every kernel of `kernels/` through NVRTC for `arch` (e.g. `sm_90`; None: NVRTC's
+/// default).
+pub fn compile_kernels(arch: Option<&str>) -> Result<(Option<&'static str>, Vec<KernelFile>)> {
+    let arch = arch.map(nvrtc::parse_arch).transpose()?;
+    Ok((arch, nvrtc::compile_all(arch)?))
+}

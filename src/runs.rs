@@ -1,0 +1,159 @@
+//! Many runs of one bench, and what each leaves: its statistics, its sorted latencies, each
+//! co-located model's statistics and, when asked, its latency histogram. `compare` runs a grid
+//! of policies × rates × seeds through [`run_all`]; `reproduce` runs its jobs through
+//! [`run_one`]. The NPU model replays runs in parallel; a real device serves them one after
+//! another in wall time.
+
+use crate::bench::{Bench, RunConfig};
+use crate::error::Result;
+use crate::metrics::{self, Stats};
+use crate::time::Nanos;
+use hdrhistogram::Histogram;
+use rayon::prelude::*;
+
+/// Co-located models' traffic: each model's share of the rate and its SLA.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Colocation {
+    /// Shares of the total rate (summing to 1).
+    pub shares: Vec<f64>,
+    /// Each model's SLA.
+    pub slas: Vec<Nanos>,
+}
+
+/// What to keep of a run besides its statistics.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Keep {
+    /// The latency histogram.
+    pub histogram: bool,
+}
+
+/// A finished run.
+#[derive(Clone, Debug)]
+pub struct RunOut {
+    /// Statistics at the run's SLA.
+    pub stats: Stats,
+    /// Latencies of completed requests, ascending (ms).
+    pub lat_ms: Vec<f64>,
+    /// Co-located runs: each model's statistics (empty for one model).
+    pub parts: Vec<Stats>,
+    /// The latency histogram, when kept.
+    pub histogram: Option<Histogram<u64>>,
+}
+
+impl RunOut {
+    /// Fraction of requests slower than `sla_ms`.
+    pub fn violation(&self, sla_ms: f64) -> f64 {
+        if self.lat_ms.is_empty() {
+            return 0.0;
+        }
+        let ok = self.lat_ms.partition_point(|&l| l <= sla_ms);
+        (self.lat_ms.len() - ok) as f64 / self.lat_ms.len() as f64
+    }
+}
+
+fn rates(cfg: &RunConfig, colo: &Colocation) -> Vec<f64> {
+    colo.shares.iter().map(|s| s * cfg.rate).collect()
+}
+
+fn finish(bench: &Bench, stats: Stats, out: &crate::engine::Outcome, keep: Keep) -> Result<RunOut> {
+    let nparts = bench.model.parts.len();
+    let parts = if nparts > 1 {
+        metrics::summarize_parts(out, nparts)?
+    } else {
+        Vec::new()
+    };
+    let mut lat_ms: Vec<f64> = out
+        .requests
+        .iter()
+        .filter_map(|r| r.latency())
+        .map(|l| l.as_ms())
+        .collect();
+    lat_ms.sort_by(f64::total_cmp);
+    let histogram = if keep.histogram {
+        Some(metrics::histogram(out)?)
+    } else {
+        None
+    };
+    Ok(RunOut {
+        stats,
+        lat_ms,
+        parts,
+        histogram,
+    })
+}
+
+/// One run on the NPU model (any number of these can go at once).
+pub fn run_one(
+    bench: &Bench,
+    cfg: &RunConfig,
+    colo: Option<&Colocation>,
+    keep: Keep,
+) -> Result<RunOut> {
+    let (stats, out) = match colo {
+        Some(c) => bench.run_colocated(cfg, &rates(cfg, c), &c.slas)?,
+        None => bench.run(cfg)?,
+    };
+    finish(bench, stats, &out, keep)
+}
+
+/// Every configuration of `cfgs` on `bench`, in order: in parallel on the NPU model, one after
+/// another on a real device. `keep(i)` says what to keep of run `i`.
+pub fn run_all(
+    bench: &mut Bench,
+    cfgs: &[RunConfig],
+    colo: Option<&Colocation>,
+    keep: impl Fn(usize) -> Keep + Sync,
+) -> Result<Vec<RunOut>> {
+    if bench.is_virtual() {
+        let bench = &*bench;
+        return cfgs
+            .par_iter()
+            .enumerate()
+            .map(|(i, c)| run_one(bench, c, colo, keep(i)))
+            .collect();
+    }
+    let mut outs = Vec::with_capacity(cfgs.len());
+    for (i, c) in cfgs.iter().enumerate() {
+        let arrivals = match colo {
+            Some(co) => bench.arrivals(c, Some((&rates(c, co), &co.slas)))?,
+            None => bench.arrivals(c, None)?,
+        };
+        let (stats, out) = bench.serve(c, arrivals)?;
+        outs.push(finish(bench, stats, &out, keep(i))?);
+    }
+    Ok(outs)
+}
+
+/// The mean over runs (seeds) of every statistic, counts rounded.
+pub fn mean_stats(runs: &[&Stats]) -> Stats {
+    let n = runs.len().max(1) as f64;
+    let avg = |f: &dyn Fn(&Stats) -> f64| runs.iter().map(|s| f(s)).sum::<f64>() / n;
+    let count = |f: &dyn Fn(&Stats) -> u64| avg(&|s| f(s) as f64).round() as u64;
+    let first = runs.first().copied().cloned().unwrap_or_default();
+    Stats {
+        requests: first.requests,
+        completed: count(&|s| s.completed),
+        rejected: count(&|s| s.rejected),
+        latency_ms: metrics::LatencyMs {
+            mean: avg(&|s| s.latency_ms.mean),
+            p50: avg(&|s| s.latency_ms.p50),
+            p90: avg(&|s| s.latency_ms.p90),
+            p95: avg(&|s| s.latency_ms.p95),
+            p99: avg(&|s| s.latency_ms.p99),
+            max: avg(&|s| s.latency_ms.max),
+        },
+        throughput_rps: avg(&|s| s.throughput_rps),
+        sla_violation_rate: avg(&|s| s.sla_violation_rate),
+        mean_batch_size: avg(&|s| s.mean_batch_size),
+        preemptions: count(&|s| s.preemptions),
+        merges: count(&|s| s.merges),
+        cross_step_executions: count(&|s| s.cross_step_executions),
+        by_class: (0..first.by_class.len())
+            .map(|k| metrics::ClassStats {
+                class: first.by_class[k].class.clone(),
+                busy_ms_per_request: avg(&|s| s.by_class[k].busy_ms_per_request),
+                mean_batch: avg(&|s| s.by_class[k].mean_batch),
+            })
+            .collect(),
+    }
+}
