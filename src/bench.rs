@@ -22,8 +22,8 @@ use crate::traffic::{self, Arrival};
 /// Everything that fixes one run.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
-    /// Policy string.
-    pub policy: String,
+    /// The policy.
+    pub policy: policy::Spec,
     /// Arrival rate (requests/s).
     pub rate: f64,
     /// Number of requests.
@@ -199,7 +199,8 @@ impl Bench {
             ));
         };
         check_sla(cfg)?;
-        let mut pol = policy::parse_for(&cfg.policy, cfg.max_batch, &self.model)?;
+        cfg.policy.check_for(&self.model)?;
+        let mut pol = cfg.policy.build();
         let out = engine::run(
             &self.model,
             &mut npu.clone(),
@@ -224,7 +225,8 @@ impl Bench {
             .get_mut()
             .map_err(|_| Error::Internal("a real device's earlier run panicked".into()))?;
         check_sla(cfg)?;
-        let mut pol = policy::parse_for(&cfg.policy, cfg.max_batch, &self.model)?;
+        cfg.policy.check_for(&self.model)?;
+        let mut pol = cfg.policy.build();
         let out = crate::wall::serve(
             &self.model,
             device.as_mut(),

@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use lazybatch::bench::RunConfig;
 use lazybatch::metrics::{self, Stats};
+use lazybatch::policy::Spec;
 use lazybatch::runs::{mean_stats, run_all, Keep};
 use lazybatch::traffic;
 use serde_json::json;
@@ -111,7 +112,8 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
     let mut o = String::new();
     let model = a.model.load()?;
     let sv = serve_args(&a.serve)?;
-    lazybatch::policy::parse(&a.policy, sv.max_batch)?;
+    let spec = Spec::parse(&a.policy, sv.max_batch)?;
+    spec.check_for(&model)?;
     let trace = match &a.trace {
         Some(p) => Some(traffic::load_trace(p, &model, a.seed)?),
         None => None,
@@ -134,7 +136,7 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
         (None, None) => 0.0,
     };
     let cfg = RunConfig {
-        policy: a.policy.clone(),
+        policy: spec,
         rate,
         requests: sv.requests,
         sla: sv.sla,
@@ -264,13 +266,18 @@ pub(super) fn compare(a: CompareArgs) -> Result<()> {
         Some(p) => p.clone(),
         None => DEFAULT_POLICIES
             .iter()
-            .filter(|p| lazybatch::policy::parse_for(p, sv.max_batch, &model).is_ok())
+            .filter(|p| Spec::parse(p, sv.max_batch).is_ok_and(|s| s.check_for(&model).is_ok()))
             .map(|p| p.to_string())
             .collect(),
     };
-    for p in &policies {
-        lazybatch::policy::parse(p, sv.max_batch)?;
-    }
+    let specs = policies
+        .iter()
+        .map(|p| {
+            let s = Spec::parse(p, sv.max_batch)?;
+            s.check_for(&model)?;
+            Ok(s)
+        })
+        .collect::<lazybatch::Result<Vec<_>>>()?;
     if let Some(ls) = &a.load {
         for &l in ls {
             check_rate("--load", l)?;
@@ -290,7 +297,7 @@ pub(super) fn compare(a: CompareArgs) -> Result<()> {
         None => a.rates.clone(),
     };
     let mut cfgs = Vec::new();
-    for p in &policies {
+    for p in &specs {
         for &r in &rates {
             for s in 1..=seeds {
                 cfgs.push(RunConfig {
@@ -317,7 +324,7 @@ pub(super) fn compare(a: CompareArgs) -> Result<()> {
     let mut rows = Vec::new();
     for (gi, chunk) in results.chunks(seeds as usize).enumerate() {
         let c0 = &cfgs[gi * seeds as usize];
-        let (p, r) = (&c0.policy, c0.rate);
+        let (p, r) = (&c0.policy.text, c0.rate);
         let st = mean_stats(&chunk.iter().map(|c| &c.stats).collect::<Vec<_>>());
         let spread = |f: &dyn Fn(&Stats) -> f64| {
             metrics::spread(chunk.iter().map(|c| f(&c.stats)).collect())

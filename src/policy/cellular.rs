@@ -63,10 +63,6 @@ impl Policy for Cellular {
         self.name.clone()
     }
 
-    fn supports_colocation(&self) -> bool {
-        false
-    }
-
     fn cell_nodes(&self, model: &Model) -> Vec<bool> {
         loop_cells(model)
     }

@@ -333,16 +333,6 @@ impl Policy for Lazy {
         .into()
     }
 
-    fn uses_sla(&self) -> bool {
-        true
-    }
-
-    fn supports_colocation(&self) -> bool {
-        // the Oracle's look-ahead assumes every entry merges as it catches up: not so for
-        // sub-batches of different models
-        !self.oracle
-    }
-
     fn cell_nodes(&self, model: &crate::graph::Model) -> Vec<bool> {
         if self.strict {
             Vec::new()

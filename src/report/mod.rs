@@ -174,7 +174,8 @@ impl Job {
         max_batch: u32,
     ) -> Job {
         // an unknown policy keeps its settings: its run reports the parse error
-        let sla_aware = crate::policy::parse(policy, max_batch).map_or(true, |p| p.uses_sla());
+        let sla_aware =
+            crate::policy::Spec::parse(policy, max_batch).map_or(true, |p| p.uses_sla());
         let (sla_ms, coverage) = if sla_aware {
             (sla_ms, coverage)
         } else {
@@ -263,7 +264,7 @@ fn run_jobs(
         .map(|j| {
             let bench = &benches[&key_of(j)];
             let cfg = RunConfig {
-                policy: j.policy.clone(),
+                policy: crate::policy::Spec::parse(&j.policy, j.max_batch)?,
                 rate: j.rate(),
                 requests: plan.requests(j.model),
                 sla: Nanos(j.sla_us * 1000),

@@ -202,7 +202,7 @@ fn figure_data_come_from_the_run_code_path() {
     let mean: f64 = (1..=2)
         .map(|seed| {
             let c = RunConfig {
-                policy: "lazy".into(),
+                policy: lazybatch::policy::Spec::parse("lazy", 64).unwrap(),
                 rate: 256.0,
                 requests: 400,
                 sla: Nanos::from_ms(100.0),

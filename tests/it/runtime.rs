@@ -119,14 +119,25 @@ fn bench(model: &str, max_batch: u32) -> Bench {
     .unwrap()
 }
 
+/// `c` with server maximum batch `mb` (the policy's default maximum batch follows it).
+fn with_max(mut c: RunConfig, mb: u32) -> RunConfig {
+    c.max_batch = mb;
+    c.policy = policy::Spec::parse(&c.policy.text, mb).unwrap();
+    c
+}
+
 fn cfg(policy: &str, rate: f64, n: usize, seed: u64) -> RunConfig {
+    cfg_max(policy, rate, n, seed, 8)
+}
+
+fn cfg_max(policy: &str, rate: f64, n: usize, seed: u64, max_batch: u32) -> RunConfig {
     RunConfig {
-        policy: policy.into(),
+        policy: policy::Spec::parse(policy, max_batch).unwrap(),
         rate,
         requests: n,
         sla: Nanos::from_ms(100.0),
         seed,
-        max_batch: 8,
+        max_batch,
         coverage: 90.0,
     }
 }
@@ -267,8 +278,7 @@ fn violation_rate_is_non_increasing_in_the_sla() {
     for p in ["graph:25", "lazy"] {
         let mut last = 1.0f64;
         for sla in [20.0, 40.0, 60.0, 100.0] {
-            let mut c = cfg(p, 1000.0, 1000, 1);
-            c.max_batch = 64;
+            let mut c = with_max(cfg(p, 1000.0, 1000, 1), 64);
             c.sla = Nanos::from_ms(sla);
             let v = b.run(&c).unwrap().0.sla_violation_rate;
             if p.starts_with("graph") {
@@ -283,10 +293,8 @@ fn violation_rate_is_non_increasing_in_the_sla() {
 fn cellular_is_graph_batching_on_resnet() {
     let b = bench("resnet50", 16);
     for (w, bb) in [(5.0, 16), (25.0, 8)] {
-        let mut cg = cfg(&format!("graph:{w}:{bb}"), 800.0, 600, 3);
-        let mut cc = cfg(&format!("cellular:{w}:{bb}"), 800.0, 600, 3);
-        cg.max_batch = 16;
-        cc.max_batch = 16;
+        let cg = cfg_max(&format!("graph:{w}:{bb}"), 800.0, 600, 3, 16);
+        let cc = cfg_max(&format!("cellular:{w}:{bb}"), 800.0, 600, 3, 16);
         let (g, og) = b.run(&cg).unwrap();
         let (c, oc) = b.run(&cc).unwrap();
         assert_eq!(
