@@ -202,15 +202,17 @@ impl Bench {
         cfg.policy.check_for(&self.model)?;
         let mut pol = cfg.policy.build();
         let out = engine::run(
-            &self.model,
+            &engine::Setup {
+                model: &self.model,
+                predictor: &self.predictor,
+                sla: cfg.sla,
+                max_batch: cfg.max_batch,
+                snapshots: false,
+            },
             &mut npu.clone(),
             pol.as_mut(),
             &mut VirtualClock::new(),
-            &self.predictor,
             arrivals,
-            cfg.sla,
-            cfg.max_batch,
-            false,
         )?;
         Ok((summarize(&out)?, out))
     }
@@ -227,15 +229,14 @@ impl Bench {
         check_sla(cfg)?;
         cfg.policy.check_for(&self.model)?;
         let mut pol = cfg.policy.build();
-        let out = crate::wall::serve(
-            &self.model,
-            device.as_mut(),
-            pol.as_mut(),
-            &self.predictor,
-            arrivals,
-            cfg.sla,
-            cfg.max_batch,
-        )?;
+        let setup = engine::Setup {
+            model: &self.model,
+            predictor: &self.predictor,
+            sla: cfg.sla,
+            max_batch: cfg.max_batch,
+            snapshots: false,
+        };
+        let out = crate::wall::serve(&setup, device.as_mut(), pol.as_mut(), arrivals)?;
         Ok((summarize(&out)?, out))
     }
 }

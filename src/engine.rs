@@ -1,16 +1,16 @@
-//! THE engine loop, written once: admit arrivals into the pending queue, ask the policy, run one
-//! node of the active sub-batch on the device, update the BatchTable, record what happened. Time
-//! comes from a [`Clock`] — virtual for the NPU model, wall for real devices — and the device,
-//! policy and clock are traits, so every driver reuses this loop unchanged.
+//! THE engine loop, written once ([`run_source`]): receive arrivals into the pending queue, ask
+//! the policy, run one node of the active sub-batch on the device, update the BatchTable, record
+//! what happened. Time comes from a [`Clock`] — virtual for the NPU model, wall for real
+//! devices — and the device, policy and clock are traits, so every driver reuses this loop
+//! unchanged. The loop's state and its steps are a [`Server`]'s.
 
 use crate::device::{Device, Member};
 use crate::error::{Error, Result};
 use crate::graph::{Class, Lengths, Model, NodeStep};
 use crate::policy::{Decision, Policy, View};
-use crate::runtime::{BatchTable, Predictor, Request, RequestId};
+use crate::runtime::{BatchTable, Predictor, Queue, Request, RequestId};
 use crate::time::{Clock, Nanos};
 use crate::traffic::Arrival;
-use std::collections::VecDeque;
 
 /// Counters of one run.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -132,114 +132,57 @@ impl ArrivalSource for Predrawn<'_> {
     }
 }
 
+/// What a run serves and under which rules.
+#[derive(Clone, Copy, Debug)]
+pub struct Setup<'a> {
+    /// The model (co-located models composed into one).
+    pub model: &'a Model,
+    /// The slack predictor the policies read.
+    pub predictor: &'a Predictor,
+    /// The SLA of requests that carry none of their own.
+    pub sla: Nanos,
+    /// Activation slots: the most requests in flight.
+    pub max_batch: u32,
+    /// Record a BatchTable snapshot after every admission and execution (tests, traces).
+    pub snapshots: bool,
+}
+
 /// Runs pre-drawn `arrivals` (sorted by time) to completion.
-#[allow(clippy::too_many_arguments)]
 pub fn run<D: Device + ?Sized, C: Clock>(
-    model: &Model,
+    setup: &Setup,
     device: &mut D,
     policy: &mut dyn Policy,
     clock: &mut C,
-    predictor: &Predictor,
     arrivals: &[Arrival],
-    sla: Nanos,
-    max_batch: u32,
-    record_snapshots: bool,
 ) -> Result<Outcome> {
-    let mut src = Predrawn::new(arrivals);
-    run_source(
-        model,
-        device,
-        policy,
-        clock,
-        predictor,
-        &mut src,
-        sla,
-        max_batch,
-        record_snapshots,
-    )
+    run_source(setup, device, policy, clock, &mut Predrawn::new(arrivals))
 }
 
 /// Runs the requests of `arrivals` to completion: the engine loop.
-#[allow(clippy::too_many_arguments)]
 pub fn run_source<D: Device + ?Sized, C: Clock, A: ArrivalSource + ?Sized>(
-    model: &Model,
+    setup: &Setup,
     device: &mut D,
     policy: &mut dyn Policy,
     clock: &mut C,
-    predictor: &Predictor,
     arrivals: &mut A,
-    sla: Nanos,
-    max_batch: u32,
-    record_snapshots: bool,
 ) -> Result<Outcome> {
-    if max_batch == 0 {
-        return Err(Error::invalid("max batch", "must be at least 1"));
-    }
-    let mut requests: Vec<Request> = Vec::with_capacity(arrivals.expected());
-    let mut pending: VecDeque<RequestId> = VecDeque::with_capacity(arrivals.expected().max(64));
-    let mut table = BatchTable::new(max_batch);
-    table.set_cells(policy.cell_nodes(model));
-    table.set_model(model);
-    let never_preempts = policy.never_preempts();
-    // the active sub-batch as the device sees it, rebuilt only when the table says it changed
-    let mut members_of: Option<u64> = None;
-    let mut mixed_steps = false;
-    let mut free_slots: Vec<u32> = (0..max_batch).rev().collect();
-    let mut c = Counters::default();
-    let mut snaps = record_snapshots.then(Vec::new);
-    let mut members: Vec<Member> = Vec::with_capacity(max_batch as usize);
-    let mut finished: Vec<RequestId> = Vec::with_capacity(max_batch as usize);
-    // the models (parts) of an admitted group, oldest request's first
-    let mut order: Vec<u16> = Vec::with_capacity(model.parts.len());
+    let mut s = Server::new(setup, policy, arrivals.expected())?;
     let mut stalls = 0u32;
-    let snap = |table: &BatchTable, now: Nanos, snaps: &mut Option<Vec<Snapshot>>| {
-        if let Some(s) = snaps.as_mut() {
-            s.push((
-                now,
-                table
-                    .entries()
-                    .iter()
-                    .map(|e| (e.members.iter().map(|r| r.0).collect(), e.next))
-                    .collect(),
-            ));
-        }
-    };
     loop {
         let now = clock.now();
-        while let Some(a) = arrivals.poll(now) {
-            let id = RequestId(requests.len() as u32);
-            if usize::from(a.part) >= model.parts.len() {
-                return Err(Error::invalid(
-                    "arrival",
-                    format!("request for model #{} of {}", a.part, model.parts.len()),
-                ));
-            }
-            let mut q = Request::new(id, a.time, a.sla.unwrap_or(sla), a.len);
-            q.part = a.part;
-            requests.push(q);
-            pending.push_back(id);
-        }
-        if pending.is_empty() && table.is_empty() {
+        s.receive(arrivals, now)?;
+        if s.queue.is_empty() && s.table.is_empty() {
             if arrivals.idle(clock, None) {
                 continue;
             }
             break;
         }
-        let quiet = !table.is_empty() && (pending.is_empty() || never_preempts);
+        // with requests in flight and nothing to decide (the policy contract), just run
+        let quiet = !s.table.is_empty() && (s.queue.is_empty() || s.never_preempts);
         let decision = if quiet {
-            // nothing to decide (the policy contract): run the active sub-batch
             Decision::Run
         } else {
-            let view = View::new(
-                now,
-                model,
-                &pending,
-                &table,
-                predictor,
-                max_batch as usize,
-                &requests,
-            );
-            policy.decide(&view)
+            policy.decide(&s.view(now))
         };
         match decision {
             Decision::WaitUntil(t) => {
@@ -255,120 +198,263 @@ pub fn run_source<D: Device + ?Sized, C: Clock, A: ArrivalSource + ?Sized>(
                 arrivals.idle(clock, Some(t));
                 continue;
             }
-            Decision::Admit { count, pad } => {
-                if count == 0
-                    || count > pending.len()
-                    || count > free_slots.len()
-                    || count > max_batch as usize
-                {
-                    return Err(Error::Internal(format!(
-                        "policy {} admitted {count} with {} pending and {} free slots",
-                        policy.name(),
-                        pending.len(),
-                        free_slots.len()
-                    )));
-                }
-                for r in pending.iter().take(count) {
-                    let q = &mut requests[r.idx()];
-                    q.slot = free_slots.pop();
-                    // admitted requests run their first node now, on top of the table
-                    q.first_issue = Some(now);
-                }
-                if !table.is_empty() {
-                    c.preemptions += 1;
-                }
-                let padded_of = |part: u16| -> Lengths {
-                    let mut l = Lengths::default();
-                    for r in pending.iter().take(count) {
-                        let q = &requests[r.idx()];
-                        if q.part == part {
-                            l.enc = l.enc.max(q.len.enc);
-                            l.dec = l.dec.max(q.len.dec);
-                        }
-                    }
-                    l
-                };
-                // one sub-batch per model (a single model: one), each at its model's first
-                // node, pushed so that the model of the oldest admitted request runs first
-                order.clear();
-                for r in pending.iter().take(count) {
-                    let p = requests[r.idx()].part;
-                    if !order.contains(&p) {
-                        order.push(p);
-                    }
-                }
-                for &p in order.iter().rev() {
-                    let padded = pad.then(|| padded_of(p));
-                    let ids = pending
-                        .iter()
-                        .take(count)
-                        .copied()
-                        .filter(|r| requests[r.idx()].part == p);
-                    table.push_from(ids, model.first_step_of(usize::from(p)), padded);
-                }
-                pending.drain(..count);
-                snap(&table, now, &mut snaps);
+            Decision::Admit { count, pad } => s.admit(count, pad, now, policy)?,
+            Decision::Run if s.table.is_empty() => {
+                return Err(Error::Internal(format!(
+                    "policy {} ran an empty BatchTable",
+                    policy.name()
+                )))
             }
-            Decision::Run => {
-                if table.is_empty() {
-                    return Err(Error::Internal(format!(
-                        "policy {} ran an empty BatchTable",
-                        policy.name()
-                    )));
-                }
-            }
+            Decision::Run => {}
         }
         stalls = 0;
-        // execute one node of the active sub-batch
-        let top = table
+        s.refresh_members()?;
+        if quiet && s.run_ahead(device, clock, arrivals.next_due(), now) {
+            continue;
+        }
+        s.execute(device, clock)?;
+    }
+    Ok(Outcome {
+        requests: s.requests,
+        counters: s.counters,
+        snapshots: s.snaps,
+    })
+}
+
+/// The state of one run and the steps of the engine loop.
+pub struct Server<'a> {
+    setup: &'a Setup<'a>,
+    requests: Vec<Request>,
+    queue: Queue,
+    table: BatchTable,
+    free_slots: Vec<u32>,
+    counters: Counters,
+    snaps: Option<Vec<Snapshot>>,
+    never_preempts: bool,
+    /// The active sub-batch as the device sees it, and the table generation it was built at.
+    members: Vec<Member>,
+    members_of: Option<u64>,
+    mixed_steps: bool,
+    finished: Vec<RequestId>,
+    /// The requests being admitted, and their models (parts), oldest request's first.
+    batch: Vec<RequestId>,
+    order: Vec<u16>,
+}
+
+impl<'a> Server<'a> {
+    fn new(setup: &'a Setup<'a>, policy: &dyn Policy, expected: usize) -> Result<Self> {
+        let (model, mb) = (setup.model, setup.max_batch);
+        if mb == 0 {
+            return Err(Error::invalid("max batch", "must be at least 1"));
+        }
+        let mut table = BatchTable::new(mb);
+        table.set_cells(policy.cell_nodes(model));
+        table.set_model(model);
+        Ok(Server {
+            setup,
+            requests: Vec::with_capacity(expected),
+            queue: Queue::with_capacity(expected.max(64)),
+            table,
+            free_slots: (0..mb).rev().collect(),
+            counters: Counters::default(),
+            snaps: setup.snapshots.then(Vec::new),
+            never_preempts: policy.never_preempts(),
+            members: Vec::with_capacity(mb as usize),
+            members_of: None,
+            mixed_steps: false,
+            finished: Vec::with_capacity(mb as usize),
+            batch: Vec::with_capacity(mb as usize),
+            order: Vec::with_capacity(model.parts.len()),
+        })
+    }
+
+    /// The read-only view a policy decides on.
+    fn view(&self, now: Nanos) -> View<'_> {
+        View::new(
+            now,
+            self.setup.model,
+            &self.queue,
+            &self.table,
+            self.setup.predictor,
+            self.setup.max_batch as usize,
+            &self.requests,
+        )
+    }
+
+    fn snap(&mut self, now: Nanos) {
+        if let Some(s) = self.snaps.as_mut() {
+            s.push((
+                now,
+                self.table
+                    .entries()
+                    .iter()
+                    .map(|e| (e.members.iter().map(|r| r.0).collect(), e.next))
+                    .collect(),
+            ));
+        }
+    }
+
+    /// Every request that has arrived by `now` joins the queue.
+    fn receive<A: ArrivalSource + ?Sized>(&mut self, arrivals: &mut A, now: Nanos) -> Result<()> {
+        let parts = self.setup.model.parts.len();
+        while let Some(a) = arrivals.poll(now) {
+            let id = RequestId(self.requests.len() as u32);
+            if usize::from(a.part) >= parts {
+                return Err(Error::invalid(
+                    "arrival",
+                    format!("request for model #{} of {parts}", a.part),
+                ));
+            }
+            let mut q = Request::new(id, a.time, a.sla.unwrap_or(self.setup.sla), a.len);
+            q.part = a.part;
+            self.requests.push(q);
+            self.queue.push(id);
+        }
+        Ok(())
+    }
+
+    /// Takes the `count` oldest pending requests into slots and onto the table: one sub-batch
+    /// per model (a single model: one), each at its model's first node, pushed so that the
+    /// model of the oldest admitted request runs first; `pad`: run as graph batches.
+    fn admit(&mut self, count: usize, pad: bool, now: Nanos, policy: &dyn Policy) -> Result<()> {
+        if count == 0
+            || count > self.queue.len()
+            || count > self.free_slots.len()
+            || count > self.setup.max_batch as usize
+        {
+            return Err(Error::Internal(format!(
+                "policy {} admitted {count} with {} pending and {} free slots",
+                policy.name(),
+                self.queue.len(),
+                self.free_slots.len()
+            )));
+        }
+        if !self.table.is_empty() {
+            self.counters.preemptions += 1;
+        }
+        self.batch.clear();
+        self.batch.extend(self.queue.next_batch(count));
+        self.order.clear();
+        for r in &self.batch {
+            let q = &mut self.requests[r.idx()];
+            q.slot = self.free_slots.pop();
+            // admitted requests run their first node now, on top of the table
+            q.first_issue = Some(now);
+            if !self.order.contains(&q.part) {
+                self.order.push(q.part);
+            }
+        }
+        for i in (0..self.order.len()).rev() {
+            let p = self.order[i];
+            let (requests, batch) = (&self.requests, &self.batch);
+            let padded = pad.then(|| {
+                batch
+                    .iter()
+                    .map(|r| &requests[r.idx()])
+                    .filter(|q| q.part == p)
+                    .fold(Lengths::default(), |l, q| Lengths {
+                        enc: l.enc.max(q.len.enc),
+                        dec: l.dec.max(q.len.dec),
+                    })
+            });
+            let ids = batch
+                .iter()
+                .copied()
+                .filter(|r| requests[r.idx()].part == p);
+            let first = self.setup.model.first_step_of(usize::from(p));
+            self.table.push_from(ids, first, padded);
+        }
+        self.snap(now);
+        Ok(())
+    }
+
+    /// Rebuilds the device's member list when the active sub-batch changed.
+    fn refresh_members(&mut self) -> Result<()> {
+        if self.members_of == Some(self.table.generation()) {
+            return Ok(());
+        }
+        let top = self
+            .table
             .top()
             .ok_or_else(|| Error::Internal("empty table".into()))?;
-        let at = top.next;
-        if members_of != Some(table.generation()) {
-            members.clear();
-            for (j, r) in top.members.iter().enumerate() {
-                let q = &requests[r.idx()];
-                members.push(Member {
-                    slot: q.slot.unwrap_or(0),
-                    len: top.padded.unwrap_or(q.len),
-                    input: u64::from(r.0),
-                    step: top.steps.get(j).copied().unwrap_or(at.step),
-                });
-            }
-            mixed_steps = members.iter().any(|m| m.step != members[0].step);
-            members_of = Some(table.generation());
+        self.members.clear();
+        for (j, r) in top.members.iter().enumerate() {
+            let q = &self.requests[r.idx()];
+            self.members.push(Member {
+                slot: q.slot.unwrap_or(0),
+                len: top.padded.unwrap_or(q.len),
+                input: u64::from(r.0),
+                step: top.steps.get(j).copied().unwrap_or(top.next.step),
+            });
         }
-        // a virtual device times a run of batch-size-only nodes at once, up to the next unit
-        // where anything can happen: a node that ends a loop or the model, a node whose time
-        // depends on lengths, the entry below (a merge), or the next arrival for a policy that
-        // may preempt (byte-identical to executing them one by one)
-        if quiet && snaps.is_none() {
-            let budget = match (never_preempts, arrivals.next_due()) {
-                (true, _) => Some(None),
-                (false, Some(due)) => Some(Some(Nanos(due.0.saturating_sub(now.0)))),
-                (false, None) => None,
-            };
-            let ahead = table.straight_ahead();
-            if let (Some(budget), true) = (budget, ahead > 1) {
-                if let Some((k, t)) = device.time_run(model, at.node, members.len(), ahead, budget)
-                {
-                    // a run stays within one node class (BatchTable::straight_ahead)
-                    c.record(model.node(at.node).class, u64::from(k), members.len(), t);
-                    if mixed_steps {
-                        c.cross_step += u64::from(k);
-                    }
-                    clock.advance(t);
-                    c.merges += u64::from(table.advance_straight(k));
-                    continue;
-                }
-            }
+        self.mixed_steps = self.members.iter().any(|m| m.step != self.members[0].step);
+        self.members_of = Some(self.table.generation());
+        Ok(())
+    }
+
+    /// A virtual device times a run of batch-size-only nodes at once, up to the next unit where
+    /// anything can happen: a node that ends a loop or the model, a node whose time depends on
+    /// lengths, the entry below (a merge), or the next arrival (`next_due`) for a policy that
+    /// may preempt — byte-identical to executing them one by one. False: nothing was run.
+    fn run_ahead<D: Device + ?Sized, C: Clock>(
+        &mut self,
+        device: &mut D,
+        clock: &mut C,
+        next_due: Option<Nanos>,
+        now: Nanos,
+    ) -> bool {
+        if self.snaps.is_some() {
+            return false;
         }
-        if mixed_steps {
-            c.cross_step += 1;
+        let budget = match (self.never_preempts, next_due) {
+            (true, _) => None,
+            (false, Some(due)) => Some(Nanos(due.0.saturating_sub(now.0))),
+            (false, None) => return false,
+        };
+        let ahead = self.table.straight_ahead();
+        let Some(at) = self.table.top().map(|t| t.next) else {
+            return false;
+        };
+        if ahead <= 1 {
+            return false;
         }
-        let timing = device.execute(model, at, &members)?;
+        let model = self.setup.model;
+        let Some((k, t)) = device.time_run(model, at.node, self.members.len(), ahead, budget)
+        else {
+            return false;
+        };
+        // a run stays within one node class (BatchTable::straight_ahead)
+        let class = model.node(at.node).class;
+        self.counters
+            .record(class, u64::from(k), self.members.len(), t);
+        if self.mixed_steps {
+            self.counters.cross_step += u64::from(k);
+        }
+        clock.advance(t);
+        self.counters.merges += u64::from(self.table.advance_straight(k));
+        true
+    }
+
+    /// Executes one node of the active sub-batch, advances the table and completes the
+    /// requests that finished.
+    fn execute<D: Device + ?Sized, C: Clock>(
+        &mut self,
+        device: &mut D,
+        clock: &mut C,
+    ) -> Result<()> {
+        let model = self.setup.model;
+        let at = self
+            .table
+            .top()
+            .ok_or_else(|| Error::Internal("empty table".into()))?
+            .next;
+        if self.mixed_steps {
+            self.counters.cross_step += 1;
+        }
+        let timing = device.execute(model, at, &self.members)?;
         let node = model.node(at.node);
-        c.record(node.class, 1, members.len(), timing.time);
+        self.counters
+            .record(node.class, 1, self.members.len(), timing.time);
         clock.advance(timing.time);
         let done_at = clock.now();
         let ends_dec_step = node.class == Class::Decoder
@@ -376,20 +462,23 @@ pub fn run_source<D: Device + ?Sized, C: Clock, A: ArrivalSource + ?Sized>(
                 .loop_id
                 .is_some_and(|l| model.loops[l.0 as usize].last == at.node);
         if ends_dec_step {
-            for m in &members {
-                requests[m.input as usize].dec_done = m.step + 1;
+            for m in &self.members {
+                self.requests[m.input as usize].dec_done = m.step + 1;
             }
         }
-        finished.clear();
-        let adv = table.advance(model, |r| requests[r.idx()].len, &mut finished);
+        self.finished.clear();
+        let requests = &self.requests;
+        let adv = self
+            .table
+            .advance(model, |r| requests[r.idx()].len, &mut self.finished);
         if adv.wrapped {
             // every member's step went up by one; a changed table is rebuilt next time anyway
-            members.iter_mut().for_each(|m| m.step += 1);
+            self.members.iter_mut().for_each(|m| m.step += 1);
         }
-        c.merges += u64::from(adv.merges);
-        c.splits += u64::from(adv.splits);
-        for &r in &finished {
-            let q = &mut requests[r.idx()];
+        self.counters.merges += u64::from(adv.merges);
+        self.counters.splits += u64::from(adv.splits);
+        for &r in &self.finished {
+            let q = &mut self.requests[r.idx()];
             if q.completion.is_some() {
                 return Err(Error::Internal(format!("request {} completed twice", r.0)));
             }
@@ -401,14 +490,10 @@ pub fn run_source<D: Device + ?Sized, C: Clock, A: ArrivalSource + ?Sized>(
                     input: u64::from(r.0),
                     step: 0,
                 });
-                free_slots.push(s);
+                self.free_slots.push(s);
             }
         }
-        snap(&table, done_at, &mut snaps);
+        self.snap(done_at);
+        Ok(())
     }
-    Ok(Outcome {
-        requests,
-        counters: c,
-        snapshots: snaps,
-    })
 }

@@ -51,15 +51,17 @@ fn serve(
     let pred = Predictor::new(model, &profile, 1);
     dev.set_capture(mode);
     let out = engine::run(
-        model,
+        &engine::Setup {
+            model,
+            predictor: &pred,
+            sla: Nanos::from_secs(1e6),
+            max_batch,
+            snapshots: false,
+        },
         dev,
         policy,
         &mut VirtualClock::new(),
-        &pred,
         arrivals,
-        Nanos::from_secs(1e6),
-        max_batch,
-        false,
     )?;
     let captured = dev.take_captured();
     dev.set_capture(CaptureMode::Off);

@@ -5,9 +5,7 @@
 use crate::device::Device;
 use crate::engine::{self, ArrivalSource, Outcome};
 use crate::error::Result;
-use crate::graph::Model;
 use crate::policy::Policy;
-use crate::runtime::Predictor;
 use crate::time::{Clock, Nanos};
 use crate::traffic::Arrival;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -134,19 +132,13 @@ impl ArrivalSource for ThreadArrivals {
 }
 
 /// Serves `schedule` on `device` in real time and returns what happened.
-#[allow(clippy::too_many_arguments)]
 pub fn serve(
-    model: &Model,
+    setup: &engine::Setup,
     device: &mut dyn Device,
     policy: &mut dyn Policy,
-    predictor: &Predictor,
     schedule: Vec<Arrival>,
-    sla: Nanos,
-    max_batch: u32,
 ) -> Result<Outcome> {
     let mut clock = WallClock::start();
     let mut src = ThreadArrivals::spawn(schedule, clock.origin());
-    engine::run_source(
-        model, device, policy, &mut clock, predictor, &mut src, sla, max_batch, false,
-    )
+    engine::run_source(setup, device, policy, &mut clock, &mut src)
 }

@@ -102,15 +102,17 @@ fn steady_state_allocations(
     ALLOCS.store(0, Ordering::Relaxed);
     GEMM_ALLOCS.store(0, Ordering::Relaxed);
     let out = engine::run_source(
-        &m,
+        &engine::Setup {
+            model: &m,
+            predictor: &pred,
+            sla: Nanos::from_secs(10.0),
+            max_batch: 8,
+            snapshots: false,
+        },
         &mut dev,
         pol.as_mut(),
         &mut VirtualClock::new(),
-        &pred,
         &mut src,
-        Nanos::from_secs(10.0),
-        8,
-        false,
     )
     .unwrap();
     ARMED.with(|x| x.set(false));

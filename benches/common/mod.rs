@@ -44,15 +44,17 @@ pub fn scheduler_cost(model: &str, rate: f64, policy: &str) -> (u64, f64) {
     let mut pol = policy::parse(policy, 64).unwrap();
     let t = Instant::now();
     let out = engine::run(
-        &m,
+        &engine::Setup {
+            model: &m,
+            predictor: &pred,
+            sla: Nanos::from_ms(100.0),
+            max_batch: 64,
+            snapshots: false,
+        },
         &mut Null(Nanos::from_us(100.0)),
         pol.as_mut(),
         &mut VirtualClock::new(),
-        &pred,
         &arrivals,
-        Nanos::from_ms(100.0),
-        64,
-        false,
     )
     .unwrap();
     let ns = t.elapsed().as_nanos() as f64 / out.counters.executions as f64;

@@ -19,9 +19,8 @@ pub use serial::Serial;
 pub use spec::{parse, parse_for, Spec};
 
 use crate::graph::{Lengths, Model};
-use crate::runtime::{BatchTable, Predictor, Request, RequestId};
+use crate::runtime::{BatchTable, Predictor, Queue, Request, RequestId};
 use crate::time::Nanos;
-use std::collections::VecDeque;
 
 /// What the engine should do next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,7 +49,7 @@ pub struct View<'a> {
     /// The model being served.
     pub model: &'a Model,
     /// Pending requests, oldest first (the paper's InfQ).
-    pub pending: &'a VecDeque<RequestId>,
+    pub pending: &'a Queue,
     /// The BatchTable.
     pub table: &'a BatchTable,
     /// The slack predictor.
@@ -65,7 +64,7 @@ impl<'a> View<'a> {
     pub fn new(
         now: Nanos,
         model: &'a Model,
-        pending: &'a VecDeque<RequestId>,
+        pending: &'a Queue,
         table: &'a BatchTable,
         predictor: &'a Predictor,
         capacity: usize,

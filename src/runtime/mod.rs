@@ -1,12 +1,14 @@
-//! The serving runtime's state: requests ([`request`]), the pending queue and the paper's
-//! BatchTable stack ([`batch_table`]), the SLA slack predictor ([`predictor`]) and sequence
+//! The serving runtime's state: requests ([`request`]), the pending queue ([`queue`], the
+//! paper's InfQ), the paper's BatchTable stack ([`batch_table`]), the SLA slack predictor ([`predictor`]) and sequence
 //! lengths ([`lengths`]).
 
 pub mod batch_table;
 pub mod lengths;
 pub mod predictor;
+pub mod queue;
 pub mod request;
 
 pub use batch_table::{BatchTable, SubBatch};
 pub use predictor::Predictor;
+pub use queue::Queue;
 pub use request::{Request, RequestId};

@@ -193,15 +193,17 @@ fn cuda_serving_allocates_no_device_memory() {
         let mut serve = || {
             let mut pol = lazybatch::policy::parse("lazy", 4).unwrap();
             lazybatch::engine::run(
-                &m,
+                &lazybatch::engine::Setup {
+                    model: &m,
+                    predictor: &pred,
+                    sla: Nanos::from_secs(60.0),
+                    max_batch: 4,
+                    snapshots: false,
+                },
                 &mut gpu,
                 pol.as_mut(),
                 &mut VirtualClock::new(),
-                &pred,
                 &arrivals,
-                Nanos::from_secs(60.0),
-                4,
-                false,
             )
             .unwrap()
         };

@@ -58,15 +58,17 @@ fn the_papers_worked_example_step_by_step() {
     let arrivals = [at(2.0), at(3.5), at(4.5)];
     let mut pol = policy::parse("lazy", 8).unwrap();
     let out = engine::run(
-        &m,
+        &engine::Setup {
+            model: &m,
+            predictor: &pred,
+            sla: Nanos::from_ms(30.0),
+            max_batch: 8,
+            snapshots: true,
+        },
         &mut dev,
         pol.as_mut(),
         &mut VirtualClock::new(),
-        &pred,
         &arrivals,
-        Nanos::from_ms(30.0),
-        8,
-        true,
     )
     .unwrap();
     let snaps = out.snapshots.unwrap();
@@ -170,8 +172,13 @@ proptest! {
         }).collect();
         let mut pol = policy::parse(POLICIES[pi], 8).unwrap();
         let mut dev = b.npu().unwrap().clone();
-        let out = engine::run(&b.model, &mut dev, pol.as_mut(), &mut VirtualClock::new(), &b.predictor,
-            &arrivals, Nanos::from_ms(100.0), 8, true).unwrap();
+        let out = engine::run(
+&engine::Setup { model: &b.model, predictor: &b.predictor, sla: Nanos::from_ms(100.0), max_batch: 8, snapshots: true },
+&mut dev,
+pol.as_mut(),
+&mut VirtualClock::new(),
+&arrivals,
+).unwrap();
         prop_assert_eq!(out.requests.len(), arrivals.len());
         prop_assert!(out.requests.iter().all(|r| r.completion.is_some() && r.first_issue.is_some()));
         for r in &out.requests {
@@ -380,15 +387,17 @@ fn colocated_models_complete_once_and_never_share_a_sub_batch() {
                 .unwrap();
         let mut pol = policy::parse(p, 8).unwrap();
         let out = engine::run(
-            &b.model,
+            &engine::Setup {
+                model: &b.model,
+                predictor: &b.predictor,
+                sla: Nanos::from_ms(100.0),
+                max_batch: 8,
+                snapshots: true,
+            },
             &mut b.npu().unwrap().clone(),
             pol.as_mut(),
             &mut VirtualClock::new(),
-            &b.predictor,
             &arrivals,
-            Nanos::from_ms(100.0),
-            8,
-            true,
         )
         .unwrap();
         assert!(out.requests.iter().all(|r| r.completion.is_some()), "{p}");
@@ -451,15 +460,17 @@ fn the_slack_check_protects_other_models() {
     ];
     let mut pol = policy::parse("lazy", 8).unwrap();
     let out = engine::run(
-        &b.model,
+        &engine::Setup {
+            model: &b.model,
+            predictor: &b.predictor,
+            sla: Nanos::from_ms(100.0),
+            max_batch: 8,
+            snapshots: false,
+        },
         &mut b.npu().unwrap().clone(),
         pol.as_mut(),
         &mut VirtualClock::new(),
-        &b.predictor,
         &arrivals,
-        Nanos::from_ms(100.0),
-        8,
-        false,
     )
     .unwrap();
     assert_eq!(
@@ -477,15 +488,17 @@ fn the_slack_check_protects_other_models() {
     ];
     let mut pol = policy::parse("lazy", 8).unwrap();
     let out = engine::run(
-        &b.model,
+        &engine::Setup {
+            model: &b.model,
+            predictor: &b.predictor,
+            sla: Nanos::from_ms(100.0),
+            max_batch: 8,
+            snapshots: false,
+        },
         &mut b.npu().unwrap().clone(),
         pol.as_mut(),
         &mut VirtualClock::new(),
-        &b.predictor,
         &loose,
-        Nanos::from_ms(100.0),
-        8,
-        false,
     )
     .unwrap();
     assert_eq!(out.counters.preemptions, 1);
@@ -550,15 +563,17 @@ fn timing_runs_of_nodes_at_once_changes_nothing() {
             let run = |snapshots: bool| {
                 let mut pol = policy::parse(p, 8).unwrap();
                 engine::run(
-                    &b.model,
+                    &engine::Setup {
+                        model: &b.model,
+                        predictor: &b.predictor,
+                        sla: Nanos::from_ms(100.0),
+                        max_batch: 8,
+                        snapshots,
+                    },
                     &mut b.npu().unwrap().clone(),
                     pol.as_mut(),
                     &mut VirtualClock::new(),
-                    &b.predictor,
                     &arrivals,
-                    Nanos::from_ms(100.0),
-                    8,
-                    snapshots,
                 )
                 .unwrap()
             };

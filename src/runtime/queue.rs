@@ -1,0 +1,75 @@
+//! The paper's InfQ: requests that have arrived and wait to be admitted, oldest first. Policies
+//! read it (through their `View`); the engine appends arrivals and, when a policy admits `count`
+//! requests, takes them from the front with [`Queue::next_batch`] — the only way out, so a
+//! request leaves the queue exactly once and in arrival order.
+
+use super::request::RequestId;
+use std::collections::VecDeque;
+
+/// The pending queue.
+#[derive(Clone, Debug, Default)]
+pub struct Queue {
+    ids: VecDeque<RequestId>,
+}
+
+impl Queue {
+    /// An empty queue with room for `capacity` requests.
+    pub fn with_capacity(capacity: usize) -> Self {
+        Queue {
+            ids: VecDeque::with_capacity(capacity),
+        }
+    }
+
+    /// Appends a request that has just arrived.
+    pub fn push(&mut self, id: RequestId) {
+        self.ids.push_back(id);
+    }
+
+    /// Requests waiting.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// True when nobody waits.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+
+    /// The oldest waiting request.
+    pub fn front(&self) -> Option<&RequestId> {
+        self.ids.front()
+    }
+
+    /// The waiting requests, oldest first.
+    pub fn iter(&self) -> std::collections::vec_deque::Iter<'_, RequestId> {
+        self.ids.iter()
+    }
+
+    /// Removes the `count` oldest requests (all of them if fewer wait) and yields them, oldest
+    /// first: the batch a policy admitted.
+    pub fn next_batch(
+        &mut self,
+        count: usize,
+    ) -> std::collections::vec_deque::Drain<'_, RequestId> {
+        self.ids.drain(..count.min(self.ids.len()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_leave_from_the_front_once() {
+        let mut q = Queue::with_capacity(4);
+        for i in 0..5 {
+            q.push(RequestId(i));
+        }
+        let first: Vec<u32> = q.next_batch(2).map(|r| r.0).collect();
+        assert_eq!(first, [0, 1]);
+        assert_eq!(q.front(), Some(&RequestId(2)));
+        let rest: Vec<u32> = q.next_batch(10).map(|r| r.0).collect();
+        assert_eq!(rest, [2, 3, 4]);
+        assert!(q.is_empty() && q.next_batch(1).next().is_none());
+    }
+}
