@@ -15,9 +15,11 @@ mod claims;
 mod differences;
 mod experiments;
 mod headline;
-mod lifo;
 
-pub use experiments::EXPERIMENTS;
+/// Experiment names, in report order (the values `--figures` accepts).
+pub fn experiment_names() -> Vec<&'static str> {
+    experiments::ALL.iter().map(|e| e.name()).collect()
+}
 
 use crate::bench::{Bench, RunConfig};
 use crate::device::npu::NpuConfig;
@@ -38,7 +40,7 @@ pub struct Options {
     pub quick: bool,
     /// Seeds per configuration (default 20, quick 2).
     pub seeds: Option<u32>,
-    /// Experiments to run (default: all of [`EXPERIMENTS`]).
+    /// Experiments to run (default: all of [`experiment_names`]).
     pub figures: Option<Vec<String>>,
     /// Show progress on stderr: a bar on a terminal, else a line per experiment.
     pub progress: bool,
@@ -302,34 +304,30 @@ pub fn reproduce(opts: &Options) -> Result<Vec<String>> {
             "give 1 to 255 configurations",
         ));
     }
-    let selected: Vec<&'static str> = match &opts.figures {
-        None => EXPERIMENTS.to_vec(),
-        Some(list) => {
-            let mut v = Vec::new();
-            for f in list {
-                let name = EXPERIMENTS
-                    .iter()
-                    .find(|e| **e == f.as_str())
-                    .ok_or_else(|| {
-                        Error::invalid(
-                            "--figures",
-                            format!(
-                                "unknown experiment '{f}' (known: {})",
-                                EXPERIMENTS.join(", ")
-                            ),
-                        )
-                    })?;
-                v.push(*name);
-            }
-            v
-        }
+    let chosen: Vec<&'static dyn experiments::Experiment> = match &opts.figures {
+        None => experiments::ALL.to_vec(),
+        Some(list) => list
+            .iter()
+            .map(|f| {
+                experiments::find(f).ok_or_else(|| {
+                    Error::invalid(
+                        "--figures",
+                        format!(
+                            "unknown experiment '{f}' (known: {})",
+                            experiment_names().join(", ")
+                        ),
+                    )
+                })
+            })
+            .collect::<Result<_>>()?,
     };
+    let selected: Vec<&'static str> = chosen.iter().map(|e| e.name()).collect();
     std::fs::create_dir_all(&opts.out).map_err(|e| Error::io(&opts.out, e))?;
     let mut jobs = BTreeSet::new();
     for (i, (_, cfg)) in opts.npus.iter().enumerate() {
         let mut mine = BTreeSet::new();
-        for e in &selected {
-            experiments::jobs(e, &plan, cfg, &mut mine)?;
+        for e in &chosen {
+            e.jobs(&plan, cfg, &mut mine)?;
         }
         jobs.extend(mine.into_iter().map(|j| j.on(i as u8)));
     }
@@ -351,11 +349,12 @@ pub fn reproduce(opts: &Options) -> Result<Vec<String>> {
         let dir = opts.out.join(name);
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
         let mut ctx = experiments::Ctx::new(&plan, &results, dir, cfg, i as u8, name)?;
-        for e in &selected {
+        for e in &chosen {
             let t0 = std::time::Instant::now();
-            experiments::write(e, &mut ctx)?;
+            e.write(&mut ctx)?;
             say(&format!(
-                "reproduce: {name}: {e} written ({:.1} s)",
+                "reproduce: {name}: {} written ({:.1} s)",
+                e.name(),
                 t0.elapsed().as_secs_f64()
             ));
         }

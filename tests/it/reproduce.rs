@@ -5,7 +5,7 @@ use crate::fresh_dir;
 use lazybatch::bench::{Bench, RunConfig};
 use lazybatch::device::npu::NpuConfig;
 use lazybatch::graph::zoo;
-use lazybatch::report::{reproduce, Options, EXPERIMENTS};
+use lazybatch::report::{experiment_names, reproduce, Options};
 use lazybatch::time::Nanos;
 use std::path::Path;
 
@@ -52,7 +52,7 @@ fn quick_reproduce_writes_every_figure_and_is_deterministic() {
     // under each configuration, every experiment has a CSV, a JSON and at least one SVG, and
     // there is a report; the top level has the combined report and the configuration
     for cfg in ["paper", "default"] {
-        for e in EXPERIMENTS {
+        for e in experiment_names() {
             let stem = format!("{cfg}/{e}");
             assert!(
                 files.iter().any(|f| f == &format!("{stem}.csv")),

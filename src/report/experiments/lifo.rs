@@ -8,19 +8,34 @@
 //! both curves drawn from the service-time moments of the NPU configuration (each request
 //! served alone at its own WMT 2019 lengths).
 
-use super::experiments::{short, Ctx, COVERAGE, MAX_BATCH, SLA_MS};
-use super::plot::{Figure, Panel, Series};
-use super::table::Table;
-use super::{Job, Plan};
+use super::{short, Ctx, Experiment, COVERAGE, MAX_BATCH, SLA_MS};
 use crate::device::npu::{Npu, NpuConfig};
 use crate::device::Device;
 use crate::error::Result;
 use crate::graph::{zoo, Lengths, Model};
 use crate::metrics::spread;
 use crate::profile::alone_latency;
+use crate::report::plot::{Figure, Panel, Series};
+use crate::report::table::Table;
+use crate::report::{Job, Plan};
 use crate::runtime::lengths::{to_steps, JointLengths};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
+
+/// Serial and LazyB against load beside M/G/1 theory.
+pub(super) struct Lifo;
+
+impl Experiment for Lifo {
+    fn name(&self) -> &'static str {
+        "lifo"
+    }
+    fn jobs(&self, plan: &Plan, npu: &NpuConfig, jobs: &mut BTreeSet<Job>) -> Result<()> {
+        add_jobs(plan, npu, jobs)
+    }
+    fn write(&self, ctx: &mut Ctx) -> Result<()> {
+        write(ctx)
+    }
+}
 
 /// The models: a small batching gain, a large one.
 pub const MODELS: &[&str] = &["resnet50", "transformer_base"];
@@ -57,7 +72,7 @@ fn rate_of(rho: f64, es: f64) -> f64 {
 }
 
 /// Adds the runs: both policies at every load, on configuration `cfg`.
-pub fn jobs(plan: &Plan, cfg: &NpuConfig, jobs: &mut BTreeSet<Job>) -> Result<()> {
+fn add_jobs(plan: &Plan, cfg: &NpuConfig, jobs: &mut BTreeSet<Job>) -> Result<()> {
     for &m in MODELS {
         let (es, _) = service_moments(cfg, &zoo::load(m)?)?;
         for &rho in &plan.lifo_loads {
@@ -83,7 +98,7 @@ pub fn mg1(lambda: f64, es: f64, es2: f64) -> Option<(f64, f64)> {
 }
 
 /// Writes the table, the figure and the report section.
-pub fn write(ctx: &mut Ctx) -> Result<()> {
+fn write(ctx: &mut Ctx) -> Result<()> {
     let mut t = Table::new(&[
         "model",
         "load",
