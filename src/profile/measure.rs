@@ -1,55 +1,13 @@
-//! The per-node latency table (node × batch size) that the slack predictor and the Oracle read,
-//! measured by running each node on a device for every batch size, plus the graph-wide
-//! single-input latency of the paper's Algorithm 1 and the whole-graph batching curve.
+//! Measuring a [`Profile`] on a device: every node at every batch size (a virtual device), or
+//! at batch sizes 1, 2, 4, … with the median of several runs (a real device); each node that
+//! depends on the encoder length also over every encoder length; and the latency of one request
+//! served alone, also averaged over WMT 2019's lengths.
 
+use super::{NodeProfile, Profile};
 use crate::device::{Device, Member, Timing};
 use crate::error::{Error, Result};
-use crate::graph::{Class, Lengths, Model, NodeId, NodeStep};
+use crate::graph::{Class, Lengths, Model, NodeStep};
 use crate::time::Nanos;
-use serde::{Deserialize, Serialize};
-
-/// One node's row of the table.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct NodeProfile {
-    /// Node index.
-    pub id: u32,
-    /// Node name.
-    pub name: String,
-    /// Op name.
-    pub op: String,
-    /// static / encoder / decoder.
-    pub class: String,
-    /// Latency in nanoseconds for batch 1..=max_batch.
-    pub latency_ns: Vec<u64>,
-    /// NPU only: compute cycles per batch size.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub compute_cycles: Vec<u64>,
-    /// NPU only: DRAM cycles per batch size.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub memory_cycles: Vec<u64>,
-    /// Nodes whose cost depends on the encoder length: the latency at batch 1 for encoder
-    /// lengths 1..=max_enc (model steps), so that the predictor prices a request at its own
-    /// length. Empty for every other node (and in tables saved before it existed, which the
-    /// predictor then prices at the profiled length).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub enc_latency_ns: Vec<u64>,
-}
-
-/// A device's per-node latency table for one model.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct Profile {
-    /// Model name.
-    pub model: String,
-    /// Device name.
-    pub device: String,
-    /// Largest batch profiled.
-    pub max_batch: u32,
-    /// Lengths the length-dependent nodes were profiled at (decoder nodes at the middle step,
-    /// which is their average cost over `dec` steps).
-    pub lengths: Lengths,
-    /// One row per node, in model order.
-    pub nodes: Vec<NodeProfile>,
-}
 
 impl Profile {
     /// Measures every node at every batch size 1..=`max_batch` on `device`, at lengths `len`.
@@ -191,128 +149,6 @@ impl Profile {
             lengths: len,
             nodes,
         })
-    }
-
-    /// Writes the table as JSON.
-    pub fn save(&self, path: &std::path::Path) -> Result<()> {
-        let text =
-            serde_json::to_string_pretty(self).map_err(|e| Error::Internal(e.to_string()))?;
-        std::fs::write(path, text + "\n").map_err(|e| Error::io(path, e))
-    }
-
-    /// Reads a table written by [`Profile::save`].
-    pub fn load(path: &std::path::Path) -> Result<Profile> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-        serde_json::from_str(&text).map_err(|e| Error::ConfigFile {
-            file: path.to_path_buf(),
-            line: e.line(),
-            msg: e.to_string(),
-        })
-    }
-
-    /// A table where every node takes `each` at every batch size: for runs whose policies do not
-    /// consult the predictor (verification).
-    pub fn uniform(model: &Model, max_batch: u32, each: Nanos) -> Profile {
-        Profile {
-            model: model.name.clone(),
-            device: "uniform".into(),
-            max_batch,
-            lengths: model.ref_lengths(),
-            nodes: model
-                .nodes
-                .iter()
-                .map(|n| NodeProfile {
-                    id: n.id.0,
-                    name: n.name.clone(),
-                    op: n.op.kind_name().to_string(),
-                    class: n.class.to_string(),
-                    latency_ns: vec![each.0; max_batch as usize],
-                    compute_cycles: Vec::new(),
-                    memory_cycles: Vec::new(),
-                    enc_latency_ns: Vec::new(),
-                })
-                .collect(),
-        }
-    }
-
-    /// Checks the table belongs to `model` (same node names, in order).
-    pub fn check_matches(&self, model: &Model) -> Result<()> {
-        if self.model != model.name
-            || self.nodes.len() != model.nodes.len()
-            || self
-                .nodes
-                .iter()
-                .zip(&model.nodes)
-                .any(|(p, n)| p.name != n.name)
-            || self
-                .nodes
-                .iter()
-                .any(|p| p.latency_ns.len() != self.max_batch as usize)
-        {
-            return Err(Error::invalid(
-                "profile",
-                format!(
-                    "the table is for '{}', not for model '{}' (or it is malformed)",
-                    self.model, model.name
-                ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Latency of `node` at batch 1 for a request of encoder length `enc` (clamped to the
-    /// curve): the encoder-length curve where the node has one, else the profiled latency.
-    pub fn latency_at_enc(&self, node: NodeId, enc: u32) -> Nanos {
-        let row = &self.nodes[node.idx()];
-        match row.enc_latency_ns.len() {
-            0 => self.latency(node, 1),
-            n => Nanos(row.enc_latency_ns[(enc.max(1) as usize).min(n) - 1]),
-        }
-    }
-
-    /// Latency of `node` at `batch` (clamped to the profiled range): a table read.
-    pub fn latency(&self, node: NodeId, batch: u32) -> Nanos {
-        let row = &self.nodes[node.idx()].latency_ns;
-        let b = batch.clamp(1, self.max_batch) as usize;
-        Nanos(row[b - 1])
-    }
-
-    /// Whole-graph latency of a batch of `batch` requests of lengths `len`, every node at
-    /// `batch` (Algorithm 1 with the batched table). A node that depends on the encoder length
-    /// takes its encoder-length curve's time at `len.enc`, scaled at batch b by its batch-b to
-    /// batch-1 ratio at the profiled length.
-    pub fn graph_latency(&self, model: &Model, batch: u32, len: Lengths) -> Nanos {
-        model
-            .nodes
-            .iter()
-            .map(|n| {
-                let at_b = self.latency(n.id, batch).0;
-                let t = if self.nodes[n.id.idx()].enc_latency_ns.is_empty() {
-                    at_b
-                } else {
-                    let one = self.latency(n.id, 1).0.max(1) as f64;
-                    let own = self.latency_at_enc(n.id, len.enc).0 as f64;
-                    (at_b as f64 * own / one).round() as u64
-                };
-                Nanos(t * u64::from(model.repeats(n.id, len)))
-            })
-            .sum()
-    }
-
-    /// The paper's Algorithm 1: single-input latency, STATIC nodes once, ENCODER nodes ×
-    /// enc_timesteps, DECODER nodes × dec_timesteps.
-    pub fn single_input_latency(&self, model: &Model, len: Lengths) -> Nanos {
-        self.graph_latency(model, 1, len)
-    }
-
-    /// The batching curve: (batch, whole-graph latency, throughput in requests/s).
-    pub fn batch_curve(&self, model: &Model, len: Lengths) -> Vec<(u32, Nanos, f64)> {
-        (1..=self.max_batch)
-            .map(|b| {
-                let t = self.graph_latency(model, b, len);
-                (b, t, f64::from(b) / t.as_secs().max(1e-12))
-            })
-            .collect()
     }
 }
 
