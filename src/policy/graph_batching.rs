@@ -57,3 +57,48 @@ pub(super) fn start_batch(v: &View, window: Nanos, max_batch: u32, pad: bool) ->
         Decision::WaitUntil(due)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{zoo, Lengths};
+    use crate::profile::Profile;
+    use crate::runtime::{BatchTable, Predictor, Queue, Request, RequestId};
+
+    fn decide(window_ms: f64, max_batch: u32, waiting: u32, now_ms: f64) -> Decision {
+        let m = zoo::load(&format!(
+            "{}/tests/fixtures/eight_nodes.toml",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        let p = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 1);
+        let len = Lengths { enc: 1, dec: 1 };
+        // request i arrived at i ms
+        let requests: Vec<Request> = (0..waiting)
+            .map(|i| {
+                let at = Nanos::from_ms(f64::from(i));
+                Request::new(RequestId(i), at, Nanos::from_ms(100.0), len)
+            })
+            .collect();
+        let mut queue = Queue::with_capacity(8);
+        requests.iter().for_each(|r| queue.push(r.id));
+        let table = BatchTable::new(8);
+        let v = View::new(Nanos::from_ms(now_ms), &m, &queue, &table, &p, 8, &requests);
+        GraphBatching::new(Nanos::from_ms(window_ms), max_batch, "graph").decide(&v)
+    }
+
+    #[test]
+    fn waits_for_the_window_of_the_oldest_request_or_a_full_batch() {
+        let admit = |count| Decision::Admit { count, pad: true };
+        // two waiting, window 5 ms from the oldest (arrived at 0)
+        assert_eq!(
+            decide(5.0, 8, 2, 3.0),
+            Decision::WaitUntil(Nanos::from_ms(5.0))
+        );
+        assert_eq!(decide(5.0, 8, 2, 5.0), admit(2));
+        // a full batch goes at once, and no more than the maximum
+        assert_eq!(decide(5.0, 2, 3, 2.0), admit(2));
+        // graph:0 never waits
+        assert_eq!(decide(0.0, 8, 1, 0.0), admit(1));
+    }
+}

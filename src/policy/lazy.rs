@@ -371,3 +371,104 @@ impl Policy for Lazy {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{zoo, Model, NodeId};
+    use crate::profile::Profile;
+    use crate::runtime::{BatchTable, Predictor, Queue, Request, RequestId};
+    use crate::time::Nanos;
+
+    /// The paper's eight-node graph, every node 1 ms at any batch size (a request alone: 9 ms,
+    /// its input node included).
+    fn setup() -> (Model, Predictor) {
+        let m = zoo::load(&format!(
+            "{}/tests/fixtures/eight_nodes.toml",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        let p = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 1);
+        (m, p)
+    }
+
+    fn ms(x: f64) -> Nanos {
+        Nanos::from_ms(x)
+    }
+
+    /// Request `i` arriving at `arrival` ms with deadline `deadline` ms.
+    fn req(i: u32, arrival: f64, deadline: f64) -> Request {
+        let len = Lengths { enc: 1, dec: 1 };
+        Request::new(RequestId(i), ms(arrival), ms(deadline - arrival), len)
+    }
+
+    /// Decides with request 0 in flight at node `node` and requests 1.. pending.
+    fn decide(pol: &mut Lazy, requests: &[Request], node: u32, now: f64) -> Decision {
+        let (m, p) = setup();
+        let mut table = BatchTable::new(8);
+        table.set_model(&m);
+        table.push_from(
+            [RequestId(0)],
+            NodeStep {
+                node: NodeId(node),
+                step: 0,
+            },
+            None,
+        );
+        let mut queue = Queue::with_capacity(4);
+        for r in &requests[1..] {
+            queue.push(r.id);
+        }
+        pol.decide(&View::new(ms(now), &m, &queue, &table, &p, 8, requests))
+    }
+
+    fn admitted(d: Decision) -> usize {
+        match d {
+            Decision::Admit { count, .. } => count,
+            _ => 0,
+        }
+    }
+
+    #[test]
+    fn the_gate_admits_exactly_while_every_deadline_holds() {
+        // at t = 3 ms request 0 stands at node C (3): 6 ms left; a newcomer needs 9 ms, so
+        // both finish by 3 + 6 + 9 = 18 ms under the conservative sum
+        for (deadline0, want) in [(30.0, 1), (18.0, 1), (17.9, 0)] {
+            let rs = [req(0, 0.0, deadline0), req(1, 3.0, 40.0)];
+            let got = admitted(decide(&mut Lazy::conservative(), &rs, 3, 3.0));
+            assert_eq!(got, want, "in-flight deadline {deadline0} ms");
+        }
+        // the newcomer's own deadline counts too
+        let rs = [req(0, 0.0, 50.0), req(1, 3.0, 17.5)];
+        assert_eq!(admitted(decide(&mut Lazy::conservative(), &rs, 3, 3.0)), 0);
+    }
+
+    #[test]
+    fn lazy_admits_the_longest_prefix_that_fits() {
+        // each newcomer adds 9 ms: 3 + 6 + 9 = 18, + 9 = 27, + 9 = 36 ms
+        let rs = [
+            req(0, 0.0, 30.0),
+            req(1, 3.0, 60.0),
+            req(2, 3.0, 60.0),
+            req(3, 3.0, 60.0),
+        ];
+        assert_eq!(admitted(decide(&mut Lazy::conservative(), &rs, 3, 3.0)), 2);
+    }
+
+    #[test]
+    fn the_oracle_finds_the_largest_feasible_admission() {
+        // batching is free here (1 ms per node at any size): the newcomers catch up in 3 ms and
+        // everyone finishes at 3 + 3 + 6 = 12 ms, so deadlines, not sizes, limit them
+        let rs = [
+            req(0, 0.0, 30.0),
+            req(1, 3.0, 60.0),
+            req(2, 3.0, 60.0),
+            req(3, 3.0, 11.0),
+        ];
+        assert_eq!(admitted(decide(&mut Lazy::oracle(), &rs, 3, 3.0)), 2);
+        let rs = [req(0, 0.0, 30.0), req(1, 3.0, 12.0), req(2, 3.0, 12.0)];
+        assert_eq!(admitted(decide(&mut Lazy::oracle(), &rs, 3, 3.0)), 2);
+        // where the exact look-ahead admits both, the conservative sum (3 + 6 + 9 > 12) admits none
+        assert_eq!(admitted(decide(&mut Lazy::conservative(), &rs, 3, 3.0)), 0);
+    }
+}

@@ -467,3 +467,113 @@ impl BatchTable {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{zoo, NodeId};
+
+    fn fixture(name: &str) -> Model {
+        zoo::load(&format!(
+            "{}/tests/fixtures/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap()
+    }
+
+    fn at(node: u32, step: u32) -> NodeStep {
+        NodeStep {
+            node: NodeId(node),
+            step,
+        }
+    }
+
+    fn ids(v: &[u32]) -> Vec<RequestId> {
+        v.iter().map(|&i| RequestId(i)).collect()
+    }
+
+    const LEN: Lengths = Lengths { enc: 1, dec: 1 };
+
+    #[test]
+    fn a_newcomer_catches_up_and_merges_where_the_batch_below_stands() {
+        // the paper's example: Req1 at C, Req2 pushed at A merges when it reaches C
+        let m = fixture("eight_nodes.toml");
+        let mut t = BatchTable::new(8);
+        t.set_model(&m);
+        t.push_from(ids(&[1]), at(3, 0), None);
+        t.push_from(ids(&[2]), at(1, 0), None);
+        assert_eq!(t.entries().len(), 2);
+        let mut done = Vec::new();
+        let a = t.advance(&m, |_| LEN, &mut done);
+        assert_eq!((a.merges, t.entries().len()), (0, 2), "at B: not yet");
+        let a = t.advance(&m, |_| LEN, &mut done);
+        assert_eq!(a.merges, 1, "at C: merged");
+        assert_eq!(t.entries().len(), 1);
+        assert_eq!(t.top().unwrap().members, ids(&[1, 2]));
+        assert_eq!(t.top().unwrap().next, at(3, 0));
+        assert!(t.check().is_ok() && done.is_empty());
+    }
+
+    #[test]
+    fn entries_that_would_exceed_the_maximum_batch_stay_apart() {
+        let m = fixture("eight_nodes.toml");
+        let mut t = BatchTable::new(3);
+        t.set_model(&m);
+        t.push_from(ids(&[1, 2]), at(2, 0), None);
+        t.push_from(ids(&[3, 4]), at(1, 0), None);
+        let mut done = Vec::new();
+        let a = t.advance(&m, |_| LEN, &mut done);
+        assert_eq!(a.merges, 0);
+        assert_eq!(t.entries().len(), 2, "2 + 2 > 3");
+        assert!(t.check().is_ok());
+    }
+
+    #[test]
+    fn at_cells_sub_batches_merge_across_timesteps_and_keep_their_steps() {
+        let m = fixture("tiny_seq2seq.toml");
+        let dec = m
+            .loops
+            .iter()
+            .find(|l| l.class == crate::graph::Class::Decoder)
+            .unwrap();
+        let first = dec.first.0;
+        let len = Lengths { enc: 3, dec: 6 };
+        for cells in [true, false] {
+            let mut t = BatchTable::new(8);
+            t.set_model(&m);
+            if cells {
+                t.set_cells(m.nodes.iter().map(|n| n.loop_id.is_some()).collect());
+            }
+            t.push_from(ids(&[1]), at(first, 4), None);
+            t.push_from(ids(&[2]), at(first, 0), None);
+            assert_eq!(
+                t.entries().len(),
+                if cells { 1 } else { 2 },
+                "cells: {cells}"
+            );
+            if cells {
+                let top = t.top().unwrap();
+                assert_eq!(top.steps, [4, 0], "each member keeps its own step");
+                // the loop's end: both run it again, each one step on
+                let mut done = Vec::new();
+                for _ in dec.first.0..=dec.last.0 {
+                    t.advance(&m, |_| len, &mut done);
+                }
+                assert_eq!(t.top().unwrap().steps, [5, 1]);
+            }
+            assert!(t.check().is_ok());
+        }
+    }
+
+    #[test]
+    fn check_names_a_broken_invariant() {
+        let m = fixture("eight_nodes.toml");
+        let mut t = BatchTable::new(8);
+        t.set_model(&m);
+        t.push_from(ids(&[1]), at(3, 0), None);
+        t.push_from(ids(&[2]), at(1, 0), None);
+        // the same request in two entries
+        t.stack[1].members[0] = RequestId(1);
+        assert!(t.check().unwrap_err().contains("two entries"));
+    }
+}
