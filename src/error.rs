@@ -56,12 +56,12 @@ pub enum Error {
         msg: String,
     },
     /// A device call failed while the device was in use (a driver, cuBLAS or kernel error).
-    #[error("device '{device}' failed: {msg}")]
+    #[error("device '{device}' failed: {source}")]
     DeviceFailed {
         /// The device.
         device: String,
-        /// The failing call's error.
-        msg: String,
+        /// The failing call's own error (a cudarc driver or cuBLAS error, typed).
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// An internal invariant broke: a bug in lazybatch, never a user error.
     #[error("internal error (please report): {0}")]

@@ -61,12 +61,14 @@ impl Choice {
                     Kind::Cuda,
                     Some(format!("device auto: using CUDA ({n} device(s) found)")),
                 ),
-                Err(why) => (
-                    Kind::Npu,
-                    Some(format!(
-                        "device auto: {why}; using the npu model (virtual time)"
-                    )),
-                ),
+                Err(why) => {
+                    let why = match why {
+                        Error::DeviceUnavailable { msg, .. } => msg,
+                        other => other.to_string(),
+                    };
+                    let note = format!("device auto: {why}; using the npu model (virtual time)");
+                    (Kind::Npu, Some(note))
+                }
             },
             other => {
                 return Err(Error::invalid(

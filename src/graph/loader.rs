@@ -946,7 +946,7 @@ impl<'a> Parser<'a> {
                 let new_out = if known {
                     let (out, cost) = infer(&p.op, &shapes, class == Class::Decoder, p.tied_table)
                         .map_err(|m| {
-                            self.err(raw.line, format!("{ctx}op {}", p.op.kind_name()), m)
+                            self.err(raw.line, format!("{ctx}op {}", p.op.kind_name()), m.0)
                         })?;
                     if loop_id.is_some() && out.rows != Rows::One {
                         return Err(self.err(

@@ -336,6 +336,23 @@ impl NodeCost {
     }
 }
 
+/// Why a node's inputs do not fit its op (the loader adds the file, line and field).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ShapeError(pub String);
+
+impl From<String> for ShapeError {
+    fn from(s: String) -> Self {
+        ShapeError(s)
+    }
+}
+
+impl From<&str> for ShapeError {
+    fn from(s: &str) -> Self {
+        ShapeError(s.to_string())
+    }
+}
+
 /// Product of a shape's dimensions.
 pub fn numel(shape: &[usize]) -> u64 {
     shape.iter().map(|&d| d as u64).product()
@@ -351,17 +368,17 @@ pub fn window_out(input: usize, kernel: usize, stride: usize, padding: usize) ->
 }
 
 /// Checks a tensor has rank 3 ([C, H, W]).
-fn chw(s: &TensorShape) -> Result<(usize, usize, usize), String> {
+fn chw(s: &TensorShape) -> Result<(usize, usize, usize), ShapeError> {
     match s.feat.as_slice() {
         [c, h, w] => Ok((*c, *h, *w)),
-        other => Err(format!("expects a [C, H, W] input, got {other:?}")),
+        other => Err(format!("expects a [C, H, W] input, got {other:?}").into()),
     }
 }
 
-fn vec1(s: &TensorShape) -> Result<usize, String> {
+fn vec1(s: &TensorShape) -> Result<usize, ShapeError> {
     match s.feat.as_slice() {
         [d] => Ok(*d),
-        other => Err(format!("expects rows of a vector [D], got {other:?}")),
+        other => Err(format!("expects rows of a vector [D], got {other:?}").into()),
     }
 }
 
@@ -373,12 +390,12 @@ pub fn infer(
     ins: &[TensorShape],
     in_decoder_loop: bool,
     tied_table: Option<(usize, usize)>,
-) -> Result<(TensorShape, NodeCost), String> {
-    let want = |n: usize| -> Result<(), String> {
+) -> Result<(TensorShape, NodeCost), ShapeError> {
+    let want = |n: usize| -> Result<(), ShapeError> {
         if ins.len() == n {
             Ok(())
         } else {
-            Err(format!("takes {n} input(s), got {}", ins.len()))
+            Err(format!("takes {n} input(s), got {}", ins.len()).into())
         }
     };
     let mut c = NodeCost::default();
@@ -405,9 +422,7 @@ pub fn infer(
             let (ci, h, w) = chw(&ins[0])?;
             let (co, g) = (*out_channels, *groups);
             if co == 0 || g == 0 || ci % g != 0 || co % g != 0 {
-                return Err(format!(
-                    "channels {ci}->{co} are not divisible by groups {g}"
-                ));
+                return Err(format!("channels {ci}->{co} are not divisible by groups {g}").into());
             }
             let ho = window_out(h, *kh, *stride, *padding)
                 .ok_or_else(|| format!("kernel {kh}x{kw} does not fit a {h}x{w} input"))?;
@@ -484,9 +499,9 @@ pub fn infer(
             if tied.is_some() {
                 let (v, d) = tied_table.ok_or("tied table not found")?;
                 if (v, d) != (n, k) {
-                    return Err(format!(
-                        "tied table is {v}x{d} but this layer maps {k} -> {n}"
-                    ));
+                    return Err(
+                        format!("tied table is {v}x{d} but this layer maps {k} -> {n}").into(),
+                    );
                 }
                 c.params = if *bias { n as u64 } else { 0 };
                 c.weight_elems = (k * n) as u64 + c.params;
@@ -512,7 +527,7 @@ pub fn infer(
             }
             for s in &ins[1..] {
                 if s != &ins[0] {
-                    return Err(format!("inputs differ in shape: {} vs {}", ins[0], s));
+                    return Err(format!("inputs differ in shape: {} vs {}", ins[0], s).into());
                 }
             }
             let n = numel(&ins[0].feat);
@@ -594,9 +609,9 @@ pub fn infer(
             if tied.is_some() {
                 let (v, d) = tied_table.ok_or("tied table not found")?;
                 if (v, d) != (*vocab, *dim) {
-                    return Err(format!(
-                        "tied table is {v}x{d}, this embedding is {vocab}x{dim}"
-                    ));
+                    return Err(
+                        format!("tied table is {v}x{d}, this embedding is {vocab}x{dim}").into(),
+                    );
                 }
             } else {
                 c.params = (vocab * dim) as u64;
@@ -625,7 +640,8 @@ pub fn infer(
                     return Err(format!(
                         "an lstm steps one row at a time; input has {} rows (put it in a loop)",
                         s.rows
-                    ));
+                    )
+                    .into());
                 }
                 k += vec1(s)?;
             }
@@ -670,7 +686,7 @@ pub fn infer(
                         return Err("keys and values must be the same sequence".into());
                     }
                     if dq != dk {
-                        return Err(format!("query width {dq} != key width {dk}"));
+                        return Err(format!("query width {dq} != key width {dk}").into());
                     }
                     if *mode == AttnMode::Additive {
                         c.params = 2 * dk as u64 + 1;
@@ -693,7 +709,8 @@ pub fn infer(
                     if d3 % 3 != 0 || (d3 / 3) % heads != 0 {
                         return Err(format!(
                             "packed Q|K|V width {d3} is not 3 x a multiple of {heads} heads"
-                        ));
+                        )
+                        .into());
                     }
                     let d = d3 / 3;
                     if in_decoder_loop != (ins[0].rows == Rows::One) {
@@ -720,7 +737,7 @@ pub fn infer(
                     if d2 != 2 * d || d % heads != 0 {
                         return Err(format!(
                             "cross-attention needs q [D] and packed K|V [2D] with D divisible by heads; got {d} and {d2}"
-                        ));
+                        ).into());
                     }
                     if !ins[1].rows.is_sequence() {
                         return Err("K|V must be a sequence".into());
@@ -751,9 +768,9 @@ pub fn infer(
             let d = vec1(&ins[0])?;
             match ins[0].rows {
                 Rows::Fixed(n) if (*row as u32) < n => {}
-                Rows::Fixed(n) => return Err(format!("row {row} out of range 0..{n}")),
+                Rows::Fixed(n) => return Err(format!("row {row} out of range 0..{n}").into()),
                 _ if *row == 0 => {}
-                r => return Err(format!("row {row} may not exist in a {r}-row input")),
+                r => return Err(format!("row {row} may not exist in a {r}-row input").into()),
             }
             c.in_elems_per_row = d as u64;
             c.out_elems_per_row = d as u64;
@@ -763,7 +780,7 @@ pub fn infer(
     Ok((out, c))
 }
 
-fn same_rows(ins: &[TensorShape]) -> Result<Rows, String> {
+fn same_rows(ins: &[TensorShape]) -> Result<Rows, ShapeError> {
     let r = ins[0].rows;
     if ins.iter().any(|s| s.rows != r) {
         return Err("inputs have different row counts".into());

@@ -69,14 +69,14 @@ impl Spec {
             }
             ["serial" | "lazy+cell", ..] => return Err(bad("takes no parameters")),
             ["graph", rest @ ..] if !rest.is_empty() && rest.len() <= 2 => {
-                let (w, b) = window_and_batch(rest, default_max).map_err(|m| bad(&m))?;
+                let (w, b) = window_and_batch(text, rest, default_max)?;
                 Kind::Graph(w, b)
             }
             ["graph"] | ["graph", ..] => {
                 return Err(bad("use graph:W or graph:W:B (W ms, B max batch)"))
             }
             ["cellular", rest @ ..] if !rest.is_empty() && rest.len() <= 2 => {
-                let (w, b) = window_and_batch(rest, default_max).map_err(|m| bad(&m))?;
+                let (w, b) = window_and_batch(text, rest, default_max)?;
                 Kind::Cellular(w, b)
             }
             ["cellular"] | ["cellular", ..] => {
@@ -146,12 +146,16 @@ pub fn parse_for(text: &str, default_max: u32, model: &Model) -> Result<Box<dyn 
 }
 
 /// Parses `W[:B]`: a window in ms (≥ 0) and a maximum batch (1..=`default_max`).
-fn window_and_batch(rest: &[&str], default_max: u32) -> std::result::Result<(Nanos, u32), String> {
+fn window_and_batch(text: &str, rest: &[&str], default_max: u32) -> Result<(Nanos, u32)> {
+    let bad = |msg: String| Error::BadPolicy {
+        spec: text.to_string(),
+        msg,
+    };
     let w: f64 = rest[0]
         .parse()
-        .map_err(|_| "the window must be a number of milliseconds".to_string())?;
+        .map_err(|_| bad("the window must be a number of milliseconds".into()))?;
     if !w.is_finite() || w < 0.0 {
-        return Err("the window must be ≥ 0 ms".into());
+        return Err(bad("the window must be ≥ 0 ms".into()));
     }
     let b = match rest.get(1) {
         None => default_max,
@@ -159,12 +163,12 @@ fn window_and_batch(rest: &[&str], default_max: u32) -> std::result::Result<(Nan
             .parse::<u32>()
             .ok()
             .filter(|&b| b >= 1)
-            .ok_or_else(|| "the max batch must be a positive integer".to_string())?,
+            .ok_or_else(|| bad("the max batch must be a positive integer".into()))?,
     };
     if b > default_max {
-        return Err(format!(
+        return Err(bad(format!(
             "max batch {b} exceeds the server's --max-batch {default_max}"
-        ));
+        )));
     }
     Ok((Nanos::from_ms(w), b))
 }

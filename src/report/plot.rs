@@ -124,7 +124,7 @@ impl Figure {
         let (plots, legend) = root.split_horizontally(width_per_panel * n);
         let areas = plots.split_evenly((1, n as usize));
         for (p, area) in self.panels.iter().zip(areas.iter()) {
-            draw_panel(area, p, !self.shared_legend).map_err(err)?;
+            draw_panel(area, p, !self.shared_legend)?;
         }
         if let (true, Some(first)) = (self.shared_legend, self.panels.first()) {
             for (i, s) in first.series.iter().enumerate() {
@@ -143,11 +143,7 @@ impl Figure {
     }
 }
 
-fn draw_panel(
-    area: &DrawingArea<SVGBackend, Shift>,
-    p: &Panel,
-    legend: bool,
-) -> std::result::Result<(), String> {
+fn draw_panel(area: &DrawingArea<SVGBackend, Shift>, p: &Panel, legend: bool) -> Result<()> {
     let xs = p.series.iter().flat_map(|s| s.points.iter().map(|q| q.0));
     let ys = p.series.iter().flat_map(|s| {
         s.points
@@ -171,14 +167,14 @@ fn inner<XR, YR>(
     legend: bool,
     xr: XR,
     yr: YR,
-) -> std::result::Result<(), String>
+) -> Result<()>
 where
     XR: AsRangedCoord<Value = f64>,
     YR: AsRangedCoord<Value = f64>,
     XR::CoordDescType: ValueFormatter<f64>,
     YR::CoordDescType: ValueFormatter<f64>,
 {
-    let e = |x: &dyn std::fmt::Display| x.to_string();
+    let e = |x: &dyn std::fmt::Display| Error::Internal(format!("drawing a figure: {x}"));
     let mut chart = ChartBuilder::on(area)
         .caption(&p.title, ("sans-serif", 18))
         .margin(12)

@@ -419,50 +419,59 @@ impl BatchTable {
     }
 
     /// Checks the invariants: no empty entry, no entry over the maximum batch, one step per
-    /// member, no request twice, and no two adjacent entries that should have merged. Returns a
-    /// description of the first violation.
-    pub fn check(&self) -> Result<(), String> {
+    /// member, no request twice, and no two adjacent entries that should have merged. The
+    /// error describes the first violation.
+    pub fn check(&self) -> crate::Result<()> {
+        self.violation().map_or(Ok(()), |e| {
+            Err(crate::Error::Internal(format!(
+                "BatchTable invariant broken: {e}"
+            )))
+        })
+    }
+
+    /// The first broken invariant, described.
+    fn violation(&self) -> Option<String> {
         let mut seen = std::collections::HashSet::new();
         for (i, sb) in self.stack.iter().enumerate() {
             if sb.members.is_empty() {
-                return Err(format!("entry {i} is empty"));
+                return Some(format!("entry {i} is empty"));
             }
             if sb.members.len() > self.max_batch {
-                return Err(format!(
+                return Some(format!(
                     "entry {i} holds {} > max batch {}",
                     sb.members.len(),
                     self.max_batch
                 ));
             }
             if sb.steps.len() != sb.members.len() {
-                return Err(format!(
+                return Some(format!(
                     "entry {i} has {} steps for {} members",
                     sb.steps.len(),
                     sb.members.len()
                 ));
             }
             if !self.is_cell(sb.next) && sb.steps.iter().any(|&s| s != sb.next.step) {
-                return Err(format!(
+                return Some(format!(
                     "entry {i} mixes steps at a node that is not a cell"
                 ));
             }
             for r in &sb.members {
                 if !seen.insert(*r) {
-                    return Err(format!("request {} is in two entries", r.0));
+                    return Some(format!("request {} is in two entries", r.0));
                 }
             }
         }
         if let [.., a, b] = self.stack.as_slice() {
             if self.mergeable(a, b) {
-                return Err("the two top entries stand at the same unit but did not merge".into());
+                return Some("the two top entries stand at the same unit but did not merge".into());
             }
         }
-        Ok(())
+        None
     }
 
     fn debug_check(&self) {
         #[cfg(debug_assertions)]
-        if let Err(e) = self.check() {
+        if let Some(e) = self.violation() {
             panic!("BatchTable invariant broken: {e}");
         }
     }
@@ -574,6 +583,6 @@ mod tests {
         t.push_from(ids(&[2]), at(1, 0), None);
         // the same request in two entries
         t.stack[1].members[0] = RequestId(1);
-        assert!(t.check().unwrap_err().contains("two entries"));
+        assert!(t.check().unwrap_err().to_string().contains("two entries"));
     }
 }

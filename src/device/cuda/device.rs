@@ -24,10 +24,10 @@ use cudarc::driver::{
 use std::collections::HashMap;
 use std::sync::Arc;
 
-fn cuda_err(e: impl std::fmt::Debug) -> Error {
+fn cuda_err(e: impl std::error::Error + Send + Sync + 'static) -> Error {
     Error::DeviceFailed {
         device: "cuda".into(),
-        msg: format!("{e:?}"),
+        source: Box::new(e),
     }
 }
 

@@ -30,8 +30,11 @@ pub fn require() -> Result<()> {
 }
 
 /// Never usable in this build.
-pub fn usable() -> std::result::Result<i32, String> {
-    Err("built without the cuda feature".into())
+pub fn usable() -> Result<i32> {
+    Err(Error::DeviceUnavailable {
+        device: "cuda".into(),
+        msg: "built without the cuda feature".into(),
+    })
 }
 
 /// Always fails: no CUDA in this build.

@@ -2,7 +2,7 @@
 
 use crate::device::cuda::{self, device::Precision, nvrtc, CudaDevice};
 use crate::device::Device;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// One compiled kernel file (`lazybatch kernels`).
 pub use nvrtc::Compiled as KernelFile;
@@ -13,12 +13,15 @@ pub fn require() -> Result<()> {
 }
 
 /// The number of usable CUDA devices, or why there is none.
-pub fn usable() -> std::result::Result<i32, String> {
+pub fn usable() -> Result<i32> {
     let p = cuda::probe();
     if p.usable() {
         Ok(p.devices)
     } else {
-        Err(format!("no usable CUDA device ({})", p.missing()))
+        Err(Error::DeviceUnavailable {
+            device: "cuda".into(),
+            msg: format!("no usable CUDA device ({})", p.missing()),
+        })
     }
 }
 
