@@ -224,6 +224,18 @@ impl DeviceArgs {
     }
 }
 
+/// Names the GPU in use on stderr (`cuda: <GPU name> (f32)`).
+fn say_gpu(d: &(dyn lazybatch::device::Device + Send), precision: &str) {
+    if d.name() == "cuda" {
+        let desc = d.description();
+        let gpu = desc
+            .strip_prefix("cuda (")
+            .and_then(|x| x.strip_suffix(')'))
+            .unwrap_or(&desc);
+        eprintln!("cuda: {gpu} ({precision})");
+    }
+}
+
 /// Opens the device of `dev` for `model` and builds its bench: the NPU model profiles itself;
 /// a real device is measured, or takes the table of `--profile` when it was measured on the
 /// same kind of device.
@@ -232,9 +244,7 @@ fn open_bench(model: Model, dev: &DeviceArgs, sv: &Serve) -> Result<Bench> {
     let reps = positive("--reps", dev.reps)?;
     let opened = open(&dev.choice()?)?;
     if let Opened::Real(d) = &opened {
-        if d.name() == "cuda" {
-            eprintln!("{} ({})", d.description(), dev.precision);
-        }
+        say_gpu(d.as_ref(), &dev.precision);
         match &saved {
             Some(p) => {
                 // "cuda (NVIDIA …)": the kind before the details

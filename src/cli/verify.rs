@@ -50,9 +50,7 @@ pub(super) fn run(a: VerifyArgs) -> Result<ExitCode> {
         bail!("--precision {} applies to --device cuda", a.precision);
     }
     let mut dev = open_real(&a.device, a.seed, &a.precision)?;
-    if dev.name() == "cuda" {
-        eprintln!("{} ({})", dev.description(), a.precision);
-    }
+    super::say_gpu(dev.as_ref(), &a.precision);
     let t0 = std::time::Instant::now();
     let r = lazybatch::verify::verify(&model, dev.as_mut(), n, mb, a.seed)?;
     // on a GPU, also compare with the CPU reference (same weights and inputs)

@@ -1,0 +1,193 @@
+//! Attention: additive and dot attention over a sequence, multi-head self-attention, and decoder self-attention over a per-slot key/value cache.
+
+use super::*;
+
+impl CudaDevice {
+    pub(super) fn attention(
+        &mut self,
+        model: &Model,
+        i: usize,
+        members: &[Member],
+        mode: AttnMode,
+        heads: usize,
+    ) -> Result<()> {
+        let node = &model.nodes[i];
+        let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
+        let d = layout.nodes[i].feat;
+        let max_dec = self.max_dec;
+        self.host_i64.clear();
+        self.host_i64b.clear();
+        self.host_i32.clear();
+        // per query row: key and value base offsets and key counts; then the strides
+        let (qstride, kv_node, kstride, vstride, dh, dv, additive): AttnShape;
+        match mode {
+            AttnMode::Additive | AttnMode::Dot => {
+                let kp = node.inputs[1].node.idx();
+                let vp = node.inputs[2].node.idx();
+                for m in members {
+                    self.host_i64.push(layout.offset(kp, m.slot, 0) as i64);
+                    self.host_i64b.push(layout.offset(vp, m.slot, 0) as i64);
+                    self.host_i32
+                        .push(Layout::valid_rows(model, kp, m.len) as i32);
+                }
+                qstride = node.in_shapes[0].feat[0];
+                kv_node = Some((kp, vp));
+                kstride = layout.nodes[kp].feat;
+                vstride = layout.nodes[vp].feat;
+                dh = qstride;
+                dv = d;
+                additive = mode == AttnMode::Additive;
+            }
+            AttnMode::SelfAttn if node.class == Class::Decoder => {
+                for m in members {
+                    let step = m.step;
+                    let base = m.slot as usize * max_dec * 2 * d;
+                    self.host_i64.push(base as i64);
+                    self.host_i64b.push((base + d) as i64);
+                    self.host_i32.push(step as i32 + 1);
+                }
+                qstride = 3 * d;
+                kv_node = None;
+                kstride = 2 * d;
+                vstride = 2 * d;
+                dh = d / heads;
+                dv = d / heads;
+                additive = false;
+            }
+            AttnMode::SelfAttn => {
+                let p = node.inputs[0].node.idx();
+                for m in members {
+                    let rows = Layout::rows(node, m.len);
+                    for _ in 0..rows {
+                        self.host_i64.push((layout.offset(p, m.slot, 0) + d) as i64);
+                        self.host_i64b
+                            .push((layout.offset(p, m.slot, 0) + 2 * d) as i64);
+                        self.host_i32.push(rows as i32);
+                    }
+                }
+                qstride = 3 * d;
+                kv_node = Some((p, p));
+                kstride = 3 * d;
+                vstride = 3 * d;
+                dh = d / heads;
+                dv = d / heads;
+                additive = false;
+            }
+            AttnMode::Cross => {
+                let kvp = node.inputs[1].node.idx();
+                for m in members {
+                    for _ in 0..Layout::rows(node, m.len) {
+                        self.host_i64.push(layout.offset(kvp, m.slot, 0) as i64);
+                        self.host_i64b
+                            .push((layout.offset(kvp, m.slot, 0) + d) as i64);
+                        self.host_i32
+                            .push(Layout::valid_rows(model, kvp, m.len) as i32);
+                    }
+                }
+                qstride = d;
+                kv_node = Some((kvp, kvp));
+                kstride = 2 * d;
+                vstride = 2 * d;
+                dh = d / heads;
+                dv = d / heads;
+                additive = false;
+            }
+        }
+        let qrows = self.gather_first_input(model, i, members)?;
+        let CudaDevice {
+            stream,
+            funcs,
+            nodes,
+            scratch,
+            host_i64,
+            host_i64b,
+            host_i32,
+            ..
+        } = self;
+        let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
+        stream
+            .memcpy_htod(&host_i64[..], &mut sc.i64a.slice_mut(..qrows))
+            .map_err(cuda_err)?;
+        stream
+            .memcpy_htod(&host_i64b[..], &mut sc.i64b.slice_mut(..qrows))
+            .map_err(cuda_err)?;
+        stream
+            .memcpy_htod(&host_i32[..], &mut sc.i32a.slice_mut(..qrows))
+            .map_err(cuda_err)?;
+        if kv_node.is_none() {
+            // append this step's K|V (columns d..3d of the gathered rows) to each member's cache
+            let f = funcs
+                .get("copy_segments")
+                .ok_or_else(|| missing("copy_segments"))?;
+            let segs: Vec<i64> = members
+                .iter()
+                .enumerate()
+                .flat_map(|(r, m)| {
+                    [
+                        (r * 3 * d + d) as i64,
+                        (m.slot as usize * max_dec * 2 * d + m.step as usize * 2 * d) as i64,
+                        (2 * d) as i64,
+                    ]
+                })
+                .collect();
+            stream
+                .memcpy_htod(&segs[..], &mut sc.seg.slice_mut(..segs.len()))
+                .map_err(cuda_err)?;
+            let n = (segs.len() / 3) as i32;
+            let fill = 0.0f32;
+            let cache = nodes[i].state.as_mut().ok_or_else(|| missing("kv cache"))?;
+            let mut b = stream.launch_builder(f);
+            b.arg(&sc.a).arg(cache).arg(&sc.seg).arg(&n).arg(&fill);
+            // SAFETY: the cache holds max_dec steps per slot; step < max_dec (checked in execute).
+            unsafe { b.launch(blocks(n as usize, 256, 0)) }.map_err(cuda_err)?;
+        }
+        let max_keys = host_i32.iter().copied().max().unwrap_or(1).max(1) as u32;
+        // multi-head attention scales by 1/sqrt(head width); LAS's content attention does not
+        let scale = if matches!(mode, AttnMode::Dot | AttnMode::Additive) {
+            1.0
+        } else {
+            1.0 / (dh as f32).sqrt()
+        };
+        let null = 0u64;
+        let ints = [
+            kstride as i32,
+            vstride as i32,
+            heads as i32,
+            dh as i32,
+            dv as i32,
+        ];
+        let (q_i, o_i, mode_i) = (qstride as i32, d as i32, i32::from(additive));
+        let f = funcs
+            .get("attend_rows")
+            .ok_or_else(|| missing("attend_rows"))?;
+        let (kbuf, vbuf) = match kv_node {
+            Some((kp, vp)) => (&nodes[kp].out, &nodes[vp].out),
+            None => {
+                let c = nodes[i].state.as_ref().ok_or_else(|| missing("kv cache"))?;
+                (c, c)
+            }
+        };
+        let w = &nodes[i].w;
+        let mut b = stream.launch_builder(f);
+        b.arg(&sc.a)
+            .arg(&q_i)
+            .arg(kbuf)
+            .arg(vbuf)
+            .arg(&sc.i64a)
+            .arg(&sc.i64b)
+            .arg(&sc.i32a);
+        for x in &ints {
+            b.arg(x);
+        }
+        b.arg(&scale).arg(&mode_i);
+        match (&w.w, &w.bias) {
+            (Some(vn), Some(bb)) if additive => b.arg(vn).arg(bb),
+            _ => b.arg(&null).arg(&null),
+        };
+        b.arg(&mut sc.c).arg(&o_i);
+        let rows_heads = qrows * heads;
+        // SAFETY: one block per (query row, head); scores in dynamic shared memory.
+        unsafe { b.launch(blocks(rows_heads, 128, 4 * max_keys)) }.map_err(cuda_err)?;
+        self.scatter(model, i, members, Buf::C)
+    }
+}

@@ -1,0 +1,198 @@
+//! Convolutions and pooling for the whole sub-batch at once.
+
+use super::*;
+
+impl CudaDevice {
+    /// A convolution for the whole sub-batch: im2col (or depthwise) over every image, one strided-batched GEMM, the channel epilogue.
+    pub(super) fn conv(&mut self, model: &Model, i: usize, members: &[Member]) -> Result<()> {
+        let node = &model.nodes[i];
+        let Op::Conv2d {
+            kernel: (kh, kw),
+            stride,
+            padding,
+            groups,
+            act,
+            ..
+        } = &node.op
+        else {
+            return Err(Error::Internal(format!("conv on node '{}'", node.name)));
+        };
+        let (c, h, w) = (
+            node.in_shapes[0].feat[0],
+            node.in_shapes[0].feat[1],
+            node.in_shapes[0].feat[2],
+        );
+        let (ho, wo) = (node.out.feat[1], node.out.feat[2]);
+        let p = ho * wo;
+        let co = node.out.feat[0];
+        let g = *groups;
+        let (cg, cog) = (c / g, co / g);
+        let kk = cg * kh * kw;
+        let depthwise = node.op.is_depthwise(c);
+        let pointwise = (*kh, *kw, *stride, *padding) == (1, 1, 1, 0);
+        let ints = [
+            c as i32,
+            h as i32,
+            w as i32,
+            *kh as i32,
+            *kw as i32,
+            *stride as i32,
+            *padding as i32,
+            ho as i32,
+            wo as i32,
+        ];
+        let ak = act_code(*act);
+        // the whole sub-batch at once: images one after another in A (c·h·w apart),
+        // their columns in `cols` (kk·p apart), outputs in C (co·p apart)
+        let nimg = self.gather(model, i, members)?;
+        let nimg_i = nimg as i32;
+        let CudaDevice {
+            stream,
+            funcs,
+            nodes,
+            scratch,
+            blas,
+            s16,
+            ..
+        } = self;
+        let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
+        let wts = &nodes[i].w;
+        let wv = wts.w.as_ref().ok_or_else(|| missing("conv weights"))?;
+        if depthwise {
+            let f = funcs.get("depthwise").ok_or_else(|| missing("depthwise"))?;
+            let mut b = stream.launch_builder(f);
+            b.arg(&sc.a).arg(wv).arg(&mut sc.c);
+            for v in &ints {
+                b.arg(v);
+            }
+            b.arg(&nimg_i);
+            // SAFETY: nimg images in A, C holds nimg·co·p outputs (prepare sized them).
+            unsafe { b.launch(elems(nimg * c * p)) }.map_err(cuda_err)?;
+        } else {
+            let x_img = (c * h * w) as i64;
+            for gi in 0..g {
+                if !pointwise {
+                    let f = funcs.get("im2col_kp").ok_or_else(|| missing("im2col_kp"))?;
+                    let (c0, cgi) = ((gi * cg) as i32, cg as i32);
+                    let mut b = stream.launch_builder(f);
+                    b.arg(&sc.a)
+                        .arg(&mut sc.cols)
+                        .arg(&ints[1])
+                        .arg(&ints[2])
+                        .arg(&c0)
+                        .arg(&cgi);
+                    for v in &ints[3..] {
+                        b.arg(v);
+                    }
+                    b.arg(&nimg_i).arg(&x_img);
+                    // SAFETY: cols holds max_batch·kk·p elements (prepare sized it).
+                    unsafe { b.launch(elems(nimg * kk * p)) }.map_err(cuda_err)?;
+                }
+                // per image: out[cog × p] (channel-major) = Wgᵀ[cog × kk] · cols[kk × p]
+                let range = gi * kk * cog..(gi + 1) * kk * cog;
+                let wop = match &wts.w16 {
+                    Some(h) => Operand::H(h.slice(range)),
+                    None => Operand::F(wv.slice(range)),
+                };
+                let mut cv = sc.c.slice_mut(gi * cog * p..nimg * co * p);
+                let (act_op, act_stride) = if pointwise {
+                    (Operand::F(sc.a.slice(gi * cg * p..nimg * c * p)), c * p)
+                } else {
+                    (Operand::F(sc.cols.slice(..nimg * kk * p)), kk * p)
+                };
+                Self::gemm_p(
+                    s16.as_mut(),
+                    blas,
+                    stream,
+                    funcs,
+                    (cog, p, kk),
+                    (wop, true, cog),
+                    (act_op, false, p),
+                    &mut cv,
+                    p,
+                    Strides {
+                        count: nimg,
+                        a: 0,
+                        b: act_stride,
+                        c: co * p,
+                    },
+                )?;
+            }
+        }
+        let f = funcs
+            .get("channel_epilogue")
+            .ok_or_else(|| missing("channel_epilogue"))?;
+        let null = 0u64;
+        let (co_i, p_i) = (co as i32, p as i32);
+        let mut b = stream.launch_builder(f);
+        b.arg(&mut sc.c);
+        match &wts.scale {
+            Some(s) => b.arg(s),
+            None => b.arg(&null),
+        };
+        match &wts.shift {
+            Some(s) => b.arg(s),
+            None => b.arg(&null),
+        };
+        b.arg(&co_i).arg(&p_i).arg(&ak).arg(&nimg_i);
+        // SAFETY: C holds nimg·co·p outputs.
+        unsafe { b.launch(elems(nimg * co * p)) }.map_err(cuda_err)?;
+        self.scatter(model, i, members, Buf::C)?;
+        Ok(())
+    }
+
+    /// Pooling for the whole sub-batch.
+    pub(super) fn pool(&mut self, model: &Model, i: usize, members: &[Member]) -> Result<()> {
+        let node = &model.nodes[i];
+        let Op::Pool {
+            kind,
+            kernel,
+            stride,
+            padding,
+        } = &node.op
+        else {
+            return Err(Error::Internal(format!("pool on node '{}'", node.name)));
+        };
+        let (c, h, w) = (
+            node.in_shapes[0].feat[0],
+            node.in_shapes[0].feat[1],
+            node.in_shapes[0].feat[2],
+        );
+        let (ho, wo) = (node.out.feat[1], node.out.feat[2]);
+        let (k, s, pd, kd) = match kind {
+            PoolKind::GlobalAvg => (h.max(w), 1, 0, 1),
+            PoolKind::Max => (*kernel, *stride, *padding, 0),
+            PoolKind::Avg => (*kernel, *stride, *padding, 1),
+        };
+        let nimg = self.gather(model, i, members)?;
+        let CudaDevice {
+            stream,
+            funcs,
+            scratch,
+            ..
+        } = self;
+        let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
+        let f = funcs.get("pool2d").ok_or_else(|| missing("pool2d"))?;
+        let v = [
+            c as i32,
+            h as i32,
+            w as i32,
+            k as i32,
+            s as i32,
+            pd as i32,
+            ho as i32,
+            wo as i32,
+            kd,
+            nimg as i32,
+        ];
+        let mut b = stream.launch_builder(f);
+        b.arg(&sc.a).arg(&mut sc.c);
+        for x in &v {
+            b.arg(x);
+        }
+        // SAFETY: nimg images in, nimg·c·ho·wo out, both within the scratch.
+        unsafe { b.launch(elems(nimg * c * ho * wo)) }.map_err(cuda_err)?;
+        self.scatter(model, i, members, Buf::C)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,65 @@
+//! Linear layers.
+
+use super::*;
+
+impl CudaDevice {
+    /// A linear layer: one GEMM over the sub-batch's rows (a tied table transposed), bias and activation.
+    pub(super) fn linear(&mut self, model: &Model, i: usize, members: &[Member]) -> Result<()> {
+        let node = &model.nodes[i];
+        let feat = self.layout.as_ref().ok_or_else(|| missing("layout"))?.nodes[i].feat;
+        let Op::Linear { act, .. } = &node.op else {
+            return Err(Error::Internal(format!("linear on node '{}'", node.name)));
+        };
+        let rows = self.gather(model, i, members)?;
+        let k = self.nodes[i].in_feat;
+        let CudaDevice {
+            stream,
+            funcs,
+            nodes,
+            scratch,
+            blas,
+            s16,
+            ..
+        } = self;
+        let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
+        let av = sc.a.slice(..rows * k);
+        let mut cv = sc.c.slice_mut(..rows * feat);
+        // the tied table is [feat × k]: read it transposed
+        let (owner, transposed, ld) = match nodes[i].tied {
+            Some(t) => (t, true, k),
+            None => (i, false, feat),
+        };
+        let w = &nodes[owner].w;
+        let wop = match (&w.w16, &w.w) {
+            (Some(h), _) => Operand::H(h.slice(..)),
+            (None, Some(f)) => Operand::F(f.slice(..)),
+            (None, None) => return Err(missing("linear weights")),
+        };
+        Self::gemm_p(
+            s16.as_mut(),
+            blas,
+            stream,
+            funcs,
+            (rows, feat, k),
+            (Operand::F(av), false, k),
+            (wop, transposed, ld),
+            &mut cv,
+            feat,
+            Strides::ONE,
+        )?;
+        let f = funcs.get("bias_act").ok_or_else(|| missing("bias_act"))?;
+        let null = 0u64;
+        let (r_i, n_i, a_i) = (rows as i32, feat as i32, act_code(*act));
+        let mut b = stream.launch_builder(f);
+        b.arg(&mut sc.c);
+        match &nodes[i].w.bias {
+            Some(bb) => b.arg(bb),
+            None => b.arg(&null),
+        };
+        b.arg(&r_i).arg(&n_i).arg(&a_i);
+        // SAFETY: rows·feat outputs in C.
+        unsafe { b.launch(elems(rows * feat)) }.map_err(cuda_err)?;
+        self.scatter(model, i, members, Buf::C)?;
+        Ok(())
+    }
+}
