@@ -4,7 +4,9 @@
 //! buffers. A node's input rows are assembled by one `copy_segments` launch per source buffer
 //! (the gather that preemption and merging need), computed in scratch, and scattered back to the
 //! members' slots. GEMMs run in cuBLAS (row-major via the transposed column-major call),
-//! everything else in the NVRTC-compiled kernels of `kernels/`. Node time: CUDA events.
+//! everything else in the NVRTC-compiled kernels of `kernels/`. Node time: CUDA events. One
+//! file per op family — `conv`, `linear`, `recurrent`, `attention`, `rows` — as in the CPU
+//! device; `gemm` holds the cuBLAS calls they share.
 
 mod attention;
 mod conv;

@@ -1,0 +1,141 @@
+//! Convolutions (im2col + GEMM, 1×1 read in place, depthwise) and pooling, image by image (a row's result never depends on the batch).
+
+use super::*;
+
+impl CpuDevice {
+    pub(super) fn conv(&mut self, model: &Model, i: usize, members: &[Member]) {
+        let node = &model.nodes[i];
+        let Op::Conv2d {
+            out_channels,
+            kernel: (kh, kw),
+            stride,
+            padding,
+            groups,
+            act,
+            ..
+        } = &node.op
+        else {
+            return;
+        };
+        let (c, h, w) = (
+            node.in_shapes[0].feat[0],
+            node.in_shapes[0].feat[1],
+            node.in_shapes[0].feat[2],
+        );
+        let (ho, wo) = (node.out.feat[1], node.out.feat[2]);
+        let p = ho * wo;
+        let (g, co) = (*groups, *out_channels);
+        let (cg, cog) = (c / g, co / g);
+        let kk = cg * kh * kw;
+        let depthwise = node.op.is_depthwise(c);
+        let mut cols = std::mem::take(&mut self.cols);
+        let mut a = std::mem::take(&mut self.scratch_a);
+        let prod = node.inputs[0].node.idx();
+        for m in members {
+            a[..c * h * w].copy_from_slice(self.row(prod, m.slot, 0));
+            let o = self.layout.offset(i, m.slot, 0);
+            let n = &mut self.nodes[i];
+            let (wts, out) = (&n.w, &mut n.out[o..o + co * p]);
+            if depthwise {
+                kernels::depthwise(
+                    &a,
+                    (c, h, w),
+                    &wts.w,
+                    (*kh, *kw),
+                    *stride,
+                    *padding,
+                    (ho, wo),
+                    out,
+                );
+            } else {
+                let pointwise = (*kh, *kw, *stride, *padding) == (1, 1, 1, 0);
+                for gi in 0..g {
+                    let wg = &wts.w[gi * kk * cog..(gi + 1) * kk * cog];
+                    // A[pixel, k] read from a [K × P] layout; C[pixel, channel] written
+                    // channel-major into the [C, H, W] output
+                    let a_kp: &[f32] = if pointwise {
+                        &a[gi * cg * p..(gi + 1) * cg * p]
+                    } else {
+                        kernels::im2col_kp(
+                            &a,
+                            (h, w),
+                            (gi * cg, cg),
+                            (*kh, *kw),
+                            *stride,
+                            *padding,
+                            (ho, wo),
+                            &mut cols,
+                        );
+                        &cols
+                    };
+                    kernels::gemm_strided(
+                        p,
+                        cog,
+                        kk,
+                        a_kp,
+                        (1, p),
+                        wg,
+                        (cog, 1),
+                        &mut out[gi * cog * p..],
+                        (1, p),
+                        false,
+                    );
+                }
+            }
+            let ak = act_k(*act);
+            for ch in 0..co {
+                let (sc, sh) = (
+                    wts.scale.get(ch).copied().unwrap_or(1.0),
+                    wts.shift.get(ch).copied().unwrap_or(0.0),
+                );
+                for v in &mut out[ch * p..(ch + 1) * p] {
+                    *v = kernels::act1(ak, *v * sc + sh);
+                }
+            }
+        }
+        self.cols = cols;
+        self.scratch_a = a;
+    }
+
+    /// Pooling, image by image.
+    pub(super) fn pool(&mut self, model: &Model, i: usize, members: &[Member]) {
+        let node = &model.nodes[i];
+        let Op::Pool {
+            kind,
+            kernel,
+            stride,
+            padding,
+        } = &node.op
+        else {
+            return;
+        };
+        let (c, h, w) = (
+            node.in_shapes[0].feat[0],
+            node.in_shapes[0].feat[1],
+            node.in_shapes[0].feat[2],
+        );
+        let (ho, wo) = (node.out.feat[1], node.out.feat[2]);
+        let mut a = std::mem::take(&mut self.scratch_a);
+        for m in members {
+            let step = m.step;
+            self.gather_row(model, node, m, step, 0, &mut a[..c * h * w]);
+            let out = self.out_row_mut(i, m.slot, 0);
+            match kind {
+                PoolKind::GlobalAvg => {
+                    kernels::pool(&a, (c, h, w), h.max(w), 1, 0, (1, 1), false, out)
+                }
+                PoolKind::Max | PoolKind::Avg => kernels::pool(
+                    &a,
+                    (c, h, w),
+                    *kernel,
+                    *stride,
+                    *padding,
+                    (ho, wo),
+                    *kind == PoolKind::Max,
+                    out,
+                ),
+            }
+        }
+        self.scratch_a = a;
+    }
+}

@@ -1,0 +1,58 @@
+//! Linear layers: one GEMM over the sub-batch's rows, a lone row as a 2-row GEMM (batch-independent results).
+
+use super::*;
+
+impl CpuDevice {
+    pub(super) fn linear(&mut self, model: &Model, i: usize, members: &[Member], ak: ActK) {
+        let node = &model.nodes[i];
+        let k = self.nodes[i].in_feat;
+        let n = self.layout.nodes[i].feat;
+        let mut a = std::mem::take(&mut self.scratch_a);
+        let mut c = std::mem::take(&mut self.scratch_c);
+        let mut r_total = 0;
+        for m in members {
+            let step = m.step;
+            for r in 0..Layout::rows(node, m.len) {
+                self.gather_row(
+                    model,
+                    node,
+                    m,
+                    step,
+                    r,
+                    &mut a[r_total * k..(r_total + 1) * k],
+                );
+                r_total += 1;
+            }
+        }
+        match self.nodes[i].tied {
+            // the tied table is [n × k]: read it transposed
+            Some(t) => {
+                kernels::gemm_rows(r_total, n, k, &mut a, &self.nodes[t].w.w, (1, k), &mut c)
+            }
+            None => kernels::gemm_rows(r_total, n, k, &mut a, &self.nodes[i].w.w, (n, 1), &mut c),
+        }
+        let bias = &self.nodes[i].w.bias;
+        for row in c[..r_total * n].chunks_exact_mut(n) {
+            if !bias.is_empty() {
+                for (v, b) in row.iter_mut().zip(bias) {
+                    *v += b;
+                }
+            }
+            kernels::act(ak, row);
+        }
+        let mut r_at = 0;
+        for m in members {
+            let step = m.step;
+            for r in 0..Layout::rows(node, m.len) {
+                let pos = self.layout.out_pos(model, i, step, r, m.len);
+                let src = &c[r_at * n..(r_at + 1) * n];
+                let nd = &mut self.nodes[i];
+                let o = self.layout.offset(i, m.slot, pos);
+                nd.out[o..o + n].copy_from_slice(src);
+                r_at += 1;
+            }
+        }
+        self.scratch_a = a;
+        self.scratch_c = c;
+    }
+}
