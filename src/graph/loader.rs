@@ -2,7 +2,8 @@
 //! names defined before use, shapes that agree along every edge, well-formed loops — and builds a
 //! [`Model`]. Every error names the file, the line and the field.
 
-use super::op::{infer, op_implied_row, Act, AttnMode, NodeCost, Op, PoolKind, PosEnc};
+use super::infer::{infer, op_implied_row};
+use super::op::{Act, AttnMode, NodeCost, Op, PoolKind, PosEnc};
 use super::shape::{Rows, TensorShape};
 use super::{Class, Input, Keys, Loop, LoopId, Model, Node, NodeId, SeqConfig, View};
 use crate::error::{Error, Result};

@@ -4,6 +4,7 @@
 //! scheduler batches is one [`NodeStep`] — a (node, timestep) pair — and two sub-batches may merge
 //! only when their next `NodeStep` is identical.
 
+pub mod infer;
 pub mod loader;
 pub mod op;
 pub mod shape;
