@@ -129,6 +129,22 @@ pub struct Node {
     pub keys: Keys,
 }
 
+impl Node {
+    /// The first input's channels, height and width (convolutions and pooling; the loader
+    /// checked the rank).
+    pub fn in_chw(&self) -> (usize, usize, usize) {
+        let f = self.in_shapes.first().map_or(&[][..], |s| &s.feat[..]);
+        let d = |i: usize| f.get(i).copied().unwrap_or(1);
+        (d(0), d(1), d(2))
+    }
+
+    /// The output's height and width (convolutions and pooling).
+    pub fn out_hw(&self) -> (usize, usize) {
+        let d = |i: usize| self.out.feat.get(i).copied().unwrap_or(1);
+        (d(1), d(2))
+    }
+}
+
 /// Where an attention node's key count comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Keys {

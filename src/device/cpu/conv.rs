@@ -17,12 +17,8 @@ impl CpuDevice {
         else {
             return;
         };
-        let (c, h, w) = (
-            node.in_shapes[0].feat[0],
-            node.in_shapes[0].feat[1],
-            node.in_shapes[0].feat[2],
-        );
-        let (ho, wo) = (node.out.feat[1], node.out.feat[2]);
+        let (c, h, w) = node.in_chw();
+        let (ho, wo) = node.out_hw();
         let p = ho * wo;
         let (g, co) = (*groups, *out_channels);
         let (cg, cog) = (c / g, co / g);
@@ -109,12 +105,8 @@ impl CpuDevice {
         else {
             return;
         };
-        let (c, h, w) = (
-            node.in_shapes[0].feat[0],
-            node.in_shapes[0].feat[1],
-            node.in_shapes[0].feat[2],
-        );
-        let (ho, wo) = (node.out.feat[1], node.out.feat[2]);
+        let (c, h, w) = node.in_chw();
+        let (ho, wo) = node.out_hw();
         let mut a = std::mem::take(&mut self.scratch_a);
         for m in members {
             let step = m.step;

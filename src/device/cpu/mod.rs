@@ -316,14 +316,9 @@ impl Device for CpuDevice {
                     groups,
                     ..
                 } => {
-                    let (c, h, w) = (
-                        n.in_shapes[0].feat[0],
-                        n.in_shapes[0].feat[1],
-                        n.in_shapes[0].feat[2],
-                    );
+                    let (c, h, w) = n.in_chw();
                     need_a = need_a.max(c * h * w);
-                    need_cols =
-                        need_cols.max(n.out.feat[1] * n.out.feat[2] * (c / groups) * kh * kw);
+                    need_cols = need_cols.max(n.out_hw().0 * n.out_hw().1 * (c / groups) * kh * kw);
                 }
                 // at least two rows: a lone row is computed as a 2-row GEMM (kernels::gemm_rows)
                 Op::Linear { .. } => {

@@ -69,7 +69,7 @@ pub fn generate(_model: &Model, n: &Node, seed: u64) -> Weights {
             act,
             ..
         } => {
-            let c = n.in_shapes[0].feat[0];
+            let (c, _, _) = n.in_chw();
             let k = c / groups * kh * kw;
             let a = (3.0 * gain(*act) / k as f32).sqrt();
             w.w = uniform(&mut rng, k * out_channels, a);

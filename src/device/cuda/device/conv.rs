@@ -17,12 +17,8 @@ impl CudaDevice {
         else {
             return Err(Error::Internal(format!("conv on node '{}'", node.name)));
         };
-        let (c, h, w) = (
-            node.in_shapes[0].feat[0],
-            node.in_shapes[0].feat[1],
-            node.in_shapes[0].feat[2],
-        );
-        let (ho, wo) = (node.out.feat[1], node.out.feat[2]);
+        let (c, h, w) = node.in_chw();
+        let (ho, wo) = node.out_hw();
         let p = ho * wo;
         let co = node.out.feat[0];
         let g = *groups;
@@ -153,12 +149,8 @@ impl CudaDevice {
         else {
             return Err(Error::Internal(format!("pool on node '{}'", node.name)));
         };
-        let (c, h, w) = (
-            node.in_shapes[0].feat[0],
-            node.in_shapes[0].feat[1],
-            node.in_shapes[0].feat[2],
-        );
-        let (ho, wo) = (node.out.feat[1], node.out.feat[2]);
+        let (c, h, w) = node.in_chw();
+        let (ho, wo) = node.out_hw();
         let (k, s, pd, kd) = match kind {
             PoolKind::GlobalAvg => (h.max(w), 1, 0, 1),
             PoolKind::Max => (*kernel, *stride, *padding, 0),

@@ -550,9 +550,9 @@ impl Device for CudaDevice {
                 ..
             } = &n.op
             {
-                let c = n.in_shapes[0].feat[0];
+                let (c, _, _) = n.in_chw();
                 need_cols =
-                    need_cols.max(mb * n.out.feat[1] * n.out.feat[2] * (c / groups) * kh * kw);
+                    need_cols.max(mb * n.out_hw().0 * n.out_hw().1 * (c / groups) * kh * kw);
             }
             if let Op::Lstm { hidden, .. } = &n.op {
                 need_c = need_c.max(mb * 4 * hidden);
