@@ -28,6 +28,7 @@ fn emit(s: &str) -> Result<()> {
     }
 }
 
+mod compare;
 mod kernels;
 mod models;
 mod profile;
@@ -81,7 +82,7 @@ enum Cmd {
     /// SLA violations.
     Run(serve::RunArgs),
     /// Run several policies at several rates (and seeds) and print one table.
-    Compare(serve::CompareArgs),
+    Compare(compare::CompareArgs),
     /// Regenerate the paper's evaluation: every experiment's data (CSV, JSON), SVG figures and
     /// report.md with the paper's headline claims next to ours.
     Reproduce(reproduce::ReproduceArgs),
@@ -100,7 +101,7 @@ pub fn run() -> Result<std::process::ExitCode> {
         Cmd::Models { json } => models::run(json).map(|()| ok),
         Cmd::Profile(a) => profile::run(a).map(|()| ok),
         Cmd::Run(a) => serve::run(a).map(|()| ok),
-        Cmd::Compare(a) => serve::compare(a).map(|()| ok),
+        Cmd::Compare(a) => compare::compare(a).map(|()| ok),
         Cmd::Reproduce(a) => reproduce::run(a).map(|()| ok),
         Cmd::Calibrate(a) => reproduce::calibrate(a).map(|()| ok),
         Cmd::NpuConfig { name } => reproduce::npu_config(&name).map(|()| ok),

@@ -1,24 +1,17 @@
-//! `lazybatch run` and `lazybatch compare`: serve traffic under one policy, or a grid of
-//! policies × rates × seeds, on any device, and print or save what happened.
+//! `lazybatch run`: serve traffic under one policy on any device, and print or save what
+//! happened.
 
 use super::{
-    check_rate, colocation, emit, open_bench, positive, serve_args, DeviceArgs, ModelArgs,
-    ServeArgs,
+    check_rate, colocation, emit, open_bench, serve_args, DeviceArgs, ModelArgs, ServeArgs,
 };
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use lazybatch::bench::RunConfig;
 use lazybatch::metrics::{self, Stats};
 use lazybatch::policy::Spec;
-use lazybatch::runs::{mean_stats, run_all, Keep};
 use lazybatch::traffic;
 use serde_json::json;
 use std::path::PathBuf;
-
-/// The policies `compare` runs when none are given.
-const DEFAULT_POLICIES: &[&str] = &[
-    "serial", "graph:0", "graph:5", "graph:25", "graph:50", "graph:95", "lazy", "oracle",
-];
 
 #[derive(Args, Debug)]
 pub(super) struct RunArgs {
@@ -51,51 +44,17 @@ pub(super) struct RunArgs {
     hgrm: Option<PathBuf>,
 }
 
-#[derive(Args, Debug)]
-pub(super) struct CompareArgs {
-    #[command(flatten)]
-    model: ModelArgs,
-    #[command(flatten)]
-    dev: DeviceArgs,
-    /// Arrival rates (requests/s), comma-separated.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        allow_negative_numbers = true,
-        default_value = "16,250,1000"
-    )]
-    rates: Vec<f64>,
-    /// Rates as multiples of the serial capacity instead of --rates.
-    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
-    load: Option<Vec<f64>>,
-    /// Policies, comma-separated [default: serial,graph:0,graph:5,graph:25,graph:50,graph:95,
-    /// lazy,oracle; co-located models: those that serve several models].
-    #[arg(long, value_delimiter = ',')]
-    policies: Option<Vec<String>>,
-    #[command(flatten)]
-    serve: ServeArgs,
-    /// Seeds per (policy, rate): 1..=K.
-    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
-    seeds: i64,
-    /// Directory for one .hgrm per policy and rate plus compare.json.
-    #[arg(long, value_name = "DIR")]
-    out: Option<PathBuf>,
-    /// Print a JSON array instead of the table.
-    #[arg(long)]
-    json: bool,
-}
-
 /// What identifies a run in the JSON.
-struct RunId<'a> {
-    model: &'a str,
-    device: &'a str,
-    policy: &'a str,
-    rate: f64,
-    seed: u64,
-    sla_ms: f64,
+pub(super) struct RunId<'a> {
+    pub(super) model: &'a str,
+    pub(super) device: &'a str,
+    pub(super) policy: &'a str,
+    pub(super) rate: f64,
+    pub(super) seed: u64,
+    pub(super) sla_ms: f64,
 }
 
-fn run_json(id: &RunId, st: &Stats, wall_s: f64) -> serde_json::Value {
+pub(super) fn run_json(id: &RunId, st: &Stats, wall_s: f64) -> serde_json::Value {
     json!({
         "model": id.model, "device": id.device, "policy": id.policy, "rate_rps": id.rate,
         "requests": st.requests, "completed": st.completed, "rejected": st.rejected,
@@ -253,216 +212,5 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
             100.0 * ps.sla_violation_rate
         );
     }
-    emit(&o)
-}
-
-/// Policies × rates × seeds on one bench: a table, JSON, `.hgrm` files and SVG pictures.
-pub(super) fn compare(a: CompareArgs) -> Result<()> {
-    let mut o = String::new();
-    let model = a.model.load()?;
-    let sv = serve_args(&a.serve)?;
-    let seeds = positive("--seeds", a.seeds)? as u64;
-    let policies: Vec<String> = match &a.policies {
-        Some(p) => p.clone(),
-        None => DEFAULT_POLICIES
-            .iter()
-            .filter(|p| Spec::parse(p, sv.max_batch).is_ok_and(|s| s.check_for(&model).is_ok()))
-            .map(|p| p.to_string())
-            .collect(),
-    };
-    let specs = policies
-        .iter()
-        .map(|p| {
-            let s = Spec::parse(p, sv.max_batch)?;
-            s.check_for(&model)?;
-            Ok(s)
-        })
-        .collect::<lazybatch::Result<Vec<_>>>()?;
-    if let Some(ls) = &a.load {
-        for &l in ls {
-            check_rate("--load", l)?;
-        }
-    } else {
-        for &r in &a.rates {
-            check_rate("--rates", r)?;
-        }
-    }
-    let colo = colocation(&model, &a.serve)?;
-    if colo.is_some() && a.load.is_some() {
-        bail!("co-located models take total --rates (split by --shares), not --load");
-    }
-    let mut bench = open_bench(model, &a.dev, &sv)?;
-    let rates: Vec<f64> = match &a.load {
-        Some(ls) => ls.iter().map(|&l| l * bench.serial_capacity()).collect(),
-        None => a.rates.clone(),
-    };
-    let mut cfgs = Vec::new();
-    for p in &specs {
-        for &r in &rates {
-            for s in 1..=seeds {
-                cfgs.push(RunConfig {
-                    policy: p.clone(),
-                    rate: r,
-                    requests: sv.requests,
-                    sla: sv.sla,
-                    seed: s,
-                    max_batch: sv.max_batch,
-                    coverage: sv.coverage,
-                });
-            }
-        }
-    }
-    let want_hgrm = a.out.is_some();
-    let t0 = std::time::Instant::now();
-    // the first seed's histogram of every (policy, rate), for the .hgrm files and pictures
-    let results = run_all(&mut bench, &cfgs, colo.as_ref(), |i| Keep {
-        histogram: want_hgrm && cfgs[i].seed == 1,
-    })?;
-    let wall = t0.elapsed().as_secs_f64();
-    let name = bench.model.name.clone();
-    let device = bench.description();
-    let mut rows = Vec::new();
-    for (gi, chunk) in results.chunks(seeds as usize).enumerate() {
-        let c0 = &cfgs[gi * seeds as usize];
-        let (p, r) = (&c0.policy.text, c0.rate);
-        let st = mean_stats(&chunk.iter().map(|c| &c.stats).collect::<Vec<_>>());
-        let spread = |f: &dyn Fn(&Stats) -> f64| {
-            metrics::spread(chunk.iter().map(|c| f(&c.stats)).collect())
-        };
-        let id = RunId {
-            model: &name,
-            device: &device,
-            policy: p,
-            rate: r,
-            seed: 1,
-            sla_ms: a.serve.sla_ms,
-        };
-        let mut v = run_json(&id, &st, wall);
-        let (_, lat25, lat75) = spread(&|s| s.latency_ms.mean);
-        let (_, tp25, tp75) = spread(&|s| s.throughput_rps);
-        v["seeds"] = json!(seeds);
-        v["mean_latency_ms_p25"] = json!(lat25);
-        v["mean_latency_ms_p75"] = json!(lat75);
-        v["throughput_rps_p25"] = json!(tp25);
-        v["throughput_rps_p75"] = json!(tp75);
-        if let (Some(dir), Some(h)) = (&a.out, &chunk[0].histogram) {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            let path = dir.join(format!(
-                "{}_{}_{}rps.hgrm",
-                name,
-                p.replace(':', "-"),
-                r.round()
-            ));
-            let mut f = std::fs::File::create(&path)
-                .with_context(|| format!("creating {}", path.display()))?;
-            metrics::write_hgrm(h, &mut f)?;
-        }
-        // co-located models: each model's figures, averaged over the seeds
-        let nparts = chunk[0].parts.len();
-        let per: Vec<(String, [f64; 4])> = (0..nparts)
-            .map(|k| {
-                let avg = |f: &dyn Fn(&Stats) -> f64| {
-                    chunk.iter().map(|c| f(&c.parts[k])).sum::<f64>() / chunk.len() as f64
-                };
-                (
-                    bench.model.parts[k].name.clone(),
-                    [
-                        avg(&|s| s.latency_ms.mean),
-                        avg(&|s| s.latency_ms.p99),
-                        avg(&|s| s.throughput_rps),
-                        avg(&|s| s.sla_violation_rate),
-                    ],
-                )
-            })
-            .collect();
-        if nparts > 0 {
-            v["per_model"] = json!(per
-                .iter()
-                .map(|(m, x)| json!({"model": m, "mean_latency_ms": x[0], "p99_ms": x[1], "throughput_rps": x[2], "sla_violation_rate": x[3]}))
-                .collect::<Vec<_>>());
-        }
-        rows.push((p.clone(), r, st, v, per));
-    }
-    let arr: Vec<serde_json::Value> = rows.iter().map(|r| r.3.clone()).collect();
-    if let Some(dir) = &a.out {
-        std::fs::create_dir_all(dir)?;
-        std::fs::write(
-            dir.join("compare.json"),
-            serde_json::to_string_pretty(&arr)?,
-        )?;
-        // the pictures: each policy's percentile spectrum per rate, mean and p99 against rate
-        let points: Vec<lazybatch::report::spectrum::Point> = results
-            .chunks(seeds as usize)
-            .zip(&rows)
-            .filter_map(|(chunk, (p, r, st, _, _))| {
-                chunk[0]
-                    .histogram
-                    .as_ref()
-                    .map(|h| lazybatch::report::spectrum::Point {
-                        policy: p,
-                        rate: *r,
-                        histogram: h,
-                        mean_ms: st.latency_ms.mean,
-                        p99_ms: st.latency_ms.p99,
-                    })
-            })
-            .collect();
-        let title = format!("{name} on {device}");
-        lazybatch::report::spectrum::write(dir, &name, &title, &points)?;
-    }
-    if a.json {
-        out!(o, "{}", serde_json::to_string_pretty(&arr)?);
-        return emit(&o);
-    }
-    out!(
-        o,
-        "{} on {}: {} requests per run, {} seed(s), SLA {} ms, max batch {}, single-input latency {:.3} ms",
-        name,
-        bench.description(),
-        sv.requests,
-        seeds,
-        a.serve.sla_ms,
-        sv.max_batch,
-        1e3 / bench.serial_capacity()
-    );
-    out!(
-        o,
-        "{:<12} {:>9} {:>11} {:>11} {:>13} {:>9} {:>10}",
-        "policy",
-        "rate/s",
-        "mean (ms)",
-        "p99 (ms)",
-        "throughput/s",
-        "SLA viol",
-        "mean batch"
-    );
-    for (p, r, st, _, per) in &rows {
-        out!(
-            o,
-            "{:<12} {:>9.1} {:>11.3} {:>11.3} {:>13.1} {:>8.2}% {:>10.2}",
-            p,
-            r,
-            st.latency_ms.mean,
-            st.latency_ms.p99,
-            st.throughput_rps,
-            100.0 * st.sla_violation_rate,
-            st.mean_batch_size
-        );
-        for (m, x) in per {
-            // under the policy column, aligned with the row above (the full names, with any
-            // reduced-size suffix, are in the header)
-            let label: String = m.split('@').next().unwrap_or(m).chars().take(20).collect();
-            out!(
-                o,
-                "  {:<20} {:>11.3} {:>11.3} {:>13.1} {:>8.2}%",
-                label,
-                x[0],
-                x[1],
-                x[2],
-                100.0 * x[3]
-            );
-        }
-    }
-    out!(o, "({} runs in {:.2} s wall)", cfgs.len(), wall);
     emit(&o)
 }

@@ -1,0 +1,327 @@
+//! `lazybatch compare`: a grid of policies × rates × seeds on one bench — the runs through the
+//! same runner as `reproduce` ([`run_all`]), averaged over seeds ([`mean_stats`]) — as a table,
+//! JSON, `.hgrm` files and SVG pictures.
+
+use super::serve::{run_json, RunId};
+use super::{
+    check_rate, colocation, emit, open_bench, positive, serve_args, DeviceArgs, ModelArgs, Serve,
+    ServeArgs,
+};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use lazybatch::bench::{Bench, RunConfig};
+use lazybatch::graph::Model;
+use lazybatch::metrics::{self, Stats};
+use lazybatch::policy::Spec;
+use lazybatch::report::spectrum;
+use lazybatch::runs::{mean_stats, run_all, Keep, RunOut};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+
+/// The policies `compare` runs when none are given.
+const DEFAULT_POLICIES: &[&str] = &[
+    "serial", "graph:0", "graph:5", "graph:25", "graph:50", "graph:95", "lazy", "oracle",
+];
+
+#[derive(Args, Debug)]
+pub(super) struct CompareArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    dev: DeviceArgs,
+    /// Arrival rates (requests/s), comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        allow_negative_numbers = true,
+        default_value = "16,250,1000"
+    )]
+    rates: Vec<f64>,
+    /// Rates as multiples of the serial capacity instead of --rates.
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
+    load: Option<Vec<f64>>,
+    /// Policies, comma-separated [default: serial,graph:0,graph:5,graph:25,graph:50,graph:95,
+    /// lazy,oracle; co-located models: those that serve several models].
+    #[arg(long, value_delimiter = ',')]
+    policies: Option<Vec<String>>,
+    #[command(flatten)]
+    serve: ServeArgs,
+    /// Seeds per (policy, rate): 1..=K.
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
+    seeds: i64,
+    /// Directory for one .hgrm per policy and rate plus compare.json.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Print a JSON array instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One (policy, rate) of the grid, over its seeds.
+struct Row {
+    policy: String,
+    rate: f64,
+    /// Means over the seeds.
+    stats: Stats,
+    /// The JSON object (with the seeds' 25th/75th percentiles).
+    json: serde_json::Value,
+    /// Co-located models: each model's mean latency, p99, throughput and violation rate.
+    per_model: Vec<(String, [f64; 4])>,
+}
+
+/// Runs the grid and reports it.
+pub(super) fn compare(a: CompareArgs) -> Result<()> {
+    let model = a.model.load()?;
+    let sv = serve_args(&a.serve)?;
+    let seeds = positive("--seeds", a.seeds)? as u64;
+    let specs = policies(&a, &model, &sv)?;
+    if let Some(ls) = &a.load {
+        for &l in ls {
+            check_rate("--load", l)?;
+        }
+    } else {
+        for &r in &a.rates {
+            check_rate("--rates", r)?;
+        }
+    }
+    let colo = colocation(&model, &a.serve)?;
+    if colo.is_some() && a.load.is_some() {
+        bail!("co-located models take total --rates (split by --shares), not --load");
+    }
+    let mut bench = open_bench(model, &a.dev, &sv)?;
+    let rates: Vec<f64> = match &a.load {
+        Some(ls) => ls.iter().map(|&l| l * bench.serial_capacity()).collect(),
+        None => a.rates.clone(),
+    };
+    let cfgs = grid(&specs, &rates, seeds, &sv);
+    let want_hgrm = a.out.is_some();
+    let t0 = std::time::Instant::now();
+    // the first seed's histogram of every (policy, rate), for the .hgrm files and pictures
+    let results = run_all(&mut bench, &cfgs, colo.as_ref(), |i| Keep {
+        histogram: want_hgrm && cfgs[i].seed == 1,
+    })?;
+    let wall = t0.elapsed().as_secs_f64();
+    let rows = aggregate(&bench, &cfgs, &results, seeds, a.serve.sla_ms, wall);
+    let arr: Vec<serde_json::Value> = rows.iter().map(|r| r.json.clone()).collect();
+    if let Some(dir) = &a.out {
+        write_out(dir, &bench, &rows, &results, seeds)?;
+    }
+    if a.json {
+        return emit(&(serde_json::to_string_pretty(&arr)? + "\n"));
+    }
+    let mut o = String::new();
+    out!(
+        o,
+        "{} on {}: {} requests per run, {} seed(s), SLA {} ms, max batch {}, single-input latency {:.3} ms",
+        bench.model.name,
+        bench.description(),
+        sv.requests,
+        seeds,
+        a.serve.sla_ms,
+        sv.max_batch,
+        1e3 / bench.serial_capacity()
+    );
+    table(&mut o, &rows);
+    out!(o, "({} runs in {:.2} s wall)", cfgs.len(), wall);
+    emit(&o)
+}
+
+/// The policies to run, checked for the model: the given ones, or the defaults that serve it.
+fn policies(a: &CompareArgs, model: &Model, sv: &Serve) -> Result<Vec<Spec>> {
+    let names: Vec<String> = match &a.policies {
+        Some(p) => p.clone(),
+        None => DEFAULT_POLICIES
+            .iter()
+            .filter(|p| Spec::parse(p, sv.max_batch).is_ok_and(|s| s.check_for(model).is_ok()))
+            .map(|p| p.to_string())
+            .collect(),
+    };
+    Ok(names
+        .iter()
+        .map(|p| {
+            let s = Spec::parse(p, sv.max_batch)?;
+            s.check_for(model)?;
+            Ok(s)
+        })
+        .collect::<lazybatch::Result<Vec<_>>>()?)
+}
+
+/// Every run of the grid: policies × rates × seeds 1..=`seeds`, in that order.
+fn grid(specs: &[Spec], rates: &[f64], seeds: u64, sv: &Serve) -> Vec<RunConfig> {
+    let mut cfgs = Vec::new();
+    for p in specs {
+        for &r in rates {
+            for s in 1..=seeds {
+                cfgs.push(RunConfig {
+                    policy: p.clone(),
+                    rate: r,
+                    requests: sv.requests,
+                    sla: sv.sla,
+                    seed: s,
+                    max_batch: sv.max_batch,
+                    coverage: sv.coverage,
+                });
+            }
+        }
+    }
+    cfgs
+}
+
+/// Each (policy, rate) averaged over its seeds.
+fn aggregate(
+    bench: &Bench,
+    cfgs: &[RunConfig],
+    results: &[RunOut],
+    seeds: u64,
+    sla_ms: f64,
+    wall: f64,
+) -> Vec<Row> {
+    let name = &bench.model.name;
+    let device = bench.description();
+    let mut rows = Vec::new();
+    for (gi, chunk) in results.chunks(seeds as usize).enumerate() {
+        let c0 = &cfgs[gi * seeds as usize];
+        let (p, r) = (&c0.policy.text, c0.rate);
+        let st = mean_stats(&chunk.iter().map(|c| &c.stats).collect::<Vec<_>>());
+        let spread = |f: &dyn Fn(&Stats) -> f64| {
+            metrics::spread(chunk.iter().map(|c| f(&c.stats)).collect())
+        };
+        let id = RunId {
+            model: name,
+            device: &device,
+            policy: p,
+            rate: r,
+            seed: 1,
+            sla_ms,
+        };
+        let mut v = run_json(&id, &st, wall);
+        let (_, lat25, lat75) = spread(&|s| s.latency_ms.mean);
+        let (_, tp25, tp75) = spread(&|s| s.throughput_rps);
+        v["seeds"] = json!(seeds);
+        v["mean_latency_ms_p25"] = json!(lat25);
+        v["mean_latency_ms_p75"] = json!(lat75);
+        v["throughput_rps_p25"] = json!(tp25);
+        v["throughput_rps_p75"] = json!(tp75);
+        let per = per_model(bench, chunk);
+        if !per.is_empty() {
+            v["per_model"] = json!(per
+                .iter()
+                .map(|(m, x)| json!({"model": m, "mean_latency_ms": x[0], "p99_ms": x[1], "throughput_rps": x[2], "sla_violation_rate": x[3]}))
+                .collect::<Vec<_>>());
+        }
+        rows.push(Row {
+            policy: p.clone(),
+            rate: r,
+            stats: st,
+            json: v,
+            per_model: per,
+        });
+    }
+    rows
+}
+
+/// Co-located models: each model's figures, averaged over the seeds (empty for one model).
+fn per_model(bench: &Bench, chunk: &[RunOut]) -> Vec<(String, [f64; 4])> {
+    (0..chunk[0].parts.len())
+        .map(|k| {
+            let avg = |f: &dyn Fn(&Stats) -> f64| {
+                chunk.iter().map(|c| f(&c.parts[k])).sum::<f64>() / chunk.len() as f64
+            };
+            (
+                bench.model.parts[k].name.clone(),
+                [
+                    avg(&|s| s.latency_ms.mean),
+                    avg(&|s| s.latency_ms.p99),
+                    avg(&|s| s.throughput_rps),
+                    avg(&|s| s.sla_violation_rate),
+                ],
+            )
+        })
+        .collect()
+}
+
+/// `--out DIR`: one `.hgrm` per policy and rate, `compare.json`, and the pictures (each
+/// policy's percentile spectrum per rate, mean and p99 against rate).
+fn write_out(
+    dir: &Path,
+    bench: &Bench,
+    rows: &[Row],
+    results: &[RunOut],
+    seeds: u64,
+) -> Result<()> {
+    let name = &bench.model.name;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut points = Vec::new();
+    for (row, chunk) in rows.iter().zip(results.chunks(seeds as usize)) {
+        let Some(h) = &chunk[0].histogram else {
+            continue;
+        };
+        let path = dir.join(format!(
+            "{}_{}_{}rps.hgrm",
+            name,
+            row.policy.replace(':', "-"),
+            row.rate.round()
+        ));
+        let mut f =
+            std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+        metrics::write_hgrm(h, &mut f)?;
+        points.push(spectrum::Point {
+            policy: &row.policy,
+            rate: row.rate,
+            histogram: h,
+            mean_ms: row.stats.latency_ms.mean,
+            p99_ms: row.stats.latency_ms.p99,
+        });
+    }
+    let arr: Vec<&serde_json::Value> = rows.iter().map(|r| &r.json).collect();
+    std::fs::write(
+        dir.join("compare.json"),
+        serde_json::to_string_pretty(&arr)?,
+    )?;
+    let title = format!("{name} on {}", bench.description());
+    spectrum::write(dir, name, &title, &points)?;
+    Ok(())
+}
+
+/// The table: a row per policy and rate, and under it each co-located model's figures.
+fn table(o: &mut String, rows: &[Row]) {
+    out!(
+        o,
+        "{:<12} {:>9} {:>11} {:>11} {:>13} {:>9} {:>10}",
+        "policy",
+        "rate/s",
+        "mean (ms)",
+        "p99 (ms)",
+        "throughput/s",
+        "SLA viol",
+        "mean batch"
+    );
+    for r in rows {
+        let st = &r.stats;
+        out!(
+            o,
+            "{:<12} {:>9.1} {:>11.3} {:>11.3} {:>13.1} {:>8.2}% {:>10.2}",
+            r.policy,
+            r.rate,
+            st.latency_ms.mean,
+            st.latency_ms.p99,
+            st.throughput_rps,
+            100.0 * st.sla_violation_rate,
+            st.mean_batch_size
+        );
+        for (m, x) in &r.per_model {
+            // under the policy column, aligned with the row above (the full names, with any
+            // reduced-size suffix, are in the header)
+            let label: String = m.split('@').next().unwrap_or(m).chars().take(20).collect();
+            out!(
+                o,
+                "  {:<20} {:>11.3} {:>11.3} {:>13.1} {:>8.2}%",
+                label,
+                x[0],
+                x[1],
+                x[2],
+                100.0 * x[3]
+            );
+        }
+    }
+}
