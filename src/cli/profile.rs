@@ -4,8 +4,9 @@ use super::{emit, lengths_for, positive, DeviceArgs, ModelArgs};
 use anyhow::Result;
 use clap::Args;
 use lazybatch::device::open::{open, Opened};
-use lazybatch::graph::NodeId;
+use lazybatch::graph::{Lengths, Model, NodeId};
 use lazybatch::profile::Profile;
+use lazybatch::time::Nanos;
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -60,40 +61,84 @@ pub(super) fn run(a: ProfileArgs) -> Result<()> {
         prof.save(p)?;
         eprintln!("saved the latency table to {}", p.display());
     }
-    let single = prof.single_input_latency(&model, len);
-    let curve = prof.batch_curve(&model, len);
+    let shown = Shown {
+        model: &model,
+        prof: &prof,
+        max_batch,
+        len,
+        reps,
+        alone,
+    };
     if a.json {
-        let nodes: Vec<_> = prof
-            .nodes
-            .iter()
-            .map(|n| {
-                let mut o = json!({
-                    "id": n.id, "name": n.name, "op": n.op, "class": n.class,
-                    "latency_us": n.latency_ns.iter().map(|&x| x as f64 / 1e3).collect::<Vec<_>>(),
-                });
-                if !n.compute_cycles.is_empty() {
-                    o["compute_cycles"] = json!(n.compute_cycles);
-                    o["memory_cycles"] = json!(n.memory_cycles);
-                }
-                o
-            })
-            .collect();
-        let v = json!({
-            "model": model.name,
-            "device": prof.device,
-            "max_batch": max_batch,
-            "enc_steps": model.seq.as_ref().map(|_| len.enc),
-            "dec_steps": model.seq.as_ref().map(|_| len.dec),
-            "single_input_latency_us": single.as_us(),
-            "alone_latency_us": alone.map(|a| a.0.as_us()),
-            "wmt19_mean_alone_latency_us": alone.and_then(|a| a.2.map(|_| a.1.as_us())),
-            "wmt19_mean_words": alone.and_then(|a| a.2.map(|w| [w.0, w.1])),
-            "batch_curve": curve.iter().map(|(b, t, tp)| json!({"batch": b, "latency_us": t.as_us(), "throughput_rps": tp})).collect::<Vec<_>>(),
-            "nodes": nodes,
-        });
-        out!(o, "{}", serde_json::to_string_pretty(&v)?);
-        return emit(&o);
+        out!(o, "{}", serde_json::to_string_pretty(&json_of(&shown))?);
+    } else {
+        text(&mut o, &shown);
     }
+    emit(&o)
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        format!("{}…", s.chars().take(n - 1).collect::<String>())
+    }
+}
+
+/// What `profile` shows.
+struct Shown<'a> {
+    model: &'a Model,
+    prof: &'a Profile,
+    max_batch: u32,
+    len: Lengths,
+    reps: u32,
+    /// On the NPU model: served alone at these lengths, over WMT 2019's lengths, mean words.
+    alone: Option<Alone>,
+}
+
+/// A request served alone: at the profiled lengths, averaged over WMT 2019's lengths, and those
+/// lengths' mean in words (seq2seq models).
+type Alone = (Nanos, Nanos, Option<(f64, f64)>);
+
+fn json_of(sh: &Shown) -> serde_json::Value {
+    let (model, prof, max_batch, len, alone) = (sh.model, sh.prof, sh.max_batch, sh.len, sh.alone);
+    let single = prof.single_input_latency(model, len);
+    let curve = prof.batch_curve(model, len);
+    let nodes: Vec<_> = prof
+        .nodes
+        .iter()
+        .map(|n| {
+            let mut o = json!({
+                "id": n.id, "name": n.name, "op": n.op, "class": n.class,
+                "latency_us": n.latency_ns.iter().map(|&x| x as f64 / 1e3).collect::<Vec<_>>(),
+            });
+            if !n.compute_cycles.is_empty() {
+                o["compute_cycles"] = json!(n.compute_cycles);
+                o["memory_cycles"] = json!(n.memory_cycles);
+            }
+            o
+        })
+        .collect();
+    json!({
+        "model": model.name,
+        "device": prof.device,
+        "max_batch": max_batch,
+        "enc_steps": model.seq.as_ref().map(|_| len.enc),
+        "dec_steps": model.seq.as_ref().map(|_| len.dec),
+        "single_input_latency_us": single.as_us(),
+        "alone_latency_us": alone.map(|a| a.0.as_us()),
+        "wmt19_mean_alone_latency_us": alone.and_then(|a| a.2.map(|_| a.1.as_us())),
+        "wmt19_mean_words": alone.and_then(|a| a.2.map(|w| [w.0, w.1])),
+        "batch_curve": curve.iter().map(|(b, t, tp)| json!({"batch": b, "latency_us": t.as_us(), "throughput_rps": tp})).collect::<Vec<_>>(),
+        "nodes": nodes,
+    })
+}
+
+fn text(o: &mut String, sh: &Shown) {
+    let (model, prof, max_batch, len, reps, alone) =
+        (sh.model, sh.prof, sh.max_batch, sh.len, sh.reps, sh.alone);
+    let single = prof.single_input_latency(model, len);
+    let curve = prof.batch_curve(model, len);
     out!(
         o,
         "{} on {}: {} nodes{}",
@@ -177,14 +222,5 @@ pub(super) fn run(a: ProfileArgs) -> Result<()> {
             outp!(o, " {:>9.2}", n.latency_ns[b as usize - 1] as f64 / 1e3);
         }
         out!(o,);
-    }
-    emit(&o)
-}
-
-fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        format!("{}…", s.chars().take(n - 1).collect::<String>())
     }
 }

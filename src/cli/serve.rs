@@ -130,15 +130,16 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
         metrics::write_hgrm(&h, &mut f).with_context(|| format!("writing {}", p.display()))?;
     }
     let name = bench.model.name.clone();
+    let device = bench.description();
+    let id = RunId {
+        model: &name,
+        device: &device,
+        policy: &a.policy,
+        rate,
+        seed: a.seed,
+        sla_ms: a.serve.sla_ms,
+    };
     if a.json {
-        let id = RunId {
-            model: &name,
-            device: &bench.description(),
-            policy: &a.policy,
-            rate,
-            seed: a.seed,
-            sla_ms: a.serve.sla_ms,
-        };
         let mut v = run_json(&id, &st, wall);
         if !per_model.is_empty() {
             v["per_model"] = json!(per_model
@@ -149,16 +150,23 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
         out!(o, "{}", serde_json::to_string_pretty(&v)?);
         return emit(&o);
     }
+    text(&mut o, &id, &st, wall, &per_model);
+    emit(&o)
+}
+
+/// The run in words: identity, latency percentiles, throughput, batches, device time by class
+/// and each co-located model's figures.
+fn text(o: &mut String, id: &RunId, st: &Stats, wall: f64, per_model: &[(String, Stats)]) {
     out!(
         o,
         "{} on {}, policy {}, {:.1} req/s, {} requests, SLA {} ms, seed {}",
-        name,
-        bench.description(),
-        a.policy,
-        rate,
+        id.model,
+        id.device,
+        id.policy,
+        id.rate,
         st.requests,
-        a.serve.sla_ms,
-        a.seed
+        id.sla_ms,
+        id.seed
     );
     out!(o, "  completed {} (rejected {})", st.completed, st.rejected);
     let l = &st.latency_ms;
@@ -200,7 +208,7 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
             .collect();
         out!(o, "  device time per request: {}", parts.join("; "));
     }
-    for (m, ps) in &per_model {
+    for (m, ps) in per_model {
         out!(
             o,
             "  {:<20} completed {:>6}  mean {:>9.3} ms  p99 {:>9.3} ms  {:>8.1} req/s  SLA violations {:>6.2}%",
@@ -212,5 +220,4 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
             100.0 * ps.sla_violation_rate
         );
     }
-    emit(&o)
 }
