@@ -75,168 +75,209 @@ pub(super) fn cause(ctxs: &[Ctx], c: &Claim, vals: &[Value], strict: &Value) -> 
 
 /// Measured evidence for a claim under the primary configuration.
 fn evidence(ctx: &Ctx, kind: Kind) -> Result<String> {
+    match kind {
+        Kind::LatencyGain(m) | Kind::VsGraph0(m) => latency(ctx, m),
+        Kind::ThroughputGain(m) => throughput(ctx, m),
+        Kind::TransformerP99 => tail(ctx),
+        Kind::ZeroViolation(m) => zero_violations(ctx, m),
+        Kind::AvgLatency | Kind::AvgThroughput => averages(ctx, kind),
+        Kind::AvgSla => sla_satisfaction(ctx),
+        Kind::ColoLatency | Kind::ColoThroughput => colocation(ctx),
+    }
+}
+
+/// Per-rate latency ratios against the best GraphB; where LazyB loses, how busy the device was and where its time went by node class.
+fn latency(ctx: &Ctx, m: &'static str) -> Result<String> {
+    let rates = ctx.plan.rates.clone();
+    Ok({
+        let best = ctx.best_graph(m, &rates, MAX_BATCH)?;
+        let mut per = Vec::new();
+        for &r in &rates {
+            let g = ctx.agg(m, &best, r, SLA_MS, COVERAGE, MAX_BATCH)?.lat.0;
+            let z = ctx.agg(m, "lazy", r, SLA_MS, COVERAGE, MAX_BATCH)?.lat.0;
+            per.push((r, g / z, g, z));
+        }
+        let mut s = format!(
+            "{} / LazyB at {}: {}.",
+            label(&best),
+            rates_text(&rates),
+            per.iter()
+                .map(|x| format!("{:.2}× ({:.1} / {:.1} ms)", x.1, x.2, x.3))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let losing: Vec<&(f64, f64, f64, f64)> = per.iter().filter(|x| x.1 < 1.0).collect();
+        if let Some(worst) = losing.iter().min_by(|a, b| a.1.total_cmp(&b.1)) {
+            let (lc, lu) = where_time_went(ctx, m, "lazy", worst.0)?;
+            let (gc, gu) = where_time_went(ctx, m, &best, worst.0)?;
+            let k = (0..lc.len().min(gc.len())).max_by(|&a, &b| {
+                let da = lc[a].busy_ms_per_request - gc[a].busy_ms_per_request;
+                let db = lc[b].busy_ms_per_request - gc[b].busy_ms_per_request;
+                da.total_cmp(&db)
+            });
+            let _ = write!(
+            s,
+            " LazyB is slower at {}; at {} req/s the device is busy {:.0}% of the time under LazyB and {:.0}% under {}",
+            rates_text(&losing.iter().map(|x| x.0).collect::<Vec<_>>()),
+            worst.0,
+            100.0 * lu,
+            100.0 * gu,
+            label(&best)
+        );
+            if let Some(k) =
+                k.filter(|&k| lc[k].busy_ms_per_request > gc[k].busy_ms_per_request * 1.1)
+            {
+                let _ = write!(
+                s,
+                ", and LazyB spends {:.2} ms of device time per request on the {} nodes at a mean batch of {:.1}, against {:.2} ms at {:.1}: newcomers preempt the running batch and run these nodes in small groups of their own before they can merge with it",
+                lc[k].busy_ms_per_request,
+                lc[k].class,
+                lc[k].mean_batch,
+                gc[k].busy_ms_per_request,
+                gc[k].mean_batch
+            );
+            }
+            s.push('.');
+        } else {
+            let (lo, hi) = per
+                .iter()
+                .fold((f64::MAX, 0.0f64), |a, x| (a.0.min(x.3), a.1.max(x.3)));
+            let _ = write!(
+                s,
+                " LazyB is faster at every rate; its mean latency stays within {lo:.2}–{hi:.2} ms."
+            );
+        }
+        s
+    })
+}
+
+/// Throughput at the highest rate: the offered load for any policy that keeps up.
+fn throughput(ctx: &Ctx, m: &'static str) -> Result<String> {
     let rates = ctx.plan.rates.clone();
     let high = ctx.plan.high_rate;
-    Ok(match kind {
-        Kind::LatencyGain(m) | Kind::VsGraph0(m) => {
-            let best = ctx.best_graph(m, &rates, MAX_BATCH)?;
-            let mut per = Vec::new();
-            for &r in &rates {
-                let g = ctx.agg(m, &best, r, SLA_MS, COVERAGE, MAX_BATCH)?.lat.0;
-                let z = ctx.agg(m, "lazy", r, SLA_MS, COVERAGE, MAX_BATCH)?.lat.0;
-                per.push((r, g / z, g, z));
-            }
-            let mut s = format!(
-                "{} / LazyB at {}: {}.",
-                label(&best),
-                rates_text(&rates),
-                per.iter()
-                    .map(|x| format!("{:.2}× ({:.1} / {:.1} ms)", x.1, x.2, x.3))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            );
-            let losing: Vec<&(f64, f64, f64, f64)> = per.iter().filter(|x| x.1 < 1.0).collect();
-            if let Some(worst) = losing.iter().min_by(|a, b| a.1.total_cmp(&b.1)) {
-                let (lc, lu) = where_time_went(ctx, m, "lazy", worst.0)?;
-                let (gc, gu) = where_time_went(ctx, m, &best, worst.0)?;
-                let k = (0..lc.len().min(gc.len())).max_by(|&a, &b| {
-                    let da = lc[a].busy_ms_per_request - gc[a].busy_ms_per_request;
-                    let db = lc[b].busy_ms_per_request - gc[b].busy_ms_per_request;
-                    da.total_cmp(&db)
-                });
-                let _ = write!(
-                    s,
-                    " LazyB is slower at {}; at {} req/s the device is busy {:.0}% of the time under LazyB and {:.0}% under {}",
-                    rates_text(&losing.iter().map(|x| x.0).collect::<Vec<_>>()),
-                    worst.0,
-                    100.0 * lu,
-                    100.0 * gu,
-                    label(&best)
-                );
-                if let Some(k) =
-                    k.filter(|&k| lc[k].busy_ms_per_request > gc[k].busy_ms_per_request * 1.1)
-                {
-                    let _ = write!(
-                        s,
-                        ", and LazyB spends {:.2} ms of device time per request on the {} nodes at a mean batch of {:.1}, against {:.2} ms at {:.1}: newcomers preempt the running batch and run these nodes in small groups of their own before they can merge with it",
-                        lc[k].busy_ms_per_request,
-                        lc[k].class,
-                        lc[k].mean_batch,
-                        gc[k].busy_ms_per_request,
-                        gc[k].mean_batch
-                    );
+    Ok({
+        let best = ctx.best_graph(m, &rates, MAX_BATCH)?;
+        let z = ctx.agg(m, "lazy", high, SLA_MS, COVERAGE, MAX_BATCH)?.tp.0;
+        let g = ctx.agg(m, &best, high, SLA_MS, COVERAGE, MAX_BATCH)?.tp.0;
+        format!(
+        "Throughput is the offered load for any policy that keeps up: at {high} req/s LazyB completes {z:.0} and {} {g:.0} requests per second; the paper's gain needs graph batching to fall behind the offered load, which it does not here.",
+        label(&best)
+    )
+    })
+}
+
+/// The device's busy share at the highest rate, under LazyB and the best GraphB.
+fn tail(ctx: &Ctx) -> Result<String> {
+    let rates = ctx.plan.rates.clone();
+    let high = ctx.plan.high_rate;
+    Ok({
+        let m = "transformer_base";
+        let best = ctx.best_graph(m, &rates, MAX_BATCH)?;
+        let (_, lu) = where_time_went(ctx, m, "lazy", high)?;
+        let (_, gu) = where_time_went(ctx, m, &best, high)?;
+        format!(
+        "At {high} req/s the device is busy {:.0}% of the time under LazyB and {:.0}% under {}: both tails are far shorter than the paper's, whose 123 ms for graph batching suggests a busier server than ours at that rate (Table II: 2.4 ms per request; see the operating point above).",
+        100.0 * lu,
+        100.0 * gu,
+        label(&best)
+    )
+    })
+}
+
+/// LazyB's violations and tail at the highest rate.
+fn zero_violations(ctx: &Ctx, m: &'static str) -> Result<String> {
+    let high = ctx.plan.high_rate;
+    Ok({
+        let curve = sla_curve(ctx, m, "lazy")?;
+        let (_, busy) = where_time_went(ctx, m, "lazy", high)?;
+        let last = curve.last().map_or(0.0, |x| x.1);
+        let p99 = quantile(&pooled(ctx, m, "lazy", high)?, 0.99);
+        match zero_from(&curve) {
+        None => format!(
+            "At {high} req/s LazyB violates {:.1}% of requests even at a 100 ms target (p99 {p99:.1} ms), with the device busy {:.0}% of the time: at or past saturation, no target in 20–100 ms is met.",
+            100.0 * last,
+            100.0 * busy
+        ),
+        Some(_) => format!(
+            "At {high} req/s LazyB's p99 latency with the 100 ms target is {p99:.1} ms and the device is busy {:.0}% of the time: its tail is shorter than the paper's, so tighter targets are met.",
+            100.0 * busy
+        ),
+    }
+    })
+}
+
+/// The averaged ratio by graph-batching window.
+fn averages(ctx: &Ctx, kind: Kind) -> Result<String> {
+    let rates = ctx.plan.rates.clone();
+    Ok({
+        let mut parts = Vec::new();
+        for &w in &ctx.plan.windows {
+            let g = graph_policy(w, MAX_BATCH);
+            let (mut l, mut t) = (Vec::new(), Vec::new());
+            for &m in MAIN {
+                for &r in &rates {
+                    let a = ctx.agg(m, &g, r, SLA_MS, COVERAGE, MAX_BATCH)?;
+                    let z = ctx.agg(m, "lazy", r, SLA_MS, COVERAGE, MAX_BATCH)?;
+                    l.push(a.lat.0 / z.lat.0);
+                    t.push(z.tp.0 / a.tp.0);
                 }
-                s.push('.');
+            }
+            let x = if kind == Kind::AvgLatency {
+                geomean(&l)
             } else {
-                let (lo, hi) = per
-                    .iter()
-                    .fold((f64::MAX, 0.0f64), |a, x| (a.0.min(x.3), a.1.max(x.3)));
-                let _ = write!(
-                    s,
-                    " LazyB is faster at every rate; its mean latency stays within {lo:.2}–{hi:.2} ms."
-                );
+                geomean(&t)
+            };
+            parts.push(format!("{} {x:.2}×", label(&g)));
+        }
+        format!(
+            "By window, over the three models and every rate: {}. {}",
+            parts.join(", "),
+            if kind == Kind::AvgLatency {
+                "The average follows the windows' cost at low load against LazyB's near single-input latency; the paper does not say how it averaged."
+            } else {
+                "Throughput is the offered load whenever a policy keeps up, so the ratios stay near 1."
             }
-            s
+        )
+    })
+}
+
+/// SLA satisfaction of both sides, and the bound it puts on the ratio.
+fn sla_satisfaction(ctx: &Ctx) -> Result<String> {
+    let high = ctx.plan.high_rate;
+    Ok({
+        let (z, g) = satisfaction(ctx)?;
+        format!(
+        "At {high} req/s, averaged over models, windows and targets, LazyB meets {:.1}% of SLAs and graph batching {:.1}%: even a LazyB meeting every target would score {:.2}×, so the paper's figure needs graph batching to miss far more targets than it does here.",
+        100.0 * z,
+        100.0 * g,
+        1.0 / g.max(1e-9)
+    )
+    })
+}
+
+/// Each policy's latency and device busy share at the highest co-location rate.
+fn colocation(ctx: &Ctx) -> Result<String> {
+    Ok({
+        let r = ctx.plan.colo_rates.iter().copied().fold(0.0, f64::max);
+        let mut parts = Vec::new();
+        for p in COLO_POLICIES {
+            let runs = ctx.runs_named(COLO, p, r)?;
+            let n = runs.len().max(1) as f64;
+            let busy = runs
+                .iter()
+                .map(|x| x.stats.device_busy_fraction())
+                .sum::<f64>()
+                / n;
+            let lat = runs.iter().map(|x| x.stats.latency_ms.mean).sum::<f64>() / n;
+            parts.push(format!(
+                "{} {lat:.1} ms (device busy {:.0}%)",
+                label(p),
+                100.0 * busy
+            ));
         }
-        Kind::ThroughputGain(m) => {
-            let best = ctx.best_graph(m, &rates, MAX_BATCH)?;
-            let z = ctx.agg(m, "lazy", high, SLA_MS, COVERAGE, MAX_BATCH)?.tp.0;
-            let g = ctx.agg(m, &best, high, SLA_MS, COVERAGE, MAX_BATCH)?.tp.0;
-            format!(
-                "Throughput is the offered load for any policy that keeps up: at {high} req/s LazyB completes {z:.0} and {} {g:.0} requests per second; the paper's gain needs graph batching to fall behind the offered load, which it does not here.",
-                label(&best)
-            )
-        }
-        Kind::TransformerP99 => {
-            let m = "transformer_base";
-            let best = ctx.best_graph(m, &rates, MAX_BATCH)?;
-            let (_, lu) = where_time_went(ctx, m, "lazy", high)?;
-            let (_, gu) = where_time_went(ctx, m, &best, high)?;
-            format!(
-                "At {high} req/s the device is busy {:.0}% of the time under LazyB and {:.0}% under {}: both tails are far shorter than the paper's, whose 123 ms for graph batching suggests a busier server than ours at that rate (Table II: 2.4 ms per request; see the operating point above).",
-                100.0 * lu,
-                100.0 * gu,
-                label(&best)
-            )
-        }
-        Kind::ZeroViolation(m) => {
-            let curve = sla_curve(ctx, m, "lazy")?;
-            let (_, busy) = where_time_went(ctx, m, "lazy", high)?;
-            let last = curve.last().map_or(0.0, |x| x.1);
-            let p99 = quantile(&pooled(ctx, m, "lazy", high)?, 0.99);
-            match zero_from(&curve) {
-                None => format!(
-                    "At {high} req/s LazyB violates {:.1}% of requests even at a 100 ms target (p99 {p99:.1} ms), with the device busy {:.0}% of the time: at or past saturation, no target in 20–100 ms is met.",
-                    100.0 * last,
-                    100.0 * busy
-                ),
-                Some(_) => format!(
-                    "At {high} req/s LazyB's p99 latency with the 100 ms target is {p99:.1} ms and the device is busy {:.0}% of the time: its tail is shorter than the paper's, so tighter targets are met.",
-                    100.0 * busy
-                ),
-            }
-        }
-        Kind::AvgLatency | Kind::AvgThroughput => {
-            let mut parts = Vec::new();
-            for &w in &ctx.plan.windows {
-                let g = graph_policy(w, MAX_BATCH);
-                let (mut l, mut t) = (Vec::new(), Vec::new());
-                for &m in MAIN {
-                    for &r in &rates {
-                        let a = ctx.agg(m, &g, r, SLA_MS, COVERAGE, MAX_BATCH)?;
-                        let z = ctx.agg(m, "lazy", r, SLA_MS, COVERAGE, MAX_BATCH)?;
-                        l.push(a.lat.0 / z.lat.0);
-                        t.push(z.tp.0 / a.tp.0);
-                    }
-                }
-                let x = if kind == Kind::AvgLatency {
-                    geomean(&l)
-                } else {
-                    geomean(&t)
-                };
-                parts.push(format!("{} {x:.2}×", label(&g)));
-            }
-            format!(
-                "By window, over the three models and every rate: {}. {}",
-                parts.join(", "),
-                if kind == Kind::AvgLatency {
-                    "The average follows the windows' cost at low load against LazyB's near single-input latency; the paper does not say how it averaged."
-                } else {
-                    "Throughput is the offered load whenever a policy keeps up, so the ratios stay near 1."
-                }
-            )
-        }
-        Kind::AvgSla => {
-            let (z, g) = satisfaction(ctx)?;
-            format!(
-                "At {high} req/s, averaged over models, windows and targets, LazyB meets {:.1}% of SLAs and graph batching {:.1}%: even a LazyB meeting every target would score {:.2}×, so the paper's figure needs graph batching to miss far more targets than it does here.",
-                100.0 * z,
-                100.0 * g,
-                1.0 / g.max(1e-9)
-            )
-        }
-        Kind::ColoLatency | Kind::ColoThroughput => {
-            let r = ctx.plan.colo_rates.iter().copied().fold(0.0, f64::max);
-            let mut parts = Vec::new();
-            for p in COLO_POLICIES {
-                let runs = ctx.runs_named(COLO, p, r)?;
-                let n = runs.len().max(1) as f64;
-                let busy = runs
-                    .iter()
-                    .map(|x| x.stats.device_busy_fraction())
-                    .sum::<f64>()
-                    / n;
-                let lat = runs.iter().map(|x| x.stats.latency_ms.mean).sum::<f64>() / n;
-                parts.push(format!(
-                    "{} {lat:.1} ms (device busy {:.0}%)",
-                    label(p),
-                    100.0 * busy
-                ));
-            }
-            format!(
-                "At {r} req/s in total: {}. Throughput is the offered load while the device keeps up.",
-                parts.join(", ")
-            )
-        }
+        format!(
+            "At {r} req/s in total: {}. Throughput is the offered load while the device keeps up.",
+            parts.join(", ")
+        )
     })
 }
