@@ -1,6 +1,12 @@
 //! Attention: additive and dot attention over a sequence, multi-head self-attention (two GEMMs per head), decoder self-attention over a per-slot key/value cache, cross-attention.
 
 use super::*;
+/// The scratch buffers attention works in (taken from the device for the node's run).
+struct AttnScratch {
+    a: Vec<f32>,
+    c: Vec<f32>,
+    scores: Vec<f32>,
+}
 
 impl CpuDevice {
     pub(super) fn attention(
@@ -12,170 +18,225 @@ impl CpuDevice {
         heads: usize,
     ) {
         let node = &model.nodes[i];
-        let mut a = std::mem::take(&mut self.scratch_a);
-        let mut c = std::mem::take(&mut self.scratch_c);
-        let mut scores = std::mem::take(&mut self.scores);
-        let dout = self.layout.nodes[i].feat;
+        let mut sc = AttnScratch {
+            a: std::mem::take(&mut self.scratch_a),
+            c: std::mem::take(&mut self.scratch_c),
+            scores: std::mem::take(&mut self.scores),
+        };
         for m in members {
-            let step = m.step;
+            let how = (mode, heads);
             match mode {
-                AttnMode::Additive | AttnMode::Dot => {
-                    let d = numel(&node.in_shapes[0].feat);
-                    self.read_input(model, node, &node.inputs[0], m, step, 0, &mut a[..d]);
-                    let (kp, nk) = self.seq_input(model, &node.inputs[1], m);
-                    let (vp, _) = self.seq_input(model, &node.inputs[2], m);
-                    let q = &a[..d];
-                    let s = &mut scores[..nk];
-                    if mode == AttnMode::Additive {
-                        let w = &self.nodes[i].w;
-                        let (vn, bias) = (&w.w, &w.bias);
-                        for (j, sj) in s.iter_mut().enumerate() {
-                            let key = self.row(kp, m.slot, j);
-                            *sj = (0..d)
-                                .map(|t| vn[t] * (key[t] + q[t] + bias[t]).tanh())
-                                .sum();
-                        }
-                    } else {
-                        for (j, sj) in s.iter_mut().enumerate() {
-                            *sj = q
-                                .iter()
-                                .zip(self.row(kp, m.slot, j))
-                                .map(|(x, y)| x * y)
-                                .sum();
-                        }
-                    }
-                    kernels::softmax(s);
-                    let out = &mut c[..dout];
-                    out.iter_mut().for_each(|v| *v = 0.0);
-                    for (j, &pj) in s.iter().enumerate() {
-                        for (o, v) in out.iter_mut().zip(self.row(vp, m.slot, j)) {
-                            *o += pj * v;
-                        }
-                    }
-                    let pos = self.layout.pos(model, i, step, m.len);
-                    let src = &c[..dout];
-                    let nd = &mut self.nodes[i];
-                    let o = self.layout.offset(i, m.slot, pos);
-                    nd.out[o..o + dout].copy_from_slice(src);
-                }
+                AttnMode::Additive | AttnMode::Dot => self.attend_seq(model, i, m, how, &mut sc),
                 AttnMode::SelfAttn if node.class == Class::Decoder => {
-                    let d = dout;
-                    self.read_input(model, node, &node.inputs[0], m, step, 0, &mut a[..3 * d]);
-                    let max_dec = model.seq.as_ref().map_or(1, |s| s.max_dec as usize);
-                    let base = m.slot as usize * max_dec * 2 * d;
-                    {
-                        let st = &mut self.nodes[i].state;
-                        let t = base + step as usize * 2 * d;
-                        st[t..t + 2 * d].copy_from_slice(&a[d..3 * d]);
-                    }
-                    let dh = d / heads;
-                    let scale = 1.0 / (dh as f32).sqrt();
-                    let st = &self.nodes[i].state;
-                    let nk = step as usize + 1;
-                    for hd in 0..heads {
-                        let q = &a[hd * dh..(hd + 1) * dh];
-                        kernels::attend_dot(
-                            q,
-                            nk,
-                            |j| &st[base + j * 2 * d + hd * dh..base + j * 2 * d + (hd + 1) * dh],
-                            |j| {
-                                &st[base + j * 2 * d + d + hd * dh
-                                    ..base + j * 2 * d + d + (hd + 1) * dh]
-                            },
-                            scale,
-                            &mut scores,
-                            &mut c[hd * dh..(hd + 1) * dh],
-                        );
-                    }
-                    let pos = self.layout.pos(model, i, step, m.len);
-                    let src = &c[..d];
-                    let nd = &mut self.nodes[i];
-                    let o = self.layout.offset(i, m.slot, pos);
-                    nd.out[o..o + d].copy_from_slice(src);
+                    self.attend_cache(model, i, m, how, &mut sc)
                 }
-                AttnMode::SelfAttn => {
-                    // whole-sequence self-attention: two GEMMs per head over the packed Q|K|V rows
-                    // of this request's slot (scores = Q·Kᵀ, out = softmax(scores)·V)
-                    let d = dout;
-                    let rows = Layout::rows(node, m.len);
-                    let p = node.inputs[0].node.idx();
-                    let dh = d / heads;
-                    let scale = 1.0 / (dh as f32).sqrt();
-                    let base = self.layout.offset(p, m.slot, 0);
-                    let qkv = &self.nodes[p].out[base..base + rows * 3 * d];
-                    for hd in 0..heads {
-                        let q = &qkv[hd * dh..];
-                        let k = &qkv[d + hd * dh..];
-                        let v = &qkv[2 * d + hd * dh..];
-                        let sc = &mut scores[..rows * rows];
-                        kernels::gemm_strided(
-                            rows,
-                            rows,
-                            dh,
-                            q,
-                            (3 * d, 1),
-                            k,
-                            (1, 3 * d),
-                            sc,
-                            (rows, 1),
-                            false,
-                        );
-                        for row in sc.chunks_exact_mut(rows) {
-                            row.iter_mut().for_each(|x| *x *= scale);
-                            kernels::softmax(row);
-                        }
-                        kernels::gemm_strided(
-                            rows,
-                            dh,
-                            rows,
-                            sc,
-                            (rows, 1),
-                            v,
-                            (3 * d, 1),
-                            &mut c[hd * dh..],
-                            (d, 1),
-                            false,
-                        );
-                    }
-                    for r in 0..rows {
-                        let src = &c[r * d..(r + 1) * d];
-                        let nd = &mut self.nodes[i];
-                        let o = self.layout.offset(i, m.slot, r);
-                        nd.out[o..o + d].copy_from_slice(src);
-                    }
-                }
-                AttnMode::Cross => {
-                    let d = dout;
-                    let rows = Layout::rows(node, m.len);
-                    let (kvp, nk) = self.seq_input(model, &node.inputs[1], m);
-                    let dh = d / heads;
-                    let scale = 1.0 / (dh as f32).sqrt();
-                    for r in 0..rows {
-                        self.read_input(model, node, &node.inputs[0], m, step, r, &mut a[..d]);
-                        for hd in 0..heads {
-                            kernels::attend_dot(
-                                &a[hd * dh..(hd + 1) * dh],
-                                nk,
-                                |j| &self.row(kvp, m.slot, j)[hd * dh..(hd + 1) * dh],
-                                |j| &self.row(kvp, m.slot, j)[d + hd * dh..d + (hd + 1) * dh],
-                                scale,
-                                &mut scores,
-                                &mut c[r * d + hd * dh..r * d + (hd + 1) * dh],
-                            );
-                        }
-                    }
-                    for r in 0..rows {
-                        let pos = self.layout.out_pos(model, i, step, r, m.len);
-                        let src = &c[r * d..(r + 1) * d];
-                        let nd = &mut self.nodes[i];
-                        let o = self.layout.offset(i, m.slot, pos);
-                        nd.out[o..o + d].copy_from_slice(src);
-                    }
-                }
+                AttnMode::SelfAttn => self.attend_self(model, i, m, how, &mut sc),
+                AttnMode::Cross => self.attend_cross(model, i, m, how, &mut sc),
             }
         }
-        self.scratch_a = a;
-        self.scratch_c = c;
-        self.scores = scores;
+        self.scratch_a = sc.a;
+        self.scratch_c = sc.c;
+        self.scores = sc.scores;
+    }
+
+    /// Additive or dot attention of one query row over a sequence's keys and values.
+    fn attend_seq(
+        &mut self,
+        model: &Model,
+        i: usize,
+        m: &Member,
+        (mode, _): (AttnMode, usize),
+        sc: &mut AttnScratch,
+    ) {
+        let node = &model.nodes[i];
+        let dout = self.layout.nodes[i].feat;
+        let step = m.step;
+        let AttnScratch { a, c, scores } = sc;
+        let d = numel(&node.in_shapes[0].feat);
+        self.read_input(model, node, &node.inputs[0], m, step, 0, &mut a[..d]);
+        let (kp, nk) = self.seq_input(model, &node.inputs[1], m);
+        let (vp, _) = self.seq_input(model, &node.inputs[2], m);
+        let q = &a[..d];
+        let s = &mut scores[..nk];
+        if mode == AttnMode::Additive {
+            let w = &self.nodes[i].w;
+            let (vn, bias) = (&w.w, &w.bias);
+            for (j, sj) in s.iter_mut().enumerate() {
+                let key = self.row(kp, m.slot, j);
+                *sj = (0..d)
+                    .map(|t| vn[t] * (key[t] + q[t] + bias[t]).tanh())
+                    .sum();
+            }
+        } else {
+            for (j, sj) in s.iter_mut().enumerate() {
+                *sj = q
+                    .iter()
+                    .zip(self.row(kp, m.slot, j))
+                    .map(|(x, y)| x * y)
+                    .sum();
+            }
+        }
+        kernels::softmax(s);
+        let out = &mut c[..dout];
+        out.iter_mut().for_each(|v| *v = 0.0);
+        for (j, &pj) in s.iter().enumerate() {
+            for (o, v) in out.iter_mut().zip(self.row(vp, m.slot, j)) {
+                *o += pj * v;
+            }
+        }
+        let pos = self.layout.pos(model, i, step, m.len);
+        let src = &c[..dout];
+        let nd = &mut self.nodes[i];
+        let o = self.layout.offset(i, m.slot, pos);
+        nd.out[o..o + dout].copy_from_slice(src);
+    }
+
+    /// Decoder self-attention of one step over the member's key/value cache (this step's keys and values appended first).
+    fn attend_cache(
+        &mut self,
+        model: &Model,
+        i: usize,
+        m: &Member,
+        (_, heads): (AttnMode, usize),
+        sc: &mut AttnScratch,
+    ) {
+        let node = &model.nodes[i];
+        let dout = self.layout.nodes[i].feat;
+        let step = m.step;
+        let AttnScratch { a, c, scores } = sc;
+        let d = dout;
+        self.read_input(model, node, &node.inputs[0], m, step, 0, &mut a[..3 * d]);
+        let max_dec = model.seq.as_ref().map_or(1, |s| s.max_dec as usize);
+        let base = m.slot as usize * max_dec * 2 * d;
+        {
+            let st = &mut self.nodes[i].state;
+            let t = base + step as usize * 2 * d;
+            st[t..t + 2 * d].copy_from_slice(&a[d..3 * d]);
+        }
+        let dh = d / heads;
+        let scale = 1.0 / (dh as f32).sqrt();
+        let st = &self.nodes[i].state;
+        let nk = step as usize + 1;
+        for hd in 0..heads {
+            let q = &a[hd * dh..(hd + 1) * dh];
+            kernels::attend_dot(
+                q,
+                nk,
+                |j| &st[base + j * 2 * d + hd * dh..base + j * 2 * d + (hd + 1) * dh],
+                |j| &st[base + j * 2 * d + d + hd * dh..base + j * 2 * d + d + (hd + 1) * dh],
+                scale,
+                scores,
+                &mut c[hd * dh..(hd + 1) * dh],
+            );
+        }
+        let pos = self.layout.pos(model, i, step, m.len);
+        let src = &c[..d];
+        let nd = &mut self.nodes[i];
+        let o = self.layout.offset(i, m.slot, pos);
+        nd.out[o..o + d].copy_from_slice(src);
+    }
+
+    /// Multi-head self-attention over the member's own rows (two GEMMs per head).
+    fn attend_self(
+        &mut self,
+        model: &Model,
+        i: usize,
+        m: &Member,
+        (_, heads): (AttnMode, usize),
+        sc: &mut AttnScratch,
+    ) {
+        let node = &model.nodes[i];
+        let dout = self.layout.nodes[i].feat;
+        let AttnScratch { c, scores, .. } = sc;
+        // whole-sequence self-attention: two GEMMs per head over the packed Q|K|V rows
+        // of this request's slot (scores = Q·Kᵀ, out = softmax(scores)·V)
+        let d = dout;
+        let rows = Layout::rows(node, m.len);
+        let p = node.inputs[0].node.idx();
+        let dh = d / heads;
+        let scale = 1.0 / (dh as f32).sqrt();
+        let base = self.layout.offset(p, m.slot, 0);
+        let qkv = &self.nodes[p].out[base..base + rows * 3 * d];
+        for hd in 0..heads {
+            let q = &qkv[hd * dh..];
+            let k = &qkv[d + hd * dh..];
+            let v = &qkv[2 * d + hd * dh..];
+            let sc = &mut scores[..rows * rows];
+            kernels::gemm_strided(
+                rows,
+                rows,
+                dh,
+                q,
+                (3 * d, 1),
+                k,
+                (1, 3 * d),
+                sc,
+                (rows, 1),
+                false,
+            );
+            for row in sc.chunks_exact_mut(rows) {
+                row.iter_mut().for_each(|x| *x *= scale);
+                kernels::softmax(row);
+            }
+            kernels::gemm_strided(
+                rows,
+                dh,
+                rows,
+                sc,
+                (rows, 1),
+                v,
+                (3 * d, 1),
+                &mut c[hd * dh..],
+                (d, 1),
+                false,
+            );
+        }
+        for r in 0..rows {
+            let src = &c[r * d..(r + 1) * d];
+            let nd = &mut self.nodes[i];
+            let o = self.layout.offset(i, m.slot, r);
+            nd.out[o..o + d].copy_from_slice(src);
+        }
+    }
+
+    /// Cross-attention of each of the member's query rows over the source's keys and values.
+    fn attend_cross(
+        &mut self,
+        model: &Model,
+        i: usize,
+        m: &Member,
+        (_, heads): (AttnMode, usize),
+        sc: &mut AttnScratch,
+    ) {
+        let node = &model.nodes[i];
+        let dout = self.layout.nodes[i].feat;
+        let step = m.step;
+        let AttnScratch { a, c, scores } = sc;
+        let d = dout;
+        let rows = Layout::rows(node, m.len);
+        let (kvp, nk) = self.seq_input(model, &node.inputs[1], m);
+        let dh = d / heads;
+        let scale = 1.0 / (dh as f32).sqrt();
+        for r in 0..rows {
+            self.read_input(model, node, &node.inputs[0], m, step, r, &mut a[..d]);
+            for hd in 0..heads {
+                kernels::attend_dot(
+                    &a[hd * dh..(hd + 1) * dh],
+                    nk,
+                    |j| &self.row(kvp, m.slot, j)[hd * dh..(hd + 1) * dh],
+                    |j| &self.row(kvp, m.slot, j)[d + hd * dh..d + (hd + 1) * dh],
+                    scale,
+                    scores,
+                    &mut c[r * d + hd * dh..r * d + (hd + 1) * dh],
+                );
+            }
+        }
+        for r in 0..rows {
+            let pos = self.layout.out_pos(model, i, step, r, m.len);
+            let src = &c[r * d..(r + 1) * d];
+            let nd = &mut self.nodes[i];
+            let o = self.layout.offset(i, m.slot, pos);
+            nd.out[o..o + d].copy_from_slice(src);
+        }
     }
 }
