@@ -66,114 +66,9 @@ impl Parser<'_> {
         };
         let b = |k: &str| -> Result<bool> { Ok(self.get_bool(t, k, ctx)?.unwrap_or(false)) };
         Ok(match op_name {
-            "input" => {
-                let f = self
-                    .field(t, "shape")
-                    .ok_or_else(|| self.err(line, format!("{ctx}shape"), "required by op input"))?;
-                let shape = f
-                    .value
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .map(|v| v.as_integer().filter(|&i| i > 0).map(|i| i as usize))
-                            .collect::<Option<Vec<_>>>()
-                    })
-                    .unwrap_or(None)
-                    .filter(|v| !v.is_empty())
-                    .ok_or_else(|| {
-                        self.err(
-                            f.line,
-                            format!("{ctx}shape"),
-                            "expected a list of positive integers",
-                        )
-                    })?;
-                let rows = match self.field(t, "seq") {
-                    None => Rows::One,
-                    Some(f) => match (f.value.as_str(), f.value.as_integer()) {
-                        (Some("one"), _) => Rows::One,
-                        (Some("src"), _) => Rows::Src { div: 1 },
-                        (_, Some(n)) if n > 0 => Rows::Fixed(n as u32),
-                        _ => {
-                            return Err(self.err(
-                                f.line,
-                                format!("{ctx}seq"),
-                                "expected \"one\", \"src\" or a positive integer",
-                            ))
-                        }
-                    },
-                };
-                Op::Input {
-                    shape,
-                    rows,
-                    tokens: b("tokens")?,
-                }
-            }
-            "conv2d" => {
-                let kernel = match self.field(t, "kernel") {
-                    None => {
-                        return Err(self.err(line, format!("{ctx}kernel"), "required by op conv2d"))
-                    }
-                    Some(f) => match (f.value.as_integer(), f.value.as_array()) {
-                        (Some(k), _) if k > 0 => (k as usize, k as usize),
-                        (_, Some(a)) if a.len() == 2 => {
-                            let v: Vec<i64> = a.iter().filter_map(|x| x.as_integer()).collect();
-                            if v.len() != 2 || v[0] <= 0 || v[1] <= 0 {
-                                return Err(self.err(
-                                    f.line,
-                                    format!("{ctx}kernel"),
-                                    "expected k or [kh, kw] > 0",
-                                ));
-                            }
-                            (v[0] as usize, v[1] as usize)
-                        }
-                        _ => {
-                            return Err(self.err(
-                                f.line,
-                                format!("{ctx}kernel"),
-                                "expected k or [kh, kw] > 0",
-                            ))
-                        }
-                    },
-                };
-                Op::Conv2d {
-                    out_channels: need("out_channels")?,
-                    kernel,
-                    stride: self.get_uint(t, "stride", ctx)?.unwrap_or(1),
-                    padding: self.get_uint(t, "padding", ctx)?.unwrap_or(0),
-                    groups: self.get_uint(t, "groups", ctx)?.unwrap_or(1),
-                    bias: b("bias")?,
-                    bn: b("bn")?,
-                    act: self.parse_act(t, "act", ctx, line)?,
-                }
-            }
-            "pool" => {
-                let kind_s = self
-                    .get_str(t, "kind", ctx, line)?
-                    .ok_or_else(|| self.err(line, format!("{ctx}kind"), "required by op pool"))?;
-                let kind = match kind_s.as_str() {
-                    "max" => PoolKind::Max,
-                    "avg" => PoolKind::Avg,
-                    "global_avg" => PoolKind::GlobalAvg,
-                    other => {
-                        return Err(self.err(
-                            self.field(t, "kind").map_or(line, |f| f.line),
-                            format!("{ctx}kind"),
-                            format!("unknown pool kind '{other}' (max, avg, global_avg)"),
-                        ))
-                    }
-                };
-                let kernel = if kind == PoolKind::GlobalAvg {
-                    self.get_uint(t, "kernel", ctx)?.unwrap_or(1)
-                } else {
-                    need("kernel")?
-                };
-                Op::Pool {
-                    kind,
-                    kernel,
-                    stride: self.get_uint(t, "stride", ctx)?.unwrap_or(kernel),
-                    padding: self.get_uint(t, "padding", ctx)?.unwrap_or(0),
-                }
-            }
+            "input" => self.parse_input(raw, ctx)?,
+            "conv2d" => self.parse_conv2d(raw, ctx)?,
+            "pool" => self.parse_pool(raw, ctx)?,
             "flatten" => Op::Flatten,
             "concat" => Op::Concat,
             "batchnorm" => Op::BatchNorm,
@@ -196,69 +91,226 @@ impl Parser<'_> {
                 }
                 Op::Activation { kind: a }
             }
-            "embedding" => {
-                let positional = match self.get_str(t, "positional", ctx, line)?.as_deref() {
-                    None | Some("none") => PosEnc::None,
-                    Some("sinusoidal") => PosEnc::Sinusoidal,
-                    Some("learned") => PosEnc::Learned,
-                    Some(o) => {
-                        return Err(self.err(
-                            self.field(t, "positional").map_or(line, |f| f.line),
-                            format!("{ctx}positional"),
-                            format!(
-                                "unknown positional encoding '{o}' (none, sinusoidal, learned)"
-                            ),
-                        ))
-                    }
-                };
-                let positions = self.get_uint(t, "positions", ctx)?.unwrap_or(0);
-                if positional == PosEnc::Learned && positions == 0 {
-                    return Err(self.err(
-                        line,
-                        format!("{ctx}positions"),
-                        "required with positional = \"learned\"",
-                    ));
-                }
-                Op::Embedding {
-                    vocab: need("vocab")?,
-                    dim: need("dim")?,
-                    scale: b("scale")?,
-                    positional,
-                    positions,
-                    token_types: self.get_uint(t, "token_types", ctx)?.unwrap_or(0),
-                    tied: self.get_str(t, "tied", ctx, line)?,
-                }
-            }
+            "embedding" => self.parse_embedding(raw, ctx)?,
             "lstm" => Op::Lstm {
                 hidden: need("hidden")?,
                 reverse: b("reverse")?,
             },
-            "attention" => {
-                let mode_s = self.get_str(t, "mode", ctx, line)?.ok_or_else(|| {
-                    self.err(line, format!("{ctx}mode"), "required by op attention")
-                })?;
-                let mode = match mode_s.as_str() {
-                    "additive" => AttnMode::Additive,
-                    "dot" => AttnMode::Dot,
-                    "self" => AttnMode::SelfAttn,
-                    "cross" => AttnMode::Cross,
-                    o => {
-                        return Err(self.err(
-                            self.field(t, "mode").map_or(line, |f| f.line),
-                            format!("{ctx}mode"),
-                            format!("unknown attention mode '{o}' (additive, dot, self, cross)"),
-                        ))
-                    }
-                };
-                Op::Attention {
-                    mode,
-                    heads: self.get_uint(t, "heads", ctx)?.unwrap_or(1),
-                }
-            }
+            "attention" => self.parse_attention(raw, ctx)?,
             "take" => Op::Take {
                 row: self.get_uint(t, "row", ctx)?.unwrap_or(0),
             },
-            _ => unreachable!("op names are checked before parse_op"),
+            other => {
+                return Err(Error::Internal(format!(
+                    "op '{other}' passed the field check but has no reader"
+                )))
+            }
+        })
+    }
+
+    /// Op `input` and its fields.
+    fn parse_input(&self, raw: &RawNode, ctx: &str) -> Result<Op> {
+        let t = raw.table;
+        let line = raw.line;
+        let b = |k: &str| -> Result<bool> { Ok(self.get_bool(t, k, ctx)?.unwrap_or(false)) };
+        Ok({
+            let f = self
+                .field(t, "shape")
+                .ok_or_else(|| self.err(line, format!("{ctx}shape"), "required by op input"))?;
+            let shape = f
+                .value
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|v| v.as_integer().filter(|&i| i > 0).map(|i| i as usize))
+                        .collect::<Option<Vec<_>>>()
+                })
+                .unwrap_or(None)
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| {
+                    self.err(
+                        f.line,
+                        format!("{ctx}shape"),
+                        "expected a list of positive integers",
+                    )
+                })?;
+            let rows = match self.field(t, "seq") {
+                None => Rows::One,
+                Some(f) => match (f.value.as_str(), f.value.as_integer()) {
+                    (Some("one"), _) => Rows::One,
+                    (Some("src"), _) => Rows::Src { div: 1 },
+                    (_, Some(n)) if n > 0 => Rows::Fixed(n as u32),
+                    _ => {
+                        return Err(self.err(
+                            f.line,
+                            format!("{ctx}seq"),
+                            "expected \"one\", \"src\" or a positive integer",
+                        ))
+                    }
+                },
+            };
+            Op::Input {
+                shape,
+                rows,
+                tokens: b("tokens")?,
+            }
+        })
+    }
+
+    /// Op `conv2d` and its fields.
+    fn parse_conv2d(&self, raw: &RawNode, ctx: &str) -> Result<Op> {
+        let t = raw.table;
+        let line = raw.line;
+        let need = |k: &str| -> Result<usize> {
+            self.get_uint(t, k, ctx)?
+                .ok_or_else(|| self.err(line, format!("{ctx}{k}"), "required by op conv2d"))
+        };
+        let b = |k: &str| -> Result<bool> { Ok(self.get_bool(t, k, ctx)?.unwrap_or(false)) };
+        Ok({
+            let kernel = match self.field(t, "kernel") {
+                None => {
+                    return Err(self.err(line, format!("{ctx}kernel"), "required by op conv2d"))
+                }
+                Some(f) => match (f.value.as_integer(), f.value.as_array()) {
+                    (Some(k), _) if k > 0 => (k as usize, k as usize),
+                    (_, Some(a)) if a.len() == 2 => {
+                        let v: Vec<i64> = a.iter().filter_map(|x| x.as_integer()).collect();
+                        if v.len() != 2 || v[0] <= 0 || v[1] <= 0 {
+                            return Err(self.err(
+                                f.line,
+                                format!("{ctx}kernel"),
+                                "expected k or [kh, kw] > 0",
+                            ));
+                        }
+                        (v[0] as usize, v[1] as usize)
+                    }
+                    _ => {
+                        return Err(self.err(
+                            f.line,
+                            format!("{ctx}kernel"),
+                            "expected k or [kh, kw] > 0",
+                        ))
+                    }
+                },
+            };
+            Op::Conv2d {
+                out_channels: need("out_channels")?,
+                kernel,
+                stride: self.get_uint(t, "stride", ctx)?.unwrap_or(1),
+                padding: self.get_uint(t, "padding", ctx)?.unwrap_or(0),
+                groups: self.get_uint(t, "groups", ctx)?.unwrap_or(1),
+                bias: b("bias")?,
+                bn: b("bn")?,
+                act: self.parse_act(t, "act", ctx, line)?,
+            }
+        })
+    }
+
+    /// Op `pool` and its fields.
+    fn parse_pool(&self, raw: &RawNode, ctx: &str) -> Result<Op> {
+        let t = raw.table;
+        let line = raw.line;
+        let need = |k: &str| -> Result<usize> {
+            self.get_uint(t, k, ctx)?
+                .ok_or_else(|| self.err(line, format!("{ctx}{k}"), "required by op pool"))
+        };
+        Ok({
+            let kind_s = self
+                .get_str(t, "kind", ctx, line)?
+                .ok_or_else(|| self.err(line, format!("{ctx}kind"), "required by op pool"))?;
+            let kind = match kind_s.as_str() {
+                "max" => PoolKind::Max,
+                "avg" => PoolKind::Avg,
+                "global_avg" => PoolKind::GlobalAvg,
+                other => {
+                    return Err(self.err(
+                        self.field(t, "kind").map_or(line, |f| f.line),
+                        format!("{ctx}kind"),
+                        format!("unknown pool kind '{other}' (max, avg, global_avg)"),
+                    ))
+                }
+            };
+            let kernel = if kind == PoolKind::GlobalAvg {
+                self.get_uint(t, "kernel", ctx)?.unwrap_or(1)
+            } else {
+                need("kernel")?
+            };
+            Op::Pool {
+                kind,
+                kernel,
+                stride: self.get_uint(t, "stride", ctx)?.unwrap_or(kernel),
+                padding: self.get_uint(t, "padding", ctx)?.unwrap_or(0),
+            }
+        })
+    }
+
+    /// Op `embedding` and its fields.
+    fn parse_embedding(&self, raw: &RawNode, ctx: &str) -> Result<Op> {
+        let t = raw.table;
+        let line = raw.line;
+        let need = |k: &str| -> Result<usize> {
+            self.get_uint(t, k, ctx)?
+                .ok_or_else(|| self.err(line, format!("{ctx}{k}"), "required by op embedding"))
+        };
+        let b = |k: &str| -> Result<bool> { Ok(self.get_bool(t, k, ctx)?.unwrap_or(false)) };
+        Ok({
+            let positional = match self.get_str(t, "positional", ctx, line)?.as_deref() {
+                None | Some("none") => PosEnc::None,
+                Some("sinusoidal") => PosEnc::Sinusoidal,
+                Some("learned") => PosEnc::Learned,
+                Some(o) => {
+                    return Err(self.err(
+                        self.field(t, "positional").map_or(line, |f| f.line),
+                        format!("{ctx}positional"),
+                        format!("unknown positional encoding '{o}' (none, sinusoidal, learned)"),
+                    ))
+                }
+            };
+            let positions = self.get_uint(t, "positions", ctx)?.unwrap_or(0);
+            if positional == PosEnc::Learned && positions == 0 {
+                return Err(self.err(
+                    line,
+                    format!("{ctx}positions"),
+                    "required with positional = \"learned\"",
+                ));
+            }
+            Op::Embedding {
+                vocab: need("vocab")?,
+                dim: need("dim")?,
+                scale: b("scale")?,
+                positional,
+                positions,
+                token_types: self.get_uint(t, "token_types", ctx)?.unwrap_or(0),
+                tied: self.get_str(t, "tied", ctx, line)?,
+            }
+        })
+    }
+
+    /// Op `attention` and its fields.
+    fn parse_attention(&self, raw: &RawNode, ctx: &str) -> Result<Op> {
+        let t = raw.table;
+        let line = raw.line;
+        Ok({
+            let mode_s = self
+                .get_str(t, "mode", ctx, line)?
+                .ok_or_else(|| self.err(line, format!("{ctx}mode"), "required by op attention"))?;
+            let mode = match mode_s.as_str() {
+                "additive" => AttnMode::Additive,
+                "dot" => AttnMode::Dot,
+                "self" => AttnMode::SelfAttn,
+                "cross" => AttnMode::Cross,
+                o => {
+                    return Err(self.err(
+                        self.field(t, "mode").map_or(line, |f| f.line),
+                        format!("{ctx}mode"),
+                        format!("unknown attention mode '{o}' (additive, dot, self, cross)"),
+                    ))
+                }
+            };
+            Op::Attention {
+                mode,
+                heads: self.get_uint(t, "heads", ctx)?.unwrap_or(1),
+            }
         })
     }
 }

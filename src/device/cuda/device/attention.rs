@@ -11,88 +11,11 @@ impl CudaDevice {
         mode: AttnMode,
         heads: usize,
     ) -> Result<()> {
-        let node = &model.nodes[i];
         let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
         let d = layout.nodes[i].feat;
         let max_dec = self.max_dec;
-        self.host_i64.clear();
-        self.host_i64b.clear();
-        self.host_i32.clear();
-        // per query row: key and value base offsets and key counts; then the strides
-        let (qstride, kv_node, kstride, vstride, dh, dv, additive): AttnShape;
-        match mode {
-            AttnMode::Additive | AttnMode::Dot => {
-                let kp = node.inputs[1].node.idx();
-                let vp = node.inputs[2].node.idx();
-                for m in members {
-                    self.host_i64.push(layout.offset(kp, m.slot, 0) as i64);
-                    self.host_i64b.push(layout.offset(vp, m.slot, 0) as i64);
-                    self.host_i32
-                        .push(Layout::valid_rows(model, kp, m.len) as i32);
-                }
-                qstride = node.in_shapes[0].feat[0];
-                kv_node = Some((kp, vp));
-                kstride = layout.nodes[kp].feat;
-                vstride = layout.nodes[vp].feat;
-                dh = qstride;
-                dv = d;
-                additive = mode == AttnMode::Additive;
-            }
-            AttnMode::SelfAttn if node.class == Class::Decoder => {
-                for m in members {
-                    let step = m.step;
-                    let base = m.slot as usize * max_dec * 2 * d;
-                    self.host_i64.push(base as i64);
-                    self.host_i64b.push((base + d) as i64);
-                    self.host_i32.push(step as i32 + 1);
-                }
-                qstride = 3 * d;
-                kv_node = None;
-                kstride = 2 * d;
-                vstride = 2 * d;
-                dh = d / heads;
-                dv = d / heads;
-                additive = false;
-            }
-            AttnMode::SelfAttn => {
-                let p = node.inputs[0].node.idx();
-                for m in members {
-                    let rows = Layout::rows(node, m.len);
-                    for _ in 0..rows {
-                        self.host_i64.push((layout.offset(p, m.slot, 0) + d) as i64);
-                        self.host_i64b
-                            .push((layout.offset(p, m.slot, 0) + 2 * d) as i64);
-                        self.host_i32.push(rows as i32);
-                    }
-                }
-                qstride = 3 * d;
-                kv_node = Some((p, p));
-                kstride = 3 * d;
-                vstride = 3 * d;
-                dh = d / heads;
-                dv = d / heads;
-                additive = false;
-            }
-            AttnMode::Cross => {
-                let kvp = node.inputs[1].node.idx();
-                for m in members {
-                    for _ in 0..Layout::rows(node, m.len) {
-                        self.host_i64.push(layout.offset(kvp, m.slot, 0) as i64);
-                        self.host_i64b
-                            .push((layout.offset(kvp, m.slot, 0) + d) as i64);
-                        self.host_i32
-                            .push(Layout::valid_rows(model, kvp, m.len) as i32);
-                    }
-                }
-                qstride = d;
-                kv_node = Some((kvp, kvp));
-                kstride = 2 * d;
-                vstride = 2 * d;
-                dh = d / heads;
-                dv = d / heads;
-                additive = false;
-            }
-        }
+        let (qstride, kv_node, kstride, vstride, dh, dv, additive) =
+            self.attn_rows(model, i, members, mode, heads)?;
         let qrows = self.gather_first_input(model, i, members)?;
         let CudaDevice {
             stream,
@@ -189,5 +112,100 @@ impl CudaDevice {
         // SAFETY: one block per (query row, head); scores in dynamic shared memory.
         unsafe { b.launch(blocks(rows_heads, 128, 4 * max_keys)) }.map_err(cuda_err)?;
         self.scatter(model, i, members, Buf::C)
+    }
+
+    /// Per query row of the sub-batch, into the host staging buffers: where its keys and
+    /// values start and how many keys it has; and the strides and widths of `mode`.
+    fn attn_rows(
+        &mut self,
+        model: &Model,
+        i: usize,
+        members: &[Member],
+        mode: AttnMode,
+        heads: usize,
+    ) -> Result<AttnShape> {
+        let node = &model.nodes[i];
+        let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
+        let d = layout.nodes[i].feat;
+        let max_dec = self.max_dec;
+        self.host_i64.clear();
+        self.host_i64b.clear();
+        self.host_i32.clear();
+        // per query row: key and value base offsets and key counts; then the strides
+        let (qstride, kv_node, kstride, vstride, dh, dv, additive): AttnShape;
+        match mode {
+            AttnMode::Additive | AttnMode::Dot => {
+                let kp = node.inputs[1].node.idx();
+                let vp = node.inputs[2].node.idx();
+                for m in members {
+                    self.host_i64.push(layout.offset(kp, m.slot, 0) as i64);
+                    self.host_i64b.push(layout.offset(vp, m.slot, 0) as i64);
+                    self.host_i32
+                        .push(Layout::valid_rows(model, kp, m.len) as i32);
+                }
+                qstride = node.in_shapes[0].feat[0];
+                kv_node = Some((kp, vp));
+                kstride = layout.nodes[kp].feat;
+                vstride = layout.nodes[vp].feat;
+                dh = qstride;
+                dv = d;
+                additive = mode == AttnMode::Additive;
+            }
+            AttnMode::SelfAttn if node.class == Class::Decoder => {
+                for m in members {
+                    let step = m.step;
+                    let base = m.slot as usize * max_dec * 2 * d;
+                    self.host_i64.push(base as i64);
+                    self.host_i64b.push((base + d) as i64);
+                    self.host_i32.push(step as i32 + 1);
+                }
+                qstride = 3 * d;
+                kv_node = None;
+                kstride = 2 * d;
+                vstride = 2 * d;
+                dh = d / heads;
+                dv = d / heads;
+                additive = false;
+            }
+            AttnMode::SelfAttn => {
+                let p = node.inputs[0].node.idx();
+                for m in members {
+                    let rows = Layout::rows(node, m.len);
+                    for _ in 0..rows {
+                        self.host_i64.push((layout.offset(p, m.slot, 0) + d) as i64);
+                        self.host_i64b
+                            .push((layout.offset(p, m.slot, 0) + 2 * d) as i64);
+                        self.host_i32.push(rows as i32);
+                    }
+                }
+                qstride = 3 * d;
+                kv_node = Some((p, p));
+                kstride = 3 * d;
+                vstride = 3 * d;
+                dh = d / heads;
+                dv = d / heads;
+                additive = false;
+            }
+            AttnMode::Cross => {
+                let kvp = node.inputs[1].node.idx();
+                for m in members {
+                    for _ in 0..Layout::rows(node, m.len) {
+                        self.host_i64.push(layout.offset(kvp, m.slot, 0) as i64);
+                        self.host_i64b
+                            .push((layout.offset(kvp, m.slot, 0) + d) as i64);
+                        self.host_i32
+                            .push(Layout::valid_rows(model, kvp, m.len) as i32);
+                    }
+                }
+                qstride = d;
+                kv_node = Some((kvp, kvp));
+                kstride = 2 * d;
+                vstride = 2 * d;
+                dh = d / heads;
+                dv = d / heads;
+                additive = false;
+            }
+        }
+        Ok((qstride, kv_node, kstride, vstride, dh, dv, additive))
     }
 }
