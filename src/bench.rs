@@ -192,7 +192,11 @@ impl Bench {
 
     /// Runs one configuration on given arrivals in virtual time, on a copy of the NPU model
     /// (so that many runs can go at once). A real device serves through [`Bench::serve`].
-    pub fn run_arrivals(&self, cfg: &RunConfig, arrivals: &[Arrival]) -> Result<(Stats, Outcome)> {
+    pub(crate) fn run_arrivals(
+        &self,
+        cfg: &RunConfig,
+        arrivals: &[Arrival],
+    ) -> Result<(Stats, Outcome)> {
         let Backend::Npu(npu, _) = &self.backend else {
             return Err(Error::Internal(
                 "a real device serves one run at a time, in wall time (Bench::serve)".into(),

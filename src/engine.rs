@@ -57,7 +57,7 @@ impl Counters {
 }
 
 /// A snapshot of the BatchTable (bottom first: members and next unit), for tests and traces.
-pub type Snapshot = (Nanos, Vec<(Vec<u32>, NodeStep)>);
+pub(crate) type Snapshot = (Nanos, Vec<(Vec<u32>, NodeStep)>);
 
 /// The outcome of a run: every request's record and the counters.
 #[derive(Clone, Debug)]

@@ -29,6 +29,6 @@ pub mod wall;
 pub use error::{Error, Result};
 
 /// True for a model's input op.
-pub fn op_is_input(op: &graph::Op) -> bool {
+pub(crate) fn op_is_input(op: &graph::Op) -> bool {
     matches!(op, graph::Op::Input { .. })
 }

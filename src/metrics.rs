@@ -60,7 +60,7 @@ pub struct Stats {
 impl Stats {
     /// The share of the run (first arrival to last completion) during which the device was
     /// busy: device time per completed request × completed requests per second.
-    pub fn device_busy_fraction(&self) -> f64 {
+    pub(crate) fn device_busy_fraction(&self) -> f64 {
         let per_request_ms: f64 = self.by_class.iter().map(|c| c.busy_ms_per_request).sum();
         per_request_ms / 1e3 * self.throughput_rps
     }
@@ -98,7 +98,7 @@ pub fn summarize_parts(out: &Outcome, parts: usize) -> Result<Vec<Stats>> {
 /// Summarizes the requests of one co-located model (part `part`), each against its own
 /// deadline. The engine's counters (batch sizes, preemptions, merges) are whole-run figures and
 /// are copied as they are.
-pub fn summarize_part(out: &Outcome, part: u16) -> Result<Stats> {
+pub(crate) fn summarize_part(out: &Outcome, part: u16) -> Result<Stats> {
     let sub = Outcome {
         requests: out
             .requests
@@ -113,7 +113,7 @@ pub fn summarize_part(out: &Outcome, part: u16) -> Result<Stats> {
 }
 
 /// Summarizes an outcome; a request violates its SLA when it completes after its deadline.
-pub fn summarize(out: &Outcome) -> Result<Stats> {
+pub(crate) fn summarize(out: &Outcome) -> Result<Stats> {
     let h = histogram(out)?;
     let lats: Vec<Nanos> = out.requests.iter().filter_map(|r| r.latency()).collect();
     let completed = lats.len() as u64;
@@ -240,7 +240,7 @@ pub fn write_hgrm<W: Write>(h: &Histogram<u64>, w: &mut W) -> std::io::Result<()
 }
 
 /// Quantile `p` (linear interpolation) of a sorted slice; NaN when it is empty.
-pub fn quantile(sorted: &[f64], p: f64) -> f64 {
+pub(crate) fn quantile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }

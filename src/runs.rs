@@ -83,7 +83,7 @@ fn finish(bench: &Bench, stats: Stats, out: &crate::engine::Outcome, keep: Keep)
 }
 
 /// One run on the NPU model (any number of these can go at once).
-pub fn run_one(
+pub(crate) fn run_one(
     bench: &Bench,
     cfg: &RunConfig,
     colo: Option<&Colocation>,

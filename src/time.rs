@@ -38,11 +38,11 @@ impl Nanos {
         self.0 as f64 / 1e6
     }
     /// As seconds.
-    pub fn as_secs(self) -> f64 {
+    pub(crate) fn as_secs(self) -> f64 {
         self.0 as f64 / 1e9
     }
     /// `self - other`, or zero when `other` is later.
-    pub fn saturating_sub(self, other: Nanos) -> Nanos {
+    pub(crate) fn saturating_sub(self, other: Nanos) -> Nanos {
         Nanos(self.0.saturating_sub(other.0))
     }
 }

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 /// Time since the clock was created; `advance` only acknowledges time that has really passed.
 #[derive(Clone, Copy, Debug)]
-pub struct WallClock {
+pub(crate) struct WallClock {
     start: Instant,
 }
 
@@ -26,7 +26,7 @@ impl WallClock {
         }
     }
     /// The instant of time zero.
-    pub fn origin(&self) -> Instant {
+    pub(crate) fn origin(&self) -> Instant {
         self.start
     }
 }
@@ -46,7 +46,7 @@ impl Clock for WallClock {
 
 /// Requests delivered by a generator thread at `origin + arrival.time`; each is stamped with
 /// the instant it was actually delivered.
-pub struct ThreadArrivals {
+pub(crate) struct ThreadArrivals {
     rx: Receiver<Arrival>,
     peeked: Option<Arrival>,
     total: usize,
@@ -56,7 +56,7 @@ pub struct ThreadArrivals {
 
 impl ThreadArrivals {
     /// Starts the generator thread for `schedule` (sorted by time), relative to `origin`.
-    pub fn spawn(schedule: Vec<Arrival>, origin: Instant) -> Self {
+    pub(crate) fn spawn(schedule: Vec<Arrival>, origin: Instant) -> Self {
         let (tx, rx) = mpsc::channel();
         let total = schedule.len();
         let handle = std::thread::spawn(move || {

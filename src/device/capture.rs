@@ -56,7 +56,7 @@ impl Capture {
     }
 
     /// True when anything is recorded.
-    pub fn is_on(&self) -> bool {
+    pub(crate) fn is_on(&self) -> bool {
         self.mode != CaptureMode::Off
     }
 
@@ -73,7 +73,7 @@ impl Capture {
     }
 
     /// True when node `i`'s rows are to be recorded.
-    pub fn wants(&self, model: &Model, i: usize) -> bool {
+    pub(crate) fn wants(&self, model: &Model, i: usize) -> bool {
         match self.mode {
             CaptureMode::Off => false,
             CaptureMode::Outputs => Self::is_output(model, i),

@@ -31,7 +31,7 @@ pub struct NodeLayout {
 
 /// Where a piece of an input row comes from.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Src {
+pub(crate) enum Src {
     /// `len` elements of node `node`'s buffer at element offset `off`.
     Node {
         /// Producer node index.
@@ -45,7 +45,7 @@ pub enum Src {
 
 /// One copy that assembles part of an input row.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Seg {
+pub(crate) struct Seg {
     /// Source.
     pub src: Src,
     /// Destination offset in the row buffer.
@@ -102,26 +102,26 @@ impl Layout {
     }
 
     /// Elements in node `i`'s buffer.
-    pub fn buffer_len(&self, i: usize) -> usize {
+    pub(crate) fn buffer_len(&self, i: usize) -> usize {
         let n = &self.nodes[i];
         self.max_batch * n.cap * n.feat
     }
 
     /// Element offset of row `pos` of `slot` in node `i`'s buffer.
-    pub fn offset(&self, i: usize, slot: u32, pos: usize) -> usize {
+    pub(crate) fn offset(&self, i: usize, slot: u32, pos: usize) -> usize {
         let n = &self.nodes[i];
         (slot as usize * n.cap + pos) * n.feat
     }
 
     /// Loop iterations of node `node` for a request (1 for static nodes).
-    pub fn loop_steps(model: &Model, node: &Node, len: Lengths) -> usize {
+    pub(crate) fn loop_steps(model: &Model, node: &Node, len: Lengths) -> usize {
         node.loop_id.map_or(1, |l| {
             model.loop_steps(&model.loops[l.0 as usize], len) as usize
         })
     }
 
     /// Row of node `i`'s slot where its value at `step` lives.
-    pub fn pos(&self, model: &Model, i: usize, step: u32, len: Lengths) -> usize {
+    pub(crate) fn pos(&self, model: &Model, i: usize, step: u32, len: Lengths) -> usize {
         let n = &model.nodes[i];
         match self.nodes[i].storage {
             Storage::Static => 0,
@@ -146,7 +146,7 @@ impl Layout {
     }
 
     /// Valid rows of node `i`'s value for a request (sequences, collected loops).
-    pub fn valid_rows(model: &Model, i: usize, len: Lengths) -> usize {
+    pub(crate) fn valid_rows(model: &Model, i: usize, len: Lengths) -> usize {
         let n = &model.nodes[i];
         match n.loop_id {
             Some(_) => Self::loop_steps(model, n, len),
@@ -155,7 +155,14 @@ impl Layout {
     }
 
     /// The row (output position) node `i` writes row `r` of a request to at `step`.
-    pub fn out_pos(&self, model: &Model, i: usize, step: u32, r: usize, len: Lengths) -> usize {
+    pub(crate) fn out_pos(
+        &self,
+        model: &Model,
+        i: usize,
+        step: u32,
+        r: usize,
+        len: Lengths,
+    ) -> usize {
         if model.nodes[i].loop_id.is_some() {
             self.pos(model, i, step, len)
         } else {
@@ -166,7 +173,7 @@ impl Layout {
     /// Emits the copies that assemble input `inp` of `node` for a request in `slot` at `step`,
     /// consumer row `r`, into a row buffer at offset `dst`.
     #[allow(clippy::too_many_arguments)]
-    pub fn input_segs(
+    pub(crate) fn input_segs(
         &self,
         model: &Model,
         node: &Node,

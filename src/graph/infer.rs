@@ -8,7 +8,7 @@ use super::shape::{Rows, TensorShape};
 /// Shape inference and cost for one node. `ins` are the per-step views of the inputs (after the
 /// loop reading rules); `in_decoder_loop` selects cached self-attention. `tied_table` gives the
 /// (vocab, dim) of the embedding a `tied` field names. Returns the output shape and the cost.
-pub fn infer(
+pub(crate) fn infer(
     op: &Op,
     ins: &[TensorShape],
     in_decoder_loop: bool,
@@ -631,7 +631,7 @@ fn same_rows(ins: &[TensorShape]) -> Result<Rows, ShapeError> {
 
 /// The per-step feature shape an op produces regardless of its input widths, when it has one.
 /// Shape inference of loops with `@prev` feedback starts from these.
-pub fn op_implied_row(op: &Op) -> Option<Vec<usize>> {
+pub(crate) fn op_implied_row(op: &Op) -> Option<Vec<usize>> {
     match op {
         Op::Linear { out_features, .. } => Some(vec![*out_features]),
         Op::Lstm { hidden, .. } => Some(vec![*hidden]),

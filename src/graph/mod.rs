@@ -4,7 +4,7 @@
 //! scheduler batches is one [`NodeStep`] — a (node, timestep) pair — and two sub-batches may merge
 //! only when their next `NodeStep` is identical.
 
-pub mod infer;
+pub(crate) mod infer;
 pub mod loader;
 pub mod op;
 pub mod shape;
@@ -132,14 +132,14 @@ pub struct Node {
 impl Node {
     /// The first input's channels, height and width (convolutions and pooling; the loader
     /// checked the rank).
-    pub fn in_chw(&self) -> (usize, usize, usize) {
+    pub(crate) fn in_chw(&self) -> (usize, usize, usize) {
         let f = self.in_shapes.first().map_or(&[][..], |s| &s.feat[..]);
         let d = |i: usize| f.get(i).copied().unwrap_or(1);
         (d(0), d(1), d(2))
     }
 
     /// The output's height and width (convolutions and pooling).
-    pub fn out_hw(&self) -> (usize, usize) {
+    pub(crate) fn out_hw(&self) -> (usize, usize) {
         let d = |i: usize| self.out.feat.get(i).copied().unwrap_or(1);
         (d(1), d(2))
     }
@@ -266,7 +266,7 @@ impl Model {
 
     /// The index of the node whose table `node` reads (a tied linear or embedding), None when
     /// the node owns its weights; an error when the named table is not in the model.
-    pub fn tied_owner(&self, node: &Node) -> crate::Result<Option<usize>> {
+    pub(crate) fn tied_owner(&self, node: &Node) -> crate::Result<Option<usize>> {
         match &node.op {
             Op::Linear { tied: Some(t), .. } | Op::Embedding { tied: Some(t), .. } => {
                 self.find(t).map(|x| Some(x.id.idx())).ok_or_else(|| {
@@ -302,7 +302,7 @@ impl Model {
     }
 
     /// The first unit a request of part `p` executes.
-    pub fn first_step_of(&self, p: usize) -> NodeStep {
+    pub(crate) fn first_step_of(&self, p: usize) -> NodeStep {
         NodeStep {
             node: self.parts[p].first,
             step: 0,
@@ -391,7 +391,7 @@ impl Model {
     }
 
     /// How many times loop `l` runs for a request of lengths `len`.
-    pub fn loop_steps(&self, l: &Loop, len: Lengths) -> u32 {
+    pub(crate) fn loop_steps(&self, l: &Loop, len: Lengths) -> u32 {
         l.steps(len)
     }
 
@@ -445,7 +445,7 @@ impl Model {
     }
 
     /// The work one request contributes when it executes `at`.
-    pub fn member_work(&self, at: NodeStep, len: Lengths) -> Work {
+    pub(crate) fn member_work(&self, at: NodeStep, len: Lengths) -> Work {
         let node = &self.nodes[at.node.idx()];
         // loop nodes process one row per step; a static node one per output row (a `take`
         // reads a sequence but writes, and is costed per, one row)
@@ -482,7 +482,7 @@ impl Model {
     }
 
     /// True when the cost of every node depends on the batch size only (no length terms).
-    pub fn node_is_length_free(&self, n: NodeId) -> bool {
+    pub(crate) fn node_is_length_free(&self, n: NodeId) -> bool {
         let node = &self.nodes[n.idx()];
         let rows_free = node.loop_id.is_some() || !matches!(node.out.rows, Rows::Src { .. });
         let keys_free = match node.keys {
@@ -497,7 +497,7 @@ impl Model {
     /// True when the cost of node `n` depends on the request's encoder length: a static node
     /// with one row per source position (the Transformer's encoder, cross-attention keys and
     /// values), or attention over the source sequence.
-    pub fn node_depends_on_enc(&self, n: NodeId) -> bool {
+    pub(crate) fn node_depends_on_enc(&self, n: NodeId) -> bool {
         let node = &self.nodes[n.idx()];
         let rows = node.loop_id.is_none() && matches!(node.out.rows, Rows::Src { .. });
         let keys = matches!(node.keys, Keys::Seq(Rows::Src { .. }));
@@ -505,7 +505,7 @@ impl Model {
     }
 
     /// The longest encoder length of the part node `n` belongs to (1 for static models).
-    pub fn max_enc_of(&self, n: NodeId) -> u32 {
+    pub(crate) fn max_enc_of(&self, n: NodeId) -> u32 {
         self.parts[self.part_of(n)]
             .seq
             .as_ref()

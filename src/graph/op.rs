@@ -35,7 +35,7 @@ impl Act {
         })
     }
     /// Vector-unit work per element: (simple ops, transcendental ops).
-    pub fn vec_work(self) -> (u64, u64) {
+    pub(crate) fn vec_work(self) -> (u64, u64) {
         match self {
             Act::None => (0, 0),
             Act::Relu => (1, 0),
@@ -218,7 +218,7 @@ impl Op {
     }
 
     /// True when the op is a depthwise convolution (runs on the vector unit of the NPU).
-    pub fn is_depthwise(&self, in_channels: usize) -> bool {
+    pub(crate) fn is_depthwise(&self, in_channels: usize) -> bool {
         matches!(self, Op::Conv2d { groups, out_channels, .. }
             if *groups > 1 && *groups == in_channels && *out_channels % *groups == 0 && *out_channels / *groups == 1)
     }
@@ -310,7 +310,7 @@ impl NodeCost {
     /// operations and every element read or written (weights included). Real devices scale a
     /// measured latency by its ratio between two amounts of work (the encoder-length curve of a
     /// profile), where measuring every length would take too long.
-    pub fn work_proxy(&self, work: &Work) -> f64 {
+    pub(crate) fn work_proxy(&self, work: &Work) -> f64 {
         let t = self.totals(work);
         let vec = (self.vec_simple_per_row + self.vec_transc_per_row) * work.rows;
         (t.macs + vec + t.in_elems + t.out_elems + t.weight_elems) as f64
@@ -339,7 +339,7 @@ impl NodeCost {
 /// Why a node's inputs do not fit its op (the loader adds the file, line and field).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct ShapeError(pub String);
+pub(crate) struct ShapeError(pub String);
 
 impl From<String> for ShapeError {
     fn from(s: String) -> Self {
@@ -354,12 +354,17 @@ impl From<&str> for ShapeError {
 }
 
 /// Product of a shape's dimensions.
-pub fn numel(shape: &[usize]) -> u64 {
+pub(crate) fn numel(shape: &[usize]) -> u64 {
     shape.iter().map(|&d| d as u64).product()
 }
 
 /// Output-size arithmetic of a sliding window.
-pub fn window_out(input: usize, kernel: usize, stride: usize, padding: usize) -> Option<usize> {
+pub(crate) fn window_out(
+    input: usize,
+    kernel: usize,
+    stride: usize,
+    padding: usize,
+) -> Option<usize> {
     let padded = input + 2 * padding;
     if stride == 0 || kernel == 0 || padded < kernel {
         return None;

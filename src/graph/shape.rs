@@ -20,7 +20,7 @@ pub enum Rows {
 
 impl Rows {
     /// True for multi-row tensors.
-    pub fn is_sequence(self) -> bool {
+    pub(crate) fn is_sequence(self) -> bool {
         !matches!(self, Rows::One)
     }
     /// The row count for a request whose encoder length is `enc_len`.

@@ -42,13 +42,13 @@ impl Cellular {
 }
 
 /// Every loop node is a cell.
-pub fn loop_cells(model: &Model) -> Vec<bool> {
+pub(crate) fn loop_cells(model: &Model) -> Vec<bool> {
     model.nodes.iter().map(|n| n.loop_id.is_some()).collect()
 }
 
 /// True when a newcomer can join a batch whose next unit is `at`: `at` is the first layer of
 /// the model's first loop and only model inputs stand in front of it.
-pub fn joinable(model: &Model, at: NodeStep) -> bool {
+pub(crate) fn joinable(model: &Model, at: NodeStep) -> bool {
     let Some(first) = model.loops.first() else {
         return false;
     };

@@ -56,7 +56,7 @@ pub struct Lazy {
 
 impl Lazy {
     /// The paper's LazyB.
-    pub fn conservative() -> Self {
+    pub(crate) fn conservative() -> Self {
         Lazy {
             oracle: false,
             strict: false,

@@ -90,7 +90,7 @@ impl<'a> View<'a> {
     }
     /// The lengths the predictor assumes for a request (actual encoder length, predicted
     /// decoder length).
-    pub fn predicted_len(&self, r: RequestId) -> Lengths {
+    pub(crate) fn predicted_len(&self, r: RequestId) -> Lengths {
         let q = &self.requests[r.idx()];
         self.predictor
             .predicted_in(usize::from(q.part), q.enc_len(), q.dec_done)
@@ -100,7 +100,7 @@ impl<'a> View<'a> {
         usize::from(self.requests[r.idx()].part)
     }
     /// Free activation slots.
-    pub fn free_slots(&self) -> usize {
+    pub(crate) fn free_slots(&self) -> usize {
         self.capacity.saturating_sub(self.table.in_flight())
     }
 }

@@ -112,7 +112,7 @@ impl Spec {
     }
 
     /// True when decisions depend on the SLA and the predicted lengths.
-    pub fn uses_sla(&self) -> bool {
+    pub(crate) fn uses_sla(&self) -> bool {
         matches!(self.kind, Kind::Lazy { .. })
     }
 

@@ -21,7 +21,7 @@ impl Profile {
     }
 
     /// [`Profile::measure`] for co-located models: each model's nodes at its own lengths.
-    pub fn measure_parts(
+    pub(crate) fn measure_parts(
         device: &mut dyn Device,
         model: &Model,
         max_batch: u32,

@@ -98,7 +98,7 @@ impl Profile {
     }
 
     /// Checks the table belongs to `model` (same node names, in order).
-    pub fn check_matches(&self, model: &Model) -> Result<()> {
+    pub(crate) fn check_matches(&self, model: &Model) -> Result<()> {
         if self.model != model.name
             || self.nodes.len() != model.nodes.len()
             || self
@@ -124,7 +124,7 @@ impl Profile {
 
     /// Latency of `node` at batch 1 for a request of encoder length `enc` (clamped to the
     /// curve): the encoder-length curve where the node has one, else the profiled latency.
-    pub fn latency_at_enc(&self, node: NodeId, enc: u32) -> Nanos {
+    pub(crate) fn latency_at_enc(&self, node: NodeId, enc: u32) -> Nanos {
         let row = &self.nodes[node.idx()];
         match row.enc_latency_ns.len() {
             0 => self.latency(node, 1),

@@ -11,7 +11,7 @@ use crate::profile::{alone_latency, wmt19_mean_alone_latency, Profile};
 use std::fmt::Write as _;
 
 /// Table II's single-batch latencies (ms).
-pub const TABLE2: &[(&str, &str, f64)] = &[
+pub(crate) const TABLE2: &[(&str, &str, f64)] = &[
     ("resnet50", "ResNet-50", 1.1),
     ("gnmt", "GNMT", 7.2),
     ("transformer_base", "Transformer", 2.4),

@@ -22,7 +22,7 @@ fn cmd(quick: bool) -> &'static str {
 
 /// Writes one configuration's `report.md`: its claims against the paper, then every
 /// experiment's section.
-pub fn write_config_report(ctx: &mut Ctx, selected: &[&str], quick: bool) -> Result<()> {
+pub(crate) fn write_config_report(ctx: &mut Ctx, selected: &[&str], quick: bool) -> Result<()> {
     let mut md = String::new();
     let _ = writeln!(
         md,
@@ -75,7 +75,7 @@ fn definitions(ctx: &Ctx) -> String {
 /// Writes the top-level `report.md`: the calibration, the claims of every configuration and
 /// the ablation side by side, and the measured cause of every large difference. Returns the
 /// files written.
-pub fn write_top_report(
+pub(crate) fn write_top_report(
     out: &Path,
     ctxs: &[Ctx],
     selected: &[&str],

@@ -7,7 +7,7 @@
 //! measured cause of every large difference ([`headline`]).
 
 pub mod calibration;
-pub mod plot;
+pub(crate) mod plot;
 pub mod spectrum;
 pub mod table;
 
@@ -51,7 +51,7 @@ pub struct Options {
 
 /// The sweep parameters that follow from the options.
 #[derive(Clone, Debug, serde::Serialize)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// Seeds 1..=seeds.
     pub seeds: u32,
     /// Requests per run for static (CNN, BERT) models.
@@ -144,7 +144,7 @@ impl Plan {
 /// One simulated run's identity. Policies whose decisions ignore the SLA (serial, graph) are
 /// run once at 100 ms and their violations at other targets computed from the latencies.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Job {
+pub(crate) struct Job {
     /// Model name (zoo name).
     pub model: &'static str,
     /// Policy string.
@@ -207,7 +207,7 @@ impl Job {
 pub use crate::runs::RunOut;
 
 /// Results of every job, by job.
-pub type Results = HashMap<Job, RunOut>;
+pub(crate) type Results = HashMap<Job, RunOut>;
 
 /// Runs `jobs` in parallel (deterministic: each job depends only on its own key).
 fn run_jobs(

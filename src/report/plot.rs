@@ -10,7 +10,7 @@ use std::path::Path;
 
 /// One line of points (x, y) with an optional (low, high) error bar per point.
 #[derive(Clone, Debug, Default)]
-pub struct Series {
+pub(crate) struct Series {
     /// Legend label.
     pub name: String,
     /// Points.
@@ -25,7 +25,7 @@ pub struct Series {
 
 /// A labelled point drawn on a panel (e.g. "p99").
 #[derive(Clone, Debug)]
-pub struct Mark {
+pub(crate) struct Mark {
     /// Position.
     pub at: (f64, f64),
     /// Y of the label text (data coordinates), so that labels of close marks do not overlap.
@@ -38,7 +38,7 @@ pub struct Mark {
 
 /// One chart.
 #[derive(Clone, Debug, Default)]
-pub struct Panel {
+pub(crate) struct Panel {
     /// Caption.
     pub title: String,
     /// X axis label with unit.
@@ -64,7 +64,7 @@ pub struct Panel {
 
 /// Several panels side by side, written as one SVG.
 #[derive(Clone, Debug, Default)]
-pub struct Figure {
+pub(crate) struct Figure {
     /// Panels, left to right.
     pub panels: Vec<Panel>,
     /// One legend for all panels, in a column on the right (the panels' series share names and
@@ -115,7 +115,7 @@ fn bounds(vals: impl Iterator<Item = f64>, log: bool, include_zero: bool) -> (f6
 
 impl Figure {
     /// Writes the figure to `path` (SVG), `width_per_panel` × `height` pixels per panel.
-    pub fn write_svg(&self, path: &Path, width_per_panel: u32, height: u32) -> Result<()> {
+    pub(crate) fn write_svg(&self, path: &Path, width_per_panel: u32, height: u32) -> Result<()> {
         let n = self.panels.len().max(1) as u32;
         let extra = if self.shared_legend { LEGEND_W } else { 0 };
         let root = SVGBackend::new(path, (width_per_panel * n + extra, height)).into_drawing_area();

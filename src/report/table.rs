@@ -72,7 +72,7 @@ impl Table {
     }
 
     /// CSV text.
-    pub fn to_csv(&self) -> String {
+    pub(crate) fn to_csv(&self) -> String {
         let mut s = self.columns.join(",");
         s.push('\n');
         for r in &self.rows {
@@ -89,7 +89,7 @@ impl Table {
     }
 
     /// JSON array of objects.
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         Value::Array(
             self.rows
                 .iter()

@@ -87,7 +87,7 @@ impl BatchTable {
 
     /// Prepares for `model`: which nodes every member leaves for the next node at its own step
     /// (so that advancing past them touches no member).
-    pub fn set_model(&mut self, model: &Model) {
+    pub(crate) fn set_model(&mut self, model: &Model) {
         self.straight = model
             .nodes
             .iter()
@@ -112,7 +112,7 @@ impl BatchTable {
     /// How many nodes the active sub-batch can run straight on before anything can happen to
     /// the table: nodes of one class that end neither a loop nor the model, and not past the
     /// node where the entry below stands (where they could merge).
-    pub fn straight_ahead(&self) -> u32 {
+    pub(crate) fn straight_ahead(&self) -> u32 {
         let Some(top) = self.stack.last() else {
             return 0;
         };
@@ -129,7 +129,7 @@ impl BatchTable {
 
     /// Moves the active sub-batch `k` straight nodes on ([`BatchTable::straight_ahead`] or
     /// fewer) and merges it with the entry below if they then meet. Returns the merges.
-    pub fn advance_straight(&mut self, k: u32) -> u32 {
+    pub(crate) fn advance_straight(&mut self, k: u32) -> u32 {
         let Some(top) = self.stack.last_mut() else {
             return 0;
         };
@@ -144,17 +144,17 @@ impl BatchTable {
     }
 
     /// Changes whenever the active sub-batch's members or their steps may have changed.
-    pub fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation
     }
 
     /// Marks the nodes at which sub-batches merge across timesteps (one flag per node).
-    pub fn set_cells(&mut self, cells: Vec<bool>) {
+    pub(crate) fn set_cells(&mut self, cells: Vec<bool>) {
         self.cells = cells;
     }
 
     /// True when node-level identity ignores the step at `n`.
-    pub fn is_cell(&self, n: NodeStep) -> bool {
+    pub(crate) fn is_cell(&self, n: NodeStep) -> bool {
         self.cells.get(n.node.idx()).copied().unwrap_or(false)
     }
 
@@ -179,7 +179,7 @@ impl BatchTable {
     }
 
     /// Requests in flight.
-    pub fn in_flight(&self) -> usize {
+    pub(crate) fn in_flight(&self) -> usize {
         self.stack.iter().map(|s| s.members.len()).sum()
     }
 

@@ -11,7 +11,7 @@ const TEST_JOINT_CSV: &str = include_str!("../../data/wmt/newstest2019-ende-join
 
 /// A discrete distribution of (source words, target words) pairs.
 #[derive(Clone, Debug)]
-pub struct JointLengths {
+pub(crate) struct JointLengths {
     pairs: Vec<(u32, u32)>,
     /// Cumulative counts, for sampling.
     cum: Vec<u64>,
@@ -40,7 +40,7 @@ fn parse_rows(csv: &str, name: &str, cols: usize) -> Result<Vec<Vec<u64>>> {
 
 impl JointLengths {
     /// The WMT19 newstest En→De joint histogram (1,997 pairs).
-    pub fn wmt19() -> Result<Self> {
+    pub(crate) fn wmt19() -> Result<Self> {
         let rows = parse_rows(TEST_JOINT_CSV, "data/wmt/newstest2019-ende-joint.csv", 3)?;
         let mut pairs = Vec::new();
         let mut cum = Vec::new();
@@ -71,7 +71,7 @@ impl JointLengths {
     }
 
     /// Mean source and target lengths in words.
-    pub fn mean_words(&self) -> (f64, f64) {
+    pub(crate) fn mean_words(&self) -> (f64, f64) {
         let total = self.total().max(1) as f64;
         let (mut en, mut de) = (0.0, 0.0);
         for ((s, t), n) in self.pairs() {
@@ -82,7 +82,7 @@ impl JointLengths {
     }
 
     /// Draws one (source words, target words) pair.
-    pub fn sample<R: Rng>(&self, rng: &mut R) -> (u32, u32) {
+    pub(crate) fn sample<R: Rng>(&self, rng: &mut R) -> (u32, u32) {
         let x = rng.random_range(0..self.total().max(1));
         let i = self.cum.partition_point(|&c| c <= x);
         self.pairs[i.min(self.pairs.len() - 1)]
@@ -90,7 +90,7 @@ impl JointLengths {
 }
 
 /// The profiled output-length distribution (German words, newstest 2014–2018).
-pub fn profiled_output_lengths() -> Result<Vec<(u32, u64)>> {
+pub(crate) fn profiled_output_lengths() -> Result<Vec<(u32, u64)>> {
     let rows = parse_rows(
         PROFILE_CSV,
         "data/wmt/newstest2014-2018-ende-lengths.csv",
@@ -114,7 +114,7 @@ pub fn percentile(hist: &[(u32, u64)], coverage: f64) -> u32 {
 }
 
 /// Words to model steps: `ceil(words × scale)`, at least 1, at most `max`.
-pub fn to_steps(words: u32, scale: f64, max: u32) -> u32 {
+pub(crate) fn to_steps(words: u32, scale: f64, max: u32) -> u32 {
     ((f64::from(words) * scale).ceil() as u32).clamp(1, max.max(1))
 }
 
@@ -133,7 +133,7 @@ pub fn dec_timesteps(seq: &SeqConfig, coverage: f64) -> Result<u32> {
 
 /// Each (co-located) model's `dec_timesteps` (1 for static models) and the lengths it is
 /// profiled at: its reference encoder length, and `dec_timesteps` decoder steps.
-pub fn profiling_lengths(model: &Model, coverage: f64) -> Result<(Vec<u32>, Vec<Lengths>)> {
+pub(crate) fn profiling_lengths(model: &Model, coverage: f64) -> Result<(Vec<u32>, Vec<Lengths>)> {
     let mut dts = Vec::with_capacity(model.parts.len());
     let mut lens = Vec::with_capacity(model.parts.len());
     for (p, part) in model.parts.iter().enumerate() {
@@ -153,7 +153,7 @@ pub fn profiling_lengths(model: &Model, coverage: f64) -> Result<(Vec<u32>, Vec<
 }
 
 /// Draws a request's actual lengths (model steps) from the WMT19 joint histogram.
-pub fn draw<R: Rng>(joint: &JointLengths, seq: &SeqConfig, rng: &mut R) -> Lengths {
+pub(crate) fn draw<R: Rng>(joint: &JointLengths, seq: &SeqConfig, rng: &mut R) -> Lengths {
     let (en, de) = joint.sample(rng);
     Lengths {
         enc: to_steps(en, seq.enc_scale, seq.max_enc),

@@ -2,10 +2,10 @@
 //! paper's InfQ), the paper's BatchTable stack ([`batch_table`]), the SLA slack predictor ([`predictor`]) and sequence
 //! lengths ([`lengths`]).
 
-pub mod batch_table;
+pub(crate) mod batch_table;
 pub mod lengths;
 pub mod predictor;
-pub mod queue;
+pub(crate) mod queue;
 pub mod request;
 
 pub use batch_table::{BatchTable, SubBatch};

@@ -106,7 +106,7 @@ impl Predictor {
     }
 
     /// Builds the predictor for co-located models, with each part's `dec_timesteps`.
-    pub fn for_parts(model: &Model, profile: &Profile, part_dts: Vec<u32>) -> Self {
+    pub(crate) fn for_parts(model: &Model, profile: &Profile, part_dts: Vec<u32>) -> Self {
         let dec_timesteps = part_dts.first().copied().unwrap_or(1);
         let n = model.nodes.len();
         let loop_of: Vec<Option<usize>> = model
@@ -183,7 +183,7 @@ impl Predictor {
     }
 
     /// [`Predictor::predicted`] for a request of part `part`.
-    pub fn predicted_in(&self, part: usize, enc: u32, dec_done: u32) -> Lengths {
+    pub(crate) fn predicted_in(&self, part: usize, enc: u32, dec_done: u32) -> Lengths {
         let dts = self
             .part_dts
             .get(part)

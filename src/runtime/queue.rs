@@ -36,7 +36,7 @@ impl Queue {
     }
 
     /// The oldest waiting request.
-    pub fn front(&self) -> Option<&RequestId> {
+    pub(crate) fn front(&self) -> Option<&RequestId> {
         self.ids.front()
     }
 
@@ -47,7 +47,7 @@ impl Queue {
 
     /// Removes the `count` oldest requests (all of them if fewer wait) and yields them, oldest
     /// first: the batch a policy admitted.
-    pub fn next_batch(
+    pub(crate) fn next_batch(
         &mut self,
         count: usize,
     ) -> std::collections::vec_deque::Drain<'_, RequestId> {

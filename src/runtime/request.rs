@@ -55,7 +55,7 @@ impl Request {
     }
 
     /// The encoder length (known on arrival).
-    pub fn enc_len(&self) -> u32 {
+    pub(crate) fn enc_len(&self) -> u32 {
         self.len.enc
     }
 

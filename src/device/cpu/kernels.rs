@@ -274,13 +274,13 @@ pub enum ActK {
 
 /// The logistic function.
 #[inline]
-pub fn sigmoid(x: f32) -> f32 {
+pub(crate) fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
 /// Applies an activation to one value.
 #[inline]
-pub fn act1(a: ActK, x: f32) -> f32 {
+pub(crate) fn act1(a: ActK, x: f32) -> f32 {
     match a {
         ActK::None => x,
         ActK::Relu => x.max(0.0),

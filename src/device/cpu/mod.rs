@@ -103,24 +103,6 @@ impl CpuDevice {
         }
     }
 
-    /// Bytes of activation, state and scratch buffers (weights excluded).
-    pub fn activation_bytes(&self) -> usize {
-        4 * (self
-            .nodes
-            .iter()
-            .map(|n| n.out.len() + n.state.len())
-            .sum::<usize>()
-            + self.scratch_a.len()
-            + self.scratch_c.len()
-            + self.cols.len()
-            + self.scores.len())
-    }
-
-    /// Bytes of weights.
-    pub fn weight_bytes(&self) -> usize {
-        4 * self.nodes.iter().map(|n| n.w.count()).sum::<usize>()
-    }
-
     fn row(&self, i: usize, slot: u32, pos: usize) -> &[f32] {
         let o = self.layout.offset(i, slot, pos);
         &self.nodes[i].out[o..o + self.layout.nodes[i].feat]

@@ -12,7 +12,7 @@ use rand::{Rng, SeedableRng};
 /// `bias` the bias (embedding: the token-type-0 row; attention: `b`), `scale`/`shift` a folded
 /// batch norm or a layer norm's gamma/beta, `extra` a learned position table.
 #[derive(Clone, Debug, Default)]
-pub struct Weights {
+pub(crate) struct Weights {
     /// Main matrix.
     pub w: Vec<f32>,
     /// Bias.
@@ -23,13 +23,6 @@ pub struct Weights {
     pub shift: Vec<f32>,
     /// Extra table.
     pub extra: Vec<f32>,
-}
-
-impl Weights {
-    /// Number of parameters held.
-    pub fn count(&self) -> usize {
-        self.w.len() + self.bias.len() + self.scale.len() + self.shift.len() + self.extra.len()
-    }
 }
 
 fn rng_for(seed: u64, a: u64, b: u64) -> StdRng {
@@ -51,7 +44,7 @@ fn gain(act: Act) -> f32 {
 }
 
 /// Generates node `n`'s weights.
-pub fn generate(_model: &Model, n: &Node, seed: u64) -> Weights {
+pub(crate) fn generate(_model: &Model, n: &Node, seed: u64) -> Weights {
     let mut rng = rng_for(seed, n.id.0 as u64 + 1, 0x57);
     let in_feat: usize = n
         .in_shapes
@@ -150,7 +143,7 @@ pub fn generate(_model: &Model, n: &Node, seed: u64) -> Weights {
 }
 
 /// Fills a request's model input: token ids (integers below 2^24) or values in [-1, 1).
-pub fn fill_input(out: &mut [f32], seed: u64, input: u64, node: u64, tokens: bool) {
+pub(crate) fn fill_input(out: &mut [f32], seed: u64, input: u64, node: u64, tokens: bool) {
     let mut rng = rng_for(seed, input.wrapping_add(0x1234_5678), node + 7);
     for v in out {
         *v = if tokens {

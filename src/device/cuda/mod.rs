@@ -27,7 +27,7 @@ pub struct Probe {
 }
 
 /// The oldest driver that loads the PTX of NVRTC 13 (PTX ISA 9.0), as the driver reports it.
-pub const MIN_DRIVER_VERSION: i32 = 13000;
+pub(crate) const MIN_DRIVER_VERSION: i32 = 13000;
 
 impl Probe {
     /// True when a CUDA device can be used.
@@ -100,7 +100,7 @@ pub fn probe() -> Probe {
 }
 
 /// Fails with a clear message unless a CUDA device is usable.
-pub fn require() -> Result<Probe> {
+pub(crate) fn require() -> Result<Probe> {
     let p = probe();
     if p.usable() {
         Ok(p)

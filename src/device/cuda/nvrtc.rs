@@ -24,12 +24,12 @@ pub const SOURCES: &[(&str, &str)] = &[
 ];
 
 /// Architectures `--arch` accepts.
-pub const ARCHS: &[&str] = &[
+pub(crate) const ARCHS: &[&str] = &[
     "sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120",
 ];
 
 /// The full source NVRTC compiles for one file.
-pub fn full_source(src: &str) -> String {
+pub(crate) fn full_source(src: &str) -> String {
     format!("{COMMON}\n{src}")
 }
 
@@ -77,7 +77,7 @@ pub fn nvrtc_available() -> bool {
 }
 
 /// Checks `arch` is one we know (NVRTC takes it as a `&'static str`).
-pub fn parse_arch(arch: &str) -> Result<&'static str> {
+pub(crate) fn parse_arch(arch: &str) -> Result<&'static str> {
     ARCHS.iter().copied().find(|a| *a == arch).ok_or_else(|| {
         Error::invalid(
             "--arch",
@@ -123,7 +123,7 @@ pub fn compile_all(arch: Option<&'static str>) -> Result<Vec<Compiled>> {
 
 /// [`compile_all`] once per architecture per process: devices opened later (or again) reuse
 /// the PTX.
-pub fn compile_all_cached(arch: Option<&'static str>) -> Result<Arc<Vec<Compiled>>> {
+pub(crate) fn compile_all_cached(arch: Option<&'static str>) -> Result<Arc<Vec<Compiled>>> {
     type Cache = Mutex<HashMap<Option<&'static str>, Arc<Vec<Compiled>>>>;
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);

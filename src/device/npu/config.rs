@@ -111,7 +111,7 @@ impl NpuConfig {
     }
 
     /// Checks every field is in range.
-    pub fn validate(&self) -> Result<()> {
+    pub(crate) fn validate(&self) -> Result<()> {
         let pos = |name: &str, ok: bool| -> Result<()> {
             if ok {
                 Ok(())

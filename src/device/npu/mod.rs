@@ -106,7 +106,7 @@ impl Npu {
 
     /// Cycles to load one fold's weights into the array: `rows` (one PE row per cycle), or the
     /// fold's bytes at `weight_fill_gbps`.
-    pub fn weight_load_cycles(&self) -> u64 {
+    pub(crate) fn weight_load_cycles(&self) -> u64 {
         let r = u64::from(self.cfg.rows);
         if self.cfg.weight_fill_gbps <= 0.0 {
             return r;
@@ -122,7 +122,7 @@ impl Npu {
     }
 
     /// DRAM cycles to move `bytes`.
-    pub fn dram_cycles(&self, bytes: u64) -> u64 {
+    pub(crate) fn dram_cycles(&self, bytes: u64) -> u64 {
         if bytes == 0 {
             return 0;
         }
@@ -134,12 +134,12 @@ impl Npu {
     }
 
     /// Converts cycles to nanoseconds (rounded up).
-    pub fn cycles_to_ns(&self, cycles: u64) -> Nanos {
+    pub(crate) fn cycles_to_ns(&self, cycles: u64) -> Nanos {
         Nanos((cycles as f64 * 1e3 / self.cfg.freq_mhz).ceil() as u64)
     }
 
     /// The modeled timing of node `id` doing `work`.
-    pub fn timing(&self, model: &Model, id: NodeId, work: &Work) -> Timing {
+    pub(crate) fn timing(&self, model: &Model, id: NodeId, work: &Work) -> Timing {
         let node = model.node(id);
         let c = &node.cost;
         let bpe = self.cfg.bytes_per_element;

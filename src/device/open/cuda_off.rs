@@ -25,7 +25,7 @@ fn unsupported() -> Error {
 }
 
 /// Always fails: no CUDA in this build.
-pub fn require() -> Result<()> {
+pub(crate) fn require() -> Result<()> {
     Err(unsupported())
 }
 

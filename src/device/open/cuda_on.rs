@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 pub use nvrtc::Compiled as KernelFile;
 
 /// Fails with what is missing unless a CUDA device is usable.
-pub fn require() -> Result<()> {
+pub(crate) fn require() -> Result<()> {
     cuda::require().map(|_| ())
 }
 

@@ -24,7 +24,7 @@ pub fn parse_model(text: &str, file: &Path) -> Result<Model> {
 
 /// Parses model text and shrinks (or grows) it by `scale` before shape inference, so that every
 /// edge of the reduced variant is checked like the original's.
-pub fn parse_model_scaled(text: &str, file: &Path, scale: Scale) -> Result<Model> {
+pub(crate) fn parse_model_scaled(text: &str, file: &Path, scale: Scale) -> Result<Model> {
     scale.validate()?;
     let mut m = Parser {
         text,
@@ -39,13 +39,8 @@ pub fn parse_model_scaled(text: &str, file: &Path, scale: Scale) -> Result<Model
     Ok(m)
 }
 
-/// Reads and parses a model file.
-pub fn load_model_file(path: &Path) -> Result<Model> {
-    load_model_file_scaled(path, Scale::default())
-}
-
 /// Reads and parses a model file, scaled.
-pub fn load_model_file_scaled(path: &Path, scale: Scale) -> Result<Model> {
+pub(crate) fn load_model_file_scaled(path: &Path, scale: Scale) -> Result<Model> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
     parse_model_scaled(&text, path, scale)
 }
@@ -81,7 +76,7 @@ impl Scale {
     }
 
     /// The suffix that names the variant (`w0.125` / `w0.125r0.25`).
-    pub fn tag(&self) -> String {
+    pub(crate) fn tag(&self) -> String {
         let mut t = String::new();
         if self.width != 1.0 {
             t.push_str(&format!("w{}", self.width));

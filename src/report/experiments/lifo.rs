@@ -38,12 +38,12 @@ impl Experiment for Lifo {
 }
 
 /// The models: a small batching gain, a large one.
-pub const MODELS: &[&str] = &["resnet50", "transformer_base"];
+pub(crate) const MODELS: &[&str] = &["resnet50", "transformer_base"];
 const POLICIES: &[&str] = &["serial", "lazy"];
 
 /// Service-time moments of one request served alone: (E[S], E[S²]) in seconds, over the
 /// model's request lengths (WMT 2019 pairs for a seq2seq model).
-pub fn service_moments(cfg: &NpuConfig, model: &Model) -> Result<(f64, f64)> {
+pub(crate) fn service_moments(cfg: &NpuConfig, model: &Model) -> Result<(f64, f64)> {
     let mut npu = Npu::new(cfg.clone())?;
     npu.prepare(model, 1)?;
     let Some(seq) = &model.seq else {
@@ -88,7 +88,7 @@ fn add_jobs(plan: &Plan, cfg: &NpuConfig, jobs: &mut BTreeSet<Job>) -> Result<()
 }
 
 /// M/G/1 mean response times at arrival rate `lambda` (req/s): (FIFO, preemptive LIFO), in ms.
-pub fn mg1(lambda: f64, es: f64, es2: f64) -> Option<(f64, f64)> {
+pub(crate) fn mg1(lambda: f64, es: f64, es2: f64) -> Option<(f64, f64)> {
     let rho = lambda * es;
     (rho < 1.0).then(|| {
         let fifo = es + lambda * es2 / (2.0 * (1.0 - rho));

@@ -183,7 +183,7 @@ pub(super) fn dec_rate(model: &str, plan: &Plan) -> f64 {
 
 /// Across-seed aggregate of one configuration.
 #[derive(Clone, Debug, Default)]
-pub struct Agg {
+pub(crate) struct Agg {
     /// Mean latency (mean over seeds) and its 25th/75th percentiles across seeds.
     pub lat: (f64, f64, f64),
     /// Throughput, likewise.
@@ -197,7 +197,7 @@ pub struct Agg {
 }
 
 /// Shared state of the writers.
-pub struct Ctx<'a> {
+pub(crate) struct Ctx<'a> {
     pub(super) plan: &'a Plan,
     res: &'a Results,
     pub(super) out: PathBuf,
@@ -242,7 +242,12 @@ impl<'a> Ctx<'a> {
     }
 
     /// Writes this configuration's `config.json`: the NPU configuration and the plan.
-    pub fn write_config(&mut self, selected: &[&str], quick: bool, runs: usize) -> Result<()> {
+    pub(crate) fn write_config(
+        &mut self,
+        selected: &[&str],
+        quick: bool,
+        runs: usize,
+    ) -> Result<()> {
         let config = serde_json::json!({
             "lazybatch_version": env!("CARGO_PKG_VERSION"),
             "quick": quick,
