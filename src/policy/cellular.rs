@@ -17,6 +17,7 @@
 //!   same window W and maximum batch B.
 
 use super::graph_batching::start_batch;
+use super::spec::{window_and_batch, Entry, Parsed};
 use super::{Decision, Policy, View};
 use crate::graph::{Model, NodeStep};
 use crate::op_is_input;
@@ -84,4 +85,19 @@ impl Policy for Cellular {
             Some(_) => Decision::Run,
         }
     }
+}
+
+/// `cellular:W[:B]`.
+pub(crate) const ENTRY: Entry = Entry {
+    names: &["cellular"],
+    usage: "cellular:W[:B]",
+    parse: parse_cellular,
+};
+
+fn parse_cellular(_: &str, params: &[&str], max: u32) -> std::result::Result<Parsed, String> {
+    let (w, b) = window_and_batch(params, max, "cellular:W or cellular:W:B")?;
+    Ok(Parsed {
+        one_model_only: true,
+        ..Parsed::plain(move |name| Box::new(Cellular::new(w, b, name)))
+    })
 }

@@ -3,6 +3,7 @@
 //! batch without interruption. A seq2seq batch runs to its longest member's lengths and every
 //! member completes at the end.
 
+use super::spec::{window_and_batch, Entry, Parsed};
 use super::{Decision, Policy, View};
 use crate::time::Nanos;
 
@@ -56,6 +57,20 @@ pub(super) fn start_batch(v: &View, window: Nanos, max_batch: u32, pad: bool) ->
     } else {
         Decision::WaitUntil(due)
     }
+}
+
+/// `graph:W[:B]`.
+pub(crate) const ENTRY: Entry = Entry {
+    names: &["graph"],
+    usage: "graph:W[:B]",
+    parse: parse_graph,
+};
+
+fn parse_graph(_: &str, params: &[&str], max: u32) -> std::result::Result<Parsed, String> {
+    let (w, b) = window_and_batch(params, max, "graph:W or graph:W:B")?;
+    Ok(Parsed::plain(move |name| {
+        Box::new(GraphBatching::new(w, b, name))
+    }))
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@
 //! remaining work) is done. It admits the largest number of newcomers for which every affected
 //! request still meets its deadline (a binary search: a longer prefix never finishes earlier).
 
+use super::spec::{Entry, Parsed};
 use super::{Decision, Policy, View};
 use crate::graph::{Lengths, NodeStep};
 use crate::runtime::SubBatch;
@@ -370,6 +371,38 @@ impl Policy for Lazy {
             Decision::Run
         }
     }
+}
+
+/// `lazy`, `oracle`, `lazy:strict`, `oracle:strict`; `lazy+cell` is the name cross-step
+/// merging had while it was an option.
+pub(crate) const ENTRY: Entry = Entry {
+    names: &["lazy", "oracle", "lazy+cell"],
+    usage: "lazy[:strict], oracle[:strict]",
+    parse: parse_lazy,
+};
+
+fn parse_lazy(name: &str, params: &[&str], _: u32) -> std::result::Result<Parsed, String> {
+    let strict = match (name, params) {
+        ("lazy+cell", []) | (_, []) => false,
+        ("lazy+cell", _) => return Err("takes no parameters".into()),
+        (_, ["strict"]) => true,
+        _ => return Err("takes no parameter but 'strict' (lazy:strict)".into()),
+    };
+    let oracle = name == "oracle";
+    Ok(Parsed {
+        build: std::sync::Arc::new(move |_| {
+            let l = if oracle {
+                Lazy::oracle()
+            } else {
+                Lazy::conservative()
+            };
+            Box::new(if strict { l.strict() } else { l })
+        }),
+        uses_sla: true,
+        // the Oracle's look-ahead assumes every entry merges as it catches up: not so for
+        // sub-batches of different models
+        one_model_only: oracle,
+    })
 }
 
 #[cfg(test)]

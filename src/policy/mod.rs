@@ -16,11 +16,20 @@ pub use forced::Forced;
 pub use graph_batching::GraphBatching;
 pub use lazy::Lazy;
 pub use serial::Serial;
-pub use spec::{parse, parse_for, Spec};
+pub use spec::{parse, parse_for, Entry, Parsed, Spec};
 
 use crate::graph::{Lengths, Model};
 use crate::runtime::{BatchTable, Predictor, Queue, Request, RequestId};
 use crate::time::Nanos;
+
+/// Every policy users can name, each declared by its own file: adding a policy is one file,
+/// its `mod` line above and its line here.
+pub const REGISTRY: &[&Entry] = &[
+    &serial::ENTRY,
+    &graph_batching::ENTRY,
+    &cellular::ENTRY,
+    &lazy::ENTRY,
+];
 
 /// What the engine should do next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

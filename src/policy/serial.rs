@@ -1,5 +1,6 @@
 //! `serial`: one request at a time, FIFO, the whole graph without interruption.
 
+use super::spec::{no_params, Entry, Parsed};
 use super::{Decision, Policy, View};
 
 /// Serial execution (no batching).
@@ -23,4 +24,16 @@ impl Policy for Serial {
             Decision::Run
         }
     }
+}
+
+/// `serial`.
+pub(crate) const ENTRY: Entry = Entry {
+    names: &["serial"],
+    usage: "serial",
+    parse: parse_serial,
+};
+
+fn parse_serial(_: &str, params: &[&str], _: u32) -> std::result::Result<Parsed, String> {
+    no_params(params, "")?;
+    Ok(Parsed::plain(|_| Box::new(Serial)))
 }

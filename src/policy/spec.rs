@@ -1,129 +1,109 @@
-//! The policy strings users write (`serial`, `graph:W[:B]`, `cellular:W[:B]`, `lazy`, `oracle`,
-//! `lazy:strict`, `oracle:strict`; `lazy+cell` is an alias of `lazy`), checked once into a
-//! [`Spec`]: which policy with which parameters, and what it needs of a run. A spec builds a
-//! fresh policy for every run (policies keep per-run state).
+//! The policy strings users write, checked once into a [`Spec`] that builds a fresh policy for
+//! every run (policies keep per-run state). Each policy file declares its own grammar in an
+//! [`Entry`] (the names it answers to and how it reads its parameters); [`super::REGISTRY`]
+//! lists them, so adding a policy is one file and one line there.
 
-use super::{Cellular, GraphBatching, Lazy, Policy, Serial};
+use super::Policy;
 use crate::error::{Error, Result};
 use crate::graph::Model;
 use crate::time::Nanos;
+use std::sync::Arc;
 
-/// Which policy, with its parameters.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// One request at a time.
-    Serial,
-    /// Graph batching: window and maximum batch.
-    Graph(Nanos, u32),
-    /// Cellular batching: window and maximum batch.
-    Cellular(Nanos, u32),
-    /// LazyB (`oracle`: exact batched latencies; `strict`: merge only at an identical
-    /// (node, timestep)).
-    Lazy {
-        /// The Oracle.
-        oracle: bool,
-        /// The strict merge rule.
-        strict: bool,
-    },
+/// How one policy file reads its strings.
+pub struct Entry {
+    /// The names before the first `:` it answers to.
+    pub names: &'static [&'static str],
+    /// Its grammar, for the list of known policies (`graph:W[:B]`).
+    pub usage: &'static str,
+    /// Reads the parameters after the name (`name` is the one used); an error message says
+    /// what is wrong.
+    pub parse:
+        fn(name: &str, params: &[&str], default_max: u32) -> std::result::Result<Parsed, String>,
+}
+
+/// Builds a fresh policy named by the string it was parsed from.
+pub type Build = Arc<dyn Fn(&str) -> Box<dyn Policy> + Send + Sync>;
+
+/// What a policy string means: how to build the policy, and what it needs of a run.
+#[derive(Clone)]
+pub struct Parsed {
+    /// Builds a fresh policy named by the string it was parsed from.
+    pub build: Build,
+    /// Decisions depend on the SLA and the predicted lengths (the slack check): runs at other
+    /// SLA targets are other runs.
+    pub uses_sla: bool,
+    /// It assumes one model and cannot serve co-located ones.
+    pub one_model_only: bool,
+}
+
+impl Parsed {
+    /// A policy blind to the SLA that serves co-located models.
+    pub fn plain(build: impl Fn(&str) -> Box<dyn Policy> + Send + Sync + 'static) -> Parsed {
+        Parsed {
+            build: Arc::new(build),
+            uses_sla: false,
+            one_model_only: false,
+        }
+    }
 }
 
 /// A checked policy string.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Spec {
-    /// The policy.
-    pub kind: Kind,
     /// The string as the user wrote it (trimmed): how reports name the policy.
     pub text: String,
+    parsed: Parsed,
+}
+
+impl std::fmt::Debug for Spec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Spec({})", self.text)
+    }
+}
+
+impl PartialEq for Spec {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
 }
 
 impl Spec {
     /// Parses a policy string; graph and cellular batching's maximum batch defaults to (and
     /// may not exceed) `default_max`, the server's.
     pub fn parse(text: &str, default_max: u32) -> Result<Spec> {
-        let bad = |msg: &str| Error::BadPolicy {
+        let text = text.trim();
+        let bad = |msg: String| Error::BadPolicy {
             spec: text.to_string(),
-            msg: msg.to_string(),
+            msg,
         };
-        let parts: Vec<&str> = text.trim().split(':').collect();
-        let kind = match parts.as_slice() {
-            ["serial"] => Kind::Serial,
-            // `lazy+cell` is the name cross-step merging had while it was an option
-            ["lazy"] | ["lazy+cell"] => Kind::Lazy {
-                oracle: false,
-                strict: false,
-            },
-            ["oracle"] => Kind::Lazy {
-                oracle: true,
-                strict: false,
-            },
-            ["lazy", "strict"] => Kind::Lazy {
-                oracle: false,
-                strict: true,
-            },
-            ["oracle", "strict"] => Kind::Lazy {
-                oracle: true,
-                strict: true,
-            },
-            ["lazy" | "oracle", ..] => {
-                return Err(bad("takes no parameter but 'strict' (lazy:strict)"))
-            }
-            ["serial" | "lazy+cell", ..] => return Err(bad("takes no parameters")),
-            ["graph", rest @ ..] if !rest.is_empty() && rest.len() <= 2 => {
-                let (w, b) = window_and_batch(text, rest, default_max)?;
-                Kind::Graph(w, b)
-            }
-            ["graph"] | ["graph", ..] => {
-                return Err(bad("use graph:W or graph:W:B (W ms, B max batch)"))
-            }
-            ["cellular", rest @ ..] if !rest.is_empty() && rest.len() <= 2 => {
-                let (w, b) = window_and_batch(text, rest, default_max)?;
-                Kind::Cellular(w, b)
-            }
-            ["cellular"] | ["cellular", ..] => {
-                return Err(bad("use cellular:W or cellular:W:B (W ms, B max batch)"))
-            }
-            _ => {
-                return Err(bad(
-                    "unknown policy (serial, graph:W[:B], cellular:W[:B], lazy, oracle, lazy:strict, oracle:strict)",
-                ))
-            }
-        };
+        let parts: Vec<&str> = text.split(':').collect();
+        let entry = super::REGISTRY
+            .iter()
+            .find(|e| e.names.contains(&parts[0]))
+            .ok_or_else(|| {
+                let known: Vec<&str> = super::REGISTRY.iter().map(|e| e.usage).collect();
+                bad(format!("unknown policy ({})", known.join(", ")))
+            })?;
+        let parsed = (entry.parse)(parts[0], &parts[1..], default_max).map_err(bad)?;
         Ok(Spec {
-            kind,
-            text: text.trim().to_string(),
+            text: text.to_string(),
+            parsed,
         })
     }
 
     /// A fresh policy.
     pub fn build(&self) -> Box<dyn Policy> {
-        match self.kind {
-            Kind::Serial => Box::new(Serial),
-            Kind::Graph(w, b) => Box::new(GraphBatching::new(w, b, &self.text)),
-            Kind::Cellular(w, b) => Box::new(Cellular::new(w, b, &self.text)),
-            Kind::Lazy { oracle, strict } => {
-                let l = if oracle {
-                    Lazy::oracle()
-                } else {
-                    Lazy::conservative()
-                };
-                Box::new(if strict { l.strict() } else { l })
-            }
-        }
+        (self.parsed.build)(&self.text)
     }
 
     /// True when decisions depend on the SLA and the predicted lengths.
-    pub(crate) fn uses_sla(&self) -> bool {
-        matches!(self.kind, Kind::Lazy { .. })
+    pub fn uses_sla(&self) -> bool {
+        self.parsed.uses_sla
     }
 
-    /// Refuses a policy that cannot serve `model`'s co-located models (the Oracle and
-    /// cellular batching assume one model).
+    /// Refuses a policy that cannot serve `model`'s co-located models.
     pub fn check_for(&self, model: &Model) -> Result<()> {
-        let one_model_only = matches!(
-            self.kind,
-            Kind::Cellular(..) | Kind::Lazy { oracle: true, .. }
-        );
-        if model.parts.len() > 1 && one_model_only {
+        if model.parts.len() > 1 && self.parsed.one_model_only {
             return Err(Error::BadPolicy {
                 spec: self.text.clone(),
                 msg: "does not support co-located models (serial, graph and lazy do)".into(),
@@ -145,30 +125,43 @@ pub fn parse_for(text: &str, default_max: u32, model: &Model) -> Result<Box<dyn 
     Ok(spec.build())
 }
 
-/// Parses `W[:B]`: a window in ms (≥ 0) and a maximum batch (1..=`default_max`).
-fn window_and_batch(text: &str, rest: &[&str], default_max: u32) -> Result<(Nanos, u32)> {
-    let bad = |msg: String| Error::BadPolicy {
-        spec: text.to_string(),
-        msg,
-    };
-    let w: f64 = rest[0]
-        .parse()
-        .map_err(|_| bad("the window must be a number of milliseconds".into()))?;
-    if !w.is_finite() || w < 0.0 {
-        return Err(bad("the window must be ≥ 0 ms".into()));
+/// Reads no parameters.
+pub(crate) fn no_params(params: &[&str], what: &str) -> std::result::Result<(), String> {
+    if params.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("takes no parameters{what}"))
     }
-    let b = match rest.get(1) {
+}
+
+/// Reads `W[:B]`: a window in ms (≥ 0) and a maximum batch (1..=`default_max`, default
+/// `default_max`); `usage` is the grammar to name when there are too few or too many.
+pub(crate) fn window_and_batch(
+    params: &[&str],
+    default_max: u32,
+    usage: &str,
+) -> std::result::Result<(Nanos, u32), String> {
+    if params.is_empty() || params.len() > 2 {
+        return Err(format!("use {usage} (W ms, B max batch)"));
+    }
+    let w: f64 = params[0]
+        .parse()
+        .map_err(|_| "the window must be a number of milliseconds".to_string())?;
+    if !w.is_finite() || w < 0.0 {
+        return Err("the window must be ≥ 0 ms".into());
+    }
+    let b = match params.get(1) {
         None => default_max,
         Some(s) => s
             .parse::<u32>()
             .ok()
             .filter(|&b| b >= 1)
-            .ok_or_else(|| bad("the max batch must be a positive integer".into()))?,
+            .ok_or_else(|| "the max batch must be a positive integer".to_string())?,
     };
     if b > default_max {
-        return Err(bad(format!(
+        return Err(format!(
             "max batch {b} exceeds the server's --max-batch {default_max}"
-        )));
+        ));
     }
     Ok((Nanos::from_ms(w), b))
 }
