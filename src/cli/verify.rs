@@ -46,9 +46,6 @@ pub(super) fn run(a: VerifyArgs) -> Result<ExitCode> {
     let model = a.model.load()?;
     let n = positive("--requests", a.requests)? as usize;
     let mb = positive("--max-batch", a.max_batch)?;
-    if a.device == "cpu" && a.precision != "f32" {
-        bail!("--precision {} applies to --device cuda", a.precision);
-    }
     let mut dev = open_real(&a.device, a.seed, &a.precision)?;
     super::say_gpu(dev.as_ref(), &a.precision);
     let t0 = std::time::Instant::now();

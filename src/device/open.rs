@@ -9,20 +9,45 @@ mod cuda_backend;
 
 pub use cuda_backend::{compile_kernels, KernelFile};
 
-use super::cpu::CpuDevice;
 use super::npu::{Npu, NpuConfig};
 use super::Device;
 use crate::error::{Error, Result};
 
+/// A real device users can name (`--device NAME`): adding one is its module, that module's
+/// `mod` line and its line in [`REAL`].
+pub struct RealDevice {
+    /// The name `--device` takes.
+    pub name: &'static str,
+    /// Whether `auto` picks it when it is usable (before falling back to the NPU model).
+    pub auto: bool,
+    /// How many such devices this machine has, or why it cannot be used.
+    pub usable: fn() -> Result<i32>,
+    /// Opens the first one, with weights and inputs from `seed`, GEMM operands stored in the
+    /// given precision.
+    pub open: fn(seed: u64, precision: &str) -> Result<Box<dyn Device + Send>>,
+    /// The storage precisions it accepts (`f32` first).
+    pub precisions: &'static [&'static str],
+}
+
+/// The real devices, in the order `auto` tries them.
+pub const REAL: &[&RealDevice] = &[&cuda_backend::DEVICE, &super::cpu::DEVICE];
+
 /// The kinds of device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy)]
 pub enum Kind {
     /// The cycle-level NPU model (virtual time).
     Npu,
-    /// Real kernels on the CPU (wall time).
-    Cpu,
-    /// Real kernels on an NVIDIA GPU (wall time).
-    Cuda,
+    /// A real device (wall time).
+    Real(&'static RealDevice),
+}
+
+impl std::fmt::Debug for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Kind::Npu => f.write_str("npu"),
+            Kind::Real(d) => f.write_str(d.name),
+        }
+    }
 }
 
 /// A validated device choice.
@@ -36,13 +61,20 @@ pub struct Choice {
     pub npu: (String, NpuConfig),
     /// Seed of the generated weights and inputs of a real device.
     pub weights_seed: u64,
-    /// CUDA: storage precision of GEMM operands (`f32`, `f16`).
+    /// A real device's storage precision of GEMM operands (`f32`, `f16`).
     pub precision: String,
 }
 
+/// The real device named `name`, checked to be usable here.
+fn real(name: &str) -> Option<Result<&'static RealDevice>> {
+    REAL.iter()
+        .find(|d| d.name == name)
+        .map(|d| (d.usable)().map(|_| *d))
+}
+
 impl Choice {
-    /// Checks a device name (`auto`, `npu`, `cpu`, `cuda`), an NPU configuration (a shipped
-    /// name or a TOML file; None: `default`) and a CUDA precision.
+    /// Checks a device name (`auto`, `npu`, or a real device's), an NPU configuration (a
+    /// shipped name or a TOML file; None: `default`) and a storage precision.
     pub fn new(
         device: &str,
         npu_config: Option<&str>,
@@ -51,38 +83,24 @@ impl Choice {
     ) -> Result<Choice> {
         let (kind, note) = match device {
             "npu" => (Kind::Npu, None),
-            "cpu" => (Kind::Cpu, None),
-            "cuda" => {
-                cuda_backend::require()?;
-                (Kind::Cuda, None)
-            }
-            "auto" => match cuda_backend::usable() {
-                Ok(n) => (
-                    Kind::Cuda,
-                    Some(format!("device auto: using CUDA ({n} device(s) found)")),
-                ),
-                Err(why) => {
-                    let why = match why {
-                        Error::DeviceUnavailable { msg, .. } => msg,
-                        other => other.to_string(),
-                    };
-                    let note = format!("device auto: {why}; using the npu model (virtual time)");
-                    (Kind::Npu, Some(note))
+            "auto" => auto(),
+            name => match real(name) {
+                Some(d) => (Kind::Real(d?), None),
+                None => {
+                    let mut known = vec!["auto", "npu"];
+                    known.extend(REAL.iter().map(|d| d.name));
+                    return Err(Error::invalid(
+                        "--device",
+                        format!("unknown device '{name}' (available: {})", known.join(", ")),
+                    ));
                 }
             },
-            other => {
-                return Err(Error::invalid(
-                    "--device",
-                    format!("unknown device '{other}' (available: auto, npu, cpu, cuda)"),
-                ))
-            }
         };
-        if kind != Kind::Cuda && precision != "f32" {
-            return Err(Error::invalid(
-                "--precision",
-                format!("{precision} applies to --device cuda"),
-            ));
-        }
+        let accepted: &[&str] = match kind {
+            Kind::Npu => &["f32"],
+            Kind::Real(d) => d.precisions,
+        };
+        check_precision(accepted, precision)?;
         let name = npu_config.unwrap_or("default").to_string();
         let cfg = NpuConfig::resolve(&name)?;
         Ok(Choice {
@@ -93,6 +111,60 @@ impl Choice {
             precision: precision.to_string(),
         })
     }
+}
+
+/// Checks that a device accepting `accepted` precisions can store GEMM operands in `precision`.
+fn check_precision(accepted: &[&str], precision: &str) -> Result<()> {
+    if accepted.contains(&precision) {
+        return Ok(());
+    }
+    let takes: Vec<String> = REAL
+        .iter()
+        .filter(|d| d.precisions.contains(&precision))
+        .map(|d| format!("--device {}", d.name))
+        .collect();
+    let msg = if takes.is_empty() {
+        let mut all: Vec<&str> = REAL
+            .iter()
+            .flat_map(|d| d.precisions.iter().copied())
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        format!(
+            "unknown precision '{precision}' (allowed: {})",
+            all.join(", ")
+        )
+    } else {
+        format!("{precision} applies to {}", takes.join(", "))
+    };
+    Err(Error::invalid("--precision", msg))
+}
+
+/// `auto`: the first real device marked for it that is usable here, else the NPU model; and
+/// why, in words.
+fn auto() -> (Kind, Option<String>) {
+    let mut why = Vec::new();
+    for d in REAL.iter().filter(|d| d.auto) {
+        match (d.usable)() {
+            Ok(n) => {
+                let note = format!(
+                    "device auto: using {} ({n} device(s) found)",
+                    d.name.to_uppercase()
+                );
+                return (Kind::Real(d), Some(note));
+            }
+            Err(Error::DeviceUnavailable { msg, .. }) => why.push(format!(
+                "no usable {} device ({msg})",
+                d.name.to_uppercase()
+            )),
+            Err(other) => why.push(other.to_string()),
+        }
+    }
+    let note = format!(
+        "device auto: {}; using the npu model (virtual time)",
+        why.join("; ")
+    );
+    (Kind::Npu, Some(note))
 }
 
 /// An opened device: the NPU model (kept concrete, so that simulated runs clone it and run in
@@ -108,22 +180,76 @@ pub enum Opened {
 pub fn open(choice: &Choice) -> Result<Opened> {
     Ok(match choice.kind {
         Kind::Npu => Opened::Npu(Npu::new(choice.npu.1.clone())?, choice.npu.0.clone()),
-        Kind::Cpu => Opened::Real(Box::new(CpuDevice::new(choice.weights_seed))),
-        Kind::Cuda => Opened::Real(cuda_backend::open(choice.weights_seed, &choice.precision)?),
+        Kind::Real(d) => Opened::Real((d.open)(choice.weights_seed, &choice.precision)?),
     })
 }
 
-/// Opens a real device of `kind` (`cpu` or `cuda`) for `verify`.
-pub fn open_real(kind: &str, seed: u64, precision: &str) -> Result<Box<dyn Device + Send>> {
-    match kind {
-        "cpu" => Ok(Box::new(CpuDevice::new(seed))),
-        "cuda" => {
-            cuda_backend::require()?;
-            cuda_backend::open(seed, precision)
+/// Opens the real device named `name` for `verify`.
+pub fn open_real(name: &str, seed: u64, precision: &str) -> Result<Box<dyn Device + Send>> {
+    match real(name) {
+        Some(d) => {
+            let d = d?;
+            check_precision(d.precisions, precision)?;
+            (d.open)(seed, precision)
         }
-        other => Err(Error::invalid(
-            "--device",
-            format!("verify runs on a real device: cpu or cuda (got '{other}')"),
-        )),
+        None => {
+            let known: Vec<&str> = REAL.iter().map(|d| d.name).collect();
+            Err(Error::invalid(
+                "--device",
+                format!(
+                    "verify runs on a real device: {} (got '{name}')",
+                    known.join(" or ")
+                ),
+            ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn error(device: &str, precision: &str) -> String {
+        match Choice::new(device, None, 1, precision) {
+            Ok(c) => panic!("{device}/{precision} accepted as {:?}", c.kind),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn every_registered_device_is_named_in_the_unknown_device_error() {
+        let e = error("tpu", "f32");
+        assert!(e.contains("--device") && e.contains("'tpu'"), "{e}");
+        for d in REAL {
+            assert!(e.contains(d.name), "{e} omits {}", d.name);
+        }
+    }
+
+    #[test]
+    fn a_precision_is_checked_against_the_device_that_stores_it() {
+        assert!(Choice::new("cpu", None, 1, "f32").is_ok());
+        assert!(Choice::new("npu", None, 1, "f32").is_ok());
+        let e = error("cpu", "f16");
+        assert!(
+            e.contains("--precision") && e.contains("--device cuda"),
+            "{e}"
+        );
+        let e = error("npu", "f16");
+        assert!(e.contains("f16 applies to --device cuda"), "{e}");
+        let e = error("npu", "bf16");
+        assert!(e.contains("allowed: f16, f32"), "{e}");
+    }
+
+    #[test]
+    fn verify_refuses_the_npu_model_and_a_precision_its_device_does_not_store() {
+        let e = open_real("npu", 1, "f32").err().expect("npu is not real");
+        assert!(
+            e.to_string().contains("verify runs on a real device"),
+            "{e}"
+        );
+        let e = open_real("cpu", 1, "f16")
+            .err()
+            .expect("cpu stores f32 only");
+        assert!(e.to_string().contains("--precision"), "{e}");
     }
 }

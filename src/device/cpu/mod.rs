@@ -83,6 +83,15 @@ fn max_rows(model: &Model, r: Rows) -> usize {
     r.count(max_enc) as usize
 }
 
+/// `--device cpu`.
+pub(crate) const DEVICE: crate::device::open::RealDevice = crate::device::open::RealDevice {
+    name: "cpu",
+    auto: false,
+    usable: || Ok(1),
+    open: |seed, _| Ok(Box::new(CpuDevice::new(seed))),
+    precisions: &["f32"],
+};
+
 impl CpuDevice {
     /// A CPU device whose weights and inputs derive from `seed`.
     pub fn new(seed: u64) -> Self {

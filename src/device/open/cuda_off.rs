@@ -24,17 +24,9 @@ fn unsupported() -> Error {
     }
 }
 
-/// Always fails: no CUDA in this build.
-pub(crate) fn require() -> Result<()> {
-    Err(unsupported())
-}
-
 /// Never usable in this build.
 pub fn usable() -> Result<i32> {
-    Err(Error::DeviceUnavailable {
-        device: "cuda".into(),
-        msg: "built without the cuda feature".into(),
-    })
+    Err(unsupported())
 }
 
 /// Always fails: no CUDA in this build.
@@ -46,3 +38,12 @@ pub fn open(_seed: u64, _precision: &str) -> Result<Box<dyn Device + Send>> {
 pub fn compile_kernels(_arch: Option<&str>) -> Result<(Option<&'static str>, Vec<KernelFile>)> {
     Err(unsupported())
 }
+
+/// `--device cuda`.
+pub(crate) const DEVICE: super::RealDevice = super::RealDevice {
+    name: "cuda",
+    auto: true,
+    usable,
+    open,
+    precisions: &["f32", "f16"],
+};

@@ -7,11 +7,6 @@ use crate::error::{Error, Result};
 /// One compiled kernel file (`lazybatch kernels`).
 pub use nvrtc::Compiled as KernelFile;
 
-/// Fails with what is missing unless a CUDA device is usable.
-pub(crate) fn require() -> Result<()> {
-    cuda::require().map(|_| ())
-}
-
 /// The number of usable CUDA devices, or why there is none.
 pub fn usable() -> Result<i32> {
     let p = cuda::probe();
@@ -20,7 +15,7 @@ pub fn usable() -> Result<i32> {
     } else {
         Err(Error::DeviceUnavailable {
             device: "cuda".into(),
-            msg: format!("no usable CUDA device ({})", p.missing()),
+            msg: p.missing(),
         })
     }
 }
@@ -37,3 +32,12 @@ pub fn compile_kernels(arch: Option<&str>) -> Result<(Option<&'static str>, Vec<
     let arch = arch.map(nvrtc::parse_arch).transpose()?;
     Ok((arch, nvrtc::compile_all(arch)?))
 }
+
+/// `--device cuda`.
+pub(crate) const DEVICE: super::RealDevice = super::RealDevice {
+    name: "cuda",
+    auto: true,
+    usable,
+    open,
+    precisions: &["f32", "f16"],
+};
