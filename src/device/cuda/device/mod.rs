@@ -6,12 +6,15 @@
 //! members' slots. GEMMs run in cuBLAS (row-major via the transposed column-major call),
 //! everything else in the NVRTC-compiled kernels of `kernels/`. Node time: CUDA events. One
 //! file per op family — `conv`, `linear`, `recurrent`, `attention`, `rows` — as in the CPU
-//! device; `gemm` holds the cuBLAS calls they share.
+//! device; `gemm` holds the cuBLAS calls they share, `buffers` the allocation at prepare and
+//! `movement` the gather, scatter and capture.
 
 mod attention;
+mod buffers;
 mod conv;
 mod gemm;
 mod linear;
+mod movement;
 mod recurrent;
 mod rows;
 
@@ -268,168 +271,6 @@ impl CudaDevice {
         &self.name
     }
 
-    fn upload(&self, v: &[f32]) -> Result<Option<CudaSlice<f32>>> {
-        if v.is_empty() {
-            Ok(None)
-        } else {
-            Ok(Some(self.stream.clone_htod(v).map_err(cuda_err)?))
-        }
-    }
-
-    fn upload_weights(&self, w: &Weights, gemm: bool) -> Result<GpuWeights> {
-        let w16 = if gemm && self.precision == Precision::F16 && !w.w.is_empty() {
-            let h: Vec<half::f16> = w.w.iter().map(|&x| half::f16::from_f32(x)).collect();
-            Some(self.stream.clone_htod(&h).map_err(cuda_err)?)
-        } else {
-            None
-        };
-        Ok(GpuWeights {
-            w: self.upload(&w.w)?,
-            w16,
-            bias: self.upload(&w.bias)?,
-            scale: self.upload(&w.scale)?,
-            shift: self.upload(&w.shift)?,
-            extra: self.upload(&w.extra)?,
-        })
-    }
-
-    /// Runs the copies in `self.segs` into scratch `dst`: one launch per source buffer (node
-    /// buffers, or fills).
-    fn copy_segs(&mut self, dst: Buf) -> Result<()> {
-        let CudaDevice {
-            stream,
-            funcs,
-            nodes,
-            scratch,
-            segs,
-            seg_host,
-            ..
-        } = self;
-        let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
-        let f = funcs
-            .get("copy_segments")
-            .ok_or_else(|| missing("copy_segments"))?;
-        let mut done = vec![false; segs.len()];
-        for s0 in 0..segs.len() {
-            if done[s0] {
-                continue;
-            }
-            let key = segs[s0].src;
-            seg_host.clear();
-            let mut fill = 0.0f32;
-            for (j, s) in segs.iter().enumerate() {
-                let same = match (key, s.src) {
-                    (Src::Node { node: a, .. }, Src::Node { node: b, off }) if a == b => {
-                        seg_host.extend_from_slice(&[off as i64, s.dst as i64, s.len as i64]);
-                        true
-                    }
-                    (Src::Fill(a), Src::Fill(b)) if a == b => {
-                        fill = b;
-                        seg_host.extend_from_slice(&[-1, s.dst as i64, s.len as i64]);
-                        true
-                    }
-                    _ => false,
-                };
-                if same {
-                    done[j] = true;
-                }
-            }
-            let n = seg_host.len();
-            stream
-                .memcpy_htod(&seg_host[..], &mut sc.seg.slice_mut(..n))
-                .map_err(cuda_err)?;
-            let nseg = (n / 3) as i32;
-            let src: &CudaSlice<f32> = match key {
-                Src::Node { node, .. } => &nodes[node].out,
-                Src::Fill(_) => &nodes[0].out, // unread: every segment is a fill
-            };
-            let mut b = stream.launch_builder(f);
-            match dst {
-                Buf::A => b.arg(src).arg(&mut sc.a),
-                Buf::C => b.arg(src).arg(&mut sc.c),
-            };
-            b.arg(&sc.seg).arg(&nseg).arg(&fill);
-            // SAFETY: every segment lies inside its source buffer and inside the scratch (sized
-            // at prepare for the largest gather).
-            unsafe { b.launch(blocks(nseg as usize, 256, 0)) }.map_err(cuda_err)?;
-        }
-        segs.clear();
-        Ok(())
-    }
-
-    /// Gathers node `i`'s concatenated input rows for `members` into scratch A; returns the row
-    /// count.
-    fn gather(&mut self, model: &Model, i: usize, members: &[Member]) -> Result<usize> {
-        let node = &model.nodes[i];
-        let width = self.nodes[i].in_feat;
-        let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
-        let mut rows = 0;
-        for m in members {
-            let step = m.step;
-            for r in 0..Layout::rows(node, m.len) {
-                let mut off = rows * width;
-                for (k, inp) in node.inputs.iter().enumerate() {
-                    layout.input_segs(model, node, inp, m.slot, m.len, step, r, off, |s| {
-                        self.segs.push(s)
-                    });
-                    off += node.in_shapes[k].feat.iter().product::<usize>();
-                }
-                rows += 1;
-            }
-        }
-        self.copy_segs(Buf::A)?;
-        Ok(rows)
-    }
-
-    /// Scatters `width`-wide rows of scratch `from` to the members' output rows of node `i`.
-    fn scatter(&mut self, model: &Model, i: usize, members: &[Member], from: Buf) -> Result<()> {
-        let node = &model.nodes[i];
-        let CudaDevice {
-            stream,
-            funcs,
-            nodes,
-            scratch,
-            seg_host,
-            layout,
-            ..
-        } = self;
-        let layout = layout.as_ref().ok_or_else(|| missing("layout"))?;
-        let feat = layout.nodes[i].feat;
-        seg_host.clear();
-        let mut r_at = 0;
-        for m in members {
-            let step = m.step;
-            for r in 0..Layout::rows(node, m.len) {
-                let pos = layout.out_pos(model, i, step, r, m.len);
-                seg_host.extend_from_slice(&[
-                    (r_at * feat) as i64,
-                    layout.offset(i, m.slot, pos) as i64,
-                    feat as i64,
-                ]);
-                r_at += 1;
-            }
-        }
-        let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
-        let n = seg_host.len();
-        stream
-            .memcpy_htod(&seg_host[..], &mut sc.seg.slice_mut(..n))
-            .map_err(cuda_err)?;
-        let nseg = (n / 3) as i32;
-        let fill = 0.0f32;
-        let f = funcs
-            .get("copy_segments")
-            .ok_or_else(|| missing("copy_segments"))?;
-        let mut b = stream.launch_builder(f);
-        match from {
-            Buf::A => b.arg(&sc.a),
-            Buf::C => b.arg(&sc.c),
-        };
-        b.arg(&mut nodes[i].out).arg(&sc.seg).arg(&nseg).arg(&fill);
-        // SAFETY: offsets come from the layout the buffers were allocated with.
-        unsafe { b.launch(blocks(nseg as usize, 256, 0)) }.map_err(cuda_err)?;
-        Ok(())
-    }
-
     /// Runs node `i` for the sub-batch: one method per op family (conv.rs, linear.rs,
     /// recurrent.rs, attention.rs, rows.rs), as in the CPU device.
     fn run_node(&mut self, model: &Model, at: NodeStep, members: &[Member]) -> Result<()> {
@@ -444,55 +285,6 @@ impl CudaDevice {
             Op::Embedding { .. } => self.embedding(model, i, members),
             _ => self.rowwise(model, i, members),
         }
-    }
-
-    /// Gathers only the first input's rows (the query) into scratch A; returns the row count.
-    fn gather_first_input(&mut self, model: &Model, i: usize, members: &[Member]) -> Result<usize> {
-        let node = &model.nodes[i];
-        let width: usize = node.in_shapes[0].feat.iter().product();
-        let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
-        let mut rows = 0;
-        for m in members {
-            let step = m.step;
-            for r in 0..Layout::rows(node, m.len) {
-                layout.input_segs(
-                    model,
-                    node,
-                    &node.inputs[0],
-                    m.slot,
-                    m.len,
-                    step,
-                    r,
-                    rows * width,
-                    |s| self.segs.push(s),
-                );
-                rows += 1;
-            }
-        }
-        self.copy_segs(Buf::A)?;
-        Ok(rows)
-    }
-
-    fn capture_outputs(&mut self, model: &Model, i: usize, members: &[Member]) -> Result<()> {
-        if !self.capture.wants(model, i) {
-            return Ok(());
-        }
-        let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
-        let feat = layout.nodes[i].feat;
-        let host = self
-            .stream
-            .clone_dtoh(&self.nodes[i].out)
-            .map_err(cuda_err)?;
-        let node = &model.nodes[i];
-        for m in members {
-            let mut v = Vec::new();
-            for r in 0..Layout::rows(node, m.len) {
-                let o = layout.offset(i, m.slot, layout.out_pos(model, i, m.step, r, m.len));
-                v.extend_from_slice(&host[o..o + feat]);
-            }
-            self.capture.record(model, i, m.step, m.input, v);
-        }
-        Ok(())
     }
 }
 
@@ -523,128 +315,7 @@ impl Device for CudaDevice {
         if max_batch == 0 {
             return Err(Error::invalid("max batch", "must be at least 1"));
         }
-        let mb = max_batch as usize;
-        let layout = Layout::new(model, mb);
-        self.max_dec = model.seq.as_ref().map_or(1, |s| s.max_dec as usize);
-        let max_enc = model.seq.as_ref().map_or(1, |s| s.max_enc as usize);
-        let mut nodes = Vec::with_capacity(model.nodes.len());
-        let (mut need_a, mut need_c, mut need_cols, mut need_rows) = (1usize, 1usize, 1usize, mb);
-        for n in &model.nodes {
-            let feat = layout.nodes[n.id.idx()].feat;
-            let in_feat: usize = n
-                .in_shapes
-                .iter()
-                .map(|s| s.feat.iter().product::<usize>())
-                .sum();
-            let rows = if n.loop_id.is_some() {
-                1
-            } else {
-                layout.nodes[n.id.idx()].cap.max(1)
-            };
-            need_rows = need_rows.max(mb * rows);
-            need_a = need_a.max(mb * rows * (in_feat + feat + 3 * feat));
-            need_c = need_c.max(mb * rows * 4 * feat.max(in_feat));
-            if let Op::Conv2d {
-                kernel: (kh, kw),
-                groups,
-                ..
-            } = &n.op
-            {
-                let (c, _, _) = n.in_chw();
-                need_cols =
-                    need_cols.max(mb * n.out_hw().0 * n.out_hw().1 * (c / groups) * kh * kw);
-            }
-            if let Op::Lstm { hidden, .. } = &n.op {
-                need_c = need_c.max(mb * 4 * hidden);
-            }
-            let w = weights::generate(model, n, self.seed);
-            let state = match &n.op {
-                Op::Lstm { hidden, .. } => Some(
-                    self.stream
-                        .alloc_zeros::<f32>(mb * hidden)
-                        .map_err(cuda_err)?,
-                ),
-                Op::Attention {
-                    mode: AttnMode::SelfAttn,
-                    ..
-                } if n.class == Class::Decoder => Some(
-                    self.stream
-                        .alloc_zeros::<f32>(mb * self.max_dec * 2 * feat)
-                        .map_err(cuda_err)?,
-                ),
-                _ => None,
-            };
-            let tied = model.tied_owner(n)?;
-            nodes.push(NodeGpu {
-                out: self
-                    .stream
-                    .alloc_zeros::<f32>(layout.buffer_len(n.id.idx()).max(1))
-                    .map_err(cuda_err)?,
-                // GEMM weights (and tables read by tied GEMMs) also in f16 at f16 precision
-                w: self.upload_weights(
-                    &w,
-                    matches!(
-                        n.op,
-                        Op::Conv2d { .. }
-                            | Op::Linear { .. }
-                            | Op::Lstm { .. }
-                            | Op::Embedding { .. }
-                    ),
-                )?,
-                state,
-                in_feat,
-                tied,
-            });
-        }
-        let segs = need_rows * 8 + 64 + mb * max_enc.max(self.max_dec) * 4;
-        self.scratch = Some(Scratch {
-            a: self.stream.alloc_zeros::<f32>(need_a).map_err(cuda_err)?,
-            c: self.stream.alloc_zeros::<f32>(need_c).map_err(cuda_err)?,
-            cols: self
-                .stream
-                .alloc_zeros::<f32>(need_cols)
-                .map_err(cuda_err)?,
-            seg: self.stream.alloc_zeros::<i64>(3 * segs).map_err(cuda_err)?,
-            i32a: self
-                .stream
-                .alloc_zeros::<i32>(need_rows)
-                .map_err(cuda_err)?,
-            i64a: self
-                .stream
-                .alloc_zeros::<i64>(need_rows)
-                .map_err(cuda_err)?,
-            i64b: self
-                .stream
-                .alloc_zeros::<i64>(need_rows)
-                .map_err(cuda_err)?,
-        });
-        self.s16 = if self.precision == Precision::F16 {
-            let n16 = need_a.max(need_c).max(need_cols);
-            Some(Scratch16 {
-                a: self
-                    .stream
-                    .alloc_zeros::<half::f16>(n16)
-                    .map_err(cuda_err)?,
-                b: self
-                    .stream
-                    .alloc_zeros::<half::f16>(n16)
-                    .map_err(cuda_err)?,
-                c: self
-                    .stream
-                    .alloc_zeros::<half::f16>(n16)
-                    .map_err(cuda_err)?,
-            })
-        } else {
-            None
-        };
-        self.segs = Vec::with_capacity(segs);
-        self.seg_host = Vec::with_capacity(3 * segs);
-        self.host_i32 = Vec::with_capacity(need_rows);
-        self.host_i64 = Vec::with_capacity(need_rows);
-        self.host_i64b = Vec::with_capacity(need_rows);
-        self.nodes = nodes;
-        self.layout = Some(layout);
-        self.model_name = model.name.clone();
+        self.allocate(model, max_batch as usize)?;
         self.stream.synchronize().map_err(cuda_err)?;
         Ok(())
     }

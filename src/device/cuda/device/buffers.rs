@@ -1,0 +1,166 @@
+//! Allocation at [`Device::prepare`]: every node's output buffer and weights (the GEMM weights
+//! also in f16 at f16 precision), LSTM cell states and decoder K|V caches, and scratch sized for
+//! the model's largest gather, GEMM and im2col at the maximum batch — so that serving allocates
+//! nothing on the device.
+
+use super::*;
+use crate::graph::Node;
+use cudarc::driver::{DeviceRepr, ValidAsZeroBits};
+
+/// Scratch sizes, in elements, that a model needs at the maximum batch.
+struct Needs {
+    a: usize,
+    c: usize,
+    cols: usize,
+    rows: usize,
+}
+
+impl Needs {
+    fn new(max_batch: usize) -> Needs {
+        Needs {
+            a: 1,
+            c: 1,
+            cols: 1,
+            rows: max_batch,
+        }
+    }
+
+    /// Grows the sizes to fit node `n` (input width `in_feat`) at `mb` members.
+    fn fit(&mut self, n: &Node, layout: &Layout, mb: usize, in_feat: usize) {
+        let feat = layout.nodes[n.id.idx()].feat;
+        let rows = if n.loop_id.is_some() {
+            1
+        } else {
+            layout.nodes[n.id.idx()].cap.max(1)
+        };
+        self.rows = self.rows.max(mb * rows);
+        self.a = self.a.max(mb * rows * (in_feat + feat + 3 * feat));
+        self.c = self.c.max(mb * rows * 4 * feat.max(in_feat));
+        if let Op::Conv2d {
+            kernel: (kh, kw),
+            groups,
+            ..
+        } = &n.op
+        {
+            let (c, _, _) = n.in_chw();
+            let (h, w) = n.out_hw();
+            self.cols = self.cols.max(mb * h * w * (c / groups) * kh * kw);
+        }
+        if let Op::Lstm { hidden, .. } = &n.op {
+            self.c = self.c.max(mb * 4 * hidden);
+        }
+    }
+}
+
+impl CudaDevice {
+    /// Allocates everything `model` needs to serve up to `mb` requests at once.
+    pub(super) fn allocate(&mut self, model: &Model, mb: usize) -> Result<()> {
+        let layout = Layout::new(model, mb);
+        self.max_dec = model.seq.as_ref().map_or(1, |s| s.max_dec as usize);
+        let max_enc = model.seq.as_ref().map_or(1, |s| s.max_enc as usize);
+        let mut needs = Needs::new(mb);
+        let mut nodes = Vec::with_capacity(model.nodes.len());
+        for n in &model.nodes {
+            let in_feat: usize = n
+                .in_shapes
+                .iter()
+                .map(|s| s.feat.iter().product::<usize>())
+                .sum();
+            needs.fit(n, &layout, mb, in_feat);
+            nodes.push(self.node_buffers(model, n, &layout, in_feat)?);
+        }
+        let segs = needs.rows * 8 + 64 + mb * max_enc.max(self.max_dec) * 4;
+        self.scratch = Some(Scratch {
+            a: self.zeros(needs.a)?,
+            c: self.zeros(needs.c)?,
+            cols: self.zeros(needs.cols)?,
+            seg: self.zeros(3 * segs)?,
+            i32a: self.zeros(needs.rows)?,
+            i64a: self.zeros(needs.rows)?,
+            i64b: self.zeros(needs.rows)?,
+        });
+        self.s16 = if self.precision == Precision::F16 {
+            let n16 = needs.a.max(needs.c).max(needs.cols);
+            Some(Scratch16 {
+                a: self.zeros(n16)?,
+                b: self.zeros(n16)?,
+                c: self.zeros(n16)?,
+            })
+        } else {
+            None
+        };
+        self.segs = Vec::with_capacity(segs);
+        self.seg_host = Vec::with_capacity(3 * segs);
+        self.host_i32 = Vec::with_capacity(needs.rows);
+        self.host_i64 = Vec::with_capacity(needs.rows);
+        self.host_i64b = Vec::with_capacity(needs.rows);
+        self.nodes = nodes;
+        self.layout = Some(layout);
+        self.model_name = model.name.clone();
+        Ok(())
+    }
+
+    /// Node `n`'s output buffer, weights and state (an LSTM's cell state, a decoder
+    /// self-attention's K|V cache).
+    fn node_buffers(
+        &self,
+        model: &Model,
+        n: &Node,
+        layout: &Layout,
+        in_feat: usize,
+    ) -> Result<NodeGpu> {
+        let mb = layout.max_batch;
+        let feat = layout.nodes[n.id.idx()].feat;
+        let w = weights::generate(model, n, self.seed);
+        let state = match &n.op {
+            Op::Lstm { hidden, .. } => Some(self.zeros(mb * hidden)?),
+            Op::Attention {
+                mode: AttnMode::SelfAttn,
+                ..
+            } if n.class == Class::Decoder => Some(self.zeros(mb * self.max_dec * 2 * feat)?),
+            _ => None,
+        };
+        // GEMM weights (and tables read by tied GEMMs) also in f16 at f16 precision
+        let gemm = matches!(
+            n.op,
+            Op::Conv2d { .. } | Op::Linear { .. } | Op::Lstm { .. } | Op::Embedding { .. }
+        );
+        Ok(NodeGpu {
+            out: self.zeros(layout.buffer_len(n.id.idx()).max(1))?,
+            w: self.upload_weights(&w, gemm)?,
+            state,
+            in_feat,
+            tied: model.tied_owner(n)?,
+        })
+    }
+
+    /// `n` zeroed elements on the device.
+    fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<CudaSlice<T>> {
+        self.stream.alloc_zeros::<T>(n).map_err(cuda_err)
+    }
+
+    fn upload(&self, v: &[f32]) -> Result<Option<CudaSlice<f32>>> {
+        if v.is_empty() {
+            Ok(None)
+        } else {
+            Ok(Some(self.stream.clone_htod(v).map_err(cuda_err)?))
+        }
+    }
+
+    fn upload_weights(&self, w: &Weights, gemm: bool) -> Result<GpuWeights> {
+        let w16 = if gemm && self.precision == Precision::F16 && !w.w.is_empty() {
+            let h: Vec<half::f16> = w.w.iter().map(|&x| half::f16::from_f32(x)).collect();
+            Some(self.stream.clone_htod(&h).map_err(cuda_err)?)
+        } else {
+            None
+        };
+        Ok(GpuWeights {
+            w: self.upload(&w.w)?,
+            w16,
+            bias: self.upload(&w.bias)?,
+            scale: self.upload(&w.scale)?,
+            shift: self.upload(&w.shift)?,
+            extra: self.upload(&w.extra)?,
+        })
+    }
+}
