@@ -161,6 +161,27 @@ fn draw_panel(area: &DrawingArea<SVGBackend, Shift>, p: &Panel, legend: bool) ->
     }
 }
 
+/// An axis tick's label: whole numbers from 100, one decimal from 1, two below.
+fn tick_label(v: &f64) -> String {
+    let a = v.abs();
+    if a == 0.0 {
+        "0".to_string()
+    } else if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 1.0 {
+        format!("{}", (v * 10.0).round() / 10.0)
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+/// A tick on a percentile axis plotted as 1/(1−q): the percentile it stands for.
+fn percentile_label(v: &f64) -> String {
+    let p = 100.0 * (1.0 - 1.0 / v.max(1.0));
+    let s = format!("{p:.4}");
+    format!("{}%", s.trim_end_matches('0').trim_end_matches('.'))
+}
+
 fn inner<XR, YR>(
     area: &DrawingArea<SVGBackend, Shift>,
     p: &Panel,
@@ -184,30 +205,17 @@ where
         .map_err(|x| e(&x))?;
     // log axes get few labels: plotters otherwise labels every minor tick and they overlap
     let (nx, ny) = (if p.log_x { 4 } else { 10 }, if p.log_y { 5 } else { 10 });
-    let fmt = |v: &f64| {
-        let a = v.abs();
-        if a == 0.0 {
-            "0".to_string()
-        } else if a >= 100.0 {
-            format!("{v:.0}")
-        } else if a >= 1.0 {
-            format!("{}", (v * 10.0).round() / 10.0)
-        } else {
-            format!("{v:.2}")
-        }
+    let xfmt: fn(&f64) -> String = if p.x_percentile {
+        percentile_label
+    } else {
+        tick_label
     };
-    let pct = |v: &f64| {
-        let p = 100.0 * (1.0 - 1.0 / v.max(1.0));
-        let s = format!("{p:.4}");
-        format!("{}%", s.trim_end_matches('0').trim_end_matches('.'))
-    };
-    let xfmt: &dyn Fn(&f64) -> String = if p.x_percentile { &pct } else { &fmt };
     chart
         .configure_mesh()
         .x_labels(nx)
         .y_labels(ny)
-        .x_label_formatter(xfmt)
-        .y_label_formatter(&fmt)
+        .x_label_formatter(&xfmt)
+        .y_label_formatter(&tick_label)
         .x_desc(&p.x_label)
         .y_desc(&p.y_label)
         .label_style(("sans-serif", 13))

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::report::plot::{Figure, Panel, Series};
-use crate::report::table::Table;
+use crate::report::table::{Cell, Table};
 
 /// Four co-located models on one NPU (paper §VI): LazyB against graph batching.
 pub(super) struct Colocation;
@@ -69,30 +69,12 @@ fn colocation(ctx: &mut Ctx) -> Result<()> {
             let lat = spread(runs.iter().map(|x| x.stats.latency_ms.mean).collect());
             let tp = spread(runs.iter().map(|x| x.stats.throughput_rps).collect());
             let viol = spread(runs.iter().map(|x| x.stats.sla_violation_rate).collect());
-            t.push(vec![
-                (*p).into(),
-                r.into(),
-                "overall".into(),
-                lat.0.into(),
-                lat.1.into(),
-                lat.2.into(),
-                tp.0.into(),
-                viol.0.into(),
-            ]);
+            t.push(row(p, r, "overall", lat, tp.0, viol.0));
             for (k, name) in names.iter().enumerate() {
                 let l = spread(runs.iter().map(|x| x.parts[k].latency_ms.mean).collect());
                 let tpk = spread(runs.iter().map(|x| x.parts[k].throughput_rps).collect());
                 let v = spread(runs.iter().map(|x| x.parts[k].sla_violation_rate).collect());
-                t.push(vec![
-                    (*p).into(),
-                    r.into(),
-                    (*name).into(),
-                    l.0.into(),
-                    l.1.into(),
-                    l.2.into(),
-                    tpk.0.into(),
-                    v.0.into(),
-                ]);
+                t.push(row(p, r, name, l, tpk.0, v.0));
             }
             sl.points.push((r, lat.0));
             sl.bars.push((lat.1, lat.2));
@@ -104,34 +86,8 @@ fn colocation(ctx: &mut Ctx) -> Result<()> {
         pt.series.push(st);
         overall.push(((*p).to_string(), pts));
     }
-    // best GraphB: the lowest overall mean latency averaged over the rates
-    let lazy = overall[0].1.clone();
-    let best = overall[1..]
-        .iter()
-        .min_by(|a, b| {
-            let sa: f64 = a.1.iter().map(|x| x.0).sum();
-            let sb: f64 = b.1.iter().map(|x| x.0).sum();
-            sa.total_cmp(&sb)
-        })
-        .cloned()
-        .ok_or_else(|| Error::Internal("no graph policy".into()))?;
-    let lat_gain = geomean(
-        &best
-            .1
-            .iter()
-            .zip(&lazy)
-            .map(|(g, z)| g.0 / z.0)
-            .collect::<Vec<_>>(),
-    );
-    let tp_gain = geomean(
-        &best
-            .1
-            .iter()
-            .zip(&lazy)
-            .map(|(g, z)| z.1 / g.1)
-            .collect::<Vec<_>>(),
-    );
-    ctx.colo_gains = Some((lat_gain, tp_gain, label(&best.0)));
+    let (best, lat_gain, tp_gain) = gains_over_best_graph(&overall)?;
+    ctx.colo_gains = Some((lat_gain, tp_gain, label(&best)));
     ctx.table(&t, "colocation")?;
     ctx.figure(
         &Figure {
@@ -151,11 +107,53 @@ fn colocation(ctx: &mut Ctx) -> Result<()> {
              LazyB's mean latency is {:.2}× lower and its throughput {:.2}× (the paper: 2.4× and 1.8×). The rates are the same for \
              every NPU configuration (under `default`, GNMT's requests bring the device near saturation above them). \
              Per-model figures: `colocation.csv`.",
-            label(&best.0),
+            label(&best),
             rates,
             lat_gain,
             tp_gain
         ),
     ));
     Ok(())
+}
+
+/// One row of `colocation.csv`: a policy at a total rate, for one model or `overall`.
+fn row(p: &str, r: f64, model: &str, lat: (f64, f64, f64), tp: f64, viol: f64) -> Vec<Cell> {
+    vec![
+        p.into(),
+        r.into(),
+        model.into(),
+        lat.0.into(),
+        lat.1.into(),
+        lat.2.into(),
+        tp.into(),
+        viol.into(),
+    ]
+}
+
+/// The best GraphB (the lowest overall mean latency summed over the rates) and LazyB's gains
+/// over it, geometric means over the rates: (policy, latency gain, throughput gain). `overall`
+/// holds each policy's (mean latency, throughput) per rate, LazyB first.
+fn gains_over_best_graph(overall: &[(String, Vec<(f64, f64)>)]) -> Result<(String, f64, f64)> {
+    let lazy = &overall[0].1;
+    let best = overall[1..]
+        .iter()
+        .min_by(|a, b| {
+            let sa: f64 = a.1.iter().map(|x| x.0).sum();
+            let sb: f64 = b.1.iter().map(|x| x.0).sum();
+            sa.total_cmp(&sb)
+        })
+        .ok_or_else(|| Error::Internal("no graph policy".into()))?;
+    let ratio = |f: fn(&(f64, f64), &(f64, f64)) -> f64| -> f64 {
+        geomean(
+            &best
+                .1
+                .iter()
+                .zip(lazy)
+                .map(|(g, z)| f(g, z))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let lat_gain = ratio(|g, z| g.0 / z.0);
+    let tp_gain = ratio(|g, z| z.1 / g.1);
+    Ok((best.0.clone(), lat_gain, tp_gain))
 }

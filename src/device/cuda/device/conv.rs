@@ -115,24 +115,7 @@ impl CudaDevice {
                 )?;
             }
         }
-        let f = funcs
-            .get("channel_epilogue")
-            .ok_or_else(|| missing("channel_epilogue"))?;
-        let null = 0u64;
-        let (co_i, p_i) = (co as i32, p as i32);
-        let mut b = stream.launch_builder(f);
-        b.arg(&mut sc.c);
-        match &wts.scale {
-            Some(s) => b.arg(s),
-            None => b.arg(&null),
-        };
-        match &wts.shift {
-            Some(s) => b.arg(s),
-            None => b.arg(&null),
-        };
-        b.arg(&co_i).arg(&p_i).arg(&ak).arg(&nimg_i);
-        // SAFETY: C holds nimg·co·p outputs.
-        unsafe { b.launch(elems(nimg * co * p)) }.map_err(cuda_err)?;
+        channel_epilogue(stream, funcs, &mut sc.c, wts, (co, p, nimg), ak)?;
         self.scatter(model, i, members, Buf::C)?;
         Ok(())
     }
@@ -187,4 +170,35 @@ impl CudaDevice {
         self.scatter(model, i, members, Buf::C)?;
         Ok(())
     }
+}
+
+/// Per-channel scale and shift (a folded batch norm) and the activation, in place over `nimg`
+/// images of `co` channels × `p` positions.
+fn channel_epilogue(
+    stream: &CudaStream,
+    funcs: &HashMap<String, CudaFunction>,
+    c: &mut CudaSlice<f32>,
+    wts: &GpuWeights,
+    (co, p, nimg): (usize, usize, usize),
+    act: i32,
+) -> Result<()> {
+    let f = funcs
+        .get("channel_epilogue")
+        .ok_or_else(|| missing("channel_epilogue"))?;
+    let null = 0u64;
+    let (co_i, p_i, nimg_i) = (co as i32, p as i32, nimg as i32);
+    let mut b = stream.launch_builder(f);
+    b.arg(c);
+    match &wts.scale {
+        Some(s) => b.arg(s),
+        None => b.arg(&null),
+    };
+    match &wts.shift {
+        Some(s) => b.arg(s),
+        None => b.arg(&null),
+    };
+    b.arg(&co_i).arg(&p_i).arg(&act).arg(&nimg_i);
+    // SAFETY: C holds nimg·co·p outputs.
+    unsafe { b.launch(elems(nimg * co * p)) }.map_err(cuda_err)?;
+    Ok(())
 }
