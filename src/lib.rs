@@ -15,6 +15,7 @@ pub mod device;
 pub mod engine;
 pub mod error;
 pub mod graph;
+pub mod lengths;
 pub mod metrics;
 pub mod policy;
 pub mod profile;
@@ -27,8 +28,3 @@ pub mod verify;
 pub mod wall;
 
 pub use error::{Error, Result};
-
-/// True for a model's input op.
-pub(crate) fn op_is_input(op: &graph::Op) -> bool {
-    matches!(op, graph::Op::Input { .. })
-}

@@ -3,7 +3,7 @@
 
 use crate::error::{Error, Result};
 use crate::graph::{Lengths, Model};
-use crate::runtime::lengths::{draw, JointLengths};
+use crate::lengths::{draw, JointLengths};
 use crate::time::Nanos;
 use rand::rngs::StdRng;
 use rand::SeedableRng;

@@ -80,3 +80,19 @@ pub trait Device {
         capture::Capture::default()
     }
 }
+
+/// A real device users can name (`--device NAME`): adding one is its module, that module's
+/// `mod` line and its line in [`open::REAL`].
+pub struct RealDevice {
+    /// The name `--device` takes.
+    pub name: &'static str,
+    /// Whether `auto` picks it when it is usable (before falling back to the NPU model).
+    pub auto: bool,
+    /// How many such devices this machine has, or why it cannot be used.
+    pub usable: fn() -> Result<i32>,
+    /// Opens the first one, with weights and inputs from `seed`, GEMM operands stored in the
+    /// given precision.
+    pub open: fn(seed: u64, precision: &str) -> Result<Box<dyn Device + Send>>,
+    /// The storage precisions it accepts (`f32` first).
+    pub precisions: &'static [&'static str],
+}

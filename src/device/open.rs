@@ -10,24 +10,8 @@ mod cuda_backend;
 pub use cuda_backend::{compile_kernels, KernelFile};
 
 use super::npu::{Npu, NpuConfig};
-use super::Device;
+use super::{Device, RealDevice};
 use crate::error::{Error, Result};
-
-/// A real device users can name (`--device NAME`): adding one is its module, that module's
-/// `mod` line and its line in [`REAL`].
-pub struct RealDevice {
-    /// The name `--device` takes.
-    pub name: &'static str,
-    /// Whether `auto` picks it when it is usable (before falling back to the NPU model).
-    pub auto: bool,
-    /// How many such devices this machine has, or why it cannot be used.
-    pub usable: fn() -> Result<i32>,
-    /// Opens the first one, with weights and inputs from `seed`, GEMM operands stored in the
-    /// given precision.
-    pub open: fn(seed: u64, precision: &str) -> Result<Box<dyn Device + Send>>,
-    /// The storage precisions it accepts (`f32` first).
-    pub precisions: &'static [&'static str],
-}
 
 /// The real devices, in the order `auto` tries them.
 pub const REAL: &[&RealDevice] = &[&cuda_backend::DEVICE, &super::cpu::DEVICE];

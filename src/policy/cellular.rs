@@ -19,8 +19,7 @@
 use super::graph_batching::start_batch;
 use super::spec::{window_and_batch, Entry, Parsed};
 use super::{Decision, Policy, View};
-use crate::graph::{Model, NodeStep};
-use crate::op_is_input;
+use crate::graph::{Model, NodeStep, Op};
 use crate::time::Nanos;
 
 /// Cellular batching.
@@ -56,7 +55,7 @@ pub(crate) fn joinable(model: &Model, at: NodeStep) -> bool {
     at.node == first.first
         && model.nodes[..first.first.idx()]
             .iter()
-            .all(|n| op_is_input(&n.op))
+            .all(|n| matches!(n.op, Op::Input { .. }))
 }
 
 impl Policy for Cellular {

@@ -1,9 +1,8 @@
 //! The serving runtime's state: requests ([`request`]), the pending queue ([`queue`], the
-//! paper's InfQ), the paper's BatchTable stack ([`batch_table`]), the SLA slack predictor ([`predictor`]) and sequence
-//! lengths ([`lengths`]).
+//! paper's InfQ), the paper's BatchTable stack ([`batch_table`]) and the SLA slack predictor
+//! ([`predictor`]).
 
 pub(crate) mod batch_table;
-pub mod lengths;
 pub mod predictor;
 pub(crate) mod queue;
 pub mod request;

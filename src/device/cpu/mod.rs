@@ -84,7 +84,7 @@ fn max_rows(model: &Model, r: Rows) -> usize {
 }
 
 /// `--device cpu`.
-pub(crate) const DEVICE: crate::device::open::RealDevice = crate::device::open::RealDevice {
+pub(crate) const DEVICE: crate::device::RealDevice = crate::device::RealDevice {
     name: "cpu",
     auto: false,
     usable: || Ok(1),

@@ -34,7 +34,7 @@ pub fn compile_kernels(arch: Option<&str>) -> Result<(Option<&'static str>, Vec<
 }
 
 /// `--device cuda`.
-pub(crate) const DEVICE: super::RealDevice = super::RealDevice {
+pub(crate) const DEVICE: crate::device::RealDevice = crate::device::RealDevice {
     name: "cuda",
     auto: true,
     usable,

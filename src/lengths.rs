@@ -6,8 +6,8 @@ use crate::error::{Error, Result};
 use crate::graph::{Lengths, Model, SeqConfig};
 use rand::Rng;
 
-const PROFILE_CSV: &str = include_str!("../../data/wmt/newstest2014-2018-ende-lengths.csv");
-const TEST_JOINT_CSV: &str = include_str!("../../data/wmt/newstest2019-ende-joint.csv");
+const PROFILE_CSV: &str = include_str!("../data/wmt/newstest2014-2018-ende-lengths.csv");
+const TEST_JOINT_CSV: &str = include_str!("../data/wmt/newstest2019-ende-joint.csv");
 
 /// A discrete distribution of (source words, target words) pairs.
 #[derive(Clone, Debug)]
