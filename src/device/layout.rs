@@ -4,6 +4,7 @@
 //! value sits in and which copies assemble a node's input rows. The CPU device performs those
 //! copies directly; the CUDA device turns them into one gather kernel per source buffer.
 
+use super::Member;
 use crate::graph::op::Op;
 use crate::graph::{Input, Lengths, Model, Node, Rows, View};
 
@@ -170,21 +171,18 @@ impl Layout {
         }
     }
 
-    /// Emits the copies that assemble input `inp` of `node` for a request in `slot` at `step`,
-    /// consumer row `r`, into a row buffer at offset `dst`.
-    #[allow(clippy::too_many_arguments)]
+    /// Emits the copies that assemble input `inp` of `node` for member `m` (its slot, lengths and
+    /// step), consumer row `r`; each [`Seg::dst`] counts from the start of this input in the row.
     pub(crate) fn input_segs(
         &self,
         model: &Model,
         node: &Node,
         inp: &Input,
-        slot: u32,
-        len: Lengths,
-        step: u32,
+        m: &Member,
         r: usize,
-        dst: usize,
         mut emit: impl FnMut(Seg),
     ) {
+        let (slot, len, step, dst) = (m.slot, m.len, m.step, 0);
         let p = inp.node.idx();
         let pn = &model.nodes[p];
         let fw = self.nodes[p].feat;

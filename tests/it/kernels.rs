@@ -61,7 +61,13 @@ fn gemm_matches_the_naive_product_with_any_strides() {
         // B read transposed from an [n × k] table, C written column-major
         let bt = rnd(&mut rng, n * k);
         let mut ct = vec![0.0; m * n];
-        gemm_strided(m, n, k, &a, (k, 1), &bt, (1, k), &mut ct, (1, m), false);
+        gemm_strided(
+            (m, n, k),
+            (&a, (k, 1)),
+            (&bt, (1, k)),
+            (&mut ct, (1, m)),
+            false,
+        );
         let want = naive_mm(m, n, k, |i, t| a[i * k + t], |t, j| bt[j * k + t]);
         let got: Vec<f32> = (0..m * n).map(|x| ct[(x % n) * m + x / n]).collect();
         close(&got, &want, 1e-4, "strided");
@@ -93,19 +99,25 @@ fn gemm_rows_are_independent_of_the_batch() {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A square window of size `k`, stride `s`, padding `p` over an `h × w` image.
+fn window((h, w): (usize, usize), k: usize, s: usize, p: usize) -> Window {
+    Window {
+        kernel: (k, k),
+        stride: s,
+        pad: p,
+        out: ((h + 2 * p - k) / s + 1, (w + 2 * p - k) / s + 1),
+    }
+}
+
+/// A direct convolution of `co` output channels in `g` groups over a square window.
 fn naive_conv(
     x: &[f32],
     (c, h, w): (usize, usize, usize),
     wt: &[f32],
-    co: usize,
-    k: usize,
-    s: usize,
-    p: usize,
-    g: usize,
+    (co, g): (usize, usize),
+    win: Window,
 ) -> Vec<f32> {
-    let ho = (h + 2 * p - k) / s + 1;
-    let wo = (w + 2 * p - k) / s + 1;
+    let (k, s, p, (ho, wo)) = (win.kernel.0, win.stride, win.pad, win.out);
     let (cg, cog) = (c / g, co / g);
     let mut y = vec![0.0; co * ho * wo];
     for o in 0..co {
@@ -161,29 +173,21 @@ fn im2col_conv_matches_a_direct_convolution() {
                 &x,
                 (h, w),
                 (gi * cg, cg),
-                (k, k),
-                s,
-                p,
-                (ho, wo),
+                window((h, w), k, s, p),
                 &mut cols_kp,
             );
             let pp = ho * wo;
             gemm_strided(
-                pp,
-                cog,
-                kk,
-                &cols_kp,
-                (1, pp),
-                &wt[gi * kk * cog..],
-                (cog, 1),
-                &mut y2[gi * cog * pp..],
-                (1, pp),
+                (pp, cog, kk),
+                (&cols_kp, (1, pp)),
+                (&wt[gi * kk * cog..], (cog, 1)),
+                (&mut y2[gi * cog * pp..], (1, pp)),
                 false,
             );
         }
         close(
             &y2,
-            &naive_conv(&x, (c, h, w), &wt, co, k, s, p, g),
+            &naive_conv(&x, (c, h, w), &wt, (co, g), window((h, w), k, s, p)),
             1e-4,
             "conv kp",
         );
@@ -198,10 +202,10 @@ fn depthwise_matches_a_grouped_convolution() {
     let wt = rnd(&mut rng, c * k * k);
     let (ho, wo) = ((h + 2 * p - k) / s + 1, (w + 2 * p - k) / s + 1);
     let mut y = vec![0.0; c * ho * wo];
-    depthwise(&x, (c, h, w), &wt, (k, k), s, p, (ho, wo), &mut y);
+    depthwise(&x, (c, h, w), &wt, window((h, w), k, s, p), &mut y);
     close(
         &y,
-        &naive_conv(&x, (c, h, w), &wt, c, k, s, p, c),
+        &naive_conv(&x, (c, h, w), &wt, (c, c), window((h, w), k, s, p)),
         1e-5,
         "depthwise",
     );
@@ -216,7 +220,7 @@ fn pooling_matches_the_definition() {
     let (ho, wo) = ((h + 2 * p - k) / s + 1, (w + 2 * p - k) / s + 1);
     for max in [true, false] {
         let mut y = vec![0.0; c * ho * wo];
-        pool(&x, (c, h, w), k, s, p, (ho, wo), max, &mut y);
+        pool(&x, (c, h, w), window((h, w), k, s, p), max, &mut y);
         let mut want = vec![0.0; c * ho * wo];
         for ch in 0..c {
             for oy in 0..ho {

@@ -53,7 +53,7 @@ impl CpuDevice {
         let step = m.step;
         let AttnScratch { a, c, scores } = sc;
         let d = numel(&node.in_shapes[0].feat);
-        self.read_input(model, node, &node.inputs[0], m, step, 0, &mut a[..d]);
+        self.read_input(model, node, &node.inputs[0], m, 0, &mut a[..d]);
         let (kp, nk) = self.seq_input(model, &node.inputs[1], m);
         let (vp, _) = self.seq_input(model, &node.inputs[2], m);
         let q = &a[..d];
@@ -105,7 +105,7 @@ impl CpuDevice {
         let step = m.step;
         let AttnScratch { a, c, scores } = sc;
         let d = dout;
-        self.read_input(model, node, &node.inputs[0], m, step, 0, &mut a[..3 * d]);
+        self.read_input(model, node, &node.inputs[0], m, 0, &mut a[..3 * d]);
         let max_dec = model.seq.as_ref().map_or(1, |s| s.max_dec as usize);
         let base = m.slot as usize * max_dec * 2 * d;
         {
@@ -163,15 +163,10 @@ impl CpuDevice {
             let v = &qkv[2 * d + hd * dh..];
             let sc = &mut scores[..rows * rows];
             kernels::gemm_strided(
-                rows,
-                rows,
-                dh,
-                q,
-                (3 * d, 1),
-                k,
-                (1, 3 * d),
-                sc,
-                (rows, 1),
+                (rows, rows, dh),
+                (q, (3 * d, 1)),
+                (k, (1, 3 * d)),
+                (sc, (rows, 1)),
                 false,
             );
             for row in sc.chunks_exact_mut(rows) {
@@ -179,15 +174,10 @@ impl CpuDevice {
                 kernels::softmax(row);
             }
             kernels::gemm_strided(
-                rows,
-                dh,
-                rows,
-                sc,
-                (rows, 1),
-                v,
-                (3 * d, 1),
-                &mut c[hd * dh..],
-                (d, 1),
+                (rows, dh, rows),
+                (sc, (rows, 1)),
+                (v, (3 * d, 1)),
+                (&mut c[hd * dh..], (d, 1)),
                 false,
             );
         }
@@ -218,7 +208,7 @@ impl CpuDevice {
         let dh = d / heads;
         let scale = 1.0 / (dh as f32).sqrt();
         for r in 0..rows {
-            self.read_input(model, node, &node.inputs[0], m, step, r, &mut a[..d]);
+            self.read_input(model, node, &node.inputs[0], m, r, &mut a[..d]);
             for hd in 0..heads {
                 kernels::attend_dot(
                     &a[hd * dh..(hd + 1) * dh],

@@ -24,6 +24,12 @@ impl CpuDevice {
         let (cg, cog) = (c / g, co / g);
         let kk = cg * kh * kw;
         let depthwise = node.op.is_depthwise(c);
+        let win = Window {
+            kernel: (*kh, *kw),
+            stride: *stride,
+            pad: *padding,
+            out: (ho, wo),
+        };
         let mut cols = std::mem::take(&mut self.cols);
         let mut a = std::mem::take(&mut self.scratch_a);
         let prod = node.inputs[0].node.idx();
@@ -33,16 +39,7 @@ impl CpuDevice {
             let n = &mut self.nodes[i];
             let (wts, out) = (&n.w, &mut n.out[o..o + co * p]);
             if depthwise {
-                kernels::depthwise(
-                    &a,
-                    (c, h, w),
-                    &wts.w,
-                    (*kh, *kw),
-                    *stride,
-                    *padding,
-                    (ho, wo),
-                    out,
-                );
+                kernels::depthwise(&a, (c, h, w), &wts.w, win, out);
             } else {
                 let pointwise = (*kh, *kw, *stride, *padding) == (1, 1, 1, 0);
                 for gi in 0..g {
@@ -52,28 +49,14 @@ impl CpuDevice {
                     let a_kp: &[f32] = if pointwise {
                         &a[gi * cg * p..(gi + 1) * cg * p]
                     } else {
-                        kernels::im2col_kp(
-                            &a,
-                            (h, w),
-                            (gi * cg, cg),
-                            (*kh, *kw),
-                            *stride,
-                            *padding,
-                            (ho, wo),
-                            &mut cols,
-                        );
+                        kernels::im2col_kp(&a, (h, w), (gi * cg, cg), win, &mut cols);
                         &cols
                     };
                     kernels::gemm_strided(
-                        p,
-                        cog,
-                        kk,
-                        a_kp,
-                        (1, p),
-                        wg,
-                        (cog, 1),
-                        &mut out[gi * cog * p..],
-                        (1, p),
+                        (p, cog, kk),
+                        (a_kp, (1, p)),
+                        (wg, (cog, 1)),
+                        (&mut out[gi * cog * p..], (1, p)),
                         false,
                     );
                 }
@@ -109,23 +92,27 @@ impl CpuDevice {
         let (ho, wo) = node.out_hw();
         let mut a = std::mem::take(&mut self.scratch_a);
         for m in members {
-            let step = m.step;
-            self.gather_row(model, node, m, step, 0, &mut a[..c * h * w]);
+            self.gather_row(model, node, m, 0, &mut a[..c * h * w]);
             let out = self.out_row_mut(i, m.slot, 0);
             match kind {
                 PoolKind::GlobalAvg => {
-                    kernels::pool(&a, (c, h, w), h.max(w), 1, 0, (1, 1), false, out)
+                    let win = Window {
+                        kernel: (h.max(w), h.max(w)),
+                        stride: 1,
+                        pad: 0,
+                        out: (1, 1),
+                    };
+                    kernels::pool(&a, (c, h, w), win, false, out)
                 }
-                PoolKind::Max | PoolKind::Avg => kernels::pool(
-                    &a,
-                    (c, h, w),
-                    *kernel,
-                    *stride,
-                    *padding,
-                    (ho, wo),
-                    *kind == PoolKind::Max,
-                    out,
-                ),
+                PoolKind::Max | PoolKind::Avg => {
+                    let win = Window {
+                        kernel: (*kernel, *kernel),
+                        stride: *stride,
+                        pad: *padding,
+                        out: (ho, wo),
+                    };
+                    kernels::pool(&a, (c, h, w), win, *kind == PoolKind::Max, out)
+                }
             }
         }
         self.scratch_a = a;

@@ -19,22 +19,16 @@ pub fn in_gemm() -> bool {
 /// GEMMs with at least this many multiply-adds use both cores.
 const PARALLEL_MACS: usize = 1 << 22;
 
-/// `C = A · B` with explicit row/column strides (elements) for every operand; `accumulate` adds
-/// to C instead of overwriting it.
+/// `C[m×n] = A[m×k] · B[k×n]`, each operand a slice with its (row, column) strides in elements;
+/// `accumulate` adds to C instead of overwriting it.
 ///
 /// # Panics
 /// When a stride or size would index outside its slice (checked before the call).
-#[allow(clippy::too_many_arguments)]
 pub fn gemm_strided(
-    m: usize,
-    n: usize,
-    k: usize,
-    a: &[f32],
-    (a_rs, a_cs): (usize, usize),
-    b: &[f32],
-    (b_rs, b_cs): (usize, usize),
-    c: &mut [f32],
-    (c_rs, c_cs): (usize, usize),
+    (m, n, k): (usize, usize, usize),
+    (a, (a_rs, a_cs)): (&[f32], (usize, usize)),
+    (b, (b_rs, b_cs)): (&[f32], (usize, usize)),
+    (c, (c_rs, c_cs)): (&mut [f32], (usize, usize)),
     accumulate: bool,
 ) {
     if m == 0 || n == 0 {
@@ -113,29 +107,40 @@ pub fn gemm_rows(
     } else {
         m
     };
-    gemm_strided(m, n, k, a, (k, 1), b, b_strides, c, (n, 1), false);
+    gemm_strided((m, n, k), (a, (k, 1)), (b, b_strides), (c, (n, 1)), false);
 }
 
 /// Row-major `C[m×n] = A[m×k] · B[k×n]`.
 pub fn matmul(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
-    gemm_strided(m, n, k, a, (k, 1), b, (n, 1), c, (n, 1), false);
+    gemm_strided((m, n, k), (a, (k, 1)), (b, (n, 1)), (c, (n, 1)), false);
+}
+
+/// A sliding window over an image: its size, stride and zero padding, and the output size they
+/// give.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    /// Rows and columns of the window.
+    pub kernel: (usize, usize),
+    /// Step between windows, both directions.
+    pub stride: usize,
+    /// Zeros around the image, every side.
+    pub pad: usize,
+    /// Output rows and columns.
+    pub out: (usize, usize),
 }
 
 /// Unfolds one group of a [C, H, W] image into `cols[K × P]`: row `(c·kh + ky)·kw + kx` holds
 /// that tap's input for every output pixel (zero outside the image). Rows are built from
 /// contiguous runs of the input, so this is much faster than the patch-per-row layout; the
 /// GEMM reads it transposed (row stride 1, column stride P).
-#[allow(clippy::too_many_arguments)]
 pub fn im2col_kp(
     x: &[f32],
     (h, w): (usize, usize),
     (c0, cg): (usize, usize),
-    (kh, kw): (usize, usize),
-    stride: usize,
-    pad: usize,
-    (ho, wo): (usize, usize),
+    win: Window,
     cols: &mut [f32],
 ) {
+    let ((kh, kw), stride, pad, (ho, wo)) = (win.kernel, win.stride, win.pad, win.out);
     let p = ho * wo;
     for c in 0..cg {
         let plane = &x[(c0 + c) * h * w..(c0 + c + 1) * h * w];
@@ -176,17 +181,14 @@ pub fn im2col_kp(
 }
 
 /// Depthwise convolution (one filter per channel, multiplier 1) of a [C, H, W] image.
-#[allow(clippy::too_many_arguments)]
 pub fn depthwise(
     x: &[f32],
     (c, h, w): (usize, usize, usize),
     wt: &[f32],
-    (kh, kw): (usize, usize),
-    stride: usize,
-    pad: usize,
-    (ho, wo): (usize, usize),
+    win: Window,
     y: &mut [f32],
 ) {
+    let ((kh, kw), stride, pad, (ho, wo)) = (win.kernel, win.stride, win.pad, win.out);
     for ch in 0..c {
         let plane = &x[ch * h * w..(ch + 1) * h * w];
         let f = &wt[ch * kh * kw..(ch + 1) * kh * kw];
@@ -213,17 +215,9 @@ pub fn depthwise(
 }
 
 /// Max or average pooling of a [C, H, W] image (average counts only in-image elements).
-#[allow(clippy::too_many_arguments)]
-pub fn pool(
-    x: &[f32],
-    (c, h, w): (usize, usize, usize),
-    k: usize,
-    stride: usize,
-    pad: usize,
-    (ho, wo): (usize, usize),
-    max: bool,
-    y: &mut [f32],
-) {
+/// The window is square (`kernel.0` used both ways).
+pub fn pool(x: &[f32], (c, h, w): (usize, usize, usize), win: Window, max: bool, y: &mut [f32]) {
+    let (k, stride, pad, (ho, wo)) = (win.kernel.0, win.stride, win.pad, win.out);
     for ch in 0..c {
         let plane = &x[ch * h * w..(ch + 1) * h * w];
         for oy in 0..ho {

@@ -11,16 +11,8 @@ impl CpuDevice {
         let mut c = std::mem::take(&mut self.scratch_c);
         let mut r_total = 0;
         for m in members {
-            let step = m.step;
             for r in 0..Layout::rows(node, m.len) {
-                self.gather_row(
-                    model,
-                    node,
-                    m,
-                    step,
-                    r,
-                    &mut a[r_total * k..(r_total + 1) * k],
-                );
+                self.gather_row(model, node, m, r, &mut a[r_total * k..(r_total + 1) * k]);
                 r_total += 1;
             }
         }

@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 use crate::graph::op::{AttnMode, Op, PoolKind, PosEnc};
 use crate::graph::{Class, Input, Model, Node, NodeStep, Rows};
 use crate::time::Nanos;
-use kernels::ActK;
+use kernels::{ActK, Window};
 use std::time::Instant;
 use weights::Weights;
 
@@ -127,41 +127,29 @@ impl CpuDevice {
     }
 
     /// Writes the consumer's input row `r` (all inputs concatenated) for member `m` into `dst`.
-    fn gather_row(
-        &self,
-        model: &Model,
-        node: &Node,
-        m: &Member,
-        step: u32,
-        r: usize,
-        dst: &mut [f32],
-    ) {
+    fn gather_row(&self, model: &Model, node: &Node, m: &Member, r: usize, dst: &mut [f32]) {
         let mut off = 0;
         for (k, inp) in node.inputs.iter().enumerate() {
-            self.layout
-                .input_segs(model, node, inp, m.slot, m.len, step, r, off, |seg| {
-                    self.copy_seg(seg, dst)
-                });
+            self.layout.input_segs(model, node, inp, m, r, |seg| {
+                let dst_at = seg.dst + off;
+                self.copy_seg(Seg { dst: dst_at, ..seg }, dst)
+            });
             off += numel(&node.in_shapes[k].feat);
         }
     }
 
     /// Writes input `inp`'s row `r` for member `m` into `dst`.
-    #[allow(clippy::too_many_arguments)]
     fn read_input(
         &self,
         model: &Model,
         node: &Node,
         inp: &Input,
         m: &Member,
-        step: u32,
         r: usize,
         dst: &mut [f32],
     ) {
         self.layout
-            .input_segs(model, node, inp, m.slot, m.len, step, r, 0, |seg| {
-                self.copy_seg(seg, dst)
-            });
+            .input_segs(model, node, inp, m, r, |seg| self.copy_seg(seg, dst));
     }
 
     /// The rows (`valid` of them) of a sequence input seen whole (attention keys/values).

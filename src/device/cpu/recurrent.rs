@@ -12,7 +12,7 @@ impl CpuDevice {
         for (j, m) in members.iter().enumerate() {
             let step = m.step;
             let row = &mut a[j * k..(j + 1) * k];
-            self.gather_row(model, node, m, step, 0, &mut row[..kx]);
+            self.gather_row(model, node, m, 0, &mut row[..kx]);
             if step == 0 {
                 row[kx..].iter_mut().for_each(|v| *v = 0.0);
             } else {

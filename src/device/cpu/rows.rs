@@ -13,7 +13,7 @@ impl CpuDevice {
         for m in members {
             let step = m.step;
             for r in 0..Layout::rows(node, m.len) {
-                self.gather_row(model, node, m, step, r, &mut a[..kin]);
+                self.gather_row(model, node, m, r, &mut a[..kin]);
                 let x = &a[..kin];
                 let y = &mut c[..fo];
                 let w = &self.nodes[i].w;

@@ -96,16 +96,18 @@ impl CudaDevice {
                 } else {
                     (Operand::F(sc.cols.slice(..nimg * kk * p)), kk * p)
                 };
-                Self::gemm_p(
-                    s16.as_mut(),
+                let units = Units {
+                    s16: s16.as_mut(),
                     blas,
                     stream,
                     funcs,
+                };
+                Self::gemm_p(
+                    units,
                     (cog, p, kk),
                     (wop, true, cog),
                     (act_op, false, p),
-                    &mut cv,
-                    p,
+                    (&mut cv, p),
                     Strides {
                         count: nimg,
                         a: 0,

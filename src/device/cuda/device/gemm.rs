@@ -2,6 +2,15 @@
 
 use super::*;
 
+/// What a GEMM uses of the device: cuBLAS, the stream, the precision-conversion kernels and
+/// the f16 scratch (at f16 precision only).
+pub(super) struct Units<'a> {
+    pub(super) s16: Option<&'a mut Scratch16>,
+    pub(super) blas: &'a CudaBlas,
+    pub(super) stream: &'a Arc<CudaStream>,
+    pub(super) funcs: &'a HashMap<String, CudaFunction>,
+}
+
 impl CudaDevice {
     /// Row-major `C[m×n] = op(A)[m×k] · op(B)[k×n]` in cuBLAS (column-major, see [`row_major`]),
     /// `batch.count` times with operands `batch.a`/`batch.b`/`batch.c` elements apart (one call:
@@ -9,21 +18,22 @@ impl CudaDevice {
     /// operand transposed; `lda`/`ldb`/`ldc` are row strides. f32 operands go straight to
     /// cuBLAS; with an f16 operand, the f32 one is converted to f16 scratch, cuBLAS multiplies f16
     /// with f32 accumulation into compact f16 scratch, and the result is converted back into `c`.
-    #[allow(clippy::too_many_arguments)]
     pub(super) fn gemm_p(
-        s16: Option<&mut Scratch16>,
-        blas: &CudaBlas,
-        stream: &Arc<CudaStream>,
-        funcs: &HashMap<String, CudaFunction>,
+        units: Units,
         (m, n, k): (usize, usize, usize),
         (a, a_t, lda): (Operand, bool, usize),
         (b, b_t, ldb): (Operand, bool, usize),
-        c: &mut cudarc::driver::CudaViewMut<f32>,
-        ldc: usize,
+        (c, ldc): (&mut cudarc::driver::CudaViewMut<f32>, usize),
         batch: Strides,
     ) -> Result<()> {
+        let Units {
+            s16,
+            blas,
+            stream,
+            funcs,
+        } = units;
         if let (Operand::F(a), Operand::F(b)) = (&a, &b) {
-            let cfg = row_major(m, n, k, (a_t, lda), (b_t, ldb), ldc, 1.0f32, 0.0f32);
+            let cfg = row_major((m, n, k), (a_t, lda), (b_t, ldb), ldc, (1.0f32, 0.0f32));
             // SAFETY: sizes, strides and batch strides describe ranges of buffers sized from the
             // model at prepare.
             return if batch.count == 1 {
@@ -70,14 +80,11 @@ impl CudaDevice {
         };
         // C in f16 scratch is compact: rows of n, GEMMs m·n apart
         let cfg = row_major(
-            m,
-            n,
-            k,
+            (m, n, k),
             (a_t, lda),
             (b_t, ldb),
             n,
-            half::f16::ONE,
-            half::f16::ZERO,
+            (half::f16::ONE, half::f16::ZERO),
         );
         let c_len = batch.count * m * n;
         {
@@ -123,17 +130,13 @@ impl CudaDevice {
 
 /// The cuBLAS (column-major) configuration of the row-major product `C[m×n] = op(A)·op(B)`:
 /// cuBLAS computes `Cᵀ = op(B)ᵀ·op(A)ᵀ`, so B comes first. `(t, ld)` per operand: whether the
-/// buffer holds it transposed, and its row stride.
-#[allow(clippy::too_many_arguments)]
+/// buffer holds it transposed, and its row stride; `C = alpha·op(A)·op(B) + beta·C`.
 pub(super) fn row_major<T>(
-    m: usize,
-    n: usize,
-    k: usize,
+    (m, n, k): (usize, usize, usize),
     (a_t, lda): (bool, usize),
     (b_t, ldb): (bool, usize),
     ldc: usize,
-    alpha: T,
-    beta: T,
+    (alpha, beta): (T, T),
 ) -> GemmConfig<T> {
     let op = |t: bool| {
         if t {

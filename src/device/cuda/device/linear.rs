@@ -35,16 +35,18 @@ impl CudaDevice {
             (None, Some(f)) => Operand::F(f.slice(..)),
             (None, None) => return Err(missing("linear weights")),
         };
-        Self::gemm_p(
-            s16.as_mut(),
+        let units = Units {
+            s16: s16.as_mut(),
             blas,
             stream,
             funcs,
+        };
+        Self::gemm_p(
+            units,
             (rows, feat, k),
             (Operand::F(av), false, k),
             (wop, transposed, ld),
-            &mut cv,
-            feat,
+            (&mut cv, feat),
             Strides::ONE,
         )?;
         let f = funcs.get("bias_act").ok_or_else(|| missing("bias_act"))?;

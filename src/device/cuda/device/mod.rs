@@ -33,6 +33,7 @@ use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{
     CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
 };
+use gemm::Units;
 use std::collections::HashMap;
 use std::sync::Arc;
 

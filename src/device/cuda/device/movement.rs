@@ -78,12 +78,14 @@ impl CudaDevice {
         let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
         let mut rows = 0;
         for m in members {
-            let step = m.step;
             for r in 0..Layout::rows(node, m.len) {
                 let mut off = rows * width;
                 for (k, inp) in node.inputs.iter().enumerate() {
-                    layout.input_segs(model, node, inp, m.slot, m.len, step, r, off, |s| {
-                        self.segs.push(s)
+                    layout.input_segs(model, node, inp, m, r, |s| {
+                        self.segs.push(Seg {
+                            dst: s.dst + off,
+                            ..s
+                        })
                     });
                     off += node.in_shapes[k].feat.iter().product::<usize>();
                 }
@@ -161,19 +163,14 @@ impl CudaDevice {
         let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
         let mut rows = 0;
         for m in members {
-            let step = m.step;
             for r in 0..Layout::rows(node, m.len) {
-                layout.input_segs(
-                    model,
-                    node,
-                    &node.inputs[0],
-                    m.slot,
-                    m.len,
-                    step,
-                    r,
-                    rows * width,
-                    |s| self.segs.push(s),
-                );
+                let off = rows * width;
+                layout.input_segs(model, node, &node.inputs[0], m, r, |s| {
+                    self.segs.push(Seg {
+                        dst: s.dst + off,
+                        ..s
+                    })
+                });
                 rows += 1;
             }
         }

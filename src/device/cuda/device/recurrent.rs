@@ -18,8 +18,11 @@ impl CudaDevice {
             let step = m.step;
             let mut off = r * k;
             for (q, inp) in node.inputs.iter().enumerate() {
-                layout.input_segs(model, node, inp, m.slot, m.len, step, 0, off, |s| {
-                    self.segs.push(s)
+                layout.input_segs(model, node, inp, m, 0, |s| {
+                    self.segs.push(Seg {
+                        dst: s.dst + off,
+                        ..s
+                    })
                 });
                 off += node.in_shapes[q].feat.iter().product::<usize>();
             }
@@ -66,16 +69,18 @@ impl CudaDevice {
                 (None, Some(f)) => Operand::F(f.slice(..)),
                 (None, None) => return Err(missing("lstm weights")),
             };
-            Self::gemm_p(
-                s16.as_mut(),
+            let units = Units {
+                s16: s16.as_mut(),
                 blas,
                 stream,
                 funcs,
+            };
+            Self::gemm_p(
+                units,
                 (rows, 4 * h, k),
                 (Operand::F(av), false, k),
                 (wop, false, 4 * h),
-                &mut cv,
-                4 * h,
+                (&mut cv, 4 * h),
                 Strides::ONE,
             )?;
         }
