@@ -435,24 +435,73 @@ mod tests {
         Request::new(RequestId(i), ms(arrival), ms(deadline - arrival), len)
     }
 
-    /// Decides with request 0 in flight at node `node` and requests 1.. pending.
-    fn decide(pol: &mut Lazy, requests: &[Request], node: u32, now: f64) -> Decision {
+    /// Decides at `now` ms on a hand-built server: BatchTable `entries` bottom first (members,
+    /// next node), `pending` queued oldest first.
+    fn decide_on(
+        pol: &mut Lazy,
+        requests: &[Request],
+        entries: &[(&[u32], u32)],
+        pending: &[u32],
+        now: f64,
+    ) -> Decision {
         let (m, p) = setup();
         let mut table = BatchTable::new(8);
         table.set_model(&m);
-        table.push_from(
-            [RequestId(0)],
-            NodeStep {
-                node: NodeId(node),
+        for (members, node) in entries {
+            let at = NodeStep {
+                node: NodeId(*node),
                 step: 0,
-            },
-            None,
-        );
+            };
+            table.push_from(members.iter().map(|&i| RequestId(i)), at, None);
+        }
         let mut queue = Queue::with_capacity(4);
-        for r in &requests[1..] {
-            queue.push(r.id);
+        for &i in pending {
+            queue.push(RequestId(i));
         }
         pol.decide(&View::new(ms(now), &m, &queue, &table, &p, 8, requests))
+    }
+
+    /// Decides with request 0 in flight at node `node` and requests 1.. pending.
+    fn decide(pol: &mut Lazy, requests: &[Request], node: u32, now: f64) -> Decision {
+        let pending: Vec<u32> = (1..requests.len() as u32).collect();
+        decide_on(pol, requests, &[(&[0], node)], &pending, now)
+    }
+
+    #[test]
+    fn the_papers_worked_example_decision_by_decision() {
+        // Fig. 8 (the BatchTable example): the predictor always finds lazy batching beneficial
+        // (a generous SLA); node ids: input 0, A 1, B 2, C 3. Req1 = 0, Req2 = 1, Req3 = 2.
+        let rs = [req(0, 2.0, 60.0), req(1, 3.5, 60.0), req(2, 4.5, 60.0)];
+        // a fresh policy per decision: one policy serves one table, whose generation keys its
+        // cache
+        let lazy = Lazy::conservative;
+        let admit_one = Decision::Admit {
+            count: 1,
+            pad: false,
+        };
+        // t=2: the table is empty, Req1 is pushed at A
+        assert_eq!(decide_on(&mut lazy(), &rs, &[], &[0], 2.0), admit_one);
+        // t=4: Req1 has run A and B (next C) and Req2 waits: preempt, push Req2 at A
+        assert_eq!(
+            decide_on(&mut lazy(), &rs, &[(&[0], 3)], &[1], 4.0),
+            admit_one
+        );
+        // t=5: Req2 has run A (next B) and Req3 waits: preempt again, push Req3
+        let two = [(&[0u32][..], 3), (&[1u32][..], 2)];
+        assert_eq!(decide_on(&mut lazy(), &rs, &two, &[2], 5.0), admit_one);
+        // t=6 and on: nothing pending, the active sub-batch runs (merges are the table's work)
+        let merged = [(&[0u32][..], 3), (&[1u32, 2][..], 2)];
+        assert_eq!(
+            decide_on(&mut lazy(), &rs, &merged, &[], 6.0),
+            Decision::Run
+        );
+        // the same moment under a tight SLA: Req1 (deadline 11 ms) cannot absorb Req3: Req2 and
+        // Req1 run on
+        let tight = [req(0, 2.0, 11.0), req(1, 3.5, 60.0), req(2, 4.5, 60.0)];
+        assert_eq!(
+            decide_on(&mut lazy(), &tight, &two, &[2], 5.0),
+            Decision::Run
+        );
     }
 
     fn admitted(d: Decision) -> usize {
