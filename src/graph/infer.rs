@@ -119,8 +119,7 @@ fn conv2d(
     let epi = u64::from(*bias || *bn) + act.vec_work().0;
     c.vec_simple_per_row = out_px * co as u64 * epi;
     c.vec_transc_per_row = out_px * co as u64 * act.vec_work().1;
-    c.in_elems_per_row = (ci * h * w) as u64;
-    c.out_elems_per_row = out_px * co as u64;
+    c.moves((ci * h * w) as u64, out_px * co as u64);
     Ok(TensorShape::new(ins[0].rows, vec![co, ho, wo]))
 }
 
@@ -151,8 +150,7 @@ fn pool(
         (ho, wo, kernel * kernel)
     };
     c.vec_simple_per_row = (ch * ho * wo * win) as u64;
-    c.in_elems_per_row = (ch * h * w) as u64;
-    c.out_elems_per_row = (ch * ho * wo) as u64;
+    c.moves((ch * h * w) as u64, (ch * ho * wo) as u64);
     Ok(TensorShape::new(ins[0].rows, vec![ch, ho, wo]))
 }
 
@@ -214,8 +212,7 @@ fn linear(
     });
     c.vec_simple_per_row = n as u64 * (u64::from(*bias) + act.vec_work().0);
     c.vec_transc_per_row = n as u64 * act.vec_work().1;
-    c.in_elems_per_row = k as u64;
-    c.out_elems_per_row = n as u64;
+    c.moves(k as u64, n as u64);
     Ok(TensorShape::new(rows, vec![n]))
 }
 
@@ -239,8 +236,7 @@ fn add(
     let n = numel(&ins[0].feat);
     c.vec_simple_per_row = n * (ins.len() as u64 - 1 + act.vec_work().0);
     c.vec_transc_per_row = n * act.vec_work().1;
-    c.in_elems_per_row = n * ins.len() as u64;
-    c.out_elems_per_row = n;
+    c.moves(n * ins.len() as u64, n);
     Ok(ins[0].clone())
 }
 
@@ -258,8 +254,7 @@ fn concat(
     for s in ins {
         d += vec1(s)?;
     }
-    c.in_elems_per_row = d as u64;
-    c.out_elems_per_row = d as u64;
+    c.moves(d as u64, d as u64);
     Ok(TensorShape::new(rows, vec![d]))
 }
 
@@ -276,8 +271,7 @@ fn activation(
     let n = numel(&ins[0].feat);
     c.vec_simple_per_row = n * kind.vec_work().0.max(1);
     c.vec_transc_per_row = n * kind.vec_work().1;
-    c.in_elems_per_row = n;
-    c.out_elems_per_row = n;
+    c.moves(n, n);
     Ok(ins[0].clone())
 }
 
@@ -293,8 +287,7 @@ fn batch_norm(
     c.params = 2 * ch as u64;
     c.weight_elems = c.params;
     c.vec_simple_per_row = 2 * n;
-    c.in_elems_per_row = n;
-    c.out_elems_per_row = n;
+    c.moves(n, n);
     Ok(ins[0].clone())
 }
 
@@ -310,8 +303,7 @@ fn layer_norm(
     c.weight_elems = c.params;
     c.vec_simple_per_row = 5 * d;
     c.vec_transc_per_row = 1;
-    c.in_elems_per_row = d;
-    c.out_elems_per_row = d;
+    c.moves(d, d);
     Ok(ins[0].clone())
 }
 
@@ -325,8 +317,7 @@ fn softmax(
     let d = vec1(&ins[0])? as u64;
     c.vec_simple_per_row = 3 * d;
     c.vec_transc_per_row = d;
-    c.in_elems_per_row = d;
-    c.out_elems_per_row = d;
+    c.moves(d, d);
     Ok(ins[0].clone())
 }
 
@@ -374,8 +365,7 @@ fn embedding(
     c.gather_elems_per_row = tables * *dim as u64;
     c.vec_simple_per_row =
         *dim as u64 * (u64::from(*scale) + u64::from(*positional != PosEnc::None) + tables - 1);
-    c.in_elems_per_row = 1;
-    c.out_elems_per_row = *dim as u64;
+    c.moves(1, *dim as u64);
     Ok(TensorShape::new(ins[0].rows, vec![*dim]))
 }
 
@@ -418,8 +408,8 @@ fn lstm(
     // bias add on 4H gates, 3 sigmoids + 2 tanh, 3 muls + 1 add on H
     c.vec_simple_per_row = 4 * h + 4 * h;
     c.vec_transc_per_row = 5 * h;
-    c.in_elems_per_row = kk + h; // x, h_{t-1}, c_{t-1}
-    c.out_elems_per_row = 2 * h; // h_t, c_t
+    // reads: x, h_{t-1}, c_{t-1}; writes: h_t, c_t
+    c.moves(kk + h, 2 * h);
     Ok(TensorShape::new(Rows::One, vec![*hidden]))
 }
 
@@ -466,8 +456,7 @@ fn attention(
                 additive: *mode == AttnMode::Additive,
                 kv_elems_per_key: (dk + dv) as u64,
             });
-            c.in_elems_per_row = dq as u64;
-            c.out_elems_per_row = dv as u64;
+            c.moves(dq as u64, dv as u64);
             TensorShape::new(Rows::One, vec![dv])
         }
         AttnMode::SelfAttn => {
@@ -493,8 +482,7 @@ fn attention(
                 additive: false,
                 kv_elems_per_key: if in_decoder_loop { 2 * d as u64 } else { 0 },
             });
-            c.in_elems_per_row = d3 as u64;
-            c.out_elems_per_row = d as u64;
+            c.moves(d3 as u64, d as u64);
             TensorShape::new(ins[0].rows, vec![d])
         }
         AttnMode::Cross => {
@@ -516,8 +504,7 @@ fn attention(
                 additive: false,
                 kv_elems_per_key: 2 * d as u64,
             });
-            c.in_elems_per_row = d as u64;
-            c.out_elems_per_row = d as u64;
+            c.moves(d as u64, d as u64);
             TensorShape::new(ins[0].rows, vec![d])
         }
     })
@@ -532,8 +519,7 @@ fn argmax(
     want_inputs(ins, 1)?;
     let v = vec1(&ins[0])? as u64;
     c.vec_simple_per_row = v;
-    c.in_elems_per_row = v;
-    c.out_elems_per_row = 1;
+    c.moves(v, 1);
     Ok(TensorShape::new(ins[0].rows, vec![1]))
 }
 
@@ -554,8 +540,7 @@ fn take(
         _ if *row == 0 => {}
         r => return Err(format!("row {row} may not exist in a {r}-row input").into()),
     }
-    c.in_elems_per_row = d as u64;
-    c.out_elems_per_row = d as u64;
+    c.moves(d as u64, d as u64);
     Ok(TensorShape::new(Rows::One, vec![d]))
 }
 

@@ -306,6 +306,12 @@ pub struct CostTotals {
 }
 
 impl NodeCost {
+    /// Sets the activation elements one row reads and writes.
+    pub(crate) fn moves(&mut self, read: u64, written: u64) {
+        self.in_elems_per_row = read;
+        self.out_elems_per_row = written;
+    }
+
     /// A device-independent size of one execution on `work`: multiply-accumulates, vector-unit
     /// operations and every element read or written (weights included). Real devices scale a
     /// measured latency by its ratio between two amounts of work (the encoder-length curve of a

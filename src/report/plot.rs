@@ -23,6 +23,15 @@ pub(crate) struct Series {
     pub markers: bool,
 }
 
+impl Series {
+    /// Adds a point at `x` with its error bar: `(mean, low, high)`, as
+    /// [`spread`](crate::metrics::spread) gives it.
+    pub(crate) fn push_spread(&mut self, x: f64, (y, lo, hi): (f64, f64, f64)) {
+        self.points.push((x, y));
+        self.bars.push((lo, hi));
+    }
+}
+
 /// A labelled point drawn on a panel (e.g. "p99").
 #[derive(Clone, Debug)]
 pub(crate) struct Mark {

@@ -85,10 +85,7 @@ impl CpuDevice {
             }
         }
         let pos = self.layout.pos(model, i, step, m.len);
-        let src = &c[..dout];
-        let nd = &mut self.nodes[i];
-        let o = self.layout.offset(i, m.slot, pos);
-        nd.out[o..o + dout].copy_from_slice(src);
+        self.scatter_row(i, m.slot, pos, &c[..dout]);
     }
 
     /// Decoder self-attention of one step over the member's key/value cache (this step's keys and values appended first).
@@ -130,10 +127,7 @@ impl CpuDevice {
             );
         }
         let pos = self.layout.pos(model, i, step, m.len);
-        let src = &c[..d];
-        let nd = &mut self.nodes[i];
-        let o = self.layout.offset(i, m.slot, pos);
-        nd.out[o..o + d].copy_from_slice(src);
+        self.scatter_row(i, m.slot, pos, &c[..d]);
     }
 
     /// Multi-head self-attention over the member's own rows (two GEMMs per head).
@@ -182,10 +176,7 @@ impl CpuDevice {
             );
         }
         for r in 0..rows {
-            let src = &c[r * d..(r + 1) * d];
-            let nd = &mut self.nodes[i];
-            let o = self.layout.offset(i, m.slot, r);
-            nd.out[o..o + d].copy_from_slice(src);
+            self.scatter_row(i, m.slot, r, &c[r * d..(r + 1) * d]);
         }
     }
 
@@ -223,10 +214,7 @@ impl CpuDevice {
         }
         for r in 0..rows {
             let pos = self.layout.out_pos(model, i, step, r, m.len);
-            let src = &c[r * d..(r + 1) * d];
-            let nd = &mut self.nodes[i];
-            let o = self.layout.offset(i, m.slot, pos);
-            nd.out[o..o + d].copy_from_slice(src);
+            self.scatter_row(i, m.slot, pos, &c[r * d..(r + 1) * d]);
         }
     }
 }

@@ -37,10 +37,7 @@ impl CpuDevice {
             let step = m.step;
             for r in 0..Layout::rows(node, m.len) {
                 let pos = self.layout.out_pos(model, i, step, r, m.len);
-                let src = &c[r_at * n..(r_at + 1) * n];
-                let nd = &mut self.nodes[i];
-                let o = self.layout.offset(i, m.slot, pos);
-                nd.out[o..o + n].copy_from_slice(src);
+                self.scatter_row(i, m.slot, pos, &c[r_at * n..(r_at + 1) * n]);
                 r_at += 1;
             }
         }

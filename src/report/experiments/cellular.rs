@@ -77,8 +77,7 @@ fn cellular(ctx: &mut Ctx) -> Result<()> {
                     a.tp.0.into(),
                     a.batch.0.into(),
                 ]);
-                s.points.push((r, a.lat.0));
-                s.bars.push((a.lat.1, a.lat.2));
+                s.push_spread(r, a.lat);
             }
             p.series.push(s);
         }

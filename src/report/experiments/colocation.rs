@@ -76,10 +76,8 @@ fn colocation(ctx: &mut Ctx) -> Result<()> {
                 let v = spread(runs.iter().map(|x| x.parts[k].sla_violation_rate).collect());
                 t.push(row(p, r, name, l, tpk.0, v.0));
             }
-            sl.points.push((r, lat.0));
-            sl.bars.push((lat.1, lat.2));
-            st.points.push((r, tp.0));
-            st.bars.push((tp.1, tp.2));
+            sl.push_spread(r, lat);
+            st.push_spread(r, tp);
             pts.push((lat.0, tp.0));
         }
         pl.series.push(sl);

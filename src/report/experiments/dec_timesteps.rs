@@ -88,10 +88,8 @@ fn dec_ts(ctx: &mut Ctx) -> Result<()> {
                 a.tp.0.into(),
                 a.lat.0.into(),
             ]);
-            sv.points.push((c, a.viol.0));
-            sv.bars.push((a.viol.1, a.viol.2));
-            st.points.push((c, a.tp.0));
-            st.bars.push((a.tp.1, a.tp.2));
+            sv.push_spread(c, a.viol);
+            st.push_spread(c, a.tp);
         }
         pv.series.push(sv);
         pt.series.push(st);

@@ -108,8 +108,7 @@ pub(super) fn rate_panels(
             for &r in rates {
                 let a = ctx.agg(m, &pol, r, SLA_MS, COVERAGE, MAX_BATCH)?;
                 let v = if latency { a.lat } else { a.tp };
-                s.points.push((r, v.0));
-                s.bars.push((v.1, v.2));
+                s.push_spread(r, v);
             }
             p.series.push(s);
         }

@@ -144,8 +144,7 @@ fn write(ctx: &mut Ctx) -> Result<()> {
                 let runs = ctx.runs_named(m, p, r)?;
                 let lat = spread(runs.iter().map(|x| x.stats.latency_ms.mean).collect());
                 let batch = spread(runs.iter().map(|x| x.stats.mean_batch_size).collect());
-                measured[k].points.push((rho, lat.0));
-                measured[k].bars.push((lat.1, lat.2));
+                measured[k].push_spread(rho, lat);
                 row.push(lat.0.into());
                 cells.push((lat.0, batch.0));
             }

@@ -87,10 +87,8 @@ fn traffic(ctx: &mut Ctx) -> Result<()> {
                 a.lat.1.into(),
                 a.lat.2.into(),
             ]);
-            sb.points.push((w, a.batch.0));
-            sb.bars.push((a.batch.1, a.batch.2));
-            sl.points.push((w, a.lat.0));
-            sl.bars.push((a.lat.1, a.lat.2));
+            sb.push_spread(w, a.batch);
+            sl.push_spread(w, a.lat);
         }
         pb.series.push(sb);
         pl.series.push(sl);

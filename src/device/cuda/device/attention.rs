@@ -14,8 +14,15 @@ impl CudaDevice {
         let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
         let d = layout.nodes[i].feat;
         let max_dec = self.max_dec;
-        let (qstride, kv_node, kstride, vstride, dh, dv, additive) =
-            self.attn_rows(model, i, members, mode, heads)?;
+        let AttnShape {
+            qstride,
+            kv_node,
+            kstride,
+            vstride,
+            dh,
+            dv,
+            additive,
+        } = self.attn_rows(model, i, members, mode, heads)?;
         let qrows = self.gather_first_input(model, i, members)?;
         let CudaDevice {
             stream,
@@ -38,31 +45,8 @@ impl CudaDevice {
             .memcpy_htod(&host_i32[..], &mut sc.i32a.slice_mut(..qrows))
             .map_err(cuda_err)?;
         if kv_node.is_none() {
-            // append this step's K|V (columns d..3d of the gathered rows) to each member's cache
-            let f = funcs
-                .get("copy_segments")
-                .ok_or_else(|| missing("copy_segments"))?;
-            let segs: Vec<i64> = members
-                .iter()
-                .enumerate()
-                .flat_map(|(r, m)| {
-                    [
-                        (r * 3 * d + d) as i64,
-                        (m.slot as usize * max_dec * 2 * d + m.step as usize * 2 * d) as i64,
-                        (2 * d) as i64,
-                    ]
-                })
-                .collect();
-            stream
-                .memcpy_htod(&segs[..], &mut sc.seg.slice_mut(..segs.len()))
-                .map_err(cuda_err)?;
-            let n = (segs.len() / 3) as i32;
-            let fill = 0.0f32;
             let cache = nodes[i].state.as_mut().ok_or_else(|| missing("kv cache"))?;
-            let mut b = stream.launch_builder(f);
-            b.arg(&sc.a).arg(cache).arg(&sc.seg).arg(&n).arg(&fill);
-            // SAFETY: the cache holds max_dec steps per slot; step < max_dec (checked in execute).
-            unsafe { b.launch(blocks(n as usize, 256, 0)) }.map_err(cuda_err)?;
+            append_to_cache(stream, funcs, sc, cache, members, (d, max_dec))?;
         }
         let max_keys = host_i32.iter().copied().max().unwrap_or(1).max(1) as u32;
         // multi-head attention scales by 1/sqrt(head width); LAS's content attention does not
@@ -132,8 +116,7 @@ impl CudaDevice {
         self.host_i64b.clear();
         self.host_i32.clear();
         // per query row: key and value base offsets and key counts; then the strides
-        let (qstride, kv_node, kstride, vstride, dh, dv, additive): AttnShape;
-        match mode {
+        Ok(match mode {
             AttnMode::Additive | AttnMode::Dot => {
                 let kp = node.inputs[1].node.idx();
                 let vp = node.inputs[2].node.idx();
@@ -143,13 +126,16 @@ impl CudaDevice {
                     self.host_i32
                         .push(Layout::valid_rows(model, kp, m.len) as i32);
                 }
-                qstride = node.in_shapes[0].feat[0];
-                kv_node = Some((kp, vp));
-                kstride = layout.nodes[kp].feat;
-                vstride = layout.nodes[vp].feat;
-                dh = qstride;
-                dv = d;
-                additive = mode == AttnMode::Additive;
+                let qstride = node.in_shapes[0].feat[0];
+                AttnShape {
+                    qstride,
+                    kv_node: Some((kp, vp)),
+                    kstride: layout.nodes[kp].feat,
+                    vstride: layout.nodes[vp].feat,
+                    dh: qstride,
+                    dv: d,
+                    additive: mode == AttnMode::Additive,
+                }
             }
             AttnMode::SelfAttn if node.class == Class::Decoder => {
                 for m in members {
@@ -159,13 +145,7 @@ impl CudaDevice {
                     self.host_i64b.push((base + d) as i64);
                     self.host_i32.push(step as i32 + 1);
                 }
-                qstride = 3 * d;
-                kv_node = None;
-                kstride = 2 * d;
-                vstride = 2 * d;
-                dh = d / heads;
-                dv = d / heads;
-                additive = false;
+                AttnShape::multi_head(3 * d, None, 2 * d, d / heads)
             }
             AttnMode::SelfAttn => {
                 let p = node.inputs[0].node.idx();
@@ -178,13 +158,7 @@ impl CudaDevice {
                         self.host_i32.push(rows as i32);
                     }
                 }
-                qstride = 3 * d;
-                kv_node = Some((p, p));
-                kstride = 3 * d;
-                vstride = 3 * d;
-                dh = d / heads;
-                dv = d / heads;
-                additive = false;
+                AttnShape::multi_head(3 * d, Some((p, p)), 3 * d, d / heads)
             }
             AttnMode::Cross => {
                 let kvp = node.inputs[1].node.idx();
@@ -197,15 +171,65 @@ impl CudaDevice {
                             .push(Layout::valid_rows(model, kvp, m.len) as i32);
                     }
                 }
-                qstride = d;
-                kv_node = Some((kvp, kvp));
-                kstride = 2 * d;
-                vstride = 2 * d;
-                dh = d / heads;
-                dv = d / heads;
-                additive = false;
+                AttnShape::multi_head(d, Some((kvp, kvp)), 2 * d, d / heads)
             }
-        }
-        Ok((qstride, kv_node, kstride, vstride, dh, dv, additive))
+        })
     }
+}
+
+impl AttnShape {
+    /// Multi-head dot attention: queries `qstride` apart, keys and values from `kv_node` (None:
+    /// the decoder's K|V cache) in rows `kvstride` apart, heads `head` wide.
+    fn multi_head(
+        qstride: usize,
+        kv_node: Option<(usize, usize)>,
+        kvstride: usize,
+        head: usize,
+    ) -> AttnShape {
+        AttnShape {
+            qstride,
+            kv_node,
+            kstride: kvstride,
+            vstride: kvstride,
+            dh: head,
+            dv: head,
+            additive: false,
+        }
+    }
+}
+
+/// Appends this step's keys and values (columns `d..3d` of the gathered Q|K|V rows in scratch
+/// A) to each member's slot of the decoder's K|V `cache` (`max_dec` steps per slot).
+fn append_to_cache(
+    stream: &Arc<CudaStream>,
+    funcs: &HashMap<String, CudaFunction>,
+    sc: &mut Scratch,
+    cache: &mut CudaSlice<f32>,
+    members: &[Member],
+    (d, max_dec): (usize, usize),
+) -> Result<()> {
+    let f = funcs
+        .get("copy_segments")
+        .ok_or_else(|| missing("copy_segments"))?;
+    let segs: Vec<i64> = members
+        .iter()
+        .enumerate()
+        .flat_map(|(r, m)| {
+            [
+                (r * 3 * d + d) as i64,
+                (m.slot as usize * max_dec * 2 * d + m.step as usize * 2 * d) as i64,
+                (2 * d) as i64,
+            ]
+        })
+        .collect();
+    stream
+        .memcpy_htod(&segs[..], &mut sc.seg.slice_mut(..segs.len()))
+        .map_err(cuda_err)?;
+    let n = (segs.len() / 3) as i32;
+    let fill = 0.0f32;
+    let mut b = stream.launch_builder(f);
+    b.arg(&sc.a).arg(cache).arg(&sc.seg).arg(&n).arg(&fill);
+    // SAFETY: the cache holds max_dec steps per slot; step < max_dec (checked in execute).
+    unsafe { b.launch(blocks(n as usize, 256, 0)) }.map_err(cuda_err)?;
+    Ok(())
 }

@@ -86,10 +86,7 @@ impl CudaDevice {
                 }
                 // per image: out[cog × p] (channel-major) = Wgᵀ[cog × kk] · cols[kk × p]
                 let range = gi * kk * cog..(gi + 1) * kk * cog;
-                let wop = match &wts.w16 {
-                    Some(h) => Operand::H(h.slice(range)),
-                    None => Operand::F(wv.slice(range)),
-                };
+                let wop = wts.gemm_operand(range, "conv weights")?;
                 let mut cv = sc.c.slice_mut(gi * cog * p..nimg * co * p);
                 let (act_op, act_stride) = if pointwise {
                     (Operand::F(sc.a.slice(gi * cg * p..nimg * c * p)), c * p)

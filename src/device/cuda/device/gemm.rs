@@ -1,6 +1,7 @@
 //! GEMMs on cuBLAS: row-major operands (a tied table transposed), f32 or f16 storage with f32 accumulation, one call or strided-batched over images.
 
 use super::*;
+use std::ops::RangeBounds;
 
 /// What a GEMM uses of the device: cuBLAS, the stream, the precision-conversion kernels and
 /// the f16 scratch (at f16 precision only).
@@ -9,6 +10,22 @@ pub(super) struct Units<'a> {
     pub(super) blas: &'a CudaBlas,
     pub(super) stream: &'a Arc<CudaStream>,
     pub(super) funcs: &'a HashMap<String, CudaFunction>,
+}
+
+impl GpuWeights {
+    /// The weights as a GEMM operand: the f16 copy where there is one (f16 precision), else
+    /// f32; elements `range` of it. `what` names them in the error when there are none.
+    pub(super) fn gemm_operand(
+        &self,
+        range: impl RangeBounds<usize>,
+        what: &str,
+    ) -> Result<Operand<'_>> {
+        Ok(match (&self.w16, &self.w) {
+            (Some(h), _) => Operand::H(h.slice(range)),
+            (None, Some(f)) => Operand::F(f.slice(range)),
+            (None, None) => return Err(missing(what)),
+        })
+    }
 }
 
 impl CudaDevice {

@@ -30,11 +30,7 @@ impl CudaDevice {
             None => (i, false, feat),
         };
         let w = &nodes[owner].w;
-        let wop = match (&w.w16, &w.w) {
-            (Some(h), _) => Operand::H(h.slice(..)),
-            (None, Some(f)) => Operand::F(f.slice(..)),
-            (None, None) => return Err(missing("linear weights")),
-        };
+        let wop = w.gemm_operand(.., "linear weights")?;
         let units = Units {
             s16: s16.as_mut(),
             blas,

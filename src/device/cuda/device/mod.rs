@@ -172,15 +172,16 @@ struct Scratch {
 
 /// Query row stride, (keys node, values node) or None for the K|V cache, key and value row
 /// strides, head widths of keys and values, and whether the scores are additive.
-type AttnShape = (
-    usize,
-    Option<(usize, usize)>,
-    usize,
-    usize,
-    usize,
-    usize,
-    bool,
-);
+#[derive(Clone, Copy, Debug)]
+struct AttnShape {
+    qstride: usize,
+    kv_node: Option<(usize, usize)>,
+    kstride: usize,
+    vstride: usize,
+    dh: usize,
+    dv: usize,
+    additive: bool,
+}
 
 /// Which scratch buffer.
 #[derive(Clone, Copy, PartialEq, Eq)]

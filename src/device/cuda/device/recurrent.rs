@@ -64,11 +64,7 @@ impl CudaDevice {
             let av = sc.a.slice(..rows * k);
             let mut cv = sc.c.slice_mut(..rows * 4 * h);
             let w = &nodes[i].w;
-            let wop = match (&w.w16, &w.w) {
-                (Some(x), _) => Operand::H(x.slice(..)),
-                (None, Some(f)) => Operand::F(f.slice(..)),
-                (None, None) => return Err(missing("lstm weights")),
-            };
+            let wop = w.gemm_operand(.., "lstm weights")?;
             let units = Units {
                 s16: s16.as_mut(),
                 blas,
