@@ -1,7 +1,9 @@
-//! Opening a device by name: `auto` (CUDA when usable, else the NPU model), `npu` (with a named
-//! or file NPU configuration), `cpu` or `cuda`, checked once into a [`Choice`] and opened by
-//! [`open`]. The CUDA part is a module swapped by the `cuda` cargo feature (a stub that says the
-//! build has no CUDA support when it is off), so nothing else in the crate needs a `cfg`.
+//! Opening a device by name: `npu` (with a named or file NPU configuration), a real device
+//! from [`REAL`] (`cuda`, `cpu`: each declared by its own module as a [`RealDevice`]), or
+//! `auto` (the first real device marked for it that is usable here, else the NPU model), checked
+//! once into a [`Choice`] and opened by [`open`]. The CUDA part is a module swapped by the
+//! `cuda` cargo feature (a stub that says the build has no CUDA support when it is off), so
+//! nothing else in the crate needs a `cfg`.
 
 #[cfg_attr(feature = "cuda", path = "open/cuda_on.rs")]
 #[cfg_attr(not(feature = "cuda"), path = "open/cuda_off.rs")]
