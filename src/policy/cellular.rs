@@ -17,7 +17,7 @@
 //!   same window W and maximum batch B.
 
 use super::graph_batching::start_batch;
-use super::spec::{window_and_batch, Entry, Parsed};
+use super::spec::{window_and_batch, Entry, ParamError, Parsed};
 use super::{Decision, Policy, View};
 use crate::graph::{Model, NodeStep, Op};
 use crate::time::Nanos;
@@ -93,7 +93,7 @@ pub(crate) const ENTRY: Entry = Entry {
     parse: parse_cellular,
 };
 
-fn parse_cellular(_: &str, params: &[&str], max: u32) -> std::result::Result<Parsed, String> {
+fn parse_cellular(_: &str, params: &[&str], max: u32) -> std::result::Result<Parsed, ParamError> {
     let (w, b) = window_and_batch(params, max, "cellular:W or cellular:W:B")?;
     Ok(Parsed {
         one_model_only: true,

@@ -3,7 +3,7 @@
 //! batch without interruption. A seq2seq batch runs to its longest member's lengths and every
 //! member completes at the end.
 
-use super::spec::{window_and_batch, Entry, Parsed};
+use super::spec::{window_and_batch, Entry, ParamError, Parsed};
 use super::{Decision, Policy, View};
 use crate::time::Nanos;
 
@@ -66,7 +66,7 @@ pub(crate) const ENTRY: Entry = Entry {
     parse: parse_graph,
 };
 
-fn parse_graph(_: &str, params: &[&str], max: u32) -> std::result::Result<Parsed, String> {
+fn parse_graph(_: &str, params: &[&str], max: u32) -> std::result::Result<Parsed, ParamError> {
     let (w, b) = window_and_batch(params, max, "graph:W or graph:W:B")?;
     Ok(Parsed::plain(move |name| {
         Box::new(GraphBatching::new(w, b, name))

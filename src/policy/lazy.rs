@@ -38,7 +38,7 @@
 //! remaining work) is done. It admits the largest number of newcomers for which every affected
 //! request still meets its deadline (a binary search: a longer prefix never finishes earlier).
 
-use super::spec::{Entry, Parsed};
+use super::spec::{Entry, ParamError, Parsed};
 use super::{Decision, Policy, View};
 use crate::graph::{Lengths, NodeStep};
 use crate::runtime::SubBatch;
@@ -381,7 +381,7 @@ pub(crate) const ENTRY: Entry = Entry {
     parse: parse_lazy,
 };
 
-fn parse_lazy(name: &str, params: &[&str], _: u32) -> std::result::Result<Parsed, String> {
+fn parse_lazy(name: &str, params: &[&str], _: u32) -> std::result::Result<Parsed, ParamError> {
     let strict = match (name, params) {
         ("lazy+cell", []) | (_, []) => false,
         ("lazy+cell", _) => return Err("takes no parameters".into()),

@@ -1,6 +1,6 @@
 //! `serial`: one request at a time, FIFO, the whole graph without interruption.
 
-use super::spec::{no_params, Entry, Parsed};
+use super::spec::{no_params, Entry, ParamError, Parsed};
 use super::{Decision, Policy, View};
 
 /// Serial execution (no batching).
@@ -33,7 +33,7 @@ pub(crate) const ENTRY: Entry = Entry {
     parse: parse_serial,
 };
 
-fn parse_serial(_: &str, params: &[&str], _: u32) -> std::result::Result<Parsed, String> {
+fn parse_serial(_: &str, params: &[&str], _: u32) -> std::result::Result<Parsed, ParamError> {
     no_params(params, "")?;
     Ok(Parsed::plain(|_| Box::new(Serial)))
 }

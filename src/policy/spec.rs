@@ -17,8 +17,29 @@ pub struct Entry {
     pub usage: &'static str,
     /// Reads the parameters after the name (`name` is the one used); an error message says
     /// what is wrong.
-    pub parse:
-        fn(name: &str, params: &[&str], default_max: u32) -> std::result::Result<Parsed, String>,
+    pub parse: fn(
+        name: &str,
+        params: &[&str],
+        default_max: u32,
+    ) -> std::result::Result<Parsed, ParamError>,
+}
+
+/// What is wrong with a policy's parameters, in words; [`Spec::parse`] names the policy string
+/// around it ([`Error::BadPolicy`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ParamError(pub String);
+
+impl From<&str> for ParamError {
+    fn from(s: &str) -> Self {
+        ParamError(s.to_string())
+    }
+}
+
+impl From<String> for ParamError {
+    fn from(s: String) -> Self {
+        ParamError(s)
+    }
 }
 
 /// Builds a fresh policy named by the string it was parsed from.
@@ -84,7 +105,7 @@ impl Spec {
                 let known: Vec<&str> = super::REGISTRY.iter().map(|e| e.usage).collect();
                 bad(format!("unknown policy ({})", known.join(", ")))
             })?;
-        let parsed = (entry.parse)(parts[0], &parts[1..], default_max).map_err(bad)?;
+        let parsed = (entry.parse)(parts[0], &parts[1..], default_max).map_err(|e| bad(e.0))?;
         Ok(Spec {
             text: text.to_string(),
             parsed,
@@ -126,11 +147,11 @@ pub fn parse_for(text: &str, default_max: u32, model: &Model) -> Result<Box<dyn 
 }
 
 /// Reads no parameters.
-pub(crate) fn no_params(params: &[&str], what: &str) -> std::result::Result<(), String> {
+pub(crate) fn no_params(params: &[&str], what: &str) -> std::result::Result<(), ParamError> {
     if params.is_empty() {
         Ok(())
     } else {
-        Err(format!("takes no parameters{what}"))
+        Err(format!("takes no parameters{what}").into())
     }
 }
 
@@ -140,9 +161,9 @@ pub(crate) fn window_and_batch(
     params: &[&str],
     default_max: u32,
     usage: &str,
-) -> std::result::Result<(Nanos, u32), String> {
+) -> std::result::Result<(Nanos, u32), ParamError> {
     if params.is_empty() || params.len() > 2 {
-        return Err(format!("use {usage} (W ms, B max batch)"));
+        return Err(format!("use {usage} (W ms, B max batch)").into());
     }
     let w: f64 = params[0]
         .parse()
@@ -159,9 +180,7 @@ pub(crate) fn window_and_batch(
             .ok_or_else(|| "the max batch must be a positive integer".to_string())?,
     };
     if b > default_max {
-        return Err(format!(
-            "max batch {b} exceeds the server's --max-batch {default_max}"
-        ));
+        return Err(format!("max batch {b} exceeds the server's --max-batch {default_max}").into());
     }
     Ok((Nanos::from_ms(w), b))
 }
