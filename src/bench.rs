@@ -2,22 +2,23 @@
 //! device), its per-node latency table and the slack predictor built on it. One recipe for
 //! every device — lengths → profile → predictor; then per run: policy → engine → summary — and
 //! one run configuration ([`RunConfig`]). The NPU model runs in virtual time and, being a
-//! model, can replay many runs at once ([`Bench::run_arrivals`] takes `&self`); a real device
-//! serves one run at a time in wall time ([`Bench::serve`]).
+//! model, can replay many runs at once ([`Bench::run`] takes `&self`); a real device serves
+//! one run at a time in wall time ([`Bench::serve`]). Traffic is generated as the run asks for
+//! it, and the run keeps a fixed-size summary, so a run's memory does not grow with its length.
 
 use crate::device::npu::{Npu, NpuConfig};
 use crate::device::open::Opened;
 use crate::device::Device;
-use crate::engine::{self, Outcome};
+use crate::engine::{self, ArrivalSource, Outcome};
 use crate::error::{Error, Result};
 use crate::graph::Model;
 use crate::lengths::profiling_lengths;
-use crate::metrics::{summarize, Stats};
+use crate::metrics::KeepRecords;
 use crate::policy;
 use crate::profile::Profile;
 use crate::runtime::Predictor;
 use crate::time::{Nanos, VirtualClock};
-use crate::traffic::{self, Arrival};
+use crate::traffic::{self, Traffic};
 
 /// Everything that fixes one run.
 #[derive(Clone, Debug)]
@@ -36,6 +37,8 @@ pub struct RunConfig {
     pub max_batch: u32,
     /// Coverage N (%) of the profiled output lengths that sets dec_timesteps.
     pub coverage: f64,
+    /// The most requests waiting in the pending queue; more are rejected and counted.
+    pub max_pending: usize,
 }
 
 /// How a bench gets its latency table.
@@ -159,95 +162,123 @@ impl Bench {
         self.predictor.serial_capacity(self.model.ref_lengths())
     }
 
-    /// Poisson arrivals for `cfg`: at `cfg.rate`, or for co-located models at `rates[k]` with
-    /// SLA `slas[k]` each.
-    pub fn arrivals(
+    /// Poisson traffic for `cfg`: at `cfg.rate`, or for co-located models at `rates[k]` with
+    /// SLA `slas[k]` each; generated as the run asks for it.
+    pub fn traffic(&self, cfg: &RunConfig, colo: Option<(&[f64], &[Nanos])>) -> Result<Traffic> {
+        let p = match colo {
+            Some((rates, slas)) => {
+                traffic::poisson_parts(&self.model, rates, slas, cfg.requests, cfg.seed)?
+            }
+            None => traffic::poisson(&self.model, cfg.rate, cfg.requests, cfg.seed)?,
+        };
+        Ok(p.traffic(cfg.rate))
+    }
+
+    /// Runs one configuration on Poisson traffic in virtual time (the NPU model); `colo` gives
+    /// co-located models' rates and SLAs (`cfg.rate` and `cfg.sla` are then ignored).
+    pub fn run(
         &self,
         cfg: &RunConfig,
         colo: Option<(&[f64], &[Nanos])>,
-    ) -> Result<Vec<Arrival>> {
-        match colo {
-            Some((rates, slas)) => {
-                traffic::poisson_parts(&self.model, rates, slas, cfg.requests, cfg.seed)
-            }
-            None => traffic::poisson(&self.model, cfg.rate, cfg.requests, cfg.seed),
-        }
+        keep: KeepRecords,
+    ) -> Result<Outcome> {
+        let t = self.traffic(cfg, colo)?;
+        let mut src = engine::Stream::new(t.arrivals, t.expected);
+        self.run_source(cfg, keep, &mut src)
     }
 
-    /// Runs one configuration on Poisson traffic (the NPU model).
-    pub fn run(&self, cfg: &RunConfig) -> Result<(Stats, Outcome)> {
-        self.run_arrivals(cfg, &self.arrivals(cfg, None)?)
-    }
-
-    /// Runs co-located models on Poisson traffic: model `k` receives `rates[k]` req/s and has
-    /// SLA `slas[k]` (`cfg.rate` and `cfg.sla` are ignored). The NPU model.
-    pub fn run_colocated(
-        &self,
-        cfg: &RunConfig,
-        rates: &[f64],
-        slas: &[Nanos],
-    ) -> Result<(Stats, Outcome)> {
-        self.run_arrivals(cfg, &self.arrivals(cfg, Some((rates, slas)))?)
-    }
-
-    /// Runs one configuration on given arrivals in virtual time, on a copy of the NPU model
+    /// Runs one configuration on any virtual-time arrival source, on a copy of the NPU model
     /// (so that many runs can go at once). A real device serves through [`Bench::serve`].
-    pub(crate) fn run_arrivals(
+    pub fn run_source(
         &self,
         cfg: &RunConfig,
-        arrivals: &[Arrival],
-    ) -> Result<(Stats, Outcome)> {
+        keep: KeepRecords,
+        arrivals: &mut dyn ArrivalSource,
+    ) -> Result<Outcome> {
         let Backend::Npu(npu, _) = &self.backend else {
             return Err(Error::Internal(
                 "a real device serves one run at a time, in wall time (Bench::serve)".into(),
             ));
         };
-        check_sla(cfg)?;
-        cfg.policy.check_for(&self.model)?;
+        let setup = setup(&self.model, &self.predictor, cfg, keep)?;
         let mut pol = cfg.policy.build();
-        let out = engine::run(
-            &engine::Setup {
-                model: &self.model,
-                predictor: &self.predictor,
-                sla: cfg.sla,
-                max_batch: cfg.max_batch,
-                snapshots: false,
-            },
+        engine::run_source(
+            &setup,
             &mut npu.clone(),
             pol.as_mut(),
             &mut VirtualClock::new(),
             arrivals,
-        )?;
-        Ok((summarize(&out)?, out))
+        )
     }
 
-    /// Serves `arrivals` under `cfg` on any device: the NPU model in virtual time, a real
+    /// Serves `traffic` under `cfg` on any device: the NPU model in virtual time, a real
     /// device in wall time with the requests delivered at their real instants.
-    pub fn serve(&mut self, cfg: &RunConfig, arrivals: Vec<Arrival>) -> Result<(Stats, Outcome)> {
-        let Backend::Real(device) = &mut self.backend else {
-            return self.run_arrivals(cfg, &arrivals);
+    pub fn serve(&mut self, cfg: &RunConfig, keep: KeepRecords, t: Traffic) -> Result<Outcome> {
+        if self.is_virtual() {
+            let mut src = engine::Stream::new(t.arrivals, t.expected);
+            return self.run_source(cfg, keep, &mut src);
+        }
+        let Bench {
+            model,
+            predictor,
+            backend,
+            ..
+        } = self;
+        let setup = setup(model, predictor, cfg, keep)?;
+        let mut pol = cfg.policy.build();
+        let Backend::Real(device) = backend else {
+            return Err(Error::Internal("not a real device".into()));
         };
         let device = device
             .get_mut()
             .map_err(|_| Error::Internal("a real device's earlier run panicked".into()))?;
-        check_sla(cfg)?;
-        cfg.policy.check_for(&self.model)?;
-        let mut pol = cfg.policy.build();
-        let setup = engine::Setup {
-            model: &self.model,
-            predictor: &self.predictor,
-            sla: cfg.sla,
-            max_batch: cfg.max_batch,
-            snapshots: false,
-        };
-        let out = crate::wall::serve(&setup, device.as_mut(), pol.as_mut(), arrivals)?;
-        Ok((summarize(&out)?, out))
+        crate::wall::serve(&setup, device.as_mut(), pol.as_mut(), t)
     }
 }
 
+/// The engine's rules for `cfg` on `model`, checked.
+fn setup<'a>(
+    model: &'a Model,
+    predictor: &'a Predictor,
+    cfg: &RunConfig,
+    keep: KeepRecords,
+) -> Result<engine::Setup<'a>> {
+    check_sla(cfg)?;
+    cfg.policy.check_for(model)?;
+    if cfg.max_pending == 0 {
+        return Err(Error::invalid("--max-pending", "must be at least 1"));
+    }
+    Ok(engine::Setup {
+        max_pending: cfg.max_pending,
+        keep,
+        ..engine::Setup::new(model, predictor, cfg.sla, cfg.max_batch)
+    })
+}
+
+/// The longest SLA a run accepts: one day.
+pub const MAX_SLA: Nanos = Nanos(86_400_000_000_000);
+
+/// Checks an SLA against (0, [`MAX_SLA`]]; `what` names the flag.
+pub fn check_sla_ms(what: &str, ms: f64) -> Result<Nanos> {
+    if !(ms > 0.0 && ms <= MAX_SLA.as_ms()) {
+        return Err(Error::invalid(
+            what,
+            format!(
+                "must be in (0, {}] ms (one day), got {}",
+                MAX_SLA.as_ms(),
+                crate::error::num(ms)
+            ),
+        ));
+    }
+    Ok(Nanos::from_ms(ms))
+}
+
 fn check_sla(cfg: &RunConfig) -> Result<()> {
-    if cfg.sla.0 == 0 {
-        return Err(Error::invalid("--sla-ms", "must be positive"));
+    if cfg.sla.0 == 0 || cfg.sla > MAX_SLA {
+        return Err(Error::invalid(
+            "--sla-ms",
+            format!("must be in (0, {}] ms (one day)", MAX_SLA.as_ms()),
+        ));
     }
     Ok(())
 }

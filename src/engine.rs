@@ -7,67 +7,39 @@
 use crate::device::{Device, Member};
 use crate::error::{Error, Result};
 use crate::graph::{Class, Lengths, Model, NodeStep};
+use crate::metrics::{KeepRecords, Recorder, Stats};
 use crate::policy::{Decision, Policy, View};
-use crate::runtime::{BatchTable, Predictor, Queue, Request, RequestId};
+use crate::runtime::{BatchTable, Ledger, Predictor, Queue, Rejection, Request, RequestId};
 use crate::time::{Clock, Nanos};
 use crate::traffic::Arrival;
 
-/// Counters of one run.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Counters {
-    /// Node executions.
-    pub executions: u64,
-    /// Σ of sub-batch sizes over executions.
-    pub batch_sum: u64,
-    /// Admissions onto a non-empty BatchTable (the active sub-batch was preempted).
-    pub preemptions: u64,
-    /// Sub-batch merges.
-    pub merges: u64,
-    /// Sub-batch splits (members diverging at an encoder end).
-    pub splits: u64,
-    /// Executions whose members stood at different timesteps of the node (cell batching).
-    pub cross_step: u64,
-    /// Busy device time.
-    pub busy: Nanos,
-    /// The same by node class (static, encoder, decoder): where the device time went.
-    pub by_class: [ClassCounters; 3],
-}
-
-/// Executions, batch sizes and device time at the nodes of one class.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ClassCounters {
-    /// Node executions.
-    pub executions: u64,
-    /// Σ of sub-batch sizes over them.
-    pub batch_sum: u64,
-    /// Device time.
-    pub busy: Nanos,
-}
-
-impl Counters {
-    fn record(&mut self, class: Class, executions: u64, batch: usize, time: Nanos) {
-        self.executions += executions;
-        self.batch_sum += executions * batch as u64;
-        self.busy += time;
-        let k = &mut self.by_class[class as usize];
-        k.executions += executions;
-        k.batch_sum += executions * batch as u64;
-        k.busy += time;
-    }
-}
+pub use crate::metrics::record::{ClassCounters, Counters};
 
 /// A snapshot of the BatchTable (bottom first: members and next unit), for tests and traces.
 pub(crate) type Snapshot = (Nanos, Vec<(Vec<u32>, NodeStep)>);
 
-/// The outcome of a run: every request's record and the counters.
+/// The outcome of a run: what it recorded of its requests, and the counters.
 #[derive(Clone, Debug)]
 pub struct Outcome {
-    /// Requests in arrival order.
+    /// Every request's record by id, when [`KeepRecords::requests`] asked for them (else empty).
     pub requests: Vec<Request>,
     /// Counters.
     pub counters: Counters,
     /// BatchTable snapshots after every admission and execution, when asked for.
     pub snapshots: Option<Vec<Snapshot>>,
+    /// Latency histograms, sums and rejections, overall and per co-located model.
+    pub record: Recorder,
+}
+
+impl Outcome {
+    /// The run's statistics.
+    pub fn stats(&self) -> Stats {
+        self.record.stats(&self.counters)
+    }
+    /// Each co-located model's statistics (empty for one model).
+    pub fn part_stats(&self) -> Vec<Stats> {
+        self.record.part_stats(&self.counters)
+    }
 }
 
 /// Where requests come from: pre-drawn arrival times on a virtual clock, or a generator thread
@@ -83,7 +55,7 @@ pub trait ArrivalSource {
         0
     }
     /// A time before which no request arrives (`Nanos::MAX` when none will), if known.
-    fn next_due(&self) -> Option<Nanos> {
+    fn next_due(&mut self) -> Option<Nanos> {
         None
     }
 }
@@ -127,13 +99,60 @@ impl ArrivalSource for Predrawn<'_> {
     fn expected(&self) -> usize {
         self.list.len()
     }
-    fn next_due(&self) -> Option<Nanos> {
+    fn next_due(&mut self) -> Option<Nanos> {
         Some(self.list.get(self.next).map_or(Nanos::MAX, |a| a.time))
     }
 }
 
+/// Arrivals generated as they are needed (a Poisson process, a trace read line by line): the
+/// virtual-time source whose memory does not depend on the run's length.
+pub struct Stream<I: Iterator<Item = Arrival>> {
+    it: std::iter::Peekable<I>,
+    expected: usize,
+}
+
+impl<I: Iterator<Item = Arrival>> Stream<I> {
+    /// A source over `it` (sorted by time), which will yield `expected` arrivals.
+    pub fn new(it: I, expected: usize) -> Self {
+        Stream {
+            it: it.peekable(),
+            expected,
+        }
+    }
+}
+
+impl<I: Iterator<Item = Arrival>> ArrivalSource for Stream<I> {
+    fn poll(&mut self, now: Nanos) -> Option<Arrival> {
+        self.it.next_if(|a| a.time <= now)
+    }
+    fn idle(&mut self, clock: &mut dyn Clock, until: Option<Nanos>) -> bool {
+        let next = self.it.peek().map(|a| a.time);
+        match (next, until) {
+            (None, None) => false,
+            (Some(t), None) | (None, Some(t)) => {
+                clock.idle_until(t);
+                true
+            }
+            (Some(a), Some(u)) => {
+                clock.idle_until(a.min(u));
+                true
+            }
+        }
+    }
+    fn expected(&self) -> usize {
+        self.expected
+    }
+    fn next_due(&mut self) -> Option<Nanos> {
+        Some(self.it.peek().map_or(Nanos::MAX, |a| a.time))
+    }
+}
+
+/// The most requests that wait in the pending queue by default; more are rejected (and
+/// counted), so that an overloaded run's memory stays bounded.
+pub const DEFAULT_MAX_PENDING: usize = 100_000;
+
 /// What a run serves and under which rules.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Setup<'a> {
     /// The model (co-located models composed into one).
     pub model: &'a Model,
@@ -145,6 +164,26 @@ pub struct Setup<'a> {
     pub max_batch: u32,
     /// Record a BatchTable snapshot after every admission and execution (tests, traces).
     pub snapshots: bool,
+    /// The most requests waiting in the pending queue; an arrival beyond it is rejected.
+    pub max_pending: usize,
+    /// What to keep per request besides the run's summary.
+    pub keep: KeepRecords,
+}
+
+impl<'a> Setup<'a> {
+    /// A run of `model` at SLA `sla` and `max_batch` slots: no snapshots, at most
+    /// [`DEFAULT_MAX_PENDING`] pending, nothing kept per request.
+    pub fn new(model: &'a Model, predictor: &'a Predictor, sla: Nanos, max_batch: u32) -> Self {
+        Setup {
+            model,
+            predictor,
+            sla,
+            max_batch,
+            snapshots: false,
+            max_pending: DEFAULT_MAX_PENDING,
+            keep: KeepRecords::default(),
+        }
+    }
 }
 
 /// Runs pre-drawn `arrivals` (sorted by time) to completion.
@@ -170,6 +209,16 @@ pub fn run_source<D: Device + ?Sized, C: Clock, A: ArrivalSource + ?Sized>(
     let mut stalls = 0u32;
     loop {
         let now = clock.now();
+        if now > Nanos::HORIZON {
+            return Err(Error::invalid(
+                "run",
+                format!(
+                    "virtual time passed {} years ({} requests in the server): the run is longer than lazybatch measures",
+                    Nanos::HORIZON.as_secs() / 31_557_600.0,
+                    s.requests.in_server()
+                ),
+            ));
+        }
         s.receive(arrivals, now)?;
         if s.queue.is_empty() && s.table.is_empty() {
             if arrivals.idle(clock, None) {
@@ -214,17 +263,22 @@ pub fn run_source<D: Device + ?Sized, C: Clock, A: ArrivalSource + ?Sized>(
         }
         s.execute(device, clock)?;
     }
+    s.requests.close()?;
+    s.record.finish()?;
     Ok(Outcome {
-        requests: s.requests,
+        requests: s.record.take_requests(),
         counters: s.counters,
         snapshots: s.snaps,
+        record: s.record,
     })
 }
 
 /// The state of one run and the steps of the engine loop.
 pub struct Server<'a> {
     setup: &'a Setup<'a>,
-    requests: Vec<Request>,
+    /// The requests in the server (and the account that each leaves once).
+    requests: Ledger,
+    record: Recorder,
     queue: Queue,
     table: BatchTable,
     free_slots: Vec<u32>,
@@ -250,10 +304,14 @@ impl<'a> Server<'a> {
         let mut table = BatchTable::new(mb);
         table.set_cells(policy.cell_nodes(model));
         table.set_model(model);
+        // room for the expected backlog up front (no allocation while serving), bounded so that
+        // a long run does not reserve memory for all its requests
+        let room = expected.clamp(64, 1 << 16).min(setup.max_pending.max(64));
         Ok(Server {
             setup,
-            requests: Vec::with_capacity(expected),
-            queue: Queue::with_capacity(expected.max(64)),
+            requests: Ledger::with_capacity(room + mb as usize),
+            record: Recorder::new(model.parts.len(), setup.keep.clone())?,
+            queue: Queue::with_capacity(room),
             table,
             free_slots: (0..mb).rev().collect(),
             counters: Counters::default(),
@@ -298,17 +356,33 @@ impl<'a> Server<'a> {
     fn receive<A: ArrivalSource + ?Sized>(&mut self, arrivals: &mut A, now: Nanos) -> Result<()> {
         let parts = self.setup.model.parts.len();
         while let Some(a) = arrivals.poll(now) {
-            let id = RequestId(self.requests.len() as u32);
+            let id = self.requests.next_id()?;
             if usize::from(a.part) >= parts {
                 return Err(Error::invalid(
                     "arrival",
                     format!("request for model #{} of {parts}", a.part),
                 ));
             }
+            if a.time > Nanos::HORIZON {
+                return Err(Error::invalid(
+                    "arrival",
+                    format!(
+                        "request {} arrives after the {:.0}-year horizon",
+                        id.0,
+                        Nanos::HORIZON.as_secs() / 31_557_600.0
+                    ),
+                ));
+            }
             let mut q = Request::new(id, a.time, a.sla.unwrap_or(self.setup.sla), a.len);
             q.part = a.part;
-            self.requests.push(q);
-            self.queue.push(id);
+            self.record.arrive(&q);
+            self.requests.arrive(q)?;
+            if self.queue.len() >= self.setup.max_pending {
+                let q = self.requests.reject(id)?;
+                self.record.reject(q, Rejection::QueueFull)?;
+            } else {
+                self.queue.push(id);
+            }
         }
         Ok(())
     }
@@ -336,7 +410,7 @@ impl<'a> Server<'a> {
         self.batch.extend(self.queue.next_batch(count));
         self.order.clear();
         for r in &self.batch {
-            let q = &mut self.requests[r.idx()];
+            let q = self.requests.get_mut(*r);
             q.slot = self.free_slots.pop();
             // admitted requests run their first node now, on top of the table
             q.first_issue = Some(now);
@@ -350,17 +424,14 @@ impl<'a> Server<'a> {
             let padded = pad.then(|| {
                 batch
                     .iter()
-                    .map(|r| &requests[r.idx()])
+                    .map(|&r| requests.get(r))
                     .filter(|q| q.part == p)
                     .fold(Lengths::default(), |l, q| Lengths {
                         enc: l.enc.max(q.len.enc),
                         dec: l.dec.max(q.len.dec),
                     })
             });
-            let ids = batch
-                .iter()
-                .copied()
-                .filter(|r| requests[r.idx()].part == p);
+            let ids = batch.iter().copied().filter(|&r| requests.get(r).part == p);
             let first = self.setup.model.first_step_of(usize::from(p));
             self.table.push_from(ids, first, padded);
         }
@@ -379,7 +450,7 @@ impl<'a> Server<'a> {
             .ok_or_else(|| Error::Internal("empty table".into()))?;
         self.members.clear();
         for (j, r) in top.members.iter().enumerate() {
-            let q = &self.requests[r.idx()];
+            let q = self.requests.get(*r);
             self.members.push(Member {
                 slot: q.slot.unwrap_or(0),
                 len: top.padded.unwrap_or(q.len),
@@ -463,14 +534,14 @@ impl<'a> Server<'a> {
                 .is_some_and(|l| model.loops[l.0 as usize].last == at.node);
         if ends_dec_step {
             for m in &self.members {
-                self.requests[m.input as usize].dec_done = m.step + 1;
+                self.requests.get_mut(RequestId(m.input as u32)).dec_done = m.step + 1;
             }
         }
         self.finished.clear();
         let requests = &self.requests;
         let adv = self
             .table
-            .advance(model, |r| requests[r.idx()].len, &mut self.finished);
+            .advance(model, |r| requests.get(r).len, &mut self.finished);
         if adv.wrapped {
             // every member's step went up by one; a changed table is rebuilt next time anyway
             self.members.iter_mut().for_each(|m| m.step += 1);
@@ -478,10 +549,7 @@ impl<'a> Server<'a> {
         self.counters.merges += u64::from(adv.merges);
         self.counters.splits += u64::from(adv.splits);
         for &r in &self.finished {
-            let q = &mut self.requests[r.idx()];
-            if q.completion.is_some() {
-                return Err(Error::Internal(format!("request {} completed twice", r.0)));
-            }
+            let mut q = self.requests.complete(r)?;
             q.completion = Some(done_at);
             if let Some(s) = q.slot.take() {
                 device.complete(&Member {
@@ -492,6 +560,7 @@ impl<'a> Server<'a> {
                 });
                 self.free_slots.push(s);
             }
+            self.record.complete(q)?;
         }
         self.snap(done_at);
         Ok(())

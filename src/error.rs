@@ -96,3 +96,14 @@ impl Error {
         }
     }
 }
+
+/// A number as an error message shows it: plain when it reads well, in scientific notation when
+/// it is very large or very small (`1e300`, not three hundred digits).
+pub fn num(x: f64) -> String {
+    let a = x.abs();
+    if a != 0.0 && a.is_finite() && !(1e-4..1e9).contains(&a) {
+        format!("{x:e}")
+    } else {
+        format!("{x}")
+    }
+}

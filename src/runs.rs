@@ -5,8 +5,9 @@
 //! another in wall time.
 
 use crate::bench::{Bench, RunConfig};
+use crate::engine::Outcome;
 use crate::error::Result;
-use crate::metrics::{self, Stats};
+use crate::metrics::{self, KeepRecords, Stats};
 use crate::time::Nanos;
 use hdrhistogram::Histogram;
 use rayon::prelude::*;
@@ -25,6 +26,9 @@ pub struct Colocation {
 pub struct Keep {
     /// The latency histogram.
     pub histogram: bool,
+    /// Every completed request's latency, sorted (`reproduce`'s CDFs and SLA sweeps; memory
+    /// grows with the run).
+    pub latencies: bool,
 }
 
 /// A finished run.
@@ -32,7 +36,7 @@ pub struct Keep {
 pub struct RunOut {
     /// Statistics at the run's SLA.
     pub stats: Stats,
-    /// Latencies of completed requests, ascending (ms).
+    /// Latencies of completed requests, ascending (ms), when kept.
     pub lat_ms: Vec<f64>,
     /// Co-located runs: each model's statistics (empty for one model).
     pub parts: Vec<Stats>,
@@ -41,7 +45,7 @@ pub struct RunOut {
 }
 
 impl RunOut {
-    /// Fraction of requests slower than `sla_ms`.
+    /// Fraction of requests slower than `sla_ms` (the latencies must have been kept).
     pub fn violation(&self, sla_ms: f64) -> f64 {
         if self.lat_ms.is_empty() {
             return 0.0;
@@ -55,31 +59,20 @@ fn rates(cfg: &RunConfig, colo: &Colocation) -> Vec<f64> {
     colo.shares.iter().map(|s| s * cfg.rate).collect()
 }
 
-fn finish(bench: &Bench, stats: Stats, out: &crate::engine::Outcome, keep: Keep) -> Result<RunOut> {
-    let nparts = bench.model.parts.len();
-    let parts = if nparts > 1 {
-        metrics::summarize_parts(out, nparts)?
-    } else {
-        Vec::new()
-    };
-    let mut lat_ms: Vec<f64> = out
-        .requests
-        .iter()
-        .filter_map(|r| r.latency())
-        .map(|l| l.as_ms())
-        .collect();
-    lat_ms.sort_by(f64::total_cmp);
-    let histogram = if keep.histogram {
-        Some(metrics::histogram(out)?)
-    } else {
-        None
-    };
-    Ok(RunOut {
-        stats,
-        lat_ms,
-        parts,
-        histogram,
-    })
+fn records(keep: Keep) -> KeepRecords {
+    KeepRecords {
+        latencies: keep.latencies,
+        ..KeepRecords::default()
+    }
+}
+
+fn finish(mut out: Outcome, keep: Keep) -> RunOut {
+    RunOut {
+        stats: out.stats(),
+        parts: out.part_stats(),
+        lat_ms: out.record.take_latencies(),
+        histogram: keep.histogram.then(|| out.record.histogram().clone()),
+    }
 }
 
 /// One run on the NPU model (any number of these can go at once).
@@ -89,11 +82,11 @@ pub(crate) fn run_one(
     colo: Option<&Colocation>,
     keep: Keep,
 ) -> Result<RunOut> {
-    let (stats, out) = match colo {
-        Some(c) => bench.run_colocated(cfg, &rates(cfg, c), &c.slas)?,
-        None => bench.run(cfg)?,
+    let out = match colo {
+        Some(c) => bench.run(cfg, Some((&rates(cfg, c), &c.slas)), records(keep))?,
+        None => bench.run(cfg, None, records(keep))?,
     };
-    finish(bench, stats, &out, keep)
+    Ok(finish(out, keep))
 }
 
 /// Every configuration of `cfgs` on `bench`, in order: in parallel on the NPU model, one after
@@ -114,12 +107,12 @@ pub fn run_all(
     }
     let mut outs = Vec::with_capacity(cfgs.len());
     for (i, c) in cfgs.iter().enumerate() {
-        let arrivals = match colo {
-            Some(co) => bench.arrivals(c, Some((&rates(c, co), &co.slas)))?,
-            None => bench.arrivals(c, None)?,
+        let traffic = match colo {
+            Some(co) => bench.traffic(c, Some((&rates(c, co), &co.slas)))?,
+            None => bench.traffic(c, None)?,
         };
-        let (stats, out) = bench.serve(c, arrivals)?;
-        outs.push(finish(bench, stats, &out, keep(i))?);
+        let out = bench.serve(c, records(keep(i)), traffic)?;
+        outs.push(finish(out, keep(i)));
     }
     Ok(outs)
 }
@@ -134,6 +127,7 @@ pub fn mean_stats(runs: &[&Stats]) -> Stats {
         requests: first.requests,
         completed: count(&|s| s.completed),
         rejected: count(&|s| s.rejected),
+        rejected_queue_full: count(&|s| s.rejected_queue_full),
         latency_ms: metrics::LatencyMs {
             mean: avg(&|s| s.latency_ms.mean),
             p50: avg(&|s| s.latency_ms.p50),

@@ -1,6 +1,10 @@
 //! Time in the engine: integer nanoseconds ([`Nanos`]), so that virtual-time runs are exact and
 //! deterministic, and the [`Clock`] trait behind which the engine sees either a simulated clock
 //! (the NPU model) or the wall clock (real devices).
+//!
+//! Arithmetic on [`Nanos`] saturates instead of wrapping, and a run's time is bounded by
+//! [`Nanos::HORIZON`] (100 years): inputs are checked against it where they enter, and the
+//! engine stops with an error should a run ever reach it.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -17,6 +21,9 @@ impl Nanos {
     pub const ZERO: Nanos = Nanos(0);
     /// The largest representable time ("never").
     pub const MAX: Nanos = Nanos(u64::MAX);
+    /// The longest a run may last: 100 years (of 365.25 days), a sixth of what u64
+    /// nanoseconds hold, so that any sum of two times within it is exact.
+    pub const HORIZON: Nanos = Nanos(3_155_760_000_000_000_000);
     /// From microseconds.
     pub fn from_us(us: f64) -> Nanos {
         Nanos((us * 1e3).round().max(0.0) as u64)
@@ -47,26 +54,28 @@ impl Nanos {
     }
 }
 
+// Saturating, never wrapping: a sum past u64 stays at `Nanos::MAX` ("never"), a difference
+// below zero at zero. Runs stay within `Nanos::HORIZON`, far from either end.
 impl Add for Nanos {
     type Output = Nanos;
     fn add(self, o: Nanos) -> Nanos {
-        Nanos(self.0 + o.0)
+        Nanos(self.0.saturating_add(o.0))
     }
 }
 impl AddAssign for Nanos {
     fn add_assign(&mut self, o: Nanos) {
-        self.0 += o.0;
+        self.0 = self.0.saturating_add(o.0);
     }
 }
 impl Sub for Nanos {
     type Output = Nanos;
     fn sub(self, o: Nanos) -> Nanos {
-        Nanos(self.0 - o.0)
+        Nanos(self.0.saturating_sub(o.0))
     }
 }
 impl std::iter::Sum for Nanos {
     fn sum<I: Iterator<Item = Nanos>>(iter: I) -> Nanos {
-        Nanos(iter.map(|n| n.0).sum())
+        iter.fold(Nanos::ZERO, |a, b| a + b)
     }
 }
 impl fmt::Display for Nanos {

@@ -2,7 +2,7 @@
 //! histogram for seq2seq models, or an arrival trace file (`--trace`).
 
 use crate::error::{Error, Result};
-use crate::graph::{Lengths, Model};
+use crate::graph::{Lengths, Model, SeqConfig};
 use crate::lengths::{draw, JointLengths};
 use crate::time::Nanos;
 use rand::rngs::StdRng;
@@ -24,61 +24,202 @@ pub struct Arrival {
     pub sla: Option<Nanos>,
 }
 
-fn length_source(model: &Model) -> Result<Option<JointLengths>> {
-    model
-        .seq
-        .as_ref()
-        .map(|_| JointLengths::wmt19())
-        .transpose()
+/// The most requests a run takes (ids are 32-bit; a run of 10⁹ simulated requests takes
+/// minutes).
+pub const MAX_REQUESTS: usize = 1_000_000_000;
+
+/// Arrival rates a run accepts, requests/s: from one per ~11.6 days to 10⁹.
+pub const RATE_RANGE: (f64, f64) = (1e-6, 1e9);
+
+/// A run's arrivals as a stream, generated as the engine asks for them (memory independent of
+/// the run's length), with how many there will be.
+pub struct Traffic {
+    /// The arrivals, sorted by time.
+    pub arrivals: Box<dyn Iterator<Item = Arrival> + Send>,
+    /// How many it yields.
+    pub expected: usize,
+    /// Its mean rate (requests/s): the Poisson rate, or a trace's count over its last arrival
+    /// time (0 when every arrival is at time 0).
+    pub rate: f64,
 }
 
-fn draw_len(model: &Model, joint: &Option<JointLengths>, rng: &mut StdRng) -> Lengths {
-    match (&model.seq, joint) {
-        (Some(seq), Some(j)) => draw(j, seq, rng),
-        _ => Lengths { enc: 1, dec: 1 },
+impl Traffic {
+    /// Traffic from a list of arrivals sorted by time (a trace).
+    pub fn from_list(list: Vec<Arrival>) -> Traffic {
+        let last = list.last().map_or(0.0, |a| a.time.as_secs());
+        let expected = list.len();
+        Traffic {
+            rate: if last > 0.0 {
+                expected as f64 / last
+            } else {
+                0.0
+            },
+            arrivals: Box::new(list.into_iter()),
+            expected,
+        }
     }
 }
 
-/// `n` Poisson arrival times at `rate` requests per second, deterministic for `seed`; `fill`
-/// completes each arrival (lengths, model) in order.
-fn arrivals(
-    rate: f64,
-    n: usize,
-    seed: u64,
-    mut fill: impl FnMut(&mut Arrival),
-) -> Result<Vec<Arrival>> {
-    if !(rate > 0.0 && rate.is_finite()) {
-        return Err(Error::invalid(
-            "rate",
-            format!("must be a positive number of requests/s, got {rate}"),
-        ));
+/// How each arrival gets its lengths, and for co-located models its model and SLA.
+enum Fill {
+    /// Static models: {1, 1}.
+    Fixed,
+    /// One seq2seq model: WMT19 lengths.
+    Seq {
+        joint: JointLengths,
+        seq: SeqConfig,
+        rng: Box<StdRng>,
+    },
+    /// Co-located models.
+    Parts(Box<PartsFill>),
+}
+
+/// Co-located models: model `k` with probability `rates[k] / total`, its SLA, its lengths.
+struct PartsFill {
+    joint: JointLengths,
+    rates: Vec<f64>,
+    total: f64,
+    slas: Vec<Nanos>,
+    seqs: Vec<Option<SeqConfig>>,
+    pick: StdRng,
+    rng: StdRng,
+}
+
+impl Fill {
+    fn fill(&mut self, a: &mut Arrival) {
+        match self {
+            Fill::Fixed => a.len = Lengths { enc: 1, dec: 1 },
+            Fill::Seq { joint, seq, rng } => a.len = draw(joint, seq, &mut **rng),
+            Fill::Parts(p) => {
+                let PartsFill {
+                    joint,
+                    rates,
+                    total,
+                    slas,
+                    seqs,
+                    pick,
+                    rng,
+                } = &mut **p;
+                let x: f64 = rand::Rng::random_range(pick, 0.0..*total);
+                let mut acc = 0.0;
+                let mut k = rates.len() - 1;
+                for (i, r) in rates.iter().enumerate() {
+                    acc += r;
+                    if x < acc {
+                        k = i;
+                        break;
+                    }
+                }
+                a.part = k as u16;
+                a.sla = Some(slas[k]);
+                a.len = match &seqs[k] {
+                    Some(seq) => draw(joint, seq, rng),
+                    None => Lengths { enc: 1, dec: 1 },
+                };
+            }
+        }
     }
-    if n == 0 {
-        return Err(Error::invalid("requests", "must be at least 1"));
-    }
-    let exp = Exp::new(rate).map_err(|e| Error::invalid("rate", e.to_string()))?;
-    let mut rng = StdRng::seed_from_u64(seed);
-    let mut t = 0.0f64;
-    let mut out = Vec::with_capacity(n);
-    for _ in 0..n {
-        t += exp.sample(&mut rng);
+}
+
+/// Poisson arrivals, drawn one at a time: exponential gaps at the rate from one seeded stream,
+/// lengths (and models) from others, so that the n-th arrival is the same whoever asks.
+pub struct Poisson {
+    exp: Exp<f64>,
+    rng: StdRng,
+    t: f64,
+    left: usize,
+    fill: Fill,
+}
+
+impl Iterator for Poisson {
+    type Item = Arrival;
+    fn next(&mut self) -> Option<Arrival> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        self.t += self.exp.sample(&mut self.rng);
         let mut a = Arrival {
-            time: Nanos::from_secs(t),
+            time: Nanos::from_secs(self.t),
             ..Arrival::default()
         };
-        fill(&mut a);
-        out.push(a);
+        self.fill.fill(&mut a);
+        Some(a)
     }
-    Ok(out)
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl Poisson {
+    /// `n` arrivals at `rate`, deterministic for `seed`, each completed by `fill`.
+    fn new(rate: f64, n: usize, seed: u64, fill: Fill) -> Result<Poisson> {
+        check_rate("--rate", rate)?;
+        if n == 0 || n > MAX_REQUESTS {
+            return Err(Error::invalid(
+                "--requests",
+                format!("must be in [1, {MAX_REQUESTS}], got {n}"),
+            ));
+        }
+        // the run must fit the engine's time horizon with a wide margin (a Poisson process's
+        // n-th arrival is within a few √n gaps of n / rate)
+        let span = n as f64 / rate;
+        if span > Nanos::HORIZON.as_secs() / 2.0 {
+            return Err(Error::invalid(
+                "--requests",
+                format!(
+                    "{n} requests at {rate} req/s take {:.3e} s, longer than lazybatch measures ({:.3e} s): raise the rate or lower the count",
+                    span,
+                    Nanos::HORIZON.as_secs() / 2.0
+                ),
+            ));
+        }
+        let exp = Exp::new(rate).map_err(|e| Error::invalid("rate", e.to_string()))?;
+        Ok(Poisson {
+            exp,
+            rng: StdRng::seed_from_u64(seed),
+            t: 0.0,
+            left: n,
+            fill,
+        })
+    }
+
+    /// As a [`Traffic`].
+    pub fn traffic(self, rate: f64) -> Traffic {
+        Traffic {
+            expected: self.left,
+            rate,
+            arrivals: Box::new(self),
+        }
+    }
+}
+
+/// Checks an arrival rate against [`RATE_RANGE`]; `what` names the flag.
+pub fn check_rate(what: &str, rate: f64) -> Result<f64> {
+    let (lo, hi) = RATE_RANGE;
+    if !(rate >= lo && rate <= hi) {
+        return Err(Error::invalid(
+            what,
+            format!(
+                "must be in [{lo:e}, {hi:e}] requests/s, got {}",
+                crate::error::num(rate)
+            ),
+        ));
+    }
+    Ok(rate)
 }
 
 /// `n` Poisson arrivals at `rate` requests per second, deterministic for `seed`.
-pub fn poisson(model: &Model, rate: f64, n: usize, seed: u64) -> Result<Vec<Arrival>> {
-    let mut len_rng = StdRng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15);
-    let joint = length_source(model)?;
-    arrivals(rate, n, seed, |a| {
-        a.len = draw_len(model, &joint, &mut len_rng)
-    })
+pub fn poisson(model: &Model, rate: f64, n: usize, seed: u64) -> Result<Poisson> {
+    let fill = match &model.seq {
+        Some(seq) => Fill::Seq {
+            joint: JointLengths::wmt19()?,
+            seq: seq.clone(),
+            rng: Box::new(StdRng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15)),
+        },
+        None => Fill::Fixed,
+    };
+    Poisson::new(rate, n, seed, fill)
 }
 
 /// `n` Poisson arrivals for co-located models: part `k` of `model` receives `rates[k]` req/s
@@ -90,7 +231,7 @@ pub fn poisson_parts(
     slas: &[Nanos],
     n: usize,
     seed: u64,
-) -> Result<Vec<Arrival>> {
+) -> Result<Poisson> {
     if rates.len() != model.parts.len() || slas.len() != model.parts.len() {
         return Err(Error::invalid(
             "co-location",
@@ -102,42 +243,40 @@ pub fn poisson_parts(
             ),
         ));
     }
-    if rates.iter().any(|r| !(*r > 0.0 && r.is_finite())) {
-        return Err(Error::invalid(
-            "rate",
-            "every model's rate must be positive",
-        ));
+    for &r in rates {
+        check_rate("--rate", r)?;
     }
     let total: f64 = rates.iter().sum();
-    let joint = JointLengths::wmt19()?;
-    let mut pick = StdRng::seed_from_u64(seed ^ 0x51ce_0f00_d5ee_d000);
-    let mut len_rng = StdRng::seed_from_u64(seed ^ 0x2545_f491_4f6c_dd1d);
-    arrivals(total, n, seed, |a| {
-        let x: f64 = rand::Rng::random_range(&mut pick, 0.0..total);
-        let mut acc = 0.0;
-        let mut k = rates.len() - 1;
-        for (i, r) in rates.iter().enumerate() {
-            acc += r;
-            if x < acc {
-                k = i;
-                break;
-            }
-        }
-        a.part = k as u16;
-        a.sla = Some(slas[k]);
-        a.len = match &model.parts[k].seq {
-            Some(seq) => draw(&joint, seq, &mut len_rng),
-            None => Lengths { enc: 1, dec: 1 },
-        };
-    })
+    let fill = Fill::Parts(Box::new(PartsFill {
+        joint: JointLengths::wmt19()?,
+        rates: rates.to_vec(),
+        total,
+        slas: slas.to_vec(),
+        seqs: model.parts.iter().map(|p| p.seq.clone()).collect(),
+        pick: StdRng::seed_from_u64(seed ^ 0x51ce_0f00_d5ee_d000),
+        rng: StdRng::seed_from_u64(seed ^ 0x2545_f491_4f6c_dd1d),
+    }));
+    Poisson::new(total, n, seed, fill)
 }
 
-/// Reads a trace: one arrival per line, `TIME_MS [ENC DEC]` (lengths in model steps; drawn from
-/// WMT19 with `seed` when absent); `#` starts a comment. Times must not decrease.
-pub fn load_trace(path: &Path, model: &Model, seed: u64) -> Result<Vec<Arrival>> {
+/// Reads a trace: one arrival per line, `TIME_MS [ENC DEC]` (lengths in model steps, within
+/// the model's maxima; drawn from WMT19 with `seed` when absent); `#` starts a comment. Times
+/// must not decrease and must lie within the engine's horizon ([`Nanos::HORIZON`]).
+pub fn load_trace(path: &Path, model: &Model, seed: u64) -> Result<Traffic> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
-    let joint = length_source(model)?;
-    let mut rng = StdRng::seed_from_u64(seed);
+    let mut fill = match &model.seq {
+        Some(seq) => Fill::Seq {
+            joint: JointLengths::wmt19()?,
+            seq: seq.clone(),
+            rng: Box::new(StdRng::seed_from_u64(seed)),
+        },
+        None => Fill::Fixed,
+    };
+    let (max_enc, max_dec) = model
+        .seq
+        .as_ref()
+        .map_or((1, 1), |s| (s.max_enc, s.max_dec));
+    let horizon_ms = Nanos::HORIZON.as_ms();
     let mut out = Vec::new();
     let mut last = 0.0f64;
     for (i, raw) in text.lines().enumerate() {
@@ -145,38 +284,54 @@ pub fn load_trace(path: &Path, model: &Model, seed: u64) -> Result<Vec<Arrival>>
         if line.is_empty() {
             continue;
         }
-        let bad = |msg: &str| Error::ConfigFile {
+        let bad = |msg: String| Error::ConfigFile {
             file: path.to_path_buf(),
             line: i + 1,
-            msg: msg.to_string(),
+            msg,
         };
         let f: Vec<&str> = line.split_whitespace().collect();
-        let t: f64 = f[0]
-            .parse()
-            .map_err(|_| bad("expected an arrival time in ms"))?;
-        if !t.is_finite() || t < 0.0 {
-            return Err(bad("arrival time must be ≥ 0"));
+        let t: f64 = f[0].parse().map_err(|_| {
+            bad(format!(
+                "TIME_MS: expected an arrival time in ms, got '{}'",
+                f[0]
+            ))
+        })?;
+        if !(0.0..=horizon_ms).contains(&t) {
+            return Err(bad(format!(
+                "TIME_MS: must be in [0, {horizon_ms:.4e}] ms (100 years), got {t}"
+            )));
         }
         if t < last {
-            return Err(bad("arrival times must not decrease"));
+            return Err(bad(format!(
+                "TIME_MS: arrival times must not decrease ({t} after {last})"
+            )));
         }
         last = t;
-        let len = match f.len() {
-            1 => draw_len(model, &joint, &mut rng),
-            3 => {
-                let p = |s: &str| s.parse::<u32>().ok().filter(|&x| x > 0);
-                match (p(f[1]), p(f[2])) {
-                    (Some(enc), Some(dec)) => Lengths { enc, dec },
-                    _ => return Err(bad("lengths must be positive integers (ENC DEC)")),
-                }
-            }
-            _ => return Err(bad("expected TIME_MS or TIME_MS ENC DEC")),
-        };
-        out.push(Arrival {
+        let mut a = Arrival {
             time: Nanos::from_ms(t),
-            len,
             ..Arrival::default()
-        });
+        };
+        match f.len() {
+            1 => fill.fill(&mut a),
+            3 => {
+                let step = |s: &str, what: &str, max: u32| {
+                    s.parse::<u32>()
+                        .ok()
+                        .filter(|&x| (1..=max).contains(&x))
+                        .ok_or_else(|| {
+                            bad(format!(
+                                "{what}: must be an integer in [1, {max}] (the model's maximum), got '{s}'"
+                            ))
+                        })
+                };
+                a.len = Lengths {
+                    enc: step(f[1], "ENC", max_enc)?,
+                    dec: step(f[2], "DEC", max_dec)?,
+                };
+            }
+            _ => return Err(bad("expected TIME_MS or TIME_MS ENC DEC".into())),
+        }
+        out.push(a);
     }
     if out.is_empty() {
         return Err(Error::ConfigFile {
@@ -185,5 +340,12 @@ pub fn load_trace(path: &Path, model: &Model, seed: u64) -> Result<Vec<Arrival>>
             msg: "the trace has no arrivals".into(),
         });
     }
-    Ok(out)
+    if out.len() > MAX_REQUESTS {
+        return Err(Error::ConfigFile {
+            file: path.to_path_buf(),
+            line: 0,
+            msg: format!("more than {MAX_REQUESTS} arrivals"),
+        });
+    }
+    Ok(Traffic::from_list(out))
 }

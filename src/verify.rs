@@ -51,13 +51,7 @@ fn serve(
     let pred = Predictor::new(model, &profile, 1);
     dev.set_capture(mode);
     let out = engine::run(
-        &engine::Setup {
-            model,
-            predictor: &pred,
-            sla: Nanos::from_secs(1e6),
-            max_batch,
-            snapshots: false,
-        },
+        &engine::Setup::new(model, &pred, Nanos::from_secs(1e6), max_batch),
         dev,
         policy,
         &mut VirtualClock::new(),
@@ -85,16 +79,18 @@ fn arrivals_at_zero(model: &Model, requests: usize, seed: u64) -> Result<Vec<Arr
     }
     // co-located models: requests spread over every model (the SLA plays no part here)
     let parts = model.parts.len();
-    let mut arrivals = if parts > 1 {
+    let arrivals = if parts > 1 {
         let sla = Nanos::from_secs(1.0);
         traffic::poisson_parts(model, &vec![1.0; parts], &vec![sla; parts], requests, seed)?
     } else {
         traffic::poisson(model, 1.0, requests, seed)?
     };
-    for a in &mut arrivals {
-        a.time = Nanos::ZERO;
-    }
-    Ok(arrivals)
+    Ok(arrivals
+        .map(|a| Arrival {
+            time: Nanos::ZERO,
+            ..a
+        })
+        .collect())
 }
 
 /// Largest absolute and relative differences between two captures (None when the captures

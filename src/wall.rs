@@ -7,7 +7,7 @@ use crate::engine::{self, ArrivalSource, Outcome};
 use crate::error::Result;
 use crate::policy::Policy;
 use crate::time::{Clock, Nanos};
-use crate::traffic::Arrival;
+use crate::traffic::{Arrival, Traffic};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -56,11 +56,11 @@ pub(crate) struct ThreadArrivals {
 
 impl ThreadArrivals {
     /// Starts the generator thread for `schedule` (sorted by time), relative to `origin`.
-    pub(crate) fn spawn(schedule: Vec<Arrival>, origin: Instant) -> Self {
+    pub(crate) fn spawn(schedule: Traffic, origin: Instant) -> Self {
         let (tx, rx) = mpsc::channel();
-        let total = schedule.len();
+        let total = schedule.expected;
         let handle = std::thread::spawn(move || {
-            for a in schedule {
+            for a in schedule.arrivals {
                 let due = origin + Duration::from_nanos(a.time.0);
                 let now = Instant::now();
                 if due > now {
@@ -136,7 +136,7 @@ pub fn serve(
     setup: &engine::Setup,
     device: &mut dyn Device,
     policy: &mut dyn Policy,
-    schedule: Vec<Arrival>,
+    schedule: Traffic,
 ) -> Result<Outcome> {
     let mut clock = WallClock::start();
     let mut src = ThreadArrivals::spawn(schedule, clock.origin());

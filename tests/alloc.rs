@@ -92,7 +92,9 @@ fn steady_state_allocations(
     dev.prepare(&m, 8).unwrap();
     let prof = Profile::uniform(&m, 8, Nanos::from_us(50.0));
     let pred = Predictor::new(&m, &prof, 30);
-    let arrivals = traffic::poisson(&m, rate, 60, 5).unwrap();
+    let arrivals = traffic::poisson(&m, rate, 60, 5)
+        .unwrap()
+        .collect::<Vec<_>>();
     let mut pol = policy::parse(policy_spec, 8).unwrap();
     let mut src = Arming {
         inner: Predrawn::new(&arrivals),
@@ -102,13 +104,7 @@ fn steady_state_allocations(
     ALLOCS.store(0, Ordering::Relaxed);
     GEMM_ALLOCS.store(0, Ordering::Relaxed);
     let out = engine::run_source(
-        &engine::Setup {
-            model: &m,
-            predictor: &pred,
-            sla: Nanos::from_secs(10.0),
-            max_batch: 8,
-            snapshots: false,
-        },
+        &engine::Setup::new(&m, &pred, Nanos::from_secs(10.0), 8),
         &mut dev,
         pol.as_mut(),
         &mut VirtualClock::new(),
@@ -116,13 +112,7 @@ fn steady_state_allocations(
     )
     .unwrap();
     ARMED.with(|x| x.set(false));
-    assert_eq!(
-        out.requests
-            .iter()
-            .filter(|r| r.completion.is_some())
-            .count(),
-        60
-    );
+    assert_eq!(out.stats().completed, 60);
     assert!(
         out.counters.preemptions > 0 || !policy_spec.starts_with("lazy"),
         "{model}: no preemption, the test proves little"

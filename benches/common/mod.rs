@@ -40,16 +40,19 @@ pub fn scheduler_cost(model: &str, rate: f64, policy: &str) -> (u64, f64) {
     let m = zoo::load(model).unwrap();
     let prof = Profile::uniform(&m, 64, Nanos::from_us(100.0));
     let pred = Predictor::new(&m, &prof, 31);
-    let arrivals = traffic::poisson(&m, rate, 3000, 1).unwrap();
+    let arrivals = traffic::poisson(&m, rate, 3000, 1)
+        .unwrap()
+        .collect::<Vec<_>>();
     let mut pol = policy::parse(policy, 64).unwrap();
     let t = Instant::now();
     let out = engine::run(
         &engine::Setup {
-            model: &m,
-            predictor: &pred,
-            sla: Nanos::from_ms(100.0),
-            max_batch: 64,
             snapshots: false,
+            keep: lazybatch::metrics::KeepRecords {
+                requests: true,
+                ..Default::default()
+            },
+            ..engine::Setup::new(&m, &pred, Nanos::from_ms(100.0), 64)
         },
         &mut Null(Nanos::from_us(100.0)),
         pol.as_mut(),

@@ -4,8 +4,8 @@
 
 use super::serve::{run_json, RunId};
 use super::{
-    check_rate, colocation, emit, open_bench, positive, serve_args, DeviceArgs, ModelArgs, Serve,
-    ServeArgs,
+    check_load, check_rate, colocation, emit, in_range, open_bench, serve_args, DeviceArgs,
+    ModelArgs, Serve, ServeArgs,
 };
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -72,12 +72,12 @@ struct Row {
 /// Runs the grid and reports it.
 pub(super) fn compare(a: CompareArgs) -> Result<()> {
     let model = a.model.load()?;
-    let sv = serve_args(&a.serve)?;
-    let seeds = positive("--seeds", a.seeds)? as u64;
+    let sv = serve_args(&a.serve, &model, false)?;
+    let seeds = in_range("--seeds", a.seeds, 1, 1000)? as u64;
     let specs = policies(&a, &model, &sv)?;
     if let Some(ls) = &a.load {
         for &l in ls {
-            check_rate("--load", l)?;
+            check_load("--load", l)?;
         }
     } else {
         for &r in &a.rates {
@@ -90,7 +90,10 @@ pub(super) fn compare(a: CompareArgs) -> Result<()> {
     }
     let mut bench = open_bench(model, &a.dev, &sv)?;
     let rates: Vec<f64> = match &a.load {
-        Some(ls) => ls.iter().map(|&l| l * bench.serial_capacity()).collect(),
+        Some(ls) => ls
+            .iter()
+            .map(|&l| check_rate("--load × serial capacity", l * bench.serial_capacity()))
+            .collect::<Result<_>>()?,
         None => a.rates.clone(),
     };
     let cfgs = grid(&specs, &rates, seeds, &sv);
@@ -99,6 +102,7 @@ pub(super) fn compare(a: CompareArgs) -> Result<()> {
     // the first seed's histogram of every (policy, rate), for the .hgrm files and pictures
     let results = run_all(&mut bench, &cfgs, colo.as_ref(), |i| Keep {
         histogram: want_hgrm && cfgs[i].seed == 1,
+        latencies: false,
     })?;
     let wall = t0.elapsed().as_secs_f64();
     let rows = aggregate(&bench, &cfgs, &results, seeds, a.serve.sla_ms, wall);
@@ -160,6 +164,7 @@ fn grid(specs: &[Spec], rates: &[f64], seeds: u64, sv: &Serve) -> Vec<RunConfig>
                     seed: s,
                     max_batch: sv.max_batch,
                     coverage: sv.coverage,
+                    max_pending: sv.max_pending,
                 });
             }
         }
@@ -193,6 +198,7 @@ fn aggregate(
             rate: r,
             seed: 1,
             sla_ms,
+            traced: false,
         };
         let mut v = run_json(&id, &st, wall);
         let (_, lat25, lat75) = spread(&|s| s.latency_ms.mean);

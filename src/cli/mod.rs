@@ -38,13 +38,18 @@ mod verify;
 
 use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand};
-use lazybatch::bench::{Bench, BenchOptions};
+use lazybatch::bench::{check_sla_ms, Bench, BenchOptions};
 use lazybatch::device::open::{open, Choice, Opened};
+use lazybatch::engine::DEFAULT_MAX_PENDING;
+use lazybatch::error::num;
 use lazybatch::graph::loader::Scale;
+use lazybatch::graph::loader::MAX_BATCH;
+use lazybatch::graph::op::Op;
 use lazybatch::graph::{zoo, Lengths, Model};
 use lazybatch::profile::Profile;
 use lazybatch::runs::Colocation;
 use lazybatch::time::Nanos;
+use lazybatch::traffic::MAX_REQUESTS;
 use std::path::PathBuf;
 
 /// SLA-aware node-level batching (LazyBatching, HPCA 2021): serve, profile and compare
@@ -118,9 +123,9 @@ struct ModelArgs {
     /// Width multiplier for a reduced-size variant (channels, features, hidden units), in (0, 1].
     #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
     width: f64,
-    /// Input resolution multiplier for a reduced-size CNN variant, in (0, 1].
-    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
-    res: f64,
+    /// Input resolution multiplier for a reduced-size CNN variant, in (0, 1] [default: 1].
+    #[arg(long, allow_negative_numbers = true)]
+    res: Option<f64>,
 }
 
 impl ModelArgs {
@@ -128,11 +133,13 @@ impl ModelArgs {
     fn load(&self) -> Result<Model> {
         let scale = Scale {
             width: self.width,
-            resolution: self.res,
+            resolution: self.res.unwrap_or(1.0),
         };
         let names: Vec<&str> = self.model.split(',').map(str::trim).collect();
         if names.len() == 1 {
-            return Ok(zoo::load_scaled(names[0], scale)?);
+            let m = zoo::load_scaled(names[0], scale)?;
+            self.check_res(&m)?;
+            return Ok(m);
         }
         let mut models = Vec::with_capacity(names.len());
         for n in &names {
@@ -141,7 +148,24 @@ impl ModelArgs {
             }
             models.push(zoo::load_scaled(n, scale)?);
         }
-        Ok(Model::compose(models))
+        let m = Model::compose(models);
+        self.check_res(&m)?;
+        Ok(m)
+    }
+
+    /// `--res` scales image inputs: refused for a model that has none.
+    fn check_res(&self, m: &Model) -> Result<()> {
+        let images = m
+            .nodes
+            .iter()
+            .any(|n| matches!(&n.op, Op::Input { shape, .. } if shape.len() == 3));
+        if self.res.is_some() && !images {
+            bail!(
+                "--res scales image inputs, and '{}' has none (use --width to shrink it)",
+                m.name
+            );
+        }
+        Ok(())
     }
 }
 
@@ -169,11 +193,11 @@ fn colocation(model: &Model, s: &ServeArgs) -> Result<Colo> {
     };
     let slas = match &s.slas {
         Some(v) if v.len() != n => bail!("--slas has {} values for {n} models", v.len()),
-        Some(v) if v.iter().any(|x| !(*x > 0.0 && x.is_finite())) => {
-            bail!("invalid --slas: every SLA must be positive")
-        }
-        Some(v) => v.iter().map(|&x| Nanos::from_ms(x)).collect(),
-        None => vec![Nanos::from_ms(s.sla_ms); n],
+        Some(v) => v
+            .iter()
+            .map(|&x| Ok(check_sla_ms("--slas", x)?))
+            .collect::<Result<Vec<_>>>()?,
+        None => vec![check_sla_ms("--sla-ms", s.sla_ms)?; n],
     };
     Ok(Some(Colocation { shares, slas }))
 }
@@ -242,7 +266,7 @@ fn say_gpu(d: &(dyn lazybatch::device::Device + Send), precision: &str) {
 /// same kind of device.
 fn open_bench(model: Model, dev: &DeviceArgs, sv: &Serve) -> Result<Bench> {
     let saved = dev.saved_profile()?;
-    let reps = positive("--reps", dev.reps)?;
+    let reps = in_range("--reps", dev.reps, 1, 1000)? as u32;
     let opened = open(&dev.choice()?)?;
     if let Opened::Real(d) = &opened {
         say_gpu(d.as_ref(), &dev.precision);
@@ -283,18 +307,27 @@ fn open_bench(model: Model, dev: &DeviceArgs, sv: &Serve) -> Result<Bench> {
 
 #[derive(Args, Debug, Clone)]
 struct ServeArgs {
-    /// Number of requests per run.
-    #[arg(long, default_value_t = 10_000, allow_negative_numbers = true)]
-    requests: i64,
-    /// SLA target in milliseconds.
+    /// Number of requests per run, in [1, 10⁹] [default: 10000; a trace gives its own].
+    #[arg(long, allow_negative_numbers = true)]
+    requests: Option<i64>,
+    /// SLA target in milliseconds, in (0, 86400000] (one day).
     #[arg(long, default_value_t = 100.0, allow_negative_numbers = true)]
     sla_ms: f64,
-    /// Server maximum batch (activation slots; graph batching's default B).
-    #[arg(long, default_value_t = 64, allow_negative_numbers = true)]
-    max_batch: i64,
-    /// Coverage N (%) of the profiled output lengths that sets dec_timesteps.
-    #[arg(long, default_value_t = 90.0, allow_negative_numbers = true)]
-    coverage: f64,
+    /// Server maximum batch (activation slots; graph batching's default B), in [1, 4096] and at
+    /// most the model's own `max_batch` [default: the smaller of 64 and the model's].
+    #[arg(long, allow_negative_numbers = true)]
+    max_batch: Option<i64>,
+    /// Allow --max-batch above the model file's own `max_batch` (still at most 4096).
+    #[arg(long)]
+    force_max_batch: bool,
+    /// Seq2seq models: coverage N (%) of the profiled output lengths that sets dec_timesteps,
+    /// in (0, 100] [default: 90].
+    #[arg(long, allow_negative_numbers = true)]
+    coverage: Option<f64>,
+    /// The most requests waiting to be admitted; an arrival beyond it is rejected (and
+    /// counted), in [1, 10⁷].
+    #[arg(long, default_value_t = DEFAULT_MAX_PENDING as i64, allow_negative_numbers = true)]
+    max_pending: i64,
     /// Co-located models (--model a,b,…): each model's share of the arrival rate (default: equal).
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     shares: Option<Vec<f64>>,
@@ -308,6 +341,14 @@ fn positive(what: &str, v: i64) -> Result<u32> {
         bail!("invalid {what}: must be a positive integer, got {v}");
     }
     Ok(v as u32)
+}
+
+/// An integer flag within `[lo, hi]`.
+fn in_range(what: &str, v: i64, lo: i64, hi: i64) -> Result<i64> {
+    if !(lo..=hi).contains(&v) {
+        bail!("invalid {what}: must be an integer in [{lo}, {hi}], got {v}");
+    }
+    Ok(v)
 }
 
 fn lengths_for(model: &Model, enc: Option<i64>, dec: Option<i64>) -> Result<Lengths> {
@@ -338,38 +379,67 @@ fn lengths_for(model: &Model, enc: Option<i64>, dec: Option<i64>) -> Result<Leng
     Ok(len)
 }
 
+/// The serving flags, checked against their ranges and against the model.
 struct Serve {
     requests: usize,
     sla: Nanos,
     max_batch: u32,
     coverage: f64,
+    max_pending: usize,
 }
 
-fn serve_args(s: &ServeArgs) -> Result<Serve> {
-    let requests = positive("--requests", s.requests)? as usize;
-    if !(s.sla_ms > 0.0 && s.sla_ms.is_finite()) {
-        bail!(
-            "invalid --sla-ms: must be a positive number of milliseconds, got {}",
-            s.sla_ms
-        );
+/// Checks the serving flags for `model`; `traced`: the requests come from a trace (which gives
+/// their number).
+fn serve_args(s: &ServeArgs, model: &Model, traced: bool) -> Result<Serve> {
+    if traced && s.requests.is_some() {
+        bail!("--requests does not apply to --trace: the trace gives the requests");
     }
-    if !(s.coverage > 0.0 && s.coverage <= 100.0) {
-        bail!(
-            "invalid --coverage: must be in (0, 100], got {}",
-            s.coverage
-        );
-    }
+    let requests = in_range(
+        "--requests",
+        s.requests.unwrap_or(10_000),
+        1,
+        MAX_REQUESTS as i64,
+    )?;
+    let sla = check_sla_ms("--sla-ms", s.sla_ms)?;
+    let model_max = i64::from(model.max_batch.clamp(1, MAX_BATCH));
+    let max_batch = match s.max_batch {
+        None => 64.min(model_max),
+        Some(b) if b > model_max && !s.force_max_batch => bail!(
+            "invalid --max-batch: {b} exceeds the model's own max_batch {model_max} (--force-max-batch allows up to {MAX_BATCH})"
+        ),
+        Some(b) => in_range("--max-batch", b, 1, i64::from(MAX_BATCH))?,
+    };
+    let coverage = match s.coverage {
+        Some(_) if !model.is_seq2seq() => bail!(
+            "--coverage sets the decoder length the predictor assumes, and '{}' has no decoder",
+            model.name
+        ),
+        Some(c) if !(c > 0.0 && c <= 100.0) => {
+            bail!("invalid --coverage: must be in (0, 100], got {}", num(c))
+        }
+        Some(c) => c,
+        None => 90.0,
+    };
     Ok(Serve {
-        requests,
-        sla: Nanos::from_ms(s.sla_ms),
-        max_batch: positive("--max-batch", s.max_batch)?,
-        coverage: s.coverage,
+        requests: requests as usize,
+        sla,
+        max_batch: max_batch as u32,
+        coverage,
+        max_pending: in_range("--max-pending", s.max_pending, 1, 10_000_000)? as usize,
     })
 }
 
 fn check_rate(what: &str, r: f64) -> Result<f64> {
-    if !(r > 0.0 && r.is_finite()) {
-        bail!("invalid {what}: must be positive, got {r}");
+    Ok(lazybatch::traffic::check_rate(what, r)?)
+}
+
+/// A `--load` factor (a multiple of the serial capacity), in (0, 1000].
+fn check_load(what: &str, l: f64) -> Result<f64> {
+    if !(l > 0.0 && l <= 1000.0) {
+        bail!(
+            "invalid {what}: must be in (0, 1000] (multiples of the serial capacity), got {}",
+            num(l)
+        );
     }
-    Ok(r)
+    Ok(l)
 }

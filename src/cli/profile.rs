@@ -1,9 +1,10 @@
 //! `lazybatch profile`: the per-node latency table of a model on a device.
 
-use super::{emit, lengths_for, positive, DeviceArgs, ModelArgs};
+use super::{emit, lengths_for, DeviceArgs, ModelArgs};
 use anyhow::Result;
 use clap::Args;
 use lazybatch::device::open::{open, Opened};
+use lazybatch::graph::loader::MAX_BATCH;
 use lazybatch::graph::{Lengths, Model, NodeId};
 use lazybatch::profile::Profile;
 use lazybatch::time::Nanos;
@@ -16,7 +17,7 @@ pub(super) struct ProfileArgs {
     model: ModelArgs,
     #[command(flatten)]
     dev: DeviceArgs,
-    /// Largest batch size to profile.
+    /// Largest batch size to profile, in [1, 4096].
     #[arg(long, default_value_t = 64, allow_negative_numbers = true)]
     max_batch: i64,
     /// Encoder steps (seq2seq models; default: the model's reference length).
@@ -37,9 +38,9 @@ pub(super) struct ProfileArgs {
 pub(super) fn run(a: ProfileArgs) -> Result<()> {
     let mut o = String::new();
     let model = a.model.load()?;
-    let max_batch = positive("--max-batch", a.max_batch)?;
+    let max_batch = super::in_range("--max-batch", a.max_batch, 1, i64::from(MAX_BATCH))? as u32;
     let len = lengths_for(&model, a.enc_steps, a.dec_steps)?;
-    let reps = positive("--reps", a.dev.reps)?;
+    let reps = super::in_range("--reps", a.dev.reps, 1, 1000)? as u32;
     // on the NPU model, also the latency of one request served alone: at these lengths, and
     // averaged over WMT 2019's length pairs (Table II's "single-batch latency")
     let mut alone = None;

@@ -2,16 +2,18 @@
 //! happened.
 
 use super::{
-    check_rate, colocation, emit, open_bench, serve_args, DeviceArgs, ModelArgs, ServeArgs,
+    check_load, check_rate, colocation, emit, open_bench, serve_args, DeviceArgs, ModelArgs,
+    ServeArgs,
 };
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use lazybatch::bench::RunConfig;
-use lazybatch::metrics::{self, Stats};
+use lazybatch::metrics::{self, KeepRecords, Stats};
 use lazybatch::policy::Spec;
 use lazybatch::traffic;
 use serde_json::json;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 #[derive(Args, Debug)]
 pub(super) struct RunArgs {
@@ -42,6 +44,10 @@ pub(super) struct RunArgs {
     /// Write the latency histogram (HdrHistogram .hgrm text, ms) to FILE.
     #[arg(long, value_name = "FILE")]
     hgrm: Option<PathBuf>,
+    /// Stream one CSV line per request to FILE as it leaves the server (id, model, arrival,
+    /// first issue, completion, latency, deadline, lengths, outcome; times in ms).
+    #[arg(long, value_name = "FILE")]
+    keep_records: Option<PathBuf>,
 }
 
 /// What identifies a run in the JSON.
@@ -52,12 +58,15 @@ pub(super) struct RunId<'a> {
     pub(super) rate: f64,
     pub(super) seed: u64,
     pub(super) sla_ms: f64,
+    /// The arrivals came from a trace (the rate is the trace's mean).
+    pub(super) traced: bool,
 }
 
 pub(super) fn run_json(id: &RunId, st: &Stats, wall_s: f64) -> serde_json::Value {
     json!({
         "model": id.model, "device": id.device, "policy": id.policy, "rate_rps": id.rate,
         "requests": st.requests, "completed": st.completed, "rejected": st.rejected,
+        "rejected_queue_full": st.rejected_queue_full, "traced": id.traced,
         "seed": id.seed, "sla_ms": id.sla_ms, "latency_ms": st.latency_ms,
         "throughput_rps": st.throughput_rps, "sla_violation_rate": st.sla_violation_rate,
         "mean_batch_size": st.mean_batch_size, "preemptions": st.preemptions, "merges": st.merges,
@@ -70,7 +79,7 @@ pub(super) fn run_json(id: &RunId, st: &Stats, wall_s: f64) -> serde_json::Value
 pub(super) fn run(a: RunArgs) -> Result<()> {
     let mut o = String::new();
     let model = a.model.load()?;
-    let sv = serve_args(&a.serve)?;
+    let sv = serve_args(&a.serve, &model, a.trace.is_some())?;
     let spec = Spec::parse(&a.policy, sv.max_batch)?;
     spec.check_for(&model)?;
     let trace = match &a.trace {
@@ -78,7 +87,7 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
         None => None,
     };
     if let (Some(l), true) = (a.load, a.rate.is_none()) {
-        check_rate("--load", l)?;
+        check_load("--load", l)?;
     } else if let Some(r) = a.rate {
         check_rate("--rate", r)?;
     } else if trace.is_none() {
@@ -88,46 +97,60 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
     if colo.is_some() && (a.load.is_some() || trace.is_some()) {
         bail!("co-located models take a total --rate (split by --shares), not --load or --trace");
     }
+    let records = match &a.keep_records {
+        Some(p) => {
+            let f =
+                std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
+            let w: Arc<Mutex<dyn std::io::Write + Send>> =
+                Arc::new(Mutex::new(std::io::BufWriter::new(f)));
+            Some(w)
+        }
+        None => None,
+    };
     let mut bench = open_bench(model, &a.dev, &sv)?;
-    let rate = match (a.rate, a.load) {
-        (Some(r), _) => r,
-        (None, Some(l)) => l * bench.serial_capacity(),
-        (None, None) => 0.0,
+    let rate = match (a.rate, a.load, &trace) {
+        (Some(r), _, _) => r,
+        (None, Some(l), _) => check_rate("--load × serial capacity", l * bench.serial_capacity())?,
+        (None, None, Some(t)) => t.rate,
+        (None, None, None) => 0.0,
     };
     let cfg = RunConfig {
         policy: spec,
         rate,
-        requests: sv.requests,
+        requests: trace.as_ref().map_or(sv.requests, |t| t.expected),
         sla: sv.sla,
         seed: a.seed,
         max_batch: sv.max_batch,
         coverage: sv.coverage,
+        max_pending: sv.max_pending,
     };
-    let arrivals = match (trace, &colo) {
+    let traffic = match (trace, &colo) {
         (Some(t), _) => t,
         (None, Some(c)) => {
             let rates: Vec<f64> = c.shares.iter().map(|s| s * rate).collect();
-            bench.arrivals(&cfg, Some((&rates, &c.slas)))?
+            bench.traffic(&cfg, Some((&rates, &c.slas)))?
         }
-        (None, None) => bench.arrivals(&cfg, None)?,
+        (None, None) => bench.traffic(&cfg, None)?,
+    };
+    let keep = KeepRecords {
+        csv: records,
+        ..KeepRecords::default()
     };
     let t0 = std::time::Instant::now();
-    let (st, out) = bench.serve(&cfg, arrivals)?;
+    let out = bench.serve(&cfg, keep, traffic)?;
     let wall = t0.elapsed().as_secs_f64();
+    let st = out.stats();
     let per_model: Vec<(String, Stats)> = if colo.is_some() {
-        let parts = &bench.model.parts;
-        let names = parts.iter().map(|p| p.name.clone());
-        names
-            .zip(metrics::summarize_parts(&out, parts.len())?)
-            .collect()
+        let names = bench.model.parts.iter().map(|p| p.name.clone());
+        names.zip(out.part_stats()).collect()
     } else {
         Vec::new()
     };
     if let Some(p) = &a.hgrm {
-        let h = metrics::histogram(&out)?;
         let mut f =
             std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
-        metrics::write_hgrm(&h, &mut f).with_context(|| format!("writing {}", p.display()))?;
+        metrics::write_hgrm(out.record.histogram(), &mut f)
+            .with_context(|| format!("writing {}", p.display()))?;
     }
     let name = bench.model.name.clone();
     let device = bench.description();
@@ -138,13 +161,14 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
         rate,
         seed: a.seed,
         sla_ms: a.serve.sla_ms,
+        traced: a.trace.is_some(),
     };
     if a.json {
         let mut v = run_json(&id, &st, wall);
         if !per_model.is_empty() {
             v["per_model"] = json!(per_model
                 .iter()
-                .map(|(m, s)| json!({"model": m, "completed": s.completed, "latency_ms": s.latency_ms, "throughput_rps": s.throughput_rps, "sla_violation_rate": s.sla_violation_rate}))
+                .map(|(m, s)| json!({"model": m, "completed": s.completed, "rejected": s.rejected, "latency_ms": s.latency_ms, "throughput_rps": s.throughput_rps, "sla_violation_rate": s.sla_violation_rate}))
                 .collect::<Vec<_>>());
         }
         out!(o, "{}", serde_json::to_string_pretty(&v)?);
@@ -159,16 +183,29 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
 fn text(o: &mut String, id: &RunId, st: &Stats, wall: f64, per_model: &[(String, Stats)]) {
     out!(
         o,
-        "{} on {}, policy {}, {:.1} req/s, {} requests, SLA {} ms, seed {}",
+        "{} on {}, policy {}, {}, {} requests, SLA {} ms, seed {}",
         id.model,
         id.device,
         id.policy,
-        id.rate,
+        if id.traced {
+            format!("trace (mean {:.1} req/s)", id.rate)
+        } else {
+            format!("{:.1} req/s", id.rate)
+        },
         st.requests,
         id.sla_ms,
         id.seed
     );
-    out!(o, "  completed {} (rejected {})", st.completed, st.rejected);
+    if st.rejected > 0 {
+        out!(
+            o,
+            "  completed {} (rejected {}: the pending queue was full, --max-pending)",
+            st.completed,
+            st.rejected
+        );
+    } else {
+        out!(o, "  completed {} (rejected 0)", st.completed);
+    }
     let l = &st.latency_ms;
     out!(
         o,

@@ -5,6 +5,7 @@ use super::{emit, positive, ModelArgs};
 use anyhow::{bail, Result};
 use clap::Args;
 use lazybatch::device::open::open_real;
+use lazybatch::error::num;
 use serde_json::json;
 use std::process::ExitCode;
 
@@ -43,9 +44,22 @@ pub(super) struct VerifyArgs {
 /// difference.
 pub(super) fn run(a: VerifyArgs) -> Result<ExitCode> {
     let mut o = String::new();
-    let model = a.model.load()?;
+    // every argument is checked before any work
     let n = positive("--requests", a.requests)? as usize;
     let mb = positive("--max-batch", a.max_batch)?;
+    if !(a.tolerance > 0.0 && a.tolerance < 1.0) {
+        bail!(
+            "invalid --tolerance: must be in (0, 1), got {}",
+            num(a.tolerance)
+        );
+    }
+    if a.ops && a.device != "cuda" {
+        bail!("--ops compares a CUDA device with the CPU: use it with --device cuda");
+    }
+    if n > 10_000 || mb > 4096 {
+        bail!("verify serves at most 10000 requests at a maximum batch of at most 4096 (got --requests {n}, --max-batch {mb})");
+    }
+    let model = a.model.load()?;
     let mut dev = open_real(&a.device, a.seed, &a.precision)?;
     super::say_gpu(dev.as_ref(), &a.precision);
     let t0 = std::time::Instant::now();
@@ -59,12 +73,6 @@ pub(super) fn run(a: VerifyArgs) -> Result<ExitCode> {
         None
     };
     let ops = if a.ops {
-        if dev.name() != "cuda" {
-            bail!("--ops compares a CUDA device with the CPU: use it with --device cuda");
-        }
-        if a.tolerance.is_nan() || a.tolerance <= 0.0 {
-            bail!("--tolerance must be positive (got {})", a.tolerance);
-        }
         let mut cpu = lazybatch::device::cpu::CpuDevice::new(a.seed);
         let (g, c) =
             lazybatch::verify::trace_both(&model, dev.as_mut(), &mut cpu, n.min(2), mb, a.seed)?;

@@ -318,26 +318,30 @@ impl NodeCost {
     /// profile), where measuring every length would take too long.
     pub(crate) fn work_proxy(&self, work: &Work) -> f64 {
         let t = self.totals(work);
-        let vec = (self.vec_simple_per_row + self.vec_transc_per_row) * work.rows;
-        (t.macs + vec + t.in_elems + t.out_elems + t.weight_elems) as f64
+        let vec = (self.vec_simple_per_row + self.vec_transc_per_row) as f64 * work.rows as f64;
+        t.macs as f64 + vec + t.in_elems as f64 + t.out_elems as f64 + t.weight_elems as f64
     }
 
-    /// Totals for one execution on `work`.
+    /// Totals for one execution on `work`. Saturating: a hostile model's sizes give
+    /// `u64::MAX`, which the engine turns into an error (its time horizon), never a wrap.
     pub fn totals(&self, work: &Work) -> CostTotals {
-        let mut macs = self.vec_macs_per_row * work.rows;
+        let mul = |xs: &[u64]| xs.iter().fold(1u64, |a, &x| a.saturating_mul(x));
+        let mut macs = mul(&[self.vec_macs_per_row, work.rows]);
         if let Some(g) = self.gemm {
-            macs += g.m_per_row * work.rows * g.n * g.k * g.count;
+            macs = macs.saturating_add(mul(&[g.m_per_row, work.rows, g.n, g.k, g.count]));
         }
         if let Some(a) = self.attn {
             // scores (d per pair) and context (dv per pair)
-            macs += work.pairs * (a.d + a.dv);
+            macs = macs.saturating_add(mul(&[work.pairs, a.d.saturating_add(a.dv)]));
         }
         CostTotals {
             macs,
             weight_elems: self.weight_elems,
-            in_elems: self.in_elems_per_row * work.rows
-                + self.attn.map_or(0, |a| a.kv_elems_per_key * work.pairs),
-            out_elems: self.out_elems_per_row * work.rows,
+            in_elems: mul(&[self.in_elems_per_row, work.rows]).saturating_add(
+                self.attn
+                    .map_or(0, |a| mul(&[a.kv_elems_per_key, work.pairs])),
+            ),
+            out_elems: mul(&[self.out_elems_per_row, work.rows]),
         }
     }
 }
@@ -359,10 +363,14 @@ impl From<&str> for ShapeError {
     }
 }
 
-/// Product of a shape's dimensions.
+/// Product of a shape's dimensions (saturating; the loader refuses shapes past
+/// [`MAX_ROW_ELEMS`]).
 pub(crate) fn numel(shape: &[usize]) -> u64 {
-    shape.iter().map(|&d| d as u64).product()
+    shape.iter().fold(1u64, |a, &d| a.saturating_mul(d as u64))
 }
+
+/// The most elements one row of a node's input or output may hold (2³², 16 GiB of f32).
+pub(crate) const MAX_ROW_ELEMS: u64 = 1 << 32;
 
 /// Output-size arithmetic of a sliding window.
 pub(crate) fn window_out(

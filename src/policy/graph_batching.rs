@@ -78,7 +78,7 @@ mod tests {
     use super::*;
     use crate::graph::{zoo, Lengths};
     use crate::profile::Profile;
-    use crate::runtime::{BatchTable, Predictor, Queue, Request, RequestId};
+    use crate::runtime::{BatchTable, Ledger, Predictor, Queue, Request, RequestId};
 
     fn decide(window_ms: f64, max_batch: u32, waiting: u32, now_ms: f64) -> Decision {
         let m = zoo::load(&format!(
@@ -98,7 +98,8 @@ mod tests {
         let mut queue = Queue::with_capacity(8);
         requests.iter().for_each(|r| queue.push(r.id));
         let table = BatchTable::new(8);
-        let v = View::new(Nanos::from_ms(now_ms), &m, &queue, &table, &p, 8, &requests);
+        let ledger = Ledger::of(&requests).unwrap();
+        let v = View::new(Nanos::from_ms(now_ms), &m, &queue, &table, &p, 8, &ledger);
         GraphBatching::new(Nanos::from_ms(window_ms), max_batch, "graph").decide(&v)
     }
 

@@ -410,7 +410,7 @@ mod tests {
     use super::*;
     use crate::graph::{zoo, Model, NodeId};
     use crate::profile::Profile;
-    use crate::runtime::{BatchTable, Predictor, Queue, Request, RequestId};
+    use crate::runtime::{BatchTable, Ledger, Predictor, Queue, Request, RequestId};
     use crate::time::Nanos;
 
     /// The paper's eight-node graph, every node 1 ms at any batch size (a request alone: 9 ms,
@@ -458,7 +458,15 @@ mod tests {
         for &i in pending {
             queue.push(RequestId(i));
         }
-        pol.decide(&View::new(ms(now), &m, &queue, &table, &p, 8, requests))
+        pol.decide(&View::new(
+            ms(now),
+            &m,
+            &queue,
+            &table,
+            &p,
+            8,
+            &Ledger::of(requests).unwrap(),
+        ))
     }
 
     /// Decides with request 0 in flight at node `node` and requests 1.. pending.

@@ -19,7 +19,7 @@ pub use serial::Serial;
 pub use spec::{parse, parse_for, Entry, Parsed, Spec};
 
 use crate::graph::{Lengths, Model};
-use crate::runtime::{BatchTable, Predictor, Queue, Request, RequestId};
+use crate::runtime::{BatchTable, Ledger, Predictor, Queue, RequestId};
 use crate::time::Nanos;
 
 /// Every policy users can name, each declared by its own file: adding a policy is one file,
@@ -65,7 +65,7 @@ pub struct View<'a> {
     pub predictor: &'a Predictor,
     /// Requests the device can hold at once (activation slots).
     pub capacity: usize,
-    requests: &'a [Request],
+    requests: &'a Ledger,
 }
 
 impl<'a> View<'a> {
@@ -77,7 +77,7 @@ impl<'a> View<'a> {
         table: &'a BatchTable,
         predictor: &'a Predictor,
         capacity: usize,
-        requests: &'a [Request],
+        requests: &'a Ledger,
     ) -> Self {
         View {
             now,
@@ -91,22 +91,22 @@ impl<'a> View<'a> {
     }
     /// A request's arrival time.
     pub fn arrival(&self, r: RequestId) -> Nanos {
-        self.requests[r.idx()].arrival
+        self.requests.get(r).arrival
     }
     /// A request's deadline (arrival + SLA).
     pub fn deadline(&self, r: RequestId) -> Nanos {
-        self.requests[r.idx()].deadline
+        self.requests.get(r).deadline
     }
     /// The lengths the predictor assumes for a request (actual encoder length, predicted
     /// decoder length).
     pub(crate) fn predicted_len(&self, r: RequestId) -> Lengths {
-        let q = &self.requests[r.idx()];
+        let q = self.requests.get(r);
         self.predictor
             .predicted_in(usize::from(q.part), q.enc_len(), q.dec_done)
     }
     /// The co-located model a request is for (0 for a single model).
     pub fn part(&self, r: RequestId) -> usize {
-        usize::from(self.requests[r.idx()].part)
+        usize::from(self.requests.get(r).part)
     }
     /// Free activation slots.
     pub(crate) fn free_slots(&self) -> usize {

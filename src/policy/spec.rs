@@ -168,8 +168,13 @@ pub(crate) fn window_and_batch(
     let w: f64 = params[0]
         .parse()
         .map_err(|_| "the window must be a number of milliseconds".to_string())?;
-    if !w.is_finite() || w < 0.0 {
-        return Err("the window must be ≥ 0 ms".into());
+    let day = crate::bench::MAX_SLA.as_ms();
+    if !(0.0..=day).contains(&w) {
+        return Err(format!(
+            "the window must be in [0, {day}] ms (one day), got {}",
+            crate::error::num(w)
+        )
+        .into());
     }
     let b = match params.get(1) {
         None => default_max,

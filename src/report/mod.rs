@@ -273,6 +273,7 @@ fn run_jobs(
                 seed: j.seed,
                 max_batch: j.max_batch,
                 coverage: f64::from(j.coverage_tenths) / 10.0,
+                max_pending: crate::engine::DEFAULT_MAX_PENDING,
             };
             // co-located models: the rate split evenly, every model at the run's SLA
             let nparts = bench.model.parts.len();
@@ -280,7 +281,12 @@ fn run_jobs(
                 shares: vec![1.0 / nparts as f64; nparts],
                 slas: vec![cfg.sla; nparts],
             });
-            let out = run_one(bench, &cfg, colo.as_ref(), Keep::default())?;
+            // the latencies feed the CDFs and the SLA sweeps
+            let keep = Keep {
+                latencies: true,
+                ..Keep::default()
+            };
+            let out = run_one(bench, &cfg, colo.as_ref(), keep)?;
             bar.inc(1);
             Ok(out)
         })

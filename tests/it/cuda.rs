@@ -189,16 +189,19 @@ fn cuda_serving_allocates_no_device_memory() {
         let mut gpu = CudaDevice::new(0, 1, Precision::F32).unwrap();
         gpu.prepare(&m, 4).unwrap();
         let pred = Predictor::new(&m, &Profile::uniform(&m, 4, Nanos::from_us(50.0)), 30);
-        let arrivals = lazybatch::traffic::poisson(&m, 20_000.0, 12, 7).unwrap();
+        let arrivals = lazybatch::traffic::poisson(&m, 20_000.0, 12, 7)
+            .unwrap()
+            .collect::<Vec<_>>();
         let mut serve = || {
             let mut pol = lazybatch::policy::parse("lazy", 4).unwrap();
             lazybatch::engine::run(
                 &lazybatch::engine::Setup {
-                    model: &m,
-                    predictor: &pred,
-                    sla: Nanos::from_secs(60.0),
-                    max_batch: 4,
                     snapshots: false,
+                    keep: lazybatch::metrics::KeepRecords {
+                        requests: true,
+                        ..Default::default()
+                    },
+                    ..lazybatch::engine::Setup::new(&m, &pred, Nanos::from_secs(60.0), 4)
                 },
                 &mut gpu,
                 pol.as_mut(),

@@ -152,7 +152,8 @@ fn bad_values_are_rejected() {
         "{HEAD}[[node]]\nname = \"c\"\nop = \"conv2d\"\ninputs = [\"x\"]\nout_channels = -4\nkernel = 3\n"
     ));
     assert!(
-        e.starts_with("bad.toml:10:") && e.contains("positive integer"),
+        e.starts_with("bad.toml:10:")
+            && e.contains("out_channels: expected an integer in [1, 16777216]"),
         "{e}"
     );
     let e = parse_err("name = \"t\"\n[[node]\n");

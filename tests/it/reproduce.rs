@@ -209,8 +209,13 @@ fn figure_data_come_from_the_run_code_path() {
                 seed,
                 max_batch: 64,
                 coverage: 90.0,
+                max_pending: lazybatch::engine::DEFAULT_MAX_PENDING,
             };
-            b.run(&c).unwrap().0.latency_ms.mean
+            b.run(&c, None, Default::default())
+                .unwrap()
+                .stats()
+                .latency_ms
+                .mean
         })
         .sum::<f64>()
         / 2.0;

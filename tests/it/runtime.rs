@@ -59,11 +59,12 @@ fn the_papers_worked_example_step_by_step() {
     let mut pol = policy::parse("lazy", 8).unwrap();
     let out = engine::run(
         &engine::Setup {
-            model: &m,
-            predictor: &pred,
-            sla: Nanos::from_ms(30.0),
-            max_batch: 8,
             snapshots: true,
+            keep: lazybatch::metrics::KeepRecords {
+                requests: true,
+                ..Default::default()
+            },
+            ..engine::Setup::new(&m, &pred, Nanos::from_ms(30.0), 8)
         },
         &mut dev,
         pol.as_mut(),
@@ -141,7 +142,18 @@ fn cfg_max(policy: &str, rate: f64, n: usize, seed: u64, max_batch: u32) -> RunC
         seed,
         max_batch,
         coverage: 90.0,
+        max_pending: lazybatch::engine::DEFAULT_MAX_PENDING,
     }
+}
+
+/// One run keeping every request's record: its statistics and its outcome.
+fn run(b: &Bench, c: &RunConfig) -> (lazybatch::metrics::Stats, lazybatch::engine::Outcome) {
+    let keep = lazybatch::metrics::KeepRecords {
+        requests: true,
+        ..Default::default()
+    };
+    let out = b.run(c, None, keep).unwrap();
+    (out.stats(), out)
 }
 
 const POLICIES: &[&str] = &[
@@ -173,7 +185,7 @@ proptest! {
         let mut pol = policy::parse(POLICIES[pi], 8).unwrap();
         let mut dev = b.npu().unwrap().clone();
         let out = engine::run(
-&engine::Setup { model: &b.model, predictor: &b.predictor, sla: Nanos::from_ms(100.0), max_batch: 8, snapshots: true },
+&engine::Setup { snapshots: true, keep: lazybatch::metrics::KeepRecords { requests: true, ..Default::default() }, ..engine::Setup::new(&b.model, &b.predictor, Nanos::from_ms(100.0), 8) },
 &mut dev,
 pol.as_mut(),
 &mut VirtualClock::new(),
@@ -207,8 +219,8 @@ pol.as_mut(),
 fn graph_0_1_is_exactly_serial() {
     for model in ["resnet50", "gnmt"] {
         let b = bench(model, 8);
-        let a = b.run(&cfg("serial", 20.0, 300, 7)).unwrap().0;
-        let g = b.run(&cfg("graph:0:1", 20.0, 300, 7)).unwrap().0;
+        let a = run(&b, &cfg("serial", 20.0, 300, 7)).0;
+        let g = run(&b, &cfg("graph:0:1", 20.0, 300, 7)).0;
         assert_eq!(
             serde_json::to_string(&a).unwrap(),
             serde_json::to_string(&g).unwrap(),
@@ -220,8 +232,7 @@ fn graph_0_1_is_exactly_serial() {
 #[test]
 fn same_seed_same_bytes_different_seed_differs() {
     let b = bench("transformer", 8);
-    let run =
-        |seed| serde_json::to_string(&b.run(&cfg("lazy", 50.0, 200, seed)).unwrap().0).unwrap();
+    let run = |seed| serde_json::to_string(&run(&b, &cfg("lazy", 50.0, 200, seed)).0).unwrap();
     assert_eq!(run(3), run(3));
     assert_ne!(run(3), run(4));
 }
@@ -234,12 +245,12 @@ fn lazy_never_preempts_when_its_predictor_forbids_it() {
     for p in ["lazy", "oracle"] {
         let mut c = cfg(p, 2000.0, 400, 1);
         c.sla = Nanos(single.0 / 2);
-        let (st, _) = b.run(&c).unwrap();
+        let (st, _) = run(&b, &c);
         assert_eq!(st.preemptions, 0, "{p}");
         assert_eq!(st.completed, 400);
     }
     // with a generous SLA the same traffic is lazily batched
-    let (st, _) = b.run(&cfg("lazy", 2000.0, 400, 1)).unwrap();
+    let (st, _) = run(&b, &cfg("lazy", 2000.0, 400, 1));
     assert!(st.preemptions > 0);
 }
 
@@ -247,13 +258,13 @@ fn lazy_never_preempts_when_its_predictor_forbids_it() {
 fn lazy_at_low_load_is_close_to_the_single_input_latency() {
     let b = bench("resnet50", 64);
     let single = b.predictor.single_input(b.model.ref_lengths()).as_ms();
-    let (st, _) = b.run(&cfg("lazy", 16.0, 500, 2)).unwrap();
+    let (st, _) = run(&b, &cfg("lazy", 16.0, 500, 2));
     assert!(
         st.latency_ms.mean < 1.1 * single,
         "{} vs {single}",
         st.latency_ms.mean
     );
-    let (g, _) = b.run(&cfg("graph:25", 16.0, 500, 2)).unwrap();
+    let (g, _) = run(&b, &cfg("graph:25", 16.0, 500, 2));
     assert!(g.latency_ms.mean > 5.0 * st.latency_ms.mean);
 }
 
@@ -287,7 +298,7 @@ fn violation_rate_is_non_increasing_in_the_sla() {
         for sla in [20.0, 40.0, 60.0, 100.0] {
             let mut c = with_max(cfg(p, 1000.0, 1000, 1), 64);
             c.sla = Nanos::from_ms(sla);
-            let v = b.run(&c).unwrap().0.sla_violation_rate;
+            let v = run(&b, &c).0.sla_violation_rate;
             if p.starts_with("graph") {
                 assert!(v <= last + 1e-12, "{p} at {sla} ms: {v} > {last}");
             }
@@ -302,8 +313,8 @@ fn cellular_is_graph_batching_on_resnet() {
     for (w, bb) in [(5.0, 16), (25.0, 8)] {
         let cg = cfg_max(&format!("graph:{w}:{bb}"), 800.0, 600, 3, 16);
         let cc = cfg_max(&format!("cellular:{w}:{bb}"), 800.0, 600, 3, 16);
-        let (g, og) = b.run(&cg).unwrap();
-        let (c, oc) = b.run(&cc).unwrap();
+        let (g, og) = run(&b, &cg);
+        let (c, oc) = run(&b, &cc);
         assert_eq!(
             serde_json::to_string(&g).unwrap(),
             serde_json::to_string(&c).unwrap()
@@ -317,20 +328,20 @@ fn cellular_batches_requests_of_different_timesteps_on_a_pure_rnn_model() {
     let b = bench("lstm_stack", 64);
     let mut c = cfg("cellular:5", 400.0, 600, 2);
     c.max_batch = 64;
-    let (st, out) = b.run(&c).unwrap();
+    let (st, out) = run(&b, &c);
     assert_eq!(st.completed, 600);
     assert!(out.counters.cross_step > 0, "no execution mixed timesteps");
     // requests that arrived at different times ran together: some execution batched a request
     // with one that had already advanced further through the loop (cross-step batch)
     let mut g = cfg("graph:5", 400.0, 600, 2);
     g.max_batch = 64;
-    let (_, og) = b.run(&g).unwrap();
+    let (_, og) = run(&b, &g);
     assert_eq!(og.counters.cross_step, 0);
     // and it does not help a model whose first layer is not a cell (GNMT starts with an embedding)
     let gn = bench("gnmt", 64);
     let mut c2 = cfg("cellular:5", 100.0, 300, 2);
     c2.max_batch = 64;
-    let (_, o2) = gn.run(&c2).unwrap();
+    let (_, o2) = run(&gn, &c2);
     assert_eq!(
         o2.counters.preemptions, 0,
         "a newcomer cannot join a GNMT batch"
@@ -342,14 +353,14 @@ fn lazy_merges_across_timesteps_and_strict_does_not() {
     for model in ["transformer", "gnmt"] {
         let b = bench(model, 8);
         for p in ["lazy", "oracle"] {
-            let (st, out) = b.run(&cfg(p, 300.0, 300, 4)).unwrap();
+            let (st, out) = run(&b, &cfg(p, 300.0, 300, 4));
             assert_eq!(st.completed, 300, "{model} {p}");
             assert!(
                 out.counters.cross_step > 0,
                 "{model} {p}: no cross-step batch"
             );
             let strict = format!("{p}:strict");
-            let (st, out) = b.run(&cfg(&strict, 300.0, 300, 4)).unwrap();
+            let (st, out) = run(&b, &cfg(&strict, 300.0, 300, 4));
             assert_eq!(st.completed, 300, "{model} {strict}");
             assert_eq!(out.counters.cross_step, 0, "{model} {strict}");
         }
@@ -384,15 +395,17 @@ fn colocated_models_complete_once_and_never_share_a_sub_batch() {
     for p in ["serial", "graph:3:8", "lazy", "lazy:strict"] {
         let arrivals =
             lazybatch::traffic::poisson_parts(&b.model, &[300.0, 200.0, 100.0], &slas, 300, 9)
-                .unwrap();
+                .unwrap()
+                .collect::<Vec<_>>();
         let mut pol = policy::parse(p, 8).unwrap();
         let out = engine::run(
             &engine::Setup {
-                model: &b.model,
-                predictor: &b.predictor,
-                sla: Nanos::from_ms(100.0),
-                max_batch: 8,
                 snapshots: true,
+                keep: lazybatch::metrics::KeepRecords {
+                    requests: true,
+                    ..Default::default()
+                },
+                ..engine::Setup::new(&b.model, &b.predictor, Nanos::from_ms(100.0), 8)
             },
             &mut b.npu().unwrap().clone(),
             pol.as_mut(),
@@ -425,12 +438,20 @@ fn colocated_models_complete_once_and_never_share_a_sub_batch() {
     // policies that assume one model refuse
     for p in ["oracle", "cellular:5"] {
         let e = b
-            .run_colocated(&cfg(p, 100.0, 50, 1), &[50.0, 30.0, 20.0], &slas)
+            .run(
+                &cfg(p, 100.0, 50, 1),
+                Some((&[50.0, 30.0, 20.0], &slas)),
+                Default::default(),
+            )
             .unwrap_err();
         assert!(e.to_string().contains("co-located"), "{e}");
     }
     assert!(b
-        .run_colocated(&cfg("lazy", 100.0, 50, 1), &[50.0, 30.0], &slas)
+        .run(
+            &cfg("lazy", 100.0, 50, 1),
+            Some((&[50.0, 30.0], &slas)),
+            Default::default()
+        )
         .is_err());
 }
 
@@ -461,11 +482,12 @@ fn the_slack_check_protects_other_models() {
     let mut pol = policy::parse("lazy", 8).unwrap();
     let out = engine::run(
         &engine::Setup {
-            model: &b.model,
-            predictor: &b.predictor,
-            sla: Nanos::from_ms(100.0),
-            max_batch: 8,
             snapshots: false,
+            keep: lazybatch::metrics::KeepRecords {
+                requests: true,
+                ..Default::default()
+            },
+            ..engine::Setup::new(&b.model, &b.predictor, Nanos::from_ms(100.0), 8)
         },
         &mut b.npu().unwrap().clone(),
         pol.as_mut(),
@@ -489,11 +511,12 @@ fn the_slack_check_protects_other_models() {
     let mut pol = policy::parse("lazy", 8).unwrap();
     let out = engine::run(
         &engine::Setup {
-            model: &b.model,
-            predictor: &b.predictor,
-            sla: Nanos::from_ms(100.0),
-            max_batch: 8,
             snapshots: false,
+            keep: lazybatch::metrics::KeepRecords {
+                requests: true,
+                ..Default::default()
+            },
+            ..engine::Setup::new(&b.model, &b.predictor, Nanos::from_ms(100.0), 8)
         },
         &mut b.npu().unwrap().clone(),
         pol.as_mut(),
@@ -559,16 +582,19 @@ fn timing_runs_of_nodes_at_once_changes_nothing() {
             "lazy:strict",
             "cellular:5",
         ] {
-            let arrivals = lazybatch::traffic::poisson(&b.model, 400.0, 120, 3).unwrap();
+            let arrivals = lazybatch::traffic::poisson(&b.model, 400.0, 120, 3)
+                .unwrap()
+                .collect::<Vec<_>>();
             let run = |snapshots: bool| {
                 let mut pol = policy::parse(p, 8).unwrap();
                 engine::run(
                     &engine::Setup {
-                        model: &b.model,
-                        predictor: &b.predictor,
-                        sla: Nanos::from_ms(100.0),
-                        max_batch: 8,
                         snapshots,
+                        keep: lazybatch::metrics::KeepRecords {
+                            requests: true,
+                            ..Default::default()
+                        },
+                        ..engine::Setup::new(&b.model, &b.predictor, Nanos::from_ms(100.0), 8)
                     },
                     &mut b.npu().unwrap().clone(),
                     pol.as_mut(),

@@ -110,57 +110,93 @@ impl NpuConfig {
         NAMED.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
     }
 
-    /// Checks every field is in range.
-    pub(crate) fn validate(&self) -> Result<()> {
-        let pos = |name: &str, ok: bool| -> Result<()> {
-            if ok {
-                Ok(())
-            } else {
-                Err(Error::invalid(
-                    format!("npu config {name}"),
-                    "must be positive",
-                ))
-            }
-        };
-        pos("rows", self.rows > 0)?;
-        pos("cols", self.cols > 0)?;
-        pos("freq_mhz", self.freq_mhz > 0.0 && self.freq_mhz.is_finite())?;
-        pos("act_sram_kib", self.act_sram_kib > 0)?;
-        pos("weight_sram_kib", self.weight_sram_kib > 0)?;
-        pos("channels", self.channels > 0)?;
-        pos(
-            "dram_gbps",
-            self.dram_gbps > 0.0 && self.dram_gbps.is_finite(),
-        )?;
-        pos("bytes_per_element", self.bytes_per_element > 0)?;
-        pos("vector_lanes", self.vector_lanes > 0)?;
-        pos(
-            "vector_transcendental_cycles",
-            self.vector_transcendental_cycles > 0,
-        )?;
-        pos("interleave_bytes", self.interleave_bytes > 0)?;
-        if !(self.weight_fill_gbps >= 0.0 && self.weight_fill_gbps.is_finite()) {
-            return Err(Error::invalid(
-                "npu config weight_fill_gbps",
-                "must be ≥ 0 (0 = one PE row per cycle)",
-            ));
+    /// The allowed range of every numeric field (inclusive), as documented in the shipped
+    /// files: wide enough for any real NPU, narrow enough that no time computed from them
+    /// overflows or vanishes.
+    pub const RANGES: &'static [(&'static str, f64, f64)] = &[
+        ("rows", 1.0, 65_536.0),
+        ("cols", 1.0, 65_536.0),
+        ("freq_mhz", 1.0, 100_000.0),
+        ("act_sram_kib", 1.0, 1_073_741_824.0),
+        ("weight_sram_kib", 1.0, 1_073_741_824.0),
+        ("channels", 1.0, 1024.0),
+        ("dram_latency_cycles", 0.0, 1e9),
+        ("dram_gbps", 1e-3, 1e6),
+        ("bytes_per_element", 1.0, 8.0),
+        ("weight_fill_gbps", 0.0, 1e6),
+        ("vector_lanes", 1.0, 1_048_576.0),
+        ("vector_transcendental_cycles", 1.0, 1000.0),
+        ("interleave_bytes", 1.0, 1_073_741_824.0),
+    ];
+
+    fn value_of(&self, field: &str) -> f64 {
+        match field {
+            "rows" => f64::from(self.rows),
+            "cols" => f64::from(self.cols),
+            "freq_mhz" => self.freq_mhz,
+            "act_sram_kib" => self.act_sram_kib as f64,
+            "weight_sram_kib" => self.weight_sram_kib as f64,
+            "channels" => f64::from(self.channels),
+            "dram_latency_cycles" => self.dram_latency_cycles as f64,
+            "dram_gbps" => self.dram_gbps,
+            "bytes_per_element" => self.bytes_per_element as f64,
+            "weight_fill_gbps" => self.weight_fill_gbps,
+            "vector_lanes" => f64::from(self.vector_lanes),
+            "vector_transcendental_cycles" => f64::from(self.vector_transcendental_cycles),
+            "interleave_bytes" => self.interleave_bytes as f64,
+            _ => f64::NAN,
         }
-        Ok(())
     }
 
-    /// Parses a TOML configuration; absent keys keep their defaults, unknown keys are errors.
+    /// The first field out of its range: (field, message).
+    fn out_of_range(&self) -> Option<(&'static str, String)> {
+        Self::RANGES.iter().find_map(|&(field, lo, hi)| {
+            let v = self.value_of(field);
+            // weight_fill_gbps: 0 means one PE row per cycle; otherwise at least `dram_gbps`'s floor
+            let ok =
+                (lo..=hi).contains(&v) && !(field == "weight_fill_gbps" && v > 0.0 && v < 1e-3);
+            (!ok).then(|| {
+                (
+                    field,
+                    format!("must be in [{lo}, {hi}], got {}", crate::error::num(v)),
+                )
+            })
+        })
+    }
+
+    /// Checks every field is in range ([`NpuConfig::RANGES`]).
+    pub(crate) fn validate(&self) -> Result<()> {
+        match self.out_of_range() {
+            Some((field, msg)) => Err(Error::invalid(format!("npu config {field}"), msg)),
+            None => Ok(()),
+        }
+    }
+
+    /// Parses a TOML configuration; absent keys keep their defaults, unknown keys are errors,
+    /// and a value out of range names its line and field.
     pub fn from_toml(text: &str, file: &Path) -> Result<Self> {
-        let cfg: NpuConfig = toml::from_str(text).map_err(|e| {
-            let line = e.span().map_or(0, |s| {
-                text[..s.start.min(text.len())].matches('\n').count() + 1
-            });
-            Error::ConfigFile {
+        let line_of = |offset: usize| text[..offset.min(text.len())].matches('\n').count() + 1;
+        let cfg: NpuConfig = toml::from_str(text).map_err(|e| Error::ConfigFile {
+            file: file.to_path_buf(),
+            line: e.span().map_or(0, |s| line_of(s.start)),
+            msg: e.message().trim().to_string(),
+        })?;
+        if let Some((field, msg)) = cfg.out_of_range() {
+            // the line that sets it (0: the default, out of range only if the code is wrong)
+            let line = text
+                .lines()
+                .position(|l| {
+                    l.trim_start()
+                        .strip_prefix(field)
+                        .is_some_and(|r| r.trim_start().starts_with('='))
+                })
+                .map_or(0, |i| i + 1);
+            return Err(Error::ConfigFile {
                 file: file.to_path_buf(),
                 line,
-                msg: e.message().trim().to_string(),
-            }
-        })?;
-        cfg.validate()?;
+                msg: format!("{field}: {msg}"),
+            });
+        }
         Ok(cfg)
     }
 
@@ -174,6 +210,27 @@ impl NpuConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_value_out_of_range_names_its_line_field_and_range() {
+        let e = NpuConfig::from_toml("rows = 64\ndram_gbps = 1e-300\n", Path::new("x.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("x.toml:2: dram_gbps: must be in [0.001, 1000000]"),
+            "{e}"
+        );
+        let e = NpuConfig::from_toml("freq_mhz = inf\n", Path::new("x.toml"));
+        assert!(e.is_err());
+        let e = NpuConfig::from_toml("weight_fill_gbps = 1e-9\n", Path::new("x.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(":1: weight_fill_gbps"), "{e}");
+        // every shipped value is within its range
+        for (n, _) in NAMED {
+            NpuConfig::named(n).unwrap().unwrap();
+        }
+    }
 
     #[test]
     fn the_shipped_default_file_is_the_default() {

@@ -458,6 +458,20 @@ impl Parser<'_> {
         }
         let (out, cost) = infer(&p.op, &shapes, class == Class::Decoder, p.tied_table)
             .map_err(|m| self.err(raw.line, format!("{ctx}op {}", p.op.kind_name()), m.0))?;
+        let widest = shapes
+            .iter()
+            .chain([&out])
+            .map(|s| numel(&s.feat))
+            .fold(cost.in_elems_per_row, u64::max);
+        if widest > MAX_ROW_ELEMS || cost.weight_elems > MAX_ROW_ELEMS {
+            return Err(self.err(
+                raw.line,
+                format!("{ctx}op {}", p.op.kind_name()),
+                format!(
+                    "too large: a row of its input or output, or its weights, would hold more than {MAX_ROW_ELEMS} elements"
+                ),
+            ));
+        }
         if loop_id.is_some() && out.rows != Rows::One {
             return Err(self.err(
                 raw.line,

@@ -6,7 +6,7 @@ mod build;
 mod ops;
 
 use super::infer::{infer, op_implied_row};
-use super::op::{Act, AttnMode, NodeCost, Op, PoolKind, PosEnc};
+use super::op::{numel, Act, AttnMode, NodeCost, Op, PoolKind, PosEnc, MAX_ROW_ELEMS};
 use super::shape::{Rows, TensorShape};
 use super::{Class, Input, Keys, Loop, LoopId, Model, Node, NodeId, SeqConfig, View};
 use crate::error::{Error, Result};
@@ -28,6 +28,9 @@ pub(crate) fn parse_model_scaled(text: &str, file: &Path, scale: Scale) -> Resul
     scale.validate()?;
     let mut m = Parser {
         text,
+        line_starts: std::iter::once(0)
+            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+            .collect(),
         file: file.to_path_buf(),
         scale,
     }
@@ -69,7 +72,10 @@ impl Scale {
     fn validate(&self) -> Result<()> {
         for (what, v) in [("--width", self.width), ("--res", self.resolution)] {
             if !(v > 0.0 && v <= 1.0) {
-                return Err(Error::invalid(what, format!("must be in (0, 1], got {v}")));
+                return Err(Error::invalid(
+                    what,
+                    format!("must be in (0, 1], got {}", crate::error::num(v)),
+                ));
             }
         }
         Ok(())
@@ -123,8 +129,17 @@ impl Scale {
     }
 }
 
+/// The largest size, count or index a model file may give (2²⁴).
+pub(crate) const MAX_DIM: usize = 1 << 24;
+/// The largest maximum batch a model (or a run) may ask for.
+pub const MAX_BATCH: u32 = 4096;
+/// The longest encoder or decoder a model may declare (steps).
+pub(crate) const MAX_STEPS: u32 = 4096;
+
 struct Parser<'a> {
     text: &'a str,
+    /// Byte offset of every line's start (line numbers in O(log n), so reading is linear).
+    line_starts: Vec<usize>,
     file: PathBuf,
     scale: Scale,
 }
@@ -147,12 +162,7 @@ struct RawNode<'t> {
 impl<'a> Parser<'a> {
     fn line_of(&self, span: Option<std::ops::Range<usize>>) -> usize {
         match span {
-            Some(r) => {
-                self.text[..r.start.min(self.text.len())]
-                    .matches('\n')
-                    .count()
-                    + 1
-            }
+            Some(r) => self.line_starts.partition_point(|&s| s <= r.start),
             None => 0,
         }
     }
@@ -194,12 +204,23 @@ impl<'a> Parser<'a> {
     }
 
     fn get_uint(&self, t: &Table, key: &str, ctx: &str) -> Result<Option<usize>> {
+        // sizes, counts and steps; the model's batch and sequence limits are tighter
+        let max = match (ctx, key) {
+            ("", "max_batch") => MAX_BATCH as i64,
+            ("seq2seq.", _) => MAX_STEPS as i64,
+            _ => MAX_DIM as i64,
+        };
+        let zero_ok = key == "padding" || key == "row" || key == "token_types";
+        let min = if zero_ok { 0 } else { 1 };
         match self.field(t, key) {
             None => Ok(None),
             Some(f) => match f.value.as_integer() {
-                Some(i) if i > 0 => Ok(Some(i as usize)),
-                Some(0) if key == "padding" || key == "row" || key == "token_types" => Ok(Some(0)),
-                _ => Err(self.err(f.line, format!("{ctx}{key}"), "expected a positive integer")),
+                Some(i) if (min..=max).contains(&i) => Ok(Some(i as usize)),
+                _ => Err(self.err(
+                    f.line,
+                    format!("{ctx}{key}"),
+                    format!("expected an integer in [{min}, {max}]"),
+                )),
             },
         }
     }

@@ -122,7 +122,11 @@ impl Parser<'_> {
                 .as_array()
                 .map(|a| {
                     a.iter()
-                        .map(|v| v.as_integer().filter(|&i| i > 0).map(|i| i as usize))
+                        .map(|v| {
+                            v.as_integer()
+                                .filter(|&i| i > 0 && i <= MAX_DIM as i64)
+                                .map(|i| i as usize)
+                        })
                         .collect::<Option<Vec<_>>>()
                 })
                 .unwrap_or(None)
@@ -131,7 +135,7 @@ impl Parser<'_> {
                     self.err(
                         f.line,
                         format!("{ctx}shape"),
-                        "expected a list of positive integers",
+                        format!("expected a list of integers in [1, {MAX_DIM}]"),
                     )
                 })?;
             let rows = match self.field(t, "seq") {
@@ -139,12 +143,12 @@ impl Parser<'_> {
                 Some(f) => match (f.value.as_str(), f.value.as_integer()) {
                     (Some("one"), _) => Rows::One,
                     (Some("src"), _) => Rows::Src { div: 1 },
-                    (_, Some(n)) if n > 0 => Rows::Fixed(n as u32),
+                    (_, Some(n)) if n > 0 && n <= i64::from(MAX_STEPS) => Rows::Fixed(n as u32),
                     _ => {
                         return Err(self.err(
                             f.line,
                             format!("{ctx}seq"),
-                            "expected \"one\", \"src\" or a positive integer",
+                            format!("expected \"one\", \"src\" or an integer in [1, {MAX_STEPS}]"),
                         ))
                     }
                 },
@@ -172,14 +176,15 @@ impl Parser<'_> {
                     return Err(self.err(line, format!("{ctx}kernel"), "required by op conv2d"))
                 }
                 Some(f) => match (f.value.as_integer(), f.value.as_array()) {
-                    (Some(k), _) if k > 0 => (k as usize, k as usize),
+                    (Some(k), _) if k > 0 && k <= MAX_DIM as i64 => (k as usize, k as usize),
                     (_, Some(a)) if a.len() == 2 => {
                         let v: Vec<i64> = a.iter().filter_map(|x| x.as_integer()).collect();
-                        if v.len() != 2 || v[0] <= 0 || v[1] <= 0 {
+                        let fits = |x: i64| x > 0 && x <= MAX_DIM as i64;
+                        if v.len() != 2 || !fits(v[0]) || !fits(v[1]) {
                             return Err(self.err(
                                 f.line,
                                 format!("{ctx}kernel"),
-                                "expected k or [kh, kw] > 0",
+                                format!("expected k or [kh, kw] in [1, {MAX_DIM}]"),
                             ));
                         }
                         (v[0] as usize, v[1] as usize)
@@ -188,7 +193,7 @@ impl Parser<'_> {
                         return Err(self.err(
                             f.line,
                             format!("{ctx}kernel"),
-                            "expected k or [kh, kw] > 0",
+                            format!("expected k or [kh, kw] in [1, {MAX_DIM}]"),
                         ))
                     }
                 },
