@@ -55,6 +55,25 @@ pub trait Device {
     fn prepare(&mut self, model: &Model, max_batch: u32) -> Result<()>;
     /// Executes `at` for the sub-batch `members` and returns the device time it took.
     fn execute(&mut self, model: &Model, at: NodeStep, members: &[Member]) -> Result<Timing>;
+    /// Executes `at` for `count` members that all stand where `member` does (its lengths and
+    /// step; slots and inputs 0..count): how profiling times a batch size. A virtual device
+    /// answers in O(1); the default builds the sub-batch and executes it.
+    fn execute_uniform(
+        &mut self,
+        model: &Model,
+        at: NodeStep,
+        member: Member,
+        count: u32,
+    ) -> Result<Timing> {
+        let members: Vec<Member> = (0..count)
+            .map(|slot| Member {
+                slot,
+                input: u64::from(slot),
+                ..member
+            })
+            .collect();
+        self.execute(model, at, &members)
+    }
     /// A virtual device's shortcut for a run of nodes whose time depends on the batch size only:
     /// how many consecutive nodes from `from` (at most `max_nodes`) it can time at once for a
     /// sub-batch of `batch`, stopping after the node during which `budget` runs out (if given),

@@ -481,6 +481,17 @@ impl Model {
         w
     }
 
+    /// [`Model::work`] for `count` members at the same lengths and step, in O(1).
+    pub(crate) fn work_uniform(&self, at: NodeStep, len: Lengths, count: u32) -> Work {
+        let m = self.member_work(at, len);
+        Work {
+            batch: count,
+            rows: m.rows * u64::from(count),
+            pairs: m.pairs * u64::from(count),
+            max_keys: m.max_keys,
+        }
+    }
+
     /// True when the cost of every node depends on the batch size only (no length terms).
     pub(crate) fn node_is_length_free(&self, n: NodeId) -> bool {
         let node = &self.nodes[n.idx()];

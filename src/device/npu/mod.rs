@@ -248,10 +248,7 @@ impl Device for Npu {
                     step: 0,
                 };
                 (1..=max_batch)
-                    .map(|b| {
-                        let w = model.work(at.node, std::iter::repeat_n((len, 0), b as usize));
-                        self.timing(model, n.id, &w)
-                    })
+                    .map(|b| self.timing(model, n.id, &model.work_uniform(at, len, b)))
                     .collect()
             })
             .collect();
@@ -310,6 +307,28 @@ impl Device for Npu {
             }
         };
         Some(((j - i) as u32, Nanos(p[j] - p[i])))
+    }
+
+    fn execute_uniform(
+        &mut self,
+        model: &Model,
+        at: NodeStep,
+        member: Member,
+        count: u32,
+    ) -> Result<Timing> {
+        if count == 0 {
+            return Err(Error::Internal("execute on an empty sub-batch".into()));
+        }
+        if let Some(t) = self
+            .prepared_for(model)
+            .then(|| self.table.get(at.node.idx()))
+            .flatten()
+            .and_then(|row| row.get(count as usize - 1))
+        {
+            return Ok(*t);
+        }
+        let w = model.work_uniform(at, member.len, count);
+        Ok(self.timing(model, at.node, &w))
     }
 
     fn execute(&mut self, model: &Model, at: NodeStep, members: &[Member]) -> Result<Timing> {
