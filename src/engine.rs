@@ -168,6 +168,10 @@ pub struct Setup<'a> {
     pub max_pending: usize,
     /// What to keep per request besides the run's summary.
     pub keep: KeepRecords,
+    /// Check the BatchTable's invariants after every admission and execution, stopping with
+    /// an error that names the broken one (on in debug builds and in the tests; it costs a
+    /// pass over the table per step).
+    pub check_invariants: bool,
 }
 
 impl<'a> Setup<'a> {
@@ -182,6 +186,7 @@ impl<'a> Setup<'a> {
             snapshots: false,
             max_pending: DEFAULT_MAX_PENDING,
             keep: KeepRecords::default(),
+            check_invariants: cfg!(debug_assertions),
         }
     }
 }
@@ -436,7 +441,7 @@ impl<'a> Server<'a> {
             self.table.push_from(ids, first, padded);
         }
         self.snap(now);
-        Ok(())
+        self.check()
     }
 
     /// Rebuilds the device's member list when the active sub-batch changed.
@@ -563,6 +568,14 @@ impl<'a> Server<'a> {
             self.record.complete(q)?;
         }
         self.snap(done_at);
+        self.check()
+    }
+
+    /// The BatchTable's invariants, when the setup asks for them.
+    fn check(&self) -> Result<()> {
+        if self.setup.check_invariants {
+            self.table.check()?;
+        }
         Ok(())
     }
 }

@@ -167,6 +167,75 @@ const POLICIES: &[&str] = &[
     "lazy:strict",
 ];
 
+/// A bench of two co-located models (a seq2seq model and a static one).
+fn colocated_bench() -> Bench {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+    let m = Model::compose(vec![
+        zoo::load(&format!("{dir}/tiny_seq2seq.toml")).unwrap(),
+        zoo::load(&format!("{dir}/eight_nodes.toml")).unwrap(),
+    ]);
+    Bench::new(m, NpuConfig::default(), 8, 90.0).unwrap()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+
+    /// The account of requests: random traffic (bursts included), every policy, one model or
+    /// two co-located, a pending queue small enough to reject: every request that arrived
+    /// leaves exactly once — completed or rejected — and the counts agree with the records.
+    #[test]
+    fn every_request_leaves_exactly_once(
+        gaps in proptest::collection::vec(0u32..2000, 1..60),
+        lens in proptest::collection::vec((1u32..12, 1u32..12, 0u16..2), 60),
+        pi in 0usize..8,
+        max_pending in 1usize..6,
+        colocated in any::<bool>(),
+    ) {
+        let policy = POLICIES[pi];
+        // the Oracle and cellular batching serve one model only
+        let colocated = colocated && !matches!(policy, "oracle" | "cellular:2:4");
+        let b = if colocated {
+            colocated_bench()
+        } else {
+            bench(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tiny_seq2seq.toml"), 8)
+        };
+        let mut t = 0u64;
+        let arrivals: Vec<Arrival> = gaps.iter().zip(&lens).map(|(g, l)| {
+            t += u64::from(*g) * 100;
+            let part = if colocated { l.2 } else { 0 };
+            let len = if part == 1 { Lengths { enc: 1, dec: 1 } } else { Lengths { enc: l.0, dec: l.1 } };
+            Arrival { time: Nanos(t), len, part, sla: colocated.then(|| Nanos::from_ms(50.0)) }
+        }).collect();
+        let mut pol = policy::parse(policy, 8).unwrap();
+        let setup = engine::Setup {
+            max_pending,
+            check_invariants: true,
+            keep: lazybatch::metrics::KeepRecords { requests: true, ..Default::default() },
+            ..engine::Setup::new(&b.model, &b.predictor, Nanos::from_ms(100.0), 8)
+        };
+        let out = engine::run(&setup, &mut b.npu().unwrap().clone(), pol.as_mut(), &mut VirtualClock::new(), &arrivals).unwrap();
+        let st = out.stats();
+        // one record per id, in order, and each either completed or rejected
+        prop_assert_eq!(out.requests.len(), arrivals.len());
+        for (i, r) in out.requests.iter().enumerate() {
+            prop_assert_eq!(r.id.0 as usize, i);
+            prop_assert_eq!(r.completion.is_some(), r.first_issue.is_some());
+        }
+        let completed = out.requests.iter().filter(|r| r.completion.is_some()).count() as u64;
+        prop_assert_eq!(st.requests, arrivals.len() as u64);
+        prop_assert_eq!(st.completed, completed);
+        prop_assert_eq!(st.rejected, st.requests - completed);
+        prop_assert_eq!(st.rejected, st.rejected_queue_full);
+        // per model, the same account
+        let parts = out.part_stats();
+        if colocated {
+            prop_assert_eq!(parts.iter().map(|p| p.requests).sum::<u64>(), st.requests);
+            prop_assert_eq!(parts.iter().map(|p| p.completed).sum::<u64>(), st.completed);
+            prop_assert_eq!(parts.iter().map(|p| p.rejected).sum::<u64>(), st.rejected);
+        }
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 16, .. ProptestConfig::default() })]
 
@@ -185,7 +254,7 @@ proptest! {
         let mut pol = policy::parse(POLICIES[pi], 8).unwrap();
         let mut dev = b.npu().unwrap().clone();
         let out = engine::run(
-&engine::Setup { snapshots: true, keep: lazybatch::metrics::KeepRecords { requests: true, ..Default::default() }, ..engine::Setup::new(&b.model, &b.predictor, Nanos::from_ms(100.0), 8) },
+&engine::Setup { snapshots: true, check_invariants: true, keep: lazybatch::metrics::KeepRecords { requests: true, ..Default::default() }, ..engine::Setup::new(&b.model, &b.predictor, Nanos::from_ms(100.0), 8) },
 &mut dev,
 pol.as_mut(),
 &mut VirtualClock::new(),
