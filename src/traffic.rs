@@ -264,6 +264,11 @@ pub fn poisson_parts(
 /// must not decrease and must lie within the engine's horizon ([`Nanos::HORIZON`]).
 pub fn load_trace(path: &Path, model: &Model, seed: u64) -> Result<Traffic> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    parse_trace(&text, path, model, seed)
+}
+
+/// [`load_trace`] on a trace's text (`path` names it in errors).
+pub fn parse_trace(text: &str, path: &Path, model: &Model, seed: u64) -> Result<Traffic> {
     let mut fill = match &model.seq {
         Some(seq) => Fill::Seq {
             joint: JointLengths::wmt19()?,
@@ -298,7 +303,8 @@ pub fn load_trace(path: &Path, model: &Model, seed: u64) -> Result<Traffic> {
         })?;
         if !(0.0..=horizon_ms).contains(&t) {
             return Err(bad(format!(
-                "TIME_MS: must be in [0, {horizon_ms:.4e}] ms (100 years), got {t}"
+                "TIME_MS: must be in [0, {horizon_ms:.4e}] ms (100 years), got {}",
+                crate::error::num(t)
             )));
         }
         if t < last {

@@ -162,7 +162,7 @@ impl ModelArgs {
         if self.res.is_some() && !images {
             bail!(
                 "--res scales image inputs, and '{}' has none (use --width to shrink it)",
-                m.name
+                self.model
             );
         }
         Ok(())

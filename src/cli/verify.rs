@@ -33,7 +33,7 @@ pub(super) struct VerifyArgs {
     #[arg(long)]
     ops: bool,
     /// Relative tolerance for --ops.
-    #[arg(long, default_value_t = 1e-3)]
+    #[arg(long, default_value_t = 1e-3, allow_negative_numbers = true)]
     tolerance: f64,
     /// Print JSON.
     #[arg(long)]

@@ -6,7 +6,9 @@ mod cpu;
 mod cuda;
 #[cfg(feature = "cuda")]
 mod cuda_stand_in;
+mod fuzz;
 mod graph;
+mod hostile;
 mod kernels;
 mod npu;
 mod reproduce;

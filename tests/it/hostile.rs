@@ -1,0 +1,261 @@
+//! Hostile and extreme inputs, one row each: the command, the exit code and the text the
+//! error must hold (or, for inputs that are now served, what the output must show). Every case
+//! of the review that found silent wraps, hangs and unbounded memory is here.
+
+use crate::fresh_dir;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn lazybatch(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lazybatch"))
+        .args(args)
+        .output()
+        .expect("binary runs")
+}
+
+/// Runs `args` and checks its exit code and that stderr holds `needle`, once.
+fn exits(args: &[&str], code: i32, needle: &str) {
+    let o = lazybatch(args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(code), "{args:?}: stderr was {err}");
+    assert!(err.contains(needle), "{args:?}: stderr was {err}");
+    assert_eq!(
+        err.matches(needle).count(),
+        1,
+        "{args:?} repeats itself: {err}"
+    );
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+const RUN: &[&str] = &["run", "--device", "npu", "--model", "resnet50"];
+
+fn run_with(extra: &[&str]) -> Vec<&'static str> {
+    let mut v: Vec<&'static str> = RUN.to_vec();
+    for e in extra {
+        v.push(Box::leak(e.to_string().into_boxed_str()));
+    }
+    v
+}
+
+#[test]
+fn flags_out_of_range_name_the_flag_and_the_range() {
+    let rows: &[(&[&str], &str)] = &[
+        (&["--policy", "lazy", "--rate", "1000", "--sla-ms", "1e300"], "invalid --sla-ms: must be in (0, 86400000] ms (one day), got 1e300"),
+        (&["--policy", "graph:1e300", "--rate", "1000"], "the window must be in [0, 86400000] ms (one day), got 1e300"),
+        (&["--policy", "lazy", "--rate", "1e-300"], "invalid --rate: must be in [1e-6, 1e9] requests/s, got 1e-300"),
+        (&["--policy", "lazy", "--rate", "1e10"], "invalid --rate"),
+        (&["--policy", "lazy", "--load", "1e300"], "invalid --load: must be in (0, 1000]"),
+        (&["--policy", "lazy", "--rate", "1000", "--requests", "2000000000"], "invalid --requests: must be an integer in [1, 1000000000]"),
+        (&["--policy", "lazy", "--rate", "1e-6", "--requests", "1000000000"], "longer than lazybatch measures"),
+        (&["--policy", "lazy", "--rate", "1000", "--max-batch", "100000"], "exceeds the model's own max_batch 64"),
+        (&["--policy", "lazy", "--rate", "1000", "--max-batch", "100000", "--force-max-batch"], "invalid --max-batch: must be an integer in [1, 4096]"),
+        (&["--policy", "lazy", "--rate", "1000", "--max-pending", "0"], "invalid --max-pending"),
+        (&["--policy", "lazy", "--rate", "1000", "--coverage", "50"], "--coverage sets the decoder length the predictor assumes, and 'resnet50' has no decoder"),
+        (&["--policy", "lazy", "--rate", "1000", "--seed", "1", "--slas", "5"], "--shares and --slas apply to co-located models"),
+    ];
+    for (extra, needle) in rows {
+        exits(&run_with(extra), 2, needle);
+    }
+    exits(
+        &[
+            "run", "--device", "npu", "--model", "gnmt", "--policy", "lazy", "--rate", "10",
+            "--res", "0.5",
+        ],
+        2,
+        "--res scales image inputs, and 'gnmt' has none",
+    );
+    exits(
+        &[
+            "profile",
+            "--device",
+            "npu",
+            "--model",
+            "resnet50",
+            "--max-batch",
+            "5000",
+        ],
+        2,
+        "invalid --max-batch: must be an integer in [1, 4096]",
+    );
+    exits(
+        &[
+            "compare", "--device", "npu", "--model", "resnet50", "--seeds", "100000",
+        ],
+        2,
+        "invalid --seeds: must be an integer in [1, 1000]",
+    );
+}
+
+#[test]
+fn files_out_of_range_name_the_file_line_field_and_range() {
+    let dir = fresh_dir("hostile-files");
+    // a trace line 10^14 s in, and one whose lengths exceed the model's
+    let far = write(&dir, "far.trace", "0\n1e17\n");
+    exits(
+        &run_with(&["--policy", "lazy", "--trace", &far]),
+        2,
+        "far.trace:2: TIME_MS: must be in [0, 3.1558e12] ms (100 years), got 1e17",
+    );
+    let long = write(&dir, "long.trace", "0 4294967295 4294967295\n");
+    exits(
+        &[
+            "run", "--device", "npu", "--model", "gnmt", "--policy", "lazy", "--trace", &long,
+        ],
+        2,
+        "long.trace:1: ENC: must be an integer in [1, 80] (the model's maximum), got '4294967295'",
+    );
+    exits(
+        &run_with(&["--policy", "lazy", "--trace", &long, "--requests", "5"]),
+        2,
+        "--requests does not apply to --trace",
+    );
+    // an NPU configuration that would make the device five times faster by underflow
+    let npu = write(&dir, "slow.toml", "rows = 128\ndram_gbps = 1e-300\n");
+    exits(
+        &run_with(&["--policy", "lazy", "--rate", "10", "--npu-config", &npu]),
+        2,
+        "slow.toml:2: dram_gbps: must be in [0.001, 1000000], got 1e-300",
+    );
+    // a model whose element count overflows, and one whose max_batch does not fit
+    let head = "name = \"big\"\n[[node]]\nname = \"x\"\nop = \"input\"\n";
+    let huge = write(
+        &dir,
+        "huge.toml",
+        &format!("{head}shape = [16777216, 16777216, 16777216]\n"),
+    );
+    exits(
+        &["profile", "--device", "npu", "--model", &huge],
+        2,
+        "huge.toml:2: node 'x': op input: too large",
+    );
+    let mb = write(
+        &dir,
+        "mb.toml",
+        &format!("max_batch = 4294967296\n{head}shape = [4]\n"),
+    );
+    exits(
+        &["profile", "--device", "npu", "--model", &mb],
+        2,
+        "mb.toml:1: max_batch: expected an integer in [1, 4096]",
+    );
+    // a missing file says so once
+    exits(
+        &run_with(&["--policy", "lazy", "--trace", "/nonexistent.trace"]),
+        2,
+        "No such file or directory (os error 2)",
+    );
+}
+
+#[test]
+fn verify_checks_its_arguments_before_any_work() {
+    // the model does not exist: the argument errors must come first
+    exits(
+        &["verify", "--model", "no-such-model", "--ops"],
+        2,
+        "--ops compares a CUDA device with the CPU",
+    );
+    exits(
+        &["verify", "--model", "no-such-model", "--tolerance", "-1"],
+        2,
+        "invalid --tolerance: must be in (0, 1), got -1",
+    );
+}
+
+#[test]
+fn extremes_that_are_served_give_correct_results() {
+    // latencies beyond an hour (the histogram's initial range) under a day-long SLA
+    let o = lazybatch(&[
+        "run",
+        "--device",
+        "npu",
+        "--model",
+        "vgg16",
+        "--policy",
+        "serial",
+        "--rate",
+        "1e9",
+        "--requests",
+        "1500000",
+        "--max-pending",
+        "2000000",
+        "--sla-ms",
+        "86400000",
+        "--json",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let l = &v["latency_ms"];
+    assert!(l["max"].as_f64().unwrap() > 3_600_000.0, "{l}");
+    assert_eq!(v["completed"], 1_500_000);
+    // no percentile above the maximum
+    for p in ["p50", "p90", "p95", "p99"] {
+        assert!(
+            l[p].as_f64().unwrap() <= l["max"].as_f64().unwrap(),
+            "{p}: {l}"
+        );
+    }
+    // overload: the pending queue's bound rejects, and says so
+    let o = lazybatch(&run_with(&[
+        "--policy",
+        "lazy",
+        "--rate",
+        "1e6",
+        "--requests",
+        "20000",
+        "--max-pending",
+        "100",
+        "--json",
+    ]));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let (c, r) = (
+        v["completed"].as_u64().unwrap(),
+        v["rejected"].as_u64().unwrap(),
+    );
+    assert!(r > 0 && c + r == 20_000, "{v}");
+    assert_eq!(v["rejected_queue_full"], v["rejected"]);
+    // a traced run reports the trace's mean rate, not 0
+    let dir = fresh_dir("hostile-trace");
+    let t = write(&dir, "t.trace", "0\n500\n1000\n");
+    let o = lazybatch(&run_with(&["--policy", "lazy", "--trace", &t]));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("trace (mean 3.0 req/s)"), "{out}");
+}
+
+#[test]
+fn request_records_stream_to_a_file() {
+    let dir = fresh_dir("hostile-records");
+    let f = dir.join("r.csv");
+    let o = lazybatch(&run_with(&[
+        "--policy",
+        "lazy",
+        "--rate",
+        "1e6",
+        "--requests",
+        "300",
+        "--max-pending",
+        "10",
+        "--keep-records",
+        f.to_str().unwrap(),
+    ]));
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&f).unwrap();
+    let mut lines = text.lines();
+    assert!(lines.next().unwrap().starts_with("id,model,arrival_ms"));
+    let rows: Vec<&str> = lines.collect();
+    assert_eq!(rows.len(), 300, "one line per request");
+    let mut ids: Vec<u32> = rows
+        .iter()
+        .map(|r| r.split(',').next().unwrap().parse().unwrap())
+        .collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (0..300).collect::<Vec<_>>(), "each id once");
+    assert!(rows.iter().any(|r| r.ends_with("rejected:queue_full")));
+    assert!(rows.iter().any(|r| r.ends_with(",completed")));
+}
