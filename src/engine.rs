@@ -123,7 +123,10 @@ impl<I: Iterator<Item = Arrival>> Stream<I> {
 
 impl<I: Iterator<Item = Arrival>> ArrivalSource for Stream<I> {
     fn poll(&mut self, now: Nanos) -> Option<Arrival> {
-        self.it.next_if(|a| a.time <= now)
+        match self.it.peek() {
+            Some(a) if a.time <= now => self.it.next(),
+            _ => None,
+        }
     }
     fn idle(&mut self, clock: &mut dyn Clock, until: Option<Nanos>) -> bool {
         let next = self.it.peek().map(|a| a.time);

@@ -92,7 +92,8 @@ fn entry_load(v: &View, sb: &SubBatch) -> (u64, u64) {
     let mut min_deadline = u64::MAX;
     let mut last: Option<(Lengths, u32, u64)> = None;
     for (j, &r) in sb.members.iter().enumerate() {
-        let len = sb.padded.unwrap_or_else(|| v.predicted_len(r));
+        let q = v.request(r);
+        let len = sb.padded.unwrap_or_else(|| v.predicted_len_of(q));
         let step = sb.steps.get(j).copied().unwrap_or(sb.next.step);
         let rem = match last {
             Some((l, s, t)) if l == len && s == step => t,
@@ -111,7 +112,7 @@ fn entry_load(v: &View, sb: &SubBatch) -> (u64, u64) {
         };
         last = Some((len, step, rem));
         total += rem;
-        min_deadline = min_deadline.min(v.deadline(r).0);
+        min_deadline = min_deadline.min(q.deadline.0);
     }
     (total, min_deadline)
 }
@@ -193,7 +194,8 @@ struct Group {
 fn entry_group(v: &View, sb: &SubBatch) -> Group {
     let mut best = (0u64, Some(sb.next), v.predicted_len(sb.members[0]));
     for (j, &r) in sb.members.iter().enumerate() {
-        let len = sb.padded.unwrap_or_else(|| v.predicted_len(r));
+        let q = v.request(r);
+        let len = sb.padded.unwrap_or_else(|| v.predicted_len_of(q));
         let at = Some(NodeStep {
             node: sb.next.node,
             step: sb.steps.get(j).copied().unwrap_or(sb.next.step),

@@ -19,7 +19,7 @@ pub use serial::Serial;
 pub use spec::{parse, parse_for, Entry, Parsed, Spec};
 
 use crate::graph::{Lengths, Model};
-use crate::runtime::{BatchTable, Ledger, Predictor, Queue, RequestId};
+use crate::runtime::{BatchTable, Ledger, Predictor, Queue, Request, RequestId};
 use crate::time::Nanos;
 
 /// Every policy users can name, each declared by its own file: adding a policy is one file,
@@ -100,9 +100,18 @@ impl<'a> View<'a> {
     /// The lengths the predictor assumes for a request (actual encoder length, predicted
     /// decoder length).
     pub(crate) fn predicted_len(&self, r: RequestId) -> Lengths {
-        let q = self.requests.get(r);
+        self.predicted_len_of(self.requests.get(r))
+    }
+    /// [`View::predicted_len`] of a request already looked up.
+    pub(crate) fn predicted_len_of(&self, q: &Request) -> Lengths {
         self.predictor
             .predicted_in(usize::from(q.part), q.enc_len(), q.dec_done)
+    }
+    /// A request's record, to read several of its fields with one lookup. Policies see its
+    /// actual decoder length here too: they must not use it (the predictor's is
+    /// [`View::predicted_len`]).
+    pub(crate) fn request(&self, r: RequestId) -> &Request {
+        self.requests.get(r)
     }
     /// The co-located model a request is for (0 for a single model).
     pub fn part(&self, r: RequestId) -> usize {
