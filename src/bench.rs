@@ -17,7 +17,7 @@ use crate::metrics::KeepRecords;
 use crate::policy;
 use crate::profile::Profile;
 use crate::runtime::Predictor;
-use crate::time::{Nanos, VirtualClock};
+use crate::time::{Nanos, VirtualClock, MAX_SLA};
 use crate::traffic::{self, Traffic};
 
 /// Everything that fixes one run.
@@ -254,9 +254,6 @@ fn setup<'a>(
         ..engine::Setup::new(model, predictor, cfg.sla, cfg.max_batch)
     })
 }
-
-/// The longest SLA a run accepts: one day.
-pub const MAX_SLA: Nanos = Nanos(86_400_000_000_000);
 
 /// Checks an SLA against (0, [`MAX_SLA`]]; `what` names the flag.
 pub fn check_sla_ms(what: &str, ms: f64) -> Result<Nanos> {

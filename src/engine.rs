@@ -60,47 +60,28 @@ pub trait ArrivalSource {
     }
 }
 
-/// Pre-drawn arrivals, sorted by time (the virtual-time source).
-#[derive(Clone, Debug)]
-pub struct Predrawn<'a> {
-    list: &'a [Arrival],
-    next: usize,
-}
+/// Pre-drawn arrivals, sorted by time: a [`Stream`] over a list.
+pub struct Predrawn<'a>(Stream<std::iter::Copied<std::slice::Iter<'a, Arrival>>>);
 
 impl<'a> Predrawn<'a> {
     /// A source over `list` (sorted by time).
     pub fn new(list: &'a [Arrival]) -> Self {
-        Predrawn { list, next: 0 }
+        Predrawn(Stream::new(list.iter().copied(), list.len()))
     }
 }
 
 impl ArrivalSource for Predrawn<'_> {
     fn poll(&mut self, now: Nanos) -> Option<Arrival> {
-        let a = *self.list.get(self.next)?;
-        (a.time <= now).then(|| {
-            self.next += 1;
-            a
-        })
+        self.0.poll(now)
     }
     fn idle(&mut self, clock: &mut dyn Clock, until: Option<Nanos>) -> bool {
-        let next = self.list.get(self.next).map(|a| a.time);
-        match (next, until) {
-            (None, None) => false,
-            (Some(t), None) | (None, Some(t)) => {
-                clock.idle_until(t);
-                true
-            }
-            (Some(a), Some(u)) => {
-                clock.idle_until(a.min(u));
-                true
-            }
-        }
+        self.0.idle(clock, until)
     }
     fn expected(&self) -> usize {
-        self.list.len()
+        self.0.expected()
     }
     fn next_due(&mut self) -> Option<Nanos> {
-        Some(self.list.get(self.next).map_or(Nanos::MAX, |a| a.time))
+        self.0.next_due()
     }
 }
 

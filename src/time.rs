@@ -10,6 +10,9 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::ops::{Add, AddAssign, Sub};
 
+/// The longest SLA (and graph-batching window) a run accepts: one day.
+pub const MAX_SLA: Nanos = Nanos(86_400_000_000_000);
+
 /// A point in time or a duration, in integer nanoseconds.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,

@@ -168,7 +168,7 @@ pub(crate) fn window_and_batch(
     let w: f64 = params[0]
         .parse()
         .map_err(|_| "the window must be a number of milliseconds".to_string())?;
-    let day = crate::bench::MAX_SLA.as_ms();
+    let day = crate::time::MAX_SLA.as_ms();
     if !(0.0..=day).contains(&w) {
         return Err(format!(
             "the window must be in [0, {day}] ms (one day), got {}",
