@@ -40,11 +40,8 @@ pub(super) struct VerifyArgs {
     json: bool,
 }
 
-/// Serves requests alone and under forced preemptions and merges; exit code 1 on any
-/// difference.
-pub(super) fn run(a: VerifyArgs) -> Result<ExitCode> {
-    let mut o = String::new();
-    // every argument is checked before any work
+/// The request count and maximum batch, every argument checked before any work.
+fn check(a: &VerifyArgs) -> Result<(usize, u32)> {
     let n = positive("--requests", a.requests)? as usize;
     let mb = positive("--max-batch", a.max_batch)?;
     if !(a.tolerance > 0.0 && a.tolerance < 1.0) {
@@ -59,6 +56,14 @@ pub(super) fn run(a: VerifyArgs) -> Result<ExitCode> {
     if n > 10_000 || mb > 4096 {
         bail!("verify serves at most 10000 requests at a maximum batch of at most 4096 (got --requests {n}, --max-batch {mb})");
     }
+    Ok((n, mb))
+}
+
+/// Serves requests alone and under forced preemptions and merges; exit code 1 on any
+/// difference.
+pub(super) fn run(a: VerifyArgs) -> Result<ExitCode> {
+    let mut o = String::new();
+    let (n, mb) = check(&a)?;
     let model = a.model.load()?;
     let mut dev = open_real(&a.device, a.seed, &a.precision)?;
     super::say_gpu(dev.as_ref(), &a.precision);
