@@ -151,7 +151,59 @@ fn resnet_latency() {
     }
 }
 
+/// The median of `rounds` passes (after one warm-up) of `model` at batch `b`, in ms: the whole
+/// graph (`step` false) or one decoder step at the middle of the reference output (`step`
+/// true: the decoder nodes only; caches and encoder outputs are the zeros prepare leaves, which
+/// costs the same as real values). The harness `scripts/bench-vs-onnxruntime.sh` calls this.
+fn pass_ms(model: &str, b: u32, rounds: usize, step: bool) -> f64 {
+    let m = zoo::load(model).unwrap();
+    let mut dev = CpuDevice::new(1);
+    dev.prepare(&m, b).unwrap();
+    let len = m.ref_lengths();
+    let mid = len.dec.saturating_sub(1) / 2;
+    let members: Vec<lazybatch::device::Member> = (0..b)
+        .map(|slot| lazybatch::device::Member {
+            slot,
+            len,
+            input: u64::from(slot),
+            step: if step { mid } else { 0 },
+        })
+        .collect();
+    let nodes: Vec<_> = m
+        .nodes
+        .iter()
+        .filter(|n| !step || n.class == lazybatch::graph::Class::Decoder)
+        .map(|n| NodeStep {
+            node: n.id,
+            step: if step { mid } else { 0 },
+        })
+        .collect();
+    let mut times = Vec::with_capacity(rounds);
+    for r in 0..=rounds {
+        let t = Instant::now();
+        for &at in &nodes {
+            dev.execute(&m, at, &members).unwrap();
+        }
+        if r > 0 {
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    // `whole MODEL BATCH ROUNDS` / `step MODEL BATCH ROUNDS`: one number, for the harness
+    if let (Some(mode @ ("whole" | "step")), Some(model), Some(b), Some(r)) = (
+        args.get(1).map(String::as_str),
+        args.get(2),
+        args.get(3).and_then(|x| x.parse::<u32>().ok()),
+        args.get(4).and_then(|x| x.parse::<usize>().ok()),
+    ) {
+        println!("{:.4}", pass_ms(model, b, r.max(1), mode == "step"));
+        return;
+    }
     let only = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
     if only.as_deref().is_none_or(|o| o == "gemm") {
         gemm_table();
