@@ -194,55 +194,86 @@ fn im2col_conv_matches_a_direct_convolution() {
     }
 }
 
+/// Window geometries that exercise every edge of the row-wise kernels: padding wider than the
+/// kernel's reach, strides that skip the last column, kernels as wide as the image (global).
+fn geometries() -> Vec<(usize, usize, usize, usize, usize)> {
+    let mut g = Vec::new();
+    for (h, w) in [(9, 8), (7, 6), (1, 5), (4, 1), (7, 7)] {
+        for k in [1, 2, 3, 5, 7] {
+            for s in [1, 2, 3] {
+                for p in [0, 1, 2, 3] {
+                    if p < k && h + 2 * p >= k && w + 2 * p >= k {
+                        g.push((h, w, k, s, p));
+                    }
+                }
+            }
+        }
+    }
+    g
+}
+
 #[test]
 fn depthwise_matches_a_grouped_convolution() {
     let mut rng = StdRng::seed_from_u64(4);
-    let (c, h, w, k, s, p) = (5, 9, 8, 3, 2, 1);
-    let x = rnd(&mut rng, c * h * w);
-    let wt = rnd(&mut rng, c * k * k);
-    let (ho, wo) = ((h + 2 * p - k) / s + 1, (w + 2 * p - k) / s + 1);
-    let mut y = vec![0.0; c * ho * wo];
-    depthwise(&x, (c, h, w), &wt, window((h, w), k, s, p), &mut y);
-    close(
-        &y,
-        &naive_conv(&x, (c, h, w), &wt, (c, c), window((h, w), k, s, p)),
-        1e-5,
-        "depthwise",
-    );
+    let c = 3;
+    for (h, w, k, s, p) in geometries() {
+        let x = rnd(&mut rng, c * h * w);
+        let wt = rnd(&mut rng, c * k * k);
+        let (ho, wo) = ((h + 2 * p - k) / s + 1, (w + 2 * p - k) / s + 1);
+        let mut y = vec![f32::NAN; c * ho * wo];
+        depthwise(&x, (c, h, w), &wt, window((h, w), k, s, p), &mut y);
+        close(
+            &y,
+            &naive_conv(&x, (c, h, w), &wt, (c, c), window((h, w), k, s, p)),
+            1e-5,
+            &format!("depthwise {h}x{w} k{k} s{s} p{p}"),
+        );
+    }
 }
 
 #[test]
 fn pooling_matches_the_definition() {
     let mut rng = StdRng::seed_from_u64(5);
-    let (c, h, w) = (3, 7, 6);
-    let x = rnd(&mut rng, c * h * w);
-    let (k, s, p) = (3, 2, 1);
-    let (ho, wo) = ((h + 2 * p - k) / s + 1, (w + 2 * p - k) / s + 1);
-    for max in [true, false] {
-        let mut y = vec![0.0; c * ho * wo];
-        pool(&x, (c, h, w), window((h, w), k, s, p), max, &mut y);
-        let mut want = vec![0.0; c * ho * wo];
-        for ch in 0..c {
-            for oy in 0..ho {
-                for ox in 0..wo {
-                    let mut vals = Vec::new();
-                    for ky in 0..k {
-                        for kx in 0..k {
-                            let (iy, ix) = ((oy * s + ky) as isize - 1, (ox * s + kx) as isize - 1);
-                            if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < w {
-                                vals.push(x[ch * h * w + iy as usize * w + ix as usize]);
+    let c = 2;
+    for (h, w, k, s, p) in geometries() {
+        let x = rnd(&mut rng, c * h * w);
+        let (ho, wo) = ((h + 2 * p - k) / s + 1, (w + 2 * p - k) / s + 1);
+        for max in [true, false] {
+            let mut y = vec![f32::NAN; c * ho * wo];
+            pool(&x, (c, h, w), window((h, w), k, s, p), max, &mut y);
+            let mut want = vec![0.0; c * ho * wo];
+            for ch in 0..c {
+                for oy in 0..ho {
+                    for ox in 0..wo {
+                        let mut vals = Vec::new();
+                        for ky in 0..k {
+                            for kx in 0..k {
+                                let (iy, ix) = (
+                                    (oy * s + ky) as isize - p as isize,
+                                    (ox * s + kx) as isize - p as isize,
+                                );
+                                if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < w {
+                                    vals.push(x[ch * h * w + iy as usize * w + ix as usize]);
+                                }
                             }
                         }
+                        want[ch * ho * wo + oy * wo + ox] = if vals.is_empty() {
+                            if max {
+                                f32::NEG_INFINITY
+                            } else {
+                                0.0
+                            }
+                        } else if max {
+                            vals.iter().copied().fold(f32::MIN, f32::max)
+                        } else {
+                            vals.iter().sum::<f32>() / vals.len() as f32
+                        };
                     }
-                    want[ch * ho * wo + oy * wo + ox] = if max {
-                        vals.iter().copied().fold(f32::MIN, f32::max)
-                    } else {
-                        vals.iter().sum::<f32>() / vals.len() as f32
-                    };
                 }
             }
+            let what = if max { "max pool" } else { "avg pool" };
+            close(&y, &want, 1e-6, &format!("{what} {h}x{w} k{k} s{s} p{p}"));
         }
-        close(&y, &want, 1e-6, if max { "max pool" } else { "avg pool" });
     }
 }
 

@@ -180,7 +180,55 @@ pub fn im2col_kp(
     }
 }
 
-/// Depthwise convolution (one filter per channel, multiplier 1) of a [C, H, W] image.
+/// The output columns `lo..hi` whose input column `j·stride + kx − pad` lies inside a row of
+/// `w`: the part of a window's tap that reads the image rather than padding.
+#[inline]
+fn tap_columns(w: usize, kx: usize, win: &Window) -> (usize, usize) {
+    let (stride, pad, wo) = (win.stride, win.pad, win.out.1);
+    let lo = pad.saturating_sub(kx).div_ceil(stride).min(wo);
+    let hi = if w + pad > kx {
+        ((w + pad - kx - 1) / stride + 1).min(wo)
+    } else {
+        0
+    };
+    (lo, hi.max(lo))
+}
+
+/// Calls `f(out_row, in_row_taps, ky, kx)` for every tap of every output row of one plane:
+/// `in_row_taps(j)` is the input under output column `j` for that tap, over the columns
+/// `lo..hi` that read the image. Rows whose input row is padding are skipped, as are columns
+/// outside `lo..hi`. Taps run in (ky, kx) order, so every output element sums its taps in the
+/// same order as a direct loop.
+#[inline]
+fn for_each_tap(
+    plane: &[f32],
+    (h, w): (usize, usize),
+    win: &Window,
+    out: &mut [f32],
+    mut f: impl FnMut(&mut [f32], &[f32], usize, usize, usize),
+) {
+    let ((kh, kw), stride, pad, (ho, wo)) = (win.kernel, win.stride, win.pad, win.out);
+    for oy in 0..ho {
+        let orow = &mut out[oy * wo..(oy + 1) * wo];
+        for ky in 0..kh {
+            let iy = (oy * stride + ky) as isize - pad as isize;
+            if iy < 0 || iy as usize >= h {
+                continue;
+            }
+            let irow = &plane[iy as usize * w..(iy as usize + 1) * w];
+            for kx in 0..kw {
+                let (lo, hi) = tap_columns(w, kx, win);
+                if lo < hi {
+                    let first = lo * stride + kx - pad;
+                    f(&mut orow[lo..hi], &irow[first..], stride, ky, kx);
+                }
+            }
+        }
+    }
+}
+
+/// Depthwise convolution (one filter per channel, multiplier 1) of a [C, H, W] image: each
+/// tap is an `axpy` over a whole output row (contiguous at stride 1), summed in (ky, kx) order.
 pub fn depthwise(
     x: &[f32],
     (c, h, w): (usize, usize, usize),
@@ -188,63 +236,74 @@ pub fn depthwise(
     win: Window,
     y: &mut [f32],
 ) {
-    let ((kh, kw), stride, pad, (ho, wo)) = (win.kernel, win.stride, win.pad, win.out);
+    let ((kh, kw), (ho, wo)) = (win.kernel, win.out);
     for ch in 0..c {
         let plane = &x[ch * h * w..(ch + 1) * h * w];
         let f = &wt[ch * kh * kw..(ch + 1) * kh * kw];
-        for oy in 0..ho {
-            for ox in 0..wo {
-                let mut acc = 0.0f32;
-                for ky in 0..kh {
-                    let iy = (oy * stride + ky) as isize - pad as isize;
-                    if iy < 0 || iy as usize >= h {
-                        continue;
-                    }
-                    for kx in 0..kw {
-                        let ix = (ox * stride + kx) as isize - pad as isize;
-                        if ix < 0 || ix as usize >= w {
-                            continue;
-                        }
-                        acc += plane[iy as usize * w + ix as usize] * f[ky * kw + kx];
-                    }
+        let out = &mut y[ch * ho * wo..(ch + 1) * ho * wo];
+        out.iter_mut().for_each(|v| *v = 0.0);
+        for_each_tap(plane, (h, w), &win, out, |o, i, stride, ky, kx| {
+            let wv = f[ky * kw + kx];
+            if stride == 1 {
+                for (o, &i) in o.iter_mut().zip(i) {
+                    *o += i * wv;
                 }
-                y[ch * ho * wo + oy * wo + ox] = acc;
+            } else {
+                for (j, o) in o.iter_mut().enumerate() {
+                    *o += i[j * stride] * wv;
+                }
             }
+        });
+    }
+}
+
+/// Max or average pooling of a [C, H, W] image (average counts only in-image elements). The
+/// window is square (`kernel.0` used both ways). Max pooling runs tap by tap over whole output
+/// rows; average pooling of the whole image (global) is one sum per channel.
+pub fn pool(x: &[f32], (c, h, w): (usize, usize, usize), win: Window, max: bool, y: &mut [f32]) {
+    let (k, (ho, wo)) = (win.kernel.0, win.out);
+    let win = Window {
+        kernel: (k, k),
+        ..win
+    };
+    for ch in 0..c {
+        let plane = &x[ch * h * w..(ch + 1) * h * w];
+        let out = &mut y[ch * ho * wo..(ch + 1) * ho * wo];
+        if max {
+            out.iter_mut().for_each(|v| *v = f32::NEG_INFINITY);
+            for_each_tap(plane, (h, w), &win, out, |o, i, stride, _, _| {
+                for (j, o) in o.iter_mut().enumerate() {
+                    *o = o.max(i[j * stride]);
+                }
+            });
+        } else if (ho, wo) == (1, 1) && win.pad == 0 && k >= h.max(w) {
+            out[0] = plane.iter().sum::<f32>() / plane.len().max(1) as f32;
+        } else {
+            out.iter_mut().for_each(|v| *v = 0.0);
+            for_each_tap(plane, (h, w), &win, out, |o, i, stride, _, _| {
+                for (j, o) in o.iter_mut().enumerate() {
+                    *o += i[j * stride];
+                }
+            });
+            divide_by_taps((h, w), &win, out);
         }
     }
 }
 
-/// Max or average pooling of a [C, H, W] image (average counts only in-image elements).
-/// The window is square (`kernel.0` used both ways).
-pub fn pool(x: &[f32], (c, h, w): (usize, usize, usize), win: Window, max: bool, y: &mut [f32]) {
-    let (k, stride, pad, (ho, wo)) = (win.kernel.0, win.stride, win.pad, win.out);
-    for ch in 0..c {
-        let plane = &x[ch * h * w..(ch + 1) * h * w];
-        for oy in 0..ho {
-            for ox in 0..wo {
-                let mut acc = if max { f32::NEG_INFINITY } else { 0.0 };
-                let mut n = 0u32;
-                for ky in 0..k {
-                    let iy = (oy * stride + ky) as isize - pad as isize;
-                    if iy < 0 || iy as usize >= h {
-                        continue;
-                    }
-                    for kx in 0..k {
-                        let ix = (ox * stride + kx) as isize - pad as isize;
-                        if ix < 0 || ix as usize >= w {
-                            continue;
-                        }
-                        let v = plane[iy as usize * w + ix as usize];
-                        if max {
-                            acc = acc.max(v);
-                        } else {
-                            acc += v;
-                        }
-                        n += 1;
-                    }
-                }
-                y[ch * ho * wo + oy * wo + ox] = if max { acc } else { acc / n.max(1) as f32 };
-            }
+/// Divides each output element by how many of its taps read the image (average pooling's
+/// divisor: padding does not count), the product of its in-image rows and columns.
+fn divide_by_taps((h, w): (usize, usize), win: &Window, out: &mut [f32]) {
+    let ((kh, kw), stride, pad, (ho, wo)) = (win.kernel, win.stride, win.pad, win.out);
+    let inside = |o: usize, k: usize, n: usize| {
+        (0..k)
+            .filter(|t| (o * stride + t).checked_sub(pad).is_some_and(|i| i < n))
+            .count()
+    };
+    for oy in 0..ho {
+        let rows = inside(oy, kh, h);
+        for ox in 0..wo {
+            let n = rows * inside(ox, kw, w);
+            out[oy * wo + ox] /= n.max(1) as f32;
         }
     }
 }
