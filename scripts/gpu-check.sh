@@ -9,56 +9,113 @@
 # (nvidia-cublas, nvidia-cuda-nvrtc) on LD_LIBRARY_PATH.
 # SMOKE=1 checks the script itself (about 8 minutes on the software CUDA stand-in, 2 cores):
 # reduced models, few requests, and no test run.
+# Every step runs whatever the ones before it did; the report ends with each step's outcome, and
+# the script exits 1 when any step failed (0 only when every one passed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-out/gpu-check}"
 mkdir -p "$out"
 bin=target/release/lazybatch
-cargo build --release
+steps="$out/steps.txt" # one line per step: ok, FAILED or skipped, and its name
+: > "$steps"
+# step NAME COMMAND...: runs COMMAND (its output goes into the report), records how it ended and
+# never stops the script. COMMAND is one command or one pipeline (pipefail: any part failing
+# fails it), since `set -e` does not act inside a command whose status is tested.
+step() {
+  local name=$1 rc=0
+  shift
+  "$@" || rc=$?
+  if [ "$rc" = 0 ]; then
+    echo "ok       $name" >> "$steps"
+  else
+    echo "STEP FAILED: $name (exit $rc)"
+    echo "FAILED   $name (exit $rc)" >> "$steps"
+  fi
+}
+gpu_tests() {
+  REQUIRE_GPU=1 cargo test --release --test it cuda -- --nocapture 2>&1 | grep -E "^test |values, max|max relative|free device|test result|panicked|Verify"
+}
+run_bench() {
+  cargo bench --bench cuda "${bench[@]}" 2>&1 | grep -v -E "^\s*(Compiling|Finished|Running)"
+}
+first_lines() { # COMMAND...: its first 14 lines of output; fails when it fails
+  "$@" | sed -n 1,14p
+}
+# model sizes for profile/compare (width, res) and for verify (vwidth, vres). --res scales image
+# inputs, so only ResNet-50 takes it: `img_args MODEL RES...` sets img to RES for it, else empty.
 if [ "${SMOKE:-0}" = 1 ]; then
-  small=(--width 0.125 --res 0.25); vsmall=("${small[@]}"); mb=8; reqs=40; pols=serial,graph:5,lazy; bench=(-- --small)
+  width=(--width 0.125); res=(--res 0.25); vwidth=("${width[@]}"); vres=("${res[@]}")
+  mb=8; reqs=40; pols=serial,graph:5,lazy; bench=(-- --small)
 else
-  small=(); vsmall=(--width 0.25 --res 0.5); mb=64; reqs=500; pols=serial,graph:5,graph:25,graph:50,lazy,oracle; bench=()
+  width=(); res=(); vwidth=(--width 0.25); vres=(--res 0.5)
+  mb=64; reqs=500; pols=serial,graph:5,graph:25,graph:50,lazy,oracle; bench=()
 fi
+img_args() {
+  local m=$1
+  shift
+  if [ "$m" = resnet50 ]; then img=("$@"); else img=(); fi
+}
 {
   echo "# GPU check ($(date -u +%Y-%m-%dT%H:%MZ))"
   echo
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /' || true
   echo
+  echo '## Build'
+  echo '```'
+  step build cargo build --release --quiet
+  echo '```'
+  echo
   echo '## Tests (REQUIRE_GPU=1)'
   echo '```'
-  if [ "${SMOKE:-0}" = 1 ]; then echo "(skipped: SMOKE=1)"; else
-    REQUIRE_GPU=1 cargo test --release --test it cuda -- --nocapture 2>&1 | grep -E "^test |values, max|max relative|free device|test result|panicked|Verify" || true
+  if [ "${SMOKE:-0}" = 1 ]; then
+    echo "(skipped: SMOKE=1)"
+    echo "skipped  GPU tests (SMOKE=1)" >> "$steps"
+  else
+    step "GPU tests" gpu_tests
   fi
   echo '```'
   echo
   echo '## Kernels'
   echo '```'
-  "$bin" kernels
+  step kernels "$bin" kernels
   echo '```'
   echo
   echo '## Verify on the GPU (alone vs forced preemptions/merges, and against the CPU)'
   echo '```'
-  for m in resnet50 gnmt transformer; do "$bin" verify --device cuda --model "$m" "${vsmall[@]}" --ops || echo "VERIFY FAILED: $m"; done
-  "$bin" verify --device cuda --precision f16 --model resnet50 "${vsmall[@]}" || true
+  for m in resnet50 gnmt transformer; do
+    img_args "$m" "${vres[@]}"
+    step "verify $m" "$bin" verify --device cuda --model "$m" "${vwidth[@]}" "${img[@]}" --ops
+  done
+  step "verify resnet50 f16" "$bin" verify --device cuda --precision f16 --model resnet50 "${vwidth[@]}" "${vres[@]}"
   echo '```'
   echo
   echo '## GEMM nodes vs cuBLAS, scheduler share (cargo bench --bench cuda)'
   echo '```'
-  cargo bench --bench cuda "${bench[@]}" 2>&1 | grep -v -E "^\s*(Compiling|Finished|Running)" || echo "BENCH FAILED"
+  step bench run_bench
   echo '```'
   for m in resnet50 gnmt transformer; do
+    img_args "$m" "${res[@]}"
     echo
     echo "## profile --device cuda --model $m"
     echo '```'
-    "$bin" profile --device cuda --model "$m" "${small[@]}" --max-batch "$mb" --save "$out/$m.profile.json" | sed -n 1,14p
+    step "profile $m" first_lines "$bin" profile --device cuda --model "$m" "${width[@]}" "${img[@]}" --max-batch "$mb" --save "$out/$m.profile.json"
     echo '```'
     echo
     echo "## compare --device cuda --model $m --load 0.3,0.9"
     echo '```'
-    "$bin" compare --device cuda --model "$m" "${small[@]}" --load 0.3,0.9 --requests "$reqs" --max-batch "$mb" \
-      --profile "$out/$m.profile.json" --policies "$pols" --out "$out/$m"
+    step "compare $m" "$bin" compare --device cuda --model "$m" "${width[@]}" "${img[@]}" --load 0.3,0.9 --requests "$reqs" \
+      --max-batch "$mb" --profile "$out/$m.profile.json" --policies "$pols" --out "$out/$m"
     echo '```'
   done
+  echo
+  echo '## Steps'
+  echo '```'
+  cat "$steps"
+  echo '```'
 } 2>&1 | tee "$out/report.md"
 echo "wrote $out/report.md"
+if grep -q '^FAILED' "$steps"; then
+  echo "gpu-check: $(grep -c '^FAILED' "$steps") step(s) failed:" >&2
+  grep '^FAILED' "$steps" >&2
+  exit 1
+fi

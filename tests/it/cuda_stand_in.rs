@@ -4,15 +4,16 @@
 //! cuBLAS configurations, preemption and merging) end to end. The real NVRTC still compiles the
 //! PTX, and the stand-in only hands out kernels the PTX defines.
 //!
-//! The loader reads `LD_LIBRARY_PATH` once at process start, so the GPU tests of `cuda.rs` run
-//! in a child process of this test binary with the stand-in first on that path and
-//! `REQUIRE_GPU=1`. Needs g++ and NVRTC; skips loudly without them and fails instead when
-//! `REQUIRE_CUDA_STAND_IN=1` (as in CI).
+//! The loader reads `LD_LIBRARY_PATH` once at process start, so the GPU tests of `cuda.rs` (all
+//! of them, by the rule in its header) run in a child process of this test binary with the
+//! stand-in first on that path and `REQUIRE_GPU=1`. Needs g++ and NVRTC; skips loudly without
+//! them and fails instead when `REQUIRE_CUDA_STAND_IN=1` (as in CI).
 //!
 //! This checks the CUDA device's logic and the kernels' arithmetic, not a GPU: memory model,
 //! warp scheduling, cuBLAS's own kernels and every speed figure still need a card.
 
 use lazybatch::device::cuda::nvrtc;
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -146,6 +147,9 @@ fn host_kernel_source_marks_the_synchronizing_kernels() {
     assert!(!s.contains("extern __shared__"));
 }
 
+/// The GPU tests of `cuda.rs` (by its rule: the tests that call `gpu_or_skip`, all named
+/// `cuda_`) run in a child on the stand-in with `REQUIRE_GPU=1`: exactly those must run and pass,
+/// and none may skip.
 #[test]
 fn gpu_tests_pass_on_the_software_cuda_stand_in() {
     let test = "gpu_tests_pass_on_the_software_cuda_stand_in";
@@ -153,6 +157,7 @@ fn gpu_tests_pass_on_the_software_cuda_stand_in() {
         Ok(d) => d,
         Err(why) => return skip(test, &why),
     };
+    let expected: BTreeSet<String> = crate::cuda::gpu_tests().into_iter().collect();
     let exe = std::env::current_exe().expect("the test binary's path");
     let mut cmd = Command::new(exe);
     cmd.args(["cuda::cuda_", "--test-threads=1", "--nocapture"])
@@ -171,16 +176,39 @@ fn gpu_tests_pass_on_the_software_cuda_stand_in() {
         o.status.success(),
         "GPU tests failed on the stand-in:\n{out}\n{err}"
     );
-    let passed: usize = out
+    let skipped = err
         .lines()
-        .find_map(|l| {
-            l.strip_prefix("test result: ok. ")
-                .and_then(|r| r.split(' ').next())
-                .and_then(|n| n.parse().ok())
-        })
-        .unwrap_or(0);
-    assert!(passed >= 3, "expected the GPU tests to run:\n{out}\n{err}");
-    assert!(!err.contains("SKIPPED"), "a GPU test skipped:\n{err}");
+        .filter(|l| l.contains(crate::cuda::SKIP_MARK))
+        .count();
+    assert_eq!(skipped, 0, "{skipped} GPU tests skipped:\n{err}");
+    let passed: BTreeSet<String> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("test cuda::")?.strip_suffix(" ... ok"))
+        .map(String::from)
+        .collect();
+    assert_eq!(
+        passed, expected,
+        "the tests that passed on the stand-in (left) are not the GPU tests of cuda.rs (right)"
+    );
+    // the summary agrees: as many passed as cuda.rs has GPU tests, none failed or was ignored
+    let summary = out
+        .lines()
+        .find_map(|l| l.strip_prefix("test result: ok. "))
+        .unwrap_or_else(|| panic!("no test summary:\n{out}"));
+    let count = |what: &str| -> usize {
+        summary
+            .split("; ")
+            .find_map(|part| part.strip_suffix(what)?.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no '{what}' count in '{summary}'"))
+    };
+    assert_eq!(count(" passed"), expected.len(), "{summary}");
+    assert_eq!(count(" failed"), 0, "{summary}");
+    assert_eq!(count(" ignored"), 0, "{summary}");
+    eprintln!(
+        "stand-in: {} of {} GPU tests of cuda.rs ran and passed",
+        passed.len(),
+        expected.len()
+    );
 }
 
 #[test]

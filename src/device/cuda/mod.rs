@@ -43,13 +43,22 @@ impl Probe {
     pub fn missing(&self) -> String {
         let mut m = Vec::new();
         if !self.driver {
-            m.push("no NVIDIA driver (libcuda.so.1 cannot be loaded)".to_string());
+            m.push(
+                "no NVIDIA driver (libcuda.so.1 cannot be loaded: install the NVIDIA driver)"
+                    .to_string(),
+            );
         }
         if !self.cublas {
-            m.push("no cuBLAS library (libcublas.so.13)".to_string());
+            m.push(
+                "no cuBLAS library (libcublas.so.13: install the CUDA 13 toolkit, or pip install nvidia-cublas==13.* and add its nvidia/cu13/lib to LD_LIBRARY_PATH)"
+                    .to_string(),
+            );
         }
         if !self.nvrtc {
-            m.push("no NVRTC library (libnvrtc.so.13)".to_string());
+            m.push(
+                "no NVRTC library (libnvrtc.so.13: install the CUDA 13 toolkit, or pip install nvidia-cuda-nvrtc==13.0.* and add its nvidia/cu13/lib to LD_LIBRARY_PATH)"
+                    .to_string(),
+            );
         }
         if self.driver && self.devices == 0 {
             m.push("the driver reports no CUDA device".to_string());
