@@ -142,3 +142,146 @@ pub fn serve(
     let mut src = ThreadArrivals::spawn(schedule, clock.origin());
     engine::run_source(setup, device, policy, &mut clock, &mut src)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::{Member, Timing};
+    use crate::graph::{zoo, Lengths, Model, NodeStep};
+    use crate::metrics::KeepRecords;
+    use crate::profile::Profile;
+    use crate::runtime::Predictor;
+
+    /// A real-time device: every node sleeps 1 ms (the input node none), whatever the batch.
+    struct Sleeper;
+    impl Device for Sleeper {
+        fn name(&self) -> &'static str {
+            "sleeper"
+        }
+        fn is_virtual(&self) -> bool {
+            false
+        }
+        fn prepare(&mut self, _: &Model, _: u32) -> Result<()> {
+            Ok(())
+        }
+        fn execute(&mut self, _: &Model, at: NodeStep, _: &[Member]) -> Result<Timing> {
+            let t = Instant::now();
+            if at.node.0 != 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(Timing {
+                time: Nanos(t.elapsed().as_nanos() as u64),
+                ..Timing::default()
+            })
+        }
+    }
+
+    fn arrival(ms: f64) -> Arrival {
+        Arrival {
+            time: Nanos::from_ms(ms),
+            len: Lengths { enc: 1, dec: 1 },
+            ..Arrival::default()
+        }
+    }
+
+    /// Serves `arrivals` on the eight-node graph (8 ms a request alone) under `policy`, on a
+    /// watchdog thread: a driver that never wakes fails the test instead of hanging it.
+    fn serve_on_sleeper(policy: &str, arrivals: Vec<Arrival>, max_pending: usize) -> Outcome {
+        let (tx, rx) = mpsc::channel();
+        let policy = policy.to_string();
+        std::thread::spawn(move || {
+            let m = zoo::load(&format!(
+                "{}/tests/fixtures/eight_nodes.toml",
+                env!("CARGO_MANIFEST_DIR")
+            ))
+            .unwrap();
+            let pred = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 1);
+            let setup = engine::Setup {
+                max_pending,
+                keep: KeepRecords {
+                    requests: true,
+                    ..KeepRecords::default()
+                },
+                ..engine::Setup::new(&m, &pred, Nanos::from_ms(1000.0), 8)
+            };
+            let mut pol = crate::policy::parse(&policy, 8).unwrap();
+            let t = Traffic::from_list(arrivals);
+            let _ = tx.send(serve(&setup, &mut Sleeper, pol.as_mut(), t).unwrap());
+        });
+        rx.recv_timeout(Duration::from_secs(30))
+            .expect("the wall-clock driver finished within 30 s")
+    }
+
+    #[test]
+    fn arrivals_are_stamped_when_delivered_never_when_scheduled() {
+        // an origin 50 ms in the past: arrivals scheduled at 0 and 10 ms are already due and
+        // are delivered at once, so their stamps are the real delivery instants (≥ 50 ms)
+        let origin = Instant::now() - Duration::from_millis(50);
+        let t = Traffic::from_list(vec![arrival(0.0), arrival(10.0), arrival(70.0)]);
+        let mut src = ThreadArrivals::spawn(t, origin);
+        let mut clock = WallClock { start: origin };
+        let mut got = Vec::new();
+        while src.idle(&mut clock, None) {
+            while let Some(a) = src.poll(clock.now()) {
+                got.push(a.time);
+            }
+        }
+        assert_eq!(got.len(), 3);
+        assert!(
+            got[0] >= Nanos::from_ms(50.0) && got[1] >= got[0],
+            "{got:?}"
+        );
+        assert!(got[2] >= Nanos::from_ms(70.0), "never early: {got:?}");
+    }
+
+    #[test]
+    fn idle_wakes_at_its_timeout_without_an_arrival() {
+        let t = Traffic::from_list(vec![arrival(200.0)]);
+        let mut clock = WallClock::start();
+        let mut src = ThreadArrivals::spawn(t, clock.origin());
+        let until = Nanos::from_ms(20.0);
+        assert!(src.idle(&mut clock, Some(until)));
+        assert!(clock.now() >= until, "woke early at {:?}", clock.now());
+        assert!(
+            src.poll(clock.now()).is_none(),
+            "the arrival is 200 ms away"
+        );
+    }
+
+    #[test]
+    fn a_graph_window_expires_on_the_wall_clock() {
+        // one request alone under graph:20: nothing else arrives, so the driver must wake at
+        // the window's end (20 ms) and run it (8 ms); a driver that waited for another arrival
+        // would hang
+        let out = serve_on_sleeper("graph:20", vec![arrival(0.0)], 100);
+        let r = &out.requests[0];
+        let (issued, done) = (r.first_issue.unwrap(), r.completion.unwrap());
+        assert!(
+            issued - r.arrival >= Nanos::from_ms(20.0),
+            "issued after {:?}",
+            issued - r.arrival
+        );
+        assert!(done - issued >= Nanos::from_ms(8.0));
+    }
+
+    #[test]
+    fn overload_rejects_by_count_and_loses_nothing() {
+        // 40 requests at once into a 3-deep queue on a device that takes 8 ms each: most are
+        // refused as the queue is full, the rest complete in arrival order, each exactly once
+        let out = serve_on_sleeper("serial", (0..40).map(|_| arrival(0.0)).collect(), 3);
+        let st = out.stats();
+        assert_eq!(st.requests, 40);
+        assert_eq!(st.completed + st.rejected, 40);
+        assert_eq!(st.rejected, st.rejected_queue_full);
+        assert!(st.rejected >= 30, "{} rejected", st.rejected);
+        let done: Vec<&crate::runtime::Request> = out
+            .requests
+            .iter()
+            .filter(|r| r.completion.is_some())
+            .collect();
+        assert_eq!(done.len() as u64, st.completed);
+        for w in done.windows(2) {
+            assert!(w[1].completion.unwrap() >= w[0].completion.unwrap() + Nanos::from_ms(8.0));
+        }
+    }
+}

@@ -418,12 +418,17 @@ mod tests {
     /// The paper's eight-node graph, every node 1 ms at any batch size (a request alone: 9 ms,
     /// its input node included).
     fn setup() -> (Model, Predictor) {
+        setup_of("eight_nodes.toml")
+    }
+
+    /// A test fixture, every node 1 ms at any batch size, 3 decoder steps predicted.
+    fn setup_of(fixture: &str) -> (Model, Predictor) {
         let m = zoo::load(&format!(
-            "{}/tests/fixtures/eight_nodes.toml",
+            "{}/tests/fixtures/{fixture}",
             env!("CARGO_MANIFEST_DIR")
         ))
         .unwrap();
-        let p = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 1);
+        let p = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 3);
         (m, p)
     }
 
@@ -446,9 +451,21 @@ mod tests {
         pending: &[u32],
         now: f64,
     ) -> Decision {
-        let (m, p) = setup();
+        decide_in(setup(), pol, requests, entries, pending, now)
+    }
+
+    /// [`decide_on`] on another model.
+    fn decide_in(
+        (m, p): (Model, Predictor),
+        pol: &mut Lazy,
+        requests: &[Request],
+        entries: &[(&[u32], u32)],
+        pending: &[u32],
+        now: f64,
+    ) -> Decision {
         let mut table = BatchTable::new(8);
         table.set_model(&m);
+        table.set_cells(pol.cell_nodes(&m));
         for (members, node) in entries {
             let at = NodeStep {
                 node: NodeId(*node),
@@ -456,7 +473,7 @@ mod tests {
             };
             table.push_from(members.iter().map(|&i| RequestId(i)), at, None);
         }
-        let mut queue = Queue::with_capacity(4);
+        let mut queue = Queue::with_capacity(16);
         for &i in pending {
             queue.push(RequestId(i));
         }
@@ -562,5 +579,144 @@ mod tests {
         assert_eq!(admitted(decide(&mut Lazy::oracle(), &rs, 3, 3.0)), 2);
         // where the exact look-ahead admits both, the conservative sum (3 + 6 + 9 > 12) admits none
         assert_eq!(admitted(decide(&mut Lazy::conservative(), &rs, 3, 3.0)), 0);
+    }
+
+    #[test]
+    fn the_papers_slack_example_leaves_twenty_units() {
+        // §IV-C: Req1 waited 2 units (t = 0 to 2) and runs nodes A to H alone in 8: under a
+        // 30-unit SLA its slack is 30 − (2 + 8) = 20. Here Req1 has just been issued at A (its
+        // input node, 1 ms in this profile, is done), so 8 ms of it remain at t = 2
+        let (m, p) = setup();
+        let len = Lengths { enc: 1, dec: 1 };
+        let a = NodeStep {
+            node: NodeId(1),
+            step: 0,
+        };
+        assert_eq!(p.remaining(Some(a), len, 1), ms(8.0));
+        let slack = ms(30.0).0 - (ms(2.0).0 + p.remaining(Some(a), len, 1).0);
+        assert_eq!(slack, ms(20.0).0);
+        assert_eq!(m.nodes.len(), 9);
+        // each newcomer costs its whole graph alone (9 ms): the 20 units absorb two (18 ms),
+        // not three (27 ms); at slack 18 exactly two still fit (zero slack left), at 17.9 one,
+        // at slack 9 one (zero left), at 8.9 none
+        let queue = |d0: f64| {
+            [
+                req(0, 0.0, d0),
+                req(1, 2.0, 90.0),
+                req(2, 2.0, 90.0),
+                req(3, 2.0, 90.0),
+            ]
+        };
+        for (deadline0, want) in [(30.0, 2), (28.0, 2), (27.9, 1), (19.0, 1), (18.9, 0)] {
+            let got = admitted(decide(&mut Lazy::conservative(), &queue(deadline0), 1, 2.0));
+            assert_eq!(got, want, "Req1's deadline {deadline0}");
+        }
+    }
+
+    #[test]
+    fn a_request_deeper_in_the_stack_can_refuse_a_newcomer() {
+        // request 0 waits below (preempted at node C, 6 ms left) and request 1 is active at B
+        // (7 ms left): a newcomer adds 9 ms, so at t = 4 everyone is done by 4 + 6 + 7 + 9 = 26
+        let entries = [(&[0u32][..], 3), (&[1u32][..], 2)];
+        for (deadline0, want) in [(26.0, 1), (25.9, 0)] {
+            let rs = [req(0, 0.0, deadline0), req(1, 1.0, 90.0), req(2, 4.0, 90.0)];
+            let got = admitted(decide_on(
+                &mut Lazy::conservative(),
+                &rs,
+                &entries,
+                &[2],
+                4.0,
+            ));
+            assert_eq!(got, want, "the lower entry's deadline {deadline0}");
+        }
+    }
+
+    #[test]
+    fn admission_never_exceeds_the_free_slots_or_the_maximum_batch() {
+        // eight slots, seven in flight: one newcomer at most, however loose the deadlines
+        let rs: Vec<Request> = (0..10).map(|i| req(i, 0.0, 1e6)).collect();
+        let entries = [(&[0u32, 1, 2, 3, 4, 5, 6][..], 3)];
+        for oracle in [false, true] {
+            let mut pol = if oracle {
+                Lazy::oracle()
+            } else {
+                Lazy::conservative()
+            };
+            let got = admitted(decide_on(&mut pol, &rs, &entries, &[7, 8, 9], 1.0));
+            assert_eq!(got, 1, "oracle {oracle}");
+        }
+        // an empty table admits up to the maximum batch at once, whatever the deadlines
+        let got = admitted(decide_on(
+            &mut Lazy::conservative(),
+            &rs,
+            &[],
+            &[0, 1, 2, 3, 4, 5, 6, 7, 8, 9],
+            1.0,
+        ));
+        assert_eq!(got, 8);
+    }
+
+    #[test]
+    fn each_member_of_an_entry_counts_its_own_remaining_work() {
+        // tiny_seq2seq, 1 ms a node, 3 decoder steps predicted: from the encoder's first step a
+        // request of encoder length e has e + 15 ms left; alone, 2 + e + 15 ms
+        let rq = |i: u32, enc: u32, deadline: f64| {
+            let len = Lengths { enc, dec: 3 };
+            Request::new(RequestId(i), ms(0.0), ms(deadline), len)
+        };
+        // one entry of two members at the encoder (lengths 4 and 8): 19 + 23 = 42 ms left; a
+        // newcomer of length 4 adds 21: all done by 42 + 21 = 63 ms
+        for (deadline0, want) in [(63.0, 1), (62.9, 0)] {
+            let rs = [rq(0, 4, deadline0), rq(1, 8, 90.0), rq(2, 4, 90.0)];
+            let got = admitted(decide_in(
+                setup_of("tiny_seq2seq.toml"),
+                &mut Lazy::conservative(),
+                &rs,
+                &[(&[0, 1], 2)],
+                &[2],
+                0.0,
+            ));
+            assert_eq!(got, want, "deadline {deadline0}");
+        }
+    }
+
+    #[test]
+    fn the_oracle_meets_each_entry_at_its_own_step_of_the_loop() {
+        // tiny_seq2seq with a batching cost: a node takes 1 + (b − 1)/2 ms at batch b. Request
+        // 0 stands at the decoder's LSTM (node 4) at step 1, request 1 on top in the encoder
+        // (node 2) at step 2 of 4, and a newcomer of encoder length 1 waits. The look-ahead:
+        // the newcomer reaches the encoder at its own step 0 in 2 ms (src, emb) and joins
+        // request 1, which has more left (17 ms alone, against 16) and leads; the pair
+        // reaches the decoder's LSTM at step 0 — not request 0's step 1 — in 25.5 − 21 = 4.5
+        // ms; the three then run 14 ms of units at batch 3 (× 2): 2 + 4.5 + 28 = 34.5 ms
+        let (m, _) = setup_of("tiny_seq2seq.toml");
+        let mut prof = Profile::uniform(&m, 8, Nanos::from_ms(1.0));
+        for n in &mut prof.nodes {
+            for (b, l) in n.latency_ns.iter_mut().enumerate() {
+                *l = ms(1.0 + b as f64 / 2.0).0;
+            }
+        }
+        let p = Predictor::new(&m, &prof, 3);
+        let rq = |i: u32, enc: u32, deadline: f64| {
+            Request::new(RequestId(i), ms(0.0), ms(deadline), Lengths { enc, dec: 3 })
+        };
+        for (deadline0, want) in [(34.5, 1), (34.4, 0)] {
+            let rs = [rq(0, 4, deadline0), rq(1, 4, 90.0), rq(2, 1, 90.0)];
+            let mut table = BatchTable::new(8);
+            table.set_model(&m);
+            let mut pol = Lazy::oracle();
+            table.set_cells(pol.cell_nodes(&m));
+            let at = |node, step| NodeStep {
+                node: NodeId(node),
+                step,
+            };
+            table.push_from([RequestId(0)], at(4, 1), None);
+            table.push_from([RequestId(1)], at(2, 2), None);
+            let mut queue = Queue::with_capacity(4);
+            queue.push(RequestId(2));
+            let ledger = Ledger::of(&rs).unwrap();
+            let d = pol.decide(&View::new(ms(0.0), &m, &queue, &table, &p, 8, &ledger));
+            assert_eq!(admitted(d), want, "request 0's deadline {deadline0}");
+        }
     }
 }

@@ -51,7 +51,7 @@ pub struct Options {
 
 /// The sweep parameters that follow from the options.
 #[derive(Clone, Debug, serde::Serialize)]
-pub(crate) struct Plan {
+pub struct Plan {
     /// Seeds 1..=seeds.
     pub seeds: u32,
     /// Requests per run for static (CNN, BERT) models.

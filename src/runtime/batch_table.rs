@@ -60,6 +60,9 @@ pub struct BatchTable {
     /// Bumped whenever the active sub-batch's members or their steps may have changed (so the
     /// engine rebuilds its member list only then).
     generation: u64,
+    /// Scratch for the invariant check (every member once, sorted), so that checking after
+    /// every change allocates nothing once warm.
+    seen: Vec<RequestId>,
 }
 
 impl PartialEq for BatchTable {
@@ -82,6 +85,8 @@ impl BatchTable {
             straight: Vec::new(),
             straight_len: Vec::new(),
             generation: 0,
+            // as many members as the pool can hold: checking never allocates while serving
+            seen: Vec::with_capacity(if Self::CHECKED { (mb + 2) * mb } else { 0 }),
         }
     }
 
@@ -422,16 +427,16 @@ impl BatchTable {
     /// member, no request twice, and no two adjacent entries that should have merged. The
     /// error describes the first violation.
     pub fn check(&self) -> crate::Result<()> {
-        self.violation().map_or(Ok(()), |e| {
+        self.violation(&mut Vec::new()).map_or(Ok(()), |e| {
             Err(crate::Error::Internal(format!(
                 "BatchTable invariant broken: {e}"
             )))
         })
     }
 
-    /// The first broken invariant, described.
-    fn violation(&self) -> Option<String> {
-        let mut seen = std::collections::HashSet::new();
+    /// The first broken invariant, described (`seen`: scratch for the members).
+    fn violation(&self, seen: &mut Vec<RequestId>) -> Option<String> {
+        seen.clear();
         for (i, sb) in self.stack.iter().enumerate() {
             if sb.members.is_empty() {
                 return Some(format!("entry {i} is empty"));
@@ -455,11 +460,11 @@ impl BatchTable {
                     "entry {i} mixes steps at a node that is not a cell"
                 ));
             }
-            for r in &sb.members {
-                if !seen.insert(*r) {
-                    return Some(format!("request {} is in two entries", r.0));
-                }
-            }
+            seen.extend_from_slice(&sb.members);
+        }
+        seen.sort_unstable();
+        if let Some(w) = seen.windows(2).find(|w| w[0] == w[1]) {
+            return Some(format!("request {} is in two entries", w[0].0));
         }
         if let [.., a, b] = self.stack.as_slice() {
             if self.mergeable(a, b) {
@@ -469,12 +474,23 @@ impl BatchTable {
         None
     }
 
-    fn debug_check(&self) {
-        #[cfg(debug_assertions)]
-        if let Some(e) = self.violation() {
-            panic!("BatchTable invariant broken: {e}");
+    /// Checks the invariants after every change in debug builds and with the `check` feature
+    /// (the test command turns it on, so the property tests check them in release builds too);
+    /// compiled out otherwise.
+    fn debug_check(&mut self) {
+        if Self::CHECKED {
+            let mut seen = std::mem::take(&mut self.seen);
+            let broken = self.violation(&mut seen);
+            self.seen = seen;
+            if let Some(e) = broken {
+                panic!("BatchTable invariant broken: {e}");
+            }
         }
     }
+
+    /// True when the invariants are checked after every change (debug builds, or the `check`
+    /// feature).
+    pub const CHECKED: bool = cfg!(any(debug_assertions, feature = "check"));
 }
 
 #[cfg(test)]
@@ -575,6 +591,60 @@ mod tests {
     }
 
     #[test]
+    fn members_that_part_ways_split_and_merge_again_where_they_meet() {
+        // the tiny seq2seq model's encoder (node 2, a one-node loop) with encoder lengths 1
+        // and 3: after step 0 request 1 leaves for the decoder (node 3) and request 2 runs the
+        // encoder again; the one behind runs first and, standing at another node, does not
+        // merge until it reaches the decoder's first unit
+        let m = fixture("tiny_seq2seq.toml");
+        let len = |r: RequestId| Lengths {
+            enc: if r.0 == 1 { 1 } else { 3 },
+            dec: 2,
+        };
+        let mut t = BatchTable::new(8);
+        t.set_model(&m);
+        t.push_from(ids(&[1, 2]), at(2, 0), None);
+        let mut done = Vec::new();
+        let a = t.advance(&m, len, &mut done);
+        assert_eq!((a.splits, a.merges), (1, 0));
+        let view = |t: &BatchTable| -> Vec<(Vec<RequestId>, NodeStep)> {
+            t.entries()
+                .iter()
+                .map(|e| (e.members.clone(), e.next))
+                .collect()
+        };
+        assert_eq!(
+            view(&t),
+            [(ids(&[1]), at(3, 0)), (ids(&[2]), at(2, 1))],
+            "split: the one behind on top"
+        );
+        let a = t.advance(&m, len, &mut done);
+        assert_eq!((a.splits, a.merges), (0, 0), "another node: no merge");
+        assert_eq!(view(&t)[1], (ids(&[2]), at(2, 2)));
+        let a = t.advance(&m, len, &mut done);
+        assert_eq!(a.merges, 1, "met at the decoder's first unit");
+        assert_eq!(view(&t), [(ids(&[1, 2]), at(3, 0))]);
+        assert!(done.is_empty() && t.check().is_ok());
+    }
+
+    #[test]
+    fn a_graph_batch_never_merges() {
+        // a padded sub-batch (graph batching) runs to its end on its own, even through the
+        // node where the entry below stands
+        let m = fixture("eight_nodes.toml");
+        let mut t = BatchTable::new(8);
+        t.set_model(&m);
+        t.push_from(ids(&[1]), at(3, 0), None);
+        t.push_from(ids(&[2]), at(1, 0), Some(LEN));
+        let mut done = Vec::new();
+        for _ in 0..3 {
+            assert_eq!(t.advance(&m, |_| LEN, &mut done).merges, 0);
+            assert_eq!(t.entries().len(), 2);
+        }
+        assert_eq!(t.top().unwrap().next, at(4, 0), "past C, still apart");
+    }
+
+    #[test]
     fn check_names_a_broken_invariant() {
         let m = fixture("eight_nodes.toml");
         let mut t = BatchTable::new(8);
@@ -584,5 +654,25 @@ mod tests {
         // the same request in two entries
         t.stack[1].members[0] = RequestId(1);
         assert!(t.check().unwrap_err().to_string().contains("two entries"));
+    }
+
+    /// With the checks compiled in (debug builds, the `check` feature of the test command), a
+    /// change that leaves the table broken panics at once, naming the invariant.
+    #[test]
+    #[cfg_attr(
+        any(debug_assertions, feature = "check"),
+        should_panic(expected = "request 1 is in two entries")
+    )]
+    fn a_broken_table_panics_at_the_next_change_when_checked() {
+        let m = fixture("eight_nodes.toml");
+        let mut t = BatchTable::new(8);
+        t.set_model(&m);
+        t.push_from(ids(&[1]), at(3, 0), None);
+        t.push_from(ids(&[2]), at(1, 0), None);
+        t.stack[1].members[0] = RequestId(1);
+        t.advance_straight(1);
+        // reached only where the checks are compiled out
+        let checked = std::hint::black_box(BatchTable::CHECKED);
+        assert!(!checked, "a checked build must have panicked");
     }
 }

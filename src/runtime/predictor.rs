@@ -343,4 +343,42 @@ mod tests {
             Nanos(p.sum_from(&p.sums[2], None, len))
         );
     }
+
+    #[test]
+    fn remaining_work_from_mid_graph_and_mid_decoder_is_algorithm_1_from_there() {
+        // the tiny seq2seq model, every node 1 ms: src and emb (static), enc (encoder loop,
+        // 1 node), dec_emb, dec, ctx, logits, tok (decoder loop, 5 nodes)
+        let m = zoo::load(&format!(
+            "{}/tests/fixtures/tiny_seq2seq.toml",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        let p = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 3);
+        let len = Lengths { enc: 4, dec: 3 };
+        let at = |node: u32, step: u32| {
+            Some(NodeStep {
+                node: NodeId(node),
+                step,
+            })
+        };
+        let ms = |x: f64| Nanos::from_ms(x);
+        for batch in [1, 4, 8] {
+            // 2 static + 4 encoder steps × 1 + 3 decoder steps × 5
+            assert_eq!(p.remaining(None, len, batch), ms(21.0));
+            // encoder step 2 of 4: this step and one more, then the decoder
+            assert_eq!(p.remaining(at(2, 2), len, batch), ms(2.0 + 15.0));
+            // the decoder's first node: three whole steps
+            assert_eq!(p.remaining(at(3, 0), len, batch), ms(15.0));
+            // ctx at step 1: ctx, logits, tok of this step, then one whole step
+            assert_eq!(p.remaining(at(5, 1), len, batch), ms(3.0 + 5.0));
+            // the last node of the last step
+            assert_eq!(p.remaining(at(7, 2), len, batch), ms(1.0));
+        }
+        // the decoder length is predicted (3 here) until a request has run past it
+        assert_eq!(p.predicted(4, 0), len);
+        assert_eq!(p.predicted(4, 2), len);
+        assert_eq!(p.predicted(4, 5), Lengths { enc: 4, dec: 6 });
+        // so a request at its 6th step (step 5) is predicted to finish with this step
+        assert_eq!(p.remaining(at(3, 5), p.predicted(4, 5), 1), ms(5.0));
+    }
 }

@@ -1,6 +1,10 @@
 //! The binary: bad input gets a one-line error and a non-zero exit, never a panic.
 
 use crate::fresh_dir;
+use lazybatch::bench::{Bench, RunConfig};
+use lazybatch::device::npu::NpuConfig;
+use lazybatch::graph::zoo;
+use lazybatch::time::Nanos;
 use std::process::{Command, Output};
 
 fn lazybatch(args: &[&str]) -> Output {
@@ -58,6 +62,8 @@ fn bad_npu_config_names_the_line() {
     fails_with(
         &[
             "profile",
+            "--device",
+            "npu",
             "--model",
             "resnet50",
             "--npu-config",
@@ -77,7 +83,16 @@ fn models_and_profile_json_parse() {
         8,
         "the seven paper models and lstm_stack"
     );
-    let o = lazybatch(&["profile", "--model", "gnmt", "--max-batch", "4", "--json"]);
+    let o = lazybatch(&[
+        "profile",
+        "--device",
+        "npu",
+        "--model",
+        "gnmt",
+        "--max-batch",
+        "4",
+        "--json",
+    ]);
     assert!(o.status.success());
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     for k in [
@@ -149,9 +164,11 @@ fn run_rejects_bad_serving_arguments() {
 }
 
 #[test]
-fn run_json_is_deterministic_and_complete() {
+fn run_json_is_deterministic_and_is_the_library_run() {
     let args = [
         "run",
+        "--device",
+        "npu",
         "--model",
         "gnmt",
         "--policy",
@@ -160,6 +177,10 @@ fn run_json_is_deterministic_and_complete() {
         "100",
         "--requests",
         "300",
+        "--max-batch",
+        "8",
+        "--coverage",
+        "90",
         "--json",
     ];
     let a = lazybatch(&args);
@@ -167,32 +188,90 @@ fn run_json_is_deterministic_and_complete() {
     let mut va: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
     let mut vb: serde_json::Value = serde_json::from_slice(&lazybatch(&args).stdout).unwrap();
     for k in [
-        "model",
-        "device",
-        "policy",
-        "rate_rps",
-        "requests",
-        "completed",
-        "rejected",
-        "seed",
-        "sla_ms",
-        "latency_ms",
-        "throughput_rps",
-        "sla_violation_rate",
-        "mean_batch_size",
-        "preemptions",
-        "merges",
-        "wall_s",
+        "model", "device", "policy", "rate_rps", "seed", "sla_ms", "wall_s",
     ] {
         assert!(va.get(k).is_some(), "missing {k}");
     }
-    assert_eq!(
-        va["completed"].as_u64().unwrap() + va["rejected"].as_u64().unwrap(),
-        300
+    assert_eq!(va["device"], "npu (default)");
+    // every statistic the command prints is the library's run of the same configuration
+    let b = Bench::new(zoo::load("gnmt").unwrap(), NpuConfig::default(), 8, 90.0).unwrap();
+    let c = RunConfig {
+        policy: lazybatch::policy::Spec::parse("lazy", 8).unwrap(),
+        rate: 100.0,
+        requests: 300,
+        sla: Nanos::from_ms(va["sla_ms"].as_f64().unwrap()),
+        seed: va["seed"].as_u64().unwrap(),
+        max_batch: 8,
+        coverage: 90.0,
+        max_pending: lazybatch::engine::DEFAULT_MAX_PENDING,
+    };
+    let want = serde_json::to_value(b.run(&c, None, Default::default()).unwrap().stats()).unwrap();
+    for (k, v) in want.as_object().unwrap() {
+        same_json(&va[k], v, k);
+    }
+    assert_eq!(va["completed"], 300);
+    assert_eq!(va["rejected"], 0);
+    assert!(
+        va["preemptions"].as_u64().unwrap() > 0,
+        "lazy batched nothing"
     );
     va["wall_s"] = 0.into();
     vb["wall_s"] = 0.into();
     assert_eq!(va, vb);
+}
+
+/// `a` and `b` are the same JSON, numbers to 12 significant digits (the JSON writer rounds).
+fn same_json(a: &serde_json::Value, b: &serde_json::Value, at: &str) {
+    use serde_json::Value::*;
+    match (a, b) {
+        (Number(x), Number(y)) => {
+            let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+            assert!(
+                (x - y).abs() <= 1e-12 * x.abs().max(y.abs()),
+                "{at}: {x} vs {y}"
+            );
+        }
+        (Array(x), Array(y)) => {
+            assert_eq!(x.len(), y.len(), "{at}");
+            for (i, (x, y)) in x.iter().zip(y).enumerate() {
+                same_json(x, y, &format!("{at}[{i}]"));
+            }
+        }
+        (Object(x), Object(y)) => {
+            assert_eq!(x.len(), y.len(), "{at}: {x:?} vs {y:?}");
+            for (k, v) in y {
+                same_json(&x[k], v, &format!("{at}.{k}"));
+            }
+        }
+        _ => assert_eq!(a, b, "{at}"),
+    }
+}
+
+/// The rows of an `.hgrm` file: (value, percentile, total count).
+fn hgrm_rows(text: &str) -> Vec<(f64, f64, u64)> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#') && !l.contains("Percentile"))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// A `#[Name = value` field of an `.hgrm` footer.
+fn hgrm_field(text: &str, name: &str) -> f64 {
+    let at = text.find(name).unwrap_or_else(|| panic!("no {name}")) + name.len();
+    let rest = text[at..].trim_start().trim_start_matches('=').trim_start();
+    rest.split([',', ']'])
+        .next()
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 #[test]
@@ -200,6 +279,8 @@ fn compare_writes_hgrm_files() {
     let dir = fresh_dir("cmp");
     let o = lazybatch(&[
         "compare",
+        "--device",
+        "npu",
         "--model",
         "resnet50",
         "--rates",
@@ -214,12 +295,55 @@ fn compare_writes_hgrm_files() {
         dir.to_str().unwrap(),
     ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let hgrm = std::fs::read_to_string(dir.join("resnet50_lazy_100rps.hgrm")).unwrap();
-    assert!(hgrm.contains("Percentile") && hgrm.contains("#[Mean"));
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("compare.json")).unwrap()).unwrap();
     assert_eq!(v.as_array().unwrap().len(), 2);
     assert_eq!(v[0]["seeds"], 2);
+    for policy in ["serial", "lazy"] {
+        // the .hgrm is the first seed's histogram: the same as `run --seed 1 --hgrm`
+        let hgrm =
+            std::fs::read_to_string(dir.join(format!("resnet50_{policy}_100rps.hgrm"))).unwrap();
+        let rows = hgrm_rows(&hgrm);
+        assert!(rows.len() > 5, "{policy}: {} rows", rows.len());
+        for w in rows.windows(2) {
+            assert!(
+                w[0].0 <= w[1].0 && w[0].1 <= w[1].1 && w[0].2 <= w[1].2,
+                "{policy}: {w:?}"
+            );
+        }
+        let last = rows.last().unwrap();
+        assert_eq!((last.1, last.2), (1.0, 200), "{policy}");
+        let one = run_json(&[
+            "run",
+            "--device",
+            "npu",
+            "--model",
+            "resnet50",
+            "--policy",
+            policy,
+            "--rate",
+            "100",
+            "--requests",
+            "200",
+            "--seed",
+            "1",
+            "--json",
+        ]);
+        // the histogram keeps µs buckets at 3 significant digits (< 0.1% apart)
+        let (mean, max) = (
+            one["latency_ms"]["mean"].as_f64().unwrap(),
+            one["latency_ms"]["max"].as_f64().unwrap(),
+        );
+        assert!(
+            (hgrm_field(&hgrm, "#[Mean") / mean - 1.0).abs() < 2e-3,
+            "{policy} mean"
+        );
+        assert!(
+            (hgrm_field(&hgrm, "#[Max") / max - 1.0).abs() < 2e-3,
+            "{policy} max"
+        );
+        assert_eq!(hgrm_field(&hgrm, "Total count"), 200.0);
+    }
 }
 
 #[test]
@@ -353,10 +477,7 @@ fn verify_command_reports_bit_identical_outputs() {
         &["verify", "--model", "gnmt", "--device", "npu"],
         "real device",
     );
-    fails_with(
-        &["profile", "--model", "resnet50", "--device", "cuda"],
-        "cuda",
-    );
+    // `--device cuda` without a card: tests/it/cuda.rs (without_a_gpu_cuda_is_a_clear_error)
 }
 
 #[test]
@@ -421,6 +542,8 @@ fn colocation_arguments_are_checked() {
     );
     let o = lazybatch(&[
         "run",
+        "--device",
+        "npu",
         "--model",
         "resnet50,gnmt",
         "--policy",
