@@ -160,3 +160,58 @@ pub(crate) fn draw<R: Rng>(joint: &JointLengths, seq: &SeqConfig, rng: &mut R) -
         dec: to_steps(de, seq.dec_scale, seq.max_dec),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::SeedableRng;
+
+    #[test]
+    fn draws_follow_the_joint_histogram() {
+        // 400,000 draws: each pair's frequency is its count over the total (within 5 standard
+        // errors of a binomial proportion), so the means are the histogram's
+        let joint = JointLengths::wmt19().unwrap();
+        let total = joint.total() as f64;
+        assert_eq!(joint.total(), 1997);
+        let n = 400_000;
+        let mut rng = StdRng::seed_from_u64(3);
+        let mut seen = std::collections::HashMap::new();
+        for _ in 0..n {
+            *seen.entry(joint.sample(&mut rng)).or_insert(0u64) += 1;
+        }
+        for (pair, count) in joint.pairs() {
+            let p = count as f64 / total;
+            let got = seen.remove(&pair).unwrap_or(0) as f64 / n as f64;
+            let se = (p * (1.0 - p) / n as f64).sqrt();
+            assert!((got - p).abs() < 5.0 * se + 1e-9, "{pair:?}: {got} vs {p}");
+        }
+        assert!(
+            seen.is_empty(),
+            "drew pairs outside the histogram: {seen:?}"
+        );
+        let (en, de) = joint.mean_words();
+        assert!(
+            (en - 21.05).abs() < 0.01 && (de - 21.08).abs() < 0.01,
+            "{en} {de}"
+        );
+    }
+
+    #[test]
+    fn words_become_steps_rounded_up_within_bounds() {
+        assert_eq!(to_steps(10, 1.0, 80), 10);
+        assert_eq!(to_steps(10, 1.25, 80), 13);
+        assert_eq!(to_steps(0, 1.0, 80), 1);
+        assert_eq!(to_steps(100, 1.0, 80), 80);
+        // the 90th percentile by nearest rank
+        let h = [(1, 5), (2, 3), (3, 2)];
+        assert_eq!(
+            [
+                percentile(&h, 50.0),
+                percentile(&h, 80.0),
+                percentile(&h, 81.0)
+            ],
+            [1, 2, 3]
+        );
+    }
+}

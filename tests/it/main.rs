@@ -13,6 +13,7 @@ mod kernels;
 mod npu;
 mod reproduce;
 mod runtime;
+mod statistics;
 
 /// An empty scratch directory for one test, unique to this test process.
 pub fn fresh_dir(name: &str) -> std::path::PathBuf {
