@@ -680,15 +680,12 @@ mod tests {
         }
     }
 
-    #[test]
-    fn the_oracle_meets_each_entry_at_its_own_step_of_the_loop() {
-        // tiny_seq2seq with a batching cost: a node takes 1 + (b − 1)/2 ms at batch b. Request
-        // 0 stands at the decoder's LSTM (node 4) at step 1, request 1 on top in the encoder
-        // (node 2) at step 2 of 4, and a newcomer of encoder length 1 waits. The look-ahead:
-        // the newcomer reaches the encoder at its own step 0 in 2 ms (src, emb) and joins
-        // request 1, which has more left (17 ms alone, against 16) and leads; the pair
-        // reaches the decoder's LSTM at step 0 — not request 0's step 1 — in 25.5 − 21 = 4.5
-        // ms; the three then run 14 ms of units at batch 3 (× 2): 2 + 4.5 + 28 = 34.5 ms
+    /// The Oracle's decision on tiny_seq2seq with a batching cost (a node takes 1 + (b − 1)/2
+    /// ms at batch b, 3 decoder steps predicted) at t = 0: the BatchTable holds `entries`
+    /// bottom first, each one request (node, step, encoder length, decoder steps done);
+    /// request 0 (the bottom one) has deadline `deadline0` ms, the others 90 ms; one newcomer
+    /// of encoder length `enc` waits.
+    fn oracle_admits(entries: &[(u32, u32, u32, u32)], enc: u32, deadline0: f64) -> usize {
         let (m, _) = setup_of("tiny_seq2seq.toml");
         let mut prof = Profile::uniform(&m, 8, Nanos::from_ms(1.0));
         for n in &mut prof.nodes {
@@ -697,26 +694,68 @@ mod tests {
             }
         }
         let p = Predictor::new(&m, &prof, 3);
-        let rq = |i: u32, enc: u32, deadline: f64| {
-            Request::new(RequestId(i), ms(0.0), ms(deadline), Lengths { enc, dec: 3 })
-        };
-        for (deadline0, want) in [(34.5, 1), (34.4, 0)] {
-            let rs = [rq(0, 4, deadline0), rq(1, 4, 90.0), rq(2, 1, 90.0)];
-            let mut table = BatchTable::new(8);
-            table.set_model(&m);
-            let mut pol = Lazy::oracle();
-            table.set_cells(pol.cell_nodes(&m));
-            let at = |node, step| NodeStep {
+        let mut rs = Vec::new();
+        let mut table = BatchTable::new(8);
+        table.set_model(&m);
+        let mut pol = Lazy::oracle();
+        table.set_cells(pol.cell_nodes(&m));
+        for (i, &(node, step, enc, done)) in entries.iter().enumerate() {
+            let deadline = if i == 0 { deadline0 } else { 90.0 };
+            let len = Lengths { enc, dec: 3 };
+            let mut r = Request::new(RequestId(i as u32), ms(0.0), ms(deadline), len);
+            r.dec_done = done;
+            rs.push(r);
+            let at = NodeStep {
                 node: NodeId(node),
                 step,
             };
-            table.push_from([RequestId(0)], at(4, 1), None);
-            table.push_from([RequestId(1)], at(2, 2), None);
-            let mut queue = Queue::with_capacity(4);
-            queue.push(RequestId(2));
-            let ledger = Ledger::of(&rs).unwrap();
-            let d = pol.decide(&View::new(ms(0.0), &m, &queue, &table, &p, 8, &ledger));
-            assert_eq!(admitted(d), want, "request 0's deadline {deadline0}");
+            table.push_from([RequestId(i as u32)], at, None);
         }
+        let new = RequestId(entries.len() as u32);
+        rs.push(Request::new(
+            new,
+            ms(0.0),
+            ms(90.0),
+            Lengths { enc, dec: 3 },
+        ));
+        let mut queue = Queue::with_capacity(4);
+        queue.push(new);
+        let ledger = Ledger::of(&rs).unwrap();
+        admitted(pol.decide(&View::new(ms(0.0), &m, &queue, &table, &p, 8, &ledger)))
+    }
+
+    #[test]
+    fn the_oracle_meets_each_entry_at_its_own_step_of_the_loop() {
+        // Nodes: 2 the encoder (a one-node loop), 3..=7 the decoder loop (4 its LSTM). Times
+        // below are Algorithm 1 from a unit at batch 1 (× 1.5 at batch 2, × 2 at batch 3).
+        //
+        // (a) request 0 at the LSTM, step 1; request 1 on top in the encoder at step 2 of 4;
+        // the newcomer has encoder length 1. It reaches the encoder at its own step 0 in 2 ms
+        // (src, emb) and joins request 1, which has more left (17 ms against 16) and leads;
+        // the pair reaches the LSTM at step 0 (another loop: the first step), not request 0's
+        // step 1, in (17 − 14) × 1.5 = 4.5 ms; the three then run 14 ms of units × 2: 34.5.
+        let a = [(4, 1, 4, 0), (2, 2, 4, 0)];
+        assert_eq!(
+            (oracle_admits(&a, 1, 34.5), oracle_admits(&a, 1, 34.4)),
+            (1, 0)
+        );
+        // (b) request 1 on top at the decoder's first node (3), step 2, with 5 steps done (6
+        // predicted: 20 ms left). The newcomer (encoder length 4) reaches node 3 at step 0 in
+        // 21 − 15 = 6 ms; request 1 leads; in the same loop, before the LSTM, the pair meets
+        // request 0 at this iteration's LSTM, step 2, in (20 − 19) × 1.5 = 1.5 ms; then 19 ms
+        // of units × 2: 6 + 1.5 + 38 = 45.5
+        let b = [(4, 1, 4, 0), (3, 2, 4, 5)];
+        assert_eq!(
+            (oracle_admits(&b, 4, 45.5), oracle_admits(&b, 4, 45.4)),
+            (1, 0)
+        );
+        // (c) request 1 past the LSTM, at node 6 of step 1 (22 ms left): the newcomer reaches
+        // node 6 at step 0 in 21 − 12 = 9 ms; the pair reaches the LSTM at the next
+        // iteration, step 2, in (22 − 19) × 1.5 = 4.5 ms; then 38: 9 + 4.5 + 38 = 51.5
+        let c = [(4, 1, 4, 0), (6, 1, 4, 5)];
+        assert_eq!(
+            (oracle_admits(&c, 4, 51.5), oracle_admits(&c, 4, 51.4)),
+            (1, 0)
+        );
     }
 }
