@@ -33,7 +33,12 @@ step() {
   fi
 }
 gpu_tests() {
-  REQUIRE_GPU=1 cargo test --release --test it cuda -- --nocapture 2>&1 | grep -E "^test |values, max|max relative|free device|test result|panicked|Verify"
+  # one test at a time with every module loaded up front: the no-allocation test reads
+  # device-wide free memory, which a test in a parallel thread or a lazily loaded cuBLAS kernel
+  # would change; the step fails with cargo, whatever grep keeps
+  CUDA_MODULE_LOADING=EAGER REQUIRE_GPU=1 cargo test --release --features check --test it cuda -- --nocapture --test-threads=1 2>&1 \
+    | grep -E "^test |values, max|max relative|free device|test result|panicked|Verify"
+  return "${PIPESTATUS[0]}"
 }
 run_bench() {
   cargo bench --bench cuda "${bench[@]}" 2>&1 | grep -v -E "^\s*(Compiling|Finished|Running)"

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub(super) struct KernelsArgs {
-    /// Target architecture (sm_70 … sm_120; default: NVRTC's).
+    /// Target architecture (sm_75 … sm_120; NVRTC 13 dropped sm_70; default: NVRTC's).
     #[arg(long)]
     arch: Option<String>,
     /// Also write each file's PTX to DIR.

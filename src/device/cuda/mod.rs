@@ -24,6 +24,9 @@ pub struct Probe {
     pub devices: i32,
     /// The CUDA version the driver supports, as 1000 × major + 10 × minor (0 when unknown).
     pub driver_version: i32,
+    /// The NVRTC library's version, the same way (0 when unknown). Its PTX carries the ISA of
+    /// that CUDA version, which an older driver refuses (`CUDA_ERROR_UNSUPPORTED_PTX_VERSION`).
+    pub nvrtc_version: i32,
 }
 
 /// The oldest driver that loads the PTX of NVRTC 13 (PTX ISA 9.0), as the driver reports it.
@@ -37,6 +40,7 @@ impl Probe {
             && self.nvrtc
             && self.devices > 0
             && self.driver_version >= MIN_DRIVER_VERSION
+            && self.driver_version >= self.nvrtc_version
     }
 
     /// Why CUDA cannot be used, in one line.
@@ -72,8 +76,24 @@ impl Probe {
                 MIN_DRIVER_VERSION % 1000 / 10
             ));
         }
+        if self.driver
+            && self.nvrtc
+            && self.driver_version >= MIN_DRIVER_VERSION
+            && self.driver_version < self.nvrtc_version
+        {
+            m.push(format!(
+                "NVRTC {} emits PTX for CUDA {0}, newer than the driver's CUDA {} (update the NVIDIA driver, or use an NVRTC no newer than the driver: pip install nvidia-cuda-nvrtc=={1}.*)",
+                version(self.nvrtc_version),
+                version(self.driver_version),
+            ));
+        }
         m.join("; ")
     }
+}
+
+/// `major.minor` of a version as CUDA reports it (1000 × major + 10 × minor).
+fn version(v: i32) -> String {
+    format!("{}.{}", v / 1000, v % 1000 / 10)
 }
 
 /// Checks for the CUDA libraries, then for a device, without ever letting cudarc panic.
@@ -99,12 +119,22 @@ pub fn probe() -> Probe {
             driver_version = 0;
         }
     }
+    let mut nvrtc_version = 0;
+    if nvrtc {
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: the NVRTC library is present (checked above); the call writes two ints.
+        let r = unsafe { cudarc::nvrtc::sys::nvrtcVersion(&mut major, &mut minor) };
+        if r == cudarc::nvrtc::sys::nvrtcResult::NVRTC_SUCCESS {
+            nvrtc_version = 1000 * major + 10 * minor;
+        }
+    }
     Probe {
         driver,
         cublas,
         nvrtc,
         devices,
         driver_version,
+        nvrtc_version,
     }
 }
 
@@ -118,5 +148,42 @@ pub(crate) fn require() -> Result<Probe> {
             device: "cuda".into(),
             msg: p.missing(),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_nvrtc_newer_than_the_driver_is_refused_with_what_to_do() {
+        let ok = Probe {
+            driver: true,
+            cublas: true,
+            nvrtc: true,
+            devices: 1,
+            driver_version: 13000,
+            nvrtc_version: 13000,
+        };
+        assert!(ok.usable() && ok.missing().is_empty());
+        let newer = Probe {
+            nvrtc_version: 13020,
+            ..ok.clone()
+        };
+        assert!(!newer.usable());
+        let m = newer.missing();
+        assert!(
+            m.contains("NVRTC 13.2")
+                && m.contains("driver's CUDA 13.0")
+                && m.contains("update the NVIDIA driver")
+                && m.contains("nvidia-cuda-nvrtc==13.0.*"),
+            "{m}"
+        );
+        // a driver as new as NVRTC, or newer, loads its PTX
+        let newer_driver = Probe {
+            driver_version: 13020,
+            ..newer
+        };
+        assert!(newer_driver.usable());
     }
 }

@@ -25,7 +25,7 @@ pub const SOURCES: &[(&str, &str)] = &[
 
 /// Architectures `--arch` accepts.
 pub(crate) const ARCHS: &[&str] = &[
-    "sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120",
+    "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120",
 ];
 
 /// The full source NVRTC compiles for one file.

@@ -52,24 +52,108 @@ impl Needs {
     }
 }
 
+/// What `prepare` allocates, computed before any allocation and checked.
+struct Plan {
+    layout: Layout,
+    needs: Needs,
+    /// Per node: the width of its concatenated inputs.
+    in_feats: Vec<usize>,
+    /// Segment-table entries.
+    segs: usize,
+}
+
+impl Plan {
+    fn new(model: &Model, mb: usize) -> Result<Plan> {
+        let layout = Layout::new(model, mb);
+        let max_dec = model.seq.as_ref().map_or(1, |s| s.max_dec as usize);
+        let max_enc = model.seq.as_ref().map_or(1, |s| s.max_enc as usize);
+        let mut needs = Needs::new(mb);
+        let in_feats: Vec<usize> = model
+            .nodes
+            .iter()
+            .map(|n| {
+                n.in_shapes
+                    .iter()
+                    .map(|s| s.feat.iter().product::<usize>())
+                    .sum()
+            })
+            .collect();
+        for (n, &in_feat) in model.nodes.iter().zip(&in_feats) {
+            needs.fit(n, &layout, mb, in_feat);
+        }
+        let segs = needs.rows * 8 + 64 + mb * max_enc.max(max_dec) * 4;
+        fits_one_launch(model, &layout, &needs, 3 * segs)?;
+        Ok(Plan {
+            layout,
+            needs,
+            in_feats,
+            segs,
+        })
+    }
+}
+
+/// The kernels index elements and take counts as 32-bit integers: refuses a layout whose
+/// largest buffer (a node's output at every slot, or a scratch) holds more than `i32::MAX`
+/// elements, naming the buffer and the largest maximum batch that fits. Every count a kernel
+/// receives is bounded by a buffer's size, so none can wrap after this check.
+fn fits_one_launch(model: &Model, layout: &Layout, needs: &Needs, seg: usize) -> Result<()> {
+    let limit = i32::MAX as usize;
+    let mb = layout.max_batch.max(1);
+    let node = layout
+        .nodes
+        .iter()
+        .zip(&model.nodes)
+        .map(|(l, n)| {
+            (
+                l.feat.saturating_mul(l.cap.max(1)).saturating_mul(mb),
+                n.name.as_str(),
+            )
+        })
+        .max_by_key(|x| x.0)
+        .unwrap_or((0, ""));
+    let scratch = [
+        (needs.a, "gather scratch"),
+        (needs.c, "GEMM scratch"),
+        (needs.cols, "im2col scratch"),
+        (seg, "segment table"),
+    ];
+    let (n, what) = scratch
+        .into_iter()
+        .chain([node])
+        .max_by_key(|x| x.0)
+        .unwrap_or(node);
+    if n > limit {
+        return Err(Error::invalid(
+            "--max-batch",
+            format!(
+                "{} at a maximum batch of {mb}: its {what} would hold {n} elements, over the {limit} one CUDA launch can index; use a maximum batch of at most {}",
+                model.name,
+                (limit / n.div_ceil(mb)).max(1)
+            ),
+        ));
+    }
+    Ok(())
+}
+
 impl CudaDevice {
     /// Allocates everything `model` needs to serve up to `mb` requests at once.
     pub(super) fn allocate(&mut self, model: &Model, mb: usize) -> Result<()> {
-        let layout = Layout::new(model, mb);
+        // free the previous model's buffers first: a re-prepare must not need both sets
+        self.stream.synchronize().map_err(cuda_err)?;
+        self.nodes.clear();
+        (self.scratch, self.s16, self.layout) = (None, None, None);
+        self.model_name.clear();
+        let Plan {
+            layout,
+            needs,
+            in_feats,
+            segs,
+        } = Plan::new(model, mb)?;
         self.max_dec = model.seq.as_ref().map_or(1, |s| s.max_dec as usize);
-        let max_enc = model.seq.as_ref().map_or(1, |s| s.max_enc as usize);
-        let mut needs = Needs::new(mb);
         let mut nodes = Vec::with_capacity(model.nodes.len());
-        for n in &model.nodes {
-            let in_feat: usize = n
-                .in_shapes
-                .iter()
-                .map(|s| s.feat.iter().product::<usize>())
-                .sum();
-            needs.fit(n, &layout, mb, in_feat);
+        for (n, &in_feat) in model.nodes.iter().zip(&in_feats) {
             nodes.push(self.node_buffers(model, n, &layout, in_feat)?);
         }
-        let segs = needs.rows * 8 + 64 + mb * max_enc.max(self.max_dec) * 4;
         self.scratch = Some(Scratch {
             a: self.zeros(needs.a)?,
             c: self.zeros(needs.c)?,
@@ -162,5 +246,33 @@ impl CudaDevice {
             shift: self.upload(&w.shift)?,
             extra: self.upload(&w.extra)?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::zoo;
+
+    #[test]
+    fn a_maximum_batch_whose_buffers_overflow_a_launch_is_refused_before_allocating() {
+        // VGG-16's conv1_2 im2col is 224 × 224 × 64 × 9 = 28.9 M elements an image: 64
+        // images fit 2^31 − 1, 149 (the review's example) do not; the error names the largest
+        // maximum batch that fits, and it does
+        let m = zoo::load("vgg16").unwrap();
+        assert!(Plan::new(&m, 64).is_ok());
+        let e = Plan::new(&m, 149).err().unwrap().to_string();
+        assert!(e.contains("--max-batch") && e.contains("im2col"), "{e}");
+        let fits: usize = e
+            .rsplit("at most ")
+            .next()
+            .unwrap()
+            .trim_end_matches(|c: char| !c.is_ascii_digit())
+            .parse()
+            .unwrap();
+        assert!(
+            Plan::new(&m, fits).is_ok() && Plan::new(&m, fits + 1).is_err(),
+            "{fits}"
+        );
     }
 }

@@ -55,13 +55,16 @@ fn act_code(a: Act) -> i32 {
     }
 }
 
+/// A launch over `n` elements. `n` never exceeds a buffer's size, which `prepare` bounds by
+/// `i32::MAX` (buffers::fits_one_launch), so it fits the 32-bit count.
 fn elems(n: usize) -> LaunchConfig {
-    LaunchConfig::for_num_elems(n.max(1) as u32)
+    LaunchConfig::for_num_elems(n.clamp(1, i32::MAX as usize) as u32)
 }
 
+/// A launch of `n` blocks (bounded like [`elems`]).
 fn blocks(n: usize, threads: u32, shared: u32) -> LaunchConfig {
     LaunchConfig {
-        grid_dim: (n.max(1) as u32, 1, 1),
+        grid_dim: (n.clamp(1, i32::MAX as usize) as u32, 1, 1),
         block_dim: (threads, 1, 1),
         shared_mem_bytes: shared,
     }

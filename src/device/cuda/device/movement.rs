@@ -178,7 +178,8 @@ impl CudaDevice {
         Ok(rows)
     }
 
-    /// Copies node `i`'s output rows of `members` to the host, when capturing.
+    /// Copies node `i`'s output rows of `members` to the host, when capturing: only those
+    /// rows, not the whole node buffer (205 MB for a ResNet conv1 at batch 64).
     pub(super) fn capture_outputs(
         &mut self,
         model: &Model,
@@ -190,18 +191,22 @@ impl CudaDevice {
         }
         let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
         let feat = layout.nodes[i].feat;
-        let host = self
-            .stream
-            .clone_dtoh(&self.nodes[i].out)
-            .map_err(cuda_err)?;
         let node = &model.nodes[i];
+        let out = &self.nodes[i].out;
+        let mut rows = Vec::with_capacity(members.len());
         for m in members {
-            let mut v = Vec::new();
-            for r in 0..Layout::rows(node, m.len) {
+            let n = Layout::rows(node, m.len);
+            let mut v = vec![0.0f32; n * feat];
+            for (r, dst) in v.chunks_exact_mut(feat.max(1)).enumerate() {
                 let o = layout.offset(i, m.slot, layout.out_pos(model, i, m.step, r, m.len));
-                v.extend_from_slice(&host[o..o + feat]);
+                let src = out.slice(o..o + feat);
+                self.stream.memcpy_dtoh(&src, dst).map_err(cuda_err)?;
             }
-            self.capture.record(model, i, m.step, m.input, v);
+            rows.push((m.step, m.input, v));
+        }
+        self.stream.synchronize().map_err(cuda_err)?;
+        for (step, input, v) in rows {
+            self.capture.record(model, i, step, input, v);
         }
         Ok(())
     }
