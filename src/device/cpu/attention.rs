@@ -64,7 +64,7 @@ impl CpuDevice {
             for (j, sj) in s.iter_mut().enumerate() {
                 let key = self.row(kp, m.slot, j);
                 *sj = (0..d)
-                    .map(|t| vn[t] * (key[t] + q[t] + bias[t]).tanh())
+                    .map(|t| vn[t] * super::fastmath::tanh(key[t] + q[t] + bias[t]))
                     .sum();
             }
         } else {

@@ -67,9 +67,7 @@ impl CpuDevice {
                     wts.scale.get(ch).copied().unwrap_or(1.0),
                     wts.shift.get(ch).copied().unwrap_or(0.0),
                 );
-                for v in &mut out[ch * p..(ch + 1) * p] {
-                    *v = kernels::act1(ak, *v * sc + sh);
-                }
+                kernels::scale_shift_act(ak, &mut out[ch * p..(ch + 1) * p], sc, sh);
             }
         }
         self.cols = cols;

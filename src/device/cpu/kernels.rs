@@ -2,6 +2,7 @@
 //! tests. GEMMs go through the `gemm` crate (AVX-512 where the CPU has it); everything else is
 //! written out here. No kernel allocates.
 
+use super::fastmath;
 use gemm::Parallelism;
 use std::cell::Cell;
 
@@ -328,7 +329,7 @@ pub enum ActK {
 /// The logistic function.
 #[inline]
 pub(crate) fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + (-x).exp())
+    1.0 / (1.0 + fastmath::exp(-x))
 }
 
 /// Applies an activation to one value.
@@ -338,8 +339,8 @@ pub(crate) fn act1(a: ActK, x: f32) -> f32 {
         ActK::None => x,
         ActK::Relu => x.max(0.0),
         ActK::Relu6 => x.clamp(0.0, 6.0),
-        ActK::Gelu => 0.5 * x * (1.0 + (0.797_884_6 * (x + 0.044_715 * x * x * x)).tanh()),
-        ActK::Tanh => x.tanh(),
+        ActK::Gelu => 0.5 * x * (1.0 + fastmath::tanh(0.797_884_6 * (x + 0.044_715 * x * x * x))),
+        ActK::Tanh => fastmath::tanh(x),
         ActK::Sigmoid => sigmoid(x),
     }
 }
@@ -347,9 +348,28 @@ pub(crate) fn act1(a: ActK, x: f32) -> f32 {
 /// Applies an activation in place.
 pub fn act(a: ActK, x: &mut [f32]) {
     if a != ActK::None {
-        for v in x {
-            *v = act1(a, *v);
-        }
+        map_act(a, x, |v| v);
+    }
+}
+
+/// `x ← act(x · scale + shift)` in place (a convolution's folded batch norm and activation).
+pub fn scale_shift_act(a: ActK, x: &mut [f32], scale: f32, shift: f32) {
+    map_act(a, x, |v| v * scale + shift);
+}
+
+/// `x ← act(pre(x))`, one loop per activation kind so that each vectorises.
+#[inline]
+fn map_act(a: ActK, x: &mut [f32], pre: impl Fn(f32) -> f32 + Copy) {
+    fn each(x: &mut [f32], f: impl Fn(f32) -> f32) {
+        x.iter_mut().for_each(|v| *v = f(*v));
+    }
+    match a {
+        ActK::None => each(x, pre),
+        ActK::Relu => each(x, |v| act1(ActK::Relu, pre(v))),
+        ActK::Relu6 => each(x, |v| act1(ActK::Relu6, pre(v))),
+        ActK::Gelu => each(x, |v| act1(ActK::Gelu, pre(v))),
+        ActK::Tanh => each(x, |v| act1(ActK::Tanh, pre(v))),
+        ActK::Sigmoid => each(x, |v| act1(ActK::Sigmoid, pre(v))),
     }
 }
 
@@ -369,7 +389,7 @@ pub fn softmax(x: &mut [f32]) {
     let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut s = 0.0;
     for v in x.iter_mut() {
-        *v = (*v - m).exp();
+        *v = fastmath::exp(*v - m);
         s += *v;
     }
     let inv = 1.0 / s;
@@ -385,10 +405,10 @@ pub fn lstm_cell(gates: &[f32], c: &mut [f32], h: &mut [f32]) {
     for j in 0..n {
         let i = sigmoid(gates[j]);
         let f = sigmoid(gates[n + j]);
-        let g = gates[2 * n + j].tanh();
+        let g = fastmath::tanh(gates[2 * n + j]);
         let o = sigmoid(gates[3 * n + j]);
         c[j] = f * c[j] + i * g;
-        h[j] = o * c[j].tanh();
+        h[j] = o * fastmath::tanh(c[j]);
     }
 }
 

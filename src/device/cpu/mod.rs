@@ -13,6 +13,7 @@
 
 mod attention;
 mod conv;
+pub mod fastmath;
 pub mod kernels;
 mod linear;
 mod recurrent;
