@@ -31,15 +31,18 @@ impl CpuDevice {
             out: (ho, wo),
         };
         let mut cols = std::mem::take(&mut self.cols);
-        let mut a = std::mem::take(&mut self.scratch_a);
         let prod = node.inputs[0].node.idx();
+        // the producer comes earlier in the node list (the IR is in topological order, and a
+        // convolution never reads a previous step): its output is read in place, no copy
+        let (before, from_here) = self.nodes.split_at_mut(i);
+        let (src, n) = (&before[prod], &mut from_here[0]);
         for m in members {
-            a[..c * h * w].copy_from_slice(self.row(prod, m.slot, 0));
+            let ia = self.layout.offset(prod, m.slot, 0);
+            let a = &src.out[ia..ia + c * h * w];
             let o = self.layout.offset(i, m.slot, 0);
-            let n = &mut self.nodes[i];
             let (wts, out) = (&n.w, &mut n.out[o..o + co * p]);
             if depthwise {
-                kernels::depthwise(&a, (c, h, w), &wts.w, win, out);
+                kernels::depthwise(a, (c, h, w), &wts.w, win, out);
             } else {
                 let pointwise = (*kh, *kw, *stride, *padding) == (1, 1, 1, 0);
                 for gi in 0..g {
@@ -49,7 +52,7 @@ impl CpuDevice {
                     let a_kp: &[f32] = if pointwise {
                         &a[gi * cg * p..(gi + 1) * cg * p]
                     } else {
-                        kernels::im2col_kp(&a, (h, w), (gi * cg, cg), win, &mut cols);
+                        kernels::im2col_kp(a, (h, w), (gi * cg, cg), win, &mut cols);
                         &cols
                     };
                     kernels::gemm_strided(
@@ -71,7 +74,6 @@ impl CpuDevice {
             }
         }
         self.cols = cols;
-        self.scratch_a = a;
     }
 
     /// Pooling, image by image.
