@@ -680,6 +680,31 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_oracles_search_finds_the_largest_feasible_prefix_of_many() {
+        // batching is free (1 ms a node at any size): however many join request 0 at node C
+        // at t = 3, all finish at 3 + 3 + 6 = 12 ms; the sixth newcomer's deadline is 11 ms,
+        // so exactly the first five may join, found by the binary search among seven (LazyB's
+        // conservative sum, 3 + 6 + 9k ≤ 30, takes two)
+        let mut rs = vec![req(0, 0.0, 30.0)];
+        rs.extend((1..=7).map(|i| req(i, 3.0, if i == 6 { 11.0 } else { 60.0 })));
+        for (oracle, want) in [(true, 5), (false, 2)] {
+            let mut pol = if oracle {
+                Lazy::oracle()
+            } else {
+                Lazy::conservative()
+            };
+            assert_eq!(
+                admitted(decide(&mut pol, &rs, 3, 3.0)),
+                want,
+                "oracle {oracle}"
+            );
+        }
+        // with every deadline loose, all seven
+        rs[6] = req(6, 3.0, 60.0);
+        assert_eq!(admitted(decide(&mut Lazy::oracle(), &rs, 3, 3.0)), 7);
+    }
+
     /// The Oracle's decision on tiny_seq2seq with a batching cost (a node takes 1 + (b − 1)/2
     /// ms at batch b, 3 decoder steps predicted) at t = 0: the BatchTable holds `entries`
     /// bottom first, each one request (node, step, encoder length, decoder steps done);
