@@ -11,4 +11,4 @@ files=("$@")
 [ ${#files[@]} -gt 0 ] || files=('src/policy/*.rs' 'src/runtime/*.rs' src/engine.rs)
 args=()
 for f in "${files[@]}"; do args+=(-f "$f"); done
-exec cargo mutants --profile mutants --timeout 300 --build-timeout 600 --features check "${args[@]}"
+exec cargo mutants --profile mutants --timeout 90 --build-timeout 600 --features check "${args[@]}"
