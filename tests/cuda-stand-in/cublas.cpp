@@ -24,6 +24,9 @@ enum { COMPUTE_32F = 68 };
 namespace {
 
 int g_handle_token;
+// For tests: GEMM calls made so far (a strided-batched call counts once), read by
+// lb_stand_in_gemms.
+unsigned long long g_gemms = 0;
 
 bool bad_dims(const char* f, int ta, int tb, int m, int n, int k, int lda, int ldb, int ldc) {
     auto need = [](int rows) { return rows > 1 ? rows : 1; };
@@ -89,6 +92,9 @@ void gemm(int ta, int tb, int m, int n, int k, float alpha, const T* a, int lda,
 
 extern "C" {
 
+// For tests: cuBLAS GEMM calls made so far (a real cuBLAS has no such symbol).
+unsigned long long lb_stand_in_gemms() { return g_gemms; }
+
 cublasStatus_t cublasCreate_v2(cublasHandle_t* h) {
     *h = &g_handle_token;
     return SUCCESS;
@@ -104,6 +110,7 @@ const char* cublasGetStatusString(cublasStatus_t s) {
 
 cublasStatus_t cublasSgemm_v2(cublasHandle_t, int ta, int tb, int m, int n, int k, const float* alpha, const float* a,
                                int lda, const float* b, int ldb, const float* beta, float* c, int ldc) {
+    g_gemms += 1;
     if (bad_dims("cublasSgemm_v2", ta, tb, m, n, k, lda, ldb, ldc)) return INVALID_VALUE;
     if (outside("cublasSgemm_v2", ta, tb, m, n, k, a, lda, b, ldb, c, ldc, 4)) return INVALID_VALUE;
     gemm(
@@ -115,6 +122,7 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t, int ta, int tb, int m, int n, int 
 cublasStatus_t cublasGemmEx(cublasHandle_t, int ta, int tb, int m, int n, int k, const void* alpha, const void* a,
                             int atype, int lda, const void* b, int btype, int ldb, const void* beta, void* c,
                             int ctype, int ldc, int compute, int /*algo*/) {
+    g_gemms += 1;
     if (bad_dims("cublasGemmEx", ta, tb, m, n, k, lda, ldb, ldc)) return INVALID_VALUE;
     if (atype != R_16F || btype != R_16F || ctype != R_16F || compute != COMPUTE_32F) {
         std::fprintf(stderr, "cublas-stand-in: cublasGemmEx types %d/%d/%d compute %d not modeled\n", atype, btype,
@@ -134,11 +142,13 @@ cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t h, int ta, int tb, int m
                                          const float* a, int lda, long long sa, const float* b, int ldb, long long sb,
                                          const float* beta, float* c, int ldc, long long sc, int count) {
     if (count < 0 || sa < 0 || sb < 0 || sc < 0) return INVALID_VALUE;
+    unsigned long long gemms = g_gemms + 1;  // one call, however many GEMMs it runs
     for (int g = 0; g < count; ++g) {
         cublasStatus_t r = cublasSgemm_v2(h, ta, tb, m, n, k, alpha, a + g * sa, lda, b + g * sb, ldb, beta,
                                           c + g * sc, ldc);
         if (r != SUCCESS) return r;
     }
+    g_gemms = gemms;
     return SUCCESS;
 }
 
@@ -150,11 +160,13 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, int ta, int tb, int 
     const unsigned short* ah = static_cast<const unsigned short*>(a);
     const unsigned short* bh = static_cast<const unsigned short*>(b);
     unsigned short* ch = static_cast<unsigned short*>(c);
+    unsigned long long gemms = g_gemms + 1;  // one call, however many GEMMs it runs
     for (int g = 0; g < count; ++g) {
         cublasStatus_t r = cublasGemmEx(h, ta, tb, m, n, k, alpha, ah + g * sa, atype, lda, bh + g * sb, btype, ldb,
                                         beta, ch + g * sc, ctype, ldc, compute, algo);
         if (r != SUCCESS) return r;
     }
+    g_gemms = gemms;
     return SUCCESS;
 }
 

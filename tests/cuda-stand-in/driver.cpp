@@ -70,7 +70,15 @@ struct Alloc {
 };
 std::map<CUdeviceptr, Alloc> g_allocs;
 size_t g_live_bytes = 0;
-unsigned long long g_allocations = 0;  // every allocation ever made  // requested bytes of live allocations (cuMemGetInfo reports the rest free)
+unsigned long long g_allocations = 0;  // every allocation ever made
+// For tests: calls made so far of the kinds that cost a real GPU host time per node (read by
+// lb_stand_in_counts): kernel launches, host->device copies, device->host copies, blocking syncs
+// (stream, event and context synchronizations).
+unsigned long long g_launches = 0, g_htod = 0, g_dtoh = 0, g_syncs = 0;
+void count(unsigned long long& c) {
+    std::lock_guard<std::mutex> l(g_lock);
+    c += 1;
+}
 const size_t PAGE = 4096;
 const size_t TOTAL_BYTES = (size_t)16 << 30;
 
@@ -332,6 +340,16 @@ unsigned long long lb_stand_in_allocations() {
     return g_allocations;
 }
 
+// For tests: out[0..4] = kernel launches, host->device copies, device->host copies and blocking
+// synchronizations (cuStreamSynchronize, cuEventSynchronize, cuCtxSynchronize) made so far.
+void lb_stand_in_counts(unsigned long long* out) {
+    std::lock_guard<std::mutex> l(g_lock);
+    out[0] = g_launches;
+    out[1] = g_htod;
+    out[2] = g_dtoh;
+    out[3] = g_syncs;
+}
+
 // For the cuBLAS stand-in: true when [p, p + bytes) lies inside one allocation.
 bool lb_stand_in_inside(CUdeviceptr p, size_t bytes) { return inside(p, bytes); }
 
@@ -411,7 +429,10 @@ CUresult cuCtxGetDevice(CUdevice* d) {
     *d = 0;
     return OK;
 }
-CUresult cuCtxSynchronize() { return OK; }
+CUresult cuCtxSynchronize() {
+    count(g_syncs);
+    return OK;
+}
 
 CUresult cuStreamCreate(CUstream* s, unsigned) {
     *s = new int(0);
@@ -421,7 +442,10 @@ CUresult cuStreamDestroy_v2(CUstream s) {
     delete static_cast<int*>(s);
     return OK;
 }
-CUresult cuStreamSynchronize(CUstream) { return OK; }
+CUresult cuStreamSynchronize(CUstream) {
+    count(g_syncs);
+    return OK;
+}
 CUresult cuStreamQuery(CUstream) { return OK; }
 CUresult cuStreamWaitEvent(CUstream, CUevent, unsigned) { return OK; }
 
@@ -439,7 +463,10 @@ CUresult cuEventRecord(CUevent e, CUstream) {
     *static_cast<double*>(e) = duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
     return OK;
 }
-CUresult cuEventSynchronize(CUevent) { return OK; }
+CUresult cuEventSynchronize(CUevent) {
+    count(g_syncs);
+    return OK;
+}
 CUresult cuEventQuery(CUevent) { return OK; }
 CUresult cuEventElapsedTime_v2(float* ms, CUevent a, CUevent b) {
     *ms = (float)(*static_cast<double*>(b) - *static_cast<double*>(a));
@@ -458,10 +485,12 @@ CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) {
 }
 CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUstream) { return cuMemsetD8_v2(p, v, n); }
 CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void* s, size_t n) {
+    count(g_htod);
     return copy(reinterpret_cast<void*>(d), s, n, d, 0);
 }
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void* s, size_t n, CUstream) { return cuMemcpyHtoD_v2(d, s, n); }
 CUresult cuMemcpyDtoH_v2(void* d, CUdeviceptr s, size_t n) {
+    count(g_dtoh);
     return copy(d, reinterpret_cast<const void*>(s), n, s, 0);
 }
 CUresult cuMemcpyDtoHAsync_v2(void* d, CUdeviceptr s, size_t n, CUstream) { return cuMemcpyDtoH_v2(d, s, n); }
@@ -527,6 +556,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
         return INVALID_VALUE;
     }
     std::lock_guard<std::mutex> l(g_lock);
+    g_launches += 1;
     auto t0 = std::chrono::steady_clock::now();
     g_running = k->name;
     g_dyn_shared.assign(shared, 0);

@@ -3,7 +3,10 @@
 use super::*;
 
 impl CudaDevice {
-    pub(super) fn attention(
+    /// Stages an attention's tables: the gather of its query rows, per query row where its
+    /// keys and values start and how many keys it has, and for the decoder's self-attention
+    /// the append of this step's keys and values to the members' K|V cache slots.
+    pub(super) fn stage_attention(
         &mut self,
         model: &Model,
         i: usize,
@@ -11,44 +14,75 @@ impl CudaDevice {
         mode: AttnMode,
         heads: usize,
     ) -> Result<()> {
+        let shape = self.attn_rows(model, i, members, mode, heads)?;
+        self.stage_gather_first_input(model, i, members)?;
+        let (ka, kb, counts) = (
+            std::mem::take(&mut self.host_i64),
+            std::mem::take(&mut self.host_i64b),
+            std::mem::take(&mut self.host_i32),
+        );
+        self.staged.i64a = self.stage_i64(&ka);
+        self.staged.i64b = self.stage_i64(&kb);
+        self.staged.i32a = self.stage_i32(&counts);
+        let max_keys = counts.iter().copied().max().unwrap_or(1).max(1) as u32;
+        (self.host_i64, self.host_i64b, self.host_i32) = (ka, kb, counts);
+        if shape.kv_node.is_none() {
+            // this step's keys and values: columns d..3d of the gathered Q|K|V rows, into each
+            // member's slot of the cache (max_dec steps per slot)
+            let d = self.layout.as_ref().ok_or_else(|| missing("layout"))?.nodes[i].feat;
+            let max_dec = self.max_dec;
+            let segs: Vec<[i64; 3]> = members
+                .iter()
+                .enumerate()
+                .map(|(r, m)| {
+                    [
+                        (r * 3 * d + d) as i64,
+                        (m.slot as usize * max_dec * 2 * d + m.step as usize * 2 * d) as i64,
+                        (2 * d) as i64,
+                    ]
+                })
+                .collect();
+            self.staged.cache = Some(self.stage_copy(&segs));
+        }
+        self.staged.attn = Some((shape, max_keys));
+        Ok(())
+    }
+
+    /// Attention over the staged query rows, keys and values (see [`Self::stage_attention`]).
+    pub(super) fn attention(&mut self, i: usize, mode: AttnMode, heads: usize) -> Result<()> {
         let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
         let d = layout.nodes[i].feat;
-        let max_dec = self.max_dec;
-        let AttnShape {
-            qstride,
-            kv_node,
-            kstride,
-            vstride,
-            dh,
-            dv,
-            additive,
-        } = self.attn_rows(model, i, members, mode, heads)?;
-        let qrows = self.gather_first_input(model, i, members)?;
+        let (
+            AttnShape {
+                qstride,
+                kv_node,
+                kstride,
+                vstride,
+                dh,
+                dv,
+                additive,
+            },
+            max_keys,
+        ) = self
+            .staged
+            .attn
+            .ok_or_else(|| missing("attention tables"))?;
+        let qrows = self.gather()?;
         let CudaDevice {
             stream,
             funcs,
             nodes,
             scratch,
-            host_i64,
-            host_i64b,
-            host_i32,
+            staged,
             ..
         } = self;
         let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
-        stream
-            .memcpy_htod(&host_i64[..], &mut sc.i64a.slice_mut(..qrows))
-            .map_err(cuda_err)?;
-        stream
-            .memcpy_htod(&host_i64b[..], &mut sc.i64b.slice_mut(..qrows))
-            .map_err(cuda_err)?;
-        stream
-            .memcpy_htod(&host_i32[..], &mut sc.i32a.slice_mut(..qrows))
-            .map_err(cuda_err)?;
-        if kv_node.is_none() {
+        if let Some(g) = staged.cache {
             let cache = nodes[i].state.as_mut().ok_or_else(|| missing("kv cache"))?;
-            append_to_cache(stream, funcs, sc, cache, members, (d, max_dec))?;
+            // SAFETY: the cache holds max_dec steps per slot; step < max_dec (checked in
+            // execute); the rows come from scratch A.
+            unsafe { movement::copy_segments(stream, funcs, &sc.a, cache, &sc.tables, g, 0.0) }?;
         }
-        let max_keys = host_i32.iter().copied().max().unwrap_or(1).max(1) as u32;
         // multi-head attention scales by 1/sqrt(head width); LAS's content attention does not
         let scale = if matches!(mode, AttnMode::Dot | AttnMode::Additive) {
             1.0
@@ -74,15 +108,18 @@ impl CudaDevice {
                 (c, c)
             }
         };
+        let kbase = sc.tables.slice(staged.i64a..staged.i64a + qrows);
+        let vbase = sc.tables.slice(staged.i64b..staged.i64b + qrows);
+        let nkeys = i32s(&sc.tables, staged.i32a, qrows)?;
         let w = &nodes[i].w;
         let mut b = stream.launch_builder(f);
         b.arg(&sc.a)
             .arg(&q_i)
             .arg(kbuf)
             .arg(vbuf)
-            .arg(&sc.i64a)
-            .arg(&sc.i64b)
-            .arg(&sc.i32a);
+            .arg(&kbase)
+            .arg(&vbase)
+            .arg(&nkeys);
         for x in &ints {
             b.arg(x);
         }
@@ -95,7 +132,7 @@ impl CudaDevice {
         let rows_heads = qrows * heads;
         // SAFETY: one block per (query row, head); scores in dynamic shared memory.
         unsafe { b.launch(blocks(rows_heads, 128, 4 * max_keys)) }.map_err(cuda_err)?;
-        self.scatter(model, i, members, Buf::C)
+        self.scatter(i, Buf::C)
     }
 
     /// Per query row of the sub-batch, into the host staging buffers: where its keys and
@@ -196,40 +233,4 @@ impl AttnShape {
             additive: false,
         }
     }
-}
-
-/// Appends this step's keys and values (columns `d..3d` of the gathered Q|K|V rows in scratch
-/// A) to each member's slot of the decoder's K|V `cache` (`max_dec` steps per slot).
-fn append_to_cache(
-    stream: &Arc<CudaStream>,
-    funcs: &HashMap<String, CudaFunction>,
-    sc: &mut Scratch,
-    cache: &mut CudaSlice<f32>,
-    members: &[Member],
-    (d, max_dec): (usize, usize),
-) -> Result<()> {
-    let f = funcs
-        .get("copy_segments")
-        .ok_or_else(|| missing("copy_segments"))?;
-    let segs: Vec<i64> = members
-        .iter()
-        .enumerate()
-        .flat_map(|(r, m)| {
-            [
-                (r * 3 * d + d) as i64,
-                (m.slot as usize * max_dec * 2 * d + m.step as usize * 2 * d) as i64,
-                (2 * d) as i64,
-            ]
-        })
-        .collect();
-    stream
-        .memcpy_htod(&segs[..], &mut sc.seg.slice_mut(..segs.len()))
-        .map_err(cuda_err)?;
-    let n = (segs.len() / 3) as i32;
-    let fill = 0.0f32;
-    let mut b = stream.launch_builder(f);
-    b.arg(&sc.a).arg(cache).arg(&sc.seg).arg(&n).arg(&fill);
-    // SAFETY: the cache holds max_dec steps per slot; step < max_dec (checked in execute).
-    unsafe { b.launch(blocks(n as usize, 256, 0)) }.map_err(cuda_err)?;
-    Ok(())
 }

@@ -58,8 +58,11 @@ struct Plan {
     needs: Needs,
     /// Per node: the width of its concatenated inputs.
     in_feats: Vec<usize>,
-    /// Segment-table entries.
+    /// Segments of the largest gather.
     segs: usize,
+    /// i64s of a node's index tables: its gather, scatter and cache-append segment tables
+    /// (three i64 a segment) and its index arrays (two i64 and two i32 arrays a row).
+    tables: usize,
 }
 
 impl Plan {
@@ -82,12 +85,14 @@ impl Plan {
             needs.fit(n, &layout, mb, in_feat);
         }
         let segs = needs.rows * 8 + 64 + mb * max_enc.max(max_dec) * 4;
-        fits_one_launch(model, &layout, &needs, 3 * segs)?;
+        let tables = 3 * (segs + needs.rows + mb) + 4 * needs.rows + 8;
+        fits_one_launch(model, &layout, &needs, tables)?;
         Ok(Plan {
             layout,
             needs,
             in_feats,
             segs,
+            tables,
         })
     }
 }
@@ -115,7 +120,7 @@ fn fits_one_launch(model: &Model, layout: &Layout, needs: &Needs, seg: usize) ->
         (needs.a, "gather scratch"),
         (needs.c, "GEMM scratch"),
         (needs.cols, "im2col scratch"),
-        (seg, "segment table"),
+        (seg, "index tables"),
     ];
     let (n, what) = scratch
         .into_iter()
@@ -148,6 +153,7 @@ impl CudaDevice {
             needs,
             in_feats,
             segs,
+            tables,
         } = Plan::new(model, mb)?;
         self.max_dec = model.seq.as_ref().map_or(1, |s| s.max_dec as usize);
         let mut nodes = Vec::with_capacity(model.nodes.len());
@@ -158,10 +164,7 @@ impl CudaDevice {
             a: self.zeros(needs.a)?,
             c: self.zeros(needs.c)?,
             cols: self.zeros(needs.cols)?,
-            seg: self.zeros(3 * segs)?,
-            i32a: self.zeros(needs.rows)?,
-            i64a: self.zeros(needs.rows)?,
-            i64b: self.zeros(needs.rows)?,
+            tables: self.zeros(tables)?,
         });
         self.s16 = if self.precision == Precision::F16 {
             let n16 = needs.a.max(needs.c).max(needs.cols);
@@ -174,7 +177,7 @@ impl CudaDevice {
             None
         };
         self.segs = Vec::with_capacity(segs);
-        self.seg_host = Vec::with_capacity(3 * segs);
+        self.staged.host = Vec::with_capacity(tables);
         self.host_i32 = Vec::with_capacity(needs.rows);
         self.host_i64 = Vec::with_capacity(needs.rows);
         self.host_i64b = Vec::with_capacity(needs.rows);

@@ -4,7 +4,7 @@ use super::*;
 
 impl CudaDevice {
     /// A convolution for the whole sub-batch: im2col (or depthwise) over every image, one strided-batched GEMM, the channel epilogue.
-    pub(super) fn conv(&mut self, model: &Model, i: usize, members: &[Member]) -> Result<()> {
+    pub(super) fn conv(&mut self, model: &Model, i: usize) -> Result<()> {
         let node = &model.nodes[i];
         let Op::Conv2d {
             kernel: (kh, kw),
@@ -40,7 +40,7 @@ impl CudaDevice {
         let ak = act_code(*act);
         // the whole sub-batch at once: images one after another in A (c·h·w apart),
         // their columns in `cols` (kk·p apart), outputs in C (co·p apart)
-        let nimg = self.gather(model, i, members)?;
+        let nimg = self.gather()?;
         let nimg_i = nimg as i32;
         let CudaDevice {
             stream,
@@ -115,12 +115,12 @@ impl CudaDevice {
             }
         }
         channel_epilogue(stream, funcs, &mut sc.c, wts, (co, p, nimg), ak)?;
-        self.scatter(model, i, members, Buf::C)?;
+        self.scatter(i, Buf::C)?;
         Ok(())
     }
 
     /// Pooling for the whole sub-batch.
-    pub(super) fn pool(&mut self, model: &Model, i: usize, members: &[Member]) -> Result<()> {
+    pub(super) fn pool(&mut self, model: &Model, i: usize) -> Result<()> {
         let node = &model.nodes[i];
         let Op::Pool {
             kind,
@@ -138,7 +138,7 @@ impl CudaDevice {
             PoolKind::Max => (*kernel, *stride, *padding, 0),
             PoolKind::Avg => (*kernel, *stride, *padding, 1),
         };
-        let nimg = self.gather(model, i, members)?;
+        let nimg = self.gather()?;
         let CudaDevice {
             stream,
             funcs,
@@ -166,7 +166,7 @@ impl CudaDevice {
         }
         // SAFETY: nimg images in, nimg·c·ho·wo out, both within the scratch.
         unsafe { b.launch(elems(nimg * c * ho * wo)) }.map_err(cuda_err)?;
-        self.scatter(model, i, members, Buf::C)?;
+        self.scatter(i, Buf::C)?;
         Ok(())
     }
 }

@@ -4,13 +4,13 @@ use super::*;
 
 impl CudaDevice {
     /// A linear layer: one GEMM over the sub-batch's rows (a tied table transposed), bias and activation.
-    pub(super) fn linear(&mut self, model: &Model, i: usize, members: &[Member]) -> Result<()> {
+    pub(super) fn linear(&mut self, model: &Model, i: usize) -> Result<()> {
         let node = &model.nodes[i];
         let feat = self.layout.as_ref().ok_or_else(|| missing("layout"))?.nodes[i].feat;
         let Op::Linear { act, .. } = &node.op else {
             return Err(Error::Internal(format!("linear on node '{}'", node.name)));
         };
-        let rows = self.gather(model, i, members)?;
+        let rows = self.gather()?;
         let k = self.nodes[i].in_feat;
         let CudaDevice {
             stream,
@@ -57,7 +57,7 @@ impl CudaDevice {
         b.arg(&r_i).arg(&n_i).arg(&a_i);
         // SAFETY: rows·feat outputs in C.
         unsafe { b.launch(elems(rows * feat)) }.map_err(cuda_err)?;
-        self.scatter(model, i, members, Buf::C)?;
+        self.scatter(i, Buf::C)?;
         Ok(())
     }
 }

@@ -4,7 +4,8 @@
 //! buffers. A node's input rows are assembled by one `copy_segments` launch per source buffer
 //! (the gather that preemption and merging need), computed in scratch, and scattered back to the
 //! members' slots. GEMMs run in cuBLAS (row-major via the transposed column-major call),
-//! everything else in the NVRTC-compiled kernels of `kernels/`. Node time: CUDA events. One
+//! everything else in the NVRTC-compiled kernels of `kernels/`. Node time: the host's, from
+//! entering `execute` to the end of the node's one blocking sync (launch cost included). One
 //! file per op family — `conv`, `linear`, `recurrent`, `attention`, `rows` — as in the CPU
 //! device; `gemm` holds the cuBLAS calls they share, `buffers` the allocation at prepare and
 //! `movement` the gather, scatter and capture.
@@ -29,13 +30,13 @@ use crate::graph::{Class, Model, NodeStep};
 use crate::time::Nanos;
 use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
-use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
 };
 use gemm::Units;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 fn cuda_err(e: impl std::error::Error + Send + Sync + 'static) -> Error {
     Error::DeviceFailed {
@@ -167,10 +168,65 @@ struct Scratch {
     a: CudaSlice<f32>,
     c: CudaSlice<f32>,
     cols: CudaSlice<f32>,
-    seg: CudaSlice<i64>,
-    i32a: CudaSlice<i32>,
-    i64a: CudaSlice<i64>,
-    i64b: CudaSlice<i64>,
+    /// A node's index tables (segment tables, i64 and i32 index arrays), packed at the offsets
+    /// [`Staged`] gives them and uploaded in one copy.
+    tables: CudaSlice<i64>,
+}
+
+/// `len` i32 that [`CudaDevice::stage_i32`] packed into `tables` from `at`.
+fn i32s(
+    tables: &CudaSlice<i64>,
+    at: usize,
+    len: usize,
+) -> Result<cudarc::driver::CudaView<'_, i32>> {
+    // SAFETY: any bits are a valid i32; `transmute` checks that `len` i32 fit.
+    unsafe { tables.slice(at..).transmute::<i32>(len) }.ok_or_else(|| missing("i32 table"))
+}
+
+/// A `copy_segments` launch staged for a node: its source (a node's buffer, or a fill; none
+/// for scatters and cache appends, whose source the caller names), where its segment table
+/// starts in the node's tables, its segment count and its longest segment.
+#[derive(Clone, Copy, Debug)]
+struct SegCopy {
+    src: Src,
+    at: usize,
+    nseg: usize,
+    max_len: usize,
+}
+
+/// A node's index tables, built on the host before its first launch and uploaded in one copy.
+#[derive(Default)]
+struct Staged {
+    /// Every table, one after another (i32 arrays packed two to an i64).
+    host: Vec<i64>,
+    /// The gather's launches (one per source buffer) and its row count.
+    gathers: Vec<SegCopy>,
+    rows: usize,
+    /// The scatter back to the node's output rows.
+    scatter: Option<SegCopy>,
+    /// The decoder self-attention's append of this step's keys and values to its cache.
+    cache: Option<SegCopy>,
+    /// Where the op's own index arrays start: two i64 arrays and two i32 arrays.
+    i64a: usize,
+    i64b: usize,
+    i32a: usize,
+    i32b: usize,
+    /// Attention: its shape and the most keys a query row has.
+    attn: Option<(AttnShape, u32)>,
+}
+
+impl Staged {
+    fn clear(&mut self) {
+        let mut host = std::mem::take(&mut self.host);
+        let mut gathers = std::mem::take(&mut self.gathers);
+        host.clear();
+        gathers.clear();
+        *self = Staged {
+            host,
+            gathers,
+            ..Staged::default()
+        };
+    }
 }
 
 /// Query row stride, (keys node, values node) or None for the K|V cache, key and value row
@@ -198,8 +254,6 @@ pub struct CudaDevice {
     seed: u64,
     /// Held so the context outlives every buffer (the stream holds it too).
     _ctx: Arc<CudaContext>,
-    /// Start and end events of a node execution, created once and re-recorded.
-    events: (CudaEvent, CudaEvent),
     stream: Arc<CudaStream>,
     blas: CudaBlas,
     funcs: HashMap<String, CudaFunction>,
@@ -213,7 +267,7 @@ pub struct CudaDevice {
     max_dec: usize,
     // host-side scratch, reused
     segs: Vec<Seg>,
-    seg_host: Vec<i64>,
+    staged: Staged,
     host_i32: Vec<i32>,
     host_i64: Vec<i64>,
     host_i64b: Vec<i64>,
@@ -244,10 +298,7 @@ impl CudaDevice {
             }
         }
         let name = ctx.name().map_err(cuda_err)?;
-        let event = || ctx.new_event(Some(CUevent_flags::CU_EVENT_DEFAULT));
-        let events = (event().map_err(cuda_err)?, event().map_err(cuda_err)?);
         Ok(CudaDevice {
-            events,
             seed,
             _ctx: ctx,
             stream,
@@ -262,7 +313,7 @@ impl CudaDevice {
             precision,
             max_dec: 1,
             segs: Vec::new(),
-            seg_host: Vec::new(),
+            staged: Staged::default(),
             host_i32: Vec::new(),
             host_i64: Vec::new(),
             host_i64b: Vec::new(),
@@ -276,19 +327,37 @@ impl CudaDevice {
         &self.name
     }
 
+    /// Stages node `i`'s index tables for the sub-batch (see [`Staged`]) and uploads them in
+    /// one copy, before any of its launches.
+    fn stage(&mut self, model: &Model, at: NodeStep, members: &[Member]) -> Result<()> {
+        let i = at.node.idx();
+        self.staged.clear();
+        match &model.nodes[i].op {
+            Op::Input { .. } => return Ok(()),
+            Op::Lstm { .. } => self.stage_lstm(model, i, members)?,
+            Op::Attention { mode, heads } => {
+                self.stage_attention(model, i, members, *mode, *heads)?
+            }
+            Op::Embedding { .. } => self.stage_embedding(model, i, members)?,
+            _ => self.stage_gather(model, i, members)?,
+        }
+        self.stage_scatter(model, i, members)?;
+        self.upload_tables()
+    }
+
     /// Runs node `i` for the sub-batch: one method per op family (conv.rs, linear.rs,
     /// recurrent.rs, attention.rs, rows.rs), as in the CPU device.
     fn run_node(&mut self, model: &Model, at: NodeStep, members: &[Member]) -> Result<()> {
         let i = at.node.idx();
         match &model.nodes[i].op {
             Op::Input { .. } => self.input(model, i, members),
-            Op::Conv2d { .. } => self.conv(model, i, members),
-            Op::Pool { .. } => self.pool(model, i, members),
-            Op::Linear { .. } => self.linear(model, i, members),
+            Op::Conv2d { .. } => self.conv(model, i),
+            Op::Pool { .. } => self.pool(model, i),
+            Op::Linear { .. } => self.linear(model, i),
             Op::Lstm { .. } => self.lstm(model, i, members),
-            Op::Attention { mode, heads } => self.attention(model, i, members, *mode, *heads),
-            Op::Embedding { .. } => self.embedding(model, i, members),
-            _ => self.rowwise(model, i, members),
+            Op::Attention { mode, heads } => self.attention(i, *mode, *heads),
+            Op::Embedding { .. } => self.embedding(model, i),
+            _ => self.rowwise(model, i),
         }
     }
 }
@@ -326,6 +395,10 @@ impl Device for CudaDevice {
     }
 
     fn execute(&mut self, model: &Model, at: NodeStep, members: &[Member]) -> Result<Timing> {
+        // The node's time is the host's, from here until its work is done: building and
+        // uploading its index tables, every launch and enqueue, and the GPU's work. One
+        // blocking sync per node, at its end; nothing inside the node waits.
+        let t0 = Instant::now();
         if model.name != self.model_name {
             return Err(Error::Internal(format!(
                 "cuda device prepared for {}, asked to run {}",
@@ -348,17 +421,15 @@ impl Device for CudaDevice {
                 "step beyond the model's maximum length".into(),
             ));
         }
-        self.events.0.record(&self.stream).map_err(cuda_err)?;
+        self.stage(model, at, members)?;
         self.run_node(model, at, members)?;
-        let (start, end) = &self.events;
-        end.record(&self.stream).map_err(cuda_err)?;
-        end.synchronize().map_err(cuda_err)?;
-        let ms = start.elapsed_ms(end).map_err(cuda_err)?;
+        self.stream.synchronize().map_err(cuda_err)?;
+        let time = Nanos(t0.elapsed().as_nanos() as u64);
         if self.capture.is_on() {
             self.capture_outputs(model, at.node.idx(), members)?;
         }
         Ok(Timing {
-            time: Nanos((f64::from(ms) * 1e6).round() as u64),
+            time,
             ..Timing::default()
         })
     }

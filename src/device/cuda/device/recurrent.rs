@@ -3,16 +3,15 @@
 use super::*;
 
 impl CudaDevice {
-    /// An LSTM step: the gate GEMM over [x, h] and the cell update, states by slot.
-    pub(super) fn lstm(&mut self, model: &Model, i: usize, members: &[Member]) -> Result<()> {
+    /// Stages an LSTM step's tables: the gather of its [x ; h_prev] rows (inputs, then this
+    /// node's previous step, or zeros) and the members' slots and reset flags.
+    pub(super) fn stage_lstm(&mut self, model: &Model, i: usize, members: &[Member]) -> Result<()> {
         let node = &model.nodes[i];
         let Op::Lstm { hidden, .. } = &node.op else {
             return Err(Error::Internal(format!("lstm on node '{}'", node.name)));
         };
         let h = *hidden;
-        let kx = self.nodes[i].in_feat;
-        let k = kx + h;
-        // [x ; h_prev] rows: inputs, then this node's previous step (or zeros)
+        let k = self.nodes[i].in_feat + h;
         let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
         for (r, m) in members.iter().enumerate() {
             let step = m.step;
@@ -40,11 +39,24 @@ impl CudaDevice {
                 len: h,
             });
         }
-        self.copy_segs(Buf::A)?;
-        self.host_i32.clear();
-        self.host_i32.extend(members.iter().map(|m| m.slot as i32));
-        self.host_i32
-            .extend(members.iter().map(|m| i32::from(m.step == 0)));
+        self.staged.rows = members.len();
+        self.stage_segs();
+        let slots: Vec<i32> = members.iter().map(|m| m.slot as i32).collect();
+        let reset: Vec<i32> = members.iter().map(|m| i32::from(m.step == 0)).collect();
+        self.staged.i32a = self.stage_i32(&slots);
+        self.staged.i32b = self.stage_i32(&reset);
+        Ok(())
+    }
+
+    /// An LSTM step: the gate GEMM over [x, h] and the cell update, states by slot.
+    pub(super) fn lstm(&mut self, model: &Model, i: usize, members: &[Member]) -> Result<()> {
+        let node = &model.nodes[i];
+        let Op::Lstm { hidden, .. } = &node.op else {
+            return Err(Error::Internal(format!("lstm on node '{}'", node.name)));
+        };
+        let h = *hidden;
+        let k = self.nodes[i].in_feat + h;
+        self.gather()?;
         let rows = members.len();
         let CudaDevice {
             stream,
@@ -53,13 +65,10 @@ impl CudaDevice {
             scratch,
             blas,
             s16,
-            host_i32,
+            staged,
             ..
         } = self;
         let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
-        stream
-            .memcpy_htod(&host_i32[..], &mut sc.i32a.slice_mut(..2 * rows))
-            .map_err(cuda_err)?;
         {
             let av = sc.a.slice(..rows * k);
             let mut cv = sc.c.slice_mut(..rows * 4 * h);
@@ -85,7 +94,8 @@ impl CudaDevice {
         let bias = w.bias.as_ref().ok_or_else(|| missing("lstm bias"))?;
         let cstate = state.as_mut().ok_or_else(|| missing("lstm state"))?;
         let (r_i, h_i) = (rows as i32, h as i32);
-        let (slots_v, reset_v) = (sc.i32a.slice(..rows), sc.i32a.slice(rows..2 * rows));
+        let slots_v = i32s(&sc.tables, staged.i32a, rows)?;
+        let reset_v = i32s(&sc.tables, staged.i32b, rows)?;
         let mut b = stream.launch_builder(f);
         b.arg(&sc.c)
             .arg(bias)
@@ -97,7 +107,7 @@ impl CudaDevice {
             .arg(&h_i);
         // SAFETY: rows·4h gates in C, rows·h outputs into A, states indexed by slot.
         unsafe { b.launch(elems(rows * h)) }.map_err(cuda_err)?;
-        self.scatter(model, i, members, Buf::A)?;
+        self.scatter(i, Buf::A)?;
         Ok(())
     }
 }

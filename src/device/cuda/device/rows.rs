@@ -29,8 +29,33 @@ impl CudaDevice {
         Ok(())
     }
 
+    /// Stages an embedding's tables: the gather of its token ids and each row's position.
+    pub(super) fn stage_embedding(
+        &mut self,
+        model: &Model,
+        i: usize,
+        members: &[Member],
+    ) -> Result<()> {
+        let node = &model.nodes[i];
+        self.stage_gather(model, i, members)?;
+        self.host_i32.clear();
+        for m in members {
+            for r in 0..Layout::rows(node, m.len) {
+                self.host_i32.push(if node.loop_id.is_some() {
+                    m.step as i32
+                } else {
+                    r as i32
+                });
+            }
+        }
+        let positions = std::mem::take(&mut self.host_i32);
+        self.staged.i32a = self.stage_i32(&positions);
+        self.host_i32 = positions;
+        Ok(())
+    }
+
     /// An embedding lookup (with positions) for every row of the sub-batch.
-    pub(super) fn embedding(&mut self, model: &Model, i: usize, members: &[Member]) -> Result<()> {
+    pub(super) fn embedding(&mut self, model: &Model, i: usize) -> Result<()> {
         let node = &model.nodes[i];
         let Op::Embedding {
             vocab,
@@ -46,30 +71,17 @@ impl CudaDevice {
                 node.name
             )));
         };
-        let rows = self.gather(model, i, members)?;
-        self.host_i32.clear();
-        for m in members {
-            let step = m.step;
-            for r in 0..Layout::rows(node, m.len) {
-                self.host_i32.push(if node.loop_id.is_some() {
-                    step as i32
-                } else {
-                    r as i32
-                });
-            }
-        }
+        let rows = self.gather()?;
         let CudaDevice {
             stream,
             funcs,
             nodes,
             scratch,
-            host_i32,
+            staged,
             ..
         } = self;
         let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
-        stream
-            .memcpy_htod(&host_i32[..], &mut sc.i32a.slice_mut(..rows))
-            .map_err(cuda_err)?;
+        let pos_v = i32s(&sc.tables, staged.i32a, rows)?;
         let table = match nodes[i].tied {
             Some(t) => nodes[t].w.w.as_ref(),
             None => nodes[i].w.w.as_ref(),
@@ -93,7 +105,7 @@ impl CudaDevice {
             (*positions).max(1) as i32,
         ];
         let mut b = stream.launch_builder(f);
-        b.arg(&sc.a).arg(&sc.i32a).arg(table);
+        b.arg(&sc.a).arg(&pos_v).arg(table);
         match &nodes[i].w.extra {
             Some(e) => b.arg(e),
             None => b.arg(&null),
@@ -108,13 +120,13 @@ impl CudaDevice {
         }
         // SAFETY: rows ids in A, rows·dim outputs in C.
         unsafe { b.launch(elems(rows * dim)) }.map_err(cuda_err)?;
-        self.scatter(model, i, members, Buf::C)?;
+        self.scatter(i, Buf::C)?;
         Ok(())
     }
 
-    pub(super) fn rowwise(&mut self, model: &Model, i: usize, members: &[Member]) -> Result<()> {
+    pub(super) fn rowwise(&mut self, model: &Model, i: usize) -> Result<()> {
         let node = &model.nodes[i];
-        let rows = self.gather(model, i, members)?;
+        let rows = self.gather()?;
         let kin = self.nodes[i].in_feat;
         let feat = self.layout.as_ref().ok_or_else(|| missing("layout"))?.nodes[i].feat;
         let CudaDevice {
@@ -202,6 +214,6 @@ impl CudaDevice {
                 )))
             }
         };
-        self.scatter(model, i, members, from)
+        self.scatter(i, from)
     }
 }
