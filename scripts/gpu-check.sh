@@ -11,6 +11,16 @@
 # reduced models, few requests, and no test run.
 # Every step runs whatever the ones before it did; the report ends with each step's outcome, and
 # the script exits 1 when any step failed (0 only when every one passed).
+#
+# Time on an H100 host at full size, estimated (never measured: no card yet) from the stand-in's
+# counts — about 4 launches, 1 upload and 1 sync a node, taken as 40 µs of host time a node — and
+# the memory plan (ResNet-50 at batch 64 ≈ 8 GB, well inside 80 GB): build 2 min, GPU tests
+# 2 min (reduced models, one at a time), verify ×4 1 min, bench 1 min, profiles (7 batch sizes
+# × 6 runs a node, the Transformer's encoder-length curves ≈ 2 s) under 1 min. `compare` serves
+# in wall time: Serial capacity ≈ 330 req/s for ResNet-50 (74 nodes), ≈ 50 for GNMT (≈ 500
+# node executions a request), ≈ 12 for the Transformer (≈ 2,000), so 6 policies × 2 loads take
+# ≈ 0.7, 1.8 and 7 min with 500 ResNet and 200 seq2seq requests: about 16 minutes in all (the
+# Transformer at 500 requests alone would take 18).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-out/gpu-check}"
@@ -50,10 +60,10 @@ first_lines() { # COMMAND...: its first 14 lines of output; fails when it fails
 # inputs, so only ResNet-50 takes it: `img_args MODEL RES...` sets img to RES for it, else empty.
 if [ "${SMOKE:-0}" = 1 ]; then
   width=(--width 0.125); res=(--res 0.25); vwidth=("${width[@]}"); vres=("${res[@]}")
-  mb=8; reqs=40; pols=serial,graph:5,lazy; bench=(-- --small)
+  mb=8; reqs=40; reqs_seq=40; pols=serial,graph:5,lazy; bench=(-- --small)
 else
   width=(); res=(); vwidth=(--width 0.25); vres=(--res 0.5)
-  mb=64; reqs=500; pols=serial,graph:5,graph:25,graph:50,lazy,oracle; bench=()
+  mb=64; reqs=500; reqs_seq=200; pols=serial,graph:5,graph:25,graph:50,lazy,oracle; bench=()
 fi
 img_args() {
   local m=$1
@@ -108,7 +118,8 @@ img_args() {
     echo
     echo "## compare --device cuda --model $m --load 0.3,0.9"
     echo '```'
-    step "compare $m" "$bin" compare --device cuda --model "$m" "${width[@]}" "${img[@]}" --load 0.3,0.9 --requests "$reqs" \
+    n=$reqs; [ "$m" = resnet50 ] || n=$reqs_seq
+    step "compare $m" "$bin" compare --device cuda --model "$m" "${width[@]}" "${img[@]}" --load 0.3,0.9 --requests "$n" \
       --max-batch "$mb" --profile "$out/$m.profile.json" --policies "$pols" --out "$out/$m"
     echo '```'
   done
