@@ -102,3 +102,14 @@ extern "C" __global__ void embedding_rows(const float* ids, const int* pos, cons
     if (type_row) v += type_row[j];
     y[i] = v;
 }
+
+// y = act(a + b) over n elements: an add reading both inputs in place (as sum_parts of two
+// parts, summed in the same order)
+extern "C" __global__ void add_pair(const float* a, const float* b, float* y, long long n, int act) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float v = 0.0f;
+    v += a[i];
+    v += b[i];
+    y[i] = lb_act(act, v);
+}

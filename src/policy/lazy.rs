@@ -711,6 +711,11 @@ mod tests {
     /// request 0 (the bottom one) has deadline `deadline0` ms, the others 90 ms; one newcomer
     /// of encoder length `enc` waits.
     fn oracle_admits(entries: &[(u32, u32, u32, u32)], enc: u32, deadline0: f64) -> usize {
+        admits(Lazy::oracle(), entries, enc, deadline0)
+    }
+
+    /// [`oracle_admits`] for any of the two policies.
+    fn admits(mut pol: Lazy, entries: &[(u32, u32, u32, u32)], enc: u32, deadline0: f64) -> usize {
         let (m, _) = setup_of("tiny_seq2seq.toml");
         let mut prof = Profile::uniform(&m, 8, Nanos::from_ms(1.0));
         for n in &mut prof.nodes {
@@ -722,7 +727,6 @@ mod tests {
         let mut rs = Vec::new();
         let mut table = BatchTable::new(8);
         table.set_model(&m);
-        let mut pol = Lazy::oracle();
         table.set_cells(pol.cell_nodes(&m));
         for (i, &(node, step, enc, done)) in entries.iter().enumerate() {
             let deadline = if i == 0 { deadline0 } else { 90.0 };
@@ -780,6 +784,24 @@ mod tests {
         let c = [(4, 1, 4, 0), (6, 1, 4, 5)];
         assert_eq!(
             (oracle_admits(&c, 4, 51.5), oracle_admits(&c, 4, 51.4)),
+            (1, 0)
+        );
+    }
+
+    #[test]
+    fn an_entry_merged_across_steps_counts_each_members_own_step() {
+        // request 1 pushed at the LSTM's step 0 merges (a cell) with request 0 at its step 1:
+        // one entry, members at steps 1 and 0 with 9 and 14 ms left. LazyB: 9 + 14 + 21 (a
+        // newcomer) = 44 ms
+        let merged = [(4, 1, 4, 0), (4, 0, 4, 0)];
+        let lazy = |d| admits(Lazy::conservative(), &merged, 4, d);
+        assert_eq!((lazy(44.0), lazy(43.9)), (1, 0));
+        // the Oracle leads the entry by its member with the most left: with 5 steps done
+        // request 1 is predicted 6 steps (29 ms from step 0, against request 0's 9); the
+        // newcomer reaches the LSTM in 7 ms and the three run 29 ms of units × 2: 65 ms
+        let long = [(4, 1, 4, 0), (4, 0, 4, 5)];
+        assert_eq!(
+            (oracle_admits(&long, 4, 65.0), oracle_admits(&long, 4, 64.9)),
             (1, 0)
         );
     }

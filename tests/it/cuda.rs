@@ -194,6 +194,7 @@ fn kernel_sources_are_self_contained() {
         "pool2d",
         "bias_act",
         "sum_parts",
+        "add_pair",
         "batchnorm_rows",
         "layernorm_rows",
         "softmax_rows",
@@ -777,12 +778,17 @@ fn cuda_launches_uploads_and_syncs_per_node() {
             assert_eq!(c.dtoh, 0, "{name} {part}: {c:?}");
             assert!(c.htod <= nodes, "{name} {part}: {c:?} over {nodes} nodes");
             assert_eq!(c.syncs, nodes, "{name} {part}: {c:?} over {nodes} nodes");
-            // launches: gather, op, scatter, and the f16 conversions around GEMMs; the issue's
-            // goal (ResNet-50 under 150 a batch-1 inference) needs fused gathers or CUDA graphs
+            // launches: the op's, the f16 conversions around GEMMs, and a gather and a scatter
+            // only where a node's rows are not one contiguous run (a node reads its producer's
+            // rows and writes its own in place otherwise, as at batch 1)
             assert!(
-                c.launches + c.gemms <= 6 * nodes,
+                c.launches + c.gemms <= 4 * nodes,
                 "{name} {part}: {c:?} over {nodes} nodes"
             );
+            // the goal: ResNet-50 under 150 launches a batch-1 inference (93 in f32)
+            if name == "resnet50" && precision == Precision::F32 {
+                assert!(c.launches < 150, "{name} {part}: {c:?}");
+            }
         }
     }
 }

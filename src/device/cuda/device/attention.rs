@@ -81,7 +81,17 @@ impl CudaDevice {
             let cache = nodes[i].state.as_mut().ok_or_else(|| missing("kv cache"))?;
             // SAFETY: the cache holds max_dec steps per slot; step < max_dec (checked in
             // execute); the rows come from scratch A.
-            unsafe { movement::copy_segments(stream, funcs, &sc.a, cache, &sc.tables, g, 0.0) }?;
+            unsafe {
+                movement::copy_segments(
+                    stream,
+                    funcs,
+                    &sc.a.slice(..),
+                    &mut cache.slice_mut(..),
+                    &sc.tables,
+                    g,
+                    0.0,
+                )
+            }?;
         }
         // multi-head attention scales by 1/sqrt(head width); LAS's content attention does not
         let scale = if matches!(mode, AttnMode::Dot | AttnMode::Additive) {

@@ -47,22 +47,31 @@ impl CudaDevice {
             funcs,
             nodes,
             scratch,
+            staged,
             blas,
             s16,
             ..
         } = self;
         let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
-        let wts = &nodes[i].w;
+        // the input images in scratch A or the producer's rows, the outputs in scratch C or
+        // the node's own rows
+        let Operands {
+            x,
+            mut y,
+            cols,
+            w: wts,
+            ..
+        } = Self::operands(nodes, sc, staged, i, nimg * c * h * w, nimg * co * p)?;
         let wv = wts.w.as_ref().ok_or_else(|| missing("conv weights"))?;
         if depthwise {
             let f = funcs.get("depthwise").ok_or_else(|| missing("depthwise"))?;
             let mut b = stream.launch_builder(f);
-            b.arg(&sc.a).arg(wv).arg(&mut sc.c);
+            b.arg(&x).arg(wv).arg(&mut y);
             for v in &ints {
                 b.arg(v);
             }
             b.arg(&nimg_i);
-            // SAFETY: nimg images in A, C holds nimg·co·p outputs (prepare sized them).
+            // SAFETY: nimg images in x, y holds nimg·co·p outputs.
             unsafe { b.launch(elems(nimg * c * p)) }.map_err(cuda_err)?;
         } else {
             let x_img = (c * h * w) as i64;
@@ -71,8 +80,8 @@ impl CudaDevice {
                     let f = funcs.get("im2col_kp").ok_or_else(|| missing("im2col_kp"))?;
                     let (c0, cgi) = ((gi * cg) as i32, cg as i32);
                     let mut b = stream.launch_builder(f);
-                    b.arg(&sc.a)
-                        .arg(&mut sc.cols)
+                    b.arg(&x)
+                        .arg(&mut *cols)
                         .arg(&ints[1])
                         .arg(&ints[2])
                         .arg(&c0)
@@ -87,11 +96,11 @@ impl CudaDevice {
                 // per image: out[cog × p] (channel-major) = Wgᵀ[cog × kk] · cols[kk × p]
                 let range = gi * kk * cog..(gi + 1) * kk * cog;
                 let wop = wts.gemm_operand(range, "conv weights")?;
-                let mut cv = sc.c.slice_mut(gi * cog * p..nimg * co * p);
+                let mut cv = y.slice_mut(gi * cog * p..nimg * co * p);
                 let (act_op, act_stride) = if pointwise {
-                    (Operand::F(sc.a.slice(gi * cg * p..nimg * c * p)), c * p)
+                    (Operand::F(x.slice(gi * cg * p..nimg * c * p)), c * p)
                 } else {
-                    (Operand::F(sc.cols.slice(..nimg * kk * p)), kk * p)
+                    (Operand::F(cols.slice(..nimg * kk * p)), kk * p)
                 };
                 let units = Units {
                     s16: s16.as_mut(),
@@ -114,7 +123,7 @@ impl CudaDevice {
                 )?;
             }
         }
-        channel_epilogue(stream, funcs, &mut sc.c, wts, (co, p, nimg), ak)?;
+        channel_epilogue(stream, funcs, &mut y, wts, (co, p, nimg), ak)?;
         self.scatter(i, Buf::C)?;
         Ok(())
     }
@@ -142,10 +151,14 @@ impl CudaDevice {
         let CudaDevice {
             stream,
             funcs,
+            nodes,
             scratch,
+            staged,
             ..
         } = self;
         let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
+        let Operands { x, mut y, .. } =
+            Self::operands(nodes, sc, staged, i, nimg * c * h * w, nimg * c * ho * wo)?;
         let f = funcs.get("pool2d").ok_or_else(|| missing("pool2d"))?;
         let v = [
             c as i32,
@@ -160,11 +173,11 @@ impl CudaDevice {
             nimg as i32,
         ];
         let mut b = stream.launch_builder(f);
-        b.arg(&sc.a).arg(&mut sc.c);
+        b.arg(&x).arg(&mut y);
         for x in &v {
             b.arg(x);
         }
-        // SAFETY: nimg images in, nimg·c·ho·wo out, both within the scratch.
+        // SAFETY: nimg images in, nimg·c·ho·wo out.
         unsafe { b.launch(elems(nimg * c * ho * wo)) }.map_err(cuda_err)?;
         self.scatter(i, Buf::C)?;
         Ok(())
@@ -176,7 +189,7 @@ impl CudaDevice {
 fn channel_epilogue(
     stream: &CudaStream,
     funcs: &HashMap<String, CudaFunction>,
-    c: &mut CudaSlice<f32>,
+    c: &mut CudaViewMut<f32>,
     wts: &GpuWeights,
     (co, p, nimg): (usize, usize, usize),
     act: i32,

@@ -17,19 +17,27 @@ impl CudaDevice {
             funcs,
             nodes,
             scratch,
+            staged,
             blas,
             s16,
             ..
         } = self;
         let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
-        let av = sc.a.slice(..rows * k);
-        let mut cv = sc.c.slice_mut(..rows * feat);
+        let tied = nodes[i].tied;
+        // the input rows in scratch A or the producer's rows, the outputs in scratch C or the
+        // node's own rows
+        let Operands {
+            x: av,
+            y: mut cv,
+            w: own,
+            others,
+            ..
+        } = Self::operands(nodes, sc, staged, i, rows * k, rows * feat)?;
         // the tied table is [feat × k]: read it transposed
-        let (owner, transposed, ld) = match nodes[i].tied {
-            Some(t) => (t, true, k),
-            None => (i, false, feat),
+        let (w, transposed, ld) = match tied {
+            Some(t) => (&others.get(t)?.w, true, k),
+            None => (own, false, feat),
         };
-        let w = &nodes[owner].w;
         let wop = w.gemm_operand(.., "linear weights")?;
         let units = Units {
             s16: s16.as_mut(),
@@ -49,13 +57,13 @@ impl CudaDevice {
         let null = 0u64;
         let (r_i, n_i, a_i) = (rows as i32, feat as i32, act_code(*act));
         let mut b = stream.launch_builder(f);
-        b.arg(&mut sc.c);
-        match &nodes[i].w.bias {
+        b.arg(&mut cv);
+        match &own.bias {
             Some(bb) => b.arg(bb),
             None => b.arg(&null),
         };
         b.arg(&r_i).arg(&n_i).arg(&a_i);
-        // SAFETY: rows·feat outputs in C.
+        // SAFETY: rows·feat outputs in cv.
         unsafe { b.launch(elems(rows * feat)) }.map_err(cuda_err)?;
         self.scatter(i, Buf::C)?;
         Ok(())

@@ -3,7 +3,10 @@
 //! [`Device::prepare`] for the maximum batch; serving only launches kernels and copies into those
 //! buffers. A node's input rows are assembled by one `copy_segments` launch per source buffer
 //! (the gather that preemption and merging need), computed in scratch, and scattered back to the
-//! members' slots. GEMMs run in cuBLAS (row-major via the transposed column-major call),
+//! members' slots — except where the staged segments show the sub-batch's input rows to be one
+//! contiguous run of one producer's buffer (batch 1, or members in consecutive slots): then the
+//! op reads them in place (an add each of its two inputs); and where its output rows are one
+//! contiguous run of its own buffer, it computes straight into them (`Operands`). GEMMs run in cuBLAS (row-major via the transposed column-major call),
 //! everything else in the NVRTC-compiled kernels of `kernels/`. Node time: the host's, from
 //! entering `execute` to the end of the node's one blocking sync (launch cost included). One
 //! file per op family — `conv`, `linear`, `recurrent`, `attention`, `rows` — as in the CPU
@@ -31,7 +34,8 @@ use crate::time::Nanos;
 use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig,
+    PushKernelArg,
 };
 use gemm::Units;
 use std::collections::HashMap;
@@ -73,6 +77,47 @@ fn blocks(n: usize, threads: u32, shared: u32) -> LaunchConfig {
 
 fn missing(what: &str) -> Error {
     Error::Internal(format!("cuda device: {what} missing (not prepared?)"))
+}
+
+/// Whether op `op` can read its whole input in place from one producer's rows (conv.rs,
+/// linear.rs, rows.rs take [`Operands`]; a row copy reads the producer in its scatter). Not an
+/// activation (in place over its input), LSTM or attention (their own staging).
+fn reads_in_place(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Conv2d { .. }
+            | Op::Pool { .. }
+            | Op::Linear { .. }
+            | Op::Embedding { .. }
+            | Op::Add { .. }
+            | Op::BatchNorm
+            | Op::LayerNorm
+            | Op::Softmax
+            | Op::Argmax
+            | Op::Flatten
+            | Op::Concat
+            | Op::Take { .. }
+    )
+}
+
+/// Whether op `op` can compute straight into its output rows ([`Operands::y`]; a row copy
+/// gathers into them).
+fn writes_in_place(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Conv2d { .. }
+            | Op::Flatten
+            | Op::Concat
+            | Op::Take { .. }
+            | Op::Pool { .. }
+            | Op::Linear { .. }
+            | Op::Embedding { .. }
+            | Op::Add { .. }
+            | Op::BatchNorm
+            | Op::LayerNorm
+            | Op::Softmax
+            | Op::Argmax
+    )
 }
 
 /// Storage precision of the GEMM operands.
@@ -213,17 +258,40 @@ struct Staged {
     i32b: usize,
     /// Attention: its shape and the most keys a query row has.
     attn: Option<(AttnShape, u32)>,
+    /// Per input of the node, when its rows for the whole sub-batch are one contiguous run of
+    /// one producer's buffer (not the node's own), in the order the op reads them: the
+    /// producer and the run's offset (see [`CudaDevice::stage_gather`]).
+    runs: Vec<Option<(usize, usize)>>,
+    /// The op reads its input in place, staging no gather: `Whole` the producer's run (all
+    /// inputs as scratch A would hold them), `Pair` each of its two inputs' runs.
+    direct_in: Option<DirectIn>,
+    /// The op computes straight into its output rows, one contiguous run from this offset of
+    /// its own buffer, staging no scatter.
+    direct_out: Option<usize>,
+    /// A row copy (flatten, concat, take) writing its output in place: the gather copies
+    /// straight into node `.0`'s rows from offset `.1`, and nothing follows.
+    gather_into: Option<(usize, usize)>,
+}
+
+/// How an op reads its input in place (see [`Staged::direct_in`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DirectIn {
+    Whole(usize, usize),
+    Pair([(usize, usize); 2]),
 }
 
 impl Staged {
     fn clear(&mut self) {
         let mut host = std::mem::take(&mut self.host);
         let mut gathers = std::mem::take(&mut self.gathers);
+        let mut runs = std::mem::take(&mut self.runs);
         host.clear();
         gathers.clear();
+        runs.clear();
         *self = Staged {
             host,
             gathers,
+            runs,
             ..Staged::default()
         };
     }
@@ -247,6 +315,80 @@ struct AttnShape {
 enum Buf {
     A,
     C,
+}
+
+/// Every node's buffers but one's (the node being run, whose output is borrowed mutably).
+struct Others<'a> {
+    lo: &'a [NodeGpu],
+    hi: &'a [NodeGpu],
+}
+
+impl<'a> Others<'a> {
+    /// Node `j` (not the one split off).
+    fn get(&self, j: usize) -> Result<&'a NodeGpu> {
+        let n = self.lo.len();
+        match j.cmp(&n) {
+            std::cmp::Ordering::Less => Ok(&self.lo[j]),
+            std::cmp::Ordering::Greater => Ok(&self.hi[j - n - 1]),
+            std::cmp::Ordering::Equal => Err(Error::Internal(
+                "cuda device: a node reads its own output in place".into(),
+            )),
+        }
+    }
+}
+
+/// What an op computing node `i` for the sub-batch reads and writes: its input rows `x` (scratch
+/// A, or the producer's rows in place), the second input `x2` of an add reading both in place,
+/// where its output rows go (`y`: scratch C, or its own output rows in place), the rest of the
+/// scratch (im2col columns, the index tables), its weights and the other nodes' buffers (tied tables).
+struct Operands<'a> {
+    x: CudaView<'a, f32>,
+    x2: Option<CudaView<'a, f32>>,
+    y: CudaViewMut<'a, f32>,
+    cols: &'a mut CudaSlice<f32>,
+    tables: &'a CudaSlice<i64>,
+    w: &'a GpuWeights,
+    others: Others<'a>,
+}
+
+impl CudaDevice {
+    /// Node `i`'s [`Operands`] for `in_len` input and `out_len` output elements, as staged.
+    fn operands<'a>(
+        nodes: &'a mut [NodeGpu],
+        sc: &'a mut Scratch,
+        staged: &Staged,
+        i: usize,
+        in_len: usize,
+        out_len: usize,
+    ) -> Result<Operands<'a>> {
+        let (lo, rest) = nodes.split_at_mut(i);
+        let (me, hi) = rest
+            .split_first_mut()
+            .ok_or_else(|| missing("node buffer"))?;
+        let others = Others { lo, hi };
+        let Scratch { a, c, cols, tables } = sc;
+        let run = |(p, off): (usize, usize), len: usize| -> Result<CudaView<'a, f32>> {
+            Ok(others.get(p)?.out.slice(off..off + len))
+        };
+        let (x, x2) = match staged.direct_in {
+            None => (a.slice(..in_len), None),
+            Some(DirectIn::Whole(p, off)) => (run((p, off), in_len)?, None),
+            Some(DirectIn::Pair([r0, r1])) => (run(r0, in_len / 2)?, Some(run(r1, in_len / 2)?)),
+        };
+        let y = match staged.direct_out {
+            None => c.slice_mut(..out_len),
+            Some(off) => me.out.slice_mut(off..off + out_len),
+        };
+        Ok(Operands {
+            x,
+            x2,
+            y,
+            cols,
+            tables,
+            w: &me.w,
+            others,
+        })
+    }
 }
 
 /// The CUDA device.
@@ -332,6 +474,9 @@ impl CudaDevice {
     fn stage(&mut self, model: &Model, at: NodeStep, members: &[Member]) -> Result<()> {
         let i = at.node.idx();
         self.staged.clear();
+        if writes_in_place(&model.nodes[i].op) {
+            self.stage_direct_out(model, i, members)?;
+        }
         match &model.nodes[i].op {
             Op::Input { .. } => return Ok(()),
             Op::Lstm { .. } => self.stage_lstm(model, i, members)?,
@@ -341,7 +486,9 @@ impl CudaDevice {
             Op::Embedding { .. } => self.stage_embedding(model, i, members)?,
             _ => self.stage_gather(model, i, members)?,
         }
-        self.stage_scatter(model, i, members)?;
+        if self.staged.direct_out.is_none() {
+            self.stage_scatter(model, i, members)?;
+        }
         self.upload_tables()
     }
 

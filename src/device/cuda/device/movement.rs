@@ -1,9 +1,11 @@
 //! Moving rows between the members' slots and scratch: the gather that assembles a node's
 //! input rows from wherever each member's producers left them (one `copy_segments` launch per
 //! source buffer), the scatter that writes the computed rows back to the members' output slots,
-//! and the capture that copies final outputs to the host for `verify`. A node's index tables
-//! (segment tables, index arrays) are staged on the host before its first launch and uploaded
-//! in one copy (`upload_tables`); the launches then read them at their offsets.
+//! and the capture that copies final outputs to the host for `verify`. Neither is staged where
+//! the op reads its producer's rows or writes its own rows in place (`stage_gather`,
+//! `stage_direct_out`). A node's index tables (segment tables, index arrays) are staged on the
+//! host before its first launch and uploaded in one copy (`upload_tables`); the launches then
+//! read them at their offsets.
 
 use super::*;
 
@@ -88,7 +90,143 @@ impl CudaDevice {
             }
         }
         self.staged.rows = rows;
-        self.stage_segs();
+        let feat = layout.nodes[i].feat;
+        if let (Op::Flatten | Op::Concat | Op::Take { .. }, Some(off)) =
+            (&node.op, self.staged.direct_out)
+        {
+            // a row copy writing in place gathers straight into its rows, unless it reads
+            // its own buffer
+            let own = self
+                .segs
+                .iter()
+                .any(|s| matches!(s.src, Src::Node { node, .. } if node == i));
+            if own || width != feat {
+                self.staged.direct_out = None;
+            } else {
+                self.staged.gather_into = Some((i, off));
+            }
+            self.stage_segs();
+            return Ok(());
+        }
+        let direct = match (reads_in_place(&node.op), self.whole_run(i, rows * width)) {
+            (false, _) => None,
+            // a row copy's scatter reads its input rows `feat` apart
+            (true, _)
+                if matches!(node.op, Op::Flatten | Op::Concat | Op::Take { .. })
+                    && width != feat =>
+            {
+                None
+            }
+            (true, Some((p, off))) => Some(DirectIn::Whole(p, off)),
+            (true, None) if matches!(node.op, Op::Add { .. }) && width == 2 * feat => {
+                let ws: Vec<usize> = node
+                    .in_shapes
+                    .iter()
+                    .map(|s| s.feat.iter().product())
+                    .collect();
+                self.input_runs(model, i, members, &ws)?;
+                match self.staged.runs[..] {
+                    [Some(r0), Some(r1)] if ws == [feat, feat] => Some(DirectIn::Pair([r0, r1])),
+                    _ => None,
+                }
+            }
+            (true, None) => None,
+        };
+        self.staged.direct_in = direct;
+        if direct.is_some() {
+            self.segs.clear();
+        } else {
+            self.stage_segs();
+        }
+        Ok(())
+    }
+
+    /// The producer and offset when the gather in `self.segs` (of `len` elements into scratch
+    /// A) reads one contiguous run of one producer's buffer (not node `i`'s) in order: every
+    /// segment from that buffer, each at the same distance from its destination, together
+    /// covering all `len` elements (the segments never overlap). Then that run is what the
+    /// gather would assemble, and the op can read it in place.
+    fn whole_run(&self, i: usize, len: usize) -> Option<(usize, usize)> {
+        let mut run = None;
+        let mut covered = 0;
+        for s in &self.segs {
+            let Src::Node { node, off } = s.src else {
+                return None;
+            };
+            let base = off.checked_sub(s.dst)?;
+            if node == i || run.is_some_and(|r| r != (node, base)) {
+                return None;
+            }
+            run = Some((node, base));
+            covered += s.len;
+        }
+        run.filter(|_| covered == len)
+    }
+
+    /// Sets `staged.runs`: for each input of node `i` (`ws` its widths), its run when its
+    /// rows for `members` are one contiguous run of one producer's buffer (not node `i`'s), row
+    /// after row (as [`Self::whole_run`] for one input).
+    fn input_runs(
+        &mut self,
+        model: &Model,
+        i: usize,
+        members: &[Member],
+        ws: &[usize],
+    ) -> Result<()> {
+        let node = &model.nodes[i];
+        let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
+        let runs = &mut self.staged.runs;
+        runs.clear();
+        for (k, inp) in node.inputs.iter().enumerate() {
+            let w = ws[k];
+            let (mut run, mut ok, mut covered, mut rows) = (None, true, 0, 0);
+            for m in members {
+                for r in 0..Layout::rows(node, m.len) {
+                    layout.input_segs(model, node, inp, m, r, |s| {
+                        let base = match s.src {
+                            Src::Node { node, off } if node != i => {
+                                off.checked_sub(rows * w + s.dst).map(|b| (node, b))
+                            }
+                            _ => None,
+                        };
+                        match base {
+                            Some(b) if run.is_none() || run == Some(b) => run = Some(b),
+                            _ => ok = false,
+                        }
+                        covered += s.len;
+                    });
+                    rows += 1;
+                }
+            }
+            runs.push(run.filter(|_| ok && covered == rows * w));
+        }
+        Ok(())
+    }
+
+    /// Stages node `i`'s output in place when its rows for `members` are one contiguous run of
+    /// its buffer, in order (`staged.direct_out`); the op then computes into them and no
+    /// scatter follows.
+    pub(super) fn stage_direct_out(
+        &mut self,
+        model: &Model,
+        i: usize,
+        members: &[Member],
+    ) -> Result<()> {
+        let node = &model.nodes[i];
+        let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
+        let feat = layout.nodes[i].feat;
+        let (mut first, mut r_at) = (None, 0);
+        for m in members {
+            for r in 0..Layout::rows(node, m.len) {
+                let o = layout.offset(i, m.slot, layout.out_pos(model, i, m.step, r, m.len));
+                let o0 = *first.get_or_insert(o);
+                if o != o0 + r_at * feat {
+                    return Ok(());
+                }
+                r_at += 1;
+            }
+        }
+        self.staged.direct_out = first;
         Ok(())
     }
 
@@ -188,7 +326,8 @@ impl CudaDevice {
             .map_err(cuda_err)
     }
 
-    /// Runs the staged gather into scratch A; returns the row count.
+    /// Runs the staged gather into scratch A (or a row copy's own output rows, see
+    /// [`Staged::gather_into`]); returns the row count.
     pub(super) fn gather(&mut self) -> Result<usize> {
         let CudaDevice {
             stream,
@@ -200,22 +339,41 @@ impl CudaDevice {
         } = self;
         let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
         for g in &staged.gathers {
-            let src: &CudaSlice<f32> = match g.src {
-                Src::Node { node, .. } => &nodes[node].out,
-                Src::Fill(_) => &nodes[0].out, // unread: every segment is a fill
-            };
             let fill = match g.src {
                 Src::Fill(v) => v,
                 Src::Node { .. } => 0.0,
             };
             // SAFETY: every segment lies inside its source buffer and inside scratch A (sized
-            // at prepare for the largest gather).
-            unsafe { copy_segments(stream, funcs, src, &mut sc.a, &sc.tables, *g, fill) }?;
+            // at prepare for the largest gather), or inside the node's own output rows.
+            match staged.gather_into {
+                None => {
+                    let src = match g.src {
+                        Src::Node { node, .. } => nodes[node].out.slice(..),
+                        Src::Fill(_) => nodes[0].out.slice(..), // unread: every segment is a fill
+                    };
+                    let mut dst = sc.a.slice_mut(..);
+                    unsafe { copy_segments(stream, funcs, &src, &mut dst, &sc.tables, *g, fill) }?;
+                }
+                Some((i, off)) => {
+                    let (lo, rest) = nodes.split_at_mut(i);
+                    let (me, hi) = rest
+                        .split_first_mut()
+                        .ok_or_else(|| missing("node buffer"))?;
+                    let src = match g.src {
+                        Src::Node { node, .. } => Others { lo, hi }.get(node)?.out.slice(..),
+                        Src::Fill(_) => sc.a.slice(..), // unread: every segment is a fill
+                    };
+                    let mut dst = me.out.slice_mut(off..);
+                    unsafe { copy_segments(stream, funcs, &src, &mut dst, &sc.tables, *g, fill) }?;
+                }
+            }
         }
         Ok(staged.rows)
     }
 
-    /// Runs the staged scatter of scratch `from` to node `i`'s output rows.
+    /// Runs the staged scatter of scratch `from` to node `i`'s output rows; none when the op
+    /// computed into them in place. Scratch A's rows come from the producer's run when the op
+    /// reads its input in place.
     pub(super) fn scatter(&mut self, i: usize, from: Buf) -> Result<()> {
         let CudaDevice {
             stream,
@@ -225,14 +383,34 @@ impl CudaDevice {
             staged,
             ..
         } = self;
+        if staged.direct_out.is_some() {
+            return Ok(());
+        }
         let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
         let g = staged.scatter.ok_or_else(|| missing("scatter table"))?;
-        let src = match from {
-            Buf::A => &sc.a,
-            Buf::C => &sc.c,
+        let (lo, rest) = nodes.split_at_mut(i);
+        let (me, hi) = rest
+            .split_first_mut()
+            .ok_or_else(|| missing("node buffer"))?;
+        let others = Others { lo, hi };
+        let src = match (from, staged.direct_in) {
+            (Buf::A, Some(DirectIn::Whole(p, off))) => others.get(p)?.out.slice(off..),
+            (Buf::A, Some(DirectIn::Pair(_))) => return Err(missing("scatter source")),
+            (Buf::A, None) => sc.a.slice(..),
+            (Buf::C, _) => sc.c.slice(..),
         };
         // SAFETY: offsets come from the layout the buffers were allocated with.
-        unsafe { copy_segments(stream, funcs, src, &mut nodes[i].out, &sc.tables, g, 0.0) }
+        unsafe {
+            copy_segments(
+                stream,
+                funcs,
+                &src,
+                &mut me.out.slice_mut(..),
+                &sc.tables,
+                g,
+                0.0,
+            )
+        }
     }
 
     /// Copies node `i`'s output rows of `members` to the host, when capturing: only those
@@ -277,8 +455,8 @@ impl CudaDevice {
 pub(super) unsafe fn copy_segments(
     stream: &CudaStream,
     funcs: &HashMap<String, CudaFunction>,
-    src: &CudaSlice<f32>,
-    dst: &mut CudaSlice<f32>,
+    src: &CudaView<f32>,
+    dst: &mut CudaViewMut<f32>,
     tables: &CudaSlice<i64>,
     g: SegCopy,
     fill: f32,

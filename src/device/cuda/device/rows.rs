@@ -72,6 +72,8 @@ impl CudaDevice {
             )));
         };
         let rows = self.gather()?;
+        let kin = self.nodes[i].in_feat;
+        let tied = self.nodes[i].tied;
         let CudaDevice {
             stream,
             funcs,
@@ -81,10 +83,20 @@ impl CudaDevice {
             ..
         } = self;
         let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
-        let pos_v = i32s(&sc.tables, staged.i32a, rows)?;
-        let table = match nodes[i].tied {
-            Some(t) => nodes[t].w.w.as_ref(),
-            None => nodes[i].w.w.as_ref(),
+        // the token ids in scratch A or the producer's rows, the outputs in scratch C or the
+        // node's own rows
+        let Operands {
+            x: ids,
+            mut y,
+            tables,
+            w: own,
+            others,
+            ..
+        } = Self::operands(nodes, sc, staged, i, rows * kin, rows * dim)?;
+        let pos_v = i32s(tables, staged.i32a, rows)?;
+        let table = match tied {
+            Some(t) => others.get(t)?.w.w.as_ref(),
+            None => own.w.as_ref(),
         }
         .ok_or_else(|| missing("embedding table"))?;
         let null = 0u64;
@@ -105,20 +117,20 @@ impl CudaDevice {
             (*positions).max(1) as i32,
         ];
         let mut b = stream.launch_builder(f);
-        b.arg(&sc.a).arg(&pos_v).arg(table);
-        match &nodes[i].w.extra {
+        b.arg(&ids).arg(&pos_v).arg(table);
+        match &own.extra {
             Some(e) => b.arg(e),
             None => b.arg(&null),
         };
-        match &nodes[i].w.bias {
+        match &own.bias {
             Some(e) => b.arg(e),
             None => b.arg(&null),
         };
-        b.arg(&mut sc.c);
+        b.arg(&mut y);
         for x in &v {
             b.arg(x);
         }
-        // SAFETY: rows ids in A, rows·dim outputs in C.
+        // SAFETY: rows ids in, rows·dim outputs.
         unsafe { b.launch(elems(rows * dim)) }.map_err(cuda_err)?;
         self.scatter(i, Buf::C)?;
         Ok(())
@@ -129,47 +141,72 @@ impl CudaDevice {
         let rows = self.gather()?;
         let kin = self.nodes[i].in_feat;
         let feat = self.layout.as_ref().ok_or_else(|| missing("layout"))?.nodes[i].feat;
+        let null = 0u64;
+        let (r_i, n_i) = (rows as i32, feat as i32);
+        match &node.op {
+            // row copies: the scatter copies the gathered (or the producer's) rows
+            Op::Flatten | Op::Concat | Op::Take { .. } => return self.scatter(i, Buf::A),
+            Op::Activation { kind } => {
+                let CudaDevice {
+                    stream,
+                    funcs,
+                    scratch,
+                    ..
+                } = self;
+                let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
+                let f = funcs.get("bias_act").ok_or_else(|| missing("bias_act"))?;
+                let a_i = act_code(*kind);
+                let mut b = stream.launch_builder(f);
+                b.arg(&mut sc.a).arg(&null).arg(&r_i).arg(&n_i).arg(&a_i);
+                // SAFETY: rows·feat values in A, in place.
+                unsafe { b.launch(elems(rows * feat)) }.map_err(cuda_err)?;
+                return self.scatter(i, Buf::A);
+            }
+            _ => {}
+        }
         let CudaDevice {
             stream,
             funcs,
             nodes,
             scratch,
+            staged,
             ..
         } = self;
         let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
-        let null = 0u64;
-        let (r_i, n_i) = (rows as i32, feat as i32);
+        // the input rows in scratch A or the producers' rows, the outputs in scratch C or the
+        // node's own rows
+        let Operands {
+            x, x2, mut y, w, ..
+        } = Self::operands(nodes, sc, staged, i, rows * kin, rows * feat)?;
         let get = |n: &str| funcs.get(n).ok_or_else(|| missing(n));
-        let from = match &node.op {
-            Op::Flatten | Op::Concat | Op::Take { .. } => Buf::A,
+        match &node.op {
             Op::Add { act } => {
-                let parts = (kin / feat.max(1)) as i32;
                 let a_i = act_code(*act);
-                let mut b = stream.launch_builder(get("sum_parts")?);
-                b.arg(&sc.a)
-                    .arg(&mut sc.c)
-                    .arg(&r_i)
-                    .arg(&n_i)
-                    .arg(&parts)
-                    .arg(&a_i);
-                // SAFETY: rows·parts·feat inputs, rows·feat outputs.
-                unsafe { b.launch(elems(rows * feat)) }.map_err(cuda_err)?;
-                Buf::C
-            }
-            Op::Activation { kind } => {
-                let a_i = act_code(*kind);
-                let mut b = stream.launch_builder(get("bias_act")?);
-                b.arg(&mut sc.a).arg(&null).arg(&r_i).arg(&n_i).arg(&a_i);
-                // SAFETY: rows·feat values in A, in place.
-                unsafe { b.launch(elems(rows * feat)) }.map_err(cuda_err)?;
-                Buf::A
+                if let Some(x2) = x2 {
+                    // both inputs read in place
+                    let n = (rows * feat) as i64;
+                    let mut b = stream.launch_builder(get("add_pair")?);
+                    b.arg(&x).arg(&x2).arg(&mut y).arg(&n).arg(&a_i);
+                    // SAFETY: rows·feat values in each input and out.
+                    unsafe { b.launch(elems(rows * feat)) }.map_err(cuda_err)?;
+                } else {
+                    let parts = (kin / feat.max(1)) as i32;
+                    let mut b = stream.launch_builder(get("sum_parts")?);
+                    b.arg(&x)
+                        .arg(&mut y)
+                        .arg(&r_i)
+                        .arg(&n_i)
+                        .arg(&parts)
+                        .arg(&a_i);
+                    // SAFETY: rows·parts·feat inputs, rows·feat outputs.
+                    unsafe { b.launch(elems(rows * feat)) }.map_err(cuda_err)?;
+                }
             }
             Op::BatchNorm => {
                 let per = (feat / node.out.feat[0].max(1)) as i32;
-                let w = &nodes[i].w;
                 let mut b = stream.launch_builder(get("batchnorm_rows")?);
-                b.arg(&sc.a)
-                    .arg(&mut sc.c)
+                b.arg(&x)
+                    .arg(&mut y)
                     .arg(w.scale.as_ref().ok_or_else(|| missing("bn scale"))?)
                     .arg(w.shift.as_ref().ok_or_else(|| missing("bn shift"))?)
                     .arg(&r_i)
@@ -177,35 +214,30 @@ impl CudaDevice {
                     .arg(&per);
                 // SAFETY: rows·feat values.
                 unsafe { b.launch(elems(rows * feat)) }.map_err(cuda_err)?;
-                Buf::C
             }
             Op::LayerNorm => {
-                let w = &nodes[i].w;
                 let mut b = stream.launch_builder(get("layernorm_rows")?);
-                b.arg(&sc.a)
-                    .arg(&mut sc.c)
+                b.arg(&x)
+                    .arg(&mut y)
                     .arg(w.scale.as_ref().ok_or_else(|| missing("ln gamma"))?)
                     .arg(w.shift.as_ref().ok_or_else(|| missing("ln beta"))?)
                     .arg(&n_i);
                 // SAFETY: one block per row.
                 unsafe { b.launch(blocks(rows, 256, 0)) }.map_err(cuda_err)?;
-                Buf::C
             }
             Op::Softmax => {
                 let one = 1.0f32;
                 let mut b = stream.launch_builder(get("softmax_rows")?);
-                b.arg(&sc.a).arg(&mut sc.c).arg(&n_i).arg(&one);
+                b.arg(&x).arg(&mut y).arg(&n_i).arg(&one);
                 // SAFETY: one block per row.
                 unsafe { b.launch(blocks(rows, 256, 0)) }.map_err(cuda_err)?;
-                Buf::C
             }
             Op::Argmax => {
                 let k_i = kin as i32;
                 let mut b = stream.launch_builder(get("argmax_rows")?);
-                b.arg(&sc.a).arg(&mut sc.c).arg(&k_i);
+                b.arg(&x).arg(&mut y).arg(&k_i);
                 // SAFETY: one block of 1024 threads per row (the kernel's shared arrays).
                 unsafe { b.launch(blocks(rows, 1024, 0)) }.map_err(cuda_err)?;
-                Buf::C
             }
             other => {
                 return Err(Error::Internal(format!(
@@ -213,7 +245,7 @@ impl CudaDevice {
                     other.kind_name()
                 )))
             }
-        };
-        self.scatter(i, from)
+        }
+        self.scatter(i, Buf::C)
     }
 }
