@@ -417,6 +417,7 @@ fn policy_strings_are_checked() {
         "graph:5:9",
         "fifo",
         "graph:1:2:3",
+        "lazy+cell:strict",
     ] {
         let e = policy::parse(bad, 8)
             .err()
