@@ -830,3 +830,44 @@ fn lazy_beats_the_best_graph_batching_at_high_load_where_batching_pays() {
         assert!(lazy.throughput_rps >= 0.99 * g.throughput_rps, "{w}");
     }
 }
+
+/// A policy that breaks the engine's contract in one of two ways.
+struct Misbehaving {
+    waits_for_now: bool,
+}
+impl policy::Policy for Misbehaving {
+    fn name(&self) -> String {
+        "misbehaving".into()
+    }
+    fn decide(&mut self, v: &policy::View) -> policy::Decision {
+        if self.waits_for_now {
+            policy::Decision::WaitUntil(v.now)
+        } else {
+            policy::Decision::Run
+        }
+    }
+}
+
+#[test]
+fn a_policy_that_breaks_the_contract_is_an_error_not_a_hang() {
+    // running an empty BatchTable, or waiting for a moment that has passed (which would spin
+    // forever), ends the run with an error naming the policy
+    let m = fixture("eight_nodes.toml");
+    let pred = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 1);
+    for (waits_for_now, says) in [
+        (false, "ran an empty BatchTable"),
+        (true, "waits for the past"),
+    ] {
+        let e = engine::run(
+            &engine::Setup::new(&m, &pred, Nanos::from_ms(100.0), 8),
+            &mut UnitDevice,
+            &mut Misbehaving { waits_for_now },
+            &mut VirtualClock::new(),
+            &[Arrival::default()],
+        )
+        .err()
+        .unwrap_or_else(|| panic!("{says}: accepted"))
+        .to_string();
+        assert!(e.contains("misbehaving") && e.contains(says), "{e}");
+    }
+}
