@@ -804,5 +804,15 @@ mod tests {
             (oracle_admits(&long, 4, 65.0), oracle_admits(&long, 4, 64.9)),
             (1, 0)
         );
+        // and when the member with the most left comes first: request 0, predicted 6 steps
+        // (24 ms from step 1), leads; the newcomer joins at step 0 in 7 ms: 7 + 24 × 2 = 55
+        let first = [(4, 1, 4, 5), (4, 0, 4, 0)];
+        assert_eq!(
+            (
+                oracle_admits(&first, 4, 55.0),
+                oracle_admits(&first, 4, 54.9)
+            ),
+            (1, 0)
+        );
     }
 }
