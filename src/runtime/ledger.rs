@@ -204,9 +204,11 @@ mod tests {
             e.contains("request 1 completed but it is not in the server"),
             "{e}"
         );
-        // an id that never arrived
-        let e = l.complete(RequestId(7)).unwrap_err().to_string();
-        assert!(e.contains("request 7"), "{e}");
+        // ids that never arrived: far beyond, and the very next one (just past the window)
+        for never in [7, 3] {
+            let e = l.complete(RequestId(never)).unwrap_err().to_string();
+            assert!(e.contains(&format!("request {never}")), "{e}");
+        }
         // the first id to leave, gone from the window, cannot leave again either
         l.complete(RequestId(0)).unwrap();
         assert!(l.reject(RequestId(0)).is_err());

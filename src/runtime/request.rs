@@ -8,13 +8,6 @@ use serde::Serialize;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 pub struct RequestId(pub u32);
 
-impl RequestId {
-    /// As a vector index.
-    pub fn idx(self) -> usize {
-        self.0 as usize
-    }
-}
-
 /// One inference request and its life.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Request {
