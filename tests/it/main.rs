@@ -15,6 +15,33 @@ mod reproduce;
 mod runtime;
 mod statistics;
 
+/// A device where every node takes 1 ms whatever the batch (the paper's time units); the input
+/// node (a copy into the preallocated buffer) takes no time, so the times match the figure.
+pub struct UnitDevice;
+impl lazybatch::device::Device for UnitDevice {
+    fn name(&self) -> &'static str {
+        "unit"
+    }
+    fn is_virtual(&self) -> bool {
+        true
+    }
+    fn prepare(&mut self, _: &lazybatch::graph::Model, _: u32) -> lazybatch::Result<()> {
+        Ok(())
+    }
+    fn execute(
+        &mut self,
+        _: &lazybatch::graph::Model,
+        at: lazybatch::graph::NodeStep,
+        _: &[lazybatch::device::Member],
+    ) -> lazybatch::Result<lazybatch::device::Timing> {
+        let ms = if at.node.0 == 0 { 0.0 } else { 1.0 };
+        Ok(lazybatch::device::Timing {
+            time: lazybatch::time::Nanos::from_ms(ms),
+            ..lazybatch::device::Timing::default()
+        })
+    }
+}
+
 /// An empty scratch directory for one test, unique to this test process.
 pub fn fresh_dir(name: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("lazybatch-{name}-{}", std::process::id()));

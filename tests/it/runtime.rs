@@ -3,9 +3,8 @@
 
 use lazybatch::bench::{Bench, RunConfig};
 use lazybatch::device::npu::NpuConfig;
-use lazybatch::device::{Device, Member, Timing};
 use lazybatch::engine;
-use lazybatch::graph::{zoo, Lengths, Model, NodeStep};
+use lazybatch::graph::{zoo, Lengths, Model};
 use lazybatch::policy;
 use lazybatch::profile::Profile;
 use lazybatch::runtime::Predictor;
@@ -13,27 +12,7 @@ use lazybatch::time::{Nanos, VirtualClock};
 use lazybatch::traffic::Arrival;
 use proptest::prelude::*;
 
-/// A device where every node takes 1 ms whatever the batch (the paper's time units); the input
-/// node (a copy into the preallocated buffer) takes no time, so the times match the figure.
-struct UnitDevice;
-impl Device for UnitDevice {
-    fn name(&self) -> &'static str {
-        "unit"
-    }
-    fn is_virtual(&self) -> bool {
-        true
-    }
-    fn prepare(&mut self, _: &Model, _: u32) -> lazybatch::Result<()> {
-        Ok(())
-    }
-    fn execute(&mut self, _: &Model, at: NodeStep, _: &[Member]) -> lazybatch::Result<Timing> {
-        let ms = if at.node.0 == 0 { 0.0 } else { 1.0 };
-        Ok(Timing {
-            time: Nanos::from_ms(ms),
-            ..Timing::default()
-        })
-    }
-}
+use crate::UnitDevice;
 
 fn fixture(name: &str) -> Model {
     zoo::load(&format!(

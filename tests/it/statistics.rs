@@ -2,9 +2,8 @@
 //! wait (Pollaczek–Khinchine) for Serial on a constant-time device, and exact percentiles,
 //! means and throughput where every latency is known in advance.
 
-use lazybatch::device::{Device, Member, Timing};
 use lazybatch::engine;
-use lazybatch::graph::{zoo, Model, NodeStep};
+use lazybatch::graph::{zoo, Model};
 use lazybatch::metrics::{KeepRecords, Stats};
 use lazybatch::policy;
 use lazybatch::profile::Profile;
@@ -12,26 +11,7 @@ use lazybatch::runtime::Predictor;
 use lazybatch::time::{Nanos, VirtualClock};
 use lazybatch::traffic::{self, Arrival};
 
-/// Every node but the input takes 1 ms at any batch size: the eight-node graph serves a
-/// request in exactly 8 ms.
-struct Constant;
-impl Device for Constant {
-    fn name(&self) -> &'static str {
-        "constant"
-    }
-    fn is_virtual(&self) -> bool {
-        true
-    }
-    fn prepare(&mut self, _: &Model, _: u32) -> lazybatch::Result<()> {
-        Ok(())
-    }
-    fn execute(&mut self, _: &Model, at: NodeStep, _: &[Member]) -> lazybatch::Result<Timing> {
-        Ok(Timing {
-            time: Nanos::from_ms(if at.node.0 == 0 { 0.0 } else { 1.0 }),
-            ..Timing::default()
-        })
-    }
-}
+use crate::UnitDevice;
 
 fn eight_nodes() -> Model {
     zoo::load(concat!(
@@ -41,7 +21,8 @@ fn eight_nodes() -> Model {
     .unwrap()
 }
 
-/// Serves `arrivals` under `policy` on the constant device.
+/// Serves `arrivals` under `policy` on the unit device (the eight-node graph serves a request
+/// in exactly 8 ms).
 fn serve(policy: &str, arrivals: &[Arrival]) -> Stats {
     let m = eight_nodes();
     let pred = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 1);
@@ -52,7 +33,7 @@ fn serve(policy: &str, arrivals: &[Arrival]) -> Stats {
     };
     engine::run(
         &setup,
-        &mut Constant,
+        &mut UnitDevice,
         pol.as_mut(),
         &mut VirtualClock::new(),
         arrivals,

@@ -79,10 +79,11 @@ fn missing(what: &str) -> Error {
     Error::Internal(format!("cuda device: {what} missing (not prepared?)"))
 }
 
-/// Whether op `op` can read its whole input in place from one producer's rows (conv.rs,
-/// linear.rs, rows.rs take [`Operands`]; a row copy reads the producer in its scatter). Not an
+/// Whether op `op` works on [`Operands`]: it can read its whole input in place from one
+/// producer's rows and compute straight into its own output rows (conv.rs, linear.rs, rows.rs;
+/// a row copy reads the producer in its scatter and gathers into its output rows). Not an
 /// activation (in place over its input), LSTM or attention (their own staging).
-fn reads_in_place(op: &Op) -> bool {
+fn in_place(op: &Op) -> bool {
     matches!(
         op,
         Op::Conv2d { .. }
@@ -97,26 +98,6 @@ fn reads_in_place(op: &Op) -> bool {
             | Op::Flatten
             | Op::Concat
             | Op::Take { .. }
-    )
-}
-
-/// Whether op `op` can compute straight into its output rows ([`Operands::y`]; a row copy
-/// gathers into them).
-fn writes_in_place(op: &Op) -> bool {
-    matches!(
-        op,
-        Op::Conv2d { .. }
-            | Op::Flatten
-            | Op::Concat
-            | Op::Take { .. }
-            | Op::Pool { .. }
-            | Op::Linear { .. }
-            | Op::Embedding { .. }
-            | Op::Add { .. }
-            | Op::BatchNorm
-            | Op::LayerNorm
-            | Op::Softmax
-            | Op::Argmax
     )
 }
 
@@ -474,7 +455,7 @@ impl CudaDevice {
     fn stage(&mut self, model: &Model, at: NodeStep, members: &[Member]) -> Result<()> {
         let i = at.node.idx();
         self.staged.clear();
-        if writes_in_place(&model.nodes[i].op) {
+        if in_place(&model.nodes[i].op) {
             self.stage_direct_out(model, i, members)?;
         }
         match &model.nodes[i].op {

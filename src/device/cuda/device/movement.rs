@@ -108,7 +108,7 @@ impl CudaDevice {
             self.stage_segs();
             return Ok(());
         }
-        let direct = match (reads_in_place(&node.op), self.whole_run(i, rows * width)) {
+        let direct = match (in_place(&node.op), self.whole_run(i, rows * width)) {
             (false, _) => None,
             // a row copy's scatter reads its input rows `feat` apart
             (true, _)
