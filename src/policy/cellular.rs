@@ -100,3 +100,48 @@ fn parse_cellular(_: &str, params: &[&str], max: u32) -> std::result::Result<Par
         ..Parsed::plain(move |name| Box::new(Cellular::new(w, b, name)))
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{zoo, NodeId};
+
+    fn fixture(f: &str) -> Model {
+        zoo::load(&format!(
+            "{}/tests/fixtures/{f}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap()
+    }
+
+    fn at(n: usize, step: u32) -> NodeStep {
+        NodeStep {
+            node: NodeId(n as u32),
+            step,
+        }
+    }
+
+    #[test]
+    fn newcomers_join_only_at_the_first_loops_first_layer() {
+        // lstm_stack: the input, then the LSTM loop
+        let m = zoo::load("lstm_stack").unwrap();
+        let first = m.loops[0].first.idx();
+        assert!(first > 0, "the input stands in front of the loop");
+        for n in 0..m.nodes.len() {
+            for step in [0, 2] {
+                assert_eq!(
+                    joinable(&m, at(n, step)),
+                    n == first,
+                    "node {n} step {step}"
+                );
+            }
+        }
+        // an embedding in front of the loop: never (tiny_seq2seq's encoder)
+        let m = fixture("tiny_seq2seq.toml");
+        assert!((0..m.nodes.len()).all(|n| !joinable(&m, at(n, 0))));
+        // a model without loops has no cell to join at
+        let m = fixture("eight_nodes.toml");
+        assert!(m.loops.is_empty());
+        assert!((0..m.nodes.len()).all(|n| !joinable(&m, at(n, 0))));
+    }
+}

@@ -406,3 +406,36 @@ fn an_entry_merged_across_steps_counts_each_members_own_step() {
         (1, 0)
     );
 }
+
+#[test]
+fn a_co_located_newcomer_is_priced_by_its_own_model() {
+    // eight_nodes (9 nodes, 9 ms alone) beside grouped_convs (6 nodes, 6 ms alone): request 0
+    // of the first model stands at node C at t = 3 ms (6 ms left); a newcomer for the second
+    // model adds its own 6 ms, so both are done by 3 + 6 + 6 = 15 ms (priced as the first
+    // model's, 18 ms)
+    let load = |f: &str| {
+        zoo::load(&format!(
+            "{}/tests/fixtures/{f}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+    };
+    let m = Model::compose(vec![
+        load("eight_nodes.toml").unwrap(),
+        load("grouped_convs.toml").unwrap(),
+    ]);
+    let p = Predictor::new(&m, &Profile::uniform(&m, 8, ms(1.0)), 3);
+    for (deadline0, want) in [(15.0, 1), (14.9, 0)] {
+        let mut newcomer = req(1, 3.0, 90.0);
+        newcomer.part = 1;
+        let rs = [req(0, 0.0, deadline0), newcomer];
+        let got = admitted(decide_in(
+            (m.clone(), p.clone()),
+            &mut Lazy::conservative(),
+            &rs,
+            &[(&[0], 3)],
+            &[1],
+            3.0,
+        ));
+        assert_eq!(got, want, "in-flight deadline {deadline0} ms");
+    }
+}
