@@ -3,7 +3,8 @@
 # the CPU reference, model by model and op by op; preemption and merging on the GPU), `verify
 # --ops` (the first node that differs from the CPU, if any), `cargo bench --bench cuda` (GEMM
 # nodes against cuBLAS on the same shapes, scheduler share of node time), `profile --device cuda`
-# for ResNet-50, GNMT and Transformer, and a GraphB-vs-LazyB `compare --device cuda` at a low and
+# for ResNet-50, GNMT and Transformer (ResNet-50 and the Transformer also with --cuda-graphs, the
+# node times with and without CUDA graphs side by side), and a GraphB-vs-LazyB `compare --device cuda` at a low and
 # a high load. Writes everything to ${OUT:-out/gpu-check} and a summary to report.md there.
 # Needs the NVIDIA driver; cuBLAS and NVRTC 13 from the CUDA toolkit or from pip
 # (nvidia-cublas, nvidia-cuda-nvrtc) on LD_LIBRARY_PATH.
@@ -20,7 +21,8 @@
 # in wall time: Serial capacity ≈ 330 req/s for ResNet-50 (74 nodes), ≈ 50 for GNMT (≈ 500
 # node executions a request), ≈ 12 for the Transformer (≈ 2,000), so 6 policies × 2 loads take
 # ≈ 0.7, 1.8 and 7 min with 500 ResNet and 200 seq2seq requests: about 16 minutes in all (the
-# Transformer at 500 requests alone would take 18).
+# Transformer at 500 requests alone would take 18), plus 2 minutes for the two profiles and the
+# verify with --cuda-graphs: about 18 minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-out/gpu-check}"
@@ -102,6 +104,7 @@ img_args() {
     step "verify $m" "$bin" verify --device cuda --model "$m" "${vwidth[@]}" "${img[@]}" --ops
   done
   step "verify resnet50 f16" "$bin" verify --device cuda --precision f16 --model resnet50 "${vwidth[@]}" "${vres[@]}"
+  step "verify gnmt --cuda-graphs" "$bin" verify --device cuda --cuda-graphs --model gnmt "${vwidth[@]}"
   echo '```'
   echo
   echo '## GEMM nodes vs cuBLAS, scheduler share (cargo bench --bench cuda)'
@@ -115,6 +118,13 @@ img_args() {
     echo '```'
     step "profile $m" first_lines "$bin" profile --device cuda --model "$m" "${width[@]}" "${img[@]}" --max-batch "$mb" --save "$out/$m.profile.json"
     echo '```'
+    if [ "$m" != gnmt ]; then
+      echo
+      echo "## profile --device cuda --cuda-graphs --model $m (each node's launches replayed as one CUDA graph)"
+      echo '```'
+      step "profile $m --cuda-graphs" first_lines "$bin" profile --device cuda --cuda-graphs --model "$m" "${width[@]}" "${img[@]}" --max-batch "$mb" --save "$out/$m.graphs.profile.json"
+      echo '```'
+    fi
     echo
     echo "## compare --device cuda --model $m --load 0.3,0.9"
     echo '```'

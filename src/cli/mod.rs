@@ -40,6 +40,7 @@ use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand};
 use lazybatch::bench::{check_sla_ms, Bench, BenchOptions};
 use lazybatch::device::open::{open, Choice, Opened};
+use lazybatch::device::RealOptions;
 use lazybatch::engine::DEFAULT_MAX_PENDING;
 use lazybatch::error::num;
 use lazybatch::graph::loader::Scale;
@@ -225,17 +226,23 @@ struct DeviceArgs {
     /// CUDA: storage precision of GEMM operands, f32 or f16 (f16 accumulates in f32).
     #[arg(long, default_value = "f32")]
     precision: String,
+    /// CUDA: replay each node's launches as a CUDA graph (captured once per launch shape).
+    #[arg(long)]
+    cuda_graphs: bool,
 }
 
 impl DeviceArgs {
+    /// The real device's options.
+    fn real(&self) -> RealOptions {
+        RealOptions {
+            seed: self.weights_seed,
+            precision: self.precision.clone(),
+            cuda_graphs: self.cuda_graphs,
+        }
+    }
     /// The validated device choice (`auto` resolved and said on stderr).
     fn choice(&self) -> Result<Choice> {
-        let c = Choice::new(
-            &self.device,
-            self.npu_config.as_deref(),
-            self.weights_seed,
-            &self.precision,
-        )?;
+        let c = Choice::new(&self.device, self.npu_config.as_deref(), self.real())?;
         if let Some(note) = &c.note {
             eprintln!("{note}");
         }
@@ -249,15 +256,16 @@ impl DeviceArgs {
     }
 }
 
-/// Names the GPU in use on stderr (`cuda: <GPU name> (f32)`).
-fn say_gpu(d: &(dyn lazybatch::device::Device + Send), precision: &str) {
+/// Names the GPU in use on stderr (`cuda: <GPU name> (f32)`, `(f32, CUDA graphs)`).
+fn say_gpu(d: &(dyn lazybatch::device::Device + Send), o: &RealOptions) {
     if d.name() == "cuda" {
         let desc = d.description();
         let gpu = desc
             .strip_prefix("cuda (")
             .and_then(|x| x.strip_suffix(')'))
             .unwrap_or(&desc);
-        eprintln!("cuda: {gpu} ({precision})");
+        let graphs = if o.cuda_graphs { ", CUDA graphs" } else { "" };
+        eprintln!("cuda: {gpu} ({}{graphs})", o.precision);
     }
 }
 
@@ -269,7 +277,7 @@ fn open_bench(model: Model, dev: &DeviceArgs, sv: &Serve) -> Result<Bench> {
     let reps = in_range("--reps", dev.reps, 1, 1000)? as u32;
     let opened = open(&dev.choice()?)?;
     if let Opened::Real(d) = &opened {
-        say_gpu(d.as_ref(), &dev.precision);
+        say_gpu(d.as_ref(), &dev.real());
         match &saved {
             Some(p) => {
                 // "cuda (NVIDIA …)": the kind before the details

@@ -5,6 +5,7 @@ use super::{emit, positive, ModelArgs};
 use anyhow::{bail, Result};
 use clap::Args;
 use lazybatch::device::open::open_real;
+use lazybatch::device::RealOptions;
 use lazybatch::error::num;
 use serde_json::json;
 use std::process::ExitCode;
@@ -28,6 +29,9 @@ pub(super) struct VerifyArgs {
     /// CUDA: storage precision of GEMM operands, f32 or f16.
     #[arg(long, default_value = "f32")]
     precision: String,
+    /// CUDA: replay each node's launches as a CUDA graph (captured once per launch shape).
+    #[arg(long)]
+    cuda_graphs: bool,
     /// CUDA: also compare with the CPU reference node by node (two requests), printing each op
     /// kind's largest relative difference and the first node execution above --tolerance.
     #[arg(long)]
@@ -65,8 +69,13 @@ pub(super) fn run(a: VerifyArgs) -> Result<ExitCode> {
     let mut o = String::new();
     let (n, mb) = check(&a)?;
     let model = a.model.load()?;
-    let mut dev = open_real(&a.device, a.seed, &a.precision)?;
-    super::say_gpu(dev.as_ref(), &a.precision);
+    let opts = RealOptions {
+        seed: a.seed,
+        precision: a.precision.clone(),
+        cuda_graphs: a.cuda_graphs,
+    };
+    let mut dev = open_real(&a.device, &opts)?;
+    super::say_gpu(dev.as_ref(), &opts);
     let t0 = std::time::Instant::now();
     // the CPU must be bit-identical; a GPU's BLAS reorders sums by batch: a stated tolerance
     let gpu = dev.name() == "cuda";

@@ -109,9 +109,34 @@ pub struct RealDevice {
     pub auto: bool,
     /// How many such devices this machine has, or why it cannot be used.
     pub usable: fn() -> Result<i32>,
-    /// Opens the first one, with weights and inputs from `seed`, GEMM operands stored in the
-    /// given precision.
-    pub open: fn(seed: u64, precision: &str) -> Result<Box<dyn Device + Send>>,
+    /// Opens the first one with the given options.
+    pub open: fn(&RealOptions) -> Result<Box<dyn Device + Send>>,
     /// The storage precisions it accepts (`f32` first).
     pub precisions: &'static [&'static str],
+    /// Whether it takes `--cuda-graphs`.
+    pub graphs: bool,
+}
+
+/// How a real device is opened: the seed of its generated weights and inputs
+/// (`--weights-seed`), the storage precision of GEMM operands (`--precision`) and whether a
+/// node's launches replay as CUDA graphs (`--cuda-graphs`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RealOptions {
+    /// Seed of the generated weights and inputs.
+    pub seed: u64,
+    /// `f32` or `f16`.
+    pub precision: String,
+    /// CUDA graphs on.
+    pub cuda_graphs: bool,
+}
+
+impl RealOptions {
+    /// f32, no graphs.
+    pub fn seeded(seed: u64) -> Self {
+        RealOptions {
+            seed,
+            precision: "f32".into(),
+            cuda_graphs: false,
+        }
+    }
 }

@@ -12,7 +12,7 @@ mod cuda_backend;
 pub use cuda_backend::{compile_kernels, KernelFile};
 
 use super::npu::{Npu, NpuConfig};
-use super::{Device, RealDevice};
+use super::{Device, RealDevice, RealOptions};
 use crate::error::{Error, Result};
 
 /// The real devices, in the order `auto` tries them.
@@ -45,10 +45,8 @@ pub struct Choice {
     pub note: Option<String>,
     /// The NPU configuration's name (a shipped name or the file given) and its values.
     pub npu: (String, NpuConfig),
-    /// Seed of the generated weights and inputs of a real device.
-    pub weights_seed: u64,
-    /// A real device's storage precision of GEMM operands (`f32`, `f16`).
-    pub precision: String,
+    /// How a real device is opened (checked against the device chosen).
+    pub real: RealOptions,
 }
 
 /// The real device named `name`, checked to be usable here.
@@ -60,13 +58,8 @@ fn real(name: &str) -> Option<Result<&'static RealDevice>> {
 
 impl Choice {
     /// Checks a device name (`auto`, `npu`, or a real device's), an NPU configuration (a
-    /// shipped name or a TOML file; None: `default`) and a storage precision.
-    pub fn new(
-        device: &str,
-        npu_config: Option<&str>,
-        weights_seed: u64,
-        precision: &str,
-    ) -> Result<Choice> {
+    /// shipped name or a TOML file; None: `default`) and a real device's options.
+    pub fn new(device: &str, npu_config: Option<&str>, opts: RealOptions) -> Result<Choice> {
         let (kind, note) = match device {
             "npu" => (Kind::Npu, None),
             "auto" => auto(),
@@ -86,16 +79,28 @@ impl Choice {
             Kind::Npu => &["f32"],
             Kind::Real(d) => d.precisions,
         };
-        check_precision(accepted, precision)?;
+        check_precision(accepted, &opts.precision)?;
+        check_graphs(kind, &opts)?;
         let name = npu_config.unwrap_or("default").to_string();
         let cfg = NpuConfig::resolve(&name)?;
         Ok(Choice {
             kind,
             note,
             npu: (name, cfg),
-            weights_seed,
-            precision: precision.to_string(),
+            real: opts,
         })
+    }
+}
+
+/// Checks that `--cuda-graphs` goes to a device that takes it.
+fn check_graphs(kind: Kind, real: &RealOptions) -> Result<()> {
+    match kind {
+        Kind::Real(d) if d.graphs => Ok(()),
+        _ if !real.cuda_graphs => Ok(()),
+        k => Err(Error::invalid(
+            "--cuda-graphs",
+            format!("applies to --device cuda, not {k:?}"),
+        )),
     }
 }
 
@@ -166,17 +171,18 @@ pub enum Opened {
 pub fn open(choice: &Choice) -> Result<Opened> {
     Ok(match choice.kind {
         Kind::Npu => Opened::Npu(Npu::new(choice.npu.1.clone())?, choice.npu.0.clone()),
-        Kind::Real(d) => Opened::Real((d.open)(choice.weights_seed, &choice.precision)?),
+        Kind::Real(d) => Opened::Real((d.open)(&choice.real)?),
     })
 }
 
 /// Opens the real device named `name` for `verify`.
-pub fn open_real(name: &str, seed: u64, precision: &str) -> Result<Box<dyn Device + Send>> {
+pub fn open_real(name: &str, o: &RealOptions) -> Result<Box<dyn Device + Send>> {
     match real(name) {
         Some(d) => {
             let d = d?;
-            check_precision(d.precisions, precision)?;
-            (d.open)(seed, precision)
+            check_precision(d.precisions, &o.precision)?;
+            check_graphs(Kind::Real(d), o)?;
+            (d.open)(o)
         }
         None => {
             let known: Vec<&str> = REAL.iter().map(|d| d.name).collect();
@@ -195,8 +201,15 @@ pub fn open_real(name: &str, seed: u64, precision: &str) -> Result<Box<dyn Devic
 mod tests {
     use super::*;
 
+    fn opts(precision: &str) -> RealOptions {
+        RealOptions {
+            precision: precision.into(),
+            ..RealOptions::seeded(1)
+        }
+    }
+
     fn error(device: &str, precision: &str) -> String {
-        match Choice::new(device, None, 1, precision) {
+        match Choice::new(device, None, opts(precision)) {
             Ok(c) => panic!("{device}/{precision} accepted as {:?}", c.kind),
             Err(e) => e.to_string(),
         }
@@ -213,8 +226,8 @@ mod tests {
 
     #[test]
     fn a_precision_is_checked_against_the_device_that_stores_it() {
-        assert!(Choice::new("cpu", None, 1, "f32").is_ok());
-        assert!(Choice::new("npu", None, 1, "f32").is_ok());
+        assert!(Choice::new("cpu", None, opts("f32")).is_ok());
+        assert!(Choice::new("npu", None, opts("f32")).is_ok());
         let e = error("cpu", "f16");
         assert!(
             e.contains("--precision") && e.contains("--device cuda"),
@@ -228,14 +241,33 @@ mod tests {
 
     #[test]
     fn verify_refuses_the_npu_model_and_a_precision_its_device_does_not_store() {
-        let e = open_real("npu", 1, "f32").err().expect("npu is not real");
+        let e = open_real("npu", &opts("f32"))
+            .err()
+            .expect("npu is not real");
         assert!(
             e.to_string().contains("verify runs on a real device"),
             "{e}"
         );
-        let e = open_real("cpu", 1, "f16")
+        let e = open_real("cpu", &opts("f16"))
             .err()
             .expect("cpu stores f32 only");
         assert!(e.to_string().contains("--precision"), "{e}");
+    }
+
+    #[test]
+    fn cuda_graphs_go_to_the_cuda_device_only() {
+        let graphs = RealOptions {
+            cuda_graphs: true,
+            ..opts("f32")
+        };
+        for device in ["cpu", "npu"] {
+            let e = Choice::new(device, None, graphs.clone()).err().unwrap();
+            assert!(
+                e.to_string().contains("--cuda-graphs") && e.to_string().contains("--device cuda"),
+                "{device}: {e}"
+            );
+        }
+        let e = open_real("cpu", &graphs).err().unwrap();
+        assert!(e.to_string().contains("--cuda-graphs"), "{e}");
     }
 }

@@ -6,12 +6,15 @@
 // rows of the operand as stored, or negative sizes (CUBLAS_STATUS_INVALID_VALUE). It is
 // stricter than cuBLAS in one way: an operand that extends past the end of its device
 // allocation (asked of the driver stand-in) is an error, where a GPU would read garbage or fault.
-// Products accumulate in f32, one accumulator per output, the k loop in order.
+// Products accumulate in f32, one accumulator per output, the k loop in order. While the
+// stream captures (driver stand-in), a call is checked and recorded into the graph, its scalars
+// read at the call, as cuBLAS's host pointer mode does.
 #include "shim.h"
 
 #include <dlfcn.h>
 
 #include <cstdio>
+#include <functional>
 #include <vector>
 
 typedef int cublasStatus_t;
@@ -50,6 +53,22 @@ bool inside(const void* p, size_t bytes) {
 
 // The operands' extents: an operand stored as r x c (column-major, leading dimension ld) spans
 // (c - 1) * ld + r elements.
+// Runs `run` now, or records it when the stream captures.
+void now_or_recorded(std::function<void()> run) {
+    typedef bool (*R)(void (*)(void*), void*, void (*)(void*));
+    static R r = [] {
+        void* lib = dlopen("libcuda.so", RTLD_NOW | RTLD_NOLOAD);
+        return lib ? reinterpret_cast<R>(dlsym(lib, "lb_stand_in_record")) : nullptr;
+    }();
+    typedef std::function<void()> F;
+    F* f = new F(std::move(run));
+    auto call = [](void* p) { (*static_cast<F*>(p))(); };
+    auto drop = [](void* p) { delete static_cast<F*>(p); };
+    if (r && r(call, f, drop)) return;
+    (*f)();
+    delete f;
+}
+
 bool outside(const char* f, int ta, int tb, int m, int n, int k, const void* a, int lda, const void* b, int ldb,
              const void* c, int ldc, size_t elem) {
     auto span = [](int r, int cols, int ld) { return r == 0 || cols == 0 ? 0 : ((size_t)(cols - 1) * ld + r); };
@@ -113,9 +132,11 @@ cublasStatus_t cublasSgemm_v2(cublasHandle_t, int ta, int tb, int m, int n, int 
     g_gemms += 1;
     if (bad_dims("cublasSgemm_v2", ta, tb, m, n, k, lda, ldb, ldc)) return INVALID_VALUE;
     if (outside("cublasSgemm_v2", ta, tb, m, n, k, a, lda, b, ldb, c, ldc, 4)) return INVALID_VALUE;
-    gemm(
-        ta, tb, m, n, k, *alpha, a, lda, b, ldb, *beta, c, ldc, [](float x) { return x; },
-        [](float x) { return x; });
+    now_or_recorded([=, alpha = *alpha, beta = *beta] {
+        gemm(
+            ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, [](float x) { return x; },
+            [](float x) { return x; });
+    });
     return SUCCESS;
 }
 
@@ -131,10 +152,13 @@ cublasStatus_t cublasGemmEx(cublasHandle_t, int ta, int tb, int m, int n, int k,
     }
     if (outside("cublasGemmEx", ta, tb, m, n, k, a, lda, b, ldb, c, ldc, 2)) return INVALID_VALUE;
     // CUBLAS_COMPUTE_32F: alpha and beta are f32, products accumulate in f32, C is rounded to f16.
-    gemm(
-        ta, tb, m, n, k, *static_cast<const float*>(alpha), static_cast<const unsigned short*>(a), lda,
-        static_cast<const unsigned short*>(b), ldb, *static_cast<const float*>(beta), static_cast<unsigned short*>(c),
-        ldc, [](unsigned short x) { return lb_host_h2f(x); }, [](float x) { return lb_host_f2h(x); });
+    float al = *static_cast<const float*>(alpha), be = *static_cast<const float*>(beta);
+    now_or_recorded([=] {
+        gemm(
+            ta, tb, m, n, k, al, static_cast<const unsigned short*>(a), lda, static_cast<const unsigned short*>(b), ldb,
+            be, static_cast<unsigned short*>(c), ldc, [](unsigned short x) { return lb_host_h2f(x); },
+            [](float x) { return lb_host_f2h(x); });
+    });
     return SUCCESS;
 }
 

@@ -11,7 +11,11 @@
 //  - barriers and warp shuffles behave as on the GPU (threads of a block run as fibers); a
 //    shuffle in a block that is not whole warps, one that reads a lane outside its warp or a
 //    lane that has exited, and one that only part of a warp reaches abort with the kernel's
-//    name instead of silently computing something.
+//    name instead of silently computing something;
+//  - stream capture and CUDA graphs: while the stream captures, launches, device copies, memsets
+//    and cuBLAS calls are checked as at submission and recorded instead of run; a graph launch
+//    runs the recording in order. A synchronization or a device->host copy during capture fails
+//    and invalidates the capture, as on a GPU.
 // Fibers switch with a few instructions of x86-64 assembly (ucontext's swapcontext makes a
 // system call per switch, which made attention-heavy models take minutes), so the stand-in
 // builds on x86-64 only.
@@ -24,6 +28,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <map>
 #include <mutex>
 #include <set>
@@ -75,10 +81,39 @@ unsigned long long g_allocations = 0;  // every allocation ever made
 // lb_stand_in_counts): kernel launches, host->device copies, device->host copies, blocking syncs
 // (stream, event and context synchronizations).
 unsigned long long g_launches = 0, g_htod = 0, g_dtoh = 0, g_syncs = 0;
+// Graph launches, and the operations recorded into graphs (never counted as launches).
+unsigned long long g_graph_launches = 0, g_recorded = 0;
 void count(unsigned long long& c) {
     std::lock_guard<std::mutex> l(g_lock);
     c += 1;
 }
+
+// ---- stream capture: one capture at a time (lazybatch uses one stream) ----
+
+struct Graph {
+    std::vector<std::function<void()>> ops;
+};
+Graph* g_capture = nullptr;  // the graph being recorded, while a stream captures
+CUstream g_capture_stream = nullptr;
+bool g_capture_invalid = false;
+enum { CAPTURE_UNSUPPORTED = 900, CAPTURE_INVALIDATED = 901, ILLEGAL_STATE = 401 };
+
+// True (and the op recorded) while a stream captures.
+bool record(std::function<void()> op) {
+    if (!g_capture) return false;
+    g_capture->ops.push_back(std::move(op));
+    count(g_recorded);
+    return true;
+}
+
+// An operation that a capture cannot hold (a synchronization, a copy to the host): it fails and
+// invalidates the capture.
+bool refused_in_capture() {
+    if (!g_capture) return false;
+    g_capture_invalid = true;
+    return true;
+}
+
 const size_t PAGE = 4096;
 const size_t TOTAL_BYTES = (size_t)16 << 30;
 
@@ -350,6 +385,13 @@ void lb_stand_in_counts(unsigned long long* out) {
     out[3] = g_syncs;
 }
 
+// For tests: out[0..2] = graph launches, and operations recorded into graphs so far.
+void lb_stand_in_graph_counts(unsigned long long* out) {
+    std::lock_guard<std::mutex> l(g_lock);
+    out[0] = g_graph_launches;
+    out[1] = g_recorded;
+}
+
 // For the cuBLAS stand-in: true when [p, p + bytes) lies inside one allocation.
 bool lb_stand_in_inside(CUdeviceptr p, size_t bytes) { return inside(p, bytes); }
 
@@ -430,6 +472,7 @@ CUresult cuCtxGetDevice(CUdevice* d) {
     return OK;
 }
 CUresult cuCtxSynchronize() {
+    if (refused_in_capture()) return CAPTURE_UNSUPPORTED;
     count(g_syncs);
     return OK;
 }
@@ -443,6 +486,7 @@ CUresult cuStreamDestroy_v2(CUstream s) {
     return OK;
 }
 CUresult cuStreamSynchronize(CUstream) {
+    if (refused_in_capture()) return CAPTURE_UNSUPPORTED;
     count(g_syncs);
     return OK;
 }
@@ -464,6 +508,7 @@ CUresult cuEventRecord(CUevent e, CUstream) {
     return OK;
 }
 CUresult cuEventSynchronize(CUevent) {
+    if (refused_in_capture()) return CAPTURE_UNSUPPORTED;
     count(g_syncs);
     return OK;
 }
@@ -480,22 +525,34 @@ CUresult cuMemFree_v2(CUdeviceptr p) { return release(p); }
 CUresult cuMemFreeAsync(CUdeviceptr p, CUstream) { return release(p); }
 CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) {
     if (!inside(p, n)) return INVALID_VALUE;
-    std::memset(reinterpret_cast<void*>(p), v, n);
+    auto run = [p, v, n] { std::memset(reinterpret_cast<void*>(p), v, n); };
+    if (!record(run)) run();
     return OK;
 }
 CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUstream) { return cuMemsetD8_v2(p, v, n); }
 CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void* s, size_t n) {
-    count(g_htod);
-    return copy(reinterpret_cast<void*>(d), s, n, d, 0);
+    if (!inside(d, n)) return copy(nullptr, s, n, d, 0);
+    // a captured upload reads the host memory when the graph runs
+    auto run = [d, s, n] {
+        count(g_htod);
+        copy(reinterpret_cast<void*>(d), s, n, d, 0);
+    };
+    if (!record(run)) run();
+    return OK;
 }
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void* s, size_t n, CUstream) { return cuMemcpyHtoD_v2(d, s, n); }
 CUresult cuMemcpyDtoH_v2(void* d, CUdeviceptr s, size_t n) {
+    if (refused_in_capture()) return CAPTURE_UNSUPPORTED;
     count(g_dtoh);
     return copy(d, reinterpret_cast<const void*>(s), n, s, 0);
 }
 CUresult cuMemcpyDtoHAsync_v2(void* d, CUdeviceptr s, size_t n, CUstream) { return cuMemcpyDtoH_v2(d, s, n); }
 CUresult cuMemcpyDtoD_v2(CUdeviceptr d, CUdeviceptr s, size_t n) {
-    return copy(reinterpret_cast<void*>(d), reinterpret_cast<const void*>(s), n, d, s);
+    if (!inside(d, n) || !inside(s, n))
+        return copy(reinterpret_cast<void*>(d), reinterpret_cast<const void*>(s), n, d, s);
+    auto run = [d, s, n] { copy(reinterpret_cast<void*>(d), reinterpret_cast<const void*>(s), n, d, s); };
+    if (!record(run)) run();
+    return OK;
 }
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr d, CUdeviceptr s, size_t n, CUstream) { return cuMemcpyDtoD_v2(d, s, n); }
 
@@ -540,6 +597,49 @@ CUresult cuFuncGetAttribute(int* v, int, CUfunction) {
 }
 CUresult cuFuncSetAttribute(CUfunction, int, int) { return OK; }
 
+}  // extern "C"
+
+namespace {
+
+// Runs a checked launch now.
+void launch_now(const lb_kernel* k, lb_dim3 grid, lb_dim3 block, unsigned shared, void** params) {
+    unsigned long long threads = (unsigned long long)block.x * block.y * block.z;
+    std::lock_guard<std::mutex> l(g_lock);
+    auto t0 = std::chrono::steady_clock::now();
+    g_running = k->name;
+    g_dyn_shared.assign(shared, 0);
+    g_xchg.assign(2 * threads, 0.0f);
+    gridDim = grid;
+    blockDim = block;
+    g_run = k->run;
+    g_params = params;
+    for (unsigned z = 0; z < grid.z; ++z)
+        for (unsigned y = 0; y < grid.y; ++y)
+            for (unsigned x = 0; x < grid.x; ++x) {
+                blockIdx = {x, y, z};
+                if (k->cooperative) {
+                    run_block_fibers((unsigned)threads);
+                } else {
+                    for (unsigned t = 0; t < threads; ++t) {
+                        set_thread(t);
+                        k->run(params);
+                    }
+                }
+            }
+    g_running = nullptr;
+    if (stats_on()) {
+        Stat& st = g_stats[k->name];
+        st.launches += 1;
+        st.blocks += (unsigned long long)grid.x * grid.y * grid.z;
+        st.threads += (unsigned long long)grid.x * grid.y * grid.z * threads;
+        st.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+}
+
+}  // namespace
+
+extern "C" {
+
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, CUstream, void** params, void** extra) {
     if (!f || extra) return INVALID_VALUE;
@@ -555,38 +655,73 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
                      k->name, shared);
         return INVALID_VALUE;
     }
-    std::lock_guard<std::mutex> l(g_lock);
-    g_launches += 1;
-    auto t0 = std::chrono::steady_clock::now();
-    g_running = k->name;
-    g_dyn_shared.assign(shared, 0);
-    g_xchg.assign(2 * threads, 0.0f);
-    gridDim = {gx, gy, gz};
-    blockDim = {bx, by, bz};
-    g_run = k->run;
-    g_params = params;
-    for (unsigned z = 0; z < gz; ++z)
-        for (unsigned y = 0; y < gy; ++y)
-            for (unsigned x = 0; x < gx; ++x) {
-                blockIdx = {x, y, z};
-                if (k->cooperative) {
-                    run_block_fibers((unsigned)threads);
-                } else {
-                    for (unsigned t = 0; t < threads; ++t) {
-                        set_thread(t);
-                        k->run(params);
-                    }
-                }
-            }
-    g_running = nullptr;
-    if (stats_on()) {
-        Stat& st = g_stats[k->name];
-        st.launches += 1;
-        st.blocks += (unsigned long long)gx * gy * gz;
-        st.threads += (unsigned long long)gx * gy * gz * threads;
-        st.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    lb_dim3 grid{gx, gy, gz}, block{bx, by, bz};
+    if (g_capture) {
+        // a captured launch keeps its arguments' values (cuStreamBeginCapture)
+        std::shared_ptr<void*> saved(k->save(params), k->drop);
+        record([k, grid, block, shared, saved] { launch_now(k, grid, block, shared, saved.get()); });
+        return OK;
     }
+    count(g_launches);
+    launch_now(k, grid, block, shared, params);
     return OK;
+}
+
+// ---- stream capture and graphs ----
+
+CUresult cuStreamBeginCapture_v2(CUstream s, int /*mode*/) {
+    if (g_capture) return ILLEGAL_STATE;
+    g_capture = new Graph;
+    g_capture_stream = s;
+    g_capture_invalid = false;
+    return OK;
+}
+CUresult cuStreamEndCapture(CUstream s, void** graph) {
+    if (!g_capture || s != g_capture_stream) return ILLEGAL_STATE;
+    Graph* g = g_capture;
+    g_capture = nullptr;
+    if (g_capture_invalid) {
+        delete g;
+        *graph = nullptr;
+        return CAPTURE_INVALIDATED;
+    }
+    *graph = g;
+    return OK;
+}
+CUresult cuStreamIsCapturing(CUstream s, int* status) {
+    *status = g_capture && s == g_capture_stream ? (g_capture_invalid ? 2 : 1) : 0;
+    return OK;
+}
+// An executable graph is a copy of its template's recording (which shares the saved arguments).
+CUresult cuGraphInstantiateWithFlags(void** exec, void* graph, unsigned long long) {
+    if (!graph) return INVALID_VALUE;
+    *exec = new Graph(*static_cast<Graph*>(graph));
+    return OK;
+}
+CUresult cuGraphUpload(void*, CUstream) { return OK; }
+CUresult cuGraphLaunch(void* exec, CUstream) {
+    if (!exec) return INVALID_VALUE;
+    if (refused_in_capture()) return CAPTURE_UNSUPPORTED;
+    count(g_graph_launches);
+    for (auto& op : static_cast<Graph*>(exec)->ops) op();
+    return OK;
+}
+CUresult cuGraphExecDestroy(void* exec) {
+    delete static_cast<Graph*>(exec);
+    return OK;
+}
+CUresult cuGraphDestroy(void* graph) {
+    delete static_cast<Graph*>(graph);
+    return OK;
+}
+
+// For the cuBLAS stand-in: records `run(arg)` into the capture (true), or returns false when no
+// stream captures (the caller then runs it and frees `arg` itself); `drop(arg)` frees it with
+// the graph.
+bool lb_stand_in_record(void (*run)(void*), void* arg, void (*drop)(void*)) {
+    if (!g_capture) return false;
+    std::shared_ptr<void> a(arg, drop);
+    return record([run, a] { run(a.get()); });
 }
 
 CUresult cuGetErrorString(CUresult e, const char** s) {

@@ -44,15 +44,20 @@ inline unsigned short lb_host_f2h(float f) {
     return h;
 }
 
+#include <tuple>
 #include <utility>
 
 // One kernel of the registry the test build generates: its name, a launcher that unpacks the
-// cuLaunchKernel parameter array into the kernel's own argument types, and whether the kernel
-// synchronizes (barriers or shuffles), which makes the stand-in run its threads as fibers.
+// cuLaunchKernel parameter array into the kernel's own argument types, whether the kernel
+// synchronizes (barriers or shuffles), which makes the stand-in run its threads as fibers, and
+// for stream capture a copy of a launch's arguments (`save`, a parameter array that owns its
+// values, freed by `drop`), as a captured launch keeps its arguments' values.
 struct lb_kernel {
     const char* name;
     void (*run)(void** params);
     bool cooperative;
+    void** (*save)(void** params);
+    void (*drop)(void** saved);
 };
 
 template <typename F>
@@ -67,5 +72,20 @@ struct lb_invoke<void (*)(A...)> {
     static void run(void** p) {
         call<K>(p, std::index_sequence_for<A...>{});
     }
+    // The parameter array first, so that a pointer to it is a pointer to the whole.
+    struct saved {
+        void* p[sizeof...(A) + 1];
+        std::tuple<A...> v;
+    };
+    template <std::size_t... I>
+    static void** save_of(void** p, std::index_sequence<I...>) {
+        saved* s = new saved{{}, std::tuple<A...>(*static_cast<A*>(p[I])...)};
+        ((s->p[I] = &std::get<I>(s->v)), ...);
+        return s->p;
+    }
+    static void** save(void** p) { return save_of(p, std::index_sequence_for<A...>{}); }
+    static void drop(void** p) { delete reinterpret_cast<saved*>(p); }
 };
-#define LB_KERNEL(name, coop) {#name, &lb_invoke<decltype(&name)>::run<&name>, coop}
+#define LB_KERNEL(name, coop)                                                                   \
+    {#name, &lb_invoke<decltype(&name)>::run<&name>, coop, &lb_invoke<decltype(&name)>::save, \
+     &lb_invoke<decltype(&name)>::drop}

@@ -87,8 +87,8 @@ fn stand_in_allocations() -> Option<u64> {
 
 /// Calls made so far, when the drivers are the software stand-ins (which count them): kernel
 /// launches, host→device copies, device→host copies, blocking syncs (stream, event and context
-/// synchronizations) and cuBLAS GEMM calls (a strided-batched call counts once); None with a
-/// real driver.
+/// synchronizations), cuBLAS GEMM calls (a strided-batched call counts once) and CUDA graph
+/// launches (what a graph replays counts as none of the others); None with a real driver.
 fn stand_in_counts() -> Option<Counts> {
     // SAFETY: opens the libraries cudarc already loaded and, if they are the stand-ins, calls
     // their counters: one fills four u64, the other takes no arguments.
@@ -101,14 +101,19 @@ fn stand_in_counts() -> Option<Counts> {
         let gemms = blas
             .get::<unsafe extern "C" fn() -> u64>(b"lb_stand_in_gemms")
             .ok()?;
-        let mut c = [0u64; 4];
+        let graph_counts = cuda
+            .get::<unsafe extern "C" fn(*mut u64)>(b"lb_stand_in_graph_counts")
+            .ok()?;
+        let (mut c, mut g) = ([0u64; 4], [0u64; 2]);
         counts(c.as_mut_ptr());
+        graph_counts(g.as_mut_ptr());
         Some(Counts {
             launches: c[0],
             htod: c[1],
             dtoh: c[2],
             syncs: c[3],
             gemms: gemms(),
+            graphs: g[0],
         })
     }
 }
@@ -121,6 +126,7 @@ struct Counts {
     dtoh: u64,
     syncs: u64,
     gemms: u64,
+    graphs: u64,
 }
 
 impl std::ops::Sub for Counts {
@@ -132,6 +138,7 @@ impl std::ops::Sub for Counts {
             dtoh: self.dtoh - o.dtoh,
             syncs: self.syncs - o.syncs,
             gemms: self.gemms - o.gemms,
+            graphs: self.graphs - o.graphs,
         }
     }
 }
@@ -143,6 +150,7 @@ impl std::ops::AddAssign for Counts {
         self.dtoh += o.dtoh;
         self.syncs += o.syncs;
         self.gemms += o.gemms;
+        self.graphs += o.graphs;
     }
 }
 
@@ -702,17 +710,51 @@ fn cuda_colocated_models_keep_their_own_outputs() {
     }
 }
 
-#[test]
-fn cuda_launches_uploads_and_syncs_per_node() {
+/// The driver calls of one inference at batch 1 (every node once, as `batched_vs_alone` runs
+/// them), counted by the software stand-in, apart for the static nodes ("inference") and the
+/// loop nodes ("decoder step"), each with its node count; None with a real driver (the nodes
+/// still run).
+fn calls_at_batch_1(gpu: &mut CudaDevice, m: &Model) -> Option<[(&'static str, Counts, u64); 2]> {
     use lazybatch::device::{Device, Member};
     use lazybatch::graph::NodeStep;
+    let one = [Member {
+        slot: 0,
+        len: m.ref_lengths(),
+        input: 100,
+        step: 0,
+    }];
+    let mut parts = [
+        ("inference", Counts::default(), 0),
+        ("decoder step", Counts::default(), 0),
+    ];
+    let mut counted = true;
+    for n in &m.nodes {
+        let before = stand_in_counts();
+        let at = NodeStep {
+            node: n.id,
+            step: 0,
+        };
+        gpu.execute(m, at, &one).unwrap();
+        let (Some(b), Some(a)) = (before, stand_in_counts()) else {
+            counted = false;
+            continue;
+        };
+        let part = &mut parts[usize::from(n.loop_id.is_some())];
+        part.1 += a - b;
+        part.2 += 1;
+    }
+    counted.then_some(parts)
+}
+
+#[test]
+fn cuda_launches_uploads_and_syncs_per_node() {
+    use lazybatch::device::Device;
     if !gpu_or_skip("cuda_launches_uploads_and_syncs_per_node") {
         return;
     }
-    // What one inference at batch 1 costs the host in driver calls: every node once (as
-    // `batched_vs_alone` runs them), counted by the software stand-in; the decoder's nodes (one
-    // decoding step) apart. A real driver has no counters: then this only runs the nodes.
-    // `cargo test --release --test it cuda_launches -- --nocapture` on the stand-in prints them.
+    // What one inference at batch 1 costs the host in driver calls, the decoder's nodes (one
+    // decoding step) apart. `cargo test --release --test it cuda_launches -- --nocapture` on
+    // the stand-in prints them.
     for (name, precision) in [
         ("resnet50", Precision::F32),
         ("resnet50", Precision::F16),
@@ -722,40 +764,11 @@ fn cuda_launches_uploads_and_syncs_per_node() {
         let m = small(name);
         let mut gpu = CudaDevice::new(0, 8, precision).unwrap();
         gpu.prepare(&m, 1).unwrap();
-        let one = [Member {
-            slot: 0,
-            len: m.ref_lengths(),
-            input: 100,
-            step: 0,
-        }];
-        let (mut enc, mut dec) = (Counts::default(), Counts::default());
-        let (mut enc_nodes, mut dec_nodes) = (0u64, 0u64);
-        for n in &m.nodes {
-            let before = stand_in_counts();
-            let at = NodeStep {
-                node: n.id,
-                step: 0,
-            };
-            gpu.execute(&m, at, &one).unwrap();
-            let (Some(b), Some(a)) = (before, stand_in_counts()) else {
-                continue;
-            };
-            if n.loop_id.is_some() {
-                dec += a - b;
-                dec_nodes += 1;
-            } else {
-                enc += a - b;
-                enc_nodes += 1;
-            }
-        }
-        if stand_in_counts().is_none() {
+        let Some(parts) = calls_at_batch_1(&mut gpu, &m) else {
             eprintln!("{name}: a real driver: no call counts");
             continue;
-        }
-        for (part, c, nodes) in [
-            ("inference", enc, enc_nodes),
-            ("decoder step", dec, dec_nodes),
-        ] {
+        };
+        for (part, c, nodes) in parts {
             if nodes == 0 {
                 continue;
             }
@@ -774,8 +787,8 @@ fn cuda_launches_uploads_and_syncs_per_node() {
             );
             // no device-to-host copies while serving (capture is off); at most one upload (the
             // node's index tables, or an input's values) and exactly one sync (the end of the
-            // node, which its measured time needs) per node
-            assert_eq!(c.dtoh, 0, "{name} {part}: {c:?}");
+            // node, which its measured time needs) per node; no graphs unless asked
+            assert_eq!((c.dtoh, c.graphs), (0, 0), "{name} {part}: {c:?}");
             assert!(c.htod <= nodes, "{name} {part}: {c:?} over {nodes} nodes");
             assert_eq!(c.syncs, nodes, "{name} {part}: {c:?} over {nodes} nodes");
             // launches: the op's, the f16 conversions around GEMMs, and a gather and a scatter
@@ -790,5 +803,117 @@ fn cuda_launches_uploads_and_syncs_per_node() {
                 assert!(c.launches < 150, "{name} {part}: {c:?}");
             }
         }
+    }
+}
+
+#[test]
+fn cuda_graphs_launch_once_per_node() {
+    use lazybatch::device::Device;
+    use lazybatch::graph::op::Op;
+    if !gpu_or_skip("cuda_graphs_launch_once_per_node") {
+        return;
+    }
+    // With --cuda-graphs, a node whose launch shape was seen before is one graph launch: the
+    // second batch-1 pass launches no kernel and calls no GEMM from the host. What graphs
+    // save is a pass's launches and GEMM calls without graphs, less one graph launch per node.
+    for (name, precision) in [
+        ("resnet50", Precision::F32),
+        ("resnet50", Precision::F16),
+        ("transformer_base", Precision::F32),
+        ("gnmt", Precision::F32),
+    ] {
+        let m = small(name);
+        let mut plain = CudaDevice::new(0, 8, precision).unwrap();
+        plain.prepare(&m, 1).unwrap();
+        let without = calls_at_batch_1(&mut plain, &m);
+        let mut gpu = CudaDevice::new(0, 8, precision)
+            .unwrap()
+            .with_graphs(true)
+            .unwrap();
+        gpu.prepare(&m, 1).unwrap();
+        calls_at_batch_1(&mut gpu, &m);
+        let captured = gpu.graph_stats();
+        let second = calls_at_batch_1(&mut gpu, &m);
+        let st = gpu.graph_stats();
+        let inputs = m
+            .nodes
+            .iter()
+            .filter(|n| matches!(n.op, Op::Input { .. }))
+            .count() as u64;
+        // every node but the inputs captured once, then replayed; the inputs run directly
+        let nodes = m.nodes.len() as u64;
+        assert_eq!(captured.captured, nodes - inputs, "{name}: {captured:?}");
+        assert_eq!(st.replayed, nodes - inputs, "{name}: {st:?}");
+        assert_eq!(st.direct, 2 * inputs, "{name}: {st:?}");
+        let (Some(without), Some(second)) = (without, second) else {
+            continue;
+        };
+        for ((part, plain, nodes), (_, graphed, _)) in without.into_iter().zip(second) {
+            if nodes == 0 {
+                continue;
+            }
+            eprintln!(
+                "graphs {name} {precision:?} per {part} at batch 1 ({nodes} nodes): {} kernel launches + {} GEMM calls become {} graph launches + {} kernel launches; {} uploads, {} syncs",
+                plain.launches, plain.gemms, graphed.graphs, graphed.launches, graphed.htod, graphed.syncs
+            );
+            assert_eq!(
+                (graphed.launches, graphed.gemms),
+                (0, 0),
+                "{name} {part}: {graphed:?}"
+            );
+            assert!(graphed.graphs <= nodes, "{name} {part}: {graphed:?}");
+            assert_eq!(graphed.syncs, nodes, "{name} {part}: {graphed:?}");
+            assert_eq!(
+                (graphed.htod, graphed.dtoh),
+                (plain.htod, 0),
+                "{name} {part}"
+            );
+        }
+    }
+}
+
+#[test]
+fn cuda_graphs_replay_exactly_what_runs_without_them() {
+    use lazybatch::device::cuda::device::GraphStats;
+    if !gpu_or_skip("cuda_graphs_replay_exactly_what_runs_without_them") {
+        return;
+    }
+    // The same kernels on the same data, launched from a graph or not: every node execution
+    // of a serial run bit-identical, and verify's forced preemptions and merges (new launch
+    // shapes at every sub-batch) reporting exactly the same differences.
+    for name in ["resnet50", "gnmt", "transformer_base", "bert_base"] {
+        let m = small(name);
+        let graphed = || {
+            CudaDevice::new(0, 6, Precision::F32)
+                .unwrap()
+                .with_graphs(true)
+                .unwrap()
+        };
+        let mut plain = CudaDevice::new(0, 6, Precision::F32).unwrap();
+        let mut with = graphed();
+        let (a, b) = trace_both(&m, &mut plain, &mut with, 2, 2, 6).unwrap();
+        let cmp = compare_traces(&m, &a, &b, 0.0)
+            .unwrap_or_else(|e| panic!("{name}: graphs took another path: {e}"));
+        assert!(
+            cmp.first_divergence.is_none() && cmp.nodes.iter().all(|n| n.2 == 0.0),
+            "{name}: {:?}",
+            cmp.first_divergence
+        );
+        let st = with.graph_stats();
+        assert!(st.replayed > 0 && st.captured > 0, "{name}: {st:?}");
+        assert_eq!(
+            plain.graph_stats().replayed + plain.graph_stats().captured,
+            0
+        );
+        let tol = Some(lazybatch::verify::tolerance(&m, "f32"));
+        let mut plain = CudaDevice::new(0, 5, Precision::F32).unwrap();
+        let mut with = graphed();
+        let want = verify(&m, &mut plain, 6, 4, 5, tol).unwrap();
+        let got = verify(&m, &mut with, 6, 4, 5, tol).unwrap();
+        assert!(got.preemptions > 0 && got.merges > 0, "{name}: {got:?}");
+        assert_eq!(got, want, "{name}");
+        let st: GraphStats = with.graph_stats();
+        assert!(st.replayed > 0, "{name}: {st:?}");
+        eprintln!("{name}: graphs {st:?}");
     }
 }

@@ -89,8 +89,9 @@ pub(crate) const DEVICE: crate::device::RealDevice = crate::device::RealDevice {
     name: "cpu",
     auto: false,
     usable: || Ok(1),
-    open: |seed, _| Ok(Box::new(CpuDevice::new(seed))),
+    open: |o| Ok(Box::new(CpuDevice::new(o.seed))),
     precisions: &["f32"],
+    graphs: false,
 };
 
 impl CpuDevice {

@@ -1,7 +1,7 @@
 //! The CUDA backend of [`super::open`] in a build without the `cuda` feature: every CUDA
 //! request is a clear error, and `auto` falls back to the NPU model.
 
-use crate::device::Device;
+use crate::device::{Device, RealOptions};
 use crate::error::{Error, Result};
 
 /// One compiled kernel file (`lazybatch kernels`); none in this build.
@@ -30,7 +30,7 @@ pub fn usable() -> Result<i32> {
 }
 
 /// Always fails: no CUDA in this build.
-pub fn open(_seed: u64, _precision: &str) -> Result<Box<dyn Device + Send>> {
+pub fn open(_: &RealOptions) -> Result<Box<dyn Device + Send>> {
     Err(unsupported())
 }
 
@@ -46,4 +46,5 @@ pub(crate) const DEVICE: crate::device::RealDevice = crate::device::RealDevice {
     usable,
     open,
     precisions: &["f32", "f16"],
+    graphs: true,
 };

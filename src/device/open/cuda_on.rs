@@ -1,7 +1,7 @@
 //! The CUDA backend of [`super::open`] when the `cuda` feature is on.
 
 use crate::device::cuda::{self, device::Precision, nvrtc, CudaDevice};
-use crate::device::Device;
+use crate::device::{Device, RealOptions};
 use crate::error::{Error, Result};
 
 /// One compiled kernel file (`lazybatch kernels`).
@@ -20,10 +20,12 @@ pub fn usable() -> Result<i32> {
     }
 }
 
-/// The first CUDA device, with weights from `seed`, GEMM operands stored in `precision`.
-pub fn open(seed: u64, precision: &str) -> Result<Box<dyn Device + Send>> {
-    let p = Precision::parse(precision)?;
-    Ok(Box::new(CudaDevice::new(0, seed, p)?))
+/// The first CUDA device, opened with `o`.
+pub fn open(o: &RealOptions) -> Result<Box<dyn Device + Send>> {
+    let p = Precision::parse(&o.precision)?;
+    Ok(Box::new(
+        CudaDevice::new(0, o.seed, p)?.with_graphs(o.cuda_graphs)?,
+    ))
 }
 
 /// Compiles every kernel of `kernels/` through NVRTC for `arch` (e.g. `sm_90`; None: NVRTC's
@@ -40,4 +42,5 @@ pub(crate) const DEVICE: crate::device::RealDevice = crate::device::RealDevice {
     usable,
     open,
     precisions: &["f32", "f16"],
+    graphs: true,
 };

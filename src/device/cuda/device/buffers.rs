@@ -145,6 +145,7 @@ impl CudaDevice {
     pub(super) fn allocate(&mut self, model: &Model, mb: usize) -> Result<()> {
         // free the previous model's buffers first: a re-prepare must not need both sets
         self.stream.synchronize().map_err(cuda_err)?;
+        self.graphs.clear();
         self.nodes.clear();
         (self.scratch, self.s16, self.layout) = (None, None, None);
         self.model_name.clear();

@@ -11,12 +11,13 @@
 //! entering `execute` to the end of the node's one blocking sync (launch cost included). One
 //! file per op family — `conv`, `linear`, `recurrent`, `attention`, `rows` — as in the CPU
 //! device; `gemm` holds the cuBLAS calls they share, `buffers` the allocation at prepare and
-//! `movement` the gather, scatter and capture.
+//! `movement` the gather, scatter and capture, `graphs` the CUDA graphs of `--cuda-graphs`.
 
 mod attention;
 mod buffers;
 mod conv;
 mod gemm;
+mod graphs;
 mod linear;
 mod movement;
 mod recurrent;
@@ -38,6 +39,8 @@ use cudarc::driver::{
     PushKernelArg,
 };
 use gemm::Units;
+pub use graphs::GraphStats;
+use graphs::Graphs;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -396,6 +399,7 @@ pub struct CudaDevice {
     host_i64b: Vec<i64>,
     host_in: Vec<f32>,
     capture: Capture,
+    graphs: Graphs,
 }
 
 impl CudaDevice {
@@ -442,6 +446,7 @@ impl CudaDevice {
             host_i64b: Vec::new(),
             host_in: Vec::new(),
             capture: Capture::default(),
+            graphs: Graphs::default(),
         })
     }
 
@@ -550,7 +555,7 @@ impl Device for CudaDevice {
             ));
         }
         self.stage(model, at, members)?;
-        self.run_node(model, at, members)?;
+        self.run_staged(model, at, members)?;
         self.stream.synchronize().map_err(cuda_err)?;
         let time = Nanos(t0.elapsed().as_nanos() as u64);
         if self.capture.is_on() {
