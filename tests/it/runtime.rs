@@ -3,6 +3,7 @@
 
 use lazybatch::bench::{Bench, RunConfig};
 use lazybatch::device::npu::NpuConfig;
+use lazybatch::device::Device;
 use lazybatch::engine;
 use lazybatch::graph::{zoo, Lengths, Model};
 use lazybatch::policy;
@@ -848,5 +849,103 @@ fn a_policy_that_breaks_the_contract_is_an_error_not_a_hang() {
         .unwrap_or_else(|| panic!("{says}: accepted"))
         .to_string();
         assert!(e.contains("misbehaving") && e.contains(says), "{e}");
+    }
+}
+
+/// The NPU model, counting the calls the engine makes: nodes executed one by one, and runs of
+/// nodes timed at once.
+struct Counting {
+    npu: lazybatch::device::npu::Npu,
+    calls: std::cell::Cell<u64>,
+}
+
+impl lazybatch::device::Device for Counting {
+    fn name(&self) -> &'static str {
+        self.npu.name()
+    }
+    fn is_virtual(&self) -> bool {
+        self.npu.is_virtual()
+    }
+    fn prepare(&mut self, m: &Model, mb: u32) -> lazybatch::Result<()> {
+        self.npu.prepare(m, mb)
+    }
+    fn execute(
+        &mut self,
+        m: &Model,
+        at: lazybatch::graph::NodeStep,
+        members: &[lazybatch::device::Member],
+    ) -> lazybatch::Result<lazybatch::device::Timing> {
+        self.calls.set(self.calls.get() + 1);
+        self.npu.execute(m, at, members)
+    }
+    fn time_run(
+        &self,
+        m: &Model,
+        from: lazybatch::graph::NodeId,
+        batch: usize,
+        max_nodes: u32,
+        budget: Option<Nanos>,
+    ) -> Option<(u32, Nanos)> {
+        let run = self.npu.time_run(m, from, batch, max_nodes, budget);
+        self.calls.set(self.calls.get() + u64::from(run.is_some()));
+        run
+    }
+}
+
+#[test]
+fn straight_runs_take_one_device_call_and_change_nothing() {
+    // The engine times a run of nodes where nothing can happen (no arrival due, no exit, no
+    // merge) with one call of a virtual device; with snapshots on it goes node by node. Both
+    // must give the same run, and the shortcut must be taken: by a preemptive policy (LazyB,
+    // which stops the run where the next arrival is due) and a non-preemptive one.
+    let m = zoo::load("resnet50").unwrap();
+    let npu = || lazybatch::device::npu::Npu::new(NpuConfig::default()).unwrap();
+    let prof = Profile::measure(&mut npu(), &m, 8, m.ref_lengths()).unwrap();
+    let pred = Predictor::new(&m, &prof, 1);
+    let arrivals: Vec<Arrival> = (0..300)
+        .map(|i| Arrival {
+            time: Nanos::from_ms(0.9 * i as f64 + 0.37 * (i % 7) as f64),
+            len: m.ref_lengths(),
+            ..Arrival::default()
+        })
+        .collect();
+    for policy in ["lazy", "graph:5"] {
+        let run = |snapshots: bool| {
+            let mut dev = Counting {
+                npu: npu(),
+                calls: Default::default(),
+            };
+            dev.prepare(&m, 8).unwrap();
+            let mut pol = policy::parse(policy, 8).unwrap();
+            let out = engine::run(
+                &engine::Setup {
+                    snapshots,
+                    keep: lazybatch::metrics::KeepRecords {
+                        requests: true,
+                        ..Default::default()
+                    },
+                    ..engine::Setup::new(&m, &pred, Nanos::from_ms(100.0), 8)
+                },
+                &mut dev,
+                pol.as_mut(),
+                &mut VirtualClock::new(),
+                &arrivals,
+            )
+            .unwrap();
+            (out, dev.calls.get())
+        };
+        let (slow, slow_calls) = run(true);
+        let (fast, fast_calls) = run(false);
+        let execs = |o: &engine::Outcome| o.counters.executions;
+        assert_eq!(
+            fast.requests, slow.requests,
+            "{policy}: per-request records"
+        );
+        assert_eq!(execs(&fast), execs(&slow), "{policy}");
+        assert_eq!(slow_calls, execs(&slow), "{policy}: node by node");
+        assert!(
+            fast_calls * 2 < slow_calls,
+            "{policy}: {fast_calls} device calls for {slow_calls} node executions"
+        );
     }
 }
