@@ -84,49 +84,67 @@ fn scheduler_overhead() {
 }
 
 fn gemm_table() {
-    // (label, M, N, K): the zoo's GEMMs at batch 1 (convs as implicit GEMM per image) and batch 64
-    let shapes: &[(&str, usize, usize, usize)] = &[
-        ("resnet conv 3x3 (layer1)", 3136, 64, 576),
-        ("resnet conv 1x1 (layer3)", 196, 1024, 256),
-        ("resnet conv 3x3 (layer4)", 49, 512, 4608),
-        ("resnet fc, batch 64", 64, 1000, 2048),
-        ("gnmt lstm, batch 1", 1, 4096, 3072),
-        ("gnmt lstm, batch 64", 64, 4096, 3072),
-        ("transformer ffn1, 30 tokens", 30, 2048, 512),
-        ("transformer logits, batch 64", 64, 33708, 512),
-        ("bert qkv, 128 tokens", 128, 2304, 768),
+    // (label, M, N, K, B stored transposed): the zoo's GEMMs at batch 1 (convs as implicit GEMM
+    // per image) and batch 64; `rows` is the batch-invariant kernel of linear and LSTM layers
+    // (kernels::gemm_rows), `gemm crate` the `gemm` crate on the same operands (convolutions)
+    let shapes: &[(&str, usize, usize, usize, bool)] = &[
+        ("resnet conv 3x3 (layer1)", 3136, 64, 576, false),
+        ("resnet conv 1x1 (layer3)", 196, 1024, 256, false),
+        ("resnet conv 3x3 (layer4)", 49, 512, 4608, false),
+        ("resnet fc, batch 64", 64, 1000, 2048, false),
+        ("gnmt lstm, batch 1", 1, 4096, 3072, false),
+        ("gnmt lstm, batch 64", 64, 4096, 3072, false),
+        ("transformer ffn1, 30 tokens", 30, 2048, 512, false),
+        ("transformer logits, batch 1 (tied)", 1, 33708, 512, true),
+        ("transformer logits, batch 64 (tied)", 64, 33708, 512, true),
+        ("bert qkv, 128 tokens", 128, 2304, 768, false),
     ];
     println!(
-        "{:<32} {:>6} {:>6} {:>6} {:>10} {:>10}",
-        "GEMM", "M", "N", "K", "ms", "GFLOP/s"
+        "{:<36} {:>6} {:>6} {:>6} {:>10} {:>12} {:>16}",
+        "GEMM", "M", "N", "K", "rows ms", "rows GFLOP/s", "gemm crate GF/s"
     );
-    for &(label, m, n, k) in shapes {
-        let a: Vec<f32> = (0..m.max(2) * k)
+    for &(label, m, n, k, tied) in shapes {
+        let a: Vec<f32> = (0..m * k)
             .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
             .collect();
         let b: Vec<f32> = (0..k * n)
             .map(|i| ((i * 104729) % 1000) as f32 / 1000.0 - 0.5)
             .collect();
-        let mut c = vec![0.0f32; m.max(2) * n];
-        let mut a2 = a.clone();
-        kernels::gemm_rows(m, n, k, &mut a2, &b, (n, 1), &mut c);
+        let mut c = vec![0.0f32; m * n];
+        let strides = if tied { (1, k) } else { (n, 1) };
         let iters = ((2e9 / (2.0 * (m * n * k) as f64)) as usize).clamp(3, 2000);
-        let mut times = Vec::with_capacity(iters);
-        for _ in 0..iters {
-            let t = Instant::now();
-            kernels::gemm_rows(m, n, k, &mut a2, &b, (n, 1), &mut c);
-            times.push(t.elapsed().as_secs_f64());
-        }
-        times.sort_by(f64::total_cmp);
-        let t = times[times.len() / 2];
+        let median = |f: &mut dyn FnMut()| {
+            f();
+            let mut times: Vec<f64> = (0..iters)
+                .map(|_| {
+                    let t = Instant::now();
+                    f();
+                    t.elapsed().as_secs_f64()
+                })
+                .collect();
+            times.sort_by(f64::total_cmp);
+            times[times.len() / 2]
+        };
+        let t = median(&mut || kernels::gemm_rows(m, n, k, &a, &b, strides, &mut c));
+        let t_crate = median(&mut || {
+            kernels::gemm_strided(
+                (m, n, k),
+                (&a, (k, 1)),
+                (&b, strides),
+                (&mut c, (n, 1)),
+                false,
+            )
+        });
+        let gf = |t: f64| 2.0 * (m * n * k) as f64 / t / 1e9;
         println!(
-            "{:<32} {:>6} {:>6} {:>6} {:>10.3} {:>10.1}",
+            "{:<36} {:>6} {:>6} {:>6} {:>10.3} {:>12.1} {:>16.1}",
             label,
             m,
             n,
             k,
             t * 1e3,
-            2.0 * (m * n * k) as f64 / t / 1e9
+            gf(t),
+            gf(t_crate)
         );
     }
 }

@@ -76,26 +76,28 @@ fn gemm_matches_the_naive_product_with_any_strides() {
 
 #[test]
 fn gemm_rows_are_independent_of_the_batch() {
+    // a row computed alone (a GEMV), among 6 rows (the streaming path) and among 20 (the packed
+    // path, several blocks of k): the same bits, for weights stored k x n and tied n x k
     let mut rng = StdRng::seed_from_u64(2);
     for &(n, k) in &[(512, 2048), (4096, 3072), (64, 7)] {
         let b = rnd(&mut rng, k * n);
-        let mut a = rnd(&mut rng, 6 * k);
-        let mut c6 = vec![0.0; 6 * n];
-        gemm_rows(6, n, k, &mut a.clone(), &b, (n, 1), &mut c6);
-        for r in [0, 3, 5] {
-            let mut a1 = vec![0.0; 2 * k];
-            a1[..k].copy_from_slice(&a[r * k..(r + 1) * k]);
-            let mut c1 = vec![0.0; 2 * n];
-            gemm_rows(1, n, k, &mut a1, &b, (n, 1), &mut c1);
-            assert!(
-                c1[..n]
-                    .iter()
-                    .zip(&c6[r * n..(r + 1) * n])
-                    .all(|(x, y)| x.to_bits() == y.to_bits()),
-                "row {r} n={n} k={k}"
-            );
+        let a = rnd(&mut rng, 20 * k);
+        for strides in [(n, 1), (1, k)] {
+            for m in [6, 20] {
+                let mut cm = vec![0.0; m * n];
+                gemm_rows(m, n, k, &a[..m * k], &b, strides, &mut cm);
+                for r in [0, 3, m - 1] {
+                    let mut c1 = vec![0.0; n];
+                    gemm_rows(1, n, k, &a[r * k..(r + 1) * k], &b, strides, &mut c1);
+                    assert!(
+                        c1.iter()
+                            .zip(&cm[r * n..(r + 1) * n])
+                            .all(|(x, y)| x.to_bits() == y.to_bits()),
+                        "row {r} of {m}, n={n} k={k}, B strides {strides:?}"
+                    );
+                }
+            }
         }
-        a.truncate(0);
     }
 }
 

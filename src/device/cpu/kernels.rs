@@ -10,11 +10,21 @@ thread_local! {
     static IN_GEMM: Cell<bool> = const { Cell::new(false) };
 }
 
-/// True while this thread is inside a call to the `gemm` crate. The crate allocates its
-/// packing buffers inside some calls; the steady-state allocation test uses this to tell those
-/// apart from allocations of lazybatch's own serving path.
+/// True while this thread is inside a call to the `gemm` crate or hands a GEMM's halves to
+/// rayon's pool. The crate allocates its packing buffers inside some calls, and rayon's global
+/// queue allocates a block now and then when a thread outside the pool injects work; the
+/// steady-state allocation test uses this to tell those apart from allocations of lazybatch's
+/// own serving path.
 pub fn in_gemm() -> bool {
     IN_GEMM.with(|g| g.get())
+}
+
+/// Runs `f` marked as [`in_gemm`].
+pub(crate) fn gemm_scope<R>(f: impl FnOnce() -> R) -> R {
+    let was = IN_GEMM.with(|g| g.replace(true));
+    let r = f();
+    IN_GEMM.with(|g| g.set(was));
+    r
 }
 
 /// GEMMs with at least this many multiply-adds use both cores.
@@ -89,26 +99,28 @@ pub fn gemm_strided(
     IN_GEMM.with(|g| g.set(false));
 }
 
-/// `C[m×n] = A[m×k] · B` for row-major A and C, where every row of C is computed the same way
-/// whatever `m` is. The `gemm` crate computes a single row (m = 1) along a different path (a
-/// GEMV) than rows of a taller matrix, which changes the last bits; so a lone row is duplicated
-/// and computed as a 2-row GEMM. `a` must hold 2·k and `c` 2·n elements when `m` is 1.
+/// `C[m×n] = A[m×k] · B` for row-major A and C, with `B` given by its (row, column) strides:
+/// `(n, 1)`, stored `k × n`, or `(1, k)`, stored `n × k` (tied weights read transposed). Every
+/// row of C is computed by the same arithmetic whatever `m` is ([`super::rowgemm`]), so a
+/// request's outputs do not depend on the batch it runs in.
+///
+/// # Panics
+/// On other strides, or operands too short.
 pub fn gemm_rows(
     m: usize,
     n: usize,
     k: usize,
-    a: &mut [f32],
+    a: &[f32],
     b: &[f32],
     b_strides: (usize, usize),
     c: &mut [f32],
 ) {
-    let m = if m == 1 {
-        a.copy_within(0..k, k);
-        2
+    if b_strides == (1, k) {
+        super::rowgemm::gemm_nt(m, n, k, a, b, c);
     } else {
-        m
-    };
-    gemm_strided((m, n, k), (a, (k, 1)), (b, b_strides), (c, (n, 1)), false);
+        assert_eq!(b_strides, (n, 1), "gemm_rows: B stored k x n or n x k");
+        super::rowgemm::gemm_nn((m, n, k), (a, k), (b, n), (c, n));
+    }
 }
 
 /// Row-major `C[m×n] = A[m×k] · B[k×n]`.

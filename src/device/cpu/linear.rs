@@ -1,4 +1,4 @@
-//! Linear layers: one GEMM over the sub-batch's rows, a lone row as a 2-row GEMM (batch-independent results).
+//! Linear layers: one batch-invariant GEMM over the sub-batch's rows (kernels::gemm_rows).
 
 use super::*;
 
@@ -18,10 +18,8 @@ impl CpuDevice {
         }
         match self.nodes[i].tied {
             // the tied table is [n × k]: read it transposed
-            Some(t) => {
-                kernels::gemm_rows(r_total, n, k, &mut a, &self.nodes[t].w.w, (1, k), &mut c)
-            }
-            None => kernels::gemm_rows(r_total, n, k, &mut a, &self.nodes[i].w.w, (n, 1), &mut c),
+            Some(t) => kernels::gemm_rows(r_total, n, k, &a, &self.nodes[t].w.w, (1, k), &mut c),
+            None => kernels::gemm_rows(r_total, n, k, &a, &self.nodes[i].w.w, (n, 1), &mut c),
         }
         let bias = &self.nodes[i].w.bias;
         for row in c[..r_total * n].chunks_exact_mut(n) {

@@ -17,6 +17,7 @@ pub mod fastmath;
 pub mod kernels;
 mod linear;
 mod recurrent;
+mod rowgemm;
 mod rows;
 pub mod weights;
 
@@ -266,6 +267,8 @@ impl Device for CpuDevice {
             return Err(Error::invalid("max batch", "must be at least 1"));
         }
         let mb = max_batch as usize;
+        // the linear layers' packing buffers on the serving thread, before serving
+        rowgemm::reserve();
         let layout = Layout::new(model, mb);
         let max_dec = model.seq.as_ref().map_or(1, |s| s.max_dec as usize);
         let mut nodes = Vec::with_capacity(model.nodes.len());
@@ -301,14 +304,13 @@ impl Device for CpuDevice {
                     need_a = need_a.max(c * h * w);
                     need_cols = need_cols.max(n.out_hw().0 * n.out_hw().1 * (c / groups) * kh * kw);
                 }
-                // at least two rows: a lone row is computed as a 2-row GEMM (kernels::gemm_rows)
                 Op::Linear { .. } => {
-                    need_a = need_a.max((mb * rows).max(2) * in_feat);
-                    need_c = need_c.max((mb * rows).max(2) * feat);
+                    need_a = need_a.max(mb * rows * in_feat);
+                    need_c = need_c.max(mb * rows * feat);
                 }
                 Op::Lstm { hidden, .. } => {
-                    need_a = need_a.max(mb.max(2) * (in_feat + hidden));
-                    need_c = need_c.max(mb.max(2) * 4 * hidden);
+                    need_a = need_a.max(mb * (in_feat + hidden));
+                    need_c = need_c.max(mb * 4 * hidden);
                 }
                 Op::Attention { .. } => {
                     need_a = need_a.max(in_feat.max(3 * feat));

@@ -21,7 +21,7 @@ impl CpuDevice {
             }
         }
         let b = members.len();
-        kernels::gemm_rows(b, 4 * h, k, &mut a, &self.nodes[i].w.w, (4 * h, 1), &mut c);
+        kernels::gemm_rows(b, 4 * h, k, &a, &self.nodes[i].w.w, (4 * h, 1), &mut c);
         for (j, m) in members.iter().enumerate() {
             let step = m.step;
             let gates = &mut c[j * 4 * h..(j + 1) * 4 * h];

@@ -1,0 +1,579 @@
+//! Batch-invariant GEMMs for the layers whose rows are requests (linear layers, LSTM gates):
+//! every element of `C = A·B` is computed by the same sequence of fused multiply-adds whatever
+//! the number of rows `m`, the blocking, the thread split or the instruction set, so a request
+//! gets bit-identical outputs served alone or batched, by construction.
+//!
+//! * `B` stored `k × n` (a layer's weights): `c[i][j]` is the FMA chain over `p = 0..k` in order,
+//!   starting from 0 (`c = fma(a[i][p], b[p][j], c)`). Fewer than 8 rows stream B once with C's
+//!   rows in L1 (a GEMV at batch 1); more run an 8 × 32 micro-kernel over packed blocks of A
+//!   and B, the partial chains kept in C between blocks of `p`.
+//! * `B` stored `n × k` (tied weights read transposed, the logits over an embedding table):
+//!   `c[i][j]` is a dot product of two contiguous rows: 16 FMA chains, lane `l` over
+//!   `p ≡ l (mod 16)` for the whole 16-wide part of `k`, summed by a fixed pairwise tree, then
+//!   the remaining `p` chained in order.
+//!
+//! An FMA is exactly rounded, so the AVX-512 kernels and the portable ones (`f32::mul_add`)
+//! give the same bits; a test checks it. Work of at least [`PARALLEL_MACS`] multiply-adds is
+//! split by columns over two threads, which does not change any element's arithmetic.
+
+/// GEMMs with at least this many multiply-adds split their columns over two threads.
+const PARALLEL_MACS: usize = 1 << 20;
+
+/// `C[m×n] = A[m×k]·B[k×n]`, all row-major with unit column stride: `A` rows `lda` apart, `B`
+/// rows `ldb` apart, `C` rows `ldc` apart.
+pub fn gemm_nn(
+    (m, n, k): (usize, usize, usize),
+    (a, lda): (&[f32], usize),
+    (b, ldb): (&[f32], usize),
+    (c, ldc): (&mut [f32], usize),
+) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(
+        k == 0 || (m - 1) * lda + k <= a.len(),
+        "gemm_nn: A out of bounds"
+    );
+    assert!(
+        k == 0 || (k - 1) * ldb + n <= b.len(),
+        "gemm_nn: B out of bounds"
+    );
+    assert!((m - 1) * ldc + n <= c.len(), "gemm_nn: C out of bounds");
+    let job = Nn {
+        m,
+        k,
+        a,
+        lda,
+        b,
+        ldb,
+        ldc,
+    };
+    let simd = avx512();
+    split_columns(n, m * n * k, c.as_mut_ptr(), &|j0, j1, c| {
+        job.run(simd, j0, j1, c)
+    });
+}
+
+/// `C[m×n] = A[m×k]·Wᵀ` for `W` stored `n × k` (row `j` of `W` is column `j` of `B`), all
+/// row-major: `A` rows `k` apart, `W` rows `k` apart, `C` rows `n` apart.
+pub fn gemm_nt(m: usize, n: usize, k: usize, a: &[f32], w: &[f32], c: &mut [f32]) {
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(m * k <= a.len(), "gemm_nt: A out of bounds");
+    assert!(n * k <= w.len(), "gemm_nt: W out of bounds");
+    assert!(m * n <= c.len(), "gemm_nt: C out of bounds");
+    let job = Nt { m, n, k, a, w };
+    let simd = avx512();
+    split_columns(n, m * n * k, c.as_mut_ptr(), &|j0, j1, c| {
+        job.run(simd, j0, j1, c)
+    });
+}
+
+/// A C pointer that may cross to the other thread of [`split_columns`].
+#[derive(Clone, Copy)]
+struct CPtr(*mut f32);
+// SAFETY: the two threads of `split_columns` write disjoint column ranges of C.
+unsafe impl Send for CPtr {}
+unsafe impl Sync for CPtr {}
+
+/// Runs `f(j0, j1, c)` over columns `0..n`: at once, or as two halves on two threads (split at a
+/// multiple of 16) when the work is large enough.
+fn split_columns(n: usize, macs: usize, c: *mut f32, f: &(dyn Fn(usize, usize, CPtr) + Sync)) {
+    let c = CPtr(c);
+    if macs < PARALLEL_MACS || n < 32 || rayon::current_num_threads() < 2 {
+        return f(0, n, c);
+    }
+    let mid = (n / 2).div_ceil(16) * 16;
+    super::kernels::gemm_scope(|| rayon::join(|| f(0, mid, c), || f(mid, n, c)));
+}
+
+/// Whether this CPU runs the AVX-512 kernels.
+fn avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// One `gemm_nn` call's operands.
+struct Nn<'a> {
+    m: usize,
+    k: usize,
+    a: &'a [f32],
+    lda: usize,
+    b: &'a [f32],
+    ldb: usize,
+    ldc: usize,
+}
+
+/// Rows of A packed a block at a time, and columns of B (see [`Nn::packed`]).
+const MC: usize = 64;
+const KC: usize = 256;
+const NC: usize = 1024;
+/// The micro-kernel's block of C: 8 rows × 32 columns (16 AVX-512 accumulators).
+const MR: usize = 8;
+const NR: usize = 32;
+
+thread_local! {
+    /// Each thread's packing buffers (A: MC × KC, B: KC × NC), allocated once.
+    static PACK: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const {
+        std::cell::RefCell::new((Vec::new(), Vec::new()))
+    };
+}
+
+/// Allocates this thread's packing buffers now (a device calls it when it prepares, so that
+/// serving allocates nothing; other threads allocate theirs at their first packed GEMM).
+pub fn reserve() {
+    PACK.with(|pk| {
+        let (ap, bp) = &mut *pk.borrow_mut();
+        if ap.len() < MC * KC {
+            *ap = vec![0.0; MC * KC];
+            *bp = vec![0.0; KC * NC];
+        }
+    })
+}
+
+impl Nn<'_> {
+    /// Columns `j0..j1` of every row of C, with the AVX-512 kernels or the portable loop.
+    fn run(&self, simd: bool, j0: usize, j1: usize, c: CPtr) {
+        #[cfg(target_arch = "x86_64")]
+        if simd {
+            // SAFETY: AVX-512F is present; `gemm_nn` checked the operands' bounds; the
+            // threads write disjoint columns of C.
+            unsafe {
+                if self.m < MR {
+                    self.stream(j0, j1, c)
+                } else {
+                    self.packed(j0, j1, c)
+                }
+            }
+            return;
+        }
+        let _ = simd;
+        for r in 0..self.m {
+            for col in j0..j1 {
+                let mut s = 0.0f32;
+                for p in 0..self.k {
+                    s = self.a[r * self.lda + p].mul_add(self.b[p * self.ldb + col], s);
+                }
+                // SAFETY: inside C (checked by `gemm_nn`); the threads write disjoint columns.
+                unsafe { *c.0.add(r * self.ldc + col) = s };
+            }
+        }
+    }
+
+    /// Few rows: C's rows a chunk of columns at a time stay in L1 while B streams through
+    /// once, four rows of B a pass (each element's FMA chain still runs in order of `p`).
+    ///
+    /// # Safety
+    /// AVX-512F present; operands as checked by `gemm_nn`.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn stream(&self, j0: usize, j1: usize, c: CPtr) {
+        use std::arch::x86_64::*;
+        let (m, k) = (self.m, self.k);
+        let chunk = (2048 / m).div_ceil(16) * 16;
+        let mut j = j0;
+        while j < j1 {
+            let w = chunk.min(j1 - j);
+            let vecs = w.div_ceil(16);
+            let mask = |v: usize| ((1u32 << (w - 16 * v).min(16)) - 1) as u16;
+            for r in 0..m {
+                let row = c.0.add(r * self.ldc + j);
+                for v in 0..vecs {
+                    _mm512_mask_storeu_ps(row.add(16 * v), mask(v), _mm512_setzero_ps());
+                }
+            }
+            let mut p = 0;
+            while p < k {
+                let t = 4.min(k - p);
+                for v in 0..vecs {
+                    let mk = mask(v);
+                    let mut bv = [_mm512_setzero_ps(); 4];
+                    for (u, b) in bv.iter_mut().enumerate().take(t) {
+                        *b = _mm512_maskz_loadu_ps(
+                            mk,
+                            self.b.as_ptr().add((p + u) * self.ldb + j + 16 * v),
+                        );
+                    }
+                    for r in 0..m {
+                        let dst = c.0.add(r * self.ldc + j + 16 * v);
+                        let mut acc = _mm512_maskz_loadu_ps(mk, dst);
+                        let arow = self.a.as_ptr().add(r * self.lda + p);
+                        for (u, b) in bv.iter().enumerate().take(t) {
+                            acc = _mm512_fmadd_ps(_mm512_set1_ps(*arow.add(u)), *b, acc);
+                        }
+                        _mm512_mask_storeu_ps(dst, mk, acc);
+                    }
+                }
+                p += t;
+            }
+            j += w;
+        }
+    }
+
+    /// Many rows: blocks of B (KC × NC) and of A (MC × KC) packed into each thread's buffers,
+    /// and an 8 × 32 micro-kernel over them; C holds the partial chains between blocks of `p`
+    /// (stored and reloaded exactly, so each chain is unchanged).
+    ///
+    /// # Safety
+    /// AVX-512F present; operands as checked by `gemm_nn`.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn packed(&self, j0: usize, j1: usize, c: CPtr) {
+        reserve();
+        PACK.with(|pk| {
+            let (ap, bp) = &mut *pk.borrow_mut();
+            let mut jc = j0;
+            while jc < j1 {
+                let nc = NC.min(j1 - jc);
+                let mut pc = 0;
+                while pc < self.k {
+                    let kc = KC.min(self.k - pc);
+                    self.pack_b(bp, (pc, kc), (jc, nc));
+                    let mut ic = 0;
+                    while ic < self.m {
+                        let mc = MC.min(self.m - ic);
+                        self.pack_a(ap, (ic, mc), (pc, kc));
+                        for jr in (0..nc).step_by(NR) {
+                            for ir in (0..mc).step_by(MR) {
+                                let dst = c.0.add((ic + ir) * self.ldc + jc + jr);
+                                micro(
+                                    kc,
+                                    ap.as_ptr().add(ir * kc),
+                                    bp.as_ptr().add(jr * kc),
+                                    (dst, self.ldc),
+                                    (MR.min(mc - ir), NR.min(nc - jr)),
+                                    pc == 0,
+                                );
+                            }
+                        }
+                        ic += mc;
+                    }
+                    pc += kc;
+                }
+                jc += nc;
+            }
+        })
+    }
+
+    /// B's rows `pc..pc + kc`, columns `jc..jc + nc`, as NR-wide panels (`kc × NR` each, rows
+    /// contiguous), zero-padded past `nc`.
+    fn pack_b(&self, bp: &mut [f32], (pc, kc): (usize, usize), (jc, nc): (usize, usize)) {
+        for jr in (0..nc).step_by(NR) {
+            let w = NR.min(nc - jr);
+            let panel = &mut bp[jr * kc..(jr + NR) * kc];
+            for q in 0..kc {
+                let src = &self.b[(pc + q) * self.ldb + jc + jr..][..w];
+                let dst = &mut panel[q * NR..(q + 1) * NR];
+                dst[..w].copy_from_slice(src);
+                dst[w..].fill(0.0);
+            }
+        }
+    }
+
+    /// A's rows `ic..ic + mc`, columns `pc..pc + kc`, as MR-tall panels (`kc × MR` each, the
+    /// MR values of one `p` contiguous), zero-padded past `mc`.
+    fn pack_a(&self, ap: &mut [f32], (ic, mc): (usize, usize), (pc, kc): (usize, usize)) {
+        for ir in (0..mc).step_by(MR) {
+            let h = MR.min(mc - ir);
+            let panel = &mut ap[ir * kc..(ir + MR) * kc];
+            for r in 0..MR {
+                if r < h {
+                    let src = &self.a[(ic + ir + r) * self.lda + pc..][..kc];
+                    for (q, &x) in src.iter().enumerate() {
+                        panel[q * MR + r] = x;
+                    }
+                } else {
+                    for q in 0..kc {
+                        panel[q * MR + r] = 0.0;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `C[rows × cols] (+)= A·B` over `kc` values of `p`, from packed panels: `a` is `kc × MR`, `b`
+/// `kc × NR`; `first` starts each chain from zero, otherwise it continues from C.
+///
+/// # Safety
+/// AVX-512F present; the panels hold `kc` rows; `rows × cols` of C (`ldc` apart) writable.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn micro(
+    kc: usize,
+    a: *const f32,
+    b: *const f32,
+    (c, ldc): (*mut f32, usize),
+    (rows, cols): (usize, usize),
+    first: bool,
+) {
+    use std::arch::x86_64::*;
+    let m0 = ((1u32 << cols.min(16)) - 1) as u16;
+    let m1 = ((1u32 << cols.saturating_sub(16)) - 1) as u16;
+    let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+    if !first {
+        for (r, acc_r) in acc.iter_mut().enumerate().take(rows) {
+            let row = c.add(r * ldc);
+            acc_r[0] = _mm512_maskz_loadu_ps(m0, row);
+            acc_r[1] = _mm512_maskz_loadu_ps(m1, row.wrapping_add(16));
+        }
+    }
+    for q in 0..kc {
+        let b0 = _mm512_loadu_ps(b.add(q * NR));
+        let b1 = _mm512_loadu_ps(b.add(q * NR + 16));
+        for (r, acc_r) in acc.iter_mut().enumerate() {
+            let x = _mm512_set1_ps(*a.add(q * MR + r));
+            acc_r[0] = _mm512_fmadd_ps(x, b0, acc_r[0]);
+            acc_r[1] = _mm512_fmadd_ps(x, b1, acc_r[1]);
+        }
+    }
+    for (r, acc_r) in acc.iter().enumerate().take(rows) {
+        let row = c.add(r * ldc);
+        _mm512_mask_storeu_ps(row, m0, acc_r[0]);
+        _mm512_mask_storeu_ps(row.wrapping_add(16), m1, acc_r[1]);
+    }
+}
+
+/// One `gemm_nt` call's operands.
+struct Nt<'a> {
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &'a [f32],
+    w: &'a [f32],
+}
+
+impl Nt<'_> {
+    /// Columns `j0..j1` of every row of C: blocks of 4 rows of A against 4 rows of W, W a
+    /// chunk of 64 rows at a time (kept in cache while every row of A passes).
+    fn run(&self, simd: bool, j0: usize, j1: usize, c: CPtr) {
+        let mut out = [[0.0f32; 4]; 4];
+        for jc in (j0..j1).step_by(64) {
+            let je = (jc + 64).min(j1);
+            let mut i = 0;
+            while i < self.m {
+                let ri = 4.min(self.m - i);
+                let mut j = jc;
+                while j < je {
+                    let rj = 4.min(je - j);
+                    self.dots(simd, (i, ri), (j, rj), &mut out);
+                    for (r, row) in out.iter().enumerate().take(ri) {
+                        for (s, &v) in row.iter().enumerate().take(rj) {
+                            // SAFETY: inside C (checked by `gemm_nt`); the threads write
+                            // disjoint columns.
+                            unsafe { *c.0.add((i + r) * self.n + j + s) = v };
+                        }
+                    }
+                    j += rj;
+                }
+                i += ri;
+            }
+        }
+    }
+
+    /// The dot products of rows `i..i + ri` of A with rows `j..j + rj` of W.
+    fn dots(
+        &self,
+        simd: bool,
+        (i, ri): (usize, usize),
+        (j, rj): (usize, usize),
+        out: &mut [[f32; 4]; 4],
+    ) {
+        let k = self.k;
+        let k16 = k / 16 * 16;
+        let mut sums = [[0.0f32; 4]; 4];
+        #[cfg(target_arch = "x86_64")]
+        if simd {
+            // SAFETY: AVX-512F is present (checked); rows `i..i + ri` of A and `j..j + rj` of
+            // W (k elements each) are inside their slices (checked by `gemm_nt`).
+            unsafe {
+                nt_avx512(
+                    (self.a.as_ptr().add(i * k), ri),
+                    (self.w.as_ptr().add(j * k), rj),
+                    k16,
+                    k,
+                    &mut sums,
+                )
+            };
+        }
+        if !simd {
+            for (r, sums_r) in sums.iter_mut().enumerate().take(ri) {
+                for (s, sum) in sums_r.iter_mut().enumerate().take(rj) {
+                    let (x, y) = (&self.a[(i + r) * k..], &self.w[(j + s) * k..]);
+                    let mut lanes = [0.0f32; 16];
+                    for p in 0..k16 {
+                        let l = &mut lanes[p % 16];
+                        *l = x[p].mul_add(y[p], *l);
+                    }
+                    *sum = tree_sum(&lanes);
+                }
+            }
+        }
+        for r in 0..ri {
+            for s in 0..rj {
+                let mut sum = sums[r][s];
+                let (x, y) = (&self.a[(i + r) * k..], &self.w[(j + s) * k..]);
+                for p in k16..k {
+                    sum = x[p].mul_add(y[p], sum);
+                }
+                out[r][s] = sum;
+            }
+        }
+    }
+}
+
+/// The 16 lanes summed pairwise in a fixed order: lane l with l + 8, then + 4, + 2, + 1.
+fn tree_sum(l: &[f32; 16]) -> f32 {
+    let mut v = *l;
+    for half in [8, 4, 2, 1] {
+        for x in 0..half {
+            v[x] += v[x + half];
+        }
+    }
+    v[0]
+}
+
+/// The 16 lane-wise FMA chains over `p < k16` of up to 4 rows of A against up to 4 rows of W,
+/// each summed as [`tree_sum`] does (lanes l and l + 8, then + 4, + 2, + 1).
+///
+/// # Safety
+/// AVX-512F present; `ri` rows of A and `rj` rows of W, `k` apart, each `k16 ≤ k` readable.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn nt_avx512(
+    (a, ri): (*const f32, usize),
+    (w, rj): (*const f32, usize),
+    k16: usize,
+    k: usize,
+    sums: &mut [[f32; 4]; 4],
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+    // rows past ri / rj repeat the last one (computed and dropped), keeping the loop fixed
+    let row = |base: *const f32, r: usize, n: usize| base.add(r.min(n - 1) * k);
+    let mut p = 0;
+    while p < k16 {
+        let mut y = [_mm512_setzero_ps(); 4];
+        for (s, ys) in y.iter_mut().enumerate() {
+            *ys = _mm512_loadu_ps(row(w, s, rj).add(p));
+        }
+        for (r, acc_r) in acc.iter_mut().enumerate() {
+            let x = _mm512_loadu_ps(row(a, r, ri).add(p));
+            for s in 0..4 {
+                acc_r[s] = _mm512_fmadd_ps(x, y[s], acc_r[s]);
+            }
+        }
+        p += 16;
+    }
+    for r in 0..ri {
+        for s in 0..rj {
+            let v = acc[r][s];
+            // 128-bit blocks 2, 3 onto 0, 1: lane l + 8 onto l
+            let v = _mm512_add_ps(v, _mm512_shuffle_f32x4::<0b11_10_11_10>(v, v));
+            // block 1 onto 0: lane l + 4 onto l
+            let v = _mm512_add_ps(v, _mm512_shuffle_f32x4::<0b01_01_01_01>(v, v));
+            // within a block: lane l + 2, then l + 1
+            let v = _mm512_add_ps(v, _mm512_permute_ps::<0b11_10_11_10>(v));
+            let v = _mm512_add_ps(v, _mm512_permute_ps::<0b01_01_01_01>(v));
+            sums[r][s] = _mm512_cvtss_f32(v);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(len: usize, seed: usize) -> Vec<f32> {
+        (0..len)
+            .map(|i| (((i + seed) * 7919) % 1999) as f32 / 1999.0 - 0.5)
+            .collect()
+    }
+
+    /// Every element against an f64 reference, and every row bit-identical to the same row
+    /// computed alone, for shapes that cover each block size and column tail.
+    #[test]
+    fn rows_are_the_same_bits_alone_or_in_any_batch() {
+        for &(m, n, k) in &[
+            (1, 300, 37),
+            (7, 45, 64),
+            (13, 33, 100),
+            (64, 520, 129),
+            (9, 17, 1),
+            (20, 1100, 300),
+        ] {
+            let (a, b) = (data(m * k, 1), data(k * n, 2));
+            let mut c = vec![0.0; m * n];
+            gemm_nn((m, n, k), (&a, k), (&b, n), (&mut c, n));
+            let mut w = vec![0.0; n * k]; // B transposed, for gemm_nt
+            for p in 0..k {
+                for j in 0..n {
+                    w[j * k + p] = b[p * n + j];
+                }
+            }
+            let mut ct = vec![0.0; m * n];
+            gemm_nt(m, n, k, &a, &w, &mut ct);
+            for i in 0..m {
+                let mut alone = vec![0.0; n];
+                gemm_nn((1, n, k), (&a[i * k..], k), (&b, n), (&mut alone, n));
+                assert_eq!(alone, c[i * n..(i + 1) * n], "nn row {i} of {m}x{n}x{k}");
+                gemm_nt(1, n, k, &a[i * k..(i + 1) * k], &w, &mut alone);
+                assert_eq!(alone, ct[i * n..(i + 1) * n], "nt row {i} of {m}x{n}x{k}");
+                for j in 0..n {
+                    let want: f64 = (0..k)
+                        .map(|p| a[i * k + p] as f64 * b[p * n + j] as f64)
+                        .sum();
+                    for (what, got) in [("nn", c[i * n + j]), ("nt", ct[i * n + j])] {
+                        assert!(
+                            (got as f64 - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                            "{what} ({i}, {j}) of {m}x{n}x{k}: {got} vs {want}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// The AVX-512 kernels and the portable ones give the same bits (an FMA is exactly rounded),
+    /// through each path: streaming (few rows) and packed (many rows, several blocks of `p`).
+    #[test]
+    fn the_simd_and_portable_kernels_agree_bit_for_bit() {
+        if !avx512() {
+            eprintln!("no AVX-512 here: the portable kernels are the only ones");
+            return;
+        }
+        for (m, n, k) in [(3, 70, 53), (75, 1100, 600)] {
+            let (a, b) = (data(m * k, 3), data(k * n, 4));
+            let nn = Nn {
+                m,
+                k,
+                a: &a,
+                lda: k,
+                b: &b,
+                ldb: n,
+                ldc: n,
+            };
+            let (mut simd, mut portable) = (vec![0.0; m * n], vec![0.0; m * n]);
+            nn.run(true, 0, n, CPtr(simd.as_mut_ptr()));
+            nn.run(false, 0, n, CPtr(portable.as_mut_ptr()));
+            assert_eq!(simd, portable, "nn {m}x{n}x{k}");
+            let nt = Nt {
+                m,
+                n,
+                k,
+                a: &a,
+                w: &b,
+            };
+            nt.run(true, 0, n, CPtr(simd.as_mut_ptr()));
+            nt.run(false, 0, n, CPtr(portable.as_mut_ptr()));
+            assert_eq!(simd, portable, "nt {m}x{n}x{k}");
+        }
+    }
+}
