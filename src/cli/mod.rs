@@ -229,9 +229,32 @@ struct DeviceArgs {
     /// CUDA: replay each node's launches as a CUDA graph (captured once per launch shape).
     #[arg(long)]
     cuda_graphs: bool,
+    /// Threads for the CPU device's kernels and the parallel simulations (default: one per
+    /// core, or RAYON_NUM_THREADS).
+    #[arg(long, allow_negative_numbers = true)]
+    threads: Option<i64>,
 }
 
 impl DeviceArgs {
+    /// Sizes the thread pool once, for the whole process (`--threads`).
+    fn apply_threads(&self) -> Result<()> {
+        let Some(n) = self.threads else {
+            return Ok(());
+        };
+        let n = in_range("--threads", n, 1, 1024)? as usize;
+        if rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build_global()
+            .is_err()
+            && rayon::current_num_threads() != n
+        {
+            bail!(
+                "--threads {n}: the thread pool already runs {} threads",
+                rayon::current_num_threads()
+            );
+        }
+        Ok(())
+    }
     /// The real device's options.
     fn real(&self) -> RealOptions {
         RealOptions {
@@ -242,6 +265,7 @@ impl DeviceArgs {
     }
     /// The validated device choice (`auto` resolved and said on stderr).
     fn choice(&self) -> Result<Choice> {
+        self.apply_threads()?;
         let c = Choice::new(&self.device, self.npu_config.as_deref(), self.real())?;
         if let Some(note) = &c.note {
             eprintln!("{note}");

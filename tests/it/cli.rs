@@ -388,7 +388,11 @@ fn cpu_compare_runs_for_real_and_lazy_does_not_wait_for_a_window() {
     let rows = v.as_array().unwrap();
     assert_eq!(rows.len(), 6);
     for r in rows {
-        assert_eq!(r["device"], "cpu");
+        let dev = r["device"].as_str().unwrap();
+        assert!(
+            dev.starts_with("cpu (") && dev.ends_with(" threads)") || dev == "cpu (1 thread)",
+            "{dev}"
+        );
         assert_eq!(r["completed"], 60);
     }
     let mean = |p: &str, i: usize| {
@@ -425,11 +429,11 @@ fn cpu_compare_runs_for_real_and_lazy_does_not_wait_for_a_window() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("not for model"));
     // a table measured on another kind of device is refused too
     let text = std::fs::read_to_string(&prof).unwrap();
-    assert!(text.contains("\"device\": \"cpu\""), "{text}");
+    let threads = rayon_threads_in(&text);
     let other = dir.join("gpu.json");
     std::fs::write(
         &other,
-        text.replace("\"device\": \"cpu\"", "\"device\": \"cuda (some GPU)\""),
+        text.replace(&threads, "\"device\": \"cuda (some GPU)\""),
     )
     .unwrap();
     let mut args = vec![
@@ -450,7 +454,7 @@ fn cpu_compare_runs_for_real_and_lazy_does_not_wait_for_a_window() {
     assert!(!o.status.success());
     assert!(
         String::from_utf8_lossy(&o.stderr)
-            .contains("--profile was measured on 'cuda (some GPU)', but this run is on 'cpu'"),
+            .contains("--profile was measured on 'cuda (some GPU)', but this run is on 'cpu ("),
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
@@ -601,7 +605,11 @@ fn colocation_runs_on_the_cpu_device() {
     let rows = v.as_array().unwrap();
     assert_eq!(rows.len(), 2);
     for r in rows {
-        assert_eq!(r["device"], "cpu");
+        let dev = r["device"].as_str().unwrap();
+        assert!(
+            dev.starts_with("cpu (") && dev.ends_with(" threads)") || dev == "cpu (1 thread)",
+            "{dev}"
+        );
         assert_eq!(r["completed"], 40, "{r}");
         let per = r["per_model"]
             .as_array()
@@ -732,4 +740,13 @@ fn npu_configurations_by_name() {
         ],
         "nonesuch.toml",
     );
+}
+
+/// The `"device": "cpu (N threads)"` line of a saved profile.
+fn rayon_threads_in(profile: &str) -> String {
+    let line = profile
+        .lines()
+        .find(|l| l.contains("\"device\": \"cpu ("))
+        .unwrap_or_else(|| panic!("no cpu device in {profile}"));
+    line.trim().trim_end_matches(',').to_string()
 }

@@ -56,6 +56,9 @@ fn flags_out_of_range_name_the_flag_and_the_range() {
         (&["--policy", "lazy", "--rate", "1000", "--max-batch", "100000"], "exceeds the model's own max_batch 64"),
         (&["--policy", "lazy", "--rate", "1000", "--max-batch", "100000", "--force-max-batch"], "invalid --max-batch: must be an integer in [1, 4096]"),
         (&["--policy", "lazy", "--rate", "1000", "--max-pending", "0"], "invalid --max-pending"),
+        (&["--policy", "lazy", "--rate", "1000", "--threads", "0"], "invalid --threads: must be an integer in [1, 1024], got 0"),
+        (&["--policy", "lazy", "--rate", "1000", "--threads", "-3"], "invalid --threads: must be an integer in [1, 1024], got -3"),
+        (&["--policy", "lazy", "--rate", "1000", "--cuda-graphs"], "invalid --cuda-graphs: applies to --device cuda, not npu"),
         (&["--policy", "lazy", "--rate", "1000", "--coverage", "50"], "--coverage sets the decoder length the predictor assumes, and 'resnet50' has no decoder"),
         (&["--policy", "lazy", "--rate", "1000", "--seed", "1", "--slas", "5"], "--shares and --slas apply to co-located models"),
     ];

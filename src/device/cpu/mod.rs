@@ -258,6 +258,13 @@ impl Device for CpuDevice {
         "cpu"
     }
 
+    /// `cpu (2 threads)`: the thread count changes every timing, so it names the device (a
+    /// profile measured with other threads is refused).
+    fn description(&self) -> String {
+        let n = rayon::current_num_threads();
+        format!("cpu ({n} thread{})", if n == 1 { "" } else { "s" })
+    }
+
     fn is_virtual(&self) -> bool {
         false
     }
