@@ -98,6 +98,8 @@ fn gemm_table() {
         ("transformer logits, batch 1 (tied)", 1, 33708, 512, true),
         ("transformer logits, batch 64 (tied)", 64, 33708, 512, true),
         ("bert qkv, 128 tokens", 128, 2304, 768, false),
+        ("bert ffn2, 128 tokens", 128, 768, 3072, false),
+        ("bert ffn1, 8 x 128 tokens", 1024, 3072, 768, false),
     ];
     println!(
         "{:<36} {:>6} {:>6} {:>6} {:>10} {:>12} {:>16}",

@@ -15,6 +15,8 @@ SHAPES = [
     ("transformer ffn1, 30 tokens", 30, 2048, 512),
     ("transformer logits, batch 64", 64, 33708, 512),
     ("bert qkv, 128 tokens", 128, 2304, 768),
+    ("bert ffn2, 128 tokens", 128, 768, 3072),
+    ("bert ffn1, 8 x 128 tokens", 1024, 3072, 768),
 ]
 
 try:

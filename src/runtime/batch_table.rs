@@ -65,12 +65,6 @@ pub struct BatchTable {
     seen: Vec<RequestId>,
 }
 
-impl PartialEq for BatchTable {
-    fn eq(&self, o: &Self) -> bool {
-        self.stack == o.stack && self.max_batch == o.max_batch
-    }
-}
-
 impl BatchTable {
     /// An empty table for sub-batches of at most `max_batch` requests.
     pub fn new(max_batch: u32) -> Self {
