@@ -669,4 +669,41 @@ mod tests {
         let checked = std::hint::black_box(BatchTable::CHECKED);
         assert!(!checked, "a checked build must have panicked");
     }
+
+    #[test]
+    fn a_straight_run_ends_before_a_loop_end_the_model_end_the_entry_below_or_a_class_change() {
+        // a table on `m` with one request per entry at `entries` (bottom first)
+        let ahead = |m: &Model, entries: &[u32]| {
+            let mut t = BatchTable::new(8);
+            t.set_model(m);
+            for (r, &n) in entries.iter().enumerate() {
+                t.push_from(ids(&[r as u32]), at(n, 0), None);
+            }
+            t.straight_ahead()
+        };
+        // eight_nodes: in, A..H, one class, no loops: from node i, 8 - i nodes (H ends it)
+        let m = fixture("eight_nodes.toml");
+        for i in 0..=8 {
+            assert_eq!(ahead(&m, &[i]), 8 - i, "eight_nodes from {i}");
+        }
+        // an entry below at E (5): a newcomer at B (2) runs 3 nodes and meets it
+        assert_eq!(ahead(&m, &[5, 2]), 3);
+        // tiny_seq2seq: src, emb, enc (the encoder loop, ends it), dec_emb, dec, ctx, logits,
+        // tok (the decoder loop's last)
+        let m = fixture("tiny_seq2seq.toml");
+        for (i, w) in [2, 1, 0, 4, 3, 2, 1, 0].into_iter().enumerate() {
+            assert_eq!(ahead(&m, &[i as u32]), w, "tiny_seq2seq from {i}");
+        }
+        // the Transformer's last encoder layer runs straight into the decoder's first: the run
+        // stops at the class change (device time is counted by class)
+        let m = zoo::load("transformer").unwrap();
+        let mut t = BatchTable::new(8);
+        t.set_model(&m);
+        let change = (0..m.nodes.len() - 1)
+            .find(|&i| {
+                t.straight[i] && t.straight[i + 1] && m.nodes[i].class != m.nodes[i + 1].class
+            })
+            .expect("a class change between straight nodes");
+        assert_eq!(ahead(&m, &[change as u32]), 1);
+    }
 }
