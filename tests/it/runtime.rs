@@ -3,7 +3,6 @@
 
 use lazybatch::bench::{Bench, RunConfig};
 use lazybatch::device::npu::NpuConfig;
-use lazybatch::device::Device;
 use lazybatch::engine;
 use lazybatch::graph::{zoo, Lengths, Model};
 use lazybatch::policy;
@@ -726,7 +725,8 @@ fn predictor_matches_the_direct_sum_over_nodes() {
 #[test]
 fn timing_runs_of_nodes_at_once_changes_nothing() {
     // recording snapshots makes the engine execute node by node; without, the NPU model times
-    // runs of batch-size-only nodes at once: every request and counter must be the same
+    // runs of batch-size-only nodes at once: every request and counter must be the same, and
+    // the shortcut must be taken (fewer device calls than node executions)
     for model in ["resnet50", "gnmt", "transformer", "las"] {
         let b = bench(model, 8);
         for p in [
@@ -742,7 +742,11 @@ fn timing_runs_of_nodes_at_once_changes_nothing() {
                 .collect::<Vec<_>>();
             let run = |snapshots: bool| {
                 let mut pol = policy::parse(p, 8).unwrap();
-                engine::run(
+                let mut dev = Counting {
+                    npu: b.npu().unwrap().clone(),
+                    calls: Default::default(),
+                };
+                let out = engine::run(
                     &engine::Setup {
                         snapshots,
                         keep: lazybatch::metrics::KeepRecords {
@@ -751,16 +755,32 @@ fn timing_runs_of_nodes_at_once_changes_nothing() {
                         },
                         ..engine::Setup::new(&b.model, &b.predictor, Nanos::from_ms(100.0), 8)
                     },
-                    &mut b.npu().unwrap().clone(),
+                    &mut dev,
                     pol.as_mut(),
                     &mut VirtualClock::new(),
                     &arrivals,
                 )
-                .unwrap()
+                .unwrap();
+                (out, dev.calls.get())
             };
-            let (fast, slow) = (run(false), run(true));
+            let ((fast, fast_calls), (slow, slow_calls)) = (run(false), run(true));
             assert_eq!(fast.requests, slow.requests, "{model} {p}");
             assert_eq!(fast.counters, slow.counters, "{model} {p}");
+            assert_eq!(
+                slow_calls, slow.counters.executions,
+                "{model} {p}: node by node"
+            );
+            // ResNet-50 is one straight run from its input to its classifier; the sequence
+            // models' loops end theirs at each loop's last node
+            let most = if model == "resnet50" {
+                slow_calls / 2
+            } else {
+                slow_calls
+            };
+            assert!(
+                fast_calls < most,
+                "{model} {p}: {fast_calls} device calls for {slow_calls} node executions"
+            );
         }
     }
 }
@@ -889,80 +909,5 @@ impl lazybatch::device::Device for Counting {
         let run = self.npu.time_run(m, from, batch, max_nodes, budget);
         self.calls.set(self.calls.get() + u64::from(run.is_some()));
         run
-    }
-}
-
-#[test]
-fn straight_runs_take_one_device_call_and_change_nothing() {
-    // The engine times a run of nodes where nothing can happen (no arrival due, no exit, no
-    // merge) with one call of a virtual device; with snapshots on it goes node by node. Both
-    // must give the same run — every request's record and every counter, device time by node
-    // class included — and the shortcut must be taken: by a preemptive policy (LazyB, which
-    // stops the run where the next arrival is due) and a non-preemptive one.
-    // tiny_seq2seq: its input (static) and the encoder's embedding (a loop node that does not
-    // end the loop) make a run that crosses classes, which the counters must split
-    for (name, gap_ms) in [
-        ("resnet50", 0.9),
-        ("gnmt", 9.0),
-        ("tiny_seq2seq.toml", 0.05),
-    ] {
-        let m = if name.ends_with(".toml") {
-            fixture(name)
-        } else {
-            zoo::load(name).unwrap()
-        };
-        let npu = || lazybatch::device::npu::Npu::new(NpuConfig::default()).unwrap();
-        let prof = Profile::measure(&mut npu(), &m, 8, m.ref_lengths()).unwrap();
-        let pred = Predictor::new(&m, &prof, 1);
-        let arrivals: Vec<Arrival> = (0..300)
-            .map(|i| Arrival {
-                time: Nanos::from_ms(gap_ms * i as f64 + 0.37 * (i % 7) as f64),
-                len: m.ref_lengths(),
-                ..Arrival::default()
-            })
-            .collect();
-        for policy in ["lazy", "graph:5"] {
-            let run = |snapshots: bool| {
-                let mut dev = Counting {
-                    npu: npu(),
-                    calls: Default::default(),
-                };
-                dev.prepare(&m, 8).unwrap();
-                let mut pol = policy::parse(policy, 8).unwrap();
-                let out = engine::run(
-                    &engine::Setup {
-                        snapshots,
-                        keep: lazybatch::metrics::KeepRecords {
-                            requests: true,
-                            ..Default::default()
-                        },
-                        ..engine::Setup::new(&m, &pred, Nanos::from_ms(100.0), 8)
-                    },
-                    &mut dev,
-                    pol.as_mut(),
-                    &mut VirtualClock::new(),
-                    &arrivals,
-                )
-                .unwrap();
-                (out, dev.calls.get())
-            };
-            let (slow, slow_calls) = run(true);
-            let (fast, fast_calls) = run(false);
-            let tag = format!("{name} {policy}");
-            assert_eq!(fast.requests, slow.requests, "{tag}: per-request records");
-            assert_eq!(fast.counters, slow.counters, "{tag}: counters");
-            assert_eq!(slow_calls, slow.counters.executions, "{tag}: node by node");
-            // ResNet-50 is one straight run from input to classifier; GNMT's loops leave
-            // shorter runs (each loop's last node ends one)
-            let most = if name == "resnet50" {
-                slow_calls / 2
-            } else {
-                slow_calls - 100
-            };
-            assert!(
-                fast_calls < most,
-                "{tag}: {fast_calls} device calls for {slow_calls} node executions"
-            );
-        }
     }
 }
