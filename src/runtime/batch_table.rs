@@ -706,4 +706,66 @@ mod tests {
             .expect("a class change between straight nodes");
         assert_eq!(ahead(&m, &[change as u32]), 1);
     }
+
+    /// The table's entries as (members, next unit), bottom first.
+    fn view(t: &BatchTable) -> Vec<(Vec<RequestId>, NodeStep)> {
+        t.entries()
+            .iter()
+            .map(|e| (e.members.clone(), e.next))
+            .collect()
+    }
+
+    #[test]
+    fn a_group_that_splits_onto_the_entry_below_merges_with_it_at_once() {
+        // tiny_seq2seq, encoder lengths 1 and 3 for requests 1 and 2 (at the encoder, node 2),
+        // request 0 waiting at the decoder's first unit: request 1 leaves for it and merges
+        // there in the same advance; request 2 runs the encoder again, on top
+        let m = fixture("tiny_seq2seq.toml");
+        let len = |r: RequestId| Lengths {
+            enc: if r.0 == 2 { 3 } else { 1 },
+            dec: 2,
+        };
+        let mut t = BatchTable::new(8);
+        t.set_model(&m);
+        t.push_from(ids(&[0]), at(3, 0), None);
+        t.push_from(ids(&[1, 2]), at(2, 0), None);
+        let a = t.advance(&m, len, &mut Vec::new());
+        assert_eq!((a.splits, a.merges), (1, 1));
+        assert_eq!(view(&t), [(ids(&[0, 1]), at(3, 0)), (ids(&[2]), at(2, 1))]);
+    }
+
+    #[test]
+    fn a_loop_that_wraps_onto_the_entry_below_merges_with_it() {
+        // tiny_seq2seq's decoder loop (nodes 3..=7), three steps each: request 1 at its last
+        // node (tok, step 0) wraps to its first node at step 1, where request 0 stands
+        let m = fixture("tiny_seq2seq.toml");
+        let len = |_| Lengths { enc: 1, dec: 3 };
+        let mut t = BatchTable::new(8);
+        t.set_model(&m);
+        t.push_from(ids(&[0]), at(3, 1), None);
+        t.push_from(ids(&[1]), at(7, 0), None);
+        let a = t.advance(&m, len, &mut Vec::new());
+        assert!(a.wrapped);
+        assert_eq!(a.merges, 1);
+        assert_eq!(view(&t), [(ids(&[0, 1]), at(3, 1))]);
+    }
+
+    #[test]
+    fn a_full_sub_batch_takes_no_one_more() {
+        // eight_nodes, maximum batch 8: a newcomer reaching C where 8 requests stand stays
+        // apart; where 7 stand it merges
+        let m = fixture("eight_nodes.toml");
+        for (below, merged) in [(8u32, false), (7, true)] {
+            let mut t = BatchTable::new(8);
+            t.set_model(&m);
+            t.push_from((0..below).map(RequestId), at(3, 0), None);
+            t.push_from(ids(&[100]), at(2, 0), None);
+            let a = t.advance(&m, |_| LEN, &mut Vec::new());
+            assert_eq!(
+                (a.merges == 1, t.entries().len() == 1),
+                (merged, merged),
+                "{below} below"
+            );
+        }
+    }
 }
