@@ -82,12 +82,6 @@ impl std::fmt::Debug for Spec {
     }
 }
 
-impl PartialEq for Spec {
-    fn eq(&self, other: &Self) -> bool {
-        self.text == other.text
-    }
-}
-
 impl Spec {
     /// Parses a policy string; graph and cellular batching's maximum batch defaults to (and
     /// may not exceed) `default_max`, the server's.

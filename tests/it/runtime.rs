@@ -391,6 +391,7 @@ fn policy_strings_are_checked() {
         "graph:abc",
         "graph:-5",
         "lazy:1",
+        "serial:1",
         "graph",
         "graph:5:0",
         "graph:5:9",
