@@ -833,16 +833,25 @@ fn lazy_beats_the_best_graph_batching_at_high_load_where_batching_pays() {
 }
 
 /// A policy that breaks the engine's contract in one of two ways.
+/// A policy that answers `WaitUntil(now)` its first `waits_for_now` times, then admits one
+/// request onto an empty table and runs (`behaves`) or runs whatever the table holds.
 struct Misbehaving {
-    waits_for_now: bool,
+    waits_for_now: u32,
+    behaves: bool,
 }
 impl policy::Policy for Misbehaving {
     fn name(&self) -> String {
         "misbehaving".into()
     }
     fn decide(&mut self, v: &policy::View) -> policy::Decision {
-        if self.waits_for_now {
+        if self.waits_for_now > 0 {
+            self.waits_for_now -= 1;
             policy::Decision::WaitUntil(v.now)
+        } else if self.behaves && v.table.is_empty() {
+            policy::Decision::Admit {
+                count: 1,
+                pad: false,
+            }
         } else {
             policy::Decision::Run
         }
@@ -852,24 +861,36 @@ impl policy::Policy for Misbehaving {
 #[test]
 fn a_policy_that_breaks_the_contract_is_an_error_not_a_hang() {
     // running an empty BatchTable, or waiting for a moment that has passed (which would spin
-    // forever), ends the run with an error naming the policy
+    // forever), ends the run with an error naming the policy; two waits for the present in a
+    // row are tolerated, a third is the error
     let m = fixture("eight_nodes.toml");
     let pred = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 1);
-    for (waits_for_now, says) in [
-        (false, "ran an empty BatchTable"),
-        (true, "waits for the past"),
-    ] {
-        let e = engine::run(
+    let run = |waits_for_now: u32, behaves: bool| {
+        engine::run(
             &engine::Setup::new(&m, &pred, Nanos::from_ms(100.0), 8),
             &mut UnitDevice,
-            &mut Misbehaving { waits_for_now },
+            &mut Misbehaving {
+                waits_for_now,
+                behaves,
+            },
             &mut VirtualClock::new(),
             &[Arrival::default()],
         )
-        .err()
-        .unwrap_or_else(|| panic!("{says}: accepted"))
-        .to_string();
+    };
+    for (waits, behaves, says) in [
+        (0, false, "ran an empty BatchTable"),
+        (u32::MAX, false, "waits for the past"),
+        (3, true, "waits for the past"),
+    ] {
+        let e = run(waits, behaves)
+            .err()
+            .unwrap_or_else(|| panic!("{says}: accepted"))
+            .to_string();
         assert!(e.contains("misbehaving") && e.contains(says), "{e}");
+    }
+    for waits in [0, 1, 2] {
+        let out = run(waits, true).unwrap_or_else(|e| panic!("{waits} waits: {e}"));
+        assert_eq!(out.stats().completed, 1, "{waits} waits");
     }
 }
 
