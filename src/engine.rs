@@ -563,3 +563,84 @@ impl<'a> Server<'a> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::npu::{Npu, NpuConfig};
+    use crate::graph::{zoo, Class};
+    use crate::policy::{self, Decision, Policy, View};
+    use crate::profile::Profile;
+    use crate::runtime::Predictor;
+    use crate::time::VirtualClock;
+
+    /// LazyB, checking at every decision that each request in the table has as many decoder
+    /// steps done as it has finished: its step at a decoder node, none before the decoder
+    /// (what the slack predictor's decoder-length estimate reads).
+    struct Observing {
+        inner: Box<dyn Policy>,
+        checked: usize,
+    }
+
+    impl Policy for Observing {
+        fn name(&self) -> String {
+            "observing".into()
+        }
+        fn cell_nodes(&self, model: &Model) -> Vec<bool> {
+            self.inner.cell_nodes(model)
+        }
+        fn decide(&mut self, v: &View) -> Decision {
+            for e in v.table.entries() {
+                let decoder = v.model.node(e.next.node).class == Class::Decoder;
+                for (j, &r) in e.members.iter().enumerate() {
+                    let step = e.steps.get(j).copied().unwrap_or(e.next.step);
+                    let want = if decoder { step } else { 0 };
+                    assert_eq!(v.request(r).dec_done, want, "request {r:?} at {:?}", e.next);
+                    self.checked += 1;
+                }
+            }
+            self.inner.decide(v)
+        }
+    }
+
+    #[test]
+    fn decoder_steps_done_are_the_steps_finished() {
+        for name in ["gnmt", "transformer"] {
+            let m = zoo::load(name).unwrap();
+            let mut npu = Npu::new(NpuConfig::default()).unwrap();
+            let prof = Profile::measure(&mut npu, &m, 8, m.ref_lengths()).unwrap();
+            let pred = Predictor::new(&m, &prof, 20);
+            npu.prepare(&m, 8).unwrap();
+            let arrivals: Vec<_> = crate::traffic::poisson(&m, 300.0, 60, 4).unwrap().collect();
+            let mut pol = Observing {
+                inner: policy::parse("lazy", 8).unwrap(),
+                checked: 0,
+            };
+            let out = run(
+                &Setup {
+                    keep: crate::metrics::KeepRecords {
+                        requests: true,
+                        ..Default::default()
+                    },
+                    ..Setup::new(&m, &pred, Nanos::from_ms(100.0), 8)
+                },
+                &mut npu,
+                &mut pol,
+                &mut VirtualClock::new(),
+                &arrivals,
+            )
+            .unwrap();
+            assert!(pol.checked > 500, "{name}: {} checks", pol.checked);
+            // each merge removes an entry that a preemption or a split put above another
+            let c = &out.counters;
+            assert!(
+                c.merges > 0 && c.merges <= c.preemptions + c.splits,
+                "{name}: {c:?}"
+            );
+            // and at the end, every request's own decoder length
+            for q in &out.requests {
+                assert_eq!(q.dec_done, q.len.dec, "{name}: request {:?}", q.id);
+            }
+        }
+    }
+}

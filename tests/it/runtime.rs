@@ -834,10 +834,12 @@ fn lazy_beats_the_best_graph_batching_at_high_load_where_batching_pays() {
 
 /// A policy that breaks the engine's contract in one of two ways.
 /// A policy that answers `WaitUntil(now)` its first `waits_for_now` times, then admits one
-/// request onto an empty table and runs (`behaves`) or runs whatever the table holds.
+/// request onto an empty table and runs (`behaves`) or runs whatever the table holds; or,
+/// with `admits`, admits those counts in turn whenever requests are pending.
 struct Misbehaving {
     waits_for_now: u32,
     behaves: bool,
+    admits: Vec<usize>,
 }
 impl policy::Policy for Misbehaving {
     fn name(&self) -> String {
@@ -847,6 +849,11 @@ impl policy::Policy for Misbehaving {
         if self.waits_for_now > 0 {
             self.waits_for_now -= 1;
             policy::Decision::WaitUntil(v.now)
+        } else if !self.admits.is_empty() && !v.pending.is_empty() {
+            policy::Decision::Admit {
+                count: self.admits.remove(0),
+                pad: false,
+            }
         } else if self.behaves && v.table.is_empty() {
             policy::Decision::Admit {
                 count: 1,
@@ -865,18 +872,20 @@ fn a_policy_that_breaks_the_contract_is_an_error_not_a_hang() {
     // row are tolerated, a third is the error
     let m = fixture("eight_nodes.toml");
     let pred = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 1);
-    let run = |waits_for_now: u32, behaves: bool| {
+    let run_with = |waits_for_now: u32, behaves: bool, admits: &[usize], arrivals: usize| {
         engine::run(
             &engine::Setup::new(&m, &pred, Nanos::from_ms(100.0), 8),
             &mut UnitDevice,
             &mut Misbehaving {
                 waits_for_now,
                 behaves,
+                admits: admits.to_vec(),
             },
             &mut VirtualClock::new(),
-            &[Arrival::default()],
+            &vec![Arrival::default(); arrivals],
         )
     };
+    let run = |waits_for_now: u32, behaves: bool| run_with(waits_for_now, behaves, &[], 1);
     for (waits, behaves, says) in [
         (0, false, "ran an empty BatchTable"),
         (u32::MAX, false, "waits for the past"),
@@ -887,6 +896,18 @@ fn a_policy_that_breaks_the_contract_is_an_error_not_a_hang() {
             .unwrap_or_else(|| panic!("{says}: accepted"))
             .to_string();
         assert!(e.contains("misbehaving") && e.contains(says), "{e}");
+    }
+    // admitting none, more than are pending, or more than the free slots (8 slots, 1 taken)
+    for (admits, arrivals, says) in [
+        (&[0][..], 1, "admitted 0 with 1 pending"),
+        (&[2], 1, "admitted 2 with 1 pending"),
+        (&[1, 8], 9, "admitted 8 with 8 pending and 7 free slots"),
+    ] {
+        let e = run_with(0, true, admits, arrivals)
+            .err()
+            .unwrap_or_else(|| panic!("{says}: accepted"))
+            .to_string();
+        assert!(e.contains(says), "{e}");
     }
     for waits in [0, 1, 2] {
         let out = run(waits, true).unwrap_or_else(|e| panic!("{waits} waits: {e}"));
