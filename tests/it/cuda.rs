@@ -710,6 +710,14 @@ fn cuda_colocated_models_keep_their_own_outputs() {
     }
 }
 
+/// The models and precisions whose driver calls the counting tests report.
+const COUNTED: [(&str, Precision); 4] = [
+    ("resnet50", Precision::F32),
+    ("resnet50", Precision::F16),
+    ("transformer_base", Precision::F32),
+    ("gnmt", Precision::F32),
+];
+
 /// The driver calls of one inference at batch 1 (every node once, as `batched_vs_alone` runs
 /// them), counted by the software stand-in, apart for the static nodes ("inference") and the
 /// loop nodes ("decoder step"), each with its node count; None with a real driver (the nodes
@@ -755,12 +763,7 @@ fn cuda_launches_uploads_and_syncs_per_node() {
     // What one inference at batch 1 costs the host in driver calls, the decoder's nodes (one
     // decoding step) apart. `cargo test --release --test it cuda_launches -- --nocapture` on
     // the stand-in prints them.
-    for (name, precision) in [
-        ("resnet50", Precision::F32),
-        ("resnet50", Precision::F16),
-        ("transformer_base", Precision::F32),
-        ("gnmt", Precision::F32),
-    ] {
+    for (name, precision) in COUNTED {
         let m = small(name);
         let mut gpu = CudaDevice::new(0, 8, precision).unwrap();
         gpu.prepare(&m, 1).unwrap();
@@ -816,12 +819,7 @@ fn cuda_graphs_launch_once_per_node() {
     // With --cuda-graphs, a node whose launch shape was seen before is one graph launch: the
     // second batch-1 pass launches no kernel and calls no GEMM from the host. What graphs
     // save is a pass's launches and GEMM calls without graphs, less one graph launch per node.
-    for (name, precision) in [
-        ("resnet50", Precision::F32),
-        ("resnet50", Precision::F16),
-        ("transformer_base", Precision::F32),
-        ("gnmt", Precision::F32),
-    ] {
+    for (name, precision) in COUNTED {
         let m = small(name);
         let mut plain = CudaDevice::new(0, 8, precision).unwrap();
         plain.prepare(&m, 1).unwrap();

@@ -70,10 +70,9 @@ pub fn gemm_strided(
     } else {
         Parallelism::None
     };
-    IN_GEMM.with(|g| g.set(true));
     // SAFETY: the asserts above keep every index of the m×k, k×n and m×n views inside the
     // slices; `c` is borrowed mutably and cannot alias `a` or `b`.
-    unsafe {
+    gemm_scope(|| unsafe {
         gemm::gemm(
             m,
             n,
@@ -94,9 +93,8 @@ pub fn gemm_strided(
             false,
             false,
             par,
-        );
-    }
-    IN_GEMM.with(|g| g.set(false));
+        )
+    });
 }
 
 /// `C[m×n] = A[m×k] · B` for row-major A and C, with `B` given by its (row, column) strides:

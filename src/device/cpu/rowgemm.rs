@@ -130,12 +130,16 @@ thread_local! {
 /// serving allocates nothing; other threads allocate theirs at their first packed GEMM).
 pub fn reserve() {
     PACK.with(|pk| {
-        let (ap, bp) = &mut *pk.borrow_mut();
-        if ap.len() < MC * KC {
-            *ap = vec![0.0; MC * KC];
-            *bp = vec![0.0; KC * NC];
-        }
-    })
+        sized(&mut pk.borrow_mut());
+    });
+}
+
+/// The packing buffers at their fixed sizes (allocated the first time only).
+fn sized(pk: &mut (Vec<f32>, Vec<f32>)) -> (&mut [f32], &mut [f32]) {
+    if pk.0.len() < MC * KC {
+        *pk = (vec![0.0; MC * KC], vec![0.0; KC * NC]);
+    }
+    (&mut pk.0, &mut pk.1)
 }
 
 impl Nn<'_> {
@@ -226,9 +230,9 @@ impl Nn<'_> {
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     unsafe fn packed(&self, j0: usize, j1: usize, c: CPtr) {
-        reserve();
         PACK.with(|pk| {
-            let (ap, bp) = &mut *pk.borrow_mut();
+            let mut pk = pk.borrow_mut();
+            let (ap, bp) = sized(&mut pk);
             let mut jc = j0;
             while jc < j1 {
                 let nc = NC.min(j1 - jc);

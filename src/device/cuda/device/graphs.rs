@@ -38,8 +38,8 @@ pub(super) struct Graphs {
     on: bool,
     cache: HashMap<Vec<u64>, Graph>,
     stats: GraphStats,
-    /// cuBLAS's workspace while graphs are on.
-    _workspace: Option<CudaSlice<u8>>,
+    /// cuBLAS's workspace while graphs are on (held so that it outlives the handle's use).
+    workspace: Option<CudaSlice<u8>>,
 }
 
 /// A captured graph, owned by one device.
@@ -63,11 +63,11 @@ impl CudaDevice {
     pub fn with_graphs(mut self, on: bool) -> Result<Self> {
         self.graphs.clear();
         self.graphs.on = on;
-        if on && self.graphs._workspace.is_none() {
+        if on && self.graphs.workspace.is_none() {
             let (major, _) = self._ctx.compute_capability().map_err(cuda_err)?;
             let bytes = if major >= 9 { 32 << 20 } else { 4 << 20 };
             let ws = self.stream.alloc_zeros::<u8>(bytes).map_err(cuda_err)?;
-            let (ptr, _guard) = ws.device_ptr(&self.stream);
+            let (ptr, guard) = ws.device_ptr(&self.stream);
             // SAFETY: the workspace is a live device allocation of `bytes` bytes, kept in
             // `self.graphs` as long as the handle that uses it.
             unsafe {
@@ -79,8 +79,8 @@ impl CudaDevice {
             }
             .result()
             .map_err(cuda_err)?;
-            drop(_guard);
-            self.graphs._workspace = Some(ws);
+            drop(guard);
+            self.graphs.workspace = Some(ws);
             // SAFETY: the device enqueues everything on its one stream, so there is nothing to
             // order across streams; cudarc's cross-stream events would be waits on events
             // recorded outside a capture, which invalidate it.
