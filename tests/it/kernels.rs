@@ -1,5 +1,6 @@
 //! Every CPU kernel against a plain reference implementation on random, never all-zero inputs.
 
+use lazybatch::device::cpu::hwc;
 use lazybatch::device::cpu::kernels::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -150,8 +151,24 @@ fn naive_conv(
     y
 }
 
+/// `[C, H, W]` ↔ channels-last, for the image kernels' inputs and outputs.
+fn hwc_of(x: &[f32], chw: (usize, usize, usize)) -> Vec<f32> {
+    let mut y = vec![0.0; x.len()];
+    hwc::to_hwc(x, chw, &mut y);
+    y
+}
+
+fn chw_of(x: &[f32], chw: (usize, usize, usize)) -> Vec<f32> {
+    let mut y = vec![0.0; x.len()];
+    hwc::to_chw(x, chw, &mut y);
+    y
+}
+
 #[test]
-fn im2col_conv_matches_a_direct_convolution() {
+fn channels_last_conv_matches_a_direct_convolution() {
+    // what the CPU device runs: weights reordered with the scale folded in, one GEMM per group
+    // over the unfolding (or over the image itself for a 1×1 window at stride 1), then shift
+    // and ReLU in one pass
     let mut rng = StdRng::seed_from_u64(3);
     for &(c, h, w, co, k, s, p, g) in &[
         (3, 9, 11, 8, 3, 2, 1, 1),
@@ -160,39 +177,42 @@ fn im2col_conv_matches_a_direct_convolution() {
         (4, 5, 5, 4, 5, 1, 2, 1),
         (3, 16, 15, 4, 7, 2, 3, 1),
         (4, 6, 7, 4, 1, 2, 0, 1),
+        (6, 5, 4, 9, 1, 1, 0, 3),
     ] {
         let x = rnd(&mut rng, c * h * w);
         let (cg, cog) = (c / g, co / g);
         let kk = cg * k * k;
         let wt = rnd(&mut rng, g * kk * cog);
-        let ho = (h + 2 * p - k) / s + 1;
-        let wo = (w + 2 * p - k) / s + 1;
-        // the [K × P] unfolding (the CPU device's and the CUDA kernel's layout)
-        let mut cols_kp = vec![0.0; kk * ho * wo];
-        let mut y2 = vec![0.0; co * ho * wo];
+        let scale: Vec<f32> = (0..co).map(|_| rng.random_range(0.5f32..1.5)).collect();
+        let shift = rnd(&mut rng, co);
+        let win = window((h, w), k, s, p);
+        let pp = win.out.0 * win.out.1;
+        let xh = hwc_of(&x, (c, h, w));
+        let wr = hwc::conv_weights(&wt, (g, cg, cog), (k, k), &scale);
+        let mut cols = vec![0.0; pp * kk];
+        let mut y = vec![0.0; co * pp];
         for gi in 0..g {
-            im2col_kp(
-                &x,
-                (h, w),
-                (gi * cg, cg),
-                window((h, w), k, s, p),
-                &mut cols_kp,
-            );
-            let pp = ho * wo;
+            let (a, lda) = if (k, s, p) == (1, 1, 0) {
+                (&xh[gi * cg..], c)
+            } else {
+                hwc::im2col(&xh, (h, w, c), (gi * cg, cg), win, &mut cols);
+                (&cols[..], kk)
+            };
             gemm_strided(
                 (pp, cog, kk),
-                (&cols_kp, (1, pp)),
-                (&wt[gi * kk * cog..], (cog, 1)),
-                (&mut y2[gi * cog * pp..], (1, pp)),
+                (a, (lda, 1)),
+                (&wr[gi * kk * cog..], (cog, 1)),
+                (&mut y[gi * cog..], (co, 1)),
                 false,
             );
         }
-        close(
-            &y2,
-            &naive_conv(&x, (c, h, w), &wt, (co, g), window((h, w), k, s, p)),
-            1e-4,
-            "conv kp",
-        );
+        hwc::shift_act(ActK::Relu, &mut y, co, &shift);
+        let want: Vec<f32> = naive_conv(&x, (c, h, w), &wt, (co, g), win)
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (v * scale[i / pp] + shift[i / pp]).max(0.0))
+            .collect();
+        close(&chw_of(&y, (co, win.out.0, win.out.1)), &want, 1e-4, "conv");
     }
 }
 
@@ -217,16 +237,25 @@ fn geometries() -> Vec<(usize, usize, usize, usize, usize)> {
 #[test]
 fn depthwise_matches_a_grouped_convolution() {
     let mut rng = StdRng::seed_from_u64(4);
-    let c = 3;
+    let c = 19; // more than one vector of channels, and a remainder
     for (h, w, k, s, p) in geometries() {
         let x = rnd(&mut rng, c * h * w);
         let wt = rnd(&mut rng, c * k * k);
-        let (ho, wo) = ((h + 2 * p - k) / s + 1, (w + 2 * p - k) / s + 1);
+        let shift = rnd(&mut rng, c);
+        let win = window((h, w), k, s, p);
+        let (ho, wo) = win.out;
         let mut y = vec![f32::NAN; c * ho * wo];
-        depthwise(&x, (c, h, w), &wt, window((h, w), k, s, p), &mut y);
+        let wd = hwc::depthwise_weights(&wt, c, k * k, &[]);
+        let xh = hwc_of(&x, (c, h, w));
+        hwc::depthwise(&xh, (h, w, c), &wd, win, (&shift, ActK::None), &mut y);
+        let want: Vec<f32> = naive_conv(&x, (c, h, w), &wt, (c, c), win)
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v + shift[i / (ho * wo)])
+            .collect();
         close(
-            &y,
-            &naive_conv(&x, (c, h, w), &wt, (c, c), window((h, w), k, s, p)),
+            &chw_of(&y, (c, ho, wo)),
+            &want,
             1e-5,
             &format!("depthwise {h}x{w} k{k} s{s} p{p}"),
         );
@@ -236,13 +265,15 @@ fn depthwise_matches_a_grouped_convolution() {
 #[test]
 fn pooling_matches_the_definition() {
     let mut rng = StdRng::seed_from_u64(5);
-    let c = 2;
+    let c = 19;
     for (h, w, k, s, p) in geometries() {
         let x = rnd(&mut rng, c * h * w);
         let (ho, wo) = ((h + 2 * p - k) / s + 1, (w + 2 * p - k) / s + 1);
         for max in [true, false] {
             let mut y = vec![f32::NAN; c * ho * wo];
-            pool(&x, (c, h, w), window((h, w), k, s, p), max, &mut y);
+            let xh = hwc_of(&x, (c, h, w));
+            hwc::pool(&xh, (h, w, c), window((h, w), k, s, p), max, &mut y);
+            let y = chw_of(&y, (c, ho, wo));
             let mut want = vec![0.0; c * ho * wo];
             for ch in 0..c {
                 for oy in 0..ho {
@@ -277,6 +308,20 @@ fn pooling_matches_the_definition() {
             close(&y, &want, 1e-6, &format!("{what} {h}x{w} k{k} s{s} p{p}"));
         }
     }
+}
+
+#[test]
+fn global_average_is_the_mean_of_each_channel() {
+    let mut rng = StdRng::seed_from_u64(7);
+    let (c, h, w) = (21, 5, 3);
+    let x = rnd(&mut rng, c * h * w);
+    let mut y = vec![f32::NAN; c];
+    hwc::global_avg(&hwc_of(&x, (c, h, w)), (h, w, c), &mut y);
+    let want: Vec<f32> = x
+        .chunks(h * w)
+        .map(|plane| (plane.iter().map(|v| *v as f64).sum::<f64>() / (h * w) as f64) as f32)
+        .collect();
+    close(&y, &want, 1e-6, "global average");
 }
 
 #[test]

@@ -1,6 +1,16 @@
-//! Convolutions (im2col + GEMM, 1×1 read in place, depthwise) and pooling, image by image (a row's result never depends on the batch).
+//! Convolutions and pooling over channels-last images ([`super::hwc`]), image by image (a
+//! request's result never depends on the batch it runs in). A convolution is one GEMM per
+//! group over the image's pixels — the input read in place for a 1×1 window at stride 1, else
+//! unfolded once — with the batch norm's scale folded into the weights at prepare time and its
+//! shift and the activation applied in one pass over the output; a depthwise convolution is
+//! one fused pass.
 
 use super::*;
+
+/// Images with fewer output pixels than this (ResNet's last stage: 7 × 7) run their GEMMs
+/// through [`rowgemm`], which beats the `gemm` crate on so few rows (`cargo bench --bench cpu
+/// -- gemm`, "conv 3x3 (layer4)").
+const SMALL_IMAGE: usize = 128;
 
 impl CpuDevice {
     pub(super) fn conv(&mut self, model: &Model, i: usize, members: &[Member]) {
@@ -24,12 +34,14 @@ impl CpuDevice {
         let (cg, cog) = (c / g, co / g);
         let kk = cg * kh * kw;
         let depthwise = node.op.is_depthwise(c);
+        let pointwise = (*kh, *kw, *stride, *padding) == (1, 1, 1, 0);
         let win = Window {
             kernel: (*kh, *kw),
             stride: *stride,
             pad: *padding,
             out: (ho, wo),
         };
+        let ak = act_k(*act);
         let mut cols = std::mem::take(&mut self.cols);
         let prod = node.inputs[0].node.idx();
         // the producer comes earlier in the node list (the IR is in topological order, and a
@@ -38,45 +50,41 @@ impl CpuDevice {
         let (src, n) = (&before[prod], &mut from_here[0]);
         for m in members {
             let ia = self.layout.offset(prod, m.slot, 0);
-            let a = &src.out[ia..ia + c * h * w];
+            let x = &src.out[ia..ia + c * h * w];
             let o = self.layout.offset(i, m.slot, 0);
             let (wts, out) = (&n.w, &mut n.out[o..o + co * p]);
             if depthwise {
-                kernels::depthwise(a, (c, h, w), &wts.w, win, out);
-            } else {
-                let pointwise = (*kh, *kw, *stride, *padding) == (1, 1, 1, 0);
-                for gi in 0..g {
-                    let wg = &wts.w[gi * kk * cog..(gi + 1) * kk * cog];
-                    // A[pixel, k] read from a [K × P] layout; C[pixel, channel] written
-                    // channel-major into the [C, H, W] output
-                    let a_kp: &[f32] = if pointwise {
-                        &a[gi * cg * p..(gi + 1) * cg * p]
-                    } else {
-                        kernels::im2col_kp(a, (h, w), (gi * cg, cg), win, &mut cols);
-                        &cols
-                    };
+                hwc::depthwise(x, (h, w, c), &wts.w, win, (&wts.shift, ak), out);
+                continue;
+            }
+            for gi in 0..g {
+                let wg = &wts.w[gi * kk * cog..(gi + 1) * kk * cog];
+                // A[pixel, k]: the image itself (rows of C channels) or its unfolding
+                let (a, lda) = if pointwise {
+                    (&x[gi * cg..], c)
+                } else {
+                    hwc::im2col(x, (h, w, c), (gi * cg, cg), win, &mut cols);
+                    (&cols[..], kk)
+                };
+                let c_g = &mut out[gi * cog..];
+                if p < SMALL_IMAGE {
+                    rowgemm::gemm_nn((p, cog, kk), (a, lda), (wg, cog), (c_g, co));
+                } else {
                     kernels::gemm_strided(
                         (p, cog, kk),
-                        (a_kp, (1, p)),
+                        (a, (lda, 1)),
                         (wg, (cog, 1)),
-                        (&mut out[gi * cog * p..], (1, p)),
+                        (c_g, (co, 1)),
                         false,
                     );
                 }
             }
-            let ak = act_k(*act);
-            for ch in 0..co {
-                let (sc, sh) = (
-                    wts.scale.get(ch).copied().unwrap_or(1.0),
-                    wts.shift.get(ch).copied().unwrap_or(0.0),
-                );
-                kernels::scale_shift_act(ak, &mut out[ch * p..(ch + 1) * p], sc, sh);
-            }
+            hwc::shift_act(ak, out, co, &wts.shift);
         }
         self.cols = cols;
     }
 
-    /// Pooling, image by image.
+    /// Pooling, image by image, reading the producer's output in place.
     pub(super) fn pool(&mut self, model: &Model, i: usize, members: &[Member]) {
         let node = &model.nodes[i];
         let Op::Pool {
@@ -90,31 +98,25 @@ impl CpuDevice {
         };
         let (c, h, w) = node.in_chw();
         let (ho, wo) = node.out_hw();
-        let mut a = std::mem::take(&mut self.scratch_a);
+        let win = Window {
+            kernel: (*kernel, *kernel),
+            stride: *stride,
+            pad: *padding,
+            out: (ho, wo),
+        };
+        let prod = node.inputs[0].node.idx();
+        let (before, from_here) = self.nodes.split_at_mut(i);
         for m in members {
-            self.gather_row(model, node, m, 0, &mut a[..c * h * w]);
-            let out = self.out_row_mut(i, m.slot, 0);
+            let ia = self.layout.offset(prod, m.slot, 0);
+            let x = &before[prod].out[ia..ia + c * h * w];
+            let o = self.layout.offset(i, m.slot, 0);
+            let out = &mut from_here[0].out[o..o + c * ho * wo];
             match kind {
-                PoolKind::GlobalAvg => {
-                    let win = Window {
-                        kernel: (h.max(w), h.max(w)),
-                        stride: 1,
-                        pad: 0,
-                        out: (1, 1),
-                    };
-                    kernels::pool(&a, (c, h, w), win, false, out)
-                }
+                PoolKind::GlobalAvg => hwc::global_avg(x, (h, w, c), out),
                 PoolKind::Max | PoolKind::Avg => {
-                    let win = Window {
-                        kernel: (*kernel, *kernel),
-                        stride: *stride,
-                        pad: *padding,
-                        out: (ho, wo),
-                    };
-                    kernels::pool(&a, (c, h, w), win, *kind == PoolKind::Max, out)
+                    hwc::pool(x, (h, w, c), win, *kind == PoolKind::Max, out)
                 }
             }
         }
-        self.scratch_a = a;
     }
 }

@@ -140,185 +140,6 @@ pub struct Window {
     pub out: (usize, usize),
 }
 
-/// Unfolds one group of a [C, H, W] image into `cols[K × P]`: row `(c·kh + ky)·kw + kx` holds
-/// that tap's input for every output pixel (zero outside the image). Rows are built from
-/// contiguous runs of the input, so this is much faster than the patch-per-row layout; the
-/// GEMM reads it transposed (row stride 1, column stride P).
-pub fn im2col_kp(
-    x: &[f32],
-    (h, w): (usize, usize),
-    (c0, cg): (usize, usize),
-    win: Window,
-    cols: &mut [f32],
-) {
-    let ((kh, kw), stride, pad, (ho, wo)) = (win.kernel, win.stride, win.pad, win.out);
-    let p = ho * wo;
-    for c in 0..cg {
-        let plane = &x[(c0 + c) * h * w..(c0 + c + 1) * h * w];
-        for ky in 0..kh {
-            for kx in 0..kw {
-                let row =
-                    &mut cols[((c * kh + ky) * kw + kx) * p..((c * kh + ky) * kw + kx + 1) * p];
-                // output columns whose input column is inside the image
-                let lo = pad.saturating_sub(kx).div_ceil(stride).min(wo);
-                let hi = if w + pad > kx {
-                    ((w + pad - kx - 1) / stride + 1).min(wo)
-                } else {
-                    0
-                }
-                .max(lo);
-                for oy in 0..ho {
-                    let dst = &mut row[oy * wo..(oy + 1) * wo];
-                    let iy = (oy * stride + ky) as isize - pad as isize;
-                    if iy < 0 || iy as usize >= h {
-                        dst.iter_mut().for_each(|v| *v = 0.0);
-                        continue;
-                    }
-                    let src = &plane[iy as usize * w..(iy as usize + 1) * w];
-                    dst[..lo].iter_mut().for_each(|v| *v = 0.0);
-                    dst[hi..].iter_mut().for_each(|v| *v = 0.0);
-                    let ix0 = lo * stride + kx - pad;
-                    if stride == 1 {
-                        dst[lo..hi].copy_from_slice(&src[ix0..ix0 + (hi - lo)]);
-                    } else {
-                        for (j, d) in dst[lo..hi].iter_mut().enumerate() {
-                            *d = src[ix0 + j * stride];
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// The output columns `lo..hi` whose input column `j·stride + kx − pad` lies inside a row of
-/// `w`: the part of a window's tap that reads the image rather than padding.
-#[inline]
-fn tap_columns(w: usize, kx: usize, win: &Window) -> (usize, usize) {
-    let (stride, pad, wo) = (win.stride, win.pad, win.out.1);
-    let lo = pad.saturating_sub(kx).div_ceil(stride).min(wo);
-    let hi = if w + pad > kx {
-        ((w + pad - kx - 1) / stride + 1).min(wo)
-    } else {
-        0
-    };
-    (lo, hi.max(lo))
-}
-
-/// Calls `f(out_row, in_row_taps, ky, kx)` for every tap of every output row of one plane:
-/// `in_row_taps(j)` is the input under output column `j` for that tap, over the columns
-/// `lo..hi` that read the image. Rows whose input row is padding are skipped, as are columns
-/// outside `lo..hi`. Taps run in (ky, kx) order, so every output element sums its taps in the
-/// same order as a direct loop.
-#[inline]
-fn for_each_tap(
-    plane: &[f32],
-    (h, w): (usize, usize),
-    win: &Window,
-    out: &mut [f32],
-    mut f: impl FnMut(&mut [f32], &[f32], usize, usize, usize),
-) {
-    let ((kh, kw), stride, pad, (ho, wo)) = (win.kernel, win.stride, win.pad, win.out);
-    for oy in 0..ho {
-        let orow = &mut out[oy * wo..(oy + 1) * wo];
-        for ky in 0..kh {
-            let iy = (oy * stride + ky) as isize - pad as isize;
-            if iy < 0 || iy as usize >= h {
-                continue;
-            }
-            let irow = &plane[iy as usize * w..(iy as usize + 1) * w];
-            for kx in 0..kw {
-                let (lo, hi) = tap_columns(w, kx, win);
-                if lo < hi {
-                    let first = lo * stride + kx - pad;
-                    f(&mut orow[lo..hi], &irow[first..], stride, ky, kx);
-                }
-            }
-        }
-    }
-}
-
-/// Depthwise convolution (one filter per channel, multiplier 1) of a [C, H, W] image: each
-/// tap is an `axpy` over a whole output row (contiguous at stride 1), summed in (ky, kx) order.
-pub fn depthwise(
-    x: &[f32],
-    (c, h, w): (usize, usize, usize),
-    wt: &[f32],
-    win: Window,
-    y: &mut [f32],
-) {
-    let ((kh, kw), (ho, wo)) = (win.kernel, win.out);
-    for ch in 0..c {
-        let plane = &x[ch * h * w..(ch + 1) * h * w];
-        let f = &wt[ch * kh * kw..(ch + 1) * kh * kw];
-        let out = &mut y[ch * ho * wo..(ch + 1) * ho * wo];
-        out.iter_mut().for_each(|v| *v = 0.0);
-        for_each_tap(plane, (h, w), &win, out, |o, i, stride, ky, kx| {
-            let wv = f[ky * kw + kx];
-            if stride == 1 {
-                for (o, &i) in o.iter_mut().zip(i) {
-                    *o += i * wv;
-                }
-            } else {
-                for (j, o) in o.iter_mut().enumerate() {
-                    *o += i[j * stride] * wv;
-                }
-            }
-        });
-    }
-}
-
-/// Max or average pooling of a [C, H, W] image (average counts only in-image elements). The
-/// window is square (`kernel.0` used both ways). Max pooling runs tap by tap over whole output
-/// rows; average pooling of the whole image (global) is one sum per channel.
-pub fn pool(x: &[f32], (c, h, w): (usize, usize, usize), win: Window, max: bool, y: &mut [f32]) {
-    let (k, (ho, wo)) = (win.kernel.0, win.out);
-    let win = Window {
-        kernel: (k, k),
-        ..win
-    };
-    for ch in 0..c {
-        let plane = &x[ch * h * w..(ch + 1) * h * w];
-        let out = &mut y[ch * ho * wo..(ch + 1) * ho * wo];
-        if max {
-            out.iter_mut().for_each(|v| *v = f32::NEG_INFINITY);
-            for_each_tap(plane, (h, w), &win, out, |o, i, stride, _, _| {
-                for (j, o) in o.iter_mut().enumerate() {
-                    *o = o.max(i[j * stride]);
-                }
-            });
-        } else if (ho, wo) == (1, 1) && win.pad == 0 && k >= h.max(w) {
-            out[0] = plane.iter().sum::<f32>() / plane.len().max(1) as f32;
-        } else {
-            out.iter_mut().for_each(|v| *v = 0.0);
-            for_each_tap(plane, (h, w), &win, out, |o, i, stride, _, _| {
-                for (j, o) in o.iter_mut().enumerate() {
-                    *o += i[j * stride];
-                }
-            });
-            divide_by_taps((h, w), &win, out);
-        }
-    }
-}
-
-/// Divides each output element by how many of its taps read the image (average pooling's
-/// divisor: padding does not count), the product of its in-image rows and columns.
-fn divide_by_taps((h, w): (usize, usize), win: &Window, out: &mut [f32]) {
-    let ((kh, kw), stride, pad, (ho, wo)) = (win.kernel, win.stride, win.pad, win.out);
-    let inside = |o: usize, k: usize, n: usize| {
-        (0..k)
-            .filter(|t| (o * stride + t).checked_sub(pad).is_some_and(|i| i < n))
-            .count()
-    };
-    for oy in 0..ho {
-        let rows = inside(oy, kh, h);
-        for ox in 0..wo {
-            let n = rows * inside(ox, kw, w);
-            out[oy * wo + ox] /= n.max(1) as f32;
-        }
-    }
-}
-
 /// Activation kinds the kernels apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ActK {
@@ -343,7 +164,7 @@ pub(crate) fn sigmoid(x: f32) -> f32 {
 }
 
 /// Applies an activation to one value.
-#[inline]
+#[inline(always)]
 pub(crate) fn act1(a: ActK, x: f32) -> f32 {
     match a {
         ActK::None => x,
@@ -355,31 +176,38 @@ pub(crate) fn act1(a: ActK, x: f32) -> f32 {
     }
 }
 
-/// Applies an activation in place.
+/// Applies an activation in place, one loop per kind so that each vectorises (inline, so that
+/// a caller compiled for AVX-512 vectorises it 16 wide).
+#[inline(always)]
 pub fn act(a: ActK, x: &mut [f32]) {
-    if a != ActK::None {
-        map_act(a, x, |v| v);
-    }
-}
-
-/// `x ← act(x · scale + shift)` in place (a convolution's folded batch norm and activation).
-pub fn scale_shift_act(a: ActK, x: &mut [f32], scale: f32, shift: f32) {
-    map_act(a, x, |v| v * scale + shift);
-}
-
-/// `x ← act(pre(x))`, one loop per activation kind so that each vectorises.
-#[inline]
-fn map_act(a: ActK, x: &mut [f32], pre: impl Fn(f32) -> f32 + Copy) {
+    #[inline(always)]
     fn each(x: &mut [f32], f: impl Fn(f32) -> f32) {
         x.iter_mut().for_each(|v| *v = f(*v));
     }
     match a {
-        ActK::None => each(x, pre),
-        ActK::Relu => each(x, |v| act1(ActK::Relu, pre(v))),
-        ActK::Relu6 => each(x, |v| act1(ActK::Relu6, pre(v))),
-        ActK::Gelu => each(x, |v| act1(ActK::Gelu, pre(v))),
-        ActK::Tanh => each(x, |v| act1(ActK::Tanh, pre(v))),
-        ActK::Sigmoid => each(x, |v| act1(ActK::Sigmoid, pre(v))),
+        ActK::None => {}
+        ActK::Relu => each(x, |v| act1(ActK::Relu, v)),
+        ActK::Relu6 => each(x, |v| act1(ActK::Relu6, v)),
+        ActK::Gelu => each(x, |v| act1(ActK::Gelu, v)),
+        ActK::Tanh => each(x, |v| act1(ActK::Tanh, v)),
+        ActK::Sigmoid => each(x, |v| act1(ActK::Sigmoid, v)),
+    }
+}
+
+/// `y ← act(a + b)`, split over the cores when long.
+pub fn add_act(ak: ActK, a: &[f32], b: &[f32], y: &mut [f32]) {
+    const CHUNK: usize = 4096;
+    let n = y.len();
+    super::par::split_rows(y, CHUNK.min(n.max(1)), n, |r0, out| {
+        let at = r0 * CHUNK.min(n.max(1));
+        add_act_run(ak, &a[at..at + out.len()], &b[at..at + out.len()], out)
+    });
+}
+
+super::par::vectorized_fn! {
+    fn add_act_run(ak: ActK, a: &[f32], b: &[f32], y: &mut [f32]) {
+        y.iter_mut().zip(a).zip(b).for_each(|((y, a), b)| *y = a + b);
+        act(ak, y);
     }
 }
 

@@ -6,16 +6,20 @@
 //!
 //! Weights are generated from a seed (uniform, variance `gain / fan_in`, gain 2 before a ReLU)
 //! so activations stay finite through every network; inputs are generated per request from its
-//! input key and the seed. Convolutions run per image (im2col + GEMM), which keeps every
-//! request's result independent of the batch it ran in. One file per op family — `conv`,
-//! `linear`, `recurrent`, `attention`, `rows` — as in the CUDA device, so that an op reads the
-//! same way on both; `kernels` holds the numeric kernels and `weights` the generated weights.
+//! input key and the seed. Images (rank-3 tensors) are stored channels-last (`hwc` says why and
+//! converts at the edges: the model input, `Flatten`, captured outputs); convolutions run per
+//! image, which keeps every request's result independent of the batch it ran in. One file per
+//! op family — `conv`, `linear`, `recurrent`, `attention`, `rows` — as in the CUDA device, so
+//! that an op reads the same way on both; `kernels` and `hwc` hold the numeric kernels, `par`
+//! how they use the cores, and `weights` the generated weights.
 
 mod attention;
 mod conv;
 pub mod fastmath;
+pub mod hwc;
 pub mod kernels;
 mod linear;
+mod par;
 mod recurrent;
 mod rowgemm;
 mod rows;
@@ -77,6 +81,36 @@ fn act_k(a: crate::graph::op::Act) -> ActK {
 
 fn numel(s: &[usize]) -> usize {
     s.iter().product()
+}
+
+/// A tensor's `(C, H, W)` when it is an image (rank 3), which this device stores channels-last.
+fn image(feat: &[usize]) -> Option<(usize, usize, usize)> {
+    match feat {
+        [c, h, w] => Some((*c, *h, *w)),
+        _ => None,
+    }
+}
+
+/// The weights as this device uses them: a convolution's reordered for channels-last images,
+/// with its batch norm's scale folded in ([`hwc::conv_weights`], [`hwc::depthwise_weights`]).
+fn cpu_weights(n: &Node, mut w: Weights) -> Weights {
+    if let Op::Conv2d {
+        out_channels,
+        kernel: (kh, kw),
+        groups,
+        ..
+    } = &n.op
+    {
+        let (c, _, _) = n.in_chw();
+        w.w = if n.op.is_depthwise(c) {
+            hwc::depthwise_weights(&w.w, c, kh * kw, &w.scale)
+        } else {
+            let (g, co) = (*groups, *out_channels);
+            hwc::conv_weights(&w.w, (g, c / g, co / g), (*kh, *kw), &w.scale)
+        };
+        w.scale = Vec::new();
+    }
+    w
 }
 
 /// Largest row count of a tensor over the model's lengths.
@@ -213,6 +247,14 @@ impl CpuDevice {
                     let base = self.layout.offset(i, m.slot, 0);
                     let out = &mut self.nodes[i].out[base..base + rows * feat];
                     weights::fill_input(out, self.seed, m.input, i as u64, *tokens);
+                    if let Some(chw) = image(shape) {
+                        // generated in [C, H, W] order, stored channels-last
+                        let a = &mut self.scratch_a[..feat];
+                        for row in out.chunks_exact_mut(feat) {
+                            a.copy_from_slice(row);
+                            hwc::to_hwc(a, chw, row);
+                        }
+                    }
                 }
             }
             Op::Conv2d { .. } => self.conv(model, i, members),
@@ -236,7 +278,16 @@ impl CpuDevice {
             let mut v = Vec::new();
             for r in 0..Layout::rows(node, m.len) {
                 let pos = self.layout.out_pos(model, i, m.step, r, m.len);
-                v.extend_from_slice(self.row(i, m.slot, pos));
+                let row = self.row(i, m.slot, pos);
+                match image(&node.out.feat) {
+                    // captured in the graph's [C, H, W] order
+                    Some(chw) => {
+                        let at = v.len();
+                        v.resize(at + row.len(), 0.0);
+                        hwc::to_chw(row, chw, &mut v[at..]);
+                    }
+                    None => v.extend_from_slice(row),
+                }
             }
             self.capture.record(model, i, m.step, m.input, v);
         }
@@ -286,7 +337,7 @@ impl Device for CpuDevice {
             let in_feat: usize = n.in_shapes.iter().map(|s| numel(&s.feat)).sum();
             let rows = if n.loop_id.is_some() { 1 } else { cap };
             let tied = model.tied_owner(n)?;
-            let w = weights::generate(model, n, self.seed);
+            let w = cpu_weights(n, weights::generate(model, n, self.seed));
             let state = match &n.op {
                 Op::Lstm { hidden, .. } => vec![0.0; mb * hidden],
                 Op::Attention {
@@ -307,8 +358,7 @@ impl Device for CpuDevice {
                     groups,
                     ..
                 } => {
-                    let (c, h, w) = n.in_chw();
-                    need_a = need_a.max(c * h * w);
+                    let (c, _, _) = n.in_chw();
                     need_cols = need_cols.max(n.out_hw().0 * n.out_hw().1 * (c / groups) * kh * kw);
                 }
                 Op::Linear { .. } => {
@@ -319,6 +369,7 @@ impl Device for CpuDevice {
                     need_a = need_a.max(mb * (in_feat + hidden));
                     need_c = need_c.max(mb * 4 * hidden);
                 }
+                Op::Input { shape, .. } => need_a = need_a.max(numel(shape)),
                 Op::Attention { .. } => {
                     need_a = need_a.max(in_feat.max(3 * feat));
                     need_c = need_c.max(rows * feat);

@@ -1,4 +1,5 @@
-//! Row-wise ops: add, concat, activations, batch and layer norm, softmax, argmax, embeddings, take.
+//! Row-wise ops: add, concat, activations, batch and layer norm, softmax, argmax, embeddings, take,
+//! and `Flatten`, which turns a channels-last image back into the graph's `[C, H, W]` order.
 
 use super::*;
 
@@ -6,6 +7,11 @@ impl CpuDevice {
     /// Ops that work row by row on their (concatenated) inputs.
     pub(super) fn rowwise(&mut self, model: &Model, i: usize, members: &[Member]) {
         let node = &model.nodes[i];
+        if let Op::Add { act } = &node.op {
+            if self.add_in_place(model, i, members, act_k(*act)) {
+                return;
+            }
+        }
         let kin = self.nodes[i].in_feat;
         let fo = self.layout.nodes[i].feat;
         let mut a = std::mem::take(&mut self.scratch_a);
@@ -18,7 +24,11 @@ impl CpuDevice {
                 let y = &mut c[..fo];
                 let w = &self.nodes[i].w;
                 match &node.op {
-                    Op::Flatten | Op::Concat | Op::Take { .. } => y.copy_from_slice(&x[..fo]),
+                    Op::Flatten => match image(&node.in_shapes[0].feat) {
+                        Some(chw) => hwc::to_chw(x, chw, y),
+                        None => y.copy_from_slice(&x[..fo]),
+                    },
+                    Op::Concat | Op::Take { .. } => y.copy_from_slice(&x[..fo]),
                     Op::Add { act } => {
                         y.copy_from_slice(&x[..fo]);
                         for part in x[fo..].chunks_exact(fo) {
@@ -34,9 +44,14 @@ impl CpuDevice {
                     }
                     Op::BatchNorm => {
                         let ch = node.out.feat[0];
-                        let per = fo / ch.max(1);
+                        // an image's channel is the innermost index (channels-last)
+                        let channel = |j: usize| match image(&node.out.feat) {
+                            Some(_) => j % ch,
+                            None => j / (fo / ch.max(1)),
+                        };
                         for (j, v) in y.iter_mut().enumerate() {
-                            *v = x[j] * w.scale[j / per] + w.shift[j / per];
+                            let c = channel(j);
+                            *v = x[j] * w.scale[c] + w.shift[c];
                         }
                     }
                     Op::LayerNorm => {
@@ -110,5 +125,51 @@ impl CpuDevice {
         }
         self.scratch_a = a;
         self.scratch_c = c;
+    }
+
+    /// A two-input add whose inputs are each one run of an earlier node's output (a residual
+    /// connection) reads them in place and writes its output directly, vectorised and split
+    /// over the cores; false, with nothing done, when some input must be gathered.
+    fn add_in_place(&mut self, model: &Model, i: usize, members: &[Member], ak: ActK) -> bool {
+        let node = &model.nodes[i];
+        let fo = self.layout.nodes[i].feat;
+        if node.inputs.len() != 2 {
+            return false;
+        }
+        // where input `k`'s row `r` lies, when it is one run of an earlier node's buffer
+        let run = |m: &Member, r: usize, k: usize| {
+            let mut found = (None, 0);
+            self.layout
+                .input_segs(model, node, &node.inputs[k], m, r, |seg| {
+                    found.1 += 1;
+                    if let Src::Node { node: p, off } = seg.src {
+                        if p < i && seg.len == fo {
+                            found.0 = Some((p, off));
+                        }
+                    }
+                });
+            found.0.filter(|_| found.1 == 1)
+        };
+        let rows = |m: &Member| 0..Layout::rows(node, m.len);
+        if !members
+            .iter()
+            .all(|m| rows(m).all(|r| run(m, r, 0).is_some() && run(m, r, 1).is_some()))
+        {
+            return false;
+        }
+        for m in members {
+            for r in rows(m) {
+                let (Some((pa, oa)), Some((pb, ob))) = (run(m, r, 0), run(m, r, 1)) else {
+                    continue;
+                };
+                let o =
+                    self.layout
+                        .offset(i, m.slot, self.layout.out_pos(model, i, m.step, r, m.len));
+                let (before, from_here) = self.nodes.split_at_mut(i);
+                let (a, b) = (&before[pa].out[oa..oa + fo], &before[pb].out[ob..ob + fo]);
+                kernels::add_act(ak, a, b, &mut from_here[0].out[o..o + fo]);
+            }
+        }
+        true
     }
 }

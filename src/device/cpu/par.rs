@@ -1,0 +1,95 @@
+//! How the CPU kernels outside the GEMMs use the machine: [`vectorized_fn!`] compiles a kernel
+//! for AVX-512 with FMA when the CPU has it (the crate is built for baseline x86-64, so loops
+//! would otherwise vectorise 4 wide), and [`split_rows`] shares the rows of an output between
+//! the pool's threads. Neither changes any element's arithmetic: `f32::mul_add` is exactly
+//! rounded with or without the FMA unit, and a row is computed by one thread whatever the split.
+
+use rayon::prelude::*;
+
+/// Work (element operations) below which a kernel stays on the calling thread: handing half
+/// to the other core costs a few microseconds.
+const PARALLEL_WORK: usize = 1 << 16;
+
+/// Whether this CPU has AVX-512F (and, with it, FMA).
+pub(crate) fn avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// Defines a function whose body is compiled twice — for AVX-512 with FMA, taken when the CPU
+/// has them, and for the baseline — so that its loops vectorise 16 wide (the crate is built
+/// for baseline x86-64, where they would run 4 wide and `mul_add` would call libm).
+macro_rules! vectorized_fn {
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
+        $(#[$m])*
+        $vis fn $name($($arg: $ty),*) {
+            #[inline(always)]
+            fn body($($arg: $ty),*) $body
+            #[cfg(target_arch = "x86_64")]
+            #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+            unsafe fn avx512($($arg: $ty),*) {
+                body($($arg),*)
+            }
+            #[cfg(target_arch = "x86_64")]
+            if $crate::device::cpu::par::avx512() {
+                // SAFETY: the features `avx512` enables are present on this CPU.
+                return unsafe { avx512($($arg),*) };
+            }
+            body($($arg),*)
+        }
+    };
+}
+pub(crate) use vectorized_fn;
+
+/// Runs `f(first_row, rows)` over `out` cut into whole rows of `row_len`: at once when `work`
+/// is small, else one contiguous range of rows per thread of the pool.
+pub(crate) fn split_rows(
+    out: &mut [f32],
+    row_len: usize,
+    work: usize,
+    f: impl Fn(usize, &mut [f32]) + Sync,
+) {
+    let rows = out.len() / row_len.max(1);
+    let threads = rayon::current_num_threads().min(rows);
+    if work < PARALLEL_WORK || threads < 2 {
+        return f(0, out);
+    }
+    let per = rows.div_ceil(threads);
+    super::kernels::gemm_scope(|| {
+        out.par_chunks_mut(per * row_len)
+            .enumerate()
+            .for_each(|(i, chunk)| f(i * per, chunk))
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_rows_visits_every_row_once_with_its_index() {
+        for (rows, len, work) in [
+            (1, 3, 1 << 20),
+            (7, 5, 1 << 20),
+            (64, 2, 1),
+            (9, 1, 1 << 30),
+        ] {
+            let mut out = vec![0.0f32; rows * len];
+            split_rows(&mut out, len, work, |r0, chunk| {
+                for (i, row) in chunk.chunks_mut(len).enumerate() {
+                    row.iter_mut().for_each(|v| *v += (r0 + i) as f32 + 1.0);
+                }
+            });
+            let want: Vec<f32> = (0..rows)
+                .flat_map(|r| std::iter::repeat_n(r as f32 + 1.0, len))
+                .collect();
+            assert_eq!(out, want, "{rows} rows of {len}");
+        }
+    }
+}
