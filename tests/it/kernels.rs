@@ -206,7 +206,7 @@ fn channels_last_conv_matches_a_direct_convolution() {
                 false,
             );
         }
-        hwc::shift_act(ActK::Relu, &mut y, co, &shift);
+        bias_act(ActK::Relu, &mut y, co, &shift);
         let want: Vec<f32> = naive_conv(&x, (c, h, w), &wt, (co, g), win)
             .iter()
             .enumerate()

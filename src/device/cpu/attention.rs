@@ -130,7 +130,9 @@ impl CpuDevice {
         self.scatter_row(i, m.slot, pos, &c[..d]);
     }
 
-    /// Multi-head self-attention over the member's own rows (two GEMMs per head).
+    /// Multi-head self-attention over the member's own rows: two GEMMs per head, the heads
+    /// shared between the cores (each with its own block of scores and of output, `[head][row]`,
+    /// written to the rows of the slot at the end).
     fn attend_self(
         &mut self,
         model: &Model,
@@ -140,43 +142,37 @@ impl CpuDevice {
         sc: &mut AttnScratch,
     ) {
         let node = &model.nodes[i];
-        let dout = self.layout.nodes[i].feat;
+        let d = self.layout.nodes[i].feat;
         let AttnScratch { c, scores, .. } = sc;
-        // whole-sequence self-attention: two GEMMs per head over the packed Q|K|V rows
-        // of this request's slot (scores = Q·Kᵀ, out = softmax(scores)·V)
-        let d = dout;
         let rows = Layout::rows(node, m.len);
         let p = node.inputs[0].node.idx();
         let dh = d / heads;
-        let scale = 1.0 / (dh as f32).sqrt();
         let base = self.layout.offset(p, m.slot, 0);
         let qkv = &self.nodes[p].out[base..base + rows * 3 * d];
-        for hd in 0..heads {
-            let q = &qkv[hd * dh..];
-            let k = &qkv[d + hd * dh..];
-            let v = &qkv[2 * d + hd * dh..];
-            let sc = &mut scores[..rows * rows];
-            kernels::gemm_strided(
-                (rows, rows, dh),
-                (q, (3 * d, 1)),
-                (k, (1, 3 * d)),
-                (sc, (rows, 1)),
-                false,
-            );
-            for row in sc.chunks_exact_mut(rows) {
-                row.iter_mut().for_each(|x| *x *= scale);
-                kernels::softmax(row);
-            }
-            kernels::gemm_strided(
-                (rows, dh, rows),
-                (sc, (rows, 1)),
-                (v, (3 * d, 1)),
-                (&mut c[hd * dh..], (d, 1)),
-                false,
-            );
+        let head = |hd: usize, (sc, out): (&mut [f32], &mut [f32])| {
+            kernels::self_attention_head((qkv, d), (hd * dh, dh), rows, sc, out)
+        };
+        let (c, scores) = (&mut c[..rows * d], &mut scores[..heads * rows * rows]);
+        if rows * rows * d >= 1 << 16 && rayon::current_num_threads() > 1 {
+            use rayon::prelude::*;
+            kernels::gemm_scope(|| {
+                c.par_chunks_mut(rows * dh)
+                    .zip(scores.par_chunks_mut(rows * rows))
+                    .enumerate()
+                    .for_each(|(hd, (out, sc))| head(hd, (sc, out)))
+            });
+        } else {
+            c.chunks_mut(rows * dh)
+                .zip(scores.chunks_mut(rows * rows))
+                .enumerate()
+                .for_each(|(hd, (out, sc))| head(hd, (sc, out)));
         }
-        for r in 0..rows {
-            self.scatter_row(i, m.slot, r, &c[r * d..(r + 1) * d]);
+        let out = self.layout.offset(i, m.slot, 0);
+        let dst = &mut self.nodes[i].out[out..out + rows * d];
+        for (hd, block) in c[..rows * d].chunks_exact(rows * dh).enumerate() {
+            for (r, v) in block.chunks_exact(dh).enumerate() {
+                dst[r * d + hd * dh..r * d + (hd + 1) * dh].copy_from_slice(v);
+            }
         }
     }
 

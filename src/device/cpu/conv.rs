@@ -79,7 +79,7 @@ impl CpuDevice {
                     );
                 }
             }
-            hwc::shift_act(ak, out, co, &wts.shift);
+            kernels::bias_act(ak, out, co, &wts.shift);
         }
         self.cols = cols;
     }

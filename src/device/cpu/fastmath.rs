@@ -22,7 +22,12 @@ pub fn exp(x: f32) -> f32 {
     const LN2_HI: f32 = 0.693_359_4;
     const LN2_LO: f32 = -2.121_944_4e-4;
     let x = x.clamp(-87.3, 88.3);
-    let n = (x * LOG2E).round();
+    // n = round(x·log2 e), ties to even, by adding 1.5·2²³: the sum's low mantissa bits are
+    // then n itself (|n| ≤ 127), read below without a float-to-int conversion, whose
+    // saturating semantics would not vectorise (nor would `round`, a libm call)
+    const MAGIC: f32 = 12_582_912.0;
+    let t = x * LOG2E + MAGIC;
+    let n = t - MAGIC;
     let r = (x - n * LN2_HI) - n * LN2_LO;
     // Σ r^k / k!, k = 0..=7, by Horner
     let p = 1.0
@@ -31,7 +36,8 @@ pub fn exp(x: f32) -> f32 {
                 + r * (1.0 / 6.0
                     + r * (1.0 / 24.0
                         + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
-    let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
+    // 2ⁿ: the exponent field n + 127 (MAGIC's bits are 0x4B40_0000 + 0)
+    let scale = f32::from_bits(t.to_bits().wrapping_sub(0x4B40_0000 - 127) << 23);
     p * scale
 }
 

@@ -90,25 +90,6 @@ pub fn im2col(
     );
 }
 
-/// `y ← act(y + shift)` over an `[P][C]` output, `shift` per channel (empty: none).
-pub fn shift_act(a: ActK, y: &mut [f32], c: usize, shift: &[f32]) {
-    if a == ActK::None && shift.is_empty() {
-        return;
-    }
-    split_rows(y, c, y.len(), |_, rows| shift_act_rows(a, rows, c, shift));
-}
-
-vectorized_fn! {
-    fn shift_act_rows(a: ActK, rows: &mut [f32], c: usize, shift: &[f32]) {
-        for row in rows.chunks_exact_mut(c) {
-            if !shift.is_empty() {
-                row.iter_mut().zip(shift).for_each(|(v, s)| *v += s);
-            }
-            act(a, row);
-        }
-    }
-}
-
 /// Depthwise convolution (one filter per channel) of an `[H][W][C]` image, with the shift and
 /// activation fused: `wt` is `[kh·kw][C]` (tap-major), each output the FMA chain of its taps in
 /// (ky, kx) order from 0.

@@ -194,6 +194,32 @@ pub fn act(a: ActK, x: &mut [f32]) {
     }
 }
 
+/// `y ← act(y + bias)` over rows of `n` (a linear layer's or a channels-last convolution's
+/// output; `bias` per column, empty: none), vectorised and split over the cores.
+pub fn bias_act(a: ActK, y: &mut [f32], n: usize, bias: &[f32]) {
+    if a == ActK::None && bias.is_empty() {
+        return;
+    }
+    let work = y.len()
+        * if matches!(a, ActK::Gelu | ActK::Tanh | ActK::Sigmoid) {
+            16
+        } else {
+            1
+        };
+    super::par::split_rows(y, n, work, |_, rows| bias_act_rows(a, rows, n, bias));
+}
+
+super::par::vectorized_fn! {
+    fn bias_act_rows(a: ActK, rows: &mut [f32], n: usize, bias: &[f32]) {
+        for row in rows.chunks_exact_mut(n) {
+            if !bias.is_empty() {
+                row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
+            }
+            act(a, row);
+        }
+    }
+}
+
 /// `y ← act(a + b)`, split over the cores when long.
 pub fn add_act(ak: ActK, a: &[f32], b: &[f32], y: &mut [f32]) {
     const CHUNK: usize = 4096;
@@ -222,14 +248,13 @@ pub fn layernorm(x: &mut [f32], gamma: &[f32], beta: &[f32]) {
     }
 }
 
-/// Softmax of one row in place (max-subtracted).
+/// Softmax of one row in place (max-subtracted; the exponentials vectorise, their sum runs in
+/// order).
+#[inline]
 pub fn softmax(x: &mut [f32]) {
     let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut s = 0.0;
-    for v in x.iter_mut() {
-        *v = fastmath::exp(*v - m);
-        s += *v;
-    }
+    x.iter_mut().for_each(|v| *v = fastmath::exp(*v - m));
+    let s: f32 = x.iter().sum();
     let inv = 1.0 / s;
     for v in x.iter_mut() {
         *v *= inv;
@@ -271,6 +296,40 @@ pub fn attend_dot<'a>(
         for (o, v) in out.iter_mut().zip(values(j)) {
             *o += p * v;
         }
+    }
+}
+
+super::par::vectorized_fn! {
+    /// One head of self-attention over `rows` rows of packed `Q|K|V` (`qkv` rows `3·d` wide;
+    /// the head's columns `h0..h0 + dh` of each): `out[rows × dh] = softmax(Q·Kᵀ/√dh)·V`, with
+    /// `scores` (`rows × rows`) as scratch.
+    pub fn self_attention_head(
+        qkv: (&[f32], usize),
+        cols: (usize, usize),
+        rows: usize,
+        scores: &mut [f32],
+        out: &mut [f32],
+    ) {
+        let ((qkv, d), (h0, dh)) = (qkv, cols);
+        let scale = 1.0 / (dh as f32).sqrt();
+        gemm_strided(
+            (rows, rows, dh),
+            (&qkv[h0..], (3 * d, 1)),
+            (&qkv[d + h0..], (1, 3 * d)),
+            (scores, (rows, 1)),
+            false,
+        );
+        for row in scores.chunks_exact_mut(rows) {
+            row.iter_mut().for_each(|x| *x *= scale);
+            softmax(row);
+        }
+        gemm_strided(
+            (rows, dh, rows),
+            (scores, (rows, 1)),
+            (&qkv[2 * d + h0..], (3 * d, 1)),
+            (out, (dh, 1)),
+            false,
+        );
     }
 }
 

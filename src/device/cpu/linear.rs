@@ -21,15 +21,7 @@ impl CpuDevice {
             Some(t) => kernels::gemm_rows(r_total, n, k, &a, &self.nodes[t].w.w, (1, k), &mut c),
             None => kernels::gemm_rows(r_total, n, k, &a, &self.nodes[i].w.w, (n, 1), &mut c),
         }
-        let bias = &self.nodes[i].w.bias;
-        for row in c[..r_total * n].chunks_exact_mut(n) {
-            if !bias.is_empty() {
-                for (v, b) in row.iter_mut().zip(bias) {
-                    *v += b;
-                }
-            }
-            kernels::act(ak, row);
-        }
+        kernels::bias_act(ak, &mut c[..r_total * n], n, &self.nodes[i].w.bias);
         let mut r_at = 0;
         for m in members {
             let step = m.step;

@@ -370,10 +370,12 @@ impl Device for CpuDevice {
                     need_c = need_c.max(mb * 4 * hidden);
                 }
                 Op::Input { shape, .. } => need_a = need_a.max(numel(shape)),
-                Op::Attention { .. } => {
+                Op::Attention { heads, .. } => {
                     need_a = need_a.max(in_feat.max(3 * feat));
                     need_c = need_c.max(rows * feat);
-                    need_scores = need_scores.max(max_in_rows.max(max_dec).max(rows * rows));
+                    // self-attention keeps every head's scores at once
+                    let all_heads = heads.max(&1) * rows * rows;
+                    need_scores = need_scores.max(max_in_rows.max(max_dec).max(all_heads));
                 }
                 _ => {
                     need_a = need_a.max(in_feat);
