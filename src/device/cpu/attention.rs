@@ -61,11 +61,10 @@ impl CpuDevice {
         if mode == AttnMode::Additive {
             let w = &self.nodes[i].w;
             let (vn, bias) = (&w.w, &w.bias);
+            let terms = &mut c[..d];
             for (j, sj) in s.iter_mut().enumerate() {
                 let key = self.row(kp, m.slot, j);
-                *sj = (0..d)
-                    .map(|t| vn[t] * super::fastmath::tanh(key[t] + q[t] + bias[t]))
-                    .sum();
+                *sj = kernels::additive_score((q, key), (vn, bias), terms);
             }
         } else {
             for (j, sj) in s.iter_mut().enumerate() {

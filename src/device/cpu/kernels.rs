@@ -3,6 +3,7 @@
 //! written out here. No kernel allocates.
 
 use super::fastmath;
+use super::par::vectorized_fn;
 use gemm::Parallelism;
 use std::cell::Cell;
 
@@ -209,7 +210,7 @@ pub fn bias_act(a: ActK, y: &mut [f32], n: usize, bias: &[f32]) {
     super::par::split_rows(y, n, work, |_, rows| bias_act_rows(a, rows, n, bias));
 }
 
-super::par::vectorized_fn! {
+vectorized_fn! {
     fn bias_act_rows(a: ActK, rows: &mut [f32], n: usize, bias: &[f32]) {
         for row in rows.chunks_exact_mut(n) {
             if !bias.is_empty() {
@@ -230,7 +231,7 @@ pub fn add_act(ak: ActK, a: &[f32], b: &[f32], y: &mut [f32]) {
     });
 }
 
-super::par::vectorized_fn! {
+vectorized_fn! {
     fn add_act_run(ak: ActK, a: &[f32], b: &[f32], y: &mut [f32]) {
         y.iter_mut().zip(a).zip(b).for_each(|((y, a), b)| *y = a + b);
         act(ak, y);
@@ -261,17 +262,22 @@ pub fn softmax(x: &mut [f32]) {
     }
 }
 
-/// LSTM pointwise update from the gate pre-activations `gates = [i, f, g, o]` (each `h` wide):
-/// c = σ(f)·c + σ(i)·tanh(g); h = σ(o)·tanh(c).
-pub fn lstm_cell(gates: &[f32], c: &mut [f32], h: &mut [f32]) {
-    let n = c.len();
-    for j in 0..n {
-        let i = sigmoid(gates[j]);
-        let f = sigmoid(gates[n + j]);
-        let g = fastmath::tanh(gates[2 * n + j]);
-        let o = sigmoid(gates[3 * n + j]);
-        c[j] = f * c[j] + i * g;
-        h[j] = o * fastmath::tanh(c[j]);
+vectorized_fn! {
+    /// LSTM pointwise update from the gate pre-activations `gates = [i, f, g, o]` (each `h`
+    /// wide): c = σ(f)·c + σ(i)·tanh(g); h = σ(o)·tanh(c).
+    pub fn lstm_cell(gates: &[f32], c: &mut [f32], h: &mut [f32]) {
+        let n = c.len();
+        let (gi, rest) = gates[..4 * n].split_at(n);
+        let (gf, rest) = rest.split_at(n);
+        let (gg, go) = rest.split_at(n);
+        for j in 0..n {
+            let i = sigmoid(gi[j]);
+            let f = sigmoid(gf[j]);
+            let g = fastmath::tanh(gg[j]);
+            let o = sigmoid(go[j]);
+            c[j] = f * c[j] + i * g;
+            h[j] = o * fastmath::tanh(c[j]);
+        }
     }
 }
 
@@ -299,7 +305,7 @@ pub fn attend_dot<'a>(
     }
 }
 
-super::par::vectorized_fn! {
+vectorized_fn! {
     /// One head of self-attention over `rows` rows of packed `Q|K|V` (`qkv` rows `3·d` wide;
     /// the head's columns `h0..h0 + dh` of each): `out[rows × dh] = softmax(Q·Kᵀ/√dh)·V`, with
     /// `scores` (`rows × rows`) as scratch.
@@ -330,6 +336,19 @@ super::par::vectorized_fn! {
             (out, (dh, 1)),
             false,
         );
+    }
+}
+
+vectorized_fn! {
+    /// Additive (Bahdanau) attention's score of one key: `Σ_t v[t]·tanh(key[t] + q[t] + b[t])`,
+    /// the terms computed vectorised into `terms` (scratch of `q.len()`), then summed in order.
+    pub fn additive_score(qk: (&[f32], &[f32]), vb: (&[f32], &[f32]), terms: &mut [f32]) -> f32 {
+        let ((q, key), (v, b)) = (qk, vb);
+        let terms = &mut terms[..q.len()];
+        for (((tv, k), q), (v, b)) in terms.iter_mut().zip(key).zip(q).zip(v.iter().zip(b)) {
+            *tv = v * fastmath::tanh(k + q + b);
+        }
+        terms.iter().sum()
     }
 }
 

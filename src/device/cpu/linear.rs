@@ -19,7 +19,7 @@ impl CpuDevice {
         match self.nodes[i].tied {
             // the tied table is [n × k]: read it transposed
             Some(t) => kernels::gemm_rows(r_total, n, k, &a, &self.nodes[t].w.w, (1, k), &mut c),
-            None => kernels::gemm_rows(r_total, n, k, &a, &self.nodes[i].w.w, (n, 1), &mut c),
+            None => rowgemm::gemm_panels((r_total, &a, k), &self.nodes[i].panels, (&mut c, n)),
         }
         kernels::bias_act(ak, &mut c[..r_total * n], n, &self.nodes[i].w.bias);
         let mut r_at = 0;

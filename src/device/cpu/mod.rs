@@ -19,6 +19,7 @@ pub mod fastmath;
 pub mod hwc;
 pub mod kernels;
 mod linear;
+mod panels;
 mod par;
 mod recurrent;
 mod rowgemm;
@@ -32,6 +33,7 @@ use crate::graph::op::{AttnMode, Op, PoolKind, PosEnc};
 use crate::graph::{Class, Input, Model, Node, NodeStep, Rows};
 use crate::time::Nanos;
 use kernels::{ActK, Window};
+use panels::Panels;
 use std::time::Instant;
 use weights::Weights;
 
@@ -47,6 +49,9 @@ struct NodeRt {
     in_feat: usize,
     /// Owner of a tied table.
     tied: Option<usize>,
+    /// A linear or LSTM layer's weight matrix, packed for the row GEMM (its `w.w` is then
+    /// empty: the weights are held once).
+    panels: Panels,
 }
 
 pub use crate::device::capture::Captured;
@@ -111,6 +116,22 @@ fn cpu_weights(n: &Node, mut w: Weights) -> Weights {
         w.scale = Vec::new();
     }
     w
+}
+
+/// A linear or LSTM layer's matrix (`[K][N]`) moved into [`Panels`]; other nodes keep theirs.
+fn weight_panels(n: &Node, mut w: Weights, in_feat: usize) -> (Weights, Panels) {
+    let (k, cols) = match &n.op {
+        Op::Linear {
+            out_features,
+            tied: None,
+            ..
+        } => (in_feat, *out_features),
+        Op::Lstm { hidden, .. } => (in_feat + hidden, 4 * hidden),
+        _ => return (w, Panels::default()),
+    };
+    let panels = Panels::pack(&w.w, k, cols);
+    w.w = Vec::new();
+    (w, panels)
 }
 
 /// Largest row count of a tensor over the model's lengths.
@@ -372,7 +393,8 @@ impl Device for CpuDevice {
                 Op::Input { shape, .. } => need_a = need_a.max(numel(shape)),
                 Op::Attention { heads, .. } => {
                     need_a = need_a.max(in_feat.max(3 * feat));
-                    need_c = need_c.max(rows * feat);
+                    // (additive attention's terms of one score use it too)
+                    need_c = need_c.max(rows * feat).max(in_feat);
                     // self-attention keeps every head's scores at once
                     let all_heads = heads.max(&1) * rows * rows;
                     need_scores = need_scores.max(max_in_rows.max(max_dec).max(all_heads));
@@ -382,12 +404,14 @@ impl Device for CpuDevice {
                     need_c = need_c.max(feat);
                 }
             }
+            let (w, panels) = weight_panels(n, w, in_feat);
             nodes.push(NodeRt {
                 out: vec![0.0; layout.buffer_len(n.id.idx())],
                 w,
                 state,
                 in_feat,
                 tied,
+                panels,
             });
         }
         self.nodes = nodes;

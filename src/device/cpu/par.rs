@@ -27,13 +27,18 @@ pub(crate) fn avx512() -> bool {
 /// for baseline x86-64, where they would run 4 wide and `mul_add` would call libm).
 macro_rules! vectorized_fn {
     ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
+        $crate::device::cpu::par::vectorized_fn! {
+            $(#[$m])* $vis fn $name($($arg: $ty),*) -> () $body
+        }
+    };
+    ($(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty $body:block) => {
         $(#[$m])*
-        $vis fn $name($($arg: $ty),*) {
+        $vis fn $name($($arg: $ty),*) -> $ret {
             #[inline(always)]
-            fn body($($arg: $ty),*) $body
+            fn body($($arg: $ty),*) -> $ret $body
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
-            unsafe fn avx512($($arg: $ty),*) {
+            unsafe fn avx512($($arg: $ty),*) -> $ret {
                 body($($arg),*)
             }
             #[cfg(target_arch = "x86_64")]

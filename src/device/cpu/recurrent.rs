@@ -21,13 +21,16 @@ impl CpuDevice {
             }
         }
         let b = members.len();
-        kernels::gemm_rows(b, 4 * h, k, &a, &self.nodes[i].w.w, (4 * h, 1), &mut c);
+        rowgemm::gemm_panels((b, &a, k), &self.nodes[i].panels, (&mut c, 4 * h));
+        kernels::bias_act(
+            ActK::None,
+            &mut c[..b * 4 * h],
+            4 * h,
+            &self.nodes[i].w.bias,
+        );
         for (j, m) in members.iter().enumerate() {
             let step = m.step;
-            let gates = &mut c[j * 4 * h..(j + 1) * 4 * h];
-            for (g, bb) in gates.iter_mut().zip(&self.nodes[i].w.bias) {
-                *g += bb;
-            }
+            let gates = &c[j * 4 * h..(j + 1) * 4 * h];
             let pos = self.layout.pos(model, i, step, m.len);
             let nd = &mut self.nodes[i];
             let cs = &mut nd.state[m.slot as usize * h..(m.slot as usize + 1) * h];

@@ -16,6 +16,8 @@
 //! give the same bits; a test checks it. Work of at least [`PARALLEL_MACS`] multiply-adds is
 //! split by columns over two threads, which does not change any element's arithmetic.
 
+use super::panels::Panels;
+
 /// GEMMs with at least this many multiply-adds split their columns over two threads.
 const PARALLEL_MACS: usize = 1 << 20;
 
@@ -44,8 +46,36 @@ pub fn gemm_nn(
         k,
         a,
         lda,
-        b,
-        ldb,
+        b: B::Rows(b, ldb),
+        ldc,
+    };
+    let simd = avx512();
+    split_columns(n, m * n * k, c.as_mut_ptr(), &|j0, j1, c| {
+        job.run(simd, j0, j1, c)
+    });
+}
+
+/// [`gemm_nn`] with `B` packed beforehand ([`Panels`]): the same bits, without packing B.
+pub(crate) fn gemm_panels(
+    (m, a, lda): (usize, &[f32], usize),
+    b: &Panels,
+    (c, ldc): (&mut [f32], usize),
+) {
+    let (n, k) = (b.n, b.k);
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(
+        k == 0 || (m - 1) * lda + k <= a.len(),
+        "gemm_panels: A out of bounds"
+    );
+    assert!((m - 1) * ldc + n <= c.len(), "gemm_panels: C out of bounds");
+    let job = Nn {
+        m,
+        k,
+        a,
+        lda,
+        b: B::Panels(b),
         ldc,
     };
     let simd = avx512();
@@ -78,13 +108,14 @@ unsafe impl Send for CPtr {}
 unsafe impl Sync for CPtr {}
 
 /// Runs `f(j0, j1, c)` over columns `0..n`: at once, or as two halves on two threads (split at a
-/// multiple of 16) when the work is large enough.
+/// multiple of `NR`) when the work is large enough.
 fn split_columns(n: usize, macs: usize, c: *mut f32, f: &(dyn Fn(usize, usize, CPtr) + Sync)) {
     let c = CPtr(c);
     if macs < PARALLEL_MACS || n < 32 || rayon::current_num_threads() < 2 {
         return f(0, n, c);
     }
-    let mid = (n / 2).div_ceil(16) * 16;
+    // a multiple of NR: a panel of packed weights is never split
+    let mid = (n / 2).div_ceil(NR) * NR;
     super::kernels::gemm_scope(|| rayon::join(|| f(0, mid, c), || f(mid, n, c)));
 }
 
@@ -106,9 +137,26 @@ struct Nn<'a> {
     k: usize,
     a: &'a [f32],
     lda: usize,
-    b: &'a [f32],
-    ldb: usize,
+    b: B<'a>,
     ldc: usize,
+}
+
+/// Where B comes from: a row-major matrix (rows `ldb` apart), or weights packed beforehand.
+#[derive(Clone, Copy)]
+enum B<'a> {
+    Rows(&'a [f32], usize),
+    Panels(&'a Panels),
+}
+
+impl B<'_> {
+    /// Element `(p, j)`.
+    #[inline]
+    fn at(&self, p: usize, j: usize) -> f32 {
+        match *self {
+            B::Rows(b, ldb) => b[p * ldb + j],
+            B::Panels(pk) => pk.at(p, j),
+        }
+    }
 }
 
 /// Rows of A packed a block at a time, and columns of B (see [`Nn::packed`]).
@@ -117,7 +165,7 @@ const KC: usize = 256;
 const NC: usize = 1024;
 /// The micro-kernel's block of C: 8 rows × 32 columns (16 AVX-512 accumulators).
 const MR: usize = 8;
-const NR: usize = 32;
+const NR: usize = super::panels::NR;
 
 thread_local! {
     /// Each thread's packing buffers (A: MC × KC, B: KC × NC), allocated once.
@@ -150,10 +198,10 @@ impl Nn<'_> {
             // SAFETY: AVX-512F is present; `gemm_nn` checked the operands' bounds; the
             // threads write disjoint columns of C.
             unsafe {
-                if self.m < MR {
-                    self.stream(j0, j1, c)
-                } else {
-                    self.packed(j0, j1, c)
+                match (self.m < MR, self.b) {
+                    (true, B::Rows(b, ldb)) => self.stream((b, ldb), j0, j1, c),
+                    (true, B::Panels(pk)) => self.stream_panels(pk, j0, j1, c),
+                    (false, _) => self.packed(j0, j1, c),
                 }
             }
             return;
@@ -163,7 +211,7 @@ impl Nn<'_> {
             for col in j0..j1 {
                 let mut s = 0.0f32;
                 for p in 0..self.k {
-                    s = self.a[r * self.lda + p].mul_add(self.b[p * self.ldb + col], s);
+                    s = self.a[r * self.lda + p].mul_add(self.b.at(p, col), s);
                 }
                 // SAFETY: inside C (checked by `gemm_nn`); the threads write disjoint columns.
                 unsafe { *c.0.add(r * self.ldc + col) = s };
@@ -178,7 +226,7 @@ impl Nn<'_> {
     /// AVX-512F present; operands as checked by `gemm_nn`.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
-    unsafe fn stream(&self, j0: usize, j1: usize, c: CPtr) {
+    unsafe fn stream(&self, (bm, ldb): (&[f32], usize), j0: usize, j1: usize, c: CPtr) {
         use std::arch::x86_64::*;
         let (m, k) = (self.m, self.k);
         let chunk = (2048 / m).div_ceil(16) * 16;
@@ -200,10 +248,7 @@ impl Nn<'_> {
                     let mk = mask(v);
                     let mut bv = [_mm512_setzero_ps(); 4];
                     for (u, b) in bv.iter_mut().enumerate().take(t) {
-                        *b = _mm512_maskz_loadu_ps(
-                            mk,
-                            self.b.as_ptr().add((p + u) * self.ldb + j + 16 * v),
-                        );
+                        *b = _mm512_maskz_loadu_ps(mk, bm.as_ptr().add((p + u) * ldb + j + 16 * v));
                     }
                     for r in 0..m {
                         let dst = c.0.add(r * self.ldc + j + 16 * v);
@@ -216,6 +261,58 @@ impl Nn<'_> {
                     }
                 }
                 p += t;
+            }
+            j += w;
+        }
+    }
+
+    /// Few rows against packed weights: one panel (NR columns) at a time, every row's partial
+    /// chains in registers over all of `k`, the panel read as one sequential run.
+    ///
+    /// # Safety
+    /// AVX-512F present; operands as checked by `gemm_panels`; `j0` a multiple of `NR`.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn stream_panels(&self, pk: &Panels, j0: usize, j1: usize, c: CPtr) {
+        match self.m {
+            1 => self.stream_rows::<1>(pk, j0, j1, c),
+            2 => self.stream_rows::<2>(pk, j0, j1, c),
+            3 => self.stream_rows::<3>(pk, j0, j1, c),
+            4 => self.stream_rows::<4>(pk, j0, j1, c),
+            5 => self.stream_rows::<5>(pk, j0, j1, c),
+            6 => self.stream_rows::<6>(pk, j0, j1, c),
+            _ => self.stream_rows::<7>(pk, j0, j1, c),
+        }
+    }
+
+    /// [`Self::stream_panels`] for exactly `M` rows (`M < MR`), its accumulators in registers.
+    ///
+    /// # Safety
+    /// As [`Self::stream_panels`], with `self.m == M`.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn stream_rows<const M: usize>(&self, pk: &Panels, j0: usize, j1: usize, c: CPtr) {
+        use std::arch::x86_64::*;
+        let mut j = j0;
+        while j < j1 {
+            let w = NR.min(j1 - j);
+            let m0 = ((1u32 << w.min(16)) - 1) as u16;
+            let m1 = ((1u32 << w.saturating_sub(16)) - 1) as u16;
+            let panel = pk.from(0, j).as_ptr();
+            let mut acc = [[_mm512_setzero_ps(); 2]; M];
+            for p in 0..self.k {
+                let b0 = _mm512_loadu_ps(panel.add(p * NR));
+                let b1 = _mm512_loadu_ps(panel.add(p * NR + 16));
+                for (r, acc_r) in acc.iter_mut().enumerate() {
+                    let x = _mm512_set1_ps(*self.a.get_unchecked(r * self.lda + p));
+                    acc_r[0] = _mm512_fmadd_ps(x, b0, acc_r[0]);
+                    acc_r[1] = _mm512_fmadd_ps(x, b1, acc_r[1]);
+                }
+            }
+            for (r, acc_r) in acc.iter().enumerate() {
+                let row = c.0.add(r * self.ldc + j);
+                _mm512_mask_storeu_ps(row, m0, acc_r[0]);
+                _mm512_mask_storeu_ps(row.wrapping_add(16), m1, acc_r[1]);
             }
             j += w;
         }
@@ -239,7 +336,14 @@ impl Nn<'_> {
                 let mut pc = 0;
                 while pc < self.k {
                     let kc = KC.min(self.k - pc);
-                    self.pack_b(bp, (pc, kc), (jc, nc));
+                    if let B::Rows(b, ldb) = self.b {
+                        Self::pack_b((b, ldb), bp, (pc, kc), (jc, nc));
+                    }
+                    // the B panel of columns `jc + jr`, rows `pc..`, NR values a row
+                    let panel = |jr: usize| match self.b {
+                        B::Rows(..) => bp.as_ptr().add(jr * kc),
+                        B::Panels(pk) => pk.from(pc, jc + jr).as_ptr(),
+                    };
                     let mut ic = 0;
                     while ic < self.m {
                         let mc = MC.min(self.m - ic);
@@ -250,7 +354,7 @@ impl Nn<'_> {
                                 micro(
                                     kc,
                                     ap.as_ptr().add(ir * kc),
-                                    bp.as_ptr().add(jr * kc),
+                                    panel(jr),
                                     (dst, self.ldc),
                                     (MR.min(mc - ir), NR.min(nc - jr)),
                                     pc == 0,
@@ -267,16 +371,21 @@ impl Nn<'_> {
     }
 
     /// B's rows `pc..pc + kc`, columns `jc..jc + nc`, as NR-wide panels (`kc × NR` each, rows
-    /// contiguous), zero-padded past `nc`.
-    fn pack_b(&self, bp: &mut [f32], (pc, kc): (usize, usize), (jc, nc): (usize, usize)) {
-        for jr in (0..nc).step_by(NR) {
-            let w = NR.min(nc - jr);
-            let panel = &mut bp[jr * kc..(jr + NR) * kc];
-            for q in 0..kc {
-                let src = &self.b[(pc + q) * self.ldb + jc + jr..][..w];
-                let dst = &mut panel[q * NR..(q + 1) * NR];
-                dst[..w].copy_from_slice(src);
-                dst[w..].fill(0.0);
+    /// contiguous), zero-padded past `nc`. B is read row by row, each row's `nc` columns in one
+    /// sequential run (weights usually come from memory, not cache: a run per row keeps the
+    /// hardware prefetcher streaming where a panel at a time would read 128 bytes a row).
+    fn pack_b(
+        (b, ldb): (&[f32], usize),
+        bp: &mut [f32],
+        (pc, kc): (usize, usize),
+        (jc, nc): (usize, usize),
+    ) {
+        for q in 0..kc {
+            let row = &b[(pc + q) * ldb + jc..][..nc];
+            for (jr, src) in (0..nc).step_by(NR).zip(row.chunks(NR)) {
+                let dst = &mut bp[jr * kc + q * NR..jr * kc + (q + 1) * NR];
+                dst[..src.len()].copy_from_slice(src);
+                dst[src.len()..].fill(0.0);
             }
         }
     }
@@ -524,12 +633,23 @@ mod tests {
             }
             let mut ct = vec![0.0; m * n];
             gemm_nt(m, n, k, &a, &w, &mut ct);
+            // weights packed beforehand: the same bits as the plain matrix
+            let pk = Panels::pack(&b, k, n);
+            let mut cp = vec![0.0; m * n];
+            gemm_panels((m, &a, k), &pk, (&mut cp, n));
+            assert_eq!(cp, c, "panels {m}x{n}x{k}");
             for i in 0..m {
                 let mut alone = vec![0.0; n];
                 gemm_nn((1, n, k), (&a[i * k..], k), (&b, n), (&mut alone, n));
                 assert_eq!(alone, c[i * n..(i + 1) * n], "nn row {i} of {m}x{n}x{k}");
                 gemm_nt(1, n, k, &a[i * k..(i + 1) * k], &w, &mut alone);
                 assert_eq!(alone, ct[i * n..(i + 1) * n], "nt row {i} of {m}x{n}x{k}");
+                gemm_panels((1, &a[i * k..], k), &pk, (&mut alone, n));
+                assert_eq!(
+                    alone,
+                    c[i * n..(i + 1) * n],
+                    "panels row {i} of {m}x{n}x{k}"
+                );
                 for j in 0..n {
                     let want: f64 = (0..k)
                         .map(|p| a[i * k + p] as f64 * b[p * n + j] as f64)
@@ -555,19 +675,22 @@ mod tests {
         }
         for (m, n, k) in [(3, 70, 53), (75, 1100, 600)] {
             let (a, b) = (data(m * k, 3), data(k * n, 4));
-            let nn = Nn {
-                m,
-                k,
-                a: &a,
-                lda: k,
-                b: &b,
-                ldb: n,
-                ldc: n,
-            };
+            let pk = Panels::pack(&b, k, n);
+            for src in [B::Rows(&b, n), B::Panels(&pk)] {
+                let nn = Nn {
+                    m,
+                    k,
+                    a: &a,
+                    lda: k,
+                    b: src,
+                    ldc: n,
+                };
+                let (mut simd, mut portable) = (vec![0.0; m * n], vec![0.0; m * n]);
+                nn.run(true, 0, n, CPtr(simd.as_mut_ptr()));
+                nn.run(false, 0, n, CPtr(portable.as_mut_ptr()));
+                assert_eq!(simd, portable, "nn {m}x{n}x{k}");
+            }
             let (mut simd, mut portable) = (vec![0.0; m * n], vec![0.0; m * n]);
-            nn.run(true, 0, n, CPtr(simd.as_mut_ptr()));
-            nn.run(false, 0, n, CPtr(portable.as_mut_ptr()));
-            assert_eq!(simd, portable, "nn {m}x{n}x{k}");
             let nt = Nt {
                 m,
                 n,
