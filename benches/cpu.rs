@@ -84,9 +84,11 @@ fn scheduler_overhead() {
 }
 
 fn gemm_table() {
-    // (label, M, N, K, B stored transposed): the zoo's GEMMs at batch 1 (convs as implicit GEMM
-    // per image) and batch 64; `rows` is the batch-invariant kernel of linear and LSTM layers
-    // (kernels::gemm_rows), `gemm crate` the `gemm` crate on the same operands (convolutions)
+    // (label, M, N, K, B stored transposed): the zoo's GEMMs at batch 1 (convs per image over
+    // channels-last pixels: M pixels, N output channels) and batch 64; `rows` is the
+    // batch-invariant kernel of linear and LSTM layers (kernels::gemm_rows, weights packed
+    // beforehand), `gemm crate` the `gemm` crate on the same operands (what convolutions of
+    // more than 128 pixels use)
     let shapes: &[(&str, usize, usize, usize, bool)] = &[
         ("resnet conv 3x3 (layer1)", 3136, 64, 576, false),
         ("resnet conv 1x1 (layer3)", 196, 1024, 256, false),
@@ -127,7 +129,13 @@ fn gemm_table() {
             times.sort_by(f64::total_cmp);
             times[times.len() / 2]
         };
-        let t = median(&mut || kernels::gemm_rows(m, n, k, &a, &b, strides, &mut c));
+        // the row kernel reads weights packed at prepare time, as the device does
+        let packed = if tied {
+            kernels::Panels::pack_transposed(&b, n, k)
+        } else {
+            kernels::Panels::pack(&b, k, n)
+        };
+        let t = median(&mut || kernels::gemm_rows(m, &a, &packed, &mut c));
         let t_crate = median(&mut || {
             kernels::gemm_strided(
                 (m, n, k),

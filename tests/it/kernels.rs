@@ -78,24 +78,38 @@ fn gemm_matches_the_naive_product_with_any_strides() {
 #[test]
 fn gemm_rows_are_independent_of_the_batch() {
     // a row computed alone (a GEMV), among 6 rows (the streaming path) and among 20 (the packed
-    // path, several blocks of k): the same bits, for weights stored k x n and tied n x k
+    // path, several blocks of k): the same bits, for weights packed from k x n and from a tied
+    // n x k table, and close to the naive product
     let mut rng = StdRng::seed_from_u64(2);
     for &(n, k) in &[(512, 2048), (4096, 3072), (64, 7)] {
         let b = rnd(&mut rng, k * n);
         let a = rnd(&mut rng, 20 * k);
-        for strides in [(n, 1), (1, k)] {
+        let mut bt = vec![0.0; n * k];
+        for p in 0..k {
+            for j in 0..n {
+                bt[j * k + p] = b[p * n + j];
+            }
+        }
+        for (what, w) in [
+            ("k x n", Panels::pack(&b, k, n)),
+            ("tied n x k", Panels::pack_transposed(&bt, n, k)),
+        ] {
             for m in [6, 20] {
                 let mut cm = vec![0.0; m * n];
-                gemm_rows(m, n, k, &a[..m * k], &b, strides, &mut cm);
+                gemm_rows(m, &a[..m * k], &w, &mut cm);
                 for r in [0, 3, m - 1] {
                     let mut c1 = vec![0.0; n];
-                    gemm_rows(1, n, k, &a[r * k..(r + 1) * k], &b, strides, &mut c1);
+                    gemm_rows(1, &a[r * k..(r + 1) * k], &w, &mut c1);
                     assert!(
                         c1.iter()
                             .zip(&cm[r * n..(r + 1) * n])
                             .all(|(x, y)| x.to_bits() == y.to_bits()),
-                        "row {r} of {m}, n={n} k={k}, B strides {strides:?}"
+                        "row {r} of {m}, n={n} k={k}, weights {what}"
                     );
+                }
+                if n * k < 1 << 20 {
+                    let want = naive_mm(m, n, k, |i, t| a[i * k + t], |t, j| b[t * n + j]);
+                    close(&cm, &want, 1e-4, what);
                 }
             }
         }

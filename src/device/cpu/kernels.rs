@@ -3,6 +3,7 @@
 //! written out here. No kernel allocates.
 
 use super::fastmath;
+pub use super::panels::Panels;
 use super::par::vectorized_fn;
 use gemm::Parallelism;
 use std::cell::Cell;
@@ -98,28 +99,15 @@ pub fn gemm_strided(
     });
 }
 
-/// `C[m×n] = A[m×k] · B` for row-major A and C, with `B` given by its (row, column) strides:
-/// `(n, 1)`, stored `k × n`, or `(1, k)`, stored `n × k` (tied weights read transposed). Every
-/// row of C is computed by the same arithmetic whatever `m` is ([`super::rowgemm`]), so a
-/// request's outputs do not depend on the batch it runs in.
+/// `C[m×n] = A[m×k] · B` for row-major A and C and a layer's weights `B` (`k × n`) packed
+/// beforehand ([`Panels::pack`], or [`Panels::pack_transposed`] for a tied table). Every row of
+/// C is computed by the same arithmetic whatever `m` is ([`super::rowgemm`]), so a request's
+/// outputs do not depend on the batch it runs in.
 ///
 /// # Panics
-/// On other strides, or operands too short.
-pub fn gemm_rows(
-    m: usize,
-    n: usize,
-    k: usize,
-    a: &[f32],
-    b: &[f32],
-    b_strides: (usize, usize),
-    c: &mut [f32],
-) {
-    if b_strides == (1, k) {
-        super::rowgemm::gemm_nt(m, n, k, a, b, c);
-    } else {
-        assert_eq!(b_strides, (n, 1), "gemm_rows: B stored k x n or n x k");
-        super::rowgemm::gemm_nn((m, n, k), (a, k), (b, n), (c, n));
-    }
+/// When `a` or `c` is too short.
+pub fn gemm_rows(m: usize, a: &[f32], b: &Panels, c: &mut [f32]) {
+    super::rowgemm::gemm_panels((m, a, b.k), b, (c, b.n));
 }
 
 /// Row-major `C[m×n] = A[m×k] · B[k×n]`.

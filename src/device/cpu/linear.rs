@@ -1,4 +1,5 @@
-//! Linear layers: one batch-invariant GEMM over the sub-batch's rows (kernels::gemm_rows).
+//! Linear layers: one batch-invariant GEMM over the sub-batch's rows against weights packed at
+//! prepare time (kernels::gemm_rows).
 
 use super::*;
 
@@ -16,11 +17,9 @@ impl CpuDevice {
                 r_total += 1;
             }
         }
-        match self.nodes[i].tied {
-            // the tied table is [n × k]: read it transposed
-            Some(t) => kernels::gemm_rows(r_total, n, k, &a, &self.nodes[t].w.w, (1, k), &mut c),
-            None => rowgemm::gemm_panels((r_total, &a, k), &self.nodes[i].panels, (&mut c, n)),
-        }
+        // the weights, or a tied embedding table packed transposed
+        let owner = self.nodes[i].tied.unwrap_or(i);
+        kernels::gemm_rows(r_total, &a, &self.nodes[owner].panels, &mut c);
         kernels::bias_act(ak, &mut c[..r_total * n], n, &self.nodes[i].w.bias);
         let mut r_at = 0;
         for m in members {

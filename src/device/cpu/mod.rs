@@ -19,7 +19,7 @@ pub mod fastmath;
 pub mod hwc;
 pub mod kernels;
 mod linear;
-mod panels;
+pub mod panels;
 mod par;
 mod recurrent;
 mod rowgemm;
@@ -132,6 +132,25 @@ fn weight_panels(n: &Node, mut w: Weights, in_feat: usize) -> (Weights, Panels) 
     let panels = Panels::pack(&w.w, k, cols);
     w.w = Vec::new();
     (w, panels)
+}
+
+/// An embedding table that a linear layer reads as its weights (tied logits) moves into
+/// [`Panels`] of its transpose, held once: the logits GEMM streams it like any packed layer,
+/// and lookups read a column of it.
+fn tie_tables(model: &Model, nodes: &mut [NodeRt]) {
+    for n in &model.nodes {
+        let (Op::Linear { .. }, Some(t)) = (&n.op, nodes[n.id.idx()].tied) else {
+            continue;
+        };
+        let Op::Embedding { vocab, dim, .. } = model.nodes[t].op else {
+            continue;
+        };
+        let owner = &mut nodes[t];
+        if owner.panels.data.is_empty() {
+            owner.panels = Panels::pack_transposed(&owner.w.w, vocab, dim);
+            owner.w.w = Vec::new();
+        }
+    }
 }
 
 /// Largest row count of a tensor over the model's lengths.
@@ -414,6 +433,7 @@ impl Device for CpuDevice {
                 panels,
             });
         }
+        tie_tables(model, &mut nodes);
         self.nodes = nodes;
         self.layout = layout;
         self.scratch_a = vec![0.0; need_a];

@@ -7,17 +7,17 @@
 //! the plain `k × n` matrix, so results are the same bits.
 
 /// Columns per panel (the micro-kernel's width).
-pub(crate) const NR: usize = 32;
+pub const NR: usize = 32;
 
 /// A `k × n` matrix in panels.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Panels {
+pub struct Panels {
     /// Rows (the reduction length).
-    pub k: usize,
+    pub(crate) k: usize,
     /// Columns.
-    pub n: usize,
+    pub(crate) n: usize,
     /// `[n.div_ceil(NR)][k][NR]`.
-    pub data: Vec<f32>,
+    pub(crate) data: Vec<f32>,
 }
 
 impl Panels {
@@ -34,15 +34,34 @@ impl Panels {
         Panels { k, n, data }
     }
 
+    /// Packs the transpose of a row-major `n × k` matrix (an embedding table whose rows are
+    /// the columns of a tied output layer).
+    pub fn pack_transposed(w: &[f32], n: usize, k: usize) -> Panels {
+        let mut data = vec![0.0; n.div_ceil(NR) * k * NR];
+        for (j, row) in w[..n * k].chunks_exact(k).enumerate() {
+            for (p, &v) in row.iter().enumerate() {
+                data[((j / NR) * k + p) * NR + j % NR] = v;
+            }
+        }
+        Panels { k, n, data }
+    }
+
+    /// Column `j` (all `k` rows) into `out` (an embedding lookup in a transposed table).
+    pub(crate) fn column(&self, j: usize, out: &mut [f32]) {
+        for (p, o) in out[..self.k].iter_mut().enumerate() {
+            *o = self.at(p, j);
+        }
+    }
+
     /// The panel holding column `j` (a multiple of [`NR`]), from row `p`: `NR` values a row.
     #[inline]
-    pub fn from(&self, p: usize, j: usize) -> &[f32] {
+    pub(crate) fn from(&self, p: usize, j: usize) -> &[f32] {
         &self.data[((j / NR) * self.k + p) * NR..]
     }
 
     /// Element `(p, j)`.
     #[inline]
-    pub fn at(&self, p: usize, j: usize) -> f32 {
+    pub(crate) fn at(&self, p: usize, j: usize) -> f32 {
         self.data[((j / NR) * self.k + p) * NR + j % NR]
     }
 }
@@ -67,5 +86,16 @@ mod tests {
             pk.from(1, 64)[..7],
             [134.0, 135.0, 136.0, 137.0, 138.0, 139.0, 0.0]
         );
+        // an n × k table packed transposed holds the same panels as its k × n transpose
+        let mut t = vec![0.0; k * n];
+        for p in 0..k {
+            for j in 0..n {
+                t[j * k + p] = b[p * n + j];
+            }
+        }
+        assert_eq!(Panels::pack_transposed(&t, n, k).data, pk.data);
+        let mut col = [0.0; 3];
+        pk.column(65, &mut col);
+        assert_eq!(col, [65.0, 135.0, 205.0]);
     }
 }

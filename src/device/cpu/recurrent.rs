@@ -21,7 +21,7 @@ impl CpuDevice {
             }
         }
         let b = members.len();
-        rowgemm::gemm_panels((b, &a, k), &self.nodes[i].panels, (&mut c, 4 * h));
+        kernels::gemm_rows(b, &a, &self.nodes[i].panels, &mut c);
         kernels::bias_act(
             ActK::None,
             &mut c[..b * 4 * h],

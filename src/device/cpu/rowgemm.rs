@@ -3,14 +3,13 @@
 //! the number of rows `m`, the blocking, the thread split or the instruction set, so a request
 //! gets bit-identical outputs served alone or batched, by construction.
 //!
-//! * `B` stored `k × n` (a layer's weights): `c[i][j]` is the FMA chain over `p = 0..k` in order,
-//!   starting from 0 (`c = fma(a[i][p], b[p][j], c)`). Fewer than 8 rows stream B once with C's
-//!   rows in L1 (a GEMV at batch 1); more run an 8 × 32 micro-kernel over packed blocks of A
-//!   and B, the partial chains kept in C between blocks of `p`.
-//! * `B` stored `n × k` (tied weights read transposed, the logits over an embedding table):
-//!   `c[i][j]` is a dot product of two contiguous rows: 16 FMA chains, lane `l` over
-//!   `p ≡ l (mod 16)` for the whole 16-wide part of `k`, summed by a fixed pairwise tree, then
-//!   the remaining `p` chained in order.
+//! `c[i][j]` is the FMA chain over `p = 0..k` in order, starting from 0
+//! (`c = fma(a[i][p], b[p][j], c)`). `B` is a layer's weights packed once into panels
+//! ([`Panels`], the usual case) or a plain row-major matrix (convolutions of small images).
+//! Fewer than 8 rows stream B once (a GEMV at batch 1), with the partial chains of a panel's
+//! columns in registers over all of `k` when B is packed, or in L1 when it is not; more run an
+//! 8 × 32 micro-kernel over blocks of A and B (B packed per block when it was not beforehand),
+//! the partial chains kept in C between blocks of `p`.
 //!
 //! An FMA is exactly rounded, so the AVX-512 kernels and the portable ones (`f32::mul_add`)
 //! give the same bits; a test checks it. Work of at least [`PARALLEL_MACS`] multiply-adds is
@@ -56,11 +55,7 @@ pub fn gemm_nn(
 }
 
 /// [`gemm_nn`] with `B` packed beforehand ([`Panels`]): the same bits, without packing B.
-pub(crate) fn gemm_panels(
-    (m, a, lda): (usize, &[f32], usize),
-    b: &Panels,
-    (c, ldc): (&mut [f32], usize),
-) {
+pub fn gemm_panels((m, a, lda): (usize, &[f32], usize), b: &Panels, (c, ldc): (&mut [f32], usize)) {
     let (n, k) = (b.n, b.k);
     if m == 0 || n == 0 {
         return;
@@ -78,22 +73,6 @@ pub(crate) fn gemm_panels(
         b: B::Panels(b),
         ldc,
     };
-    let simd = avx512();
-    split_columns(n, m * n * k, c.as_mut_ptr(), &|j0, j1, c| {
-        job.run(simd, j0, j1, c)
-    });
-}
-
-/// `C[m×n] = A[m×k]·Wᵀ` for `W` stored `n × k` (row `j` of `W` is column `j` of `B`), all
-/// row-major: `A` rows `k` apart, `W` rows `k` apart, `C` rows `n` apart.
-pub fn gemm_nt(m: usize, n: usize, k: usize, a: &[f32], w: &[f32], c: &mut [f32]) {
-    if m == 0 || n == 0 {
-        return;
-    }
-    assert!(m * k <= a.len(), "gemm_nt: A out of bounds");
-    assert!(n * k <= w.len(), "gemm_nt: W out of bounds");
-    assert!(m * n <= c.len(), "gemm_nt: C out of bounds");
-    let job = Nt { m, n, k, a, w };
     let simd = avx512();
     split_columns(n, m * n * k, c.as_mut_ptr(), &|j0, j1, c| {
         job.run(simd, j0, j1, c)
@@ -454,152 +433,6 @@ unsafe fn micro(
     }
 }
 
-/// One `gemm_nt` call's operands.
-struct Nt<'a> {
-    m: usize,
-    n: usize,
-    k: usize,
-    a: &'a [f32],
-    w: &'a [f32],
-}
-
-impl Nt<'_> {
-    /// Columns `j0..j1` of every row of C: blocks of 4 rows of A against 4 rows of W, W a
-    /// chunk of 64 rows at a time (kept in cache while every row of A passes).
-    fn run(&self, simd: bool, j0: usize, j1: usize, c: CPtr) {
-        let mut out = [[0.0f32; 4]; 4];
-        for jc in (j0..j1).step_by(64) {
-            let je = (jc + 64).min(j1);
-            let mut i = 0;
-            while i < self.m {
-                let ri = 4.min(self.m - i);
-                let mut j = jc;
-                while j < je {
-                    let rj = 4.min(je - j);
-                    self.dots(simd, (i, ri), (j, rj), &mut out);
-                    for (r, row) in out.iter().enumerate().take(ri) {
-                        for (s, &v) in row.iter().enumerate().take(rj) {
-                            // SAFETY: inside C (checked by `gemm_nt`); the threads write
-                            // disjoint columns.
-                            unsafe { *c.0.add((i + r) * self.n + j + s) = v };
-                        }
-                    }
-                    j += rj;
-                }
-                i += ri;
-            }
-        }
-    }
-
-    /// The dot products of rows `i..i + ri` of A with rows `j..j + rj` of W.
-    fn dots(
-        &self,
-        simd: bool,
-        (i, ri): (usize, usize),
-        (j, rj): (usize, usize),
-        out: &mut [[f32; 4]; 4],
-    ) {
-        let k = self.k;
-        let k16 = k / 16 * 16;
-        let mut sums = [[0.0f32; 4]; 4];
-        #[cfg(target_arch = "x86_64")]
-        if simd {
-            // SAFETY: AVX-512F is present (checked); rows `i..i + ri` of A and `j..j + rj` of
-            // W (k elements each) are inside their slices (checked by `gemm_nt`).
-            unsafe {
-                nt_avx512(
-                    (self.a.as_ptr().add(i * k), ri),
-                    (self.w.as_ptr().add(j * k), rj),
-                    k16,
-                    k,
-                    &mut sums,
-                )
-            };
-        }
-        if !simd {
-            for (r, sums_r) in sums.iter_mut().enumerate().take(ri) {
-                for (s, sum) in sums_r.iter_mut().enumerate().take(rj) {
-                    let (x, y) = (&self.a[(i + r) * k..], &self.w[(j + s) * k..]);
-                    let mut lanes = [0.0f32; 16];
-                    for p in 0..k16 {
-                        let l = &mut lanes[p % 16];
-                        *l = x[p].mul_add(y[p], *l);
-                    }
-                    *sum = tree_sum(&lanes);
-                }
-            }
-        }
-        for r in 0..ri {
-            for s in 0..rj {
-                let mut sum = sums[r][s];
-                let (x, y) = (&self.a[(i + r) * k..], &self.w[(j + s) * k..]);
-                for p in k16..k {
-                    sum = x[p].mul_add(y[p], sum);
-                }
-                out[r][s] = sum;
-            }
-        }
-    }
-}
-
-/// The 16 lanes summed pairwise in a fixed order: lane l with l + 8, then + 4, + 2, + 1.
-fn tree_sum(l: &[f32; 16]) -> f32 {
-    let mut v = *l;
-    for half in [8, 4, 2, 1] {
-        for x in 0..half {
-            v[x] += v[x + half];
-        }
-    }
-    v[0]
-}
-
-/// The 16 lane-wise FMA chains over `p < k16` of up to 4 rows of A against up to 4 rows of W,
-/// each summed as [`tree_sum`] does (lanes l and l + 8, then + 4, + 2, + 1).
-///
-/// # Safety
-/// AVX-512F present; `ri` rows of A and `rj` rows of W, `k` apart, each `k16 ≤ k` readable.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
-unsafe fn nt_avx512(
-    (a, ri): (*const f32, usize),
-    (w, rj): (*const f32, usize),
-    k16: usize,
-    k: usize,
-    sums: &mut [[f32; 4]; 4],
-) {
-    use std::arch::x86_64::*;
-    let mut acc = [[_mm512_setzero_ps(); 4]; 4];
-    // rows past ri / rj repeat the last one (computed and dropped), keeping the loop fixed
-    let row = |base: *const f32, r: usize, n: usize| base.add(r.min(n - 1) * k);
-    let mut p = 0;
-    while p < k16 {
-        let mut y = [_mm512_setzero_ps(); 4];
-        for (s, ys) in y.iter_mut().enumerate() {
-            *ys = _mm512_loadu_ps(row(w, s, rj).add(p));
-        }
-        for (r, acc_r) in acc.iter_mut().enumerate() {
-            let x = _mm512_loadu_ps(row(a, r, ri).add(p));
-            for s in 0..4 {
-                acc_r[s] = _mm512_fmadd_ps(x, y[s], acc_r[s]);
-            }
-        }
-        p += 16;
-    }
-    for r in 0..ri {
-        for s in 0..rj {
-            let v = acc[r][s];
-            // 128-bit blocks 2, 3 onto 0, 1: lane l + 8 onto l
-            let v = _mm512_add_ps(v, _mm512_shuffle_f32x4::<0b11_10_11_10>(v, v));
-            // block 1 onto 0: lane l + 4 onto l
-            let v = _mm512_add_ps(v, _mm512_shuffle_f32x4::<0b01_01_01_01>(v, v));
-            // within a block: lane l + 2, then l + 1
-            let v = _mm512_add_ps(v, _mm512_permute_ps::<0b11_10_11_10>(v));
-            let v = _mm512_add_ps(v, _mm512_permute_ps::<0b01_01_01_01>(v));
-            sums[r][s] = _mm512_cvtss_f32(v);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -625,14 +458,6 @@ mod tests {
             let (a, b) = (data(m * k, 1), data(k * n, 2));
             let mut c = vec![0.0; m * n];
             gemm_nn((m, n, k), (&a, k), (&b, n), (&mut c, n));
-            let mut w = vec![0.0; n * k]; // B transposed, for gemm_nt
-            for p in 0..k {
-                for j in 0..n {
-                    w[j * k + p] = b[p * n + j];
-                }
-            }
-            let mut ct = vec![0.0; m * n];
-            gemm_nt(m, n, k, &a, &w, &mut ct);
             // weights packed beforehand: the same bits as the plain matrix
             let pk = Panels::pack(&b, k, n);
             let mut cp = vec![0.0; m * n];
@@ -642,8 +467,6 @@ mod tests {
                 let mut alone = vec![0.0; n];
                 gemm_nn((1, n, k), (&a[i * k..], k), (&b, n), (&mut alone, n));
                 assert_eq!(alone, c[i * n..(i + 1) * n], "nn row {i} of {m}x{n}x{k}");
-                gemm_nt(1, n, k, &a[i * k..(i + 1) * k], &w, &mut alone);
-                assert_eq!(alone, ct[i * n..(i + 1) * n], "nt row {i} of {m}x{n}x{k}");
                 gemm_panels((1, &a[i * k..], k), &pk, (&mut alone, n));
                 assert_eq!(
                     alone,
@@ -654,12 +477,11 @@ mod tests {
                     let want: f64 = (0..k)
                         .map(|p| a[i * k + p] as f64 * b[p * n + j] as f64)
                         .sum();
-                    for (what, got) in [("nn", c[i * n + j]), ("nt", ct[i * n + j])] {
-                        assert!(
-                            (got as f64 - want).abs() <= 1e-5 * (1.0 + want.abs()),
-                            "{what} ({i}, {j}) of {m}x{n}x{k}: {got} vs {want}"
-                        );
-                    }
+                    let got = c[i * n + j];
+                    assert!(
+                        (got as f64 - want).abs() <= 1e-5 * (1.0 + want.abs()),
+                        "({i}, {j}) of {m}x{n}x{k}: {got} vs {want}"
+                    );
                 }
             }
         }
@@ -690,17 +512,6 @@ mod tests {
                 nn.run(false, 0, n, CPtr(portable.as_mut_ptr()));
                 assert_eq!(simd, portable, "nn {m}x{n}x{k}");
             }
-            let (mut simd, mut portable) = (vec![0.0; m * n], vec![0.0; m * n]);
-            let nt = Nt {
-                m,
-                n,
-                k,
-                a: &a,
-                w: &b,
-            };
-            nt.run(true, 0, n, CPtr(simd.as_mut_ptr()));
-            nt.run(false, 0, n, CPtr(portable.as_mut_ptr()));
-            assert_eq!(simd, portable, "nt {m}x{n}x{k}");
         }
     }
 }

@@ -80,11 +80,13 @@ impl CpuDevice {
                         ..
                     } => {
                         let id = (x[0].max(0.0) as usize) % vocab;
-                        let table = match self.nodes[i].tied {
-                            Some(t) => &self.nodes[t].w.w,
-                            None => &w.w,
-                        };
-                        y.copy_from_slice(&table[id * dim..(id + 1) * dim]);
+                        // the table's row, or a column of it packed transposed (tied logits)
+                        let owner = &self.nodes[self.nodes[i].tied.unwrap_or(i)];
+                        if owner.panels.data.is_empty() {
+                            y.copy_from_slice(&owner.w.w[id * dim..(id + 1) * dim]);
+                        } else {
+                            owner.panels.column(id, y);
+                        }
                         if *scale {
                             let s = (*dim as f32).sqrt();
                             y.iter_mut().for_each(|v| *v *= s);
