@@ -66,18 +66,22 @@ impl CpuDevice {
                     hwc::im2col(x, (h, w, c), (gi * cg, cg), win, &mut cols);
                     (&cols[..], kk)
                 };
-                let c_g = &mut out[gi * cog..];
                 if p < SMALL_IMAGE {
+                    let c_g = &mut out[gi * cog..];
                     rowgemm::gemm_nn((p, cog, kk), (a, lda), (wg, cog), (c_g, co));
-                } else {
+                    continue;
+                }
+                // each thread a share of the pixels, one GEMM each
+                par::split_rows(out, co, p * cog * kk, |r0, rows| {
+                    let np = rows.len() / co;
                     kernels::gemm_strided(
-                        (p, cog, kk),
-                        (a, (lda, 1)),
+                        (np, cog, kk),
+                        (&a[r0 * lda..], (lda, 1)),
                         (wg, (cog, 1)),
-                        (c_g, (co, 1)),
+                        (&mut rows[gi * cog..], (co, 1)),
                         false,
                     );
-                }
+                });
             }
             kernels::bias_act(ak, out, co, &wts.shift);
         }

@@ -29,7 +29,8 @@ pub(crate) fn gemm_scope<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
-/// GEMMs with at least this many multiply-adds use both cores.
+/// GEMMs with at least this many multiply-adds use both cores (when called from outside the
+/// pool).
 const PARALLEL_MACS: usize = 1 << 22;
 
 /// `C[m×n] = A[m×k] · B[k×n]`, each operand a slice with its (row, column) strides in elements;
@@ -67,7 +68,8 @@ pub fn gemm_strided(
         }
         return;
     }
-    let par = if m * n * k >= PARALLEL_MACS {
+    // a GEMM run on one of the pool's threads (a share of a larger job) stays on it
+    let par = if m * n * k >= PARALLEL_MACS && rayon::current_thread_index().is_none() {
         Parallelism::Rayon(0)
     } else {
         Parallelism::None
