@@ -393,21 +393,24 @@ fn lstm_cell_follows_the_equations() {
 #[test]
 fn attention_matches_softmax_weighted_values() {
     let mut rng = StdRng::seed_from_u64(8);
-    let (d, nk) = (8, 11);
+    // a head wider than one 16-lane block plus a tail, rows strided as in a [K | V] cache
+    let (d, nk) = (21, 11);
     let q = rnd(&mut rng, d);
     let keys = rnd(&mut rng, nk * d);
     let vals = rnd(&mut rng, nk * d);
+    let mut kv = vec![0.0; nk * 2 * d];
+    for j in 0..nk {
+        kv[j * 2 * d..j * 2 * d + d].copy_from_slice(&keys[j * d..(j + 1) * d]);
+        kv[j * 2 * d + d..(j + 1) * 2 * d].copy_from_slice(&vals[j * d..(j + 1) * d]);
+    }
+    let at = |first| Strided {
+        buf: &kv,
+        first,
+        stride: 2 * d,
+    };
     let mut scores = vec![0.0; nk];
     let mut out = vec![0.0; d];
-    attend_dot(
-        &q,
-        nk,
-        |j| &keys[j * d..(j + 1) * d],
-        |j| &vals[j * d..(j + 1) * d],
-        0.5,
-        &mut scores,
-        &mut out,
-    );
+    attend_dot(&q, (at(0), at(d), nk), 0.5, &mut scores, &mut out);
     let e: Vec<f64> = (0..nk)
         .map(|j| {
             (0.5 * (0..d)
@@ -428,4 +431,24 @@ fn attention_matches_softmax_weighted_values() {
     assert_eq!(sinusoid(0, 0, 16), 0.0);
     assert_eq!(sinusoid(0, 1, 16), 1.0);
     assert!((sinusoid(3, 0, 16) - 3f32.sin()).abs() < 1e-6);
+}
+
+#[test]
+fn argmax_is_the_first_largest_element() {
+    let mut rng = StdRng::seed_from_u64(9);
+    for n in [1, 5, 16, 33, 1000] {
+        let mut x = rnd(&mut rng, n);
+        let first = |x: &[f32]| (0..x.len()).fold(0, |b, j| if x[j] > x[b] { j } else { b });
+        assert_eq!(argmax(&x), first(&x), "{n} values");
+        // a tie with a later copy of the maximum keeps the first
+        let m = first(&x);
+        x.push(x[m]);
+        assert_eq!(argmax(&x), m, "{n} values and a tie");
+    }
+    assert_eq!(
+        argmax(&[f32::NAN, 3.0, 1.0]),
+        0,
+        "a NaN first is kept, as by a scan"
+    );
+    assert_eq!(argmax(&[1.0, f32::NAN, 3.0]), 2);
 }

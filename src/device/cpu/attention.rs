@@ -1,6 +1,7 @@
 //! Attention: additive and dot attention over a sequence, multi-head self-attention (two GEMMs per head), decoder self-attention over a per-slot key/value cache, cross-attention.
 
 use super::*;
+use kernels::Strided;
 /// The scratch buffers attention works in (taken from the device for the node's run).
 struct AttnScratch {
     a: Vec<f32>,
@@ -115,11 +116,14 @@ impl CpuDevice {
         let nk = step as usize + 1;
         for hd in 0..heads {
             let q = &a[hd * dh..(hd + 1) * dh];
+            let at = |first| Strided {
+                buf: st,
+                first,
+                stride: 2 * d,
+            };
             kernels::attend_dot(
                 q,
-                nk,
-                |j| &st[base + j * 2 * d + hd * dh..base + j * 2 * d + (hd + 1) * dh],
-                |j| &st[base + j * 2 * d + d + hd * dh..base + j * 2 * d + d + (hd + 1) * dh],
+                (at(base + hd * dh), at(base + d + hd * dh), nk),
                 scale,
                 scores,
                 &mut c[hd * dh..(hd + 1) * dh],
@@ -196,11 +200,15 @@ impl CpuDevice {
         for r in 0..rows {
             self.read_input(model, node, &node.inputs[0], m, r, &mut a[..d]);
             for hd in 0..heads {
+                // key/value row j of the source: [K | V] rows of its node's slot
+                let at = |first| Strided {
+                    buf: &self.nodes[kvp].out,
+                    first: self.layout.offset(kvp, m.slot, 0) + first,
+                    stride: self.layout.nodes[kvp].feat,
+                };
                 kernels::attend_dot(
                     &a[hd * dh..(hd + 1) * dh],
-                    nk,
-                    |j| &self.row(kvp, m.slot, j)[hd * dh..(hd + 1) * dh],
-                    |j| &self.row(kvp, m.slot, j)[d + hd * dh..d + (hd + 1) * dh],
+                    (at(hd * dh), at(d + hd * dh), nk),
                     scale,
                     scores,
                     &mut c[r * d + hd * dh..r * d + (hd + 1) * dh],

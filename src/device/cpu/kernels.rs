@@ -5,6 +5,7 @@
 use super::fastmath;
 pub use super::panels::Panels;
 use super::par::vectorized_fn;
+use super::reduce;
 use gemm::Parallelism;
 use std::cell::Cell;
 
@@ -228,27 +229,41 @@ vectorized_fn! {
     }
 }
 
-/// Layer norm of one row in place: (x − mean) / sqrt(var + eps) · gamma + beta.
-pub fn layernorm(x: &mut [f32], gamma: &[f32], beta: &[f32]) {
-    let n = x.len() as f32;
-    let mean = x.iter().sum::<f32>() / n;
-    let var = x.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
-    let inv = 1.0 / (var + 1e-5).sqrt();
-    for ((v, g), b) in x.iter_mut().zip(gamma).zip(beta) {
-        *v = (*v - mean) * inv * g + b;
+vectorized_fn! {
+    /// Layer norm of one row in place: (x − mean) / sqrt(var + eps) · gamma + beta (sums in
+    /// [`reduce`]'s fixed order).
+    pub fn layernorm(x: &mut [f32], gamma: &[f32], beta: &[f32]) {
+        let n = x.len() as f32;
+        let mean = reduce::sum_of(x, |v| v) / n;
+        let var = reduce::sum_of(x, |v| (v - mean) * (v - mean)) / n;
+        let inv = 1.0 / (var + 1e-5).sqrt();
+        for ((v, g), b) in x.iter_mut().zip(gamma).zip(beta) {
+            *v = (*v - mean) * inv * g + b;
+        }
     }
 }
 
-/// Softmax of one row in place (max-subtracted; the exponentials vectorise, their sum runs in
-/// order).
+/// Softmax of one row in place (max-subtracted; the exponentials vectorise, their sum in
+/// [`reduce`]'s fixed order).
 #[inline]
 pub fn softmax(x: &mut [f32]) {
-    let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let m = reduce::max(x);
     x.iter_mut().for_each(|v| *v = fastmath::exp(*v - m));
-    let s: f32 = x.iter().sum();
-    let inv = 1.0 / s;
+    let inv = 1.0 / reduce::sum_of(x, |v| v);
     for v in x.iter_mut() {
         *v *= inv;
+    }
+}
+
+vectorized_fn! {
+    /// The index of the first largest element (0 when the first is NaN, as a scan keeping the
+    /// first strictly larger element would give).
+    pub fn argmax(x: &[f32]) -> usize {
+        if x.first().is_none_or(|v| v.is_nan()) {
+            return 0;
+        }
+        let m = reduce::max(x);
+        x.iter().position(|v| *v == m).unwrap_or(0)
     }
 }
 
@@ -271,26 +286,48 @@ vectorized_fn! {
     }
 }
 
-/// Scaled dot-product attention of one query row for one head: `keys(j)` and `values(j)` give
-/// the head's slice of key/value row j; `scores` is scratch of at least `nkeys`.
-pub fn attend_dot<'a>(
-    q: &[f32],
-    nkeys: usize,
-    keys: impl Fn(usize) -> &'a [f32],
-    values: impl Fn(usize) -> &'a [f32],
-    scale: f32,
-    scores: &mut [f32],
-    out: &mut [f32],
-) {
-    let s = &mut scores[..nkeys];
-    for (j, sj) in s.iter_mut().enumerate() {
-        *sj = q.iter().zip(keys(j)).map(|(a, b)| a * b).sum::<f32>() * scale;
+/// Rows of a buffer at a fixed stride: row `j` is `buf[first + j·stride..][..len]` (one head's
+/// slice of key or value row `j`).
+#[derive(Clone, Copy, Debug)]
+pub struct Strided<'a> {
+    /// The buffer.
+    pub buf: &'a [f32],
+    /// Where row 0 starts.
+    pub first: usize,
+    /// Elements between rows.
+    pub stride: usize,
+}
+
+impl Strided<'_> {
+    #[inline(always)]
+    fn row(&self, j: usize, len: usize) -> &[f32] {
+        &self.buf[self.first + j * self.stride..][..len]
     }
-    softmax(s);
-    out.iter_mut().for_each(|o| *o = 0.0);
-    for (j, &p) in s.iter().enumerate() {
-        for (o, v) in out.iter_mut().zip(values(j)) {
-            *o += p * v;
+}
+
+vectorized_fn! {
+    /// Scaled dot-product attention of one query row for one head over `nkeys` keys and values
+    /// (`kv`): scores in [`reduce`]'s order, softmax, then the values summed in key order;
+    /// `scores` is scratch of at least `nkeys`.
+    pub fn attend_dot(
+        q: &[f32],
+        kv: (Strided<'_>, Strided<'_>, usize),
+        scale: f32,
+        scores: &mut [f32],
+        out: &mut [f32],
+    ) {
+        let (keys, values, nkeys) = kv;
+        let dh = q.len();
+        let s = &mut scores[..nkeys];
+        for (j, sj) in s.iter_mut().enumerate() {
+            *sj = reduce::dot(q, keys.row(j, dh)) * scale;
+        }
+        softmax(s);
+        out.fill(0.0);
+        for (j, &p) in s.iter().enumerate() {
+            for (o, v) in out.iter_mut().zip(values.row(j, dh)) {
+                *o += p * v;
+            }
         }
     }
 }

@@ -22,6 +22,7 @@ mod linear;
 pub mod panels;
 mod par;
 mod recurrent;
+mod reduce;
 mod rowgemm;
 mod rows;
 pub mod weights;

@@ -62,15 +62,7 @@ impl CpuDevice {
                         y.copy_from_slice(x);
                         kernels::softmax(y);
                     }
-                    Op::Argmax => {
-                        let mut best = 0;
-                        for (j, v) in x.iter().enumerate() {
-                            if *v > x[best] {
-                                best = j;
-                            }
-                        }
-                        y[0] = best as f32;
-                    }
+                    Op::Argmax => y[0] = kernels::argmax(x) as f32,
                     Op::Embedding {
                         vocab,
                         dim,
