@@ -68,7 +68,10 @@ pub struct CpuDevice {
     nodes: Vec<NodeRt>,
     scratch_a: Vec<f32>,
     scratch_c: Vec<f32>,
-    cols: Vec<f32>,
+    /// Unfolding scratch, one per thread of the pool (convolutions run images in parallel).
+    cols: Vec<std::sync::Mutex<Vec<f32>>>,
+    /// The member index of each slot during a parallel convolution ([`NO_MEMBER`] otherwise).
+    slot_member: Vec<u32>,
     scores: Vec<f32>,
     capture: Capture,
 }
@@ -88,6 +91,9 @@ fn act_k(a: crate::graph::op::Act) -> ActK {
 fn numel(s: &[usize]) -> usize {
     s.iter().product()
 }
+
+/// No member in this slot (see `CpuDevice::slot_member`).
+const NO_MEMBER: u32 = u32::MAX;
 
 /// A tensor's `(C, H, W)` when it is an image (rank 3), which this device stores channels-last.
 fn image(feat: &[usize]) -> Option<(usize, usize, usize)> {
@@ -119,7 +125,9 @@ fn cpu_weights(n: &Node, mut w: Weights) -> Weights {
     w
 }
 
-/// A linear or LSTM layer's matrix (`[K][N]`) moved into [`Panels`]; other nodes keep theirs.
+/// A linear or LSTM layer's matrix (`[K][N]`) moved into [`Panels`], and a convolution's
+/// (ungrouped, reordered `[K][Cout]`) when its images are small enough for the row GEMM
+/// ([`conv::SMALL_IMAGE`]); other nodes keep theirs.
 fn weight_panels(n: &Node, mut w: Weights, in_feat: usize) -> (Weights, Panels) {
     let (k, cols) = match &n.op {
         Op::Linear {
@@ -128,6 +136,13 @@ fn weight_panels(n: &Node, mut w: Weights, in_feat: usize) -> (Weights, Panels) 
             ..
         } => (in_feat, *out_features),
         Op::Lstm { hidden, .. } => (in_feat + hidden, 4 * hidden),
+        Op::Conv2d {
+            out_channels,
+            groups: 1,
+            ..
+        } if n.out_hw().0 * n.out_hw().1 < conv::SMALL_IMAGE => {
+            (w.w.len() / out_channels, *out_channels)
+        }
         _ => return (w, Panels::default()),
     };
     let panels = Panels::pack(&w.w, k, cols);
@@ -185,6 +200,7 @@ impl CpuDevice {
             scratch_a: Vec::new(),
             scratch_c: Vec::new(),
             cols: Vec::new(),
+            slot_member: Vec::new(),
             scores: Vec::new(),
             capture: Capture::default(),
         }
@@ -439,7 +455,10 @@ impl Device for CpuDevice {
         self.layout = layout;
         self.scratch_a = vec![0.0; need_a];
         self.scratch_c = vec![0.0; need_c];
-        self.cols = vec![0.0; need_cols];
+        self.cols = (0..rayon::current_num_threads().max(1))
+            .map(|_| std::sync::Mutex::new(vec![0.0; need_cols]))
+            .collect();
+        self.slot_member = vec![NO_MEMBER; mb];
         self.scores = vec![0.0; need_scores];
         self.max_batch = mb;
         self.model_name = model.name.clone();

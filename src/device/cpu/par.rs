@@ -53,7 +53,8 @@ macro_rules! vectorized_fn {
 pub(crate) use vectorized_fn;
 
 /// Runs `f(first_row, rows)` over `out` cut into whole rows of `row_len`: at once when `work`
-/// is small, else one contiguous range of rows per thread of the pool.
+/// is small or the caller is already one of the pool's threads, else one contiguous range of
+/// rows per thread of the pool.
 pub(crate) fn split_rows(
     out: &mut [f32],
     row_len: usize,
@@ -62,7 +63,8 @@ pub(crate) fn split_rows(
 ) {
     let rows = out.len() / row_len.max(1);
     let threads = rayon::current_num_threads().min(rows);
-    if work < PARALLEL_WORK || threads < 2 {
+    // on one of the pool's threads, the work is already a share of a parallel job
+    if work < PARALLEL_WORK || threads < 2 || rayon::current_thread_index().is_some() {
         return f(0, out);
     }
     let per = rows.div_ceil(threads);

@@ -90,7 +90,8 @@ unsafe impl Sync for CPtr {}
 /// multiple of `NR`) when the work is large enough.
 fn split_columns(n: usize, macs: usize, c: *mut f32, f: &(dyn Fn(usize, usize, CPtr) + Sync)) {
     let c = CPtr(c);
-    if macs < PARALLEL_MACS || n < 32 || rayon::current_num_threads() < 2 {
+    let in_pool = rayon::current_thread_index().is_some();
+    if macs < PARALLEL_MACS || n < 32 || rayon::current_num_threads() < 2 || in_pool {
         return f(0, n, c);
     }
     // a multiple of NR: a panel of packed weights is never split
