@@ -265,36 +265,63 @@ impl Nn<'_> {
         }
     }
 
-    /// [`Self::stream_panels`] for exactly `M` rows (`M < MR`), its accumulators in registers.
+    /// [`Self::stream_panels`] for exactly `M` rows (`M < MR`), its accumulators in registers:
+    /// two panels at a time for up to 3 rows (two streams of weights in flight, and twice the
+    /// independent FMA chains), one otherwise.
     ///
     /// # Safety
     /// As [`Self::stream_panels`], with `self.m == M`.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     unsafe fn stream_rows<const M: usize>(&self, pk: &Panels, j0: usize, j1: usize, c: CPtr) {
-        use std::arch::x86_64::*;
         let mut j = j0;
         while j < j1 {
-            let w = NR.min(j1 - j);
-            let m0 = ((1u32 << w.min(16)) - 1) as u16;
-            let m1 = ((1u32 << w.saturating_sub(16)) - 1) as u16;
-            let panel = pk.from(0, j).as_ptr();
-            let mut acc = [[_mm512_setzero_ps(); 2]; M];
-            for p in 0..self.k {
-                let b0 = _mm512_loadu_ps(panel.add(p * NR));
-                let b1 = _mm512_loadu_ps(panel.add(p * NR + 16));
+            if M <= 3 && j1 - j > NR {
+                self.stream_block::<M, 2>(pk, j, j1, c);
+                j += 2 * NR;
+            } else {
+                self.stream_block::<M, 1>(pk, j, j1, c);
+                j += NR;
+            }
+        }
+    }
+
+    /// `P` panels from column `j` (those past `j1` not stored) for `M` rows.
+    ///
+    /// # Safety
+    /// As [`Self::stream_rows`]; the `P` panels exist.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn stream_block<const M: usize, const P: usize>(
+        &self,
+        pk: &Panels,
+        j: usize,
+        j1: usize,
+        c: CPtr,
+    ) {
+        use std::arch::x86_64::*;
+        let panel: [*const f32; P] = std::array::from_fn(|q| pk.from(0, j + q * NR).as_ptr());
+        let mut acc = [[[_mm512_setzero_ps(); 2]; P]; M];
+        for p in 0..self.k {
+            for (q, panel_q) in panel.iter().enumerate() {
+                let b0 = _mm512_loadu_ps(panel_q.add(p * NR));
+                let b1 = _mm512_loadu_ps(panel_q.add(p * NR + 16));
                 for (r, acc_r) in acc.iter_mut().enumerate() {
                     let x = _mm512_set1_ps(*self.a.get_unchecked(r * self.lda + p));
-                    acc_r[0] = _mm512_fmadd_ps(x, b0, acc_r[0]);
-                    acc_r[1] = _mm512_fmadd_ps(x, b1, acc_r[1]);
+                    acc_r[q][0] = _mm512_fmadd_ps(x, b0, acc_r[q][0]);
+                    acc_r[q][1] = _mm512_fmadd_ps(x, b1, acc_r[q][1]);
                 }
             }
+        }
+        for q in 0..P {
+            let w = NR.min(j1.saturating_sub(j + q * NR));
+            let m0 = ((1u32 << w.min(16)) - 1) as u16;
+            let m1 = ((1u32 << w.saturating_sub(16)) - 1) as u16;
             for (r, acc_r) in acc.iter().enumerate() {
-                let row = c.0.add(r * self.ldc + j);
-                _mm512_mask_storeu_ps(row, m0, acc_r[0]);
-                _mm512_mask_storeu_ps(row.wrapping_add(16), m1, acc_r[1]);
+                let row = c.0.add(r * self.ldc + j + q * NR);
+                _mm512_mask_storeu_ps(row, m0, acc_r[q][0]);
+                _mm512_mask_storeu_ps(row.wrapping_add(16), m1, acc_r[q][1]);
             }
-            j += w;
         }
     }
 
