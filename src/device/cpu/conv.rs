@@ -59,7 +59,7 @@ impl Conv<'_> {
                 }
                 continue;
             }
-            // each thread a share of the pixels, one GEMM each
+            // each thread a share of the pixels, one GEMM each, and (one group) its epilogue
             par::split_rows(out, co, p * cog * kk, |r0, rows| {
                 let np = rows.len() / co;
                 kernels::gemm_strided(
@@ -69,9 +69,14 @@ impl Conv<'_> {
                     (&mut rows[gi * cog..], (co, 1)),
                     false,
                 );
+                if g == 1 {
+                    kernels::bias_act(self.act, rows, co, &self.w.shift);
+                }
             });
         }
-        kernels::bias_act(self.act, out, co, &self.w.shift);
+        if g > 1 || p < SMALL_IMAGE {
+            kernels::bias_act(self.act, out, co, &self.w.shift);
+        }
     }
 }
 
