@@ -25,8 +25,10 @@ use crate::traffic::{self, Traffic};
 pub struct RunConfig {
     /// The policy.
     pub policy: policy::Spec,
-    /// Arrival rate (requests/s).
+    /// Mean arrival rate (requests/s).
     pub rate: f64,
+    /// The arrival process (`--arrivals`).
+    pub arrivals: traffic::Process,
     /// Number of requests.
     pub requests: usize,
     /// SLA target.
@@ -162,14 +164,18 @@ impl Bench {
         self.predictor.serial_capacity(self.model.ref_lengths())
     }
 
-    /// Poisson traffic for `cfg`: at `cfg.rate`, or for co-located models at `rates[k]` with
-    /// SLA `slas[k]` each; generated as the run asks for it.
+    /// Traffic for `cfg` from its arrival process: at `cfg.rate`, or for co-located models at
+    /// `rates[k]` with SLA `slas[k]` each; generated as the run asks for it.
     pub fn traffic(&self, cfg: &RunConfig, colo: Option<(&[f64], &[Nanos])>) -> Result<Traffic> {
         let p = match colo {
             Some((rates, slas)) => {
-                traffic::poisson_parts(&self.model, rates, slas, cfg.requests, cfg.seed)?
+                let parts = (rates, slas);
+                traffic::generate_parts(&self.model, cfg.arrivals, parts, cfg.requests, cfg.seed)?
             }
-            None => traffic::poisson(&self.model, cfg.rate, cfg.requests, cfg.seed)?,
+            None => {
+                let process = (cfg.arrivals, cfg.rate);
+                traffic::generate(&self.model, process, cfg.requests, cfg.seed)?
+            }
         };
         Ok(p.traffic(cfg.rate))
     }

@@ -611,7 +611,9 @@ mod tests {
             let prof = Profile::measure(&mut npu, &m, 8, m.ref_lengths()).unwrap();
             let pred = Predictor::new(&m, &prof, 20);
             npu.prepare(&m, 8).unwrap();
-            let arrivals: Vec<_> = crate::traffic::poisson(&m, 300.0, 60, 4).unwrap().collect();
+            let arrivals: Vec<_> = crate::traffic::generate(&m, (Default::default(), 300.0), 60, 4)
+                .unwrap()
+                .collect();
             let mut pol = Observing {
                 inner: policy::parse("lazy", 8).unwrap(),
                 checked: 0,

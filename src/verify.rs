@@ -16,6 +16,7 @@ use crate::policy::{Forced, Policy, Serial};
 use crate::profile::Profile;
 use crate::runtime::Predictor;
 use crate::time::{Nanos, VirtualClock};
+use crate::traffic::Process;
 use crate::traffic::{self, Arrival};
 
 /// What `verify` found.
@@ -93,9 +94,10 @@ fn arrivals_at_zero(model: &Model, requests: usize, seed: u64) -> Result<Vec<Arr
     let parts = model.parts.len();
     let arrivals = if parts > 1 {
         let sla = Nanos::from_secs(1.0);
-        traffic::poisson_parts(model, &vec![1.0; parts], &vec![sla; parts], requests, seed)?
+        let (rates, slas) = (vec![1.0; parts], vec![sla; parts]);
+        traffic::generate_parts(model, Process::Poisson, (&rates, &slas), requests, seed)?
     } else {
-        traffic::poisson(model, 1.0, requests, seed)?
+        traffic::generate(model, (Process::Poisson, 1.0), requests, seed)?
     };
     Ok(arrivals
         .map(|a| Arrival {

@@ -93,7 +93,7 @@ fn steady_state_allocations(
     dev.prepare(&m, 8).unwrap();
     let prof = Profile::uniform(&m, 8, Nanos::from_us(50.0));
     let pred = Predictor::new(&m, &prof, 30);
-    let arrivals = traffic::poisson(&m, rate, 60, 5)
+    let arrivals = traffic::generate(&m, (Default::default(), rate), 60, 5)
         .unwrap()
         .collect::<Vec<_>>();
     let mut pol = policy::parse(policy_spec, 8).unwrap();

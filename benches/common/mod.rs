@@ -40,7 +40,7 @@ pub fn scheduler_cost(model: &str, rate: f64, policy: &str) -> (u64, f64) {
     let m = zoo::load(model).unwrap();
     let prof = Profile::uniform(&m, 64, Nanos::from_us(100.0));
     let pred = Predictor::new(&m, &prof, 31);
-    let arrivals = traffic::poisson(&m, rate, 3000, 1)
+    let arrivals = traffic::generate(&m, (Default::default(), rate), 3000, 1)
         .unwrap()
         .collect::<Vec<_>>();
     let mut pol = policy::parse(policy, 64).unwrap();

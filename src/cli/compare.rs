@@ -116,10 +116,14 @@ pub(super) fn compare(a: CompareArgs) -> Result<()> {
     let mut o = String::new();
     out!(
         o,
-        "{} on {}: {} requests per run, {} seed(s), SLA {} ms, max batch {}, single-input latency {:.3} ms",
+        "{} on {}: {} requests per run{}, {} seed(s), SLA {} ms, max batch {}, single-input latency {:.3} ms",
         bench.model.name,
         bench.description(),
         sv.requests,
+        match sv.arrivals {
+            lazybatch::traffic::Process::Poisson => String::new(),
+            p => format!(" ({p} arrivals)"),
+        },
         seeds,
         a.serve.sla_ms,
         sv.max_batch,
@@ -159,6 +163,7 @@ fn grid(specs: &[Spec], rates: &[f64], seeds: u64, sv: &Serve) -> Vec<RunConfig>
                 cfgs.push(RunConfig {
                     policy: p.clone(),
                     rate: r,
+                    arrivals: sv.arrivals,
                     requests: sv.requests,
                     sla: sv.sla,
                     seed: s,
@@ -199,6 +204,7 @@ fn aggregate(
             seed: 1,
             sla_ms,
             traced: false,
+            arrivals: c0.arrivals,
         };
         let mut v = run_json(&id, &st, wall);
         let (_, lat25, lat75) = spread(&|s| s.latency_ms.mean);

@@ -360,6 +360,12 @@ struct ServeArgs {
     /// counted), in [1, 10⁷].
     #[arg(long, default_value_t = DEFAULT_MAX_PENDING as i64, allow_negative_numbers = true)]
     max_pending: i64,
+    /// Arrival process at the mean rate: poisson, gamma:CV (gamma gaps with coefficient of
+    /// variation CV, in [0.1, 10]; above 1 is burstier than Poisson) or onoff:ON_MS:OFF_MS (an
+    /// on-off source: bursts during ON periods, silence during OFF ones, each of exponential
+    /// length with that mean) [default: poisson].
+    #[arg(long, value_name = "PROCESS")]
+    arrivals: Option<String>,
     /// Co-located models (--model a,b,…): each model's share of the arrival rate (default: equal).
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     shares: Option<Vec<f64>>,
@@ -418,6 +424,7 @@ struct Serve {
     max_batch: u32,
     coverage: f64,
     max_pending: usize,
+    arrivals: lazybatch::traffic::Process,
 }
 
 /// Checks the serving flags for `model`; `traced`: the requests come from a trace (which gives
@@ -426,6 +433,13 @@ fn serve_args(s: &ServeArgs, model: &Model, traced: bool) -> Result<Serve> {
     if traced && s.requests.is_some() {
         bail!("--requests does not apply to --trace: the trace gives the requests");
     }
+    if traced && s.arrivals.is_some() {
+        bail!("--arrivals does not apply to --trace: the trace gives the arrival times");
+    }
+    let arrivals = match &s.arrivals {
+        Some(a) => a.parse()?,
+        None => lazybatch::traffic::Process::Poisson,
+    };
     let requests = in_range(
         "--requests",
         s.requests.unwrap_or(10_000),
@@ -458,6 +472,7 @@ fn serve_args(s: &ServeArgs, model: &Model, traced: bool) -> Result<Serve> {
         max_batch: max_batch as u32,
         coverage,
         max_pending: in_range("--max-pending", s.max_pending, 1, 10_000_000)? as usize,
+        arrivals,
     })
 }
 

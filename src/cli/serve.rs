@@ -11,6 +11,7 @@ use lazybatch::bench::RunConfig;
 use lazybatch::metrics::{self, KeepRecords, Stats};
 use lazybatch::policy::Spec;
 use lazybatch::traffic;
+use lazybatch::traffic::Process;
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -60,6 +61,8 @@ pub(super) struct RunId<'a> {
     pub(super) sla_ms: f64,
     /// The arrivals came from a trace (the rate is the trace's mean).
     pub(super) traced: bool,
+    /// The arrival process of generated traffic.
+    pub(super) arrivals: lazybatch::traffic::Process,
 }
 
 pub(super) fn run_json(id: &RunId, st: &Stats, wall_s: f64) -> serde_json::Value {
@@ -67,6 +70,7 @@ pub(super) fn run_json(id: &RunId, st: &Stats, wall_s: f64) -> serde_json::Value
         "model": id.model, "device": id.device, "policy": id.policy, "rate_rps": id.rate,
         "requests": st.requests, "completed": st.completed, "rejected": st.rejected,
         "rejected_queue_full": st.rejected_queue_full, "traced": id.traced,
+        "arrivals": if id.traced { "trace".to_string() } else { id.arrivals.to_string() },
         "seed": id.seed, "sla_ms": id.sla_ms, "latency_ms": st.latency_ms,
         "throughput_rps": st.throughput_rps, "sla_violation_rate": st.sla_violation_rate,
         "mean_batch_size": st.mean_batch_size, "preemptions": st.preemptions, "merges": st.merges,
@@ -75,7 +79,7 @@ pub(super) fn run_json(id: &RunId, st: &Stats, wall_s: f64) -> serde_json::Value
     })
 }
 
-/// One run: Poisson (`--rate`, `--load`) or traced traffic under one policy.
+/// One run: generated (`--rate`, `--load`, `--arrivals`) or traced traffic under one policy.
 pub(super) fn run(a: RunArgs) -> Result<()> {
     let mut o = String::new();
     let model = a.model.load()?;
@@ -117,6 +121,7 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
     let cfg = RunConfig {
         policy: spec,
         rate,
+        arrivals: sv.arrivals,
         requests: trace.as_ref().map_or(sv.requests, |t| t.expected),
         sla: sv.sla,
         seed: a.seed,
@@ -162,6 +167,7 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
         seed: a.seed,
         sla_ms: a.serve.sla_ms,
         traced: a.trace.is_some(),
+        arrivals: cfg.arrivals,
     };
     if a.json {
         let mut v = run_json(&id, &st, wall);
@@ -187,10 +193,10 @@ fn text(o: &mut String, id: &RunId, st: &Stats, wall: f64, per_model: &[(String,
         id.model,
         id.device,
         id.policy,
-        if id.traced {
-            format!("trace (mean {:.1} req/s)", id.rate)
-        } else {
-            format!("{:.1} req/s", id.rate)
+        match (id.traced, id.arrivals) {
+            (true, _) => format!("trace (mean {:.1} req/s)", id.rate),
+            (false, Process::Poisson) => format!("{:.1} req/s", id.rate),
+            (false, p) => format!("{:.1} req/s ({p} arrivals)", id.rate),
         },
         st.requests,
         id.sla_ms,

@@ -268,6 +268,7 @@ fn run_jobs(
             let cfg = RunConfig {
                 policy: crate::policy::Spec::parse(&j.policy, j.max_batch)?,
                 rate: j.rate(),
+                arrivals: crate::traffic::Process::Poisson,
                 requests: plan.requests(j.model),
                 sla: Nanos(j.sla_us * 1000),
                 seed: j.seed,

@@ -122,6 +122,11 @@ fn run_rejects_bad_serving_arguments() {
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         fails_with(&refs, needle);
     };
+    check(&["--rate", "10", "--arrivals", "gamma:0"], "--arrivals");
+    check(
+        &["--rate", "10", "--arrivals", "weibull:2"],
+        "expected poisson, gamma:CV or onoff",
+    );
     check(&["--rate", "0"], "--rate");
     check(&["--rate", "-5"], "--rate");
     check(&["--rate", "10", "--requests", "0"], "--requests");
@@ -161,6 +166,21 @@ fn run_rejects_bad_serving_arguments() {
         ],
         "trace.txt:4:",
     );
+    std::fs::write(&f, "0.5\n1.0\n").unwrap();
+    fails_with(
+        &[
+            "run",
+            "--model",
+            "resnet50",
+            "--policy",
+            "lazy",
+            "--trace",
+            f.to_str().unwrap(),
+            "--arrivals",
+            "gamma:2",
+        ],
+        "--arrivals does not apply to --trace",
+    );
 }
 
 #[test]
@@ -198,6 +218,7 @@ fn run_json_is_deterministic_and_is_the_library_run() {
     let c = RunConfig {
         policy: lazybatch::policy::Spec::parse("lazy", 8).unwrap(),
         rate: 100.0,
+        arrivals: Default::default(),
         requests: 300,
         sla: Nanos::from_ms(va["sla_ms"].as_f64().unwrap()),
         seed: va["seed"].as_u64().unwrap(),
@@ -749,4 +770,43 @@ fn rayon_threads_in(profile: &str) -> String {
         .find(|l| l.contains("\"device\": \"cpu ("))
         .unwrap_or_else(|| panic!("no cpu device in {profile}"));
     line.trim().trim_end_matches(',').to_string()
+}
+
+#[test]
+fn bursty_arrivals_are_named_in_the_output_and_fixed_by_the_seed() {
+    let run = |arrivals: &str, seed: &str| {
+        let out = lazybatch(&[
+            "run",
+            "--model",
+            "resnet50",
+            "--policy",
+            "lazy",
+            "--load",
+            "0.7",
+            "--requests",
+            "3000",
+            "--arrivals",
+            arrivals,
+            "--seed",
+            seed,
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let a = run("onoff:5:45", "3");
+    assert_eq!(a["arrivals"], "onoff:5:45");
+    assert_eq!(a["completed"], 3000);
+    // a seed fixes every arrival: the same run twice gives the same figures, another seed not
+    let strip = |mut v: serde_json::Value| {
+        v["wall_s"] = serde_json::Value::Null;
+        v
+    };
+    assert_eq!(strip(a.clone()), strip(run("onoff:5:45", "3")));
+    assert_ne!(a["latency_ms"], run("onoff:5:45", "4")["latency_ms"]);
+    assert_eq!(run("poisson", "3")["arrivals"], "poisson");
 }

@@ -440,7 +440,7 @@ fn cuda_serving_allocates_no_device_memory() {
         let mut gpu = CudaDevice::new(0, 1, Precision::F32).unwrap();
         gpu.prepare(&m, 4).unwrap();
         let pred = Predictor::new(&m, &Profile::uniform(&m, 4, Nanos::from_us(50.0)), 30);
-        let arrivals = lazybatch::traffic::poisson(&m, 20_000.0, 12, 7)
+        let arrivals = lazybatch::traffic::generate(&m, (Default::default(), 20_000.0), 12, 7)
             .unwrap()
             .collect::<Vec<_>>();
         let mut serve = || {
@@ -615,7 +615,7 @@ fn cuda_colocated_models_keep_their_own_outputs() {
     let draws: Vec<Vec<Arrival>> = models
         .iter()
         .map(|m| {
-            lazybatch::traffic::poisson(m, 1.0, N, 5)
+            lazybatch::traffic::generate(m, (Default::default(), 1.0), N, 5)
                 .unwrap()
                 .map(|a| Arrival {
                     time: Nanos::ZERO,

@@ -174,6 +174,7 @@ fn model_case(text: &str) {
     let cfg = RunConfig {
         policy: lazybatch::policy::Spec::parse("lazy", mb).unwrap(),
         rate: 1e5,
+        arrivals: Default::default(),
         requests: 12,
         sla: lazybatch::time::Nanos::from_ms(100.0),
         seed: 1,

@@ -245,6 +245,7 @@ fn the_sla_figure_counts_each_runs_own_violations() {
         let c = RunConfig {
             policy: lazybatch::policy::Spec::parse(policy, 64).unwrap(),
             rate: plan.high_rate,
+            arrivals: Default::default(),
             requests: plan.requests(model),
             sla: Nanos::from_ms(sla),
             seed: 1,
@@ -302,6 +303,7 @@ fn figure_data_come_from_the_run_code_path() {
             let c = RunConfig {
                 policy: lazybatch::policy::Spec::parse("lazy", 64).unwrap(),
                 rate: 256.0,
+                arrivals: Default::default(),
                 requests: 400,
                 sla: Nanos::from_ms(100.0),
                 seed,

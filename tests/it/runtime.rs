@@ -180,6 +180,7 @@ fn cfg_max(policy: &str, rate: f64, n: usize, seed: u64, max_batch: u32) -> RunC
     RunConfig {
         policy: policy::Spec::parse(policy, max_batch).unwrap(),
         rate,
+        arrivals: Default::default(),
         requests: n,
         sla: Nanos::from_ms(100.0),
         seed,
@@ -548,10 +549,15 @@ fn colocated_models_complete_once_and_never_share_a_sub_batch() {
         Nanos::from_ms(200.0),
     ];
     for p in ["serial", "graph:3:8", "lazy", "lazy:strict"] {
-        let arrivals =
-            lazybatch::traffic::poisson_parts(&b.model, &[300.0, 200.0, 100.0], &slas, 300, 9)
-                .unwrap()
-                .collect::<Vec<_>>();
+        let arrivals = lazybatch::traffic::generate_parts(
+            &b.model,
+            Default::default(),
+            (&[300.0, 200.0, 100.0], &slas),
+            300,
+            9,
+        )
+        .unwrap()
+        .collect::<Vec<_>>();
         let mut pol = policy::parse(p, 8).unwrap();
         let out = engine::run(
             &engine::Setup {
@@ -738,9 +744,10 @@ fn timing_runs_of_nodes_at_once_changes_nothing() {
             "lazy:strict",
             "cellular:5",
         ] {
-            let arrivals = lazybatch::traffic::poisson(&b.model, 400.0, 120, 3)
-                .unwrap()
-                .collect::<Vec<_>>();
+            let arrivals =
+                lazybatch::traffic::generate(&b.model, (Default::default(), 400.0), 120, 3)
+                    .unwrap()
+                    .collect::<Vec<_>>();
             let run = |snapshots: bool| {
                 let mut pol = policy::parse(p, 8).unwrap();
                 let mut dev = Counting {

@@ -9,6 +9,7 @@ use lazybatch::policy;
 use lazybatch::profile::Profile;
 use lazybatch::runtime::Predictor;
 use lazybatch::time::{Nanos, VirtualClock};
+use lazybatch::traffic::Process;
 use lazybatch::traffic::{self, Arrival};
 
 use crate::UnitDevice;
@@ -47,7 +48,7 @@ fn poisson_gaps_have_the_exponential_moments() {
     // exponential gaps at rate λ: mean 1/λ, standard deviation 1/λ. Over 50,000 gaps one
     // standard error of the mean is 0.45% and of the deviation 0.63%: 2% and 3% are > 4σ
     let (rate, n) = (200.0, 50_000);
-    let times: Vec<f64> = traffic::poisson(&eight_nodes(), rate, n, 11)
+    let times: Vec<f64> = traffic::generate(&eight_nodes(), (Default::default(), rate), n, 11)
         .unwrap()
         .map(|a| a.time.as_ms())
         .collect();
@@ -81,9 +82,10 @@ fn serial_on_a_constant_device_is_m_d_1() {
         let mut means = Vec::new();
         let mut tps = Vec::new();
         for seed in 1..=4 {
-            let arrivals: Vec<Arrival> = traffic::poisson(&eight_nodes(), rate, 40_000, seed)
-                .unwrap()
-                .collect();
+            let arrivals: Vec<Arrival> =
+                traffic::generate(&eight_nodes(), (Default::default(), rate), 40_000, seed)
+                    .unwrap()
+                    .collect();
             let st = serve("serial", &arrivals);
             assert_eq!(st.completed, 40_000);
             means.push(st.latency_ms.mean);
@@ -100,6 +102,42 @@ fn serial_on_a_constant_device_is_m_d_1() {
             "ρ = {rho}: {tp} req/s for {rate}"
         );
     }
+}
+
+#[test]
+fn burstier_arrivals_wait_longer_as_kingman_says() {
+    // Serial on a constant 8 ms device at load 0.7 under gamma gaps of CV c: Kingman's
+    // approximation puts the mean wait at ρ/(1 − ρ) · (c² + 0)/2 · S, so relative to Poisson
+    // (c = 1) a wait of c² times as long: CV 2 waits about 4× as long, CV 0.5 about a quarter
+    let s = 8.0;
+    let rate = 0.7 / (s / 1e3);
+    let wait = |process: Process| {
+        let mut w = 0.0;
+        for seed in 1..=4 {
+            let arrivals: Vec<Arrival> =
+                traffic::generate(&eight_nodes(), (process, rate), 40_000, seed)
+                    .unwrap()
+                    .collect();
+            let st = serve("serial", &arrivals);
+            assert_eq!(st.completed, 40_000, "{process}");
+            w += (st.latency_ms.mean - s) / 4.0;
+        }
+        w
+    };
+    let poisson = wait(Process::Poisson);
+    let (bursty, regular) = (
+        wait(Process::Gamma { cv: 2.0 }),
+        wait(Process::Gamma { cv: 0.5 }),
+    );
+    eprintln!("mean wait: poisson {poisson:.2} ms, CV 2 {bursty:.2}, CV 0.5 {regular:.2}");
+    assert!(
+        (3.0..5.0).contains(&(bursty / poisson)),
+        "CV 2: {bursty} vs {poisson}"
+    );
+    assert!(
+        (0.15..0.4).contains(&(regular / poisson)),
+        "CV 0.5: {regular} vs {poisson}"
+    );
 }
 
 #[test]

@@ -1,13 +1,18 @@
-//! Request traffic: seeded Poisson arrivals (`--rate`) with lengths drawn from the WMT19 joint
-//! histogram for seq2seq models, or an arrival trace file (`--trace`).
+//! Request traffic: seeded arrivals at a mean rate (`--rate`) from an arrival process
+//! (`--arrivals`: Poisson, gamma gaps of a given CV, an on-off source; see [`process`]) with
+//! lengths drawn from the WMT19 joint histogram for seq2seq models, or an arrival trace file
+//! (`--trace`).
+
+pub mod process;
 
 use crate::error::{Error, Result};
 use crate::graph::{Lengths, Model, SeqConfig};
 use crate::lengths::{draw, JointLengths};
 use crate::time::Nanos;
+use process::Gaps;
+pub use process::Process;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
-use rand_distr::{Distribution, Exp};
 use std::path::Path;
 
 /// One arrival: when, the request's actual lengths (model steps), and for co-located models
@@ -38,8 +43,8 @@ pub struct Traffic {
     pub arrivals: Box<dyn Iterator<Item = Arrival> + Send>,
     /// How many it yields.
     pub expected: usize,
-    /// Its mean rate (requests/s): the Poisson rate, or a trace's count over its last arrival
-    /// time (0 when every arrival is at time 0).
+    /// Its mean rate (requests/s): the generated traffic's, or a trace's count over its last
+    /// arrival time (0 when every arrival is at time 0).
     pub rate: f64,
 }
 
@@ -121,24 +126,24 @@ impl Fill {
     }
 }
 
-/// Poisson arrivals, drawn one at a time: exponential gaps at the rate from one seeded stream,
-/// lengths (and models) from others, so that the n-th arrival is the same whoever asks.
-pub struct Poisson {
-    exp: Exp<f64>,
+/// Generated arrivals, drawn one at a time: the process's gaps at the rate from one seeded
+/// stream, lengths (and models) from others, so that the n-th arrival is the same whoever asks.
+pub struct Generated {
+    gaps: Gaps,
     rng: StdRng,
     t: f64,
     left: usize,
     fill: Fill,
 }
 
-impl Iterator for Poisson {
+impl Iterator for Generated {
     type Item = Arrival;
     fn next(&mut self) -> Option<Arrival> {
         if self.left == 0 {
             return None;
         }
         self.left -= 1;
-        self.t += self.exp.sample(&mut self.rng);
+        self.t = self.gaps.next(self.t, &mut self.rng);
         let mut a = Arrival {
             time: Nanos::from_secs(self.t),
             ..Arrival::default()
@@ -151,9 +156,9 @@ impl Iterator for Poisson {
     }
 }
 
-impl Poisson {
-    /// `n` arrivals at `rate`, deterministic for `seed`, each completed by `fill`.
-    fn new(rate: f64, n: usize, seed: u64, fill: Fill) -> Result<Poisson> {
+impl Generated {
+    /// `n` arrivals of `process` at `rate`, deterministic for `seed`, each completed by `fill`.
+    fn new(process: Process, rate: f64, n: usize, seed: u64, fill: Fill) -> Result<Generated> {
         check_rate("--rate", rate)?;
         if n == 0 || n > MAX_REQUESTS {
             return Err(Error::invalid(
@@ -161,8 +166,8 @@ impl Poisson {
                 format!("must be in [1, {MAX_REQUESTS}], got {n}"),
             ));
         }
-        // the run must fit the engine's time horizon with a wide margin (a Poisson process's
-        // n-th arrival is within a few √n gaps of n / rate)
+        // the run must fit the engine's time horizon with a wide margin (the n-th arrival of
+        // these processes is within a few √n gaps, or ON/OFF periods, of n / rate)
         let span = n as f64 / rate;
         if span > Nanos::HORIZON.as_secs() / 2.0 {
             return Err(Error::invalid(
@@ -174,9 +179,8 @@ impl Poisson {
                 ),
             ));
         }
-        let exp = Exp::new(rate).map_err(|e| Error::invalid("rate", e.to_string()))?;
-        Ok(Poisson {
-            exp,
+        Ok(Generated {
+            gaps: Gaps::new(process, rate)?,
             rng: StdRng::seed_from_u64(seed),
             t: 0.0,
             left: n,
@@ -209,8 +213,13 @@ pub fn check_rate(what: &str, rate: f64) -> Result<f64> {
     Ok(rate)
 }
 
-/// `n` Poisson arrivals at `rate` requests per second, deterministic for `seed`.
-pub fn poisson(model: &Model, rate: f64, n: usize, seed: u64) -> Result<Poisson> {
+/// `n` arrivals of `process` at a mean `rate` requests per second, deterministic for `seed`.
+pub fn generate(
+    model: &Model,
+    (process, rate): (Process, f64),
+    n: usize,
+    seed: u64,
+) -> Result<Generated> {
     let fill = match &model.seq {
         Some(seq) => Fill::Seq {
             joint: JointLengths::wmt19()?,
@@ -219,19 +228,20 @@ pub fn poisson(model: &Model, rate: f64, n: usize, seed: u64) -> Result<Poisson>
         },
         None => Fill::Fixed,
     };
-    Poisson::new(rate, n, seed, fill)
+    Generated::new(process, rate, n, seed, fill)
 }
 
-/// `n` Poisson arrivals for co-located models: part `k` of `model` receives `rates[k]` req/s
-/// and has SLA `slas[k]`. One process at the total rate, each arrival given to part `k` with
-/// probability `rates[k] / Σ rates` (the superposition of independent Poisson processes).
-pub fn poisson_parts(
+/// `n` arrivals for co-located models: part `k` of `model` receives `rates[k]` req/s and has
+/// SLA `slas[k]`. One process at the total rate, each arrival given to part `k` with
+/// probability `rates[k] / Σ rates` (for Poisson, the superposition of independent Poisson
+/// processes; a bursty process's bursts are shared by every model).
+pub fn generate_parts(
     model: &Model,
-    rates: &[f64],
-    slas: &[Nanos],
+    process: Process,
+    (rates, slas): (&[f64], &[Nanos]),
     n: usize,
     seed: u64,
-) -> Result<Poisson> {
+) -> Result<Generated> {
     if rates.len() != model.parts.len() || slas.len() != model.parts.len() {
         return Err(Error::invalid(
             "co-location",
@@ -256,7 +266,7 @@ pub fn poisson_parts(
         pick: StdRng::seed_from_u64(seed ^ 0x51ce_0f00_d5ee_d000),
         rng: StdRng::seed_from_u64(seed ^ 0x2545_f491_4f6c_dd1d),
     }));
-    Poisson::new(total, n, seed, fill)
+    Generated::new(process, total, n, seed, fill)
 }
 
 /// Reads a trace: one arrival per line, `TIME_MS [ENC DEC]` (lengths in model steps, within
