@@ -1,10 +1,11 @@
 //! Batching policies. Each is a small type behind the [`Policy`] trait: it sees a read-only
 //! [`View`] of the server (time, pending queue, BatchTable, predictor) and returns a
 //! [`Decision`]; it never touches a device. [`Spec`] is a policy string (`serial`,
-//! `graph:W[:B]`, `lazy`, `oracle`, …) checked once into a typed value that builds a fresh
+//! `graph:W[:B]`, `cellular:W[:B]`, `continuous[:B]`, `lazy`, `oracle`, …) checked once into a typed value that builds a fresh
 //! policy for every run.
 
 pub(crate) mod cellular;
+mod continuous;
 mod forced;
 mod graph_batching;
 mod lazy;
@@ -12,6 +13,7 @@ mod serial;
 mod spec;
 
 pub use cellular::Cellular;
+pub use continuous::Continuous;
 pub use forced::Forced;
 pub use graph_batching::GraphBatching;
 pub use lazy::Lazy;
@@ -28,6 +30,7 @@ pub const REGISTRY: &[&Entry] = &[
     &serial::ENTRY,
     &graph_batching::ENTRY,
     &cellular::ENTRY,
+    &continuous::ENTRY,
     &lazy::ENTRY,
 ];
 

@@ -209,6 +209,7 @@ const POLICIES: &[&str] = &[
     "oracle",
     "cellular:2:4",
     "lazy:strict",
+    "continuous:4",
 ];
 
 /// A bench of two co-located models (a seq2seq model and a static one).
@@ -231,13 +232,13 @@ proptest! {
     fn every_request_leaves_exactly_once(
         gaps in proptest::collection::vec(0u32..2000, 1..60),
         lens in proptest::collection::vec((1u32..12, 1u32..12, 0u16..2), 60),
-        pi in 0usize..8,
+        pi in 0usize..9,
         max_pending in 1usize..6,
         colocated in any::<bool>(),
     ) {
         let policy = POLICIES[pi];
-        // the Oracle and cellular batching serve one model only
-        let colocated = colocated && !matches!(policy, "oracle" | "cellular:2:4");
+        // the Oracle, cellular and continuous batching serve one model only
+        let colocated = colocated && !matches!(policy, "oracle" | "cellular:2:4" | "continuous:4");
         let b = if colocated {
             colocated_bench()
         } else {
@@ -287,7 +288,7 @@ proptest! {
     fn nothing_is_lost_and_merges_follow_the_rules(
         gaps in proptest::collection::vec(0u32..3000, 1..40),
         lens in proptest::collection::vec((1u32..12, 1u32..12), 40),
-        pi in 0usize..8,
+        pi in 0usize..9,
     ) {
         let b = bench(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tiny_seq2seq.toml"), 8);
         let mut t = 0u64;
@@ -502,6 +503,48 @@ fn cellular_batches_requests_of_different_timesteps_on_a_pure_rnn_model() {
         o2.counters.preemptions, 0,
         "a newcomer cannot join a GNMT batch"
     );
+}
+
+#[test]
+fn continuous_is_graph_0_on_a_model_without_loops() {
+    // no iterations to join: a batch runs to its end and the next takes whatever is pending
+    let b = bench("resnet50", 16);
+    let rate = 0.9 * b.serial_capacity() * 4.0;
+    let g = run(&b, &cfg_max("graph:0", rate, 2000, 3, 16)).0;
+    let c = run(&b, &cfg_max("continuous", rate, 2000, 3, 16)).0;
+    assert!(
+        g.mean_batch_size > 1.5,
+        "batches formed: {}",
+        g.mean_batch_size
+    );
+    assert_eq!(
+        serde_json::to_string(&g).unwrap(),
+        serde_json::to_string(&c).unwrap()
+    );
+}
+
+#[test]
+fn continuous_admits_newcomers_at_decoder_iterations() {
+    // GNMT: newcomers run their encoder ahead of the running batch (a preemption at an
+    // iteration boundary) and join it in the decoder, at another step (a cross-step merge);
+    // requests leave at their own length, the running batch never exceeds B
+    let b = bench("gnmt", 8);
+    let (st, out) = run(&b, &cfg("continuous", 60.0, 400, 5));
+    assert_eq!(st.completed, 400);
+    assert!(
+        out.counters.preemptions > 0,
+        "no newcomer joined a running batch"
+    );
+    assert!(
+        out.counters.merges > 0 && out.counters.cross_step > 0,
+        "{:?}",
+        out.counters
+    );
+    assert!(st.mean_batch_size <= 8.0);
+    let (_, graph) = run(&b, &cfg("graph:0", 60.0, 400, 5));
+    assert_eq!(graph.counters.preemptions, 0);
+    let (_, b4) = run(&b, &cfg("continuous:4", 60.0, 400, 5));
+    assert!(b4.stats().mean_batch_size <= 4.0);
 }
 
 #[test]
