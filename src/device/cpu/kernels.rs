@@ -13,11 +13,11 @@ thread_local! {
     static IN_GEMM: Cell<bool> = const { Cell::new(false) };
 }
 
-/// True while this thread is inside a call to the `gemm` crate or hands a GEMM's halves to
-/// rayon's pool. The crate allocates its packing buffers inside some calls, and rayon's global
-/// queue allocates a block now and then when a thread outside the pool injects work; the
-/// steady-state allocation test uses this to tell those apart from allocations of lazybatch's
-/// own serving path.
+/// True while this thread is inside a call to the `gemm` crate or is handing work to rayon's
+/// pool (a GEMM's halves, a kernel's rows, a sub-batch's images, attention's heads). The crate
+/// allocates its packing buffers inside some calls, and rayon's global queue allocates a block
+/// now and then when a thread outside the pool injects work; the steady-state allocation test
+/// uses this to tell those apart from allocations of lazybatch's own serving path.
 pub fn in_gemm() -> bool {
     IN_GEMM.with(|g| g.get())
 }
