@@ -161,6 +161,8 @@ pub(crate) struct Job {
     pub max_batch: u32,
     /// Which NPU configuration (index into [`Options::npus`]).
     pub npu: u8,
+    /// The arrival process (`--arrivals` syntax; `poisson` for the paper's traffic).
+    pub arrivals: &'static str,
 }
 
 impl Job {
@@ -192,11 +194,16 @@ impl Job {
             coverage_tenths: (coverage * 10.0).round() as u32,
             max_batch,
             npu: 0,
+            arrivals: "poisson",
         }
     }
     /// The same run on NPU configuration `npu`.
     pub fn on(self, npu: u8) -> Job {
         Job { npu, ..self }
+    }
+    /// The same run with another arrival process.
+    pub fn arriving(self, arrivals: &'static str) -> Job {
+        Job { arrivals, ..self }
     }
     /// The rate in req/s.
     pub fn rate(&self) -> f64 {
@@ -268,7 +275,7 @@ fn run_jobs(
             let cfg = RunConfig {
                 policy: crate::policy::Spec::parse(&j.policy, j.max_batch)?,
                 rate: j.rate(),
-                arrivals: crate::traffic::Process::Poisson,
+                arrivals: j.arrivals.parse()?,
                 requests: plan.requests(j.model),
                 sla: Nanos(j.sla_us * 1000),
                 seed: j.seed,

@@ -152,6 +152,34 @@ fn quick_reproduce_writes_every_figure_and_is_deterministic() {
     for p in ["graph:0", "lazy:strict"] {
         assert!(rows.iter().any(|r| r[1] == p), "eval.csv lacks {p}");
     }
+    // bursty traffic: every model × policy × CV, and a serial server queues longer as the
+    // gaps grow more variable (Kingman)
+    let (head, rows) = csv(&a, "default/bursts.csv");
+    let col = |name: &str| head.iter().position(|h| h == name).unwrap();
+    let (m, p, cv, lat) = (
+        col("model"),
+        col("policy"),
+        col("cv"),
+        col("mean_latency_ms"),
+    );
+    assert_eq!(rows.len(), 3 * 5 * 3);
+    for model in ["resnet50", "gnmt", "transformer_base"] {
+        let serial: Vec<f64> = rows
+            .iter()
+            .filter(|r| r[m] == model && r[p] == "serial")
+            .map(|r| r[lat].parse().unwrap())
+            .collect();
+        let cvs: Vec<&str> = rows
+            .iter()
+            .filter(|r| r[m] == model && r[p] == "serial")
+            .map(|r| r[cv].as_str())
+            .collect();
+        assert_eq!(cvs, ["1", "2", "4"], "{model}");
+        assert!(
+            serial[0] < serial[1] && serial[1] < serial[2],
+            "{model}: {serial:?}"
+        );
+    }
     let (head, _) = csv(&a, "paper/sla.csv");
     assert_eq!(
         head,

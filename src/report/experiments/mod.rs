@@ -4,6 +4,7 @@
 //! ([`Ctx`]), the policy sets and the helpers that aggregate runs over seeds.
 
 mod batching;
+mod bursts;
 mod cdf;
 mod cellular;
 mod colocation;
@@ -49,6 +50,7 @@ pub(super) const ALL: &[&dyn Experiment] = &[
     &dec_timesteps::DecTimesteps,
     &max_batch::MaxBatch,
     &cellular::Cellular,
+    &bursts::Bursts,
     &colocation::Colocation,
     &lifo::Lifo,
 ];
@@ -87,6 +89,7 @@ pub(super) fn label(p: &str) -> String {
         "lazy" => "LazyB".into(),
         "oracle" => "Oracle".into(),
         "lazy:strict" => "LazyB (strict)".into(),
+        "continuous" => "Continuous".into(),
         "oracle:strict" => "Oracle (strict)".into(),
         g => match (g.strip_prefix("graph:"), g.strip_prefix("cellular:")) {
             (Some(rest), _) => format!("GraphB({})", rest.split(':').next().unwrap_or(rest)),
@@ -281,6 +284,26 @@ impl<'a> Ctx<'a> {
         seeds(self.plan)
             .map(|s| {
                 let j = Job::new(model, policy, rate, s, sla, cov, mb).on(self.npu_idx);
+                self.res
+                    .get(&j)
+                    .ok_or_else(|| Error::Internal(format!("missing run {j:?}")))
+            })
+            .collect()
+    }
+
+    /// The runs of one point under another arrival process (defaults otherwise).
+    pub(super) fn runs_arriving(
+        &self,
+        model: &'static str,
+        policy: &str,
+        rate: f64,
+        arrivals: &'static str,
+    ) -> Result<Vec<&'a RunOut>> {
+        seeds(self.plan)
+            .map(|s| {
+                let j = Job::new(model, policy, rate, s, SLA_MS, COVERAGE, MAX_BATCH)
+                    .on(self.npu_idx)
+                    .arriving(arrivals);
                 self.res
                     .get(&j)
                     .ok_or_else(|| Error::Internal(format!("missing run {j:?}")))
