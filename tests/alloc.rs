@@ -28,7 +28,7 @@ thread_local! {
 
 fn count() {
     if ARMED.with(|a| a.get()) {
-        if lazybatch::device::cpu::kernels::in_gemm() {
+        if lazybatch::device::cpu::kernels::in_library() {
             GEMM_ALLOCS.fetch_add(1, Ordering::Relaxed);
         } else {
             ALLOCS.fetch_add(1, Ordering::Relaxed);

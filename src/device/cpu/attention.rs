@@ -158,7 +158,7 @@ impl CpuDevice {
         let (c, scores) = (&mut c[..rows * d], &mut scores[..heads * rows * rows]);
         if rows * rows * d >= 1 << 16 && rayon::current_num_threads() > 1 {
             use rayon::prelude::*;
-            kernels::gemm_scope(|| {
+            par::library_scope(|| {
                 c.par_chunks_mut(rows * dh)
                     .zip(scores.par_chunks_mut(rows * rows))
                     .enumerate()

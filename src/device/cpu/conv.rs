@@ -7,11 +7,6 @@
 
 use super::*;
 
-/// Images with fewer output pixels than this (ResNet's last stage: 7 × 7) run their GEMMs
-/// through [`rowgemm`] on weights packed at prepare time, which beats the `gemm` crate on so
-/// few rows (`cargo bench --bench cpu -- gemm`, "conv 3x3 (layer4)").
-pub(super) const SMALL_IMAGE: usize = 128;
-
 /// One convolution node's geometry and weights, shared by its images.
 struct Conv<'a> {
     /// Input `(h, w, c)`, channels-last.
@@ -138,7 +133,7 @@ impl CpuDevice {
         }
         let cols = &self.cols;
         let slot_len = layout.offset(i, 1, 0);
-        kernels::gemm_scope(|| {
+        par::library_scope(|| {
             use rayon::prelude::*;
             n.out
                 .par_chunks_mut(slot_len)

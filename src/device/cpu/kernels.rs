@@ -1,34 +1,13 @@
 //! The CPU device's kernels: plain f32 functions over slices, each with a naive reference in the
-//! tests. GEMMs go through the `gemm` crate (AVX-512 where the CPU has it); everything else is
-//! written out here. No kernel allocates.
+//! tests. Convolutions' GEMMs go through the `gemm` crate, linear and LSTM layers' through
+//! [`super::rowgemm`]; everything else is written out here. No kernel allocates.
 
 use super::fastmath;
 pub use super::panels::Panels;
-use super::par::vectorized_fn;
+pub use super::par::in_library;
+use super::par::{library_scope, vectorized_fn};
 use super::reduce;
 use gemm::Parallelism;
-use std::cell::Cell;
-
-thread_local! {
-    static IN_GEMM: Cell<bool> = const { Cell::new(false) };
-}
-
-/// True while this thread is inside a call to the `gemm` crate or is handing work to rayon's
-/// pool (a GEMM's halves, a kernel's rows, a sub-batch's images, attention's heads). The crate
-/// allocates its packing buffers inside some calls, and rayon's global queue allocates a block
-/// now and then when a thread outside the pool injects work; the steady-state allocation test
-/// uses this to tell those apart from allocations of lazybatch's own serving path.
-pub fn in_gemm() -> bool {
-    IN_GEMM.with(|g| g.get())
-}
-
-/// Runs `f` marked as [`in_gemm`].
-pub(crate) fn gemm_scope<R>(f: impl FnOnce() -> R) -> R {
-    let was = IN_GEMM.with(|g| g.replace(true));
-    let r = f();
-    IN_GEMM.with(|g| g.set(was));
-    r
-}
 
 /// GEMMs with at least this many multiply-adds use both cores (when called from outside the
 /// pool).
@@ -77,7 +56,7 @@ pub fn gemm_strided(
     };
     // SAFETY: the asserts above keep every index of the m×k, k×n and m×n views inside the
     // slices; `c` is borrowed mutably and cannot alias `a` or `b`.
-    gemm_scope(|| unsafe {
+    library_scope(|| unsafe {
         gemm::gemm(
             m,
             n,

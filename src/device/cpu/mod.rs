@@ -92,6 +92,11 @@ fn numel(s: &[usize]) -> usize {
     s.iter().product()
 }
 
+/// Images with fewer output pixels than this (ResNet's last stage: 7 × 7) run their GEMMs
+/// through [`rowgemm`] on weights packed at prepare time, which beats the `gemm` crate on so
+/// few rows (`cargo bench --bench cpu -- gemm`, "conv 3x3 (layer4)").
+const SMALL_IMAGE: usize = 128;
+
 /// No member in this slot (see `CpuDevice::slot_member`).
 const NO_MEMBER: u32 = u32::MAX;
 
@@ -127,7 +132,7 @@ fn cpu_weights(n: &Node, mut w: Weights) -> Weights {
 
 /// A linear or LSTM layer's matrix (`[K][N]`) moved into [`Panels`], and a convolution's
 /// (ungrouped, reordered `[K][Cout]`) when its images are small enough for the row GEMM
-/// ([`conv::SMALL_IMAGE`]); other nodes keep theirs.
+/// ([`SMALL_IMAGE`]); other nodes keep theirs.
 fn weight_panels(n: &Node, mut w: Weights, in_feat: usize) -> (Weights, Panels) {
     let (k, cols) = match &n.op {
         Op::Linear {
@@ -140,9 +145,7 @@ fn weight_panels(n: &Node, mut w: Weights, in_feat: usize) -> (Weights, Panels) 
             out_channels,
             groups: 1,
             ..
-        } if n.out_hw().0 * n.out_hw().1 < conv::SMALL_IMAGE => {
-            (w.w.len() / out_channels, *out_channels)
-        }
+        } if n.out_hw().0 * n.out_hw().1 < SMALL_IMAGE => (w.w.len() / out_channels, *out_channels),
         _ => return (w, Panels::default()),
     };
     let panels = Panels::pack(&w.w, k, cols);

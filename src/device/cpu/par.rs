@@ -5,6 +5,28 @@
 //! rounded with or without the FMA unit, and a row is computed by one thread whatever the split.
 
 use rayon::prelude::*;
+use std::cell::Cell;
+
+thread_local! {
+    static IN_LIBRARY: Cell<bool> = const { Cell::new(false) };
+}
+
+/// True while this thread is inside a call to the `gemm` crate or is handing work to rayon's
+/// pool (a GEMM's halves, a kernel's rows, a sub-batch's images, attention's heads). The crate
+/// allocates its packing buffers inside some calls, and rayon's global queue allocates a block
+/// now and then when a thread outside the pool injects work; the steady-state allocation test
+/// uses this to tell those libraries' allocations apart from lazybatch's own serving path.
+pub fn in_library() -> bool {
+    IN_LIBRARY.with(|g| g.get())
+}
+
+/// Runs `f` marked as [`in_library`].
+pub(crate) fn library_scope<R>(f: impl FnOnce() -> R) -> R {
+    let was = IN_LIBRARY.with(|g| g.replace(true));
+    let r = f();
+    IN_LIBRARY.with(|g| g.set(was));
+    r
+}
 
 /// Work (element operations) below which a kernel stays on the calling thread: handing half
 /// to the other core costs a few microseconds.
@@ -68,7 +90,7 @@ pub(crate) fn split_rows(
         return f(0, out);
     }
     let per = rows.div_ceil(threads);
-    super::kernels::gemm_scope(|| {
+    library_scope(|| {
         out.par_chunks_mut(per * row_len)
             .enumerate()
             .for_each(|(i, chunk)| f(i * per, chunk))

@@ -16,6 +16,7 @@
 //! split by columns over two threads, which does not change any element's arithmetic.
 
 use super::panels::Panels;
+use super::par::avx512;
 
 /// GEMMs with at least this many multiply-adds split their columns over two threads.
 const PARALLEL_MACS: usize = 1 << 20;
@@ -96,19 +97,7 @@ fn split_columns(n: usize, macs: usize, c: *mut f32, f: &(dyn Fn(usize, usize, C
     }
     // a multiple of NR: a panel of packed weights is never split
     let mid = (n / 2).div_ceil(NR) * NR;
-    super::kernels::gemm_scope(|| rayon::join(|| f(0, mid, c), || f(mid, n, c)));
-}
-
-/// Whether this CPU runs the AVX-512 kernels.
-fn avx512() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::is_x86_feature_detected!("avx512f")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+    super::par::library_scope(|| rayon::join(|| f(0, mid, c), || f(mid, n, c)));
 }
 
 /// One `gemm_nn` call's operands.
