@@ -29,6 +29,8 @@ pub struct RunConfig {
     pub rate: f64,
     /// The arrival process (`--arrivals`).
     pub arrivals: traffic::Process,
+    /// SLA classes (`--classes`; `None`: every request at `sla`).
+    pub classes: Option<traffic::Classes>,
     /// Number of requests.
     pub requests: usize,
     /// SLA target.
@@ -177,6 +179,10 @@ impl Bench {
                 traffic::generate(&self.model, process, cfg.requests, cfg.seed)?
             }
         };
+        let p = match &cfg.classes {
+            Some(c) => p.with_classes(c, cfg.seed),
+            None => p,
+        };
         Ok(p.traffic(cfg.rate))
     }
 
@@ -257,6 +263,7 @@ fn setup<'a>(
     Ok(engine::Setup {
         max_pending: cfg.max_pending,
         keep,
+        classes: cfg.classes.as_ref().map_or(1, |c| c.names.len()),
         ..engine::Setup::new(model, predictor, cfg.sla, cfg.max_batch)
     })
 }

@@ -40,6 +40,11 @@ impl Outcome {
     pub fn part_stats(&self) -> Vec<Stats> {
         self.record.part_stats(&self.counters)
     }
+
+    /// Each SLA class's statistics (empty without classes).
+    pub fn class_stats(&self) -> Vec<Stats> {
+        self.record.class_stats(&self.counters)
+    }
 }
 
 /// Where requests come from: pre-drawn arrival times on a virtual clock, or a generator thread
@@ -156,6 +161,8 @@ pub struct Setup<'a> {
     /// an error that names the broken one (on in debug builds and in the tests; it costs a
     /// pass over the table per step).
     pub check_invariants: bool,
+    /// SLA classes of the arrivals (1: none), each tallied apart.
+    pub classes: usize,
 }
 
 impl<'a> Setup<'a> {
@@ -171,6 +178,7 @@ impl<'a> Setup<'a> {
             max_pending: DEFAULT_MAX_PENDING,
             keep: KeepRecords::default(),
             check_invariants: cfg!(debug_assertions),
+            classes: 1,
         }
     }
 }
@@ -299,7 +307,7 @@ impl<'a> Server<'a> {
         Ok(Server {
             setup,
             requests: Ledger::with_capacity(room + mb as usize),
-            record: Recorder::new(model.parts.len(), setup.keep.clone())?,
+            record: Recorder::new((model.parts.len(), setup.classes), setup.keep.clone())?,
             queue: Queue::with_capacity(room),
             table,
             free_slots: (0..mb).rev().collect(),
@@ -363,7 +371,7 @@ impl<'a> Server<'a> {
                 ));
             }
             let mut q = Request::new(id, a.time, a.sla.unwrap_or(self.setup.sla), a.len);
-            q.part = a.part;
+            (q.part, q.class) = (a.part, a.class);
             self.record.arrive(&q);
             self.requests.arrive(q)?;
             if self.queue.len() >= self.setup.max_pending {

@@ -164,6 +164,7 @@ fn grid(specs: &[Spec], rates: &[f64], seeds: u64, sv: &Serve) -> Vec<RunConfig>
                     policy: p.clone(),
                     rate: r,
                     arrivals: sv.arrivals,
+                    classes: sv.classes.clone(),
                     requests: sv.requests,
                     sla: sv.sla,
                     seed: s,
@@ -205,6 +206,7 @@ fn aggregate(
             sla_ms,
             traced: false,
             arrivals: c0.arrivals,
+            classes: c0.classes.as_ref().map(ToString::to_string),
         };
         let mut v = run_json(&id, &st, wall);
         let (_, lat25, lat75) = spread(&|s| s.latency_ms.mean);

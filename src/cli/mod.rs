@@ -366,6 +366,10 @@ struct ServeArgs {
     /// length with that mean) [default: poisson].
     #[arg(long, value_name = "PROCESS")]
     arrivals: Option<String>,
+    /// SLA classes, NAME:SLA_MS:SHARE,... (at most 16): each request belongs to one, drawn by
+    /// share, and has that class's deadline (replacing --sla-ms); `run` reports each class.
+    #[arg(long, value_name = "CLASSES")]
+    classes: Option<String>,
     /// Co-located models (--model a,b,…): each model's share of the arrival rate (default: equal).
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     shares: Option<Vec<f64>>,
@@ -425,6 +429,7 @@ struct Serve {
     coverage: f64,
     max_pending: usize,
     arrivals: lazybatch::traffic::Process,
+    classes: Option<lazybatch::traffic::Classes>,
 }
 
 /// Checks the serving flags for `model`; `traced`: the requests come from a trace (which gives
@@ -439,6 +444,16 @@ fn serve_args(s: &ServeArgs, model: &Model, traced: bool) -> Result<Serve> {
     let arrivals = match &s.arrivals {
         Some(a) => a.parse()?,
         None => lazybatch::traffic::Process::Poisson,
+    };
+    let classes = match &s.classes {
+        Some(_) if traced => {
+            bail!("--classes does not apply to --trace: a trace line has no class")
+        }
+        Some(_) if model.parts.len() > 1 => bail!(
+            "--classes does not combine with co-located models (--slas gives each model its SLA)"
+        ),
+        Some(c) => Some(c.parse()?),
+        None => None,
     };
     let requests = in_range(
         "--requests",
@@ -473,6 +488,7 @@ fn serve_args(s: &ServeArgs, model: &Model, traced: bool) -> Result<Serve> {
         coverage,
         max_pending: in_range("--max-pending", s.max_pending, 1, 10_000_000)? as usize,
         arrivals,
+        classes,
     })
 }
 

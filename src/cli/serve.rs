@@ -63,6 +63,8 @@ pub(super) struct RunId<'a> {
     pub(super) traced: bool,
     /// The arrival process of generated traffic.
     pub(super) arrivals: lazybatch::traffic::Process,
+    /// SLA classes, when the requests have them (their deadlines replace `sla_ms`).
+    pub(super) classes: Option<String>,
 }
 
 pub(super) fn run_json(id: &RunId, st: &Stats, wall_s: f64) -> serde_json::Value {
@@ -71,6 +73,7 @@ pub(super) fn run_json(id: &RunId, st: &Stats, wall_s: f64) -> serde_json::Value
         "requests": st.requests, "completed": st.completed, "rejected": st.rejected,
         "rejected_queue_full": st.rejected_queue_full, "traced": id.traced,
         "arrivals": if id.traced { "trace".to_string() } else { id.arrivals.to_string() },
+        "classes": id.classes,
         "seed": id.seed, "sla_ms": id.sla_ms, "latency_ms": st.latency_ms,
         "throughput_rps": st.throughput_rps, "sla_violation_rate": st.sla_violation_rate,
         "mean_batch_size": st.mean_batch_size, "preemptions": st.preemptions, "merges": st.merges,
@@ -122,6 +125,7 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
         policy: spec,
         rate,
         arrivals: sv.arrivals,
+        classes: sv.classes.clone(),
         requests: trace.as_ref().map_or(sv.requests, |t| t.expected),
         sla: sv.sla,
         seed: a.seed,
@@ -157,6 +161,14 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
         metrics::write_hgrm(out.record.histogram(), &mut f)
             .with_context(|| format!("writing {}", p.display()))?;
     }
+    // each SLA class's figures (its requests, its own deadline)
+    let per_class: Vec<(String, f64, Stats)> = match &cfg.classes {
+        Some(c) => (0..c.names.len())
+            .zip(out.class_stats())
+            .map(|(k, s)| (c.names[k].clone(), c.slas[k].as_ms(), s))
+            .collect(),
+        None => Vec::new(),
+    };
     let name = bench.model.name.clone();
     let device = bench.description();
     let id = RunId {
@@ -168,6 +180,7 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
         sla_ms: a.serve.sla_ms,
         traced: a.trace.is_some(),
         arrivals: cfg.arrivals,
+        classes: cfg.classes.as_ref().map(ToString::to_string),
     };
     if a.json {
         let mut v = run_json(&id, &st, wall);
@@ -177,19 +190,34 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
                 .map(|(m, s)| json!({"model": m, "completed": s.completed, "rejected": s.rejected, "latency_ms": s.latency_ms, "throughput_rps": s.throughput_rps, "sla_violation_rate": s.sla_violation_rate}))
                 .collect::<Vec<_>>());
         }
+        if !per_class.is_empty() {
+            v["per_class"] = json!(per_class
+                .iter()
+                .map(|(c, sla, s)| json!({"class": c, "sla_ms": sla, "requests": s.requests, "completed": s.completed, "rejected": s.rejected, "latency_ms": s.latency_ms, "throughput_rps": s.throughput_rps, "sla_violation_rate": s.sla_violation_rate}))
+                .collect::<Vec<_>>());
+        }
         out!(o, "{}", serde_json::to_string_pretty(&v)?);
         return emit(&o);
     }
-    text(&mut o, &id, &st, wall, &per_model);
+    // co-located models and SLA classes are listed alike (a run has one or the other)
+    let groups: Vec<(String, Stats)> = per_model
+        .into_iter()
+        .chain(
+            per_class
+                .into_iter()
+                .map(|(c, sla, s)| (format!("{c} (SLA {sla} ms)"), s)),
+        )
+        .collect();
+    text(&mut o, &id, &st, wall, &groups);
     emit(&o)
 }
 
 /// The run in words: identity, latency percentiles, throughput, batches, device time by class
-/// and each co-located model's figures.
-fn text(o: &mut String, id: &RunId, st: &Stats, wall: f64, per_model: &[(String, Stats)]) {
+/// and each co-located model's or SLA class's figures.
+fn text(o: &mut String, id: &RunId, st: &Stats, wall: f64, groups: &[(String, Stats)]) {
     out!(
         o,
-        "{} on {}, policy {}, {}, {} requests, SLA {} ms, seed {}",
+        "{} on {}, policy {}, {}, {} requests, {}, seed {}",
         id.model,
         id.device,
         id.policy,
@@ -199,7 +227,10 @@ fn text(o: &mut String, id: &RunId, st: &Stats, wall: f64, per_model: &[(String,
             (false, p) => format!("{:.1} req/s ({p} arrivals)", id.rate),
         },
         st.requests,
-        id.sla_ms,
+        match &id.classes {
+            Some(c) => format!("SLA classes {c}"),
+            None => format!("SLA {} ms", id.sla_ms),
+        },
         id.seed
     );
     if st.rejected > 0 {
@@ -251,7 +282,7 @@ fn text(o: &mut String, id: &RunId, st: &Stats, wall: f64, per_model: &[(String,
             .collect();
         out!(o, "  device time per request: {}", parts.join("; "));
     }
-    for (m, ps) in per_model {
+    for (m, ps) in groups {
         out!(
             o,
             "  {:<20} completed {:>6}  mean {:>9.3} ms  p99 {:>9.3} ms  {:>8.1} req/s  SLA violations {:>6.2}%",

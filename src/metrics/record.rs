@@ -201,6 +201,8 @@ pub struct Recorder {
     all: Tally,
     /// Per co-located model (empty for one model).
     parts: Vec<Tally>,
+    /// Per SLA class (empty without classes).
+    classes: Vec<Tally>,
     keep: KeepRecords,
     latencies: Vec<f64>,
     requests: Vec<Request>,
@@ -213,19 +215,24 @@ impl std::fmt::Debug for Recorder {
 }
 
 impl Recorder {
-    /// A recorder for a run of `parts` co-located models (1: one model).
-    pub fn new(parts: usize, keep: KeepRecords) -> Result<Self> {
-        let parts = if parts > 1 {
-            (0..parts).map(|_| Tally::new()).collect::<Result<_>>()?
-        } else {
-            Vec::new()
+    /// A recorder for a run of `parts` co-located models and `classes` SLA classes (1: one
+    /// model, no classes).
+    pub fn new((parts, classes): (usize, usize), keep: KeepRecords) -> Result<Self> {
+        let tallies = |n: usize| -> Result<Vec<Tally>> {
+            if n > 1 {
+                (0..n).map(|_| Tally::new()).collect()
+            } else {
+                Ok(Vec::new())
+            }
         };
+        let (parts, classes) = (tallies(parts)?, tallies(classes)?);
         if let Some(w) = &keep.csv {
             writeln!(lock(w)?, "{CSV_HEADER}").map_err(write_err)?;
         }
         Ok(Recorder {
             all: Tally::new()?,
             parts,
+            classes,
             keep,
             latencies: Vec::new(),
             requests: Vec::new(),
@@ -238,6 +245,9 @@ impl Recorder {
         if let Some(t) = self.parts.get_mut(usize::from(q.part)) {
             t.arrive(q);
         }
+        if let Some(t) = self.classes.get_mut(usize::from(q.class)) {
+            t.arrive(q);
+        }
     }
 
     /// A request completed (its `completion` set).
@@ -247,6 +257,9 @@ impl Recorder {
             .ok_or_else(|| Error::Internal(format!("request {} has no completion", q.id.0)))?;
         self.all.complete(&q, at)?;
         if let Some(t) = self.parts.get_mut(usize::from(q.part)) {
+            t.complete(&q, at)?;
+        }
+        if let Some(t) = self.classes.get_mut(usize::from(q.class)) {
             t.complete(&q, at)?;
         }
         if self.keep.latencies {
@@ -263,6 +276,9 @@ impl Recorder {
     pub(crate) fn reject(&mut self, q: Request, why: Rejection) -> Result<()> {
         self.all.reject(why);
         if let Some(t) = self.parts.get_mut(usize::from(q.part)) {
+            t.reject(why);
+        }
+        if let Some(t) = self.classes.get_mut(usize::from(q.class)) {
             t.reject(why);
         }
         self.write_csv(&q, "rejected:queue_full")?;
@@ -302,6 +318,12 @@ impl Recorder {
     /// figures, copied as they are.
     pub fn part_stats(&self, c: &Counters) -> Vec<Stats> {
         self.parts.iter().map(|t| t.stats(c)).collect()
+    }
+
+    /// Each SLA class's statistics (empty without classes), counters as in
+    /// [`Recorder::part_stats`].
+    pub fn class_stats(&self, c: &Counters) -> Vec<Stats> {
+        self.classes.iter().map(|t| t.stats(c)).collect()
     }
 
     /// The latency histogram (µs) of the completed requests.

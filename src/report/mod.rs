@@ -276,6 +276,7 @@ fn run_jobs(
                 policy: crate::policy::Spec::parse(&j.policy, j.max_batch)?,
                 rate: j.rate(),
                 arrivals: j.arrivals.parse()?,
+                classes: None,
                 requests: plan.requests(j.model),
                 sla: Nanos(j.sla_us * 1000),
                 seed: j.seed,

@@ -29,6 +29,8 @@ pub struct Request {
     pub dec_done: u32,
     /// The co-located model it is for (0 for a single model).
     pub part: u16,
+    /// Its SLA class (0 without classes).
+    pub class: u8,
 }
 
 impl Request {
@@ -44,6 +46,7 @@ impl Request {
             completion: None,
             dec_done: 0,
             part: 0,
+            class: 0,
         }
     }
 

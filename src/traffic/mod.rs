@@ -3,12 +3,15 @@
 //! lengths drawn from the WMT19 joint histogram for seq2seq models, or an arrival trace file
 //! (`--trace`).
 
+pub mod classes;
 pub mod process;
 
 use crate::error::{Error, Result};
 use crate::graph::{Lengths, Model, SeqConfig};
 use crate::lengths::{draw, JointLengths};
 use crate::time::Nanos;
+use classes::ClassPicker;
+pub use classes::Classes;
 use process::Gaps;
 pub use process::Process;
 use rand::rngs::StdRng;
@@ -27,6 +30,8 @@ pub struct Arrival {
     pub part: u16,
     /// Its SLA when it differs from the run's.
     pub sla: Option<Nanos>,
+    /// Its SLA class (`--classes`; 0 without classes).
+    pub class: u8,
 }
 
 /// The most requests a run takes (ids are 32-bit; a run of 10⁹ simulated requests takes
@@ -130,6 +135,7 @@ impl Fill {
 /// stream, lengths (and models) from others, so that the n-th arrival is the same whoever asks.
 pub struct Generated {
     gaps: Gaps,
+    classes: Option<ClassPicker>,
     rng: StdRng,
     t: f64,
     left: usize,
@@ -149,6 +155,10 @@ impl Iterator for Generated {
             ..Arrival::default()
         };
         self.fill.fill(&mut a);
+        if let Some(c) = &mut self.classes {
+            let (class, sla) = c.pick();
+            (a.class, a.sla) = (class, Some(sla));
+        }
         Some(a)
     }
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -181,11 +191,21 @@ impl Generated {
         }
         Ok(Generated {
             gaps: Gaps::new(process, rate)?,
+            classes: None,
             rng: StdRng::seed_from_u64(seed),
             t: 0.0,
             left: n,
             fill,
         })
+    }
+
+    /// The same arrivals, each given a class of `classes` (and its SLA), drawn from a stream of
+    /// its own for `seed`.
+    pub fn with_classes(self, classes: &Classes, seed: u64) -> Generated {
+        Generated {
+            classes: Some(ClassPicker::new(classes, seed)),
+            ..self
+        }
     }
 
     /// As a [`Traffic`].

@@ -124,6 +124,14 @@ fn run_rejects_bad_serving_arguments() {
     };
     check(&["--rate", "10", "--arrivals", "gamma:0"], "--arrivals");
     check(
+        &["--rate", "10", "--classes", "gold:60"],
+        "expected NAME:SLA_MS:SHARE",
+    );
+    check(
+        &["--rate", "10", "--classes", "gold:60:1,gold:70:1"],
+        "distinct",
+    );
+    check(
         &["--rate", "10", "--arrivals", "weibull:2"],
         "expected poisson, gamma:CV or onoff",
     );
@@ -219,6 +227,7 @@ fn run_json_is_deterministic_and_is_the_library_run() {
         policy: lazybatch::policy::Spec::parse("lazy", 8).unwrap(),
         rate: 100.0,
         arrivals: Default::default(),
+        classes: None,
         requests: 300,
         sla: Nanos::from_ms(va["sla_ms"].as_f64().unwrap()),
         seed: va["seed"].as_u64().unwrap(),
@@ -809,4 +818,40 @@ fn bursty_arrivals_are_named_in_the_output_and_fixed_by_the_seed() {
     assert_eq!(strip(a.clone()), strip(run("onoff:5:45", "3")));
     assert_ne!(a["latency_ms"], run("onoff:5:45", "4")["latency_ms"]);
     assert_eq!(run("poisson", "3")["arrivals"], "poisson");
+}
+
+#[test]
+fn sla_classes_are_reported_apart() {
+    let out = lazybatch(&[
+        "run",
+        "--device",
+        "npu",
+        "--model",
+        "gnmt",
+        "--policy",
+        "lazy",
+        "--load",
+        "0.9",
+        "--requests",
+        "2000",
+        "--classes",
+        "gold:60:1,bronze:400:3",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["classes"], "gold:60:0.25,bronze:400:0.75");
+    let per = v["per_class"].as_array().unwrap();
+    assert_eq!(
+        (per[0]["class"].as_str(), per[1]["sla_ms"].as_f64()),
+        (Some("gold"), Some(400.0))
+    );
+    let total: u64 = per.iter().map(|c| c["completed"].as_u64().unwrap()).sum();
+    assert_eq!(total, v["completed"].as_u64().unwrap());
+    // the tighter deadline is missed more often by the same requests' latencies
+    assert!(per[0]["sla_violation_rate"].as_f64() > per[1]["sla_violation_rate"].as_f64());
 }

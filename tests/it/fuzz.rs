@@ -175,6 +175,7 @@ fn model_case(text: &str) {
         policy: lazybatch::policy::Spec::parse("lazy", mb).unwrap(),
         rate: 1e5,
         arrivals: Default::default(),
+        classes: None,
         requests: 12,
         sla: lazybatch::time::Nanos::from_ms(100.0),
         seed: 1,

@@ -181,6 +181,7 @@ fn cfg_max(policy: &str, rate: f64, n: usize, seed: u64, max_batch: u32) -> RunC
         policy: policy::Spec::parse(policy, max_batch).unwrap(),
         rate,
         arrivals: Default::default(),
+        classes: None,
         requests: n,
         sla: Nanos::from_ms(100.0),
         seed,
@@ -249,13 +250,17 @@ proptest! {
             t += u64::from(*g) * 100;
             let part = if colocated { l.2 } else { 0 };
             let len = if part == 1 { Lengths { enc: 1, dec: 1 } } else { Lengths { enc: l.0, dec: l.1 } };
-            Arrival { time: Nanos(t), len, part, sla: colocated.then(|| Nanos::from_ms(50.0)) }
+            // a single model's requests fall in three SLA classes
+            let class = if colocated { 0 } else { (l.0 % 3) as u8 };
+            let sla = if colocated { Some(Nanos::from_ms(50.0)) } else { Some(Nanos::from_ms(10.0 * f64::from(class + 1))) };
+            Arrival { time: Nanos(t), len, part, sla, class }
         }).collect();
         let mut pol = policy::parse(policy, 8).unwrap();
         let setup = engine::Setup {
             max_pending,
             check_invariants: true,
             keep: lazybatch::metrics::KeepRecords { requests: true, ..Default::default() },
+            classes: if colocated { 1 } else { 3 },
             ..engine::Setup::new(&b.model, &b.predictor, Nanos::from_ms(100.0), 8)
         };
         let out = engine::run(&setup, &mut b.npu().unwrap().clone(), pol.as_mut(), &mut VirtualClock::new(), &arrivals).unwrap();
@@ -277,6 +282,16 @@ proptest! {
             prop_assert_eq!(parts.iter().map(|p| p.requests).sum::<u64>(), st.requests);
             prop_assert_eq!(parts.iter().map(|p| p.completed).sum::<u64>(), st.completed);
             prop_assert_eq!(parts.iter().map(|p| p.rejected).sum::<u64>(), st.rejected);
+        } else {
+            // per SLA class, the same account, each class's requests those of its arrivals
+            let classes = out.class_stats();
+            prop_assert_eq!(classes.len(), 3);
+            for (k, c) in classes.iter().enumerate() {
+                let n = arrivals.iter().filter(|a| usize::from(a.class) == k).count() as u64;
+                prop_assert_eq!(c.requests, n);
+                prop_assert_eq!(c.completed + c.rejected, n);
+            }
+            prop_assert_eq!(classes.iter().map(|c| c.rejected).sum::<u64>(), st.rejected);
         }
     }
 }
@@ -503,6 +518,43 @@ fn cellular_batches_requests_of_different_timesteps_on_a_pure_rnn_model() {
         o2.counters.preemptions, 0,
         "a newcomer cannot join a GNMT batch"
     );
+}
+
+#[test]
+fn sla_classes_are_accounted_exactly_once_under_overload() {
+    // 30 times GNMT's serial capacity (beyond what batches of 8 absorb) into a pending queue of
+    // 30: many are rejected; every request leaves once, in its class, with its own deadline
+    let b = bench("gnmt", 8);
+    let mut c = cfg("lazy", 30.0 * b.serial_capacity(), 3000, 4);
+    c.max_pending = 30;
+    c.classes = Some("gold:1:1,bronze:86400000:3".parse().unwrap());
+    let (st, mut out) = run(&b, &c);
+    let per = out.class_stats();
+    assert_eq!(per.len(), 2);
+    assert!(
+        st.rejected > 100,
+        "not overloaded: {} rejected",
+        st.rejected
+    );
+    assert_eq!(per.iter().map(|s| s.requests).sum::<u64>(), 3000);
+    for s in &per {
+        assert_eq!(s.completed + s.rejected, s.requests);
+    }
+    assert_eq!(per.iter().map(|s| s.rejected).sum::<u64>(), st.rejected);
+    let gold_share = per[0].requests as f64 / 3000.0;
+    assert!((gold_share - 0.25).abs() < 0.03, "gold share {gold_share}");
+    // a 1 ms deadline is always missed, a one-day one never
+    assert_eq!(per[0].sla_violation_rate, 1.0);
+    assert_eq!(per[1].sla_violation_rate, 0.0);
+    for q in out.record.take_requests() {
+        let sla = if q.class == 0 { 1.0 } else { 86_400_000.0 };
+        assert_eq!(
+            q.deadline - q.arrival,
+            Nanos::from_ms(sla),
+            "request {}",
+            q.id.0
+        );
+    }
 }
 
 #[test]
