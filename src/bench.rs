@@ -31,6 +31,8 @@ pub struct RunConfig {
     pub arrivals: traffic::Process,
     /// SLA classes (`--classes`; `None`: every request at `sla`).
     pub classes: Option<traffic::Classes>,
+    /// Reject requests whose deadline is lost (`--shed`).
+    pub shed: bool,
     /// Number of requests.
     pub requests: usize,
     /// SLA target.
@@ -264,6 +266,7 @@ fn setup<'a>(
         max_pending: cfg.max_pending,
         keep,
         classes: cfg.classes.as_ref().map_or(1, |c| c.names.len()),
+        shed: cfg.shed,
         ..engine::Setup::new(model, predictor, cfg.sla, cfg.max_batch)
     })
 }

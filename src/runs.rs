@@ -128,6 +128,7 @@ pub fn mean_stats(runs: &[&Stats]) -> Stats {
         completed: count(&|s| s.completed),
         rejected: count(&|s| s.rejected),
         rejected_queue_full: count(&|s| s.rejected_queue_full),
+        rejected_shed: count(&|s| s.rejected_shed),
         latency_ms: metrics::LatencyMs {
             mean: avg(&|s| s.latency_ms.mean),
             p50: avg(&|s| s.latency_ms.p50),
@@ -138,6 +139,7 @@ pub fn mean_stats(runs: &[&Stats]) -> Stats {
         },
         throughput_rps: avg(&|s| s.throughput_rps),
         sla_violation_rate: avg(&|s| s.sla_violation_rate),
+        goodput_rps: avg(&|s| s.goodput_rps),
         mean_batch_size: avg(&|s| s.mean_batch_size),
         preemptions: count(&|s| s.preemptions),
         merges: count(&|s| s.merges),

@@ -165,6 +165,7 @@ fn grid(specs: &[Spec], rates: &[f64], seeds: u64, sv: &Serve) -> Vec<RunConfig>
                     rate: r,
                     arrivals: sv.arrivals,
                     classes: sv.classes.clone(),
+                    shed: sv.shed,
                     requests: sv.requests,
                     sla: sv.sla,
                     seed: s,

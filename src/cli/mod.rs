@@ -370,6 +370,10 @@ struct ServeArgs {
     /// share, and has that class's deadline (replacing --sla-ms); `run` reports each class.
     #[arg(long, value_name = "CLASSES")]
     classes: Option<String>,
+    /// Reject a request, at arrival or when it reaches the head of the queue, whose deadline
+    /// can no longer be met even served alone at once (counted as shed; goodput is reported).
+    #[arg(long)]
+    shed: bool,
     /// Co-located models (--model a,b,…): each model's share of the arrival rate (default: equal).
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     shares: Option<Vec<f64>>,
@@ -430,6 +434,7 @@ struct Serve {
     max_pending: usize,
     arrivals: lazybatch::traffic::Process,
     classes: Option<lazybatch::traffic::Classes>,
+    shed: bool,
 }
 
 /// Checks the serving flags for `model`; `traced`: the requests come from a trace (which gives
@@ -489,6 +494,7 @@ fn serve_args(s: &ServeArgs, model: &Model, traced: bool) -> Result<Serve> {
         max_pending: in_range("--max-pending", s.max_pending, 1, 10_000_000)? as usize,
         arrivals,
         classes,
+        shed: s.shed,
     })
 }
 

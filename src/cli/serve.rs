@@ -71,7 +71,8 @@ pub(super) fn run_json(id: &RunId, st: &Stats, wall_s: f64) -> serde_json::Value
     json!({
         "model": id.model, "device": id.device, "policy": id.policy, "rate_rps": id.rate,
         "requests": st.requests, "completed": st.completed, "rejected": st.rejected,
-        "rejected_queue_full": st.rejected_queue_full, "traced": id.traced,
+        "rejected_queue_full": st.rejected_queue_full, "rejected_shed": st.rejected_shed,
+        "goodput_rps": st.goodput_rps, "traced": id.traced,
         "arrivals": if id.traced { "trace".to_string() } else { id.arrivals.to_string() },
         "classes": id.classes,
         "seed": id.seed, "sla_ms": id.sla_ms, "latency_ms": st.latency_ms,
@@ -126,6 +127,7 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
         rate,
         arrivals: sv.arrivals,
         classes: sv.classes.clone(),
+        shed: sv.shed,
         requests: trace.as_ref().map_or(sv.requests, |t| t.expected),
         sla: sv.sla,
         seed: a.seed,
@@ -193,7 +195,7 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
         if !per_class.is_empty() {
             v["per_class"] = json!(per_class
                 .iter()
-                .map(|(c, sla, s)| json!({"class": c, "sla_ms": sla, "requests": s.requests, "completed": s.completed, "rejected": s.rejected, "latency_ms": s.latency_ms, "throughput_rps": s.throughput_rps, "sla_violation_rate": s.sla_violation_rate}))
+                .map(|(c, sla, s)| json!({"class": c, "sla_ms": sla, "requests": s.requests, "completed": s.completed, "rejected": s.rejected, "rejected_shed": s.rejected_shed, "latency_ms": s.latency_ms, "throughput_rps": s.throughput_rps, "goodput_rps": s.goodput_rps, "sla_violation_rate": s.sla_violation_rate}))
                 .collect::<Vec<_>>());
         }
         out!(o, "{}", serde_json::to_string_pretty(&v)?);
@@ -236,9 +238,11 @@ fn text(o: &mut String, id: &RunId, st: &Stats, wall: f64, groups: &[(String, St
     if st.rejected > 0 {
         out!(
             o,
-            "  completed {} (rejected {}: the pending queue was full, --max-pending)",
+            "  completed {} (rejected {}: {} with the pending queue full, --max-pending; {} shed, their deadline lost, --shed)",
             st.completed,
-            st.rejected
+            st.rejected,
+            st.rejected_queue_full,
+            st.rejected_shed
         );
     } else {
         out!(o, "  completed {} (rejected 0)", st.completed);
@@ -256,8 +260,9 @@ fn text(o: &mut String, id: &RunId, st: &Stats, wall: f64, groups: &[(String, St
     );
     out!(
         o,
-        "  throughput {:.1} req/s   SLA violations {:.2}%   mean batch {:.2}",
+        "  throughput {:.1} req/s   goodput {:.1} req/s   SLA violations {:.2}%   mean batch {:.2}",
         st.throughput_rps,
+        st.goodput_rps,
         100.0 * st.sla_violation_rate,
         st.mean_batch_size
     );

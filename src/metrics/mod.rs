@@ -36,18 +36,24 @@ pub struct Stats {
     pub requests: u64,
     /// Requests completed.
     pub completed: u64,
-    /// Requests rejected, every one for a counted reason (the one reason today: the pending
-    /// queue was full, `--max-pending`).
+    /// Requests rejected, every one for a counted reason: the pending queue was full
+    /// (`--max-pending`), or `--shed` found its deadline lost.
     pub rejected: u64,
     /// Of those, rejected because the pending queue was full.
     #[serde(default)]
     pub rejected_queue_full: u64,
+    /// Of those, shed: their deadline could no longer be met (`--shed`).
+    #[serde(default)]
+    pub rejected_shed: u64,
     /// Latency percentiles.
     pub latency_ms: LatencyMs,
     /// Completed requests / (last completion − first arrival).
     pub throughput_rps: f64,
     /// Fraction of completed requests whose latency exceeded the SLA.
     pub sla_violation_rate: f64,
+    /// Requests completed within their deadline / (last completion − first arrival).
+    #[serde(default)]
+    pub goodput_rps: f64,
     /// Mean sub-batch size over node executions.
     pub mean_batch_size: f64,
     /// Preemptions of the active sub-batch.

@@ -95,6 +95,9 @@ struct Tally {
     offered: u64,
     completed: u64,
     rejected_queue_full: u64,
+    rejected_shed: u64,
+    /// Completed within their deadline.
+    good: u64,
     /// Latencies in µs (3 significant digits; grows its range as needed).
     hist: Histogram<u64>,
     sum: u128,
@@ -113,6 +116,8 @@ impl Tally {
             offered: 0,
             completed: 0,
             rejected_queue_full: 0,
+            rejected_shed: 0,
+            good: 0,
             hist,
             sum: 0,
             max: Nanos::ZERO,
@@ -135,6 +140,8 @@ impl Tally {
         self.last_completion = self.last_completion.max(at);
         if at > q.deadline {
             self.violations += 1;
+        } else {
+            self.good += 1;
         }
         self.hist
             .record(lat.0.div_ceil(1000).max(1))
@@ -144,6 +151,7 @@ impl Tally {
     fn reject(&mut self, why: Rejection) {
         match why {
             Rejection::QueueFull => self.rejected_queue_full += 1,
+            Rejection::Shed => self.rejected_shed += 1,
         }
     }
 
@@ -161,8 +169,14 @@ impl Tally {
         Stats {
             requests: self.offered,
             completed,
-            rejected: self.rejected_queue_full,
+            rejected: self.rejected_queue_full + self.rejected_shed,
             rejected_queue_full: self.rejected_queue_full,
+            rejected_shed: self.rejected_shed,
+            goodput_rps: if span > 0.0 {
+                self.good as f64 / span
+            } else {
+                0.0
+            },
             latency_ms: LatencyMs {
                 mean: per(self.sum as f64 / 1e6, completed),
                 p50: q(0.50),

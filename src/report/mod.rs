@@ -277,6 +277,7 @@ fn run_jobs(
                 rate: j.rate(),
                 arrivals: j.arrivals.parse()?,
                 classes: None,
+                shed: false,
                 requests: plan.requests(j.model),
                 sla: Nanos(j.sla_us * 1000),
                 seed: j.seed,

@@ -14,6 +14,8 @@ use std::collections::VecDeque;
 pub enum Rejection {
     /// The pending queue held its maximum (`--max-pending`).
     QueueFull,
+    /// `--shed`: its deadline could no longer be met, even served alone at once.
+    Shed,
 }
 
 /// The live requests and the count of those that left.

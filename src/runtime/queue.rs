@@ -1,7 +1,8 @@
 //! The paper's InfQ: requests that have arrived and wait to be admitted, oldest first. Policies
 //! read it (through their `View`); the engine appends arrivals and, when a policy admits `count`
-//! requests, takes them from the front with [`Queue::next_batch`] — the only way out, so a
-//! request leaves the queue exactly once and in arrival order.
+//! requests, takes them from the front with [`Queue::next_batch`]; with `--shed` the engine
+//! also drops a hopeless request from the front ([`Queue::shed_front`]). Those are the only
+//! ways out, so a request leaves the queue exactly once.
 
 use super::request::RequestId;
 use std::collections::VecDeque;
@@ -43,6 +44,11 @@ impl Queue {
     /// The waiting requests, oldest first.
     pub fn iter(&self) -> std::collections::vec_deque::Iter<'_, RequestId> {
         self.ids.iter()
+    }
+
+    /// Removes the oldest request (shed: its deadline can no longer be met).
+    pub(crate) fn shed_front(&mut self) -> Option<RequestId> {
+        self.ids.pop_front()
     }
 
     /// Removes the `count` oldest requests (all of them if fewer wait) and yields them, oldest

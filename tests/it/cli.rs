@@ -228,6 +228,7 @@ fn run_json_is_deterministic_and_is_the_library_run() {
         rate: 100.0,
         arrivals: Default::default(),
         classes: None,
+        shed: false,
         requests: 300,
         sla: Nanos::from_ms(va["sla_ms"].as_f64().unwrap()),
         seed: va["seed"].as_u64().unwrap(),
@@ -854,4 +855,39 @@ fn sla_classes_are_reported_apart() {
     assert_eq!(total, v["completed"].as_u64().unwrap());
     // the tighter deadline is missed more often by the same requests' latencies
     assert!(per[0]["sla_violation_rate"].as_f64() > per[1]["sla_violation_rate"].as_f64());
+    assert_eq!(v["rejected_shed"], 0);
+    // with --shed, lost deadlines are rejected and counted, per class too
+    let out = lazybatch(&[
+        "run",
+        "--device",
+        "npu",
+        "--model",
+        "gnmt",
+        "--policy",
+        "lazy",
+        "--load",
+        "3",
+        "--requests",
+        "2000",
+        "--classes",
+        "gold:60:1,bronze:400:3",
+        "--shed",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let shed = v["rejected_shed"].as_u64().unwrap();
+    assert!(shed > 0 && shed == v["rejected"].as_u64().unwrap());
+    let per = v["per_class"].as_array().unwrap();
+    assert_eq!(
+        per.iter()
+            .map(|c| c["rejected_shed"].as_u64().unwrap())
+            .sum::<u64>(),
+        shed
+    );
+    assert!(v["goodput_rps"].as_f64().unwrap() <= v["throughput_rps"].as_f64().unwrap());
 }

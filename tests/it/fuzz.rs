@@ -176,6 +176,7 @@ fn model_case(text: &str) {
         rate: 1e5,
         arrivals: Default::default(),
         classes: None,
+        shed: false,
         requests: 12,
         sla: lazybatch::time::Nanos::from_ms(100.0),
         seed: 1,

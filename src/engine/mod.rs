@@ -14,6 +14,9 @@ use crate::time::{Clock, Nanos};
 use crate::traffic::Arrival;
 
 pub use crate::metrics::record::{ClassCounters, Counters};
+pub use source::{ArrivalSource, Predrawn, Stream};
+
+mod source;
 
 /// A snapshot of the BatchTable (bottom first: members and next unit), for tests and traces.
 pub(crate) type Snapshot = (Nanos, Vec<(Vec<u32>, NodeStep)>);
@@ -47,95 +50,6 @@ impl Outcome {
     }
 }
 
-/// Where requests come from: pre-drawn arrival times on a virtual clock, or a generator thread
-/// delivering them at their real instants on the wall clock.
-pub trait ArrivalSource {
-    /// The next request that has arrived by `now`, if any.
-    fn poll(&mut self, now: Nanos) -> Option<Arrival>;
-    /// Nothing to do: let time pass until the next arrival or `until`, whichever comes first.
-    /// Returns false when no request will ever arrive again and `until` is None.
-    fn idle(&mut self, clock: &mut dyn Clock, until: Option<Nanos>) -> bool;
-    /// How many requests will arrive in all, if known.
-    fn expected(&self) -> usize {
-        0
-    }
-    /// A time before which no request arrives (`Nanos::MAX` when none will), if known.
-    fn next_due(&mut self) -> Option<Nanos> {
-        None
-    }
-}
-
-/// Pre-drawn arrivals, sorted by time: a [`Stream`] over a list.
-pub struct Predrawn<'a>(Stream<std::iter::Copied<std::slice::Iter<'a, Arrival>>>);
-
-impl<'a> Predrawn<'a> {
-    /// A source over `list` (sorted by time).
-    pub fn new(list: &'a [Arrival]) -> Self {
-        Predrawn(Stream::new(list.iter().copied(), list.len()))
-    }
-}
-
-impl ArrivalSource for Predrawn<'_> {
-    fn poll(&mut self, now: Nanos) -> Option<Arrival> {
-        self.0.poll(now)
-    }
-    fn idle(&mut self, clock: &mut dyn Clock, until: Option<Nanos>) -> bool {
-        self.0.idle(clock, until)
-    }
-    fn expected(&self) -> usize {
-        self.0.expected()
-    }
-    fn next_due(&mut self) -> Option<Nanos> {
-        self.0.next_due()
-    }
-}
-
-/// Arrivals generated as they are needed (a Poisson process, a trace read line by line): the
-/// virtual-time source whose memory does not depend on the run's length.
-pub struct Stream<I: Iterator<Item = Arrival>> {
-    it: std::iter::Peekable<I>,
-    expected: usize,
-}
-
-impl<I: Iterator<Item = Arrival>> Stream<I> {
-    /// A source over `it` (sorted by time), which will yield `expected` arrivals.
-    pub fn new(it: I, expected: usize) -> Self {
-        Stream {
-            it: it.peekable(),
-            expected,
-        }
-    }
-}
-
-impl<I: Iterator<Item = Arrival>> ArrivalSource for Stream<I> {
-    fn poll(&mut self, now: Nanos) -> Option<Arrival> {
-        match self.it.peek() {
-            Some(a) if a.time <= now => self.it.next(),
-            _ => None,
-        }
-    }
-    fn idle(&mut self, clock: &mut dyn Clock, until: Option<Nanos>) -> bool {
-        let next = self.it.peek().map(|a| a.time);
-        match (next, until) {
-            (None, None) => false,
-            (Some(t), None) | (None, Some(t)) => {
-                clock.idle_until(t);
-                true
-            }
-            (Some(a), Some(u)) => {
-                clock.idle_until(a.min(u));
-                true
-            }
-        }
-    }
-    fn expected(&self) -> usize {
-        self.expected
-    }
-    fn next_due(&mut self) -> Option<Nanos> {
-        Some(self.it.peek().map_or(Nanos::MAX, |a| a.time))
-    }
-}
-
 /// The most requests that wait in the pending queue by default; more are rejected (and
 /// counted), so that an overloaded run's memory stays bounded.
 pub const DEFAULT_MAX_PENDING: usize = 100_000;
@@ -163,6 +77,9 @@ pub struct Setup<'a> {
     pub check_invariants: bool,
     /// SLA classes of the arrivals (1: none), each tallied apart.
     pub classes: usize,
+    /// Reject a request, at arrival or when it reaches the head of the queue, whose deadline
+    /// can no longer be met even served alone at once (`--shed`).
+    pub shed: bool,
 }
 
 impl<'a> Setup<'a> {
@@ -179,6 +96,7 @@ impl<'a> Setup<'a> {
             keep: KeepRecords::default(),
             check_invariants: cfg!(debug_assertions),
             classes: 1,
+            shed: false,
         }
     }
 }
@@ -217,6 +135,9 @@ pub fn run_source<D: Device + ?Sized, C: Clock, A: ArrivalSource + ?Sized>(
             ));
         }
         s.receive(arrivals, now)?;
+        if setup.shed {
+            s.shed_hopeless(now)?;
+        }
         if s.queue.is_empty() && s.table.is_empty() {
             if arrivals.idle(clock, None) {
                 continue;
@@ -372,14 +293,44 @@ impl<'a> Server<'a> {
             }
             let mut q = Request::new(id, a.time, a.sla.unwrap_or(self.setup.sla), a.len);
             (q.part, q.class) = (a.part, a.class);
+            let hopeless =
+                self.setup.shed && self.setup.predictor.best_completion(&q, now) > q.deadline;
             self.record.arrive(&q);
             self.requests.arrive(q)?;
-            if self.queue.len() >= self.setup.max_pending {
-                let q = self.requests.reject(id)?;
-                self.record.reject(q, Rejection::QueueFull)?;
+            let why = if self.queue.len() >= self.setup.max_pending {
+                Some(Rejection::QueueFull)
+            } else if hopeless {
+                Some(Rejection::Shed)
             } else {
-                self.queue.push(id);
+                None
+            };
+            match why {
+                Some(why) => {
+                    let q = self.requests.reject(id)?;
+                    self.record.reject(q, why)?;
+                }
+                None => self.queue.push(id),
             }
+        }
+        Ok(())
+    }
+
+    /// `--shed`: requests at the head of the queue whose deadline can no longer be met, even
+    /// served alone at once, leave as rejected (as Triton's queue policy drops requests that
+    /// timed out while queued).
+    fn shed_hopeless(&mut self, now: Nanos) -> Result<()> {
+        while let Some(&id) = self.queue.front() {
+            if self
+                .setup
+                .predictor
+                .best_completion(self.requests.get(id), now)
+                <= self.requests.get(id).deadline
+            {
+                break;
+            }
+            self.queue.shed_front();
+            let q = self.requests.reject(id)?;
+            self.record.reject(q, Rejection::Shed)?;
         }
         Ok(())
     }
