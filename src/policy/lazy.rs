@@ -379,16 +379,28 @@ impl Policy for Lazy {
 /// merging had while it was an option.
 pub(crate) const ENTRY: Entry = Entry {
     names: &["lazy", "oracle", "lazy+cell"],
-    usage: "lazy[:strict], oracle[:strict]",
+    usage: "lazy[:strict], lazy:adaptive, oracle[:strict]",
     parse: parse_lazy,
 };
 
 fn parse_lazy(name: &str, params: &[&str], _: u32) -> std::result::Result<Parsed, ParamError> {
+    if (name, params) == ("lazy", &["adaptive"][..]) {
+        // our extension (adaptive.rs): one model only, its test reads one profile's times
+        return Ok(Parsed {
+            build: std::sync::Arc::new(|_| Box::new(super::adaptive::Adaptive::new())),
+            uses_sla: true,
+            one_model_only: true,
+        });
+    }
     let strict = match (name, params) {
         ("lazy+cell", []) | (_, []) => false,
         ("lazy+cell", _) => return Err("takes no parameters".into()),
         (_, ["strict"]) => true,
-        _ => return Err("takes no parameter but 'strict' (lazy:strict)".into()),
+        _ => {
+            return Err(
+                "takes no parameter but 'strict' (lazy:strict) or, for lazy, 'adaptive'".into(),
+            )
+        }
     };
     let oracle = name == "oracle";
     Ok(Parsed {

@@ -4,6 +4,7 @@
 //! `graph:W[:B]`, `cellular:W[:B]`, `continuous[:B]`, `lazy`, `oracle`, …) checked once into a typed value that builds a fresh
 //! policy for every run.
 
+mod adaptive;
 pub(crate) mod cellular;
 mod continuous;
 mod forced;
@@ -12,6 +13,7 @@ mod lazy;
 mod serial;
 mod spec;
 
+pub use adaptive::Adaptive;
 pub use cellular::Cellular;
 pub use continuous::Continuous;
 pub use forced::Forced;

@@ -212,6 +212,7 @@ const POLICIES: &[&str] = &[
     "cellular:2:4",
     "lazy:strict",
     "continuous:4",
+    "lazy:adaptive",
 ];
 
 /// A bench of two co-located models (a seq2seq model and a static one).
@@ -234,14 +235,14 @@ proptest! {
     fn every_request_leaves_exactly_once(
         gaps in proptest::collection::vec(0u32..2000, 1..60),
         lens in proptest::collection::vec((1u32..12, 1u32..12, 0u16..2), 60),
-        pi in 0usize..9,
+        pi in 0usize..10,
         max_pending in 1usize..6,
         colocated in any::<bool>(),
         shed in any::<bool>(),
     ) {
         let policy = POLICIES[pi];
         // the Oracle, cellular and continuous batching serve one model only
-        let colocated = colocated && !matches!(policy, "oracle" | "cellular:2:4" | "continuous:4");
+        let colocated = colocated && !matches!(policy, "oracle" | "cellular:2:4" | "continuous:4" | "lazy:adaptive");
         let b = if colocated {
             colocated_bench()
         } else {

@@ -140,6 +140,71 @@ fn burstier_arrivals_wait_longer_as_kingman_says() {
     );
 }
 
+/// A device with no batching gain: every node (but the input) takes 1 ms per member.
+struct LinearDevice;
+impl lazybatch::device::Device for LinearDevice {
+    fn name(&self) -> &'static str {
+        "linear"
+    }
+    fn is_virtual(&self) -> bool {
+        true
+    }
+    fn prepare(&mut self, _: &Model, _: u32) -> lazybatch::Result<()> {
+        Ok(())
+    }
+    fn execute(
+        &mut self,
+        _: &Model,
+        at: lazybatch::graph::NodeStep,
+        members: &[lazybatch::device::Member],
+    ) -> lazybatch::Result<lazybatch::device::Timing> {
+        let ms = if at.node.0 == 0 {
+            0.0
+        } else {
+            members.len() as f64
+        };
+        Ok(lazybatch::device::Timing {
+            time: Nanos::from_ms(ms),
+            ..lazybatch::device::Timing::default()
+        })
+    }
+}
+
+#[test]
+fn adaptive_lazy_never_preempts_without_a_batching_gain() {
+    // the eight-node graph on a device whose batches cost as much as their members one by one,
+    // profiled as such: LazyB's slack gate lets it preempt (a generous SLA), the adaptive rule
+    // finds no preemption that lowers the total completion time
+    let m = eight_nodes();
+    let mut prof = Profile::uniform(&m, 8, Nanos::from_ms(1.0));
+    for n in prof.nodes.iter_mut().skip(1) {
+        n.latency_ns = (1..=8u64).map(|b| b * 1_000_000).collect();
+    }
+    prof.nodes[0].latency_ns = vec![0; 8];
+    let pred = Predictor::new(&m, &prof, 1);
+    let arrivals: Vec<Arrival> = traffic::generate(&m, (Process::Poisson, 100.0), 3000, 5)
+        .unwrap()
+        .collect();
+    let run = |p: &str| {
+        let mut pol = policy::parse(p, 8).unwrap();
+        let setup = engine::Setup::new(&m, &pred, Nanos::from_ms(1e4), 8);
+        engine::run(
+            &setup,
+            &mut LinearDevice,
+            pol.as_mut(),
+            &mut VirtualClock::new(),
+            &arrivals,
+        )
+        .unwrap()
+    };
+    let (lazy, adaptive) = (run("lazy"), run("lazy:adaptive"));
+    assert!(lazy.counters.preemptions > 100, "{:?}", lazy.counters);
+    assert_eq!(adaptive.counters.preemptions, 0);
+    assert_eq!(adaptive.stats().completed, 3000);
+    // without preemptions it serves first come first served: no worse a mean than LazyB's LIFO
+    assert!(adaptive.stats().latency_ms.mean <= lazy.stats().latency_ms.mean);
+}
+
 #[test]
 fn known_latencies_give_exact_percentiles_mean_and_throughput() {
     // 100 requests at t = 0 under Serial on an 8 ms device: request i finishes at 8(i + 1)
