@@ -163,6 +163,10 @@ pub(crate) struct Job {
     pub npu: u8,
     /// The arrival process (`--arrivals` syntax; `poisson` for the paper's traffic).
     pub arrivals: &'static str,
+    /// SLA classes (`--classes` syntax; empty: every request at the run's SLA).
+    pub classes: String,
+    /// Shed requests whose deadline is lost (`--shed`).
+    pub shed: bool,
 }
 
 impl Job {
@@ -195,6 +199,8 @@ impl Job {
             max_batch,
             npu: 0,
             arrivals: "poisson",
+            classes: String::new(),
+            shed: false,
         }
     }
     /// The same run on NPU configuration `npu`.
@@ -204,6 +210,14 @@ impl Job {
     /// The same run with another arrival process.
     pub fn arriving(self, arrivals: &'static str) -> Job {
         Job { arrivals, ..self }
+    }
+    /// The same run with SLA classes, shedding or not.
+    pub fn classed(self, classes: String, shed: bool) -> Job {
+        Job {
+            classes,
+            shed,
+            ..self
+        }
     }
     /// The rate in req/s.
     pub fn rate(&self) -> f64 {
@@ -276,8 +290,11 @@ fn run_jobs(
                 policy: crate::policy::Spec::parse(&j.policy, j.max_batch)?,
                 rate: j.rate(),
                 arrivals: j.arrivals.parse()?,
-                classes: None,
-                shed: false,
+                classes: match j.classes.as_str() {
+                    "" => None,
+                    c => Some(c.parse()?),
+                },
+                shed: j.shed,
                 requests: plan.requests(j.model),
                 sla: Nanos(j.sla_us * 1000),
                 seed: j.seed,

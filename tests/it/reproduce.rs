@@ -180,6 +180,13 @@ fn quick_reproduce_writes_every_figure_and_is_deterministic() {
             "{model}: {serial:?}"
         );
     }
+    // goodput: every model × policy × shedding × load; nothing shed without --shed
+    let (head, rows) = csv(&a, "default/goodput.csv");
+    let col = |name: &str| head.iter().position(|h| h == name).unwrap();
+    assert_eq!(rows.len(), 3 * 2 * 2 * 4);
+    let (shed, count) = (col("shed"), col("shed_requests"));
+    assert!(rows.iter().all(|r| r[shed] == "true" || r[count] == "0"));
+    assert!(rows.iter().any(|r| r[shed] == "true" && r[count] != "0"));
     let (head, _) = csv(&a, "paper/sla.csv");
     assert_eq!(
         head,

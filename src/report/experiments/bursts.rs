@@ -21,8 +21,12 @@ const LOAD: f64 = 0.7;
 
 /// The rate of `model` at [`LOAD`] on `npu`, rounded to 0.1 req/s (the same in both phases).
 fn rate(model: &'static str, npu: &NpuConfig) -> Result<f64> {
-    let b = Bench::new(zoo::load(model)?, npu.clone(), MAX_BATCH, COVERAGE)?;
-    Ok((LOAD * b.serial_capacity() * 10.0).round() / 10.0)
+    Ok((LOAD * serial_capacity(model, npu)? * 10.0).round() / 10.0)
+}
+
+/// `model`'s serial capacity on `npu` (1 / single-input latency, requests/s).
+pub(super) fn serial_capacity(model: &'static str, npu: &NpuConfig) -> Result<f64> {
+    Ok(Bench::new(zoo::load(model)?, npu.clone(), MAX_BATCH, COVERAGE)?.serial_capacity())
 }
 
 impl Experiment for Bursts {
@@ -86,7 +90,7 @@ fn bursts(ctx: &mut Ctx) -> Result<()> {
                 ..Series::default()
             };
             for (k, &(cv, a)) in PROCESSES.iter().enumerate() {
-                let runs = ctx.runs_arriving(m, p, r, a)?;
+                let runs = ctx.runs_with(m, p, r, &|j| j.arriving(a))?;
                 let f = |g: &dyn Fn(&RunOut) -> f64| spread(runs.iter().map(|x| g(x)).collect());
                 let lat = f(&|x| x.stats.latency_ms.mean);
                 let p99 = f(&|x| x.stats.latency_ms.p99).0;

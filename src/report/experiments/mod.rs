@@ -10,6 +10,7 @@ mod cellular;
 mod colocation;
 mod dec_timesteps;
 mod eval;
+mod goodput;
 mod lifo;
 mod max_batch;
 mod sensitivity;
@@ -51,6 +52,7 @@ pub(super) const ALL: &[&dyn Experiment] = &[
     &max_batch::MaxBatch,
     &cellular::Cellular,
     &bursts::Bursts,
+    &goodput::Goodput,
     &colocation::Colocation,
     &lifo::Lifo,
 ];
@@ -291,19 +293,20 @@ impl<'a> Ctx<'a> {
             .collect()
     }
 
-    /// The runs of one point under another arrival process (defaults otherwise).
-    pub(super) fn runs_arriving(
+    /// The runs of one point, its job (defaults otherwise) changed by `with` (another arrival
+    /// process, SLA classes).
+    pub(super) fn runs_with(
         &self,
         model: &'static str,
         policy: &str,
         rate: f64,
-        arrivals: &'static str,
+        with: &dyn Fn(Job) -> Job,
     ) -> Result<Vec<&'a RunOut>> {
         seeds(self.plan)
             .map(|s| {
-                let j = Job::new(model, policy, rate, s, SLA_MS, COVERAGE, MAX_BATCH)
-                    .on(self.npu_idx)
-                    .arriving(arrivals);
+                let j = with(
+                    Job::new(model, policy, rate, s, SLA_MS, COVERAGE, MAX_BATCH).on(self.npu_idx),
+                );
                 self.res
                     .get(&j)
                     .ok_or_else(|| Error::Internal(format!("missing run {j:?}")))

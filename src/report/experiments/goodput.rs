@@ -1,0 +1,136 @@
+//! Goodput under overload with SLA classes, with and without shedding (our extension, not the
+//! paper's): two classes per model, `gold` at 2 and `bronze` at 8 times its single-input
+//! latency (shares 1 : 3), offered at 0.5 to 4 times its serial capacity, under LazyB and
+//! Orca-style `continuous`, each with and without `--shed`.
+
+use super::bursts::serial_capacity;
+use super::*;
+use crate::report::plot::{Figure, Panel, Series};
+use crate::report::table::Table;
+use std::fmt::Write as _;
+
+/// Goodput under overload.
+pub(super) struct Goodput;
+
+const MODELS: &[&str] = &["resnet50", "gnmt", "transformer_base"];
+const POLICIES: &[&str] = &["lazy", "continuous"];
+/// Offered load, multiples of the serial capacity.
+const LOADS: &[f64] = &[0.5, 1.0, 2.0, 4.0];
+
+/// The model's classes and its rates at [`LOADS`] on `npu`.
+fn setting(model: &'static str, npu: &NpuConfig) -> Result<(String, Vec<f64>)> {
+    let cap = serial_capacity(model, npu)?;
+    let single_ms = 1e3 / cap;
+    let classes = format!(
+        "gold:{:.3}:1,bronze:{:.3}:3",
+        2.0 * single_ms,
+        8.0 * single_ms
+    );
+    let rates = LOADS
+        .iter()
+        .map(|l| (l * cap * 10.0).round() / 10.0)
+        .collect();
+    Ok((classes, rates))
+}
+
+impl Experiment for Goodput {
+    fn name(&self) -> &'static str {
+        "goodput"
+    }
+    fn jobs(&self, plan: &Plan, npu: &NpuConfig, jobs: &mut BTreeSet<Job>) -> Result<()> {
+        for &m in MODELS {
+            let (classes, rates) = setting(m, npu)?;
+            for p in POLICIES {
+                for &r in &rates {
+                    for shed in [false, true] {
+                        for s in seeds(plan) {
+                            let j = Job::new(m, p, r, s, SLA_MS, COVERAGE, MAX_BATCH);
+                            jobs.insert(j.classed(classes.clone(), shed));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+    fn write(&self, ctx: &mut Ctx) -> Result<()> {
+        goodput(ctx)
+    }
+}
+
+fn goodput(ctx: &mut Ctx) -> Result<()> {
+    let mut t = Table::new(&[
+        "model",
+        "policy",
+        "shed",
+        "load",
+        "rate_rps",
+        "goodput_rps",
+        "throughput_rps",
+        "sla_violation",
+        "shed_requests",
+    ]);
+    let mut fig = Figure {
+        shared_legend: true,
+        ..Figure::default()
+    };
+    let mut text = String::from(
+        "| model | load | LazyB | LazyB + shed | Continuous | Continuous + shed |\n|---|---|---|---|---|---|\n",
+    );
+    for &m in MODELS {
+        let (classes, rates) = setting(m, ctx.npu())?;
+        let mut panel = Panel {
+            title: format!("{} ({classes})", short(m)),
+            x_label: "offered load (× serial capacity)".into(),
+            y_label: "goodput (req/s)".into(),
+            ..Panel::default()
+        };
+        let mut cells = vec![Vec::new(); LOADS.len()];
+        for p in POLICIES {
+            for shed in [false, true] {
+                let mut s = Series {
+                    name: format!("{}{}", label(p), if shed { " + shed" } else { "" }),
+                    markers: true,
+                    dashed: shed,
+                    ..Series::default()
+                };
+                for (k, (&load, &r)) in LOADS.iter().zip(&rates).enumerate() {
+                    let runs = ctx.runs_with(m, p, r, &|j| j.classed(classes.clone(), shed))?;
+                    let f =
+                        |g: &dyn Fn(&RunOut) -> f64| spread(runs.iter().map(|x| g(x)).collect());
+                    let good = f(&|x| x.stats.goodput_rps);
+                    t.push(vec![
+                        m.into(),
+                        (*p).into(),
+                        shed.to_string().into(),
+                        load.into(),
+                        r.into(),
+                        good.0.into(),
+                        f(&|x| x.stats.throughput_rps).0.into(),
+                        f(&|x| x.stats.sla_violation_rate).0.into(),
+                        f(&|x| x.stats.rejected_shed as f64).0.into(),
+                    ]);
+                    s.push_spread(load, good);
+                    cells[k].push(format!("{:.1}", good.0));
+                }
+                panel.series.push(s);
+            }
+        }
+        for (k, load) in LOADS.iter().enumerate() {
+            let _ = writeln!(text, "| {} | {load} | {} |", short(m), cells[k].join(" | "));
+        }
+        fig.panels.push(panel);
+    }
+    ctx.table(&t, "goodput")?;
+    ctx.figure(&fig, "goodput", 440, 400)?;
+    ctx.sections.push((
+        "Goodput under overload, with and without shedding (our extension)".into(),
+        format!(
+            "![goodput](goodput.svg)\n\nGoodput (requests completed within their own deadline per second) with two SLA classes \
+             per model (`gold` at 2 and `bronze` at 8 times the single-input latency, shares 1 : 3; `--classes`), offered at \
+             0.5 to 4 times the serial capacity, with and without `--shed` (reject a request whose deadline can no longer be \
+             met even served alone at once). `goodput.csv` has throughput, violations and the requests shed.\n\n{text}"
+        ),
+    ));
+    Ok(())
+}
