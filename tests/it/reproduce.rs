@@ -187,6 +187,13 @@ fn quick_reproduce_writes_every_figure_and_is_deterministic() {
     let (shed, count) = (col("shed"), col("shed_requests"));
     assert!(rows.iter().all(|r| r[shed] == "true" || r[count] == "0"));
     assert!(rows.iter().any(|r| r[shed] == "true" && r[count] != "0"));
+    // the adaptive grid: every zoo model at six loads, each ratio to a named baseline
+    let (head, rows) = csv(&a, "default/adaptive.csv");
+    assert_eq!(rows.len(), 8 * 6);
+    let best = head.iter().position(|h| h == "best_baseline").unwrap();
+    assert!(rows
+        .iter()
+        .all(|r| !r[best].is_empty() && r[best] != "lazy:adaptive"));
     let (head, _) = csv(&a, "paper/sla.csv");
     assert_eq!(
         head,

@@ -3,6 +3,7 @@
 //! them once, in report order; this module holds what they share: the writers' context
 //! ([`Ctx`]), the policy sets and the helpers that aggregate runs over seeds.
 
+mod adaptive;
 mod batching;
 mod bursts;
 mod cdf;
@@ -53,6 +54,7 @@ pub(super) const ALL: &[&dyn Experiment] = &[
     &cellular::Cellular,
     &bursts::Bursts,
     &goodput::Goodput,
+    &adaptive::Adaptive,
     &colocation::Colocation,
     &lifo::Lifo,
 ];
