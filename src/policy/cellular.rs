@@ -71,9 +71,7 @@ impl Policy for Cellular {
         if v.pending.is_empty() {
             return Decision::Run;
         }
-        let room = (self.max_batch as usize)
-            .saturating_sub(v.table.in_flight())
-            .min(v.free_slots());
+        let room = v.room(self.max_batch);
         match v.table.top() {
             // an idle device: graph batching, without padding
             None => start_batch(v, self.window, self.max_batch, false),

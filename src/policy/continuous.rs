@@ -61,9 +61,7 @@ impl Policy for Continuous {
         if v.pending.is_empty() {
             return Decision::Run;
         }
-        let room = (self.max_batch as usize)
-            .saturating_sub(v.table.in_flight())
-            .min(v.free_slots());
+        let room = v.room(self.max_batch);
         match v.table.top() {
             // an idle device: everyone pending, at once, up to B (padding changes nothing on
             // a model without loops, and on a seq2seq batch requests leave at their own end)

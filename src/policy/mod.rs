@@ -126,6 +126,13 @@ impl<'a> View<'a> {
     pub(crate) fn free_slots(&self) -> usize {
         self.capacity.saturating_sub(self.table.in_flight())
     }
+    /// How many newcomers a running batch capped at `max_batch` can take now (within the free
+    /// slots too).
+    pub(crate) fn room(&self, max_batch: u32) -> usize {
+        (max_batch as usize)
+            .saturating_sub(self.table.in_flight())
+            .min(self.free_slots())
+    }
 }
 
 /// A batching policy.

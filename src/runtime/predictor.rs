@@ -197,22 +197,18 @@ impl Predictor {
 
     /// Algorithm 1 for a request of part `part`.
     pub fn single_input_of(&self, part: usize, len: Lengths) -> Nanos {
-        self.single_input_from(part, len)
+        let first = NodeStep {
+            node: self.part_first[part],
+            step: 0,
+        };
+        self.remaining(Some(first), len, 1)
     }
 
     /// The earliest a pending request could complete if it started alone at `now`, at the
     /// lengths the predictor assumes for it (`--shed` drops it when that misses its deadline).
     pub(crate) fn best_completion(&self, q: &crate::runtime::Request, now: Nanos) -> Nanos {
         let len = self.predicted_in(usize::from(q.part), q.enc_len(), q.dec_done);
-        now + self.single_input_from(usize::from(q.part), len)
-    }
-
-    fn single_input_from(&self, part: usize, len: Lengths) -> Nanos {
-        let first = NodeStep {
-            node: self.part_first[part],
-            step: 0,
-        };
-        self.remaining(Some(first), len, 1)
+        now + self.single_input_of(usize::from(q.part), len)
     }
 
     /// Time to run a request from `at` to its end at batch `batch`, all nodes at that batch

@@ -19,20 +19,32 @@ fn tree(mut l: [f32; L], op: impl Fn(f32, f32) -> f32) -> f32 {
     l[0]
 }
 
-/// `Σ f(x[i])`.
+/// Folds `x` with `step` in the fixed order: lane by lane from `init`, the lanes combined by
+/// `combine`'s tree, then the tail stepped in order.
 #[inline(always)]
-pub(crate) fn sum_of(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
-    let mut lanes = [0.0f32; L];
+fn fold(
+    x: &[f32],
+    init: f32,
+    step: impl Fn(f32, f32) -> f32,
+    combine: impl Fn(f32, f32) -> f32,
+) -> f32 {
+    let mut lanes = [init; L];
     let mut chunks = x.chunks_exact(L);
     for c in &mut chunks {
         for (l, v) in lanes.iter_mut().zip(c) {
-            *l += f(*v);
+            *l = step(*l, *v);
         }
     }
     chunks
         .remainder()
         .iter()
-        .fold(tree(lanes, |a, b| a + b), |s, v| s + f(*v))
+        .fold(tree(lanes, combine), |s, v| step(s, *v))
+}
+
+/// `Σ f(x[i])`.
+#[inline(always)]
+pub(crate) fn sum_of(x: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    fold(x, 0.0, |s, v| s + f(v), |a, b| a + b)
 }
 
 /// `Σ a[i]·b[i]`, each lane an FMA chain.
@@ -56,17 +68,7 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
 /// The largest element (`f32::max`: NaN only if all are NaN); `-∞` when empty.
 #[inline(always)]
 pub(crate) fn max(x: &[f32]) -> f32 {
-    let mut lanes = [f32::NEG_INFINITY; L];
-    let mut chunks = x.chunks_exact(L);
-    for c in &mut chunks {
-        for (l, v) in lanes.iter_mut().zip(c) {
-            *l = l.max(*v);
-        }
-    }
-    chunks
-        .remainder()
-        .iter()
-        .fold(tree(lanes, f32::max), |m, v| m.max(*v))
+    fold(x, f32::NEG_INFINITY, f32::max, f32::max)
 }
 
 #[cfg(test)]

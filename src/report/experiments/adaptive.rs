@@ -3,7 +3,6 @@
 //! best of Serial, GraphB(0/5/25/50) and LazyB, and of its p99 to LazyB's (the goal:
 //! within 1.05× and 5%).
 
-use super::bursts::serial_capacity;
 use super::*;
 use crate::report::plot::{Figure, Panel, Series};
 use crate::report::table::Table;
@@ -26,13 +25,10 @@ const BASELINES: &[&str] = &[
 ];
 const LOADS: &[f64] = &[0.1, 0.3, 0.5, 0.7, 0.9, 0.95];
 
-/// `model`'s rates at [`LOADS`] on `npu`, rounded to 0.1 req/s.
+/// `model`'s rates at [`LOADS`] on `npu`.
 fn rates(model: &'static str, npu: &NpuConfig) -> Result<Vec<f64>> {
     let cap = serial_capacity(model, npu)?;
-    Ok(LOADS
-        .iter()
-        .map(|l| (l * cap * 10.0).round() / 10.0)
-        .collect())
+    Ok(LOADS.iter().map(|&l| rate_at(cap, l)).collect())
 }
 
 impl Experiment for Adaptive {

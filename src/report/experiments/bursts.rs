@@ -3,8 +3,6 @@
 //! of variation of 1 (Poisson), 2 and 4, at 0.7 of each model's serial capacity.
 
 use super::*;
-use crate::bench::Bench;
-use crate::graph::zoo;
 use crate::report::plot::{Figure, Panel, Series};
 use crate::report::table::Table;
 use std::fmt::Write as _;
@@ -19,14 +17,9 @@ const PROCESSES: &[(f64, &str)] = &[(1.0, "poisson"), (2.0, "gamma:2"), (4.0, "g
 /// The load: a fraction of the serial capacity (1 / single-input latency).
 const LOAD: f64 = 0.7;
 
-/// The rate of `model` at [`LOAD`] on `npu`, rounded to 0.1 req/s (the same in both phases).
+/// The rate of `model` at [`LOAD`] on `npu` (the same in both phases).
 fn rate(model: &'static str, npu: &NpuConfig) -> Result<f64> {
-    Ok((LOAD * serial_capacity(model, npu)? * 10.0).round() / 10.0)
-}
-
-/// `model`'s serial capacity on `npu` (1 / single-input latency, requests/s).
-pub(super) fn serial_capacity(model: &'static str, npu: &NpuConfig) -> Result<f64> {
-    Ok(Bench::new(zoo::load(model)?, npu.clone(), MAX_BATCH, COVERAGE)?.serial_capacity())
+    Ok(rate_at(serial_capacity(model, npu)?, LOAD))
 }
 
 impl Experiment for Bursts {

@@ -3,7 +3,6 @@
 //! latency (shares 1 : 3), offered at 0.5 to 4 times its serial capacity, under LazyB and
 //! Orca-style `continuous`, each with and without `--shed`.
 
-use super::bursts::serial_capacity;
 use super::*;
 use crate::report::plot::{Figure, Panel, Series};
 use crate::report::table::Table;
@@ -26,10 +25,7 @@ fn setting(model: &'static str, npu: &NpuConfig) -> Result<(String, Vec<f64>)> {
         2.0 * single_ms,
         8.0 * single_ms
     );
-    let rates = LOADS
-        .iter()
-        .map(|l| (l * cap * 10.0).round() / 10.0)
-        .collect();
+    let rates = LOADS.iter().map(|&l| rate_at(cap, l)).collect();
     Ok((classes, rates))
 }
 

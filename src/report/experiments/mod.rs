@@ -86,6 +86,18 @@ pub(super) const ABLATIONS: &[&str] = &["lazy:strict"];
 pub(super) const SLA_MS: f64 = 100.0;
 pub(super) const COVERAGE: f64 = 90.0;
 
+/// `model`'s serial capacity on `npu` (1 / single-input latency, requests/s).
+pub(super) fn serial_capacity(model: &'static str, npu: &NpuConfig) -> Result<f64> {
+    let m = crate::graph::zoo::load(model)?;
+    Ok(crate::bench::Bench::new(m, npu.clone(), MAX_BATCH, COVERAGE)?.serial_capacity())
+}
+
+/// The arrival rate at `load` times a serial capacity `cap`, rounded to 0.1 req/s so that an
+/// experiment's jobs and its writer name the same runs.
+pub(super) fn rate_at(cap: f64, load: f64) -> f64 {
+    (load * cap * 10.0).round() / 10.0
+}
+
 /// Paper-style label of a policy string.
 pub(super) fn label(p: &str) -> String {
     match p {
