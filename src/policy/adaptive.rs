@@ -11,34 +11,86 @@
 //! * letting the active batch finish first, the `k` finish after `R(k)` and the newcomers after
 //!   `R(k) + A(n)`: `k · R(k) + n · (R(k) + A(n))`.
 //!
+//! Requests that arrive meanwhile wait for the server to clear what either plan keeps it busy
+//! with (`D`: `C(n) + R(k + n)` or `R(k) + A(n)`); at the arrival rate `λ` measured so far (a
+//! moving average of the gaps between arrivals) that adds `λ · D² / 2` to each side. This is
+//! what lets batching win under load, where the busy period is what queues everyone else.
+//!
 //! Preemption wins only when batching pays for the catch-up and the delay it imposes. When a
 //! batch costs as much as its members run one by one (`R(k + n) = R(k) + R_new(n)`, and every
-//! time proportional to the batch), the difference is `k · n · A(1) > 0`: the rule never
-//! preempts, and LazyB's preemptive LIFO (the `lifo` experiment) cannot happen (a test checks
-//! it). Lengths are the predictor's (each request's encoder length, the coverage decoder
-//! length); the active batch is taken at its first member's; one model only.
+//! time proportional to the batch), both busy periods are `n · A(1) + k · R(1)` and the
+//! difference is `k · n · A(1) > 0`: the rule never preempts, and LazyB's preemptive LIFO (the
+//! `lifo` experiment) cannot happen (a test checks it).
+//!
+//! The same objective sizes a sub-batch started on an idle server. With `n` requests waiting,
+//! served in groups of `k` one after another (the last one smaller), each waits for every group
+//! up to its own: the queued requests' total completion time is `T(k) = Σᵢ mᵢ · A(gᵢ)` (`mᵢ`
+//! still waiting when group `i` of size `gᵢ` starts), and the plan keeps the server busy for
+//! `D(k) = Σᵢ A(gᵢ)`, which arrivals meanwhile wait for: `λ · D(k)² / 2`. The first group's
+//! size minimises `T(k) + λ · D(k)² / 2`: all `n` when batching is nearly free or the load is
+//! high, one at a time (Serial) at light load when a batch of `b` costs about `b` single
+//! inputs — where LazyB and GraphB(0) both lose to Serial.
+//!
+//! Lengths are the predictor's (each request's encoder length, the coverage decoder length);
+//! the active batch is taken at its first member's; one model only.
 
 use super::lazy::Lazy;
 use super::{Decision, Policy, View};
 use crate::graph::Lengths;
+use crate::time::Nanos;
 
 /// LazyB that preempts only when the profile predicts a lower total completion time.
 #[derive(Clone, Debug)]
 pub struct Adaptive {
     lazy: Lazy,
+    /// The latest arrival counted in `gap_ns`.
+    seen: Option<Nanos>,
+    /// Moving average of the gaps between arrivals (ns; 0 before two arrivals).
+    gap_ns: f64,
 }
+
+/// Weight of a new gap in the moving average (about the last 32 arrivals).
+const GAP_WEIGHT: f64 = 1.0 / 32.0;
 
 impl Adaptive {
     /// Over the paper's conservative LazyB.
     pub(crate) fn new() -> Self {
         Adaptive {
             lazy: Lazy::conservative(),
+            seen: None,
+            gap_ns: 0.0,
+        }
+    }
+
+    /// Folds the arrivals not yet seen into the gap average.
+    fn observe(&mut self, v: &View) {
+        let newest = v.pending.iter().rev().map(|&r| v.arrival(r));
+        let fresh: Vec<Nanos> = newest.take_while(|&a| self.seen < Some(a)).collect();
+        for &a in fresh.iter().rev() {
+            if let Some(prev) = self.seen {
+                let gap = (a - prev).0 as f64;
+                self.gap_ns = if self.gap_ns == 0.0 {
+                    gap
+                } else {
+                    self.gap_ns + GAP_WEIGHT * (gap - self.gap_ns)
+                };
+            }
+            self.seen = Some(a);
+        }
+    }
+
+    /// Arrivals per ns measured so far (0 before two arrivals).
+    fn rate(&self) -> f64 {
+        if self.gap_ns > 0.0 {
+            1.0 / self.gap_ns
+        } else {
+            0.0
         }
     }
 }
 
 /// True when admitting `n` newcomers now lowers the total completion time (module doc).
-pub(crate) fn preemption_pays(v: &View, n: usize) -> bool {
+pub(crate) fn preemption_pays(v: &View, n: usize, rate: f64) -> bool {
     let (Some(top), Some(&first)) = (v.table.top(), v.pending.front()) else {
         return true;
     };
@@ -55,7 +107,42 @@ pub(crate) fn preemption_pays(v: &View, n: usize) -> bool {
     let (r_k, r_kn) = (r(len_run, k as u32), r(len_run, (k + n) as u32));
     let preempt = (k + n) * (catch_up + r_kn);
     let wait = k * r_k + n * (r_k + whole);
-    preempt < wait
+    // arrivals meanwhile wait for the busy period each plan makes (module doc)
+    let late = |busy: u128| rate * (busy as f64).powi(2) / 2.0;
+    preempt as f64 + late(catch_up + r_kn) < wait as f64 + late(r_k + whole)
+}
+
+/// How many of the `n` waiting requests to start as one sub-batch on an idle server, with
+/// arrivals at `rate` per ns: the group size that minimises the queued requests' total
+/// completion time plus the delay the plan imposes on arrivals (module doc).
+pub(crate) fn launch_size(v: &View, n: usize, rate: f64) -> usize {
+    let Some(&first) = v.pending.front() else {
+        return n;
+    };
+    if n <= 1 {
+        return n;
+    }
+    let len = v.predicted_len(first);
+    // a[b - 1]: the whole graph at batch b
+    let a: Vec<f64> = (1..=n as u32)
+        .map(|b| v.predictor.remaining(None, len, b).0 as f64)
+        .collect();
+    let mut best = (f64::INFINITY, n);
+    // larger groups first: ties go to fewer sub-batches
+    for k in (1..=n).rev() {
+        let (mut waiting, mut total, mut busy) = (n, 0.0, 0.0);
+        while waiting > 0 {
+            let g = k.min(waiting);
+            busy += a[g - 1];
+            total += waiting as f64 * a[g - 1];
+            waiting -= g;
+        }
+        let cost = total + rate * busy * busy / 2.0;
+        if cost < best.0 {
+            best = (cost, k);
+        }
+    }
+    best.1
 }
 
 impl Policy for Adaptive {
@@ -68,10 +155,17 @@ impl Policy for Adaptive {
     }
 
     fn decide(&mut self, v: &View) -> Decision {
+        self.observe(v);
         match self.lazy.decide(v) {
-            Decision::Admit { count, .. } if !v.table.is_empty() && !preemption_pays(v, count) => {
+            Decision::Admit { count, .. }
+                if !v.table.is_empty() && !preemption_pays(v, count, self.rate()) =>
+            {
                 Decision::Run
             }
+            Decision::Admit { count, pad } if v.table.is_empty() => Decision::Admit {
+                count: launch_size(v, count, self.rate()),
+                pad,
+            },
             d => d,
         }
     }

@@ -170,11 +170,9 @@ impl lazybatch::device::Device for LinearDevice {
     }
 }
 
-#[test]
-fn adaptive_lazy_never_preempts_without_a_batching_gain() {
-    // the eight-node graph on a device whose batches cost as much as their members one by one,
-    // profiled as such: LazyB's slack gate lets it preempt (a generous SLA), the adaptive rule
-    // finds no preemption that lowers the total completion time
+/// Serves `arrivals` under `policy` on [`LinearDevice`], profiled as it is (a batch costs as
+/// much as its members one by one).
+fn serve_linear(policy: &str, arrivals: &[Arrival]) -> engine::Outcome {
     let m = eight_nodes();
     let mut prof = Profile::uniform(&m, 8, Nanos::from_ms(1.0));
     for n in prof.nodes.iter_mut().skip(1) {
@@ -182,27 +180,52 @@ fn adaptive_lazy_never_preempts_without_a_batching_gain() {
     }
     prof.nodes[0].latency_ns = vec![0; 8];
     let pred = Predictor::new(&m, &prof, 1);
-    let arrivals: Vec<Arrival> = traffic::generate(&m, (Process::Poisson, 100.0), 3000, 5)
-        .unwrap()
-        .collect();
-    let run = |p: &str| {
-        let mut pol = policy::parse(p, 8).unwrap();
-        let setup = engine::Setup::new(&m, &pred, Nanos::from_ms(1e4), 8);
-        engine::run(
-            &setup,
-            &mut LinearDevice,
-            pol.as_mut(),
-            &mut VirtualClock::new(),
-            &arrivals,
-        )
-        .unwrap()
-    };
-    let (lazy, adaptive) = (run("lazy"), run("lazy:adaptive"));
+    let mut pol = policy::parse(policy, 8).unwrap();
+    let setup = engine::Setup::new(&m, &pred, Nanos::from_ms(1e4), 8);
+    engine::run(
+        &setup,
+        &mut LinearDevice,
+        pol.as_mut(),
+        &mut VirtualClock::new(),
+        arrivals,
+    )
+    .unwrap()
+}
+
+#[test]
+fn adaptive_lazy_never_preempts_without_a_batching_gain() {
+    // the eight-node graph on a device whose batches cost as much as their members one by one,
+    // profiled as such: LazyB's slack gate lets it preempt (a generous SLA), the adaptive rule
+    // finds no preemption that lowers the total completion time
+    let arrivals: Vec<Arrival> =
+        traffic::generate(&eight_nodes(), (Process::Poisson, 100.0), 3000, 5)
+            .unwrap()
+            .collect();
+    let (lazy, adaptive) = (
+        serve_linear("lazy", &arrivals),
+        serve_linear("lazy:adaptive", &arrivals),
+    );
     assert!(lazy.counters.preemptions > 100, "{:?}", lazy.counters);
     assert_eq!(adaptive.counters.preemptions, 0);
     assert_eq!(adaptive.stats().completed, 3000);
     // without preemptions it serves first come first served: no worse a mean than LazyB's LIFO
     assert!(adaptive.stats().latency_ms.mean <= lazy.stats().latency_ms.mean);
+}
+
+#[test]
+fn adaptive_lazy_starts_the_group_that_lowers_the_total_completion_time() {
+    // eight requests at t = 0. Without a batching gain (8 ms a request, 8b ms a batch of b)
+    // one at a time finishes them at 8, 16, ..., 64 ms (mean 36) where one batch of eight
+    // finishes all at 64 ms: the adaptive LazyB serves them as Serial does, LazyB as one batch
+    let burst: Vec<Arrival> = (0..8).map(|_| Arrival::default()).collect();
+    let mean = |p: &str| serve_linear(p, &burst).stats().latency_ms.mean;
+    assert_eq!(mean("serial"), 36.0);
+    assert_eq!(mean("lazy:adaptive"), 36.0);
+    assert_eq!(mean("lazy"), 64.0);
+    // when a batch costs what one input does (8 ms at every size), one batch of eight
+    let free = serve("lazy:adaptive", &burst);
+    assert_eq!(free.latency_ms.mean, 8.0);
+    assert_eq!(free.mean_batch_size, 8.0);
 }
 
 #[test]
