@@ -42,7 +42,25 @@ pub struct RunOut {
     pub parts: Vec<Stats>,
     /// The latency histogram, when kept.
     pub histogram: Option<Histogram<u64>>,
+    /// Each SLA class's statistics (empty without classes).
+    pub classes: Vec<Stats>,
+    /// Each SLA class's latency (ms) at [`CLASS_QUANTILES`] (empty without classes).
+    pub class_cdf: Vec<Vec<f64>>,
 }
+
+/// The quantiles at which a run keeps each SLA class's latency: every percentile, then the
+/// 99.5th and 99.9th (a class's CDF, 101 numbers whatever the run's length).
+pub const CLASS_QUANTILES: [f64; 101] = {
+    let mut q = [0.0; 101];
+    let mut i = 0;
+    while i < 99 {
+        q[i] = (i + 1) as f64 / 100.0;
+        i += 1;
+    }
+    q[99] = 0.995;
+    q[100] = 0.999;
+    q
+};
 
 impl RunOut {
     /// Fraction of requests slower than `sla_ms` (the latencies must have been kept).
@@ -72,6 +90,8 @@ fn finish(mut out: Outcome, keep: Keep) -> RunOut {
         parts: out.part_stats(),
         lat_ms: out.record.take_latencies(),
         histogram: keep.histogram.then(|| out.record.histogram().clone()),
+        classes: out.class_stats(),
+        class_cdf: out.record.class_quantiles(&CLASS_QUANTILES),
     }
 }
 

@@ -18,7 +18,7 @@ pub(super) struct ReproduceArgs {
     /// Seeds per configuration (default 20; 2 with --quick).
     #[arg(long, allow_negative_numbers = true)]
     seeds: Option<i64>,
-    /// Experiments to run, comma-separated (default: all).
+    /// Experiments to run, comma-separated (default: all; `beyond` = bursts, goodput, adaptive).
     #[arg(long, value_delimiter = ',')]
     figures: Option<Vec<String>>,
     /// NPU configurations, comma-separated: shipped names (`paper`, `default`) or TOML files;

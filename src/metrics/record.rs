@@ -340,6 +340,21 @@ impl Recorder {
         self.classes.iter().map(|t| t.stats(c)).collect()
     }
 
+    /// Each SLA class's latency (ms) at each of `quantiles` (empty without classes; zeros for
+    /// a class that completed nothing): the classes' CDFs from their histograms.
+    pub fn class_quantiles(&self, quantiles: &[f64]) -> Vec<Vec<f64>> {
+        self.classes
+            .iter()
+            .map(|t| {
+                let max_ms = t.max.as_ms();
+                quantiles
+                    .iter()
+                    .map(|&p| (t.hist.value_at_quantile(p) as f64 / 1e3).min(max_ms))
+                    .collect()
+            })
+            .collect()
+    }
+
     /// The latency histogram (µs) of the completed requests.
     pub fn histogram(&self) -> &Histogram<u64> {
         &self.all.hist

@@ -7,6 +7,7 @@
 //! measured cause of every large difference ([`headline`]).
 
 pub mod calibration;
+pub(crate) mod heatmap;
 pub(crate) mod plot;
 pub mod spectrum;
 pub mod table;
@@ -16,9 +17,39 @@ mod differences;
 mod experiments;
 mod headline;
 
-/// Experiment names, in report order (the values `--figures` accepts).
+/// Experiment names, in report order (the values `--figures` accepts, besides [`GROUPS`]).
 pub fn experiment_names() -> Vec<&'static str> {
     experiments::ALL.iter().map(|e| e.name()).collect()
+}
+
+/// Names `--figures` accepts for several experiments at once.
+pub const GROUPS: &[(&str, &[&str])] = &[("beyond", &["bursts", "goodput", "adaptive"])];
+
+/// The experiments `names` select (groups expanded), in report order, each once.
+fn select(names: &[String]) -> Result<Vec<&'static dyn experiments::Experiment>> {
+    let mut wanted = Vec::new();
+    for f in names {
+        match GROUPS.iter().find(|(g, _)| g == f) {
+            Some((_, members)) => wanted.extend(members.iter().map(|m| m.to_string())),
+            None if experiments::find(f).is_some() => wanted.push(f.clone()),
+            None => {
+                let groups: Vec<&str> = GROUPS.iter().map(|g| g.0).collect();
+                return Err(Error::invalid(
+                    "--figures",
+                    format!(
+                        "unknown experiment '{f}' (known: {}; groups: {})",
+                        experiment_names().join(", "),
+                        groups.join(", ")
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(experiments::ALL
+        .iter()
+        .copied()
+        .filter(|e| wanted.iter().any(|w| w == e.name()))
+        .collect())
 }
 
 use crate::bench::{Bench, RunConfig};
@@ -337,22 +368,9 @@ pub fn reproduce(opts: &Options) -> Result<Vec<String>> {
             "give 1 to 255 configurations",
         ));
     }
-    let chosen: Vec<&'static dyn experiments::Experiment> = match &opts.figures {
+    let chosen = match &opts.figures {
         None => experiments::ALL.to_vec(),
-        Some(list) => list
-            .iter()
-            .map(|f| {
-                experiments::find(f).ok_or_else(|| {
-                    Error::invalid(
-                        "--figures",
-                        format!(
-                            "unknown experiment '{f}' (known: {})",
-                            experiment_names().join(", ")
-                        ),
-                    )
-                })
-            })
-            .collect::<Result<_>>()?,
+        Some(list) => select(list)?,
     };
     let selected: Vec<&'static str> = chosen.iter().map(|e| e.name()).collect();
     std::fs::create_dir_all(&opts.out).map_err(|e| Error::io(&opts.out, e))?;
@@ -416,4 +434,25 @@ pub fn reproduce(opts: &Options) -> Result<Vec<String>> {
     .map_err(|e| Error::io(&cfg_path, e))?;
     files.push("config.json".into());
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<&'static str> {
+        let list: Vec<String> = list.iter().map(|s| s.to_string()).collect();
+        select(&list).unwrap().iter().map(|e| e.name()).collect()
+    }
+
+    #[test]
+    fn beyond_names_the_three_experiments_past_the_paper_once_each_in_report_order() {
+        assert_eq!(names(&["beyond"]), ["bursts", "goodput", "adaptive"]);
+        assert_eq!(
+            names(&["adaptive", "eval", "beyond"]),
+            ["eval", "bursts", "goodput", "adaptive"]
+        );
+        let e = select(&["nope".to_string()]).err().unwrap().to_string();
+        assert!(e.contains("groups: beyond"), "{e}");
+    }
 }

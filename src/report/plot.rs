@@ -82,7 +82,7 @@ pub(crate) struct Figure {
 }
 
 /// Width of the shared legend column in pixels.
-const LEGEND_W: u32 = 170;
+const LEGEND_W: u32 = 205;
 
 fn color(i: usize) -> RGBColor {
     const C: [RGBColor; 10] = [

@@ -162,7 +162,7 @@ fn quick_reproduce_writes_every_figure_and_is_deterministic() {
         col("cv"),
         col("mean_latency_ms"),
     );
-    assert_eq!(rows.len(), 3 * 5 * 3);
+    assert_eq!(rows.len(), 3 * 6 * 3);
     for model in ["resnet50", "gnmt", "transformer_base"] {
         let serial: Vec<f64> = rows
             .iter()
@@ -187,6 +187,17 @@ fn quick_reproduce_writes_every_figure_and_is_deterministic() {
     let (shed, count) = (col("shed"), col("shed_requests"));
     assert!(rows.iter().all(|r| r[shed] == "true" || r[count] == "0"));
     assert!(rows.iter().any(|r| r[shed] == "true" && r[count] != "0"));
+    // each class's CDF: 101 quantiles per model × policy × shedding × class, latencies
+    // non-decreasing along each
+    let (head, rows) = csv(&a, "default/goodput_cdf.csv");
+    assert_eq!(rows.len(), 3 * 2 * 2 * 2 * 101);
+    let lat = head.iter().position(|h| h == "latency_ms").unwrap();
+    for curve in rows.chunks(101) {
+        let v: Vec<f64> = curve.iter().map(|r| r[lat].parse().unwrap()).collect();
+        assert!(v.windows(2).all(|w| w[0] <= w[1]), "{:?}", &curve[0][..4]);
+        assert!(v[100] > 0.0, "{:?} completed nothing", &curve[0][..4]);
+    }
+    assert!(files.contains(&"default/adaptive_heat.svg".to_string()));
     // the adaptive grid: every zoo model at six loads, each ratio to a named baseline
     let (head, rows) = csv(&a, "default/adaptive.csv");
     assert_eq!(rows.len(), 8 * 6);

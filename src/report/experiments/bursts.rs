@@ -11,7 +11,14 @@ use std::fmt::Write as _;
 pub(super) struct Bursts;
 
 const MODELS: &[&str] = &["resnet50", "gnmt", "transformer_base"];
-const POLICIES: &[&str] = &["serial", "graph:0", "graph:25", "continuous", "lazy"];
+const POLICIES: &[&str] = &[
+    "serial",
+    "graph:0",
+    "graph:25",
+    "continuous",
+    "lazy",
+    "lazy:adaptive",
+];
 /// The arrival processes, by coefficient of variation (CV 1 is the paper's Poisson traffic).
 const PROCESSES: &[(f64, &str)] = &[(1.0, "poisson"), (2.0, "gamma:2"), (4.0, "gamma:4")];
 /// The load: a fraction of the serial capacity (1 / single-input latency).
@@ -63,7 +70,7 @@ fn bursts(ctx: &mut Ctx) -> Result<()> {
         ..Figure::default()
     };
     let mut text = String::from(
-        "| model | CV | Serial | GraphB(0) | GraphB(25) | Continuous | LazyB |\n|---|---|---|---|---|---|---|\n",
+        "| model | CV | Serial | GraphB(0) | GraphB(25) | Continuous | LazyB | LazyB (adaptive) |\n|---|---|---|---|---|---|---|---|\n",
     );
     for &m in MODELS {
         let r = rate(m, ctx.npu())?;

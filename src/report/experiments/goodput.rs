@@ -6,6 +6,7 @@
 use super::*;
 use crate::report::plot::{Figure, Panel, Series};
 use crate::report::table::Table;
+use crate::runs::CLASS_QUANTILES;
 use std::fmt::Write as _;
 
 /// Goodput under overload.
@@ -50,8 +51,104 @@ impl Experiment for Goodput {
         Ok(())
     }
     fn write(&self, ctx: &mut Ctx) -> Result<()> {
-        goodput(ctx)
+        goodput(ctx)?;
+        class_cdfs(ctx)
     }
+}
+
+/// The load at which the per-class CDFs are drawn (twice the serial capacity: overload, where
+/// shedding matters).
+const CDF_LOAD: f64 = 2.0;
+
+/// Each class's latency CDF at [`CDF_LOAD`] under each policy, with and without shedding (the
+/// mean over seeds of each quantile; completed requests only).
+fn class_cdfs(ctx: &mut Ctx) -> Result<()> {
+    let mut t = Table::new(&["model", "policy", "shed", "class", "quantile", "latency_ms"]);
+    let mut fig = Figure {
+        shared_legend: true,
+        ..Figure::default()
+    };
+    let mut text = String::from(
+        "| model | policy | class | p50 (ms) | p99 (ms) | p50 with --shed | p99 with --shed |\n|---|---|---|---|---|---|---|\n",
+    );
+    for &m in MODELS {
+        let (classes, _) = setting(m, ctx.npu())?;
+        let cap = serial_capacity(m, ctx.npu())?;
+        let r = rate_at(cap, CDF_LOAD);
+        let names: Vec<String> = classes
+            .split(',')
+            .map(|c| c.split(':').next().unwrap_or(c).to_string())
+            .collect();
+        let mut panel = Panel {
+            title: format!("{} at {CDF_LOAD}× capacity", short(m)),
+            x_label: "latency (ms)".into(),
+            y_label: "fraction of completed requests".into(),
+            log_x: true,
+            y_range: Some((0.0, 1.02)),
+            legend_lower_right: true,
+            ..Panel::default()
+        };
+        for p in POLICIES {
+            let mut cells = vec![Vec::new(); names.len()];
+            for shed in [false, true] {
+                let runs = ctx.runs_with(m, p, r, &|j| j.classed(classes.clone(), shed))?;
+                for (c, name) in names.iter().enumerate() {
+                    let mean_at = |k: usize| {
+                        let v: Vec<f64> = runs
+                            .iter()
+                            .filter_map(|x| x.class_cdf.get(c).map(|q| q[k]))
+                            .collect();
+                        v.iter().sum::<f64>() / v.len().max(1) as f64
+                    };
+                    let mut s = Series {
+                        name: format!("{} {name}{}", label(p), if shed { " + shed" } else { "" }),
+                        dashed: shed,
+                        ..Series::default()
+                    };
+                    for (k, &q) in CLASS_QUANTILES.iter().enumerate() {
+                        let ms = mean_at(k);
+                        s.points.push((ms.max(1e-3), q));
+                        t.push(vec![
+                            m.into(),
+                            (*p).into(),
+                            shed.to_string().into(),
+                            name.as_str().into(),
+                            q.into(),
+                            ms.into(),
+                        ]);
+                    }
+                    let at = |q: f64| CLASS_QUANTILES.iter().position(|&x| x == q).unwrap_or(0);
+                    cells[c].push(format!(
+                        "{:.2} | {:.2}",
+                        mean_at(at(0.5)),
+                        mean_at(at(0.99))
+                    ));
+                    panel.series.push(s);
+                }
+            }
+            for (c, name) in names.iter().enumerate() {
+                let _ = writeln!(
+                    text,
+                    "| {} | {} | {name} | {} |",
+                    short(m),
+                    label(p),
+                    cells[c].join(" | ")
+                );
+            }
+        }
+        fig.panels.push(panel);
+    }
+    ctx.table(&t, "goodput_cdf")?;
+    ctx.figure(&fig, "goodput_cdf", 440, 400)?;
+    ctx.sections.push((
+        "Latency by SLA class under overload (our extension)".into(),
+        format!(
+            "![goodput_cdf](goodput_cdf.svg)\n\nEach class's latency CDF at {CDF_LOAD}× the serial capacity (the mean \
+             over seeds of each percentile, from each class's histogram; completed requests only — shed requests do not \
+             complete). `goodput_cdf.csv` has every percentile.\n\n{text}"
+        ),
+    ));
+    Ok(())
 }
 
 fn goodput(ctx: &mut Ctx) -> Result<()> {

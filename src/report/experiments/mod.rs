@@ -21,6 +21,7 @@ mod traffic;
 pub(crate) use eval::{gains, gains_of, pooled};
 pub(crate) use sla::{sla_curve, zero_from};
 
+use super::heatmap::HeatMap;
 use super::plot::Figure;
 use super::table::Table;
 use super::{Job, Plan, Results, RunOut};
@@ -105,6 +106,7 @@ pub(super) fn label(p: &str) -> String {
         "lazy" => "LazyB".into(),
         "oracle" => "Oracle".into(),
         "lazy:strict" => "LazyB (strict)".into(),
+        "lazy:adaptive" => "LazyB (adaptive)".into(),
         "continuous" => "Continuous".into(),
         "oracle:strict" => "Oracle (strict)".into(),
         g => match (g.strip_prefix("graph:"), g.strip_prefix("cellular:")) {
@@ -366,6 +368,12 @@ impl<'a> Ctx<'a> {
 
     pub(super) fn figure(&mut self, f: &Figure, name: &str, w: u32, h: u32) -> Result<()> {
         f.write_svg(&self.out.join(format!("{name}.svg")), w, h)?;
+        self.files.push(format!("{name}.svg"));
+        Ok(())
+    }
+
+    pub(super) fn heat_map(&mut self, panels: &[HeatMap], name: &str) -> Result<()> {
+        HeatMap::write_svg(panels, &self.out.join(format!("{name}.svg")))?;
         self.files.push(format!("{name}.svg"));
         Ok(())
     }

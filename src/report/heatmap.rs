@@ -1,0 +1,183 @@
+//! SVG heat maps (plotters, SVG backend only): a grid of ratios, one row per model and one
+//! column per setting, each cell coloured by how far its ratio is from a goal and labelled
+//! with its value. `reproduce --figures adaptive` draws `lazy:adaptive`'s ratio to the best
+//! baseline this way.
+
+use crate::error::{Error, Result};
+use plotters::prelude::*;
+use plotters::style::text_anchor;
+use std::path::Path;
+
+/// One panel: `values[r][c]` is row `r`'s ratio at column `c` (NaN: no value).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct HeatMap {
+    /// Title above the grid.
+    pub title: String,
+    /// Row labels (left).
+    pub rows: Vec<String>,
+    /// Column labels (below).
+    pub cols: Vec<String>,
+    /// The column axis' name.
+    pub x_label: String,
+    /// The ratios, one vector per row.
+    pub values: Vec<Vec<f64>>,
+    /// Ratios up to this are on goal (green); above it, cells shade to red at `worst`.
+    pub goal: f64,
+    /// The ratio drawn fully red.
+    pub worst: f64,
+}
+
+/// Cell size and margins in pixels.
+const CELL_W: i32 = 62;
+const CELL_H: i32 = 30;
+const LEFT: i32 = 150;
+const TOP: i32 = 40;
+const BOTTOM: i32 = 50;
+
+/// The colour of `v`: green at or under `goal`, white just above it, red at `worst`.
+fn shade(v: f64, goal: f64, worst: f64) -> RGBColor {
+    if !v.is_finite() {
+        return RGBColor(230, 230, 230);
+    }
+    if v <= goal {
+        // greener the further under 1
+        let t = ((goal - v) / 0.3).clamp(0.0, 1.0);
+        let g = |a: f64, b: f64| (a + (b - a) * t) as u8;
+        return RGBColor(g(210.0, 90.0), g(240.0, 190.0), g(210.0, 90.0));
+    }
+    let t = ((v - goal) / (worst - goal).max(1e-9)).clamp(0.0, 1.0);
+    let g = |a: f64, b: f64| (a + (b - a) * t) as u8;
+    RGBColor(g(255.0, 215.0), g(235.0, 60.0), g(200.0, 50.0))
+}
+
+impl HeatMap {
+    fn size(&self) -> (u32, u32) {
+        let w = LEFT + CELL_W * self.cols.len() as i32 + 20;
+        let h = TOP + CELL_H * self.rows.len() as i32 + BOTTOM;
+        (w as u32, h as u32)
+    }
+
+    /// Writes the panels side by side to `path` (SVG).
+    pub(crate) fn write_svg(panels: &[HeatMap], path: &Path) -> Result<()> {
+        let err = |e: String| Error::Internal(format!("drawing {}: {e}", path.display()));
+        let (w, h) = panels
+            .iter()
+            .map(HeatMap::size)
+            .fold((0, 0), |(w, h), (a, b)| (w + a, h.max(b)));
+        let root = SVGBackend::new(path, (w.max(1), h.max(1))).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
+        let mut x0 = 0;
+        for p in panels {
+            p.draw(&root, x0).map_err(err)?;
+            x0 += p.size().0 as i32;
+        }
+        root.present().map_err(|e| err(e.to_string()))
+    }
+
+    fn draw(
+        &self,
+        root: &DrawingArea<SVGBackend, plotters::coord::Shift>,
+        x0: i32,
+    ) -> std::result::Result<(), String> {
+        let e = |e: DrawingAreaErrorKind<_>| e.to_string();
+        let font = ("sans-serif", 13);
+        let centred = TextStyle::from(font).pos(text_anchor::Pos::new(
+            text_anchor::HPos::Center,
+            text_anchor::VPos::Center,
+        ));
+        let right = TextStyle::from(font).pos(text_anchor::Pos::new(
+            text_anchor::HPos::Right,
+            text_anchor::VPos::Center,
+        ));
+        let grid_w = CELL_W * self.cols.len() as i32;
+        root.draw(&Text::new(
+            self.title.clone(),
+            (x0 + LEFT + grid_w / 2, TOP / 2),
+            TextStyle::from(("sans-serif", 15)).pos(text_anchor::Pos::new(
+                text_anchor::HPos::Center,
+                text_anchor::VPos::Center,
+            )),
+        ))
+        .map_err(e)?;
+        for (r, name) in self.rows.iter().enumerate() {
+            let y = TOP + CELL_H * r as i32;
+            root.draw(&Text::new(
+                name.clone(),
+                (x0 + LEFT - 6, y + CELL_H / 2),
+                right.clone(),
+            ))
+            .map_err(e)?;
+            for c in 0..self.cols.len() {
+                let v = self.values.get(r).and_then(|row| row.get(c)).copied();
+                let v = v.unwrap_or(f64::NAN);
+                let x = x0 + LEFT + CELL_W * c as i32;
+                let corners = [(x, y), (x + CELL_W, y + CELL_H)];
+                root.draw(&Rectangle::new(
+                    corners,
+                    shade(v, self.goal, self.worst).filled(),
+                ))
+                .map_err(e)?;
+                root.draw(&Rectangle::new(corners, WHITE.stroke_width(1)))
+                    .map_err(e)?;
+                let label = if v.is_finite() {
+                    format!("{v:.2}")
+                } else {
+                    "–".into()
+                };
+                let mid = (x + CELL_W / 2, y + CELL_H / 2);
+                root.draw(&Text::new(label, mid, centred.clone()))
+                    .map_err(e)?;
+            }
+        }
+        let below = TOP + CELL_H * self.rows.len() as i32;
+        for (c, name) in self.cols.iter().enumerate() {
+            let x = x0 + LEFT + CELL_W * c as i32 + CELL_W / 2;
+            root.draw(&Text::new(name.clone(), (x, below + 12), centred.clone()))
+                .map_err(e)?;
+        }
+        root.draw(&Text::new(
+            self.x_label.clone(),
+            (x0 + LEFT + grid_w / 2, below + 34),
+            centred,
+        ))
+        .map_err(e)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn on_goal_cells_are_green_and_misses_red() {
+        let on = shade(1.0, 1.05, 1.3);
+        let miss = shade(1.3, 1.05, 1.3);
+        assert!(on.1 > on.0, "green dominates on goal: {on:?}");
+        assert!(
+            miss.0 > miss.1,
+            "red dominates at the worst ratio: {miss:?}"
+        );
+        assert_eq!(shade(f64::NAN, 1.05, 1.3), RGBColor(230, 230, 230));
+    }
+
+    #[test]
+    fn a_heat_map_writes_every_cell() {
+        let path = std::env::temp_dir().join(format!("lazybatch-heat-{}.svg", std::process::id()));
+        let h = HeatMap {
+            title: "t".into(),
+            rows: vec!["a".into(), "b".into()],
+            cols: vec!["0.1".into(), "0.5".into(), "0.9".into()],
+            x_label: "load".into(),
+            values: vec![vec![0.98, 1.02, 1.2], vec![1.0, f64::NAN, 1.07]],
+            goal: 1.05,
+            worst: 1.3,
+        };
+        HeatMap::write_svg(&[h.clone(), h], &path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        for label in ["0.98", "1.02", "1.20", "1.07", "–"] {
+            assert_eq!(svg.matches(label).count(), 2, "{label} once per panel");
+        }
+    }
+}
