@@ -28,8 +28,24 @@ pub enum Error {
         /// What is wrong.
         msg: String,
     },
+    /// An ONNX model that cannot be imported: names the file and, where there is one, the node.
+    #[error("{file}: {msg}")]
+    Onnx {
+        /// The file being read.
+        file: PathBuf,
+        /// What is wrong, naming the node and the attribute or input.
+        msg: String,
+    },
+    /// A file that is not a valid ONNX protobuf (truncated, or not ONNX at all).
+    #[error("{file}: not a readable ONNX model (its protobuf does not decode): {source}")]
+    OnnxDecode {
+        /// The file being read.
+        file: PathBuf,
+        /// The decoder's own error.
+        source: prost::DecodeError,
+    },
     /// A model name that is neither built in nor a readable file.
-    #[error("unknown model '{0}' (built in: {1}; or pass a path to a .toml model file)")]
+    #[error("unknown model '{0}' (built in: {1}; or pass a path to a .toml or .onnx model file)")]
     UnknownModel(String, String),
     /// A policy string that does not parse.
     #[error("bad policy '{spec}': {msg}")]

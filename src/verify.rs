@@ -164,6 +164,52 @@ fn capture_both(
     Ok((ca, cb))
 }
 
+/// One request's model input, as the graph declares it (`[C, H, W]` for images), and its final
+/// outputs ([`Captured`]'s order).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestIo {
+    /// The request's input key (what its generated input derives from).
+    pub key: u64,
+    /// Its model input.
+    pub input: Vec<f32>,
+    /// Its final outputs.
+    pub output: Vec<f32>,
+}
+
+/// Serves `requests` requests alone on `dev` and returns what each one read and computed, to
+/// compare with another runtime on the same inputs (`tests/it/onnx.rs` against onnxruntime).
+pub fn inputs_and_outputs(
+    model: &Model,
+    dev: &mut dyn Device,
+    requests: usize,
+    max_batch: u32,
+    seed: u64,
+) -> Result<Vec<RequestIo>> {
+    let arrivals = arrivals_at_zero(model, requests, seed)?;
+    dev.prepare(model, max_batch)?;
+    let (c, _) = serve(
+        model,
+        dev,
+        &mut Serial,
+        &arrivals,
+        max_batch,
+        CaptureMode::EveryNode,
+    )?;
+    let first = model.parts[0].first.idx();
+    let mut out: Vec<RequestIo> = c
+        .trace
+        .iter()
+        .filter(|e| e.node == first)
+        .map(|e| RequestIo {
+            key: e.input,
+            input: e.values.clone(),
+            output: c.outputs.get(&e.input).cloned().unwrap_or_default(),
+        })
+        .collect();
+    out.sort_by_key(|r| r.key);
+    Ok(out)
+}
+
 /// Serves the same requests alone (serial) on two devices and returns both captures, for
 /// device-against-device checks (CUDA against the CPU reference).
 pub fn serve_both(

@@ -66,6 +66,13 @@ struct Cli {
 enum Cmd {
     /// List the model zoo: class, node count, parameters, MACs at batch 1.
     Models {
+        /// Describe these models (names, model files or ONNX files, comma-separated) instead
+        /// of the zoo.
+        #[arg(long, value_delimiter = ',')]
+        model: Vec<String>,
+        /// The size of a named axis of an ONNX model's input, e.g. `--dim seq=128`.
+        #[arg(long = "dim", value_name = "NAME=SIZE", value_parser = parse_dim)]
+        dims: Vec<(String, usize)>,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -104,7 +111,7 @@ pub fn run() -> Result<std::process::ExitCode> {
     let cli = Cli::parse();
     let ok = std::process::ExitCode::SUCCESS;
     match cli.cmd {
-        Cmd::Models { json } => models::run(json).map(|()| ok),
+        Cmd::Models { model, dims, json } => models::run(&model, &dims, json).map(|()| ok),
         Cmd::Profile(a) => profile::run(a).map(|()| ok),
         Cmd::Run(a) => serve::run(a).map(|()| ok),
         Cmd::Compare(a) => compare::compare(a).map(|()| ok),
@@ -127,6 +134,25 @@ struct ModelArgs {
     /// Input resolution multiplier for a reduced-size CNN variant, in (0, 1] [default: 1].
     #[arg(long, allow_negative_numbers = true)]
     res: Option<f64>,
+    /// The size of a named axis of an ONNX model's input (other than the batch axis), e.g.
+    /// `--dim seq=128`; repeat for several.
+    #[arg(long = "dim", value_name = "NAME=SIZE", value_parser = parse_dim)]
+    dims: Vec<(String, usize)>,
+}
+
+/// `--dim NAME=SIZE`: a named axis and its size, in [1, 2^20].
+fn parse_dim(s: &str) -> std::result::Result<(String, usize), String> {
+    let (name, size) = s
+        .split_once('=')
+        .ok_or_else(|| format!("'{s}': expected NAME=SIZE, e.g. seq=128"))?;
+    let size: usize = size
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{s}': the size must be an integer in [1, 1048576]"))?;
+    if name.trim().is_empty() || !(1..=1 << 20).contains(&size) {
+        return Err(format!("'{s}': expected a name and a size in [1, 1048576]"));
+    }
+    Ok((name.trim().to_string(), size))
 }
 
 impl ModelArgs {
@@ -138,7 +164,7 @@ impl ModelArgs {
         };
         let names: Vec<&str> = self.model.split(',').map(str::trim).collect();
         if names.len() == 1 {
-            let m = zoo::load_scaled(names[0], scale)?;
+            let m = zoo::load_with(names[0], scale, &self.dims)?;
             self.check_res(&m)?;
             return Ok(m);
         }
@@ -147,7 +173,7 @@ impl ModelArgs {
             if n.is_empty() {
                 bail!("--model: empty name in the list '{}'", self.model);
             }
-            models.push(zoo::load_scaled(n, scale)?);
+            models.push(zoo::load_with(n, scale, &self.dims)?);
         }
         let m = Model::compose(models);
         self.check_res(&m)?;

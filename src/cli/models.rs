@@ -1,16 +1,22 @@
-//! `lazybatch models`: the zoo.
+//! `lazybatch models`: the zoo, or the models named (built in, model files, ONNX files).
 
 use super::emit;
 use anyhow::{Context, Result};
 use lazybatch::graph::zoo;
 use serde_json::json;
 
-/// Lists the built-in models: class, nodes, parameters, MACs at batch 1.
-pub(super) fn run(json_out: bool) -> Result<()> {
+/// Lists the built-in models (or `names`): class, nodes, parameters, MACs at batch 1.
+pub(super) fn run(names: &[String], dims: &[(String, usize)], json_out: bool) -> Result<()> {
     let mut o = String::new();
     let mut rows = Vec::new();
-    for name in zoo::all_names() {
-        let m = zoo::load(name).with_context(|| format!("loading built-in model {name}"))?;
+    let names: Vec<&str> = if names.is_empty() {
+        zoo::all_names()
+    } else {
+        names.iter().map(String::as_str).collect()
+    };
+    for name in names {
+        let m = zoo::load_with(name, Default::default(), dims)
+            .with_context(|| format!("loading model {name}"))?;
         let len = m.ref_lengths();
         rows.push(json!({
             "name": m.name,

@@ -39,6 +39,11 @@ pub(super) struct VerifyArgs {
     /// Relative tolerance for --ops.
     #[arg(long, default_value_t = 1e-3, allow_negative_numbers = true)]
     tolerance: f64,
+    /// Also write each request's model input and output, served alone, to FILE as JSON
+    /// (`{"inputs": [[…]], "outputs": [[…]]}`), to compare with another runtime on the same
+    /// inputs (`scripts/onnx-check.py MODEL.onnx FILE` runs onnxruntime).
+    #[arg(long, value_name = "FILE")]
+    io_json: Option<std::path::PathBuf>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -94,6 +99,16 @@ pub(super) fn run(a: VerifyArgs) -> Result<ExitCode> {
         (Some(None), _) => false,
         _ => true,
     };
+    if let Some(path) = &a.io_json {
+        let io = lazybatch::verify::inputs_and_outputs(&model, dev.as_mut(), n, mb, a.seed)?;
+        let v = json!({
+            "model": model.name,
+            "inputs": io.iter().map(|r| &r.input).collect::<Vec<_>>(),
+            "outputs": io.iter().map(|r| &r.output).collect::<Vec<_>>(),
+        });
+        std::fs::write(path, v.to_string())
+            .map_err(|e| anyhow::anyhow!("--io-json {}: {e}", path.display()))?;
+    }
     let ops = if a.ops {
         let mut cpu = lazybatch::device::cpu::CpuDevice::new(a.seed);
         let (g, c) =

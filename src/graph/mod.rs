@@ -6,8 +6,10 @@
 
 pub(crate) mod infer;
 pub mod loader;
+pub mod onnx;
 pub mod op;
 pub mod shape;
+pub mod weights;
 pub mod zoo;
 
 pub use op::{CostTotals, Gemm, NodeCost, Op, Work};
@@ -224,6 +226,8 @@ pub struct Model {
     pub parts: Vec<Part>,
     /// The part each node belongs to.
     pub node_part: Vec<u16>,
+    /// Real weights an imported model brings (empty: devices generate them from a seed).
+    pub imported: weights::Imported,
 }
 
 /// One model of a (possibly composed) model: its node range and sequence settings.
@@ -313,6 +317,7 @@ impl Model {
     /// another (names prefixed `model/`), with one [`Part`] each. Nodes of different parts never
     /// share an identity, so sub-batches of different models never merge.
     pub fn compose(models: Vec<Model>) -> Model {
+        let imported = weights::Imported::concat(&models);
         let mut nodes = Vec::new();
         let mut loops = Vec::new();
         let mut parts = Vec::new();
@@ -376,6 +381,7 @@ impl Model {
             loops,
             parts,
             node_part,
+            imported,
         }
     }
 

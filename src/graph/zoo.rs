@@ -64,7 +64,26 @@ pub fn load(name_or_path: &str) -> Result<Model> {
 
 /// Loads a model (see [`load`]) as a reduced-size variant.
 pub fn load_scaled(name_or_path: &str, scale: Scale) -> Result<Model> {
+    load_with(name_or_path, scale, &[])
+}
+
+/// Loads a model (see [`load`]) as a reduced-size variant; an ONNX file's named axes are
+/// fixed by `dims` (an ONNX model brings its weights, so it cannot be scaled).
+pub fn load_with(
+    name_or_path: &str,
+    scale: Scale,
+    dims: &crate::graph::onnx::Dims,
+) -> Result<Model> {
     let key = name_or_path.trim();
+    if crate::graph::onnx::is_onnx(key) {
+        if scale != Scale::default() {
+            return Err(Error::invalid(
+                "--width/--res",
+                "an imported ONNX model keeps its own sizes (its weights come with it)",
+            ));
+        }
+        return crate::graph::onnx::import(Path::new(key), dims);
+    }
     for (name, aliases, text) in BUILTIN {
         if key.eq_ignore_ascii_case(name) || aliases.iter().any(|a| key.eq_ignore_ascii_case(a)) {
             return parse_model_scaled(text, Path::new(&format!("models/{name}.toml")), scale);

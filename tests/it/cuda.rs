@@ -390,6 +390,25 @@ fn cuda_matches_the_cpu_model_by_model() {
 }
 
 #[test]
+fn cuda_onnx_fixtures_match_onnxruntime() {
+    if !gpu_or_skip("cuda_onnx_fixtures_match_onnxruntime") {
+        return;
+    }
+    for name in crate::onnx::FIXTURES {
+        let mut gpu = CudaDevice::new(0, 3, Precision::F32).unwrap();
+        let Some(rel) = crate::onnx::against_onnxruntime(name, &mut gpu) else {
+            continue;
+        };
+        eprintln!("{name}: CUDA against onnxruntime, relative difference {rel:e}");
+        // f32 with cuBLAS's reduction order: the bound the CPU device meets, as on the CPU
+        assert!(
+            rel <= 1e-4,
+            "{name}: relative difference {rel:e} against onnxruntime"
+        );
+    }
+}
+
+#[test]
 fn cuda_matches_the_cpu_op_by_op() {
     if !gpu_or_skip("cuda_matches_the_cpu_op_by_op") {
         return;

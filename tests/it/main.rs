@@ -11,6 +11,7 @@ mod graph;
 mod hostile;
 mod kernels;
 mod npu;
+mod onnx;
 mod reproduce;
 mod runtime;
 mod statistics;

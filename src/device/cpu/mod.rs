@@ -397,7 +397,7 @@ impl Device for CpuDevice {
             let in_feat: usize = n.in_shapes.iter().map(|s| numel(&s.feat)).sum();
             let rows = if n.loop_id.is_some() { 1 } else { cap };
             let tied = model.tied_owner(n)?;
-            let w = cpu_weights(n, weights::generate(model, n, self.seed));
+            let w = cpu_weights(n, weights::of(model, n, self.seed));
             let state = match &n.op {
                 Op::Lstm { hidden, .. } => vec![0.0; mb * hidden],
                 Op::Attention {

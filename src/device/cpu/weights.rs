@@ -1,5 +1,6 @@
-//! Deterministic weights and inputs for the CPU device. No trained weights are reachable here:
-//! every tensor is drawn from a seeded generator, uniform with variance `gain / fan_in` (gain 2
+//! Deterministic weights and inputs for the CPU and CUDA devices. A model that brings its own
+//! weights (an imported ONNX model) is served with them ([`of`]); otherwise every tensor is
+//! drawn from a seeded generator, uniform with variance `gain / fan_in` (gain 2
 //! when a ReLU follows), which keeps activations finite through every zoo network.
 
 use crate::graph::op::{Act, AttnMode, Op, PosEnc};
@@ -7,23 +8,7 @@ use crate::graph::{Model, Node};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-/// A node's parameters. `w` is the main matrix (conv: `[group][K][Cout/g]`; linear `[K][N]`;
-/// lstm `[K+H][4H]`; embedding table `[V][d]`; additive attention: the normalized `g·v/‖v‖`),
-/// `bias` the bias (embedding: the token-type-0 row; attention: `b`), `scale`/`shift` a folded
-/// batch norm or a layer norm's gamma/beta, `extra` a learned position table.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Weights {
-    /// Main matrix.
-    pub w: Vec<f32>,
-    /// Bias.
-    pub bias: Vec<f32>,
-    /// Per-channel scale.
-    pub scale: Vec<f32>,
-    /// Per-channel shift.
-    pub shift: Vec<f32>,
-    /// Extra table.
-    pub extra: Vec<f32>,
-}
+pub(crate) use crate::graph::weights::Weights;
 
 fn rng_for(seed: u64, a: u64, b: u64) -> StdRng {
     StdRng::seed_from_u64(
@@ -40,6 +25,14 @@ fn gain(act: Act) -> f32 {
         2.0
     } else {
         1.0
+    }
+}
+
+/// Node `n`'s weights: the model's own (an imported model's), else generated from `seed`.
+pub(crate) fn of(model: &Model, n: &Node, seed: u64) -> Weights {
+    match model.imported.of(n) {
+        Some(w) => w.clone(),
+        None => generate(model, n, seed),
     }
 }
 

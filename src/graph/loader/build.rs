@@ -71,6 +71,7 @@ impl Parser<'_> {
             loops,
             parts,
             node_part,
+            imported: Default::default(),
         })
     }
 

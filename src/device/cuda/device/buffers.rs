@@ -199,7 +199,7 @@ impl CudaDevice {
     ) -> Result<NodeGpu> {
         let mb = layout.max_batch;
         let feat = layout.nodes[n.id.idx()].feat;
-        let w = weights::generate(model, n, self.seed);
+        let w = weights::of(model, n, self.seed);
         let state = match &n.op {
             Op::Lstm { hidden, .. } => Some(self.zeros(mb * hidden)?),
             Op::Attention {

@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Builds the small ONNX fixtures under tests/fixtures/onnx/ with the `onnx` package (random
+weights from a fixed numpy seed; each file well under 1 MB), or, with --full, full-size ResNet-50
+built the same way into a directory you name (about 100 MB; not committed).
+
+  resnet_style.onnx     3x32x32 image: conv+BN+ReLU stem, max pool, two residual blocks (one
+                        with a strided 1x1 projection shortcut), global average pool, Flatten,
+                        Gemm (transB=1) to 10 classes
+  mobilenet_style.onnx  3x32x32 image: conv+BN+Clip(0,6), three depthwise-separable blocks
+                        (depthwise 3x3 + BN + Clip(0,6), pointwise 1x1 + BN + Clip(0,6)), average
+                        pool, global average pool, Reshape to [batch, -1], MatMul + Add, Softmax
+
+and three small files that must be refused (bad_unknown_ops, bad_missing_initializer,
+bad_dynamic_shape). Every model has a named batch axis ("batch") and opset 17, as torch.onnx.export writes them.
+
+Usage: scripts/onnx-fixtures.py [--out tests/fixtures/onnx] [--full DIR]
+"""
+import argparse
+import os
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = 17
+
+
+class Builder:
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+        self.nodes, self.inits, self.n = [], [], 0
+
+    def name(self, base):
+        self.n += 1
+        return f"{base}_{self.n}"
+
+    def init(self, base, arr):
+        name = self.name(base)
+        self.inits.append(numpy_helper.from_array(np.asarray(arr), name))
+        return name
+
+    def node(self, op, inputs, base, **attrs):
+        out = self.name(base)
+        self.nodes.append(helper.make_node(op, inputs, [out], name=out, **attrs))
+        return out
+
+    def conv(self, x, cin, cout, k, stride=1, groups=1, bias=False):
+        fan_in = cin // groups * k * k
+        w = self.rng.normal(0, np.sqrt(2.0 / fan_in), (cout, cin // groups, k, k)).astype(np.float32)
+        ins = [x, self.init("w", w)]
+        if bias:
+            ins.append(self.init("b", self.rng.uniform(-0.1, 0.1, cout).astype(np.float32)))
+        p = k // 2
+        return self.node("Conv", ins, "conv", kernel_shape=[k, k], strides=[stride, stride],
+                         pads=[p, p, p, p], group=groups)
+
+    def bn(self, x, c):
+        r = self.rng
+        params = [r.uniform(0.5, 1.5, c), r.uniform(-0.1, 0.1, c), r.uniform(-0.1, 0.1, c),
+                  r.uniform(0.5, 1.5, c)]
+        ins = [x] + [self.init(n, p.astype(np.float32)) for n, p in zip(["gamma", "beta", "mean", "var"], params)]
+        return self.node("BatchNormalization", ins, "bn", epsilon=1e-5)
+
+    def relu6(self, x):
+        lo, hi = self.init("min", np.float32(0.0)), self.init("max", np.float32(6.0))
+        return self.node("Clip", [x, lo, hi], "clip")
+
+    def model(self, name, x_shape, out, out_shape):
+        x = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch"] + x_shape)
+        y = helper.make_tensor_value_info(out, TensorProto.FLOAT, ["batch"] + out_shape)
+        g = helper.make_graph(self.nodes, name, [x], [y], self.inits)
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)],
+                              producer_name="lazybatch scripts/onnx-fixtures.py")
+        m.ir_version = 8
+        onnx.checker.check_model(m)
+        return m
+
+
+def resnet_style():
+    b = Builder(1)
+    x = b.node("Relu", [b.bn(b.conv("input", 3, 16, 3), 16)], "relu")
+    x = b.node("MaxPool", [x], "maxpool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    # basic block, identity shortcut
+    y = b.node("Relu", [b.bn(b.conv(x, 16, 16, 3), 16)], "relu")
+    y = b.bn(b.conv(y, 16, 16, 3), 16)
+    x = b.node("Relu", [b.node("Add", [y, x], "add")], "relu")
+    # basic block, strided with a 1x1 projection shortcut
+    y = b.node("Relu", [b.bn(b.conv(x, 16, 32, 3, stride=2), 32)], "relu")
+    y = b.bn(b.conv(y, 32, 32, 3), 32)
+    s = b.bn(b.conv(x, 16, 32, 1, stride=2), 32)
+    x = b.node("Relu", [b.node("Add", [y, s], "add")], "relu")
+    x = b.node("GlobalAveragePool", [x], "gap")
+    x = b.node("Flatten", [x], "flatten", axis=1)
+    w = b.rng.normal(0, np.sqrt(1 / 32), (10, 32)).astype(np.float32)
+    c = b.rng.uniform(-0.1, 0.1, 10).astype(np.float32)
+    x = b.node("Gemm", [x, b.init("fc_w", w), b.init("fc_b", c)], "fc", transB=1)
+    return b.model("resnet_style", [3, 32, 32], x, [10])
+
+
+def mobilenet_style():
+    b = Builder(2)
+    x = b.relu6(b.bn(b.conv("input", 3, 16, 3, stride=2), 16))
+    c = 16
+    for cout, stride in [(32, 1), (64, 2), (64, 1)]:
+        x = b.relu6(b.bn(b.conv(x, c, c, 3, stride=stride, groups=c), c))
+        x = b.relu6(b.bn(b.conv(x, c, cout, 1), cout))
+        c = cout
+    x = b.node("AveragePool", [x], "avgpool", kernel_shape=[2, 2], strides=[2, 2])
+    x = b.node("GlobalAveragePool", [x], "gap")
+    x = b.node("Reshape", [x, b.init("shape", np.array([-1, c], dtype=np.int64))], "reshape")
+    x = b.node("Dropout", [x], "dropout")
+    w = b.rng.normal(0, np.sqrt(1 / c), (c, 10)).astype(np.float32)
+    x = b.node("MatMul", [x, b.init("fc_w", w)], "fc")
+    x = b.node("Add", [x, b.init("fc_b", b.rng.uniform(-0.1, 0.1, 10).astype(np.float32))], "fc_bias")
+    x = b.node("Softmax", [x], "softmax", axis=-1)
+    return b.model("mobilenet_style", [3, 32, 32], x, [10])
+
+
+def resnet50():
+    """Full-size ResNet-50 v1.5 (torchvision's layout: stride on the 3x3 of each bottleneck)."""
+    b = Builder(50)
+    x = b.node("Relu", [b.bn(b.conv("input", 3, 64, 7, stride=2), 64)], "relu")
+    x = b.node("MaxPool", [x], "maxpool", kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+    cin = 64
+    for width, blocks, stride in [(64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)]:
+        for i in range(blocks):
+            s = stride if i == 0 else 1
+            y = b.node("Relu", [b.bn(b.conv(x, cin, width, 1), width)], "relu")
+            y = b.node("Relu", [b.bn(b.conv(y, width, width, 3, stride=s), width)], "relu")
+            y = b.bn(b.conv(y, width, width * 4, 1), width * 4)
+            sc = x if i > 0 else b.bn(b.conv(x, cin, width * 4, 1, stride=s), width * 4)
+            x = b.node("Relu", [b.node("Add", [y, sc], "add")], "relu")
+            cin = width * 4
+    x = b.node("Flatten", [b.node("GlobalAveragePool", [x], "gap")], "flatten", axis=1)
+    w = b.rng.normal(0, np.sqrt(1 / 2048), (1000, 2048)).astype(np.float32)
+    x = b.node("Gemm", [x, b.init("fc_w", w), b.init("fc_b", np.zeros(1000, np.float32))], "fc", transB=1)
+    return b.model("resnet50", [3, 224, 224], x, [1000])
+
+
+def bad_fixtures():
+    """Tiny files that must be refused with a clear error (tests/it/onnx.rs)."""
+    out = {}
+    # operators we do not translate, two kinds, one of them twice
+    b = Builder(3)
+    x = b.node("Relu", ["input"], "relu")
+    x = b.node("Resize", [x, "", b.init("scales", np.array([1, 1, 2, 2], np.float32))], "resize")
+    x = b.node("Erf", [x], "erf")
+    x = b.node("Erf", [x], "erf")
+    out["bad_unknown_ops"] = b.model("bad_unknown_ops", [3, 8, 8], x, [3, 16, 16])
+    # a convolution whose weight is neither an initializer nor computed
+    b = Builder(4)
+    x = b.node("Conv", ["input", "missing_weight"], "conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    g = helper.make_graph(b.nodes, "bad_missing_initializer",
+                          [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 3, 8, 8])],
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, ["batch", 4, 8, 8])], [])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)])
+    m.ir_version = 8
+    out["bad_missing_initializer"] = m  # onnx.checker rejects it too: not checked here
+    # an image whose height is a named axis
+    b = Builder(5)
+    x = b.node("Relu", ["input"], "relu")
+    xv = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 3, "height", 8])
+    yv = helper.make_tensor_value_info(x, TensorProto.FLOAT, ["batch", 3, "height", 8])
+    m = helper.make_model(helper.make_graph(b.nodes, "bad_dynamic_shape", [xv], [yv], []),
+                          opset_imports=[helper.make_opsetid("", OPSET)])
+    m.ir_version = 8
+    out["bad_dynamic_shape"] = m
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="tests/fixtures/onnx")
+    ap.add_argument("--full", help="write full-size resnet50.onnx into this directory instead")
+    a = ap.parse_args()
+    if a.full:
+        os.makedirs(a.full, exist_ok=True)
+        onnx.save(resnet50(), os.path.join(a.full, "resnet50.onnx"))
+        return
+    os.makedirs(a.out, exist_ok=True)
+    models = {f.__name__: f() for f in [resnet_style, mobilenet_style]}
+    models.update(bad_fixtures())
+    for name, m in models.items():
+        path = os.path.join(a.out, name + ".onnx")
+        onnx.save(m, path)
+        print(f"{path}: {os.path.getsize(path):,} bytes")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,288 @@
+//! ONNX import: a `.onnx` file becomes a [`Model`] with its real weights. The protobuf is
+//! decoded by prost ([`proto`]); its nodes are translated one by one into our ops
+//! ([`translate`]), written out as model-file text and read back by the one model loader, so
+//! that an imported graph passes every check a hand-written one does (shapes along every edge,
+//! sizes); the weights ride along as the model's [`Imported`] weights. Every node is STATIC (one pass per
+//! request): seq2seq decoders stay in the model-file format.
+//!
+//! The batch axis is the first axis of the graph's one input (named or fixed); every other
+//! axis must be fixed in the file or by `--dim NAME=SIZE`. Anything else — an operator outside
+//! [`translate::SUPPORTED`] (every one listed, with a node each), an attribute we do not
+//! implement, a missing initializer, a shape we cannot fix — is an error naming the file and
+//! the node.
+
+mod proto;
+mod translate;
+
+use super::weights::{Imported, Weights};
+use super::Model;
+use crate::error::{Error, Result};
+use prost::Message;
+use proto::pb::{GraphProto, ModelProto};
+use proto::{is_float, is_int, tensor, value_type, Dim};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::path::Path;
+use translate::{Translator, Val, SUPPORTED};
+
+/// Sizes for named (symbolic) axes, from `--dim NAME=SIZE`.
+pub type Dims = [(String, usize)];
+
+/// True when `path` names an ONNX file (by its extension).
+pub fn is_onnx(path: &str) -> bool {
+    Path::new(path)
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
+}
+
+/// Imports the ONNX model at `path`, fixing named axes by `dims`.
+pub fn import(path: &Path, dims: &Dims) -> Result<Model> {
+    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let err = |msg: String| Error::Onnx {
+        file: path.to_path_buf(),
+        msg,
+    };
+    let model = ModelProto::decode(&bytes[..]).map_err(|source| Error::OnnxDecode {
+        file: path.to_path_buf(),
+        source,
+    })?;
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| err("the file holds no graph".into()))?;
+    check_ops(graph).map_err(err)?;
+    let (text, weights) = translate_graph(path, &model, graph, dims).map_err(err)?;
+    let mut m = super::loader::parse_model(&text, path)
+        .map_err(|e| err(format!("the translated graph does not load: {e}")))?;
+    let mut per_node = vec![None; m.nodes.len()];
+    for (name, w) in weights {
+        let i = m
+            .nodes
+            .iter()
+            .position(|n| n.name == name)
+            .ok_or_else(|| Error::Internal(format!("imported node '{name}' went missing")))?;
+        per_node[i] = Some(w);
+    }
+    m.imported = Imported::new(per_node);
+    check_sizes(&m).map_err(err)?;
+    Ok(m)
+}
+
+/// Every operator outside [`SUPPORTED`], each with the first node that uses it.
+fn check_ops(g: &GraphProto) -> std::result::Result<(), String> {
+    let mut bad: BTreeMap<&str, &str> = BTreeMap::new();
+    for n in &g.node {
+        let domain = n.domain();
+        if !SUPPORTED.contains(&n.op_type()) || !(domain.is_empty() || domain == "ai.onnx") {
+            bad.entry(n.op_type()).or_insert(n.name());
+        }
+    }
+    if bad.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = bad
+        .iter()
+        .map(|(op, node)| format!("{op} (node '{node}')"))
+        .collect();
+    Err(format!(
+        "unsupported operators: {} (supported: {})",
+        list.join(", "),
+        SUPPORTED.join(", ")
+    ))
+}
+
+/// The graph as model-file text, and each weighted node's weights by name.
+fn translate_graph(
+    path: &Path,
+    model: &ModelProto,
+    g: &GraphProto,
+    dims: &Dims,
+) -> std::result::Result<(String, Vec<(String, Weights)>), String> {
+    let mut uses: HashMap<String, usize> = HashMap::new();
+    for n in &g.node {
+        for i in n.input.iter().filter(|i| !i.is_empty()) {
+            *uses.entry(i.clone()).or_default() += 1;
+        }
+    }
+    for o in &g.output {
+        *uses.entry(o.name().to_string()).or_default() += 1;
+    }
+    let mut t = Translator::new(uses);
+    for init in &g.initializer {
+        let c = tensor(init).map_err(|e| format!("initializer '{}': {e}", init.name()))?;
+        t.vals.insert(init.name().to_string(), Val::Const(c));
+    }
+    let (input, shape) = graph_input(g, &t.vals, dims)?;
+    t.graph_input(&input, shape);
+    let mut text = header(path, model);
+    for n in &g.node {
+        t.node(n)?;
+    }
+    let out = match &g.output[..] {
+        [o] => o.name(),
+        outs => {
+            return Err(format!(
+                "{} graph outputs: exactly one is supported",
+                outs.len()
+            ))
+        }
+    };
+    match t.vals.get(out) {
+        Some(Val::Node { idx: 0, .. }) => {
+            return Err(format!("output '{out}' is the input itself"))
+        }
+        Some(Val::Node { idx, .. }) if *idx + 1 == t.nodes.len() => {}
+        Some(Val::Node { .. }) => {
+            return Err(format!(
+                "output '{out}' is not the last node computed (other nodes follow it)"
+            ))
+        }
+        Some(Val::Const(_)) => return Err(format!("output '{out}' is a constant")),
+        None => return Err(format!("output '{out}' is never computed")),
+    }
+    let mut weights = Vec::new();
+    for e in t.nodes {
+        let _ = writeln!(text, "\n[[node]]");
+        if !e.origin.is_empty() {
+            let _ = writeln!(text, "# {}", e.origin.replace('\n', " "));
+        }
+        let _ = writeln!(text, "name = {}", quote(&e.name));
+        let _ = writeln!(text, "op = \"{}\"", e.op);
+        if !e.inputs.is_empty() {
+            let ins: Vec<String> = e.inputs.iter().map(|i| quote(i)).collect();
+            let _ = writeln!(text, "inputs = [{}]", ins.join(", "));
+        }
+        for (k, v) in &e.fields {
+            let _ = writeln!(text, "{k} = {}", v.to_string().trim());
+        }
+        if let Some(a) = e.act {
+            let _ = writeln!(text, "act = \"{a}\"");
+        }
+        if let Some(w) = e.weights {
+            weights.push((e.name, w));
+        }
+    }
+    Ok((text, weights))
+}
+
+fn quote(s: &str) -> String {
+    toml_edit::Value::from(s).to_string().trim().to_string()
+}
+
+fn header(path: &Path, model: &ModelProto) -> String {
+    let stem = path
+        .file_stem()
+        .map_or_else(|| "onnx".into(), |s| s.to_string_lossy().into_owned());
+    let opset = model
+        .opset_import
+        .iter()
+        .find(|o| o.domain().is_empty() || o.domain() == "ai.onnx")
+        .and_then(|o| o.version)
+        .unwrap_or(0);
+    let producer = format!("{} {}", model.producer_name(), model.producer_version());
+    format!(
+        "# imported from {}\nname = {}\ndescription = {}\nsource = {}\nmax_batch = 64\n",
+        path.display(),
+        quote(&stem),
+        quote(&format!(
+            "imported from ONNX (opset {opset}, {})",
+            producer.trim()
+        )),
+        quote(&path.display().to_string()),
+    )
+}
+
+/// The graph's one input: its name and one request's shape.
+fn graph_input(
+    g: &GraphProto,
+    consts: &HashMap<String, Val>,
+    dims: &Dims,
+) -> std::result::Result<(String, Vec<usize>), String> {
+    let real: Vec<_> = g
+        .input
+        .iter()
+        .filter(|i| !consts.contains_key(i.name()))
+        .collect();
+    let [v] = real[..] else {
+        let names: Vec<&str> = real.iter().map(|i| i.name()).collect();
+        return Err(format!(
+            "{} graph inputs besides initializers ({}): exactly one is supported",
+            names.len(),
+            names.join(", ")
+        ));
+    };
+    let name = v.name();
+    let (elem, shape) = value_type(v).ok_or_else(|| format!("input '{name}' is not a tensor"))?;
+    if is_int(elem) {
+        return Err(format!(
+            "input '{name}': integer (token) inputs are not supported yet"
+        ));
+    }
+    if !is_float(elem) {
+        return Err(format!(
+            "input '{name}': element type {elem}: only float is supported"
+        ));
+    }
+    if shape.len() < 2 {
+        return Err(format!(
+            "input '{name}': shape of rank {}: expected a batch axis and at least one more",
+            shape.len()
+        ));
+    }
+    let mut per_request = Vec::new();
+    for (axis, d) in shape.iter().enumerate().skip(1) {
+        let size = match d {
+            Dim::Fixed(s) => *s,
+            Dim::Named(p) => dims.iter().find(|(k, _)| k == p).map(|(_, v)| *v).ok_or_else(|| {
+                format!("input '{name}': axis {axis} is named '{p}', not fixed: give its size with --dim {p}=SIZE")
+            })?,
+            Dim::Unknown => {
+                return Err(format!("input '{name}': axis {axis} has no size: the graph's shapes must be static"))
+            }
+        };
+        per_request.push(size);
+    }
+    Ok((name.to_string(), per_request))
+}
+
+/// Each weighted node's weights have the sizes its op and shapes imply.
+fn check_sizes(m: &Model) -> std::result::Result<(), String> {
+    use super::op::Op;
+    for n in &m.nodes {
+        let Some(w) = m.imported.of(n) else { continue };
+        let in_feat: usize = n
+            .in_shapes
+            .iter()
+            .map(|s| s.feat.iter().product::<usize>())
+            .sum();
+        let want = match &n.op {
+            Op::Conv2d {
+                out_channels,
+                kernel: (kh, kw),
+                groups,
+                ..
+            } => {
+                let (c, _, _) = n.in_chw();
+                c / groups * kh * kw * out_channels
+            }
+            Op::Linear { out_features, .. } => {
+                let k = n
+                    .in_shapes
+                    .first()
+                    .and_then(|s| s.feat.last())
+                    .copied()
+                    .unwrap_or(in_feat);
+                k * out_features
+            }
+            _ => w.w.len(),
+        };
+        if w.w.len() != want {
+            return Err(format!(
+                "node '{}': {} weights where its op needs {want}",
+                n.name,
+                w.w.len()
+            ));
+        }
+    }
+    Ok(())
+}

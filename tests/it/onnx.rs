@@ -1,0 +1,235 @@
+//! ONNX import: the committed fixtures (`scripts/onnx-fixtures.py`) import with their weights,
+//! serve bit-identically alone and batched, and match onnxruntime (`scripts/onnx-check.py`,
+//! through Python) within 1e-4 of the output's scale in f32. Without onnxruntime the
+//! comparison says so on stderr and passes, or fails when `REQUIRE_ONNXRUNTIME=1` (CI sets
+//! it). Bad files give a clear error naming the file, and never a panic.
+
+use lazybatch::device::cpu::CpuDevice;
+use lazybatch::device::Device;
+use lazybatch::graph::{zoo, Model, Op};
+use lazybatch::verify::{inputs_and_outputs, verify_cpu};
+use std::path::PathBuf;
+use std::process::Command;
+
+/// The committed fixtures.
+pub(crate) const FIXTURES: &[&str] = &["resnet_style", "mobilenet_style"];
+
+pub(crate) fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/onnx/{name}.onnx"))
+}
+
+pub(crate) fn import(name: &str) -> Model {
+    zoo::load(fixture(name).to_str().unwrap()).unwrap_or_else(|e| panic!("{name}: {e}"))
+}
+
+/// The largest difference between `dev`'s outputs and onnxruntime's on the same four inputs,
+/// relative to the largest reference output; None (said on stderr) without onnxruntime.
+pub(crate) fn against_onnxruntime(name: &str, dev: &mut dyn Device) -> Option<f64> {
+    let m = import(name);
+    let io = inputs_and_outputs(&m, dev, 4, 8, 7).unwrap();
+    assert_eq!(io.len(), 4, "{name}: every request captured");
+    let json = serde_json::json!({
+        "inputs": io.iter().map(|r| &r.input).collect::<Vec<_>>(),
+        "outputs": io.iter().map(|r| &r.output).collect::<Vec<_>>(),
+    });
+    let path =
+        std::env::temp_dir().join(format!("lazybatch-onnx-{name}-{}.json", std::process::id()));
+    std::fs::write(&path, json.to_string()).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/onnx-check.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(fixture(name))
+        .arg(&path)
+        .output();
+    std::fs::remove_file(&path).ok();
+    let missing = |why: String| {
+        assert!(
+            std::env::var("REQUIRE_ONNXRUNTIME").as_deref() != Ok("1"),
+            "{name}: REQUIRE_ONNXRUNTIME=1 but {why}"
+        );
+        eprintln!("SKIPPED-ONNXRUNTIME {name}: {why}");
+        None
+    };
+    let out = match out {
+        Ok(o) => o,
+        Err(e) => return missing(format!("python3 cannot run: {e}")),
+    };
+    if out.status.code() == Some(3) {
+        return missing(String::from_utf8_lossy(&out.stderr).trim().to_string());
+    }
+    assert!(
+        out.status.success(),
+        "{name}: onnx-check failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v["values"].as_u64().unwrap() > 0, "{name}: {v}");
+    Some(v["rel_diff"].as_f64().unwrap())
+}
+
+#[test]
+fn onnx_fixtures_match_onnxruntime_on_the_cpu_device() {
+    for name in FIXTURES {
+        let Some(rel) = against_onnxruntime(name, &mut CpuDevice::new(3)) else {
+            continue;
+        };
+        eprintln!("{name}: relative difference {rel:e} against onnxruntime");
+        assert!(
+            rel <= 1e-4,
+            "{name}: relative difference {rel:e} against onnxruntime"
+        );
+    }
+}
+
+#[test]
+fn imported_weights_replace_the_generated_ones() {
+    // the same graph with generated weights computes something else: the file's weights are used
+    for name in FIXTURES {
+        let m = import(name);
+        assert!(!m.imported.is_empty());
+        let mut generated = m.clone();
+        generated.imported = Default::default();
+        let a = inputs_and_outputs(&m, &mut CpuDevice::new(3), 1, 8, 7).unwrap();
+        let b = inputs_and_outputs(&generated, &mut CpuDevice::new(3), 1, 8, 7).unwrap();
+        assert_eq!(a[0].input, b[0].input);
+        assert_ne!(a[0].output, b[0].output, "{name}");
+    }
+}
+
+#[test]
+fn imported_models_serve_bit_identically_alone_and_batched() {
+    for name in FIXTURES {
+        let r = verify_cpu(&import(name), 12, 8, 5).unwrap();
+        assert!(r.ok && r.bit_identical, "{name}: {r:?}");
+        assert!(r.preemptions > 0 && r.merges > 0, "{name}: {r:?}");
+    }
+}
+
+#[test]
+fn batch_norm_and_activations_fold_into_the_convolutions() {
+    // resnet_style: 6 convolutions (BN folded, ReLU fused), 2 adds with their ReLU, a max pool,
+    // a global pool, a flatten and the Gemm as one linear layer with its bias
+    let m = import("resnet_style");
+    let ops: Vec<&str> = m.nodes.iter().map(|n| n.op.kind_name()).collect();
+    assert_eq!(ops.iter().filter(|o| **o == "conv2d").count(), 6, "{ops:?}");
+    assert!(
+        !ops.contains(&"batchnorm") && !ops.contains(&"act"),
+        "{ops:?}"
+    );
+    assert_eq!(m.nodes.len(), 13, "{ops:?}");
+    // mobilenet_style: depthwise convolutions stay depthwise
+    let m = import("mobilenet_style");
+    let dw = m
+        .nodes
+        .iter()
+        .filter(|n| matches!(n.op, Op::Conv2d { groups, .. } if groups > 1 && groups == n.in_shapes[0].feat[0]))
+        .count();
+    assert_eq!(dw, 3);
+}
+
+/// The error importing `path`, as the command line prints it.
+fn import_error(path: &std::path::Path) -> String {
+    match zoo::load(path.to_str().unwrap()) {
+        Ok(_) => panic!("{} imported", path.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn bad_onnx_files_are_refused_with_the_file_and_the_node() {
+    // a truncated file: the protobuf does not decode
+    let bytes = std::fs::read(fixture("resnet_style")).unwrap();
+    let cut = std::env::temp_dir().join(format!("lazybatch-truncated-{}.onnx", std::process::id()));
+    std::fs::write(&cut, &bytes[..bytes.len() / 3]).unwrap();
+    let e = import_error(&cut);
+    std::fs::remove_file(&cut).ok();
+    assert!(
+        e.contains("truncated") && e.contains("protobuf does not decode"),
+        "{e}"
+    );
+    // every unsupported operator, once each, with a node that uses it
+    let e = import_error(&fixture("bad_unknown_ops"));
+    assert!(e.contains("bad_unknown_ops.onnx"), "{e}");
+    assert!(
+        e.contains("Erf (node 'erf_4')") && e.contains("Resize (node 'resize_3')"),
+        "{e}"
+    );
+    assert_eq!(e.matches("Erf (").count(), 1, "{e}");
+    // a weight that is not there
+    let e = import_error(&fixture("bad_missing_initializer"));
+    assert!(
+        e.contains("node 'conv_1' (Conv): input 1 'missing_weight'"),
+        "{e}"
+    );
+    // a named axis without --dim, then with it
+    let e = import_error(&fixture("bad_dynamic_shape"));
+    assert!(
+        e.contains("axis 2 is named 'height'") && e.contains("--dim height=SIZE"),
+        "{e}"
+    );
+    let dims = [("height".to_string(), 8)];
+    let path = fixture("bad_dynamic_shape");
+    let m = zoo::load_with(path.to_str().unwrap(), Default::default(), &dims).unwrap();
+    assert_eq!(m.nodes[0].out.feat, [3, 8, 8]);
+}
+
+#[test]
+fn the_command_line_refuses_a_bad_onnx_file_with_a_non_zero_exit() {
+    let bin = env!("CARGO_BIN_EXE_lazybatch");
+    for (f, says) in [
+        ("bad_unknown_ops", "unsupported operators"),
+        ("bad_missing_initializer", "neither an initializer"),
+        ("bad_dynamic_shape", "--dim height=SIZE"),
+    ] {
+        let out = Command::new(bin)
+            .args(["profile", "--device", "npu", "--model"])
+            .arg(fixture(f))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{f}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(says),
+            "{f}: {err}"
+        );
+    }
+}
+
+#[test]
+fn imported_models_run_under_every_policy_on_the_npu_model_and_the_cpu() {
+    let bin = env!("CARGO_BIN_EXE_lazybatch");
+    let policies =
+        "serial,graph:0,graph:5,cellular:5,continuous,lazy,lazy:strict,lazy:adaptive,oracle";
+    for name in FIXTURES {
+        for (device, requests) in [("npu", "400"), ("cpu", "60")] {
+            let out = Command::new(bin)
+                .args([
+                    "compare",
+                    "--device",
+                    device,
+                    "--rates",
+                    "300",
+                    "--requests",
+                    requests,
+                ])
+                .args(["--policies", policies, "--json", "--model"])
+                .arg(fixture(name))
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{name} on {device}: {err}");
+            let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            let rows = rows.as_array().unwrap();
+            assert_eq!(
+                rows.len(),
+                policies.split(',').count(),
+                "{name} on {device}"
+            );
+            for r in rows {
+                let done = r["completed"].as_u64().unwrap();
+                assert_eq!(done.to_string(), requests, "{name} on {device}: {r}");
+            }
+        }
+    }
+}
