@@ -24,7 +24,8 @@ __device__ __forceinline__ unsigned short f2h(float f) {
 
 __device__ __forceinline__ float lb_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// Activation codes: 0 none, 1 relu, 2 relu6, 3 gelu (tanh form), 4 tanh, 5 sigmoid.
+// Activation codes: 0 none, 1 relu, 2 relu6, 3 gelu (tanh form), 4 tanh, 5 sigmoid,
+// 6 gelu (exact, through erf).
 __device__ __forceinline__ float lb_act(int a, float x) {
     switch (a) {
         case 1: return fmaxf(x, 0.0f);
@@ -32,6 +33,7 @@ __device__ __forceinline__ float lb_act(int a, float x) {
         case 3: return 0.5f * x * (1.0f + tanhf(0.7978845608f * (x + 0.044715f * x * x * x)));
         case 4: return tanhf(x);
         case 5: return lb_sigmoid(x);
+        case 6: return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
         default: return x;
     }
 }

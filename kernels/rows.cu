@@ -29,7 +29,7 @@ extern "C" __global__ void batchnorm_rows(const float* x, float* y, const float*
 }
 
 // One block per row.
-extern "C" __global__ void layernorm_rows(const float* x, float* y, const float* gamma, const float* beta, int n) {
+extern "C" __global__ void layernorm_rows(const float* x, float* y, const float* gamma, const float* beta, int n, float eps) {
     const float* xr = x + (long long)blockIdx.x * n;
     float* yr = y + (long long)blockIdx.x * n;
     float s = 0.0f;
@@ -37,7 +37,7 @@ extern "C" __global__ void layernorm_rows(const float* x, float* y, const float*
     float mean = lb_block_sum(s) / n;
     float v = 0.0f;
     for (int j = threadIdx.x; j < n; j += blockDim.x) { float d = xr[j] - mean; v += d * d; }
-    float inv = rsqrtf(lb_block_sum(v) / n + 1e-5f);
+    float inv = rsqrtf(lb_block_sum(v) / n + eps);
     for (int j = threadIdx.x; j < n; j += blockDim.x) yr[j] = (xr[j] - mean) * inv * gamma[j] + beta[j];
 }
 

@@ -6,7 +6,9 @@ bound, 1e-4 in f32), per request and overall.
 
 Usage: scripts/onnx-check.py MODEL.onnx IO.json
   IO.json: {"inputs": [[...], ...], "outputs": [[...], ...]}, one list per request, flattened
-  in the graph's own order ([C, H, W] for images). Exit status 3 when onnxruntime is missing.
+  in the graph's own order ([C, H, W] for images; token ids for an integer input, taken
+  modulo the vocabulary of the table the input indexes, as lazybatch's embedding does).
+  Exit status 3 when onnxruntime is missing.
 """
 import json
 import sys
@@ -19,6 +21,17 @@ except ImportError as e:  # the Rust test skips loudly on this status
     sys.exit(3)
 
 
+def vocabulary(model_path, input_name):
+    """Rows of the table the input's token ids index (a Gather of an initializer by them)."""
+    import onnx
+    g = onnx.load(model_path).graph
+    dims = {t.name: list(t.dims) for t in g.initializer}
+    for n in g.node:
+        if n.op_type == "Gather" and len(n.input) > 1 and n.input[1] == input_name and n.input[0] in dims:
+            return dims[n.input[0]][0]
+    return None
+
+
 def main():
     model, io_path = sys.argv[1], sys.argv[2]
     io = json.load(open(io_path))
@@ -26,11 +39,16 @@ def main():
     opts.intra_op_num_threads = 1
     sess = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
     inp = sess.get_inputs()[0]
-    per_request = [d for d in inp.shape[1:]]
+    tokens = "int" in inp.type
+    vocab = vocabulary(model, inp.name) if tokens else None
     worst = {"max_abs_diff": 0.0, "max_abs_ref": 0.0, "rel_diff": 0.0, "values": 0}
     for x, ours in zip(io["inputs"], io["outputs"]):
-        dtype = np.int64 if "int" in inp.type else np.float32
-        x = np.asarray(x, dtype=np.float64).astype(dtype).reshape([1] + per_request)
+        x = np.asarray(x, dtype=np.float64)
+        if tokens:
+            x = x.astype(np.int64)
+            x = (x % vocab if vocab else x).reshape(1, -1)
+        else:
+            x = x.astype(np.float32).reshape([1] + [d if isinstance(d, int) else -1 for d in inp.shape[1:]])
         ref = sess.run(None, {inp.name: x})[0].astype(np.float64).ravel()
         ours = np.asarray(ours, dtype=np.float64)
         if ref.shape != ours.shape:

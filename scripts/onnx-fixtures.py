@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Builds the small ONNX fixtures under tests/fixtures/onnx/ with the `onnx` package (random
-weights from a fixed numpy seed; each file well under 1 MB), or, with --full, full-size ResNet-50
-built the same way into a directory you name (about 100 MB; not committed).
+weights from a fixed numpy seed; each file well under 1 MB), or, with --full, full-size ResNet-50 and
+BERT-base built the same way into a directory you name (about 100 and 440 MB; not committed).
 
   resnet_style.onnx     3x32x32 image: conv+BN+ReLU stem, max pool, two residual blocks (one
                         with a strided 1x1 projection shortcut), global average pool, Flatten,
                         Gemm (transB=1) to 10 classes
+  bert_style.onnx       a two-layer BERT-style encoder (hidden 32, 4 heads, FFN 64, vocabulary
+                        100) as torch.onnx.export writes Hugging Face's BertModel; input_ids
+                        [batch, seq] with seq a named axis (import with --dim seq=16)
   mobilenet_style.onnx  3x32x32 image: conv+BN+Clip(0,6), three depthwise-separable blocks
                         (depthwise 3x3 + BN + Clip(0,6), pointwise 1x1 + BN + Clip(0,6)), average
                         pool, global average pool, Reshape to [batch, -1], MatMul + Add, Softmax
@@ -116,6 +119,77 @@ def mobilenet_style():
     return b.model("mobilenet_style", [3, 32, 32], x, [10])
 
 
+def bert_style(layers=2, d=32, heads=4, ffn=64, vocab=100, max_pos=64, name="bert_style"):
+    """A BERT-style encoder as torch.onnx.export writes Hugging Face's BertModel at opset 17:
+    word, position and token-type embeddings (the position and token-type ids sliced from
+    constant buffers by the shape of input_ids), LayerNormalization, attention built from
+    MatMul/Reshape/Transpose/Div/Softmax (one reshape shape computed from Shape/Gather/
+    Unsqueeze/Concat), exact GELU through Erf, residual adds. Input: input_ids [batch, seq]."""
+    b = Builder(6)
+    r = b.rng
+    dh = d // heads
+
+    def table(rows):
+        return b.init("table", r.normal(0, 0.5, (rows, d)).astype(np.float32))
+
+    def ln(x):
+        g = b.init("ln_g", r.uniform(0.8, 1.2, d).astype(np.float32))
+        beta = b.init("ln_b", r.uniform(-0.1, 0.1, d).astype(np.float32))
+        return b.node("LayerNormalization", [x, g, beta], "ln", axis=-1, epsilon=1e-12)
+
+    def linear(x, k, n):
+        w = b.init("w", r.normal(0, np.sqrt(1 / k), (k, n)).astype(np.float32))
+        bias = b.init("bias", r.uniform(-0.1, 0.1, n).astype(np.float32))
+        return b.node("Add", [b.node("MatMul", [x, w], "matmul"), bias], "add")
+
+    shape = b.node("Shape", ["input_ids"], "shape")
+    seq = b.node("Gather", [shape, b.init("one", np.array(1, np.int64))], "gather", axis=0)
+    batch = b.node("Gather", [shape, b.init("zero", np.array(0, np.int64))], "gather", axis=0)
+    seq1 = b.node("Unsqueeze", [seq, b.init("axes", np.array([0], np.int64))], "unsqueeze")
+    batch1 = b.node("Unsqueeze", [batch, b.init("axes", np.array([0], np.int64))], "unsqueeze")
+
+    def sliced(buffer):
+        return b.node("Slice", [buffer, b.init("starts", np.array([0], np.int64)), seq1,
+                                b.init("axes", np.array([1], np.int64))], "slice")
+
+    pos_ids = sliced(b.init("position_ids", np.arange(max_pos, dtype=np.int64)[None, :]))
+    type_ids = sliced(b.init("token_type_ids", np.zeros((1, max_pos), np.int64)))
+    x = b.node("Gather", [table(vocab), "input_ids"], "word_embeddings")
+    x = b.node("Add", [x, b.node("Gather", [table(2), type_ids], "token_type_embeddings")], "add")
+    x = b.node("Add", [x, b.node("Gather", [table(max_pos), pos_ids], "position_embeddings")], "add")
+    x = ln(x)
+    heads_shape = b.node("Concat", [batch1, seq1, b.init("hd", np.array([heads, dh], np.int64))],
+                         "concat", axis=0)
+    fixed_shape = b.init("hd_shape", np.array([0, 0, heads, dh], np.int64))
+    for _ in range(layers):
+        q = b.node("Reshape", [linear(x, d, d), heads_shape], "reshape")
+        k = b.node("Reshape", [linear(x, d, d), fixed_shape], "reshape")
+        v = b.node("Reshape", [linear(x, d, d), fixed_shape], "reshape")
+        q = b.node("Transpose", [q], "transpose", perm=[0, 2, 1, 3])
+        k = b.node("Transpose", [k], "transpose", perm=[0, 2, 3, 1])
+        v = b.node("Transpose", [v], "transpose", perm=[0, 2, 1, 3])
+        s = b.node("MatMul", [q, k], "scores")
+        s = b.node("Div", [s, b.init("sqrt_dh", np.array(np.sqrt(dh), np.float32))], "div")
+        p = b.node("Softmax", [s], "softmax", axis=-1)
+        c = b.node("MatMul", [p, v], "context")
+        c = b.node("Transpose", [c], "transpose", perm=[0, 2, 1, 3])
+        c = b.node("Reshape", [c, b.init("d_shape", np.array([0, 0, d], np.int64))], "reshape")
+        x = ln(b.node("Add", [linear(c, d, d), x], "residual"))
+        h = linear(x, d, ffn)
+        e = b.node("Erf", [b.node("Div", [h, b.init("sqrt2", np.array(1.4142135, np.float32))], "div")], "erf")
+        e = b.node("Add", [e, b.init("one_f", np.array(1.0, np.float32))], "add")
+        h = b.node("Mul", [b.node("Mul", [h, e], "mul"), b.init("half", np.array(0.5, np.float32))], "mul")
+        x = ln(b.node("Add", [linear(h, ffn, d), x], "residual"))
+    xi = helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])
+    y = helper.make_tensor_value_info(x, TensorProto.FLOAT, ["batch", "seq", d])
+    g = helper.make_graph(b.nodes, name, [xi], [y], b.inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)],
+                          producer_name="lazybatch scripts/onnx-fixtures.py")
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
 def resnet50():
     """Full-size ResNet-50 v1.5 (torchvision's layout: stride on the 3x3 of each bottleneck)."""
     b = Builder(50)
@@ -144,8 +218,8 @@ def bad_fixtures():
     b = Builder(3)
     x = b.node("Relu", ["input"], "relu")
     x = b.node("Resize", [x, "", b.init("scales", np.array([1, 1, 2, 2], np.float32))], "resize")
-    x = b.node("Erf", [x], "erf")
-    x = b.node("Erf", [x], "erf")
+    x = b.node("Floor", [x], "floor")
+    x = b.node("Floor", [x], "floor")
     out["bad_unknown_ops"] = b.model("bad_unknown_ops", [3, 8, 8], x, [3, 16, 16])
     # a convolution whose weight is neither an initializer nor computed
     b = Builder(4)
@@ -176,9 +250,11 @@ def main():
     if a.full:
         os.makedirs(a.full, exist_ok=True)
         onnx.save(resnet50(), os.path.join(a.full, "resnet50.onnx"))
+        bert = bert_style(layers=12, d=768, heads=12, ffn=3072, vocab=30522, max_pos=512, name="bert_base")
+        onnx.save(bert, os.path.join(a.full, "bert_base.onnx"))
         return
     os.makedirs(a.out, exist_ok=True)
-    models = {f.__name__: f() for f in [resnet_style, mobilenet_style]}
+    models = {f.__name__: f() for f in [resnet_style, mobilenet_style, bert_style]}
     models.update(bad_fixtures())
     for name, m in models.items():
         path = os.path.join(a.out, name + ".onnx")

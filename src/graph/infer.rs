@@ -29,7 +29,7 @@ pub(crate) fn infer(
         Op::Concat => concat(op, ins, &mut c, env)?,
         Op::Activation { .. } => activation(op, ins, &mut c, env)?,
         Op::BatchNorm => batch_norm(op, ins, &mut c, env)?,
-        Op::LayerNorm => layer_norm(op, ins, &mut c, env)?,
+        Op::LayerNorm { .. } => layer_norm(op, ins, &mut c, env)?,
         Op::Softmax => softmax(op, ins, &mut c, env)?,
         Op::Embedding { .. } => embedding(op, ins, &mut c, env)?,
         Op::Lstm { .. } => lstm(op, ins, &mut c, env)?,

@@ -15,6 +15,9 @@ pub enum Act {
     Relu6,
     /// Gaussian error linear unit (tanh approximation).
     Gelu,
+    /// Gaussian error linear unit, exact: `x · Φ(x)` through erf (what PyTorch's `nn.GELU()`
+    /// and ONNX's `Gelu` compute by default).
+    GeluErf,
     /// Hyperbolic tangent.
     Tanh,
     /// Logistic sigmoid.
@@ -29,6 +32,7 @@ impl Act {
             "relu" => Act::Relu,
             "relu6" => Act::Relu6,
             "gelu" => Act::Gelu,
+            "gelu_erf" => Act::GeluErf,
             "tanh" => Act::Tanh,
             "sigmoid" => Act::Sigmoid,
             _ => return None,
@@ -41,6 +45,7 @@ impl Act {
             Act::Relu => (1, 0),
             Act::Relu6 => (2, 0),
             Act::Gelu => (5, 1),
+            Act::GeluErf => (9, 1),
             Act::Tanh | Act::Sigmoid => (0, 1),
         }
     }
@@ -151,7 +156,10 @@ pub enum Op {
     /// Explicit batch norm (inference form: scale and shift per channel).
     BatchNorm,
     /// Layer norm over the last dimension.
-    LayerNorm,
+    LayerNorm {
+        /// Added to the variance (1e-5 unless the model file says otherwise; BERT uses 1e-12).
+        eps: f32,
+    },
     /// Softmax over the last dimension.
     Softmax,
     /// Token embedding lookup, optionally scaled and with positions added.
@@ -207,7 +215,7 @@ impl Op {
             Op::Concat => "concat",
             Op::Activation { .. } => "act",
             Op::BatchNorm => "batchnorm",
-            Op::LayerNorm => "layernorm",
+            Op::LayerNorm { .. } => "layernorm",
             Op::Softmax => "softmax",
             Op::Embedding { .. } => "embedding",
             Op::Lstm { .. } => "lstm",

@@ -122,6 +122,8 @@ pub enum ActK {
     Relu6,
     /// tanh-approximated GELU.
     Gelu,
+    /// exact GELU (erf).
+    GeluErf,
     /// tanh.
     Tanh,
     /// logistic.
@@ -142,6 +144,7 @@ pub(crate) fn act1(a: ActK, x: f32) -> f32 {
         ActK::Relu => x.max(0.0),
         ActK::Relu6 => x.clamp(0.0, 6.0),
         ActK::Gelu => 0.5 * x * (1.0 + fastmath::tanh(0.797_884_6 * (x + 0.044_715 * x * x * x))),
+        ActK::GeluErf => 0.5 * x * (1.0 + fastmath::erf(x * std::f32::consts::FRAC_1_SQRT_2)),
         ActK::Tanh => fastmath::tanh(x),
         ActK::Sigmoid => sigmoid(x),
     }
@@ -160,6 +163,7 @@ pub fn act(a: ActK, x: &mut [f32]) {
         ActK::Relu => each(x, |v| act1(ActK::Relu, v)),
         ActK::Relu6 => each(x, |v| act1(ActK::Relu6, v)),
         ActK::Gelu => each(x, |v| act1(ActK::Gelu, v)),
+        ActK::GeluErf => each(x, |v| act1(ActK::GeluErf, v)),
         ActK::Tanh => each(x, |v| act1(ActK::Tanh, v)),
         ActK::Sigmoid => each(x, |v| act1(ActK::Sigmoid, v)),
     }
@@ -172,7 +176,7 @@ pub fn bias_act(a: ActK, y: &mut [f32], n: usize, bias: &[f32]) {
         return;
     }
     let work = y.len()
-        * if matches!(a, ActK::Gelu | ActK::Tanh | ActK::Sigmoid) {
+        * if matches!(a, ActK::Gelu | ActK::GeluErf | ActK::Tanh | ActK::Sigmoid) {
             16
         } else {
             1
@@ -211,11 +215,11 @@ vectorized_fn! {
 vectorized_fn! {
     /// Layer norm of one row in place: (x − mean) / sqrt(var + eps) · gamma + beta (sums in
     /// [`reduce`]'s fixed order).
-    pub fn layernorm(x: &mut [f32], gamma: &[f32], beta: &[f32]) {
+    pub fn layernorm(x: &mut [f32], gamma: &[f32], beta: &[f32], eps: f32) {
         let n = x.len() as f32;
         let mean = reduce::sum_of(x, |v| v) / n;
         let var = reduce::sum_of(x, |v| (v - mean) * (v - mean)) / n;
-        let inv = 1.0 / (var + 1e-5).sqrt();
+        let inv = 1.0 / (var + eps).sqrt();
         for ((v, g), b) in x.iter_mut().zip(gamma).zip(beta) {
             *v = (*v - mean) * inv * g + b;
         }

@@ -83,6 +83,7 @@ fn act_k(a: crate::graph::op::Act) -> ActK {
         A::Relu => ActK::Relu,
         A::Relu6 => ActK::Relu6,
         A::Gelu => ActK::Gelu,
+        A::GeluErf => ActK::GeluErf,
         A::Tanh => ActK::Tanh,
         A::Sigmoid => ActK::Sigmoid,
     }

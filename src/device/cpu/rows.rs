@@ -54,9 +54,9 @@ impl CpuDevice {
                             *v = x[j] * w.scale[c] + w.shift[c];
                         }
                     }
-                    Op::LayerNorm => {
+                    Op::LayerNorm { eps } => {
                         y.copy_from_slice(x);
-                        kernels::layernorm(y, &w.scale, &w.shift);
+                        kernels::layernorm(y, &w.scale, &w.shift, *eps);
                     }
                     Op::Softmax => {
                         y.copy_from_slice(x);

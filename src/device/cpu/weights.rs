@@ -109,7 +109,7 @@ pub(crate) fn generate(_model: &Model, n: &Node, seed: u64) -> Weights {
                 w.bias = uniform(&mut rng, *dim, a);
             }
         }
-        Op::LayerNorm => {
+        Op::LayerNorm { .. } => {
             let d = n.out.feat[0];
             w.scale = (0..d).map(|_| rng.random_range(0.9..1.1)).collect();
             w.shift = uniform(&mut rng, d, 0.05);

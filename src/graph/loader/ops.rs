@@ -17,7 +17,8 @@ pub(super) fn op_fields(op: &str) -> Option<&'static [&'static str]> {
             "act",
         ],
         "pool" => &["kind", "kernel", "stride", "padding"],
-        "flatten" | "concat" | "batchnorm" | "layernorm" | "softmax" | "argmax" => &[],
+        "flatten" | "concat" | "batchnorm" | "softmax" | "argmax" => &[],
+        "layernorm" => &["eps"],
         "linear" => &["out_features", "bias", "act", "tied"],
         "add" => &["act"],
         "act" => &["kind"],
@@ -46,9 +47,21 @@ impl Parser<'_> {
                 self.err(
                     l,
                     format!("{ctx}{key}"),
-                    format!("unknown activation '{s}' (none, relu, relu6, gelu, tanh, sigmoid)"),
+                    format!("unknown activation '{s}' (none, relu, relu6, gelu, gelu_erf, tanh, sigmoid)"),
                 )
             }),
+        }
+    }
+
+    /// A layer norm's `eps` (default 1e-5), in (0, 1).
+    fn parse_eps(&self, t: &Table, ctx: &str, line: usize) -> Result<f32> {
+        match self.get_float(t, "eps", ctx)? {
+            None => Ok(1e-5),
+            Some(e) if e < 1.0 && e as f32 > 0.0 => Ok(e as f32),
+            Some(_) => {
+                let l = self.field(t, "eps").map_or(line, |f| f.line);
+                Err(self.err(l, format!("{ctx}eps"), "expected a number in (0, 1)"))
+            }
         }
     }
 
@@ -72,7 +85,9 @@ impl Parser<'_> {
             "flatten" => Op::Flatten,
             "concat" => Op::Concat,
             "batchnorm" => Op::BatchNorm,
-            "layernorm" => Op::LayerNorm,
+            "layernorm" => Op::LayerNorm {
+                eps: self.parse_eps(t, ctx, line)?,
+            },
             "softmax" => Op::Softmax,
             "argmax" => Op::Argmax,
             "linear" => Op::Linear {

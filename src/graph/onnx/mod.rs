@@ -6,13 +6,20 @@
 //! request): seq2seq decoders stay in the model-file format.
 //!
 //! The batch axis is the first axis of the graph's one input (named or fixed); every other
-//! axis must be fixed in the file or by `--dim NAME=SIZE`. Anything else — an operator outside
+//! axis must be fixed in the file or by `--dim NAME=SIZE`. A float input is one row per
+//! request (an image, a vector); an integer input `[batch, seq]` is a sequence of token ids,
+//! `seq` rows per request. Anything else — an operator outside
 //! [`translate::SUPPORTED`] (every one listed, with a node each), an attribute we do not
 //! implement, a missing initializer, a shape we cannot fix — is an error naming the file and
 //! the node.
 
+mod dense;
+mod fold;
+mod patterns;
 mod proto;
+mod sequence;
 mod translate;
+mod vision;
 
 use super::weights::{Imported, Weights};
 use super::Model;
@@ -112,8 +119,8 @@ fn translate_graph(
         let c = tensor(init).map_err(|e| format!("initializer '{}': {e}", init.name()))?;
         t.vals.insert(init.name().to_string(), Val::Const(c));
     }
-    let (input, shape) = graph_input(g, &t.vals, dims)?;
-    t.graph_input(&input, shape);
+    let (input, shape, tokens) = graph_input(g, &t.vals, dims)?;
+    t.graph_input(&input, shape, tokens);
     let mut text = header(path, model);
     for n in &g.node {
         t.node(n)?;
@@ -138,6 +145,12 @@ fn translate_graph(
             ))
         }
         Some(Val::Const(_)) => return Err(format!("output '{out}' is a constant")),
+        Some(Val::Part(p)) => {
+            return Err(format!(
+                "output '{out}' is {}, not a complete layer",
+                p.what()
+            ))
+        }
         None => return Err(format!("output '{out}' is never computed")),
     }
     let mut weights = Vec::new();
@@ -197,7 +210,7 @@ fn graph_input(
     g: &GraphProto,
     consts: &HashMap<String, Val>,
     dims: &Dims,
-) -> std::result::Result<(String, Vec<usize>), String> {
+) -> std::result::Result<(String, Vec<usize>, bool), String> {
     let real: Vec<_> = g
         .input
         .iter()
@@ -213,14 +226,28 @@ fn graph_input(
     };
     let name = v.name();
     let (elem, shape) = value_type(v).ok_or_else(|| format!("input '{name}' is not a tensor"))?;
-    if is_int(elem) {
+    let named: Vec<&str> = shape
+        .iter()
+        .skip(1)
+        .filter_map(|d| match d {
+            Dim::Named(p) => Some(p.as_str()),
+            _ => None,
+        })
+        .collect();
+    if let Some((k, _)) = dims.iter().find(|(k, _)| !named.contains(&k.as_str())) {
         return Err(format!(
-            "input '{name}': integer (token) inputs are not supported yet"
+            "--dim {k}: input '{name}' has no axis named '{k}' besides its batch axis (named: {})",
+            if named.is_empty() {
+                "none".to_string()
+            } else {
+                named.join(", ")
+            }
         ));
     }
-    if !is_float(elem) {
+    let tokens = is_int(elem);
+    if !tokens && !is_float(elem) {
         return Err(format!(
-            "input '{name}': element type {elem}: only float is supported"
+            "input '{name}': element type {elem}: float (values) or int64/int32 (token ids)"
         ));
     }
     if shape.len() < 2 {
@@ -240,9 +267,27 @@ fn graph_input(
                 return Err(format!("input '{name}': axis {axis} has no size: the graph's shapes must be static"))
             }
         };
+        if size > 1 << 20 {
+            return Err(format!(
+                "input '{name}': axis {axis} of {size}: at most 1048576"
+            ));
+        }
         per_request.push(size);
     }
-    Ok((name.to_string(), per_request))
+    let numel = per_request
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d));
+    if numel.is_none_or(|v| v > 1 << 32) {
+        return Err(format!(
+            "input '{name}': {per_request:?} per request: more than 2^32 values"
+        ));
+    }
+    if tokens && per_request.len() != 1 {
+        return Err(format!(
+            "input '{name}': token ids of shape {per_request:?} per request: expected [seq]"
+        ));
+    }
+    Ok((name.to_string(), per_request, tokens))
 }
 
 /// Each weighted node's weights have the sizes its op and shapes imply.

@@ -58,6 +58,7 @@ fn act_code(a: Act) -> i32 {
         Act::Relu => 1,
         Act::Relu6 => 2,
         Act::Gelu => 3,
+        Act::GeluErf => 6,
         Act::Tanh => 4,
         Act::Sigmoid => 5,
     }
@@ -95,7 +96,7 @@ fn in_place(op: &Op) -> bool {
             | Op::Embedding { .. }
             | Op::Add { .. }
             | Op::BatchNorm
-            | Op::LayerNorm
+            | Op::LayerNorm { .. }
             | Op::Softmax
             | Op::Argmax
             | Op::Flatten

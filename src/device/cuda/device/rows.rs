@@ -215,13 +215,14 @@ impl CudaDevice {
                 // SAFETY: rows·feat values.
                 unsafe { b.launch(elems(rows * feat)) }.map_err(cuda_err)?;
             }
-            Op::LayerNorm => {
+            Op::LayerNorm { eps } => {
                 let mut b = stream.launch_builder(get("layernorm_rows")?);
                 b.arg(&x)
                     .arg(&mut y)
                     .arg(w.scale.as_ref().ok_or_else(|| missing("ln gamma"))?)
                     .arg(w.shift.as_ref().ok_or_else(|| missing("ln beta"))?)
-                    .arg(&n_i);
+                    .arg(&n_i)
+                    .arg(eps);
                 // SAFETY: one block per row.
                 unsafe { b.launch(blocks(rows, 256, 0)) }.map_err(cuda_err)?;
             }

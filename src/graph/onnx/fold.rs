@@ -1,0 +1,360 @@
+//! Constant subgraphs, computed at import: what exporters build to describe shapes (`Shape`,
+//! `Gather`, `Unsqueeze`, `Concat` feeding a `Reshape`) and index buffers (`Slice` of
+//! position ids), plus arithmetic between constants. A model's shapes are static once its
+//! named axes are fixed, except the batch axis, which `Shape` reports as [`BATCH`] — a
+//! `Reshape` reads that as "the batch", as it reads -1 there.
+
+use super::proto::pb::NodeProto;
+use super::proto::{attr_i, attr_ints, Const};
+use super::translate::{at, Translator, Val, R};
+
+/// What `Shape` gives for the batch axis (-1: "whatever it is", as `Reshape` reads it).
+pub(crate) const BATCH: i64 = -1;
+
+/// An axis attribute or input (negative from the end) as an index into `rank` axes.
+fn axis(a: i64, rank: usize) -> R<usize> {
+    let r = rank as i64;
+    let v = if a < 0 { a + r } else { a };
+    if (0..r).contains(&v) {
+        Ok(v as usize)
+    } else {
+        Err(format!("axis {a} is outside a tensor of rank {rank}"))
+    }
+}
+
+fn ints(dims: Vec<usize>, i: Vec<i64>) -> Const {
+    Const {
+        dims,
+        f: Vec::new(),
+        i,
+    }
+}
+
+impl Translator {
+    /// `Shape`, `Unsqueeze`, `Squeeze`, `Concat`, `Slice`, `Cast` of constants (and `Shape` of
+    /// anything with a static shape).
+    pub(crate) fn fold(&mut self, n: &NodeProto) -> R<()> {
+        let ctx = |e: String| format!("{}: {e}", at(n));
+        let c = match n.op_type() {
+            "Shape" => self.shape_of(n)?,
+            "Unsqueeze" | "Squeeze" => {
+                let c = self.const_input(n, 0)?;
+                let axes = match n.input.get(1).filter(|s| !s.is_empty()) {
+                    Some(_) => self.const_input(n, 1)?.i,
+                    None => attr_ints(n, "axes"),
+                };
+                squeeze(c, &axes, n.op_type() == "Unsqueeze").map_err(ctx)?
+            }
+            "Concat" => {
+                let parts = (0..n.input.len())
+                    .map(|i| self.const_input(n, i))
+                    .collect::<R<Vec<_>>>()
+                    .map_err(|_| format!("{}: only constants (shapes) are concatenated", at(n)))?;
+                concat(&parts, attr_i(n, "axis", 0)).map_err(ctx)?
+            }
+            "Slice" => {
+                let data = self.const_input(n, 0)?;
+                let get = |i: usize| -> R<Option<Vec<i64>>> {
+                    match n.input.get(i).filter(|s| !s.is_empty()) {
+                        Some(_) => Ok(Some(self.const_input(n, i)?.i)),
+                        None => Ok(None),
+                    }
+                };
+                let (starts, ends) = (get(1)?.unwrap_or_default(), get(2)?.unwrap_or_default());
+                slice(data, &starts, &ends, get(3)?, get(4)?).map_err(ctx)?
+            }
+            "Cast" => cast(self.const_input(n, 0)?, attr_i(n, "to", 0)).map_err(ctx)?,
+            other => return Err(format!("{}: {other} is not folded", at(n))),
+        };
+        self.bind(n, Val::Const(c))
+    }
+
+    fn shape_of(&self, n: &NodeProto) -> R<Const> {
+        let dims: Vec<i64> = match self.input(n, 0)? {
+            Val::Const(c) => c.dims.iter().map(|&d| d as i64).collect(),
+            Val::Node { shape, .. } => std::iter::once(BATCH)
+                .chain(shape.iter().map(|&d| d as i64))
+                .collect(),
+            Val::Part(p) => return Err(format!("{}: the shape of {}", at(n), p.what())),
+        };
+        let r = dims.len() as i64;
+        let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+        let (s, e) = (clamp(attr_i(n, "start", 0)), clamp(attr_i(n, "end", r)));
+        let v = dims[s..e.max(s)].to_vec();
+        Ok(ints(vec![v.len()], v))
+    }
+
+    /// `Reshape` of a constant.
+    pub(crate) fn fold_reshape(&mut self, n: &NodeProto, c: Const) -> R<()> {
+        let target = self.const_input(n, 1)?.i;
+        let len = c.len();
+        let mut dims = Vec::with_capacity(target.len());
+        let mut infer = None;
+        for (k, &t) in target.iter().enumerate() {
+            match t {
+                0 => dims.push(
+                    *c.dims
+                        .get(k)
+                        .ok_or_else(|| format!("{}: 0 at axis {k} copies nothing", at(n)))?,
+                ),
+                -1 if infer.is_none() => {
+                    infer = Some(k);
+                    dims.push(1);
+                }
+                t if t > 0 => dims.push(t as usize),
+                _ => return Err(format!("{}: shape {target:?}", at(n))),
+            }
+        }
+        let known: usize = dims.iter().product();
+        if let Some(k) = infer {
+            dims[k] = len.checked_div(known).unwrap_or(0);
+        }
+        if dims.iter().product::<usize>() != len {
+            return Err(format!("{}: {len} values do not fit {target:?}", at(n)));
+        }
+        self.bind(n, Val::Const(Const { dims, ..c }))
+    }
+
+    /// `Add`, `Sub`, `Mul` or `Div` of two constants (the same shape, or one a single value).
+    pub(crate) fn fold_binary(&mut self, n: &NodeProto, a: Const, b: Const) -> R<()> {
+        let (big, small, swap) = if a.len() >= b.len() {
+            (&a, &b, false)
+        } else {
+            (&b, &a, true)
+        };
+        if small.len() != 1 && small.len() != big.len() {
+            return Err(format!(
+                "{}: constants of {:?} and {:?}: only equal shapes or a single value",
+                at(n),
+                a.dims,
+                b.dims
+            ));
+        }
+        let op = n.op_type();
+        let pick = |k: usize| if small.len() == 1 { 0 } else { k };
+        let c = if !a.f.is_empty() || !b.f.is_empty() {
+            let fv = |c: &Const, k: usize| c.f.get(k).copied().unwrap_or_else(|| c.i[k] as f32);
+            let f = (0..big.len())
+                .map(|k| {
+                    let (x, y) = (fv(big, k), fv(small, pick(k)));
+                    let (x, y) = if swap { (y, x) } else { (x, y) };
+                    match op {
+                        "Add" => x + y,
+                        "Sub" => x - y,
+                        "Mul" => x * y,
+                        _ => x / y,
+                    }
+                })
+                .collect();
+            Const {
+                dims: big.dims.clone(),
+                f,
+                i: Vec::new(),
+            }
+        } else {
+            let i = (0..big.len())
+                .map(|k| {
+                    let (x, y) = (big.i[k], small.i[pick(k)]);
+                    let (x, y) = if swap { (y, x) } else { (x, y) };
+                    match op {
+                        "Add" => Ok(x.wrapping_add(y)),
+                        "Sub" => Ok(x.wrapping_sub(y)),
+                        "Mul" => Ok(x.wrapping_mul(y)),
+                        _ if y == 0 => Err(format!("{}: integer division by zero", at(n))),
+                        _ => Ok(x / y),
+                    }
+                })
+                .collect::<R<_>>()?;
+            ints(big.dims.clone(), i)
+        };
+        self.bind(n, Val::Const(c))
+    }
+
+    /// `Gather` of constants along `axis`.
+    pub(crate) fn fold_gather(&mut self, n: &NodeProto, data: Const, idx: Const) -> R<()> {
+        let ax = axis(attr_i(n, "axis", 0), data.dims.len().max(1))
+            .map_err(|e| format!("{}: {e}", at(n)))?;
+        let dim = *data.dims.get(ax).unwrap_or(&1);
+        let outer: usize = data.dims[..ax.min(data.dims.len())].iter().product();
+        let inner: usize = data.dims.get(ax + 1..).map_or(1, |d| d.iter().product());
+        let mut f = Vec::new();
+        let mut i = Vec::new();
+        for o in 0..outer {
+            for &k in &idx.i {
+                let k = if k < 0 { k + dim as i64 } else { k };
+                if !(0..dim as i64).contains(&k) {
+                    return Err(format!("{}: index {k} outside an axis of {dim}", at(n)));
+                }
+                let at_ = (o * dim + k as usize) * inner;
+                if data.f.is_empty() {
+                    i.extend_from_slice(&data.i[at_..at_ + inner]);
+                } else {
+                    f.extend_from_slice(&data.f[at_..at_ + inner]);
+                }
+            }
+        }
+        let mut dims = data.dims[..ax.min(data.dims.len())].to_vec();
+        dims.extend_from_slice(&idx.dims);
+        dims.extend_from_slice(data.dims.get(ax + 1..).unwrap_or(&[]));
+        self.bind(n, Val::Const(Const { dims, f, i }))
+    }
+}
+
+fn squeeze(c: Const, axes: &[i64], un: bool) -> R<Const> {
+    let mut dims = c.dims.clone();
+    if un {
+        let rank = dims.len() + axes.len();
+        let mut at: Vec<usize> = axes.iter().map(|&a| axis(a, rank)).collect::<R<_>>()?;
+        at.sort_unstable();
+        for a in at {
+            dims.insert(a, 1);
+        }
+    } else {
+        let rank = dims.len();
+        let mut at: Vec<usize> = if axes.is_empty() {
+            (0..rank).filter(|&k| dims[k] == 1).collect()
+        } else {
+            axes.iter().map(|&a| axis(a, rank)).collect::<R<_>>()?
+        };
+        at.sort_unstable();
+        for a in at.into_iter().rev() {
+            if dims[a] != 1 {
+                return Err(format!("axis {a} has {} values, not 1", dims[a]));
+            }
+            dims.remove(a);
+        }
+    }
+    Ok(Const { dims, ..c })
+}
+
+fn concat(parts: &[Const], ax: i64) -> R<Const> {
+    let first = parts.first().ok_or("nothing to concatenate")?;
+    let rank = first.dims.len().max(1);
+    if axis(ax, rank)? != 0 || parts.iter().any(|p| p.dims.len() > 1) {
+        return Err("only 1-D constants are concatenated".into());
+    }
+    let float = parts.iter().any(|p| !p.f.is_empty());
+    let mut out = Const {
+        dims: vec![0],
+        f: Vec::new(),
+        i: Vec::new(),
+    };
+    for p in parts {
+        if float {
+            out.f
+                .extend(p.f.iter().copied().chain(p.i.iter().map(|&v| v as f32)));
+        } else {
+            out.i.extend_from_slice(&p.i);
+        }
+        out.dims[0] += p.len();
+    }
+    Ok(out)
+}
+
+fn slice(
+    data: Const,
+    starts: &[i64],
+    ends: &[i64],
+    axes: Option<Vec<i64>>,
+    steps: Option<Vec<i64>>,
+) -> R<Const> {
+    let rank = data.dims.len();
+    let axes = axes.unwrap_or_else(|| (0..starts.len() as i64).collect());
+    if starts.len() != ends.len() || axes.len() != starts.len() {
+        return Err("starts, ends and axes differ in length".into());
+    }
+    if steps.as_ref().is_some_and(|s| s.iter().any(|&v| v != 1)) {
+        return Err("only steps of 1 are supported".into());
+    }
+    let mut lo: Vec<usize> = vec![0; rank];
+    let mut hi: Vec<usize> = data.dims.clone();
+    for ((&s, &e), &a) in starts.iter().zip(ends).zip(&axes) {
+        let a = axis(a, rank)?;
+        let d = data.dims[a] as i64;
+        let clamp = |v: i64| (if v < 0 { v + d } else { v }).clamp(0, d) as usize;
+        lo[a] = clamp(s);
+        hi[a] = clamp(e).max(lo[a]);
+    }
+    let dims: Vec<usize> = lo.iter().zip(&hi).map(|(l, h)| h - l).collect();
+    let total: usize = dims.iter().product();
+    let mut f = Vec::new();
+    let mut i = Vec::new();
+    // walk every output index (row-major) and copy its value
+    let strides: Vec<usize> = (0..rank)
+        .map(|k| data.dims[k + 1..].iter().product())
+        .collect();
+    for flat in 0..total {
+        let (mut rem, mut src) = (flat, 0);
+        for k in (0..rank).rev() {
+            let x = rem % dims[k].max(1);
+            rem /= dims[k].max(1);
+            src += (lo[k] + x) * strides[k];
+        }
+        if data.f.is_empty() {
+            i.push(data.i[src]);
+        } else {
+            f.push(data.f[src]);
+        }
+    }
+    Ok(Const { dims, f, i })
+}
+
+fn cast(c: Const, to: i64) -> R<Const> {
+    match to {
+        1 => {
+            let f = if c.f.is_empty() {
+                c.i.iter().map(|&v| v as f32).collect()
+            } else {
+                c.f
+            };
+            Ok(Const {
+                dims: c.dims,
+                f,
+                i: Vec::new(),
+            })
+        }
+        6 | 7 => {
+            let i = if c.i.is_empty() {
+                c.f.iter().map(|&v| v as i64).collect()
+            } else {
+                c.i
+            };
+            Ok(Const {
+                dims: c.dims,
+                f: Vec::new(),
+                i,
+            })
+        }
+        t => Err(format!(
+            "to = {t}: only casts to float, int32 and int64 are folded"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn iv(dims: &[usize], v: &[i64]) -> Const {
+        ints(dims.to_vec(), v.to_vec())
+    }
+
+    #[test]
+    fn slices_unsqueezes_and_concats_compute_what_onnx_defines() {
+        // position ids [1, 8] sliced to the first 5 along axis 1
+        let ids = iv(&[1, 8], &[0, 1, 2, 3, 4, 5, 6, 7]);
+        let s = slice(ids, &[0], &[5], Some(vec![1]), None).unwrap();
+        assert_eq!(
+            (s.dims.clone(), s.i.clone()),
+            (vec![1, 5], vec![0, 1, 2, 3, 4])
+        );
+        let s = slice(iv(&[4], &[9, 8, 7, 6]), &[-3], &[i64::MAX], None, None).unwrap();
+        assert_eq!(s.i, [8, 7, 6]);
+        let u = squeeze(iv(&[], &[5]), &[0], true).unwrap();
+        assert_eq!(u.dims, [1]);
+        let c = concat(&[iv(&[1], &[BATCH]), u, iv(&[2], &[4, 8])], 0).unwrap();
+        assert_eq!((c.dims, c.i), (vec![4], vec![BATCH, 5, 4, 8]));
+        assert!(squeeze(iv(&[2], &[1, 2]), &[0], false).is_err());
+        assert_eq!(cast(iv(&[2], &[3, -1]), 1).unwrap().f, [3.0, -1.0]);
+    }
+}

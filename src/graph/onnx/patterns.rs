@@ -1,0 +1,394 @@
+//! The two patterns exporters spell out op by op that we run as one node: multi-head
+//! self-attention and the exact GELU. While a pattern is incomplete its values are [`Part`]s,
+//! which only the pattern's next op may read; when it completes it becomes our nodes.
+//!
+//! * **Attention** (what `torch.onnx.export` writes for Hugging Face's BERT): three linear
+//!   layers Q, K, V of one input; each `Reshape`d to `[batch, seq, heads, head]` and
+//!   `Transpose`d (Q and V to `[batch, heads, seq, head]`, K to `[batch, heads, head, seq]`);
+//!   `MatMul(Q, K)`, a `Div` by `√head` (or `Mul` by its inverse), `Softmax` over the last axis,
+//!   `MatMul` by V, `Transpose` back and `Reshape` to `[batch, seq, width]`. It becomes a
+//!   `concat` of Q|K|V and our `attention` (`mode = "self"`). No attention mask (the importer
+//!   takes one input: every position attends to every other).
+//! * **Exact GELU**: `x · 0.5 · (1 + erf(x / √2))`, the factors in any order, becomes
+//!   `act = "gelu_erf"` fused into the layer that computes `x`; ONNX's own `Gelu` (opset 20)
+//!   maps directly.
+
+use super::proto::attr_i;
+use super::proto::attr_s;
+use super::proto::pb::NodeProto;
+use super::proto::Const;
+use super::translate::{at, Kind, Translator, Val, R};
+
+/// A value inside an incomplete pattern.
+#[derive(Clone, Debug)]
+pub(crate) enum Part {
+    /// Our node `x` (ONNX tensor `name`) times `by`: a `Mul` or `Div` by one constant.
+    Scaled { x: usize, name: String, by: f32 },
+    /// `erf(x / √2)`.
+    Erf { x: usize, name: String },
+    /// `1 + erf(x / √2)`.
+    OnePlusErf { x: usize, name: String },
+    /// `by · x · (1 + erf(x / √2))`.
+    Gelu { x: usize, name: String, by: f32 },
+    /// Our node `x`'s rows split into `heads`; `order` says which of (row, head, within the
+    /// head) each of the three per-request axes holds.
+    Heads {
+        x: usize,
+        heads: usize,
+        order: [u8; 3],
+    },
+    /// `scale · Q·Kᵀ` per head.
+    Scores {
+        q: usize,
+        k: usize,
+        heads: usize,
+        scale: f32,
+    },
+    /// `softmax(scale · Q·Kᵀ)` per head.
+    Probs {
+        q: usize,
+        k: usize,
+        heads: usize,
+        scale: f32,
+    },
+    /// `softmax(scale · Q·Kᵀ) · V` per head, axes as in [`Part::Heads`].
+    Context {
+        q: usize,
+        k: usize,
+        v: usize,
+        heads: usize,
+        scale: f32,
+        order: [u8; 3],
+    },
+}
+
+/// (rows, heads, within the head), and the two transposes attention reads.
+const ROWS_HEADS: [u8; 3] = [0, 1, 2];
+const HEADS_ROWS: [u8; 3] = [1, 0, 2];
+const HEADS_WITHIN_ROWS: [u8; 3] = [1, 2, 0];
+
+impl Part {
+    /// What it is, for messages.
+    pub(crate) fn what(&self) -> &'static str {
+        match self {
+            Part::Scaled { .. } => "a tensor scaled by a constant",
+            Part::Erf { .. } | Part::OnePlusErf { .. } | Part::Gelu { .. } => "part of a GELU",
+            Part::Heads { .. } => "a tensor split into attention heads",
+            Part::Scores { .. } | Part::Probs { .. } => "attention scores",
+            Part::Context { .. } => "an attention context",
+        }
+    }
+
+    /// What may read it, for messages.
+    pub(crate) fn readers(&self) -> &'static str {
+        match self {
+            Part::Scaled { .. }
+            | Part::Erf { .. }
+            | Part::OnePlusErf { .. }
+            | Part::Gelu { .. } => "the rest of the exact GELU x·0.5·(1 + erf(x/√2))",
+            _ => "the rest of a self-attention (Reshape, Transpose, MatMul, Div, Softmax)",
+        }
+    }
+}
+
+/// The single value of a one-element float constant.
+fn scalar(c: &Const) -> Option<f32> {
+    (c.len() == 1).then(|| c.f.first().copied().or(c.i.first().map(|&v| v as f32)))?
+}
+
+fn close(a: f32, b: f32) -> bool {
+    (a - b).abs() <= 1e-5 * b.abs().max(1e-30)
+}
+
+impl Translator {
+    /// `Mul`, `Div` and `Sub`: of constants, or inside a pattern.
+    pub(crate) fn arith(&mut self, n: &NodeProto) -> R<()> {
+        let (a, b) = (self.input(n, 0)?.clone(), self.input(n, 1)?.clone());
+        let op = n.op_type();
+        let unsupported = || {
+            format!(
+                "{}: {op} of computed tensors is supported only inside the exact GELU and \
+                 self-attention patterns",
+                at(n)
+            )
+        };
+        let part = match (op, a, b) {
+            (_, Val::Const(a), Val::Const(b)) => return self.fold_binary(n, a, b),
+            ("Sub", ..) => return Err(unsupported()),
+            ("Div", Val::Node { idx, .. }, Val::Const(c)) => {
+                let s = scalar(&c).filter(|s| *s != 0.0).ok_or_else(unsupported)?;
+                Part::Scaled {
+                    x: idx,
+                    name: n.input[0].clone(),
+                    by: 1.0 / s,
+                }
+            }
+            ("Mul", Val::Node { idx, .. }, Val::Const(c)) => {
+                let s = scalar(&c).ok_or_else(unsupported)?;
+                Part::Scaled {
+                    x: idx,
+                    name: n.input[0].clone(),
+                    by: s,
+                }
+            }
+            ("Mul", Val::Const(c), Val::Node { idx, .. }) => {
+                let s = scalar(&c).ok_or_else(unsupported)?;
+                Part::Scaled {
+                    x: idx,
+                    name: n.input[1].clone(),
+                    by: s,
+                }
+            }
+            (_, Val::Part(Part::Scores { q, k, heads, scale }), Val::Const(c)) => {
+                let s = scalar(&c).filter(|s| *s != 0.0).ok_or_else(unsupported)?;
+                let scale = if op == "Div" { scale / s } else { scale * s };
+                Part::Scores { q, k, heads, scale }
+            }
+            ("Mul", Val::Part(Part::Gelu { x, name, by }), Val::Const(c))
+            | ("Mul", Val::Const(c), Val::Part(Part::Gelu { x, name, by })) => {
+                let s = scalar(&c).ok_or_else(unsupported)?;
+                Part::Gelu {
+                    x,
+                    name,
+                    by: by * s,
+                }
+            }
+            ("Mul", Val::Part(Part::OnePlusErf { x, name }), Val::Node { idx, .. })
+            | ("Mul", Val::Node { idx, .. }, Val::Part(Part::OnePlusErf { x, name }))
+                if idx == x =>
+            {
+                Part::Gelu { x, name, by: 1.0 }
+            }
+            (
+                "Mul",
+                Val::Part(Part::OnePlusErf { x, name }),
+                Val::Part(Part::Scaled { x: y, by, .. }),
+            )
+            | (
+                "Mul",
+                Val::Part(Part::Scaled { x: y, by, .. }),
+                Val::Part(Part::OnePlusErf { x, name }),
+            ) if x == y => Part::Gelu { x, name, by },
+            _ => return Err(unsupported()),
+        };
+        if let Part::Gelu { x, name, by } = &part {
+            if close(*by, 0.5) {
+                // complete: x is read by the division inside erf and by this product only
+                let sole = self.uses.get(name).copied().unwrap_or(0) == 2;
+                return self.act_on(n, *x, "gelu_erf", sole);
+            }
+        }
+        self.bind(n, Val::Part(part))
+    }
+
+    /// `Erf` of `x / √2`.
+    pub(crate) fn erf(&mut self, n: &NodeProto) -> R<()> {
+        match self.input(n, 0)?.clone() {
+            Val::Part(Part::Scaled { x, name, by })
+                if close(by, std::f32::consts::FRAC_1_SQRT_2) =>
+            {
+                self.bind(n, Val::Part(Part::Erf { x, name }))
+            }
+            _ => Err(format!(
+                "{}: Erf is supported only as the exact GELU's erf(x / √2)",
+                at(n)
+            )),
+        }
+    }
+
+    /// A constant added to a part: `1 + erf(x / √2)`.
+    pub(crate) fn part_add(&mut self, n: &NodeProto, p: Part, c: Const) -> R<()> {
+        match p {
+            Part::Erf { x, name } if scalar(&c) == Some(1.0) => {
+                self.bind(n, Val::Part(Part::OnePlusErf { x, name }))
+            }
+            p => Err(format!("{}: adds a constant to {}", at(n), p.what())),
+        }
+    }
+
+    /// ONNX's `Gelu` (opset 20): exact, or the tanh approximation.
+    pub(crate) fn gelu(&mut self, n: &NodeProto) -> R<()> {
+        match attr_s(n, "approximate", "none").as_str() {
+            "none" => self.act(n, "gelu_erf"),
+            "tanh" => self.act(n, "gelu"),
+            other => Err(format!("{}: approximate = {other}", at(n))),
+        }
+    }
+
+    /// A `Reshape` of our node `idx` to `[batch, rows, heads, head]`: its rows split into heads.
+    pub(crate) fn split_heads(&self, idx: usize, shape: &[usize], target: &[i64]) -> Option<Part> {
+        let (&[s, d], Some(rows)) = (shape, self.seq) else {
+            return None;
+        };
+        let [b, t, h, dh] = *target else {
+            return None;
+        };
+        let fits = (b == -1 || b == 0 || b == 1)
+            && (t == s as i64 || t == 0 || t == -1)
+            && s == rows
+            && h > 0
+            && dh > 0
+            && (h * dh) as usize == d;
+        fits.then_some(Part::Heads {
+            x: idx,
+            heads: h as usize,
+            order: ROWS_HEADS,
+        })
+    }
+
+    /// `Transpose` of heads or of an attention context (the batch axis stays first).
+    pub(crate) fn transpose(&mut self, n: &NodeProto) -> R<()> {
+        let perm = super::proto::attr_ints(n, "perm");
+        let reorder = |order: [u8; 3]| -> R<[u8; 3]> {
+            match perm[..] {
+                [0, a, b, c] if [a, b, c].iter().all(|v| (1..=3).contains(v)) => {
+                    Ok([a, b, c].map(|v| order[v as usize - 1]))
+                }
+                _ => Err(format!(
+                    "{}: perm = {perm:?}: the batch axis must stay first",
+                    at(n)
+                )),
+            }
+        };
+        let part = match self.input(n, 0)?.clone() {
+            Val::Part(Part::Heads { x, heads, order }) => Part::Heads {
+                x,
+                heads,
+                order: reorder(order)?,
+            },
+            Val::Part(Part::Context {
+                q,
+                k,
+                v,
+                heads,
+                scale,
+                order,
+            }) => Part::Context {
+                q,
+                k,
+                v,
+                heads,
+                scale,
+                order: reorder(order)?,
+            },
+            _ => {
+                return Err(format!(
+                    "{}: Transpose is supported only inside a self-attention pattern",
+                    at(n)
+                ))
+            }
+        };
+        self.bind(n, Val::Part(part))
+    }
+
+    /// `MatMul` inside attention: Q by Kᵀ, then the probabilities by V.
+    pub(crate) fn part_matmul(&mut self, n: &NodeProto, a: Part, b: Part) -> R<()> {
+        let part = match (a, b) {
+            (
+                Part::Heads {
+                    x: q,
+                    heads,
+                    order: HEADS_ROWS,
+                },
+                Part::Heads {
+                    x: k,
+                    heads: hk,
+                    order: HEADS_WITHIN_ROWS,
+                },
+            ) if heads == hk => Part::Scores {
+                q,
+                k,
+                heads,
+                scale: 1.0,
+            },
+            (
+                Part::Probs { q, k, heads, scale },
+                Part::Heads {
+                    x: v,
+                    heads: hv,
+                    order: HEADS_ROWS,
+                },
+            ) if heads == hv => Part::Context {
+                q,
+                k,
+                v,
+                heads,
+                scale,
+                order: HEADS_ROWS,
+            },
+            (a, b) => {
+                return Err(format!(
+                    "{}: MatMul of {} by {}: not the self-attention pattern (Q as [batch, heads, \
+                     seq, head] by K as [batch, heads, head, seq], then by V)",
+                    at(n),
+                    a.what(),
+                    b.what()
+                ))
+            }
+        };
+        self.bind(n, Val::Part(part))
+    }
+
+    /// `Softmax` of attention scores over the keys.
+    pub(crate) fn part_softmax(&mut self, n: &NodeProto, p: Part) -> R<()> {
+        match p {
+            Part::Scores { q, k, heads, scale } if matches!(attr_i(n, "axis", -1), -1 | 3) => {
+                self.bind(n, Val::Part(Part::Probs { q, k, heads, scale }))
+            }
+            p => Err(format!(
+                "{}: Softmax of {} over another axis",
+                at(n),
+                p.what()
+            )),
+        }
+    }
+
+    /// `Reshape` of an attention context back to `[batch, rows, width]`: the pattern is
+    /// complete; it becomes `concat` of Q|K|V and `attention`.
+    pub(crate) fn part_reshape(&mut self, n: &NodeProto, p: Part) -> R<()> {
+        let Part::Context {
+            q,
+            k,
+            v,
+            heads,
+            scale,
+            order: ROWS_HEADS,
+        } = p
+        else {
+            return Err(format!("{}: Reshape of {}", at(n), p.what()));
+        };
+        let shape = self.shapes[q].clone();
+        let target = self.const_input(n, 1)?.i;
+        let (s, d) = (shape[0] as i64, shape[1] as i64);
+        let ok = matches!(target[..], [b, t, w] if (b == -1 || b == 0 || b == 1)
+            && (t == s || t == 0 || t == -1) && (w == d || w == -1));
+        if !ok {
+            return Err(format!(
+                "{}: shape {target:?}: expected [batch, {s}, {d}]",
+                at(n)
+            ));
+        }
+        let dh = (d as usize / heads) as f32;
+        if !close(scale * dh.sqrt(), 1.0) {
+            return Err(format!(
+                "{}: attention scores scaled by {scale}: our attention scales by 1/√{dh}",
+                at(n)
+            ));
+        }
+        if self.shapes[k] != shape || self.shapes[v] != shape {
+            return Err(format!("{}: Q, K and V differ in shape", at(n)));
+        }
+        let names = [q, k, v].map(|i| self.nodes[i].name.clone());
+        let mut cat = self.new_node(n, "concat", names.to_vec(), Kind::Other);
+        cat.origin = format!("{} (Q|K|V)", at(n));
+        self.push_node(cat, vec![shape[0], 3 * shape[1]]);
+        let qkv = self
+            .nodes
+            .last()
+            .map(|e| e.name.clone())
+            .unwrap_or_default();
+        let mut e = self.new_node(n, "attention", vec![qkv], Kind::Other);
+        e.fields = vec![("mode", "self".into()), ("heads", (heads as i64).into())];
+        self.emit(n, e, shape)
+    }
+}
