@@ -9,6 +9,8 @@ BERT-base built the same way into a directory you name (about 100 and 440 MB; no
   bert_style.onnx       a two-layer BERT-style encoder (hidden 32, 4 heads, FFN 64, vocabulary
                         100) as torch.onnx.export writes Hugging Face's BertModel; input_ids
                         [batch, seq] with seq a named axis (import with --dim seq=16)
+  bert_sdpa_style.onnx  the same encoder as PyTorch 2.15's default exporter writes it (see
+                        bert_style's sdpa flag)
   mobilenet_style.onnx  3x32x32 image: conv+BN+Clip(0,6), three depthwise-separable blocks
                         (depthwise 3x3 + BN + Clip(0,6), pointwise 1x1 + BN + Clip(0,6)), average
                         pool, global average pool, Reshape to [batch, -1], MatMul + Add, Softmax
@@ -119,12 +121,18 @@ def mobilenet_style():
     return b.model("mobilenet_style", [3, 32, 32], x, [10])
 
 
-def bert_style(layers=2, d=32, heads=4, ffn=64, vocab=100, max_pos=64, name="bert_style"):
+def bert_style(layers=2, d=32, heads=4, ffn=64, vocab=100, max_pos=64, name="bert_style", sdpa=False):
     """A BERT-style encoder as torch.onnx.export writes Hugging Face's BertModel at opset 17:
     word, position and token-type embeddings (the position and token-type ids sliced from
     constant buffers by the shape of input_ids), LayerNormalization, attention built from
     MatMul/Reshape/Transpose/Div/Softmax (one reshape shape computed from Shape/Gather/
-    Unsqueeze/Concat), exact GELU through Erf, residual adds. Input: input_ids [batch, seq]."""
+    Unsqueeze/Concat), exact GELU through Erf, residual adds. Input: input_ids [batch, seq].
+
+    With sdpa=True, the way PyTorch 2.15's default (dynamo) exporter writes the same model
+    through scaled_dot_product_attention: Q and K each scaled by head^-1/4, K transposed through
+    a 3-D reshape, an all-true mask built from Range/GreaterOrEqual/Expand/Where and added to
+    the scores, Where(IsNaN(p), 0, p) after the softmax, token-type ids from GatherElements and
+    Expand, and the GELU as x * (0.5 * (1 + erf(x / sqrt 2)))."""
     b = Builder(6)
     r = b.rng
     dh = d // heads
@@ -153,7 +161,12 @@ def bert_style(layers=2, d=32, heads=4, ffn=64, vocab=100, max_pos=64, name="ber
                                 b.init("axes", np.array([1], np.int64))], "slice")
 
     pos_ids = sliced(b.init("position_ids", np.arange(max_pos, dtype=np.int64)[None, :]))
-    type_ids = sliced(b.init("token_type_ids", np.zeros((1, max_pos), np.int64)))
+    if sdpa:
+        t = b.node("GatherElements", [b.init("token_type_buffer", np.zeros((1, max_pos), np.int64)), pos_ids],
+                   "gather_elements", axis=1)
+        type_ids = b.node("Expand", [t, b.node("Concat", [batch1, seq1], "concat", axis=0)], "expand")
+    else:
+        type_ids = sliced(b.init("token_type_ids", np.zeros((1, max_pos), np.int64)))
     x = b.node("Gather", [table(vocab), "input_ids"], "word_embeddings")
     x = b.node("Add", [x, b.node("Gather", [table(2), type_ids], "token_type_embeddings")], "add")
     x = b.node("Add", [x, b.node("Gather", [table(max_pos), pos_ids], "position_embeddings")], "add")
@@ -161,16 +174,46 @@ def bert_style(layers=2, d=32, heads=4, ffn=64, vocab=100, max_pos=64, name="ber
     heads_shape = b.node("Concat", [batch1, seq1, b.init("hd", np.array([heads, dh], np.int64))],
                          "concat", axis=0)
     fixed_shape = b.init("hd_shape", np.array([0, 0, heads, dh], np.int64))
+    if sdpa:
+        # an all-true mask [batch, 1, 1, seq] from the sequence length, as 0 / -inf
+        ar = b.node("Range", [b.init("r0", np.array(0, np.int64)), seq, b.init("r1", np.array(1, np.int64))], "range")
+        ar = b.node("Unsqueeze", [ar, b.init("axes", np.array([0, 1, 2], np.int64))], "unsqueeze")
+        ge = b.node("GreaterOrEqual", [ar, b.init("r0", np.array(0, np.int64))], "ge")
+        ones = b.init("one_i", np.array([1, 1], np.int64))
+        ge = b.node("Expand", [ge, b.node("Concat", [batch1, ones, seq1], "concat", axis=0)], "expand")
+        mask = b.node("Where", [ge, b.init("zero_f", np.array(0.0, np.float32)),
+                                b.init("neg_inf", np.array(-3.4028235e38, np.float32))], "where")
+        quarter = b.init("scale", np.array(dh ** -0.25, np.float32))
     for _ in range(layers):
         q = b.node("Reshape", [linear(x, d, d), heads_shape], "reshape")
         k = b.node("Reshape", [linear(x, d, d), fixed_shape], "reshape")
         v = b.node("Reshape", [linear(x, d, d), fixed_shape], "reshape")
         q = b.node("Transpose", [q], "transpose", perm=[0, 2, 1, 3])
-        k = b.node("Transpose", [k], "transpose", perm=[0, 2, 3, 1])
         v = b.node("Transpose", [v], "transpose", perm=[0, 2, 1, 3])
-        s = b.node("MatMul", [q, k], "scores")
-        s = b.node("Div", [s, b.init("sqrt_dh", np.array(np.sqrt(dh), np.float32))], "div")
-        p = b.node("Softmax", [s], "softmax", axis=-1)
+        if sdpa:
+            k = b.node("Transpose", [k], "transpose", perm=[0, 2, 1, 3])
+            kshape = b.node("Shape", [k], "shape")
+            last = b.node("Slice", [kshape, b.init("m1", np.array([-1], np.int64)),
+                                    b.init("max", np.array([2**63 - 1], np.int64))], "slice")
+            rows = b.node("Slice", [kshape, b.init("m2", np.array([-2], np.int64)),
+                                    b.init("m1", np.array([-1], np.int64))], "slice")
+            lead = b.node("Slice", [kshape, b.init("min", np.array([-2**63], np.int64)),
+                                    b.init("m2", np.array([-2], np.int64))], "slice")
+            k = b.node("Reshape", [k, b.node("Concat", [b.init("m1", np.array([-1], np.int64)), rows, last],
+                                             "concat", axis=0)], "reshape")
+            k = b.node("Transpose", [k], "transpose", perm=[0, 2, 1])
+            k = b.node("Reshape", [k, b.node("Concat", [lead, last, rows], "concat", axis=0)], "reshape")
+            q = b.node("Mul", [q, quarter], "mul")
+            k = b.node("Mul", [k, quarter], "mul")
+            s = b.node("Add", [b.node("MatMul", [q, k], "scores"), mask], "add")
+            p = b.node("Softmax", [s], "softmax", axis=-1)
+            p = b.node("Where", [b.node("IsNaN", [p], "isnan"), b.init("zero_f", np.array(0.0, np.float32)), p],
+                       "where")
+        else:
+            k = b.node("Transpose", [k], "transpose", perm=[0, 2, 3, 1])
+            s = b.node("MatMul", [q, k], "scores")
+            s = b.node("Div", [s, b.init("sqrt_dh", np.array(np.sqrt(dh), np.float32))], "div")
+            p = b.node("Softmax", [s], "softmax", axis=-1)
         c = b.node("MatMul", [p, v], "context")
         c = b.node("Transpose", [c], "transpose", perm=[0, 2, 1, 3])
         c = b.node("Reshape", [c, b.init("d_shape", np.array([0, 0, d], np.int64))], "reshape")
@@ -178,7 +221,10 @@ def bert_style(layers=2, d=32, heads=4, ffn=64, vocab=100, max_pos=64, name="ber
         h = linear(x, d, ffn)
         e = b.node("Erf", [b.node("Div", [h, b.init("sqrt2", np.array(1.4142135, np.float32))], "div")], "erf")
         e = b.node("Add", [e, b.init("one_f", np.array(1.0, np.float32))], "add")
-        h = b.node("Mul", [b.node("Mul", [h, e], "mul"), b.init("half", np.array(0.5, np.float32))], "mul")
+        if sdpa:
+            h = b.node("Mul", [h, b.node("Mul", [b.init("half", np.array(0.5, np.float32)), e], "mul")], "mul")
+        else:
+            h = b.node("Mul", [b.node("Mul", [h, e], "mul"), b.init("half", np.array(0.5, np.float32))], "mul")
         x = ln(b.node("Add", [linear(h, ffn, d), x], "residual"))
     xi = helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])
     y = helper.make_tensor_value_info(x, TensorProto.FLOAT, ["batch", "seq", d])
@@ -255,6 +301,7 @@ def main():
         return
     os.makedirs(a.out, exist_ok=True)
     models = {f.__name__: f() for f in [resnet_style, mobilenet_style, bert_style]}
+    models["bert_sdpa_style"] = bert_style(name="bert_sdpa_style", sdpa=True)
     models.update(bad_fixtures())
     for name, m in models.items():
         path = os.path.join(a.out, name + ".onnx")

@@ -345,9 +345,9 @@ fn stand_in_child_partial_warp() {
     let x = s.alloc_zeros::<f32>(200).unwrap();
     let mut y = s.alloc_zeros::<f32>(200).unwrap();
     let g = s.alloc_zeros::<f32>(200).unwrap();
-    let n = 200i32;
+    let (n, eps) = (200i32, 1e-5f32);
     let mut b = s.launch_builder(&f);
-    b.arg(&x).arg(&mut y).arg(&g).arg(&g).arg(&n);
+    b.arg(&x).arg(&mut y).arg(&g).arg(&g).arg(&n).arg(&eps);
     let cfg = LaunchConfig {
         grid_dim: (1, 1, 1),
         block_dim: (200, 1, 1), // not a whole number of warps: the block reductions shuffle

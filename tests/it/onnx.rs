@@ -12,12 +12,17 @@ use std::path::PathBuf;
 use std::process::Command;
 
 /// The committed fixtures that import (the BERT-style one with its sequence axis fixed).
-pub(crate) const FIXTURES: &[&str] = &["resnet_style", "mobilenet_style", "bert_style"];
+pub(crate) const FIXTURES: &[&str] = &[
+    "resnet_style",
+    "mobilenet_style",
+    "bert_style",
+    "bert_sdpa_style",
+];
 
 /// The `--dim` sizes a fixture needs.
 fn dims(name: &str) -> Vec<(String, usize)> {
     match name {
-        "bert_style" => vec![("seq".to_string(), 16)],
+        "bert_style" | "bert_sdpa_style" => vec![("seq".to_string(), 16)],
         _ => Vec::new(),
     }
 }
@@ -139,6 +144,41 @@ fn batch_norm_and_activations_fold_into_the_convolutions() {
         .filter(|n| matches!(n.op, Op::Conv2d { groups, .. } if groups > 1 && groups == n.in_shapes[0].feat[0]))
         .count();
     assert_eq!(dw, 3);
+    // both BERT exports become the same 27 nodes: per layer Q, K, V, their concat, attention,
+    // the output projection, the residual add, layer norm, the FFN (GELU fused), FFN out, add,
+    // layer norm; and compute the same thing (same weights, seed 6 in the script)
+    let kinds = |m: &Model| -> Vec<String> {
+        m.nodes
+            .iter()
+            .map(|n| format!("{}{:?}", n.op.kind_name(), n.out.feat))
+            .collect()
+    };
+    let (a, b) = (import("bert_style"), import("bert_sdpa_style"));
+    assert_eq!(a.nodes.len(), 27);
+    assert_eq!(kinds(&a), kinds(&b));
+    let gelu = a
+        .nodes
+        .iter()
+        .filter(|n| {
+            matches!(
+                n.op,
+                Op::Linear {
+                    act: lazybatch::graph::op::Act::GeluErf,
+                    ..
+                }
+            )
+        })
+        .count();
+    assert_eq!(gelu, 2);
+    let outs = |m: &Model| inputs_and_outputs(m, &mut CpuDevice::new(3), 1, 8, 7).unwrap();
+    let (oa, ob) = (outs(&a), outs(&b));
+    let diff = oa[0]
+        .output
+        .iter()
+        .zip(&ob[0].output)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max);
+    assert!(diff < 1e-5, "the two exports differ by {diff}");
 }
 
 /// The error importing `path`, as the command line prints it.

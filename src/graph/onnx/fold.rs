@@ -64,6 +64,74 @@ impl Translator {
                 slice(data, &starts, &ends, get(3)?, get(4)?).map_err(ctx)?
             }
             "Cast" => cast(self.const_input(n, 0)?, attr_i(n, "to", 0)).map_err(ctx)?,
+            "Range" => {
+                let [a, b, d] = [0, 1, 2].map(|i| self.const_input(n, i));
+                range(a?, b?, d?).map_err(ctx)?
+            }
+            "Expand" => {
+                let (c, shape) = (self.const_input(n, 0)?, self.const_input(n, 1)?.i);
+                // the batch axis (-1 from `Shape`) broadcasts as 1: one request
+                let to: Vec<usize> = shape.iter().map(|&d| d.max(1) as usize).collect();
+                let dims = broadcast(&[&c.dims, &to]).map_err(ctx)?;
+                gather_broadcast(&c, &dims)
+            }
+            "Where" => {
+                let [c, x, y] = [0, 1, 2].map(|i| self.const_input(n, i));
+                let (c, x, y) = (c?, x?, y?);
+                let dims = broadcast(&[&c.dims, &x.dims, &y.dims]).map_err(ctx)?;
+                let (c, x, y) = (
+                    gather_broadcast(&c, &dims),
+                    gather_broadcast(&x, &dims),
+                    gather_broadcast(&y, &dims),
+                );
+                let pick = |k: usize| {
+                    c.i.get(k)
+                        .map_or(c.f.get(k).is_some_and(|v| *v != 0.0), |v| *v != 0)
+                };
+                if x.f.is_empty() && y.f.is_empty() {
+                    let i = (0..c.len())
+                        .map(|k| if pick(k) { x.i[k] } else { y.i[k] })
+                        .collect();
+                    ints(dims, i)
+                } else {
+                    let fv =
+                        |c: &Const, k: usize| c.f.get(k).copied().unwrap_or_else(|| c.i[k] as f32);
+                    let f = (0..c.len())
+                        .map(|k| if pick(k) { fv(&x, k) } else { fv(&y, k) })
+                        .collect();
+                    Const {
+                        dims,
+                        f,
+                        i: Vec::new(),
+                    }
+                }
+            }
+            "Equal" | "Greater" | "GreaterOrEqual" | "Less" | "LessOrEqual" => {
+                let (a, b) = (self.const_input(n, 0)?, self.const_input(n, 1)?);
+                let dims = broadcast(&[&a.dims, &b.dims]).map_err(ctx)?;
+                let (a, b) = (gather_broadcast(&a, &dims), gather_broadcast(&b, &dims));
+                let v = |c: &Const, k: usize| {
+                    c.f.get(k).map_or_else(|| c.i[k] as f64, |&f| f64::from(f))
+                };
+                let op = n.op_type();
+                let i = (0..a.len())
+                    .map(|k| {
+                        let (x, y) = (v(&a, k), v(&b, k));
+                        i64::from(match op {
+                            "Equal" => x == y,
+                            "Greater" => x > y,
+                            "GreaterOrEqual" => x >= y,
+                            "Less" => x < y,
+                            _ => x <= y,
+                        })
+                    })
+                    .collect();
+                ints(dims, i)
+            }
+            "GatherElements" => {
+                let (data, idx) = (self.const_input(n, 0)?, self.const_input(n, 1)?);
+                gather_elements(&data, &idx, attr_i(n, "axis", 0)).map_err(ctx)?
+            }
             other => return Err(format!("{}: {other} is not folded", at(n))),
         };
         self.bind(n, Val::Const(c))
@@ -75,6 +143,20 @@ impl Translator {
             Val::Node { shape, .. } => std::iter::once(BATCH)
                 .chain(shape.iter().map(|&d| d as i64))
                 .collect(),
+            Val::Part(super::patterns::Part::Heads {
+                x,
+                heads,
+                order,
+                merged,
+                ..
+            }) => {
+                let d = self.heads_dims(*x, *heads, *order).map(|v| v as i64);
+                if *merged {
+                    vec![BATCH, d[1], d[2]]
+                } else {
+                    vec![BATCH, d[0], d[1], d[2]]
+                }
+            }
             Val::Part(p) => return Err(format!("{}: the shape of {}", at(n), p.what())),
         };
         let r = dims.len() as i64;
@@ -198,6 +280,126 @@ impl Translator {
         dims.extend_from_slice(data.dims.get(ax + 1..).unwrap_or(&[]));
         self.bind(n, Val::Const(Const { dims, f, i }))
     }
+}
+
+/// The numpy broadcast of `shapes` (aligned at their last axes; an axis of 1 stretches).
+fn broadcast(shapes: &[&[usize]]) -> R<Vec<usize>> {
+    let rank = shapes.iter().map(|s| s.len()).max().unwrap_or(0);
+    let mut out = vec![1usize; rank];
+    for s in shapes {
+        for (k, &d) in s.iter().enumerate() {
+            let o = &mut out[rank - s.len() + k];
+            if *o == 1 {
+                *o = d;
+            } else if d != 1 && d != *o {
+                return Err(format!("shapes {shapes:?} do not broadcast"));
+            }
+        }
+    }
+    if out
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .is_none_or(|n| n > 1 << 26)
+    {
+        return Err(format!(
+            "a constant of {out:?} is too large to compute at import"
+        ));
+    }
+    Ok(out)
+}
+
+/// `c` stretched to `dims` (which [`broadcast`] gave).
+fn gather_broadcast(c: &Const, dims: &[usize]) -> Const {
+    let total: usize = dims.iter().product();
+    let off = dims.len() - c.dims.len();
+    let strides: Vec<usize> = (0..c.dims.len())
+        .map(|k| c.dims[k + 1..].iter().product())
+        .collect();
+    let src = |flat: usize| {
+        let (mut rem, mut at) = (flat, 0);
+        for k in (0..dims.len()).rev() {
+            let x = rem % dims[k];
+            rem /= dims[k];
+            if k >= off && c.dims[k - off] != 1 {
+                at += x * strides[k - off];
+            }
+        }
+        at
+    };
+    Const {
+        dims: dims.to_vec(),
+        f: if c.f.is_empty() {
+            Vec::new()
+        } else {
+            (0..total).map(|k| c.f[src(k)]).collect()
+        },
+        i: if c.i.is_empty() {
+            Vec::new()
+        } else {
+            (0..total).map(|k| c.i[src(k)]).collect()
+        },
+    }
+}
+
+fn range(start: Const, limit: Const, delta: Const) -> R<Const> {
+    let one = |c: &Const| {
+        c.i.first()
+            .copied()
+            .ok_or("Range folds integer bounds only")
+    };
+    let (s, l, d) = (one(&start)?, one(&limit)?, one(&delta)?);
+    if d == 0 {
+        return Err("Range with a step of 0".into());
+    }
+    let n = ((l - s) as f64 / d as f64).ceil().max(0.0) as usize;
+    if n > 1 << 24 {
+        return Err(format!("Range of {n} values"));
+    }
+    Ok(ints(vec![n], (0..n as i64).map(|k| s + k * d).collect()))
+}
+
+fn gather_elements(data: &Const, idx: &Const, ax: i64) -> R<Const> {
+    let rank = data.dims.len();
+    if idx.dims.len() != rank {
+        return Err("data and indices differ in rank".into());
+    }
+    let ax = axis(ax, rank)?;
+    let strides: Vec<usize> = (0..rank)
+        .map(|k| data.dims[k + 1..].iter().product())
+        .collect();
+    let mut f = Vec::new();
+    let mut i = Vec::new();
+    for flat in 0..idx.len() {
+        let (mut rem, mut at) = (flat, 0);
+        for k in (0..rank).rev() {
+            let x = rem % idx.dims[k];
+            rem /= idx.dims[k];
+            let x = if k == ax {
+                let d = data.dims[k] as i64;
+                let v = idx.i[flat];
+                let v = if v < 0 { v + d } else { v };
+                if !(0..d).contains(&v) {
+                    return Err(format!("index {v} outside an axis of {d}"));
+                }
+                v as usize
+            } else if x < data.dims[k] {
+                x
+            } else {
+                return Err("indices exceed the data".into());
+            };
+            at += x * strides[k];
+        }
+        if data.f.is_empty() {
+            i.push(data.i[at]);
+        } else {
+            f.push(data.f[at]);
+        }
+    }
+    Ok(Const {
+        dims: idx.dims.clone(),
+        f,
+        i,
+    })
 }
 
 fn squeeze(c: Const, axes: &[i64], un: bool) -> R<Const> {
@@ -356,5 +558,29 @@ mod tests {
         assert_eq!((c.dims, c.i), (vec![4], vec![BATCH, 5, 4, 8]));
         assert!(squeeze(iv(&[2], &[1, 2]), &[0], false).is_err());
         assert_eq!(cast(iv(&[2], &[3, -1]), 1).unwrap().f, [3.0, -1.0]);
+    }
+
+    #[test]
+    fn masks_and_index_buffers_fold_as_numpy_computes_them() {
+        let r = range(iv(&[], &[0]), iv(&[], &[4]), iv(&[], &[1])).unwrap();
+        assert_eq!(r.i, [0, 1, 2, 3]);
+        assert_eq!(
+            range(iv(&[], &[5]), iv(&[], &[0]), iv(&[], &[-2]))
+                .unwrap()
+                .i,
+            [5, 3, 1]
+        );
+        // [1, 3] stretched to [2, 3]; [2, 1] against [3] broadcasts to [2, 3]
+        let e = gather_broadcast(&iv(&[1, 3], &[7, 8, 9]), &[2, 3]);
+        assert_eq!(e.i, [7, 8, 9, 7, 8, 9]);
+        assert_eq!(broadcast(&[&[2, 1], &[3]]).unwrap(), [2, 3]);
+        assert!(broadcast(&[&[2], &[3]]).is_err());
+        let col = gather_broadcast(&iv(&[2, 1], &[1, 2]), &[2, 3]);
+        assert_eq!(col.i, [1, 1, 1, 2, 2, 2]);
+        // out[i][j] = data[i][idx[i][j]] along axis 1
+        let data = iv(&[1, 4], &[10, 11, 12, 13]);
+        let g = gather_elements(&data, &iv(&[1, 3], &[3, 0, -1]), 1).unwrap();
+        assert_eq!(g.i, [13, 10, 13]);
+        assert!(gather_elements(&data, &iv(&[1, 1], &[4]), 1).is_err());
     }
 }

@@ -49,14 +49,17 @@ pub fn import(path: &Path, dims: &Dims) -> Result<Model> {
         file: path.to_path_buf(),
         msg,
     };
-    let model = ModelProto::decode(&bytes[..]).map_err(|source| Error::OnnxDecode {
+    let mut model = ModelProto::decode(&bytes[..]).map_err(|source| Error::OnnxDecode {
         file: path.to_path_buf(),
         source,
     })?;
-    let graph = model
+    drop(bytes);
+    let mut graph = model
         .graph
-        .as_ref()
+        .take()
         .ok_or_else(|| err("the file holds no graph".into()))?;
+    load_external(&mut graph, path).map_err(err)?;
+    let graph = &graph;
     check_ops(graph).map_err(err)?;
     let (text, weights) = translate_graph(path, &model, graph, dims).map_err(err)?;
     let mut m = super::loader::parse_model(&text, path)
@@ -73,6 +76,69 @@ pub fn import(path: &Path, dims: &Dims) -> Result<Model> {
     m.imported = Imported::new(per_node);
     check_sizes(&m).map_err(err)?;
     Ok(m)
+}
+
+/// Reads the initializers an exporter stored in external files (`torch.onnx.export` does
+/// for large models: `model.onnx.data` beside `model.onnx`) into the tensors themselves. A
+/// location must be a relative path inside the model's directory, as the ONNX spec requires.
+fn load_external(g: &mut GraphProto, model: &Path) -> std::result::Result<(), String> {
+    use proto::pb::tensor_proto::DataLocation;
+    let dir = model.parent().unwrap_or(Path::new("."));
+    let mut files: HashMap<String, Vec<u8>> = HashMap::new();
+    for t in &mut g.initializer {
+        if t.data_location != Some(DataLocation::External as i32) {
+            continue;
+        }
+        let name = t.name().to_string();
+        let get = |k: &str| {
+            t.external_data
+                .iter()
+                .find(|e| e.key() == k)
+                .map(|e| e.value().to_string())
+        };
+        let num = |k: &str| -> std::result::Result<Option<usize>, String> {
+            get(k)
+                .map(|v| {
+                    v.parse::<usize>()
+                        .map_err(|_| format!("initializer '{name}': {k} = '{v}'"))
+                })
+                .transpose()
+        };
+        let loc = get("location")
+            .ok_or_else(|| format!("initializer '{name}': external data without a location"))?;
+        let rel = Path::new(&loc);
+        let inside = rel
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !inside {
+            return Err(format!(
+                "initializer '{name}': external data location '{loc}' must be a relative path \
+                 inside the model's directory"
+            ));
+        }
+        if !files.contains_key(&loc) {
+            let data = std::fs::read(dir.join(rel))
+                .map_err(|e| format!("initializer '{name}': {}: {e}", dir.join(rel).display()))?;
+            files.insert(loc.clone(), data);
+        }
+        let data = &files[&loc];
+        let offset = num("offset")?.unwrap_or(0);
+        let length = num("length")?.unwrap_or(data.len().saturating_sub(offset));
+        let bytes = offset
+            .checked_add(length)
+            .and_then(|end| data.get(offset..end))
+            .ok_or_else(|| {
+                format!(
+                    "initializer '{name}': bytes {offset}..+{length} lie outside {} ({} bytes)",
+                    loc,
+                    data.len()
+                )
+            })?;
+        t.raw_data = Some(bytes.to_vec());
+        t.data_location = None;
+        t.external_data.clear();
+    }
+    Ok(())
 }
 
 /// Every operator outside [`SUPPORTED`], each with the first node that uses it.

@@ -27,16 +27,22 @@ pub(crate) enum Part {
     /// `erf(x / √2)`.
     Erf { x: usize, name: String },
     /// `1 + erf(x / √2)`.
-    OnePlusErf { x: usize, name: String },
+    /// `by · (1 + erf(x / √2))`.
+    OnePlusErf { x: usize, name: String, by: f32 },
     /// `by · x · (1 + erf(x / √2))`.
     Gelu { x: usize, name: String, by: f32 },
-    /// Our node `x`'s rows split into `heads`; `order` says which of (row, head, within the
-    /// head) each of the three per-request axes holds.
+    /// Our node `x`'s rows split into `heads`, times `scale`; `order` says which of (row,
+    /// head, within the head) each of the three per-request axes holds; `merged`: the batch
+    /// and the first of them share one axis (a `Reshape` to 3-D, as some exporters transpose K).
     Heads {
         x: usize,
         heads: usize,
         order: [u8; 3],
+        scale: f32,
+        merged: bool,
     },
+    /// `IsNaN` of the tensor named `of` (attention probabilities).
+    NanOf { of: String },
     /// `scale · Q·Kᵀ` per head.
     Scores {
         q: usize,
@@ -74,6 +80,7 @@ impl Part {
             Part::Scaled { .. } => "a tensor scaled by a constant",
             Part::Erf { .. } | Part::OnePlusErf { .. } | Part::Gelu { .. } => "part of a GELU",
             Part::Heads { .. } => "a tensor split into attention heads",
+            Part::NanOf { .. } => "a NaN test of attention probabilities",
             Part::Scores { .. } | Part::Probs { .. } => "attention scores",
             Part::Context { .. } => "an attention context",
         }
@@ -139,6 +146,47 @@ impl Translator {
                     by: s,
                 }
             }
+            (
+                _,
+                Val::Part(Part::Heads {
+                    x,
+                    heads,
+                    order,
+                    scale,
+                    merged,
+                }),
+                Val::Const(c),
+            ) if op != "Sub" => {
+                let s = scalar(&c).filter(|s| *s != 0.0).ok_or_else(unsupported)?;
+                let scale = if op == "Div" { scale / s } else { scale * s };
+                Part::Heads {
+                    x,
+                    heads,
+                    order,
+                    scale,
+                    merged,
+                }
+            }
+            (
+                "Mul",
+                Val::Const(c),
+                Val::Part(Part::Heads {
+                    x,
+                    heads,
+                    order,
+                    scale,
+                    merged,
+                }),
+            ) => {
+                let s = scalar(&c).ok_or_else(unsupported)?;
+                Part::Heads {
+                    x,
+                    heads,
+                    order,
+                    scale: scale * s,
+                    merged,
+                }
+            }
             (_, Val::Part(Part::Scores { q, k, heads, scale }), Val::Const(c)) => {
                 let s = scalar(&c).filter(|s| *s != 0.0).ok_or_else(unsupported)?;
                 let scale = if op == "Div" { scale / s } else { scale * s };
@@ -153,22 +201,35 @@ impl Translator {
                     by: by * s,
                 }
             }
-            ("Mul", Val::Part(Part::OnePlusErf { x, name }), Val::Node { idx, .. })
-            | ("Mul", Val::Node { idx, .. }, Val::Part(Part::OnePlusErf { x, name }))
+            ("Mul", Val::Part(Part::OnePlusErf { x, name, by }), Val::Const(c))
+            | ("Mul", Val::Const(c), Val::Part(Part::OnePlusErf { x, name, by })) => {
+                let s = scalar(&c).ok_or_else(unsupported)?;
+                Part::OnePlusErf {
+                    x,
+                    name,
+                    by: by * s,
+                }
+            }
+            ("Mul", Val::Part(Part::OnePlusErf { x, name, by }), Val::Node { idx, .. })
+            | ("Mul", Val::Node { idx, .. }, Val::Part(Part::OnePlusErf { x, name, by }))
                 if idx == x =>
             {
-                Part::Gelu { x, name, by: 1.0 }
+                Part::Gelu { x, name, by }
             }
             (
                 "Mul",
-                Val::Part(Part::OnePlusErf { x, name }),
+                Val::Part(Part::OnePlusErf { x, name, by: b1 }),
                 Val::Part(Part::Scaled { x: y, by, .. }),
             )
             | (
                 "Mul",
                 Val::Part(Part::Scaled { x: y, by, .. }),
-                Val::Part(Part::OnePlusErf { x, name }),
-            ) if x == y => Part::Gelu { x, name, by },
+                Val::Part(Part::OnePlusErf { x, name, by: b1 }),
+            ) if x == y => Part::Gelu {
+                x,
+                name,
+                by: by * b1,
+            },
             _ => return Err(unsupported()),
         };
         if let Part::Gelu { x, name, by } = &part {
@@ -199,8 +260,19 @@ impl Translator {
     /// A constant added to a part: `1 + erf(x / √2)`.
     pub(crate) fn part_add(&mut self, n: &NodeProto, p: Part, c: Const) -> R<()> {
         match p {
+            // an attention mask that masks nothing (built from shapes, without a mask input)
+            p @ Part::Scores { .. }
+                if c.f.iter().all(|&v| v == 0.0) && c.i.iter().all(|&v| v == 0) =>
+            {
+                self.bind(n, Val::Part(p))
+            }
+            Part::Scores { .. } => Err(format!(
+                "{}: an attention mask that masks positions: not supported (every position \
+                 attends to every other)",
+                at(n)
+            )),
             Part::Erf { x, name } if scalar(&c) == Some(1.0) => {
-                self.bind(n, Val::Part(Part::OnePlusErf { x, name }))
+                self.bind(n, Val::Part(Part::OnePlusErf { x, name, by: 1.0 }))
             }
             p => Err(format!("{}: adds a constant to {}", at(n), p.what())),
         }
@@ -223,16 +295,25 @@ impl Translator {
         let [b, t, h, dh] = *target else {
             return None;
         };
+        // one of the heads and the head width may be -1: inferred from the width
+        let d64 = d as i64;
+        let (h, dh) = match (h, dh) {
+            (-1, dh) if dh > 0 && d64 % dh == 0 => (d64 / dh, dh),
+            (h, -1) if h > 0 && d64 % h == 0 => (h, d64 / h),
+            hd => hd,
+        };
         let fits = (b == -1 || b == 0 || b == 1)
             && (t == s as i64 || t == 0 || t == -1)
             && s == rows
             && h > 0
             && dh > 0
-            && (h * dh) as usize == d;
+            && h * dh == d64;
         fits.then_some(Part::Heads {
             x: idx,
             heads: h as usize,
             order: ROWS_HEADS,
+            scale: 1.0,
+            merged: false,
         })
     }
 
@@ -251,10 +332,31 @@ impl Translator {
             }
         };
         let part = match self.input(n, 0)?.clone() {
-            Val::Part(Part::Heads { x, heads, order }) => Part::Heads {
+            Val::Part(Part::Heads {
+                x,
+                heads,
+                order,
+                scale,
+                merged: false,
+            }) => Part::Heads {
                 x,
                 heads,
                 order: reorder(order)?,
+                scale,
+                merged: false,
+            },
+            Val::Part(Part::Heads {
+                x,
+                heads,
+                order,
+                scale,
+                merged: true,
+            }) if perm == [0, 2, 1] => Part::Heads {
+                x,
+                heads,
+                order: [order[0], order[2], order[1]],
+                scale,
+                merged: true,
             },
             Val::Part(Part::Context {
                 q,
@@ -289,17 +391,21 @@ impl Translator {
                     x: q,
                     heads,
                     order: HEADS_ROWS,
+                    scale: sq,
+                    merged: false,
                 },
                 Part::Heads {
                     x: k,
                     heads: hk,
                     order: HEADS_WITHIN_ROWS,
+                    scale: sk,
+                    merged: false,
                 },
             ) if heads == hk => Part::Scores {
                 q,
                 k,
                 heads,
-                scale: 1.0,
+                scale: sq * sk,
             },
             (
                 Part::Probs { q, k, heads, scale },
@@ -307,6 +413,8 @@ impl Translator {
                     x: v,
                     heads: hv,
                     order: HEADS_ROWS,
+                    scale: 1.0,
+                    merged: false,
                 },
             ) if heads == hv => Part::Context {
                 q,
@@ -346,6 +454,9 @@ impl Translator {
     /// `Reshape` of an attention context back to `[batch, rows, width]`: the pattern is
     /// complete; it becomes `concat` of Q|K|V and `attention`.
     pub(crate) fn part_reshape(&mut self, n: &NodeProto, p: Part) -> R<()> {
+        if let Part::Heads { .. } = p {
+            return self.heads_reshape(n, p);
+        }
         let Part::Context {
             q,
             k,
@@ -390,5 +501,86 @@ impl Translator {
         let mut e = self.new_node(n, "attention", vec![qkv], Kind::Other);
         e.fields = vec![("mode", "self".into()), ("heads", (heads as i64).into())];
         self.emit(n, e, shape)
+    }
+
+    /// The per-request sizes of heads' three axes, in their order.
+    pub(crate) fn heads_dims(&self, x: usize, heads: usize, order: [u8; 3]) -> [usize; 3] {
+        let (rows, width) = (self.shapes[x][0], self.shapes[x][1]);
+        let size = [rows, heads, width / heads.max(1)];
+        order.map(|o| size[o as usize])
+    }
+
+    /// `Reshape` of heads: merging the batch with the first axis (`[-1, a, b]`), or undoing
+    /// that (`[batch, h, a, b]`).
+    fn heads_reshape(&mut self, n: &NodeProto, p: Part) -> R<()> {
+        let Part::Heads {
+            x,
+            heads,
+            order,
+            scale,
+            merged,
+        } = p
+        else {
+            return Err(format!("{}: Reshape of {}", at(n), p.what()));
+        };
+        let target = self.const_input(n, 1)?.i;
+        let [a, b, c] = self.heads_dims(x, heads, order).map(|d| d as i64);
+        let fits = match (merged, &target[..]) {
+            (false, [_, t1, t2]) => *t1 == b && *t2 == c,
+            (true, [_, t1, t2, t3]) => *t1 == a && *t2 == b && *t3 == c,
+            _ => false,
+        };
+        if !fits {
+            return Err(format!(
+                "{}: shape {target:?} of attention heads of {:?}",
+                at(n),
+                [a, b, c]
+            ));
+        }
+        self.bind(
+            n,
+            Val::Part(Part::Heads {
+                x,
+                heads,
+                order,
+                scale,
+                merged: !merged,
+            }),
+        )
+    }
+
+    /// `Where(IsNaN(p), 0, p)` after a softmax (`p` cannot be NaN here: nothing is masked), or
+    /// a `Where` of constants.
+    pub(crate) fn where_(&mut self, n: &NodeProto) -> R<()> {
+        match (self.input(n, 0)?.clone(), self.input(n, 1)?.clone()) {
+            (Val::Const(_), Val::Const(_)) if matches!(self.input(n, 2)?, Val::Const(_)) => {
+                self.fold(n)
+            }
+            (Val::Part(Part::NanOf { of }), Val::Const(z))
+                if scalar(&z) == Some(0.0) && n.input.get(2) == Some(&of) =>
+            {
+                let v = self.input(n, 2)?.clone();
+                self.bind(n, v)
+            }
+            _ => Err(format!(
+                "{}: Where is supported on constants, and as Where(IsNaN(p), 0, p) after an \
+                 attention softmax",
+                at(n)
+            )),
+        }
+    }
+
+    /// `IsNaN` of attention probabilities (see [`Translator::where_`]).
+    pub(crate) fn is_nan(&mut self, n: &NodeProto) -> R<()> {
+        match self.input(n, 0)? {
+            Val::Part(Part::Probs { .. }) => {
+                let of = n.input[0].clone();
+                self.bind(n, Val::Part(Part::NanOf { of }))
+            }
+            _ => Err(format!(
+                "{}: IsNaN is supported after an attention softmax only",
+                at(n)
+            )),
+        }
     }
 }

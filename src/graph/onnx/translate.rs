@@ -5,7 +5,9 @@
 //! per-request shape: the ONNX shape without the batch axis; a token sequence's length is our
 //! rows), a constant ([`fold`](super::fold) computes constant subgraphs such as shapes), or a
 //! part of a recognised pattern — attention or the exact GELU — that becomes our nodes when it
-//! completes ([`patterns`](super::patterns)).
+//! completes ([`patterns`](super::patterns)). The operators themselves live by family:
+//! convolutions and pooling in `vision`, dense layers in `dense`, embeddings and layer norm in
+//! `sequence`; this file holds the state, the dispatch and the elementwise and shape operators.
 
 use super::proto::pb::NodeProto;
 use super::proto::{attr, attr_f, attr_i, tensor, Const};
@@ -29,6 +31,16 @@ pub(crate) const SUPPORTED: &[&str] = &[
     "Concat",
     "Slice",
     "Cast",
+    "Range",
+    "Expand",
+    "Where",
+    "Equal",
+    "Greater",
+    "GreaterOrEqual",
+    "Less",
+    "LessOrEqual",
+    "GatherElements",
+    "IsNaN",
     "BatchNormalization",
     "Relu",
     "Clip",
@@ -38,6 +50,7 @@ pub(crate) const SUPPORTED: &[&str] = &[
     "MaxPool",
     "AveragePool",
     "GlobalAveragePool",
+    "ReduceMean",
     "Flatten",
     "Reshape",
     "Gemm",
@@ -313,6 +326,7 @@ impl Translator {
             "Add" => self.add(n),
             "MaxPool" | "AveragePool" => self.pool(n),
             "GlobalAveragePool" => self.global_pool(n),
+            "ReduceMean" => self.reduce_mean(n),
             "Flatten" => self.flatten(n),
             "Reshape" => self.reshape(n),
             "Gemm" => self.gemm(n),
@@ -324,7 +338,11 @@ impl Translator {
             "Mul" | "Div" | "Sub" => self.arith(n),
             "Transpose" => self.transpose(n),
             "Gather" => self.gather(n),
-            "Shape" | "Unsqueeze" | "Squeeze" | "Concat" | "Slice" | "Cast" => self.fold(n),
+            "Where" => self.where_(n),
+            "IsNaN" => self.is_nan(n),
+            "Shape" | "Unsqueeze" | "Squeeze" | "Concat" | "Slice" | "Cast" | "Range"
+            | "Expand" | "Equal" | "Greater" | "GreaterOrEqual" | "Less" | "LessOrEqual"
+            | "GatherElements" => self.fold(n),
             other => Err(format!("{}: unsupported operator {other}", at(n))),
         }
     }

@@ -282,4 +282,42 @@ impl Translator {
         e.fields = vec![("kind", "global_avg".into())];
         self.emit(n, e, vec![c, 1, 1])
     }
+
+    /// `ReduceMean` over an image's two spatial axes: a global average pool (then a flatten
+    /// when the reduced axes are not kept), as the PyTorch exporter writes
+    /// `AdaptiveAvgPool2d(1)`.
+    pub(crate) fn reduce_mean(&mut self, n: &NodeProto) -> R<()> {
+        let (_, from, shape) = self.node_input(n, 0)?;
+        let axes = match n.input.get(1).filter(|s| !s.is_empty()) {
+            Some(_) => self.const_input(n, 1)?.i,
+            None => attr_ints(n, "axes"),
+        };
+        let mut axes: Vec<i64> = axes
+            .iter()
+            .map(|&a| if a < 0 { a + 4 } else { a })
+            .collect();
+        axes.sort_unstable();
+        let [c, _, _] = shape[..] else {
+            return Err(format!(
+                "{}: ReduceMean is supported over an image's H and W only",
+                at(n)
+            ));
+        };
+        if axes != [2, 3] {
+            return Err(format!(
+                "{}: axes = {axes:?}: ReduceMean is supported over an image's H and W (2, 3) only",
+                at(n)
+            ));
+        }
+        let mut e = self.new_node(n, "pool", vec![from], Kind::Other);
+        e.fields = vec![("kind", "global_avg".into())];
+        if attr_i(n, "keepdims", 1) != 0 {
+            return self.emit(n, e, vec![c, 1, 1]);
+        }
+        let pooled = self.push_node(e, vec![c, 1, 1]);
+        let name = self.nodes[pooled].name.clone();
+        let mut f = self.new_node(n, "flatten", vec![name], Kind::Other);
+        f.origin = format!("{} (keepdims = 0)", at(n));
+        self.emit(n, f, vec![c])
+    }
 }
