@@ -220,6 +220,61 @@ fn pass_ms(model: &str, b: u32, rounds: usize, step: bool) -> f64 {
     times[times.len() / 2]
 }
 
+/// The depthwise convolutions of MobileNet-v1 (3×3, the first of each size), alone with warm
+/// caches: time (the best of 7 batches) and multiply-adds per second.
+fn depthwise_table() {
+    use lazybatch::device::cpu::hwc;
+    use lazybatch::device::cpu::kernels::{ActK, Window};
+    println!(
+        "\nDepthwise 3x3 convolutions (MobileNet-v1's shapes, channels-last, ReLU6 epilogue):"
+    );
+    println!(
+        "{:<22} {:>10} {:>10}",
+        "input (h, w, c) / s", "us", "GMAC/s"
+    );
+    for (h, c, s) in [
+        (112, 32, 1),
+        (112, 64, 2),
+        (56, 128, 1),
+        (56, 128, 2),
+        (28, 256, 1),
+        (14, 512, 1),
+        (7, 1024, 1),
+    ] {
+        let out = (h + 2 - 3) / s + 1;
+        let win = Window {
+            kernel: (3, 3),
+            stride: s,
+            pad: 1,
+            out: (out, out),
+        };
+        let x: Vec<f32> = (0..h * h * c).map(|i| (i % 7) as f32 * 0.1).collect();
+        let wt: Vec<f32> = (0..9 * c).map(|i| (i % 5) as f32 * 0.1).collect();
+        let shift = vec![0.1f32; c];
+        let mut y = vec![0.0f32; out * out * c];
+        let run = |y: &mut [f32]| hwc::depthwise(&x, (h, h, c), &wt, win, (&shift, ActK::Relu6), y);
+        run(&mut y);
+        // the best of 7 batches of 20 (this VM's neighbours make single timings wander)
+        let reps = 20;
+        let us = (0..7)
+            .map(|_| {
+                let t = Instant::now();
+                for _ in 0..reps {
+                    run(&mut y);
+                }
+                t.elapsed().as_secs_f64() * 1e6 / reps as f64
+            })
+            .fold(f64::INFINITY, f64::min);
+        let macs = (out * out * c * 9) as f64;
+        println!(
+            "{:<22} {:>10.1} {:>10.2}",
+            format!("{h}x{h}x{c} / {s}"),
+            us,
+            macs / us / 1e3
+        );
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     // `whole MODEL BATCH ROUNDS` / `step MODEL BATCH ROUNDS`: one number, for the harness
@@ -235,6 +290,9 @@ fn main() {
     let only = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
     if only.as_deref().is_none_or(|o| o == "gemm") {
         gemm_table();
+    }
+    if only.as_deref().is_none_or(|o| o == "depthwise") {
+        depthwise_table();
     }
     if only.as_deref().is_none_or(|o| o == "scheduler") {
         scheduler_overhead();

@@ -108,6 +108,11 @@ pub fn depthwise(
     });
 }
 
+/// Channels of a depthwise block (one AVX-512 vector) and output pixels computed together
+/// (their accumulators stay in registers; each weight vector is loaded once for all of them).
+const DW_LANES: usize = 16;
+const DW_PIXELS: usize = 4;
+
 vectorized_fn! {
     fn depthwise_rows(
         image: (&[f32], (usize, usize, usize)),
@@ -116,33 +121,142 @@ vectorized_fn! {
         epilogue: (&[f32], ActK),
         out: (usize, &mut [f32]),
     ) {
-        let ((x, (h, w, c)), (shift, a), (oy0, rows)) = (image, epilogue, out);
+        let ((_, (h, w, c)), (oy0, rows)) = (image, out);
         let (kh, kw) = win.kernel;
-        let wo = win.out.1;
+        let (s, pad, wo) = (win.stride, win.pad, win.out.1);
+        // output columns whose every tap lies inside the image along x
+        let lo = pad.div_ceil(s).min(wo);
+        let hi = ((w + pad).saturating_sub(kw) / s + 1).clamp(lo, wo);
         for (r, row) in rows.chunks_exact_mut(wo * c).enumerate() {
             let oy = oy0 + r;
-            for (ox, o) in row.chunks_exact_mut(c).enumerate() {
-                o.fill(0.0);
-                for ky in 0..kh {
-                    let Some(iy) = inside(oy, ky, &win, h) else {
-                        continue;
-                    };
-                    for kx in 0..kw {
-                        let Some(ix) = inside(ox, kx, &win, w) else {
-                            continue;
-                        };
-                        let xi = &x[(iy * w + ix) * c..][..c];
-                        let f = &wt[(ky * kw + kx) * c..][..c];
-                        for ((o, x), f) in o.iter_mut().zip(xi).zip(f) {
-                            *o = x.mul_add(*f, *o);
-                        }
-                    }
+            let inner_row = (0..kh).all(|ky| inside(oy, ky, &win, h).is_some());
+            if !inner_row || c % DW_LANES != 0 {
+                for ox in 0..wo {
+                    depthwise_pixel(image, wt, win, epilogue, (oy, ox), &mut row[ox * c..][..c]);
                 }
-                if !shift.is_empty() {
-                    o.iter_mut().zip(shift).for_each(|(v, s)| *v += s);
-                }
-                act(a, o);
+                continue;
             }
+            let mut ox = 0;
+            while ox < wo {
+                if ox >= lo && ox + DW_PIXELS <= hi {
+                    depthwise_block(image, wt, win, epilogue, (oy, ox), &mut row[ox * c..][..DW_PIXELS * c]);
+                    ox += DW_PIXELS;
+                } else {
+                    depthwise_pixel(image, wt, win, epilogue, (oy, ox), &mut row[ox * c..][..c]);
+                    ox += 1;
+                }
+            }
+        }
+    }
+}
+
+/// One output pixel, any window position: taps outside the image are skipped.
+#[inline(always)]
+fn depthwise_pixel(
+    (x, (h, w, c)): (&[f32], (usize, usize, usize)),
+    wt: &[f32],
+    win: Window,
+    (shift, a): (&[f32], ActK),
+    (oy, ox): (usize, usize),
+    o: &mut [f32],
+) {
+    let (kh, kw) = win.kernel;
+    o.fill(0.0);
+    for ky in 0..kh {
+        let Some(iy) = inside(oy, ky, &win, h) else {
+            continue;
+        };
+        for kx in 0..kw {
+            let Some(ix) = inside(ox, kx, &win, w) else {
+                continue;
+            };
+            let xi = &x[(iy * w + ix) * c..][..c];
+            let f = &wt[(ky * kw + kx) * c..][..c];
+            for ((o, x), f) in o.iter_mut().zip(xi).zip(f) {
+                *o = x.mul_add(*f, *o);
+            }
+        }
+    }
+    if !shift.is_empty() {
+        o.iter_mut().zip(shift).for_each(|(v, s)| *v += s);
+    }
+    act(a, o);
+}
+
+/// [`DW_PIXELS`] neighbouring output pixels whose every tap lies inside the image, channels
+/// [`DW_LANES`] at a time with the accumulators in AVX-512 registers: the same fused
+/// multiply-adds in the same order as [`depthwise_pixel`], so the same bits. Without AVX-512,
+/// pixel by pixel.
+#[inline(always)]
+fn depthwise_block(
+    image: (&[f32], (usize, usize, usize)),
+    wt: &[f32],
+    win: Window,
+    epilogue: (&[f32], ActK),
+    (oy, ox): (usize, usize),
+    o: &mut [f32],
+) {
+    let (x, (h, w, c)) = image;
+    let (kh, kw) = win.kernel;
+    let (s, pad) = (win.stride, win.pad);
+    // the block's taps, checked once: rows oy·s − pad + ky, columns (ox + p)·s − pad + kx
+    let (iy0, ix0) = ((oy * s).wrapping_sub(pad), (ox * s).wrapping_sub(pad));
+    let in_bounds = oy * s >= pad
+        && ox * s >= pad
+        && iy0 + kh <= h
+        && ix0 + (DW_PIXELS - 1) * s + kw <= w
+        && wt.len() >= kh * kw * c
+        && o.len() >= DW_PIXELS * c
+        && c % DW_LANES == 0;
+    #[cfg(target_arch = "x86_64")]
+    if in_bounds && super::par::avx512() {
+        // SAFETY: AVX-512F is present; every tap's pixel (iy0 + ky, ix0 + p·s + kx) lies inside
+        // the h × w image of c channels, the weights hold kh·kw·c values and `o` DW_PIXELS·c
+        // (checked just above).
+        unsafe { depthwise_block_avx512(x, (w, c), wt, (kh, kw, s), (iy0, ix0), epilogue, o) };
+        return;
+    }
+    for p in 0..DW_PIXELS {
+        depthwise_pixel(image, wt, win, epilogue, (oy, ox + p), &mut o[p * c..][..c]);
+    }
+}
+
+/// # Safety
+/// AVX-512F present; pixels `(iy0 + ky, ix0 + p·s + kx)` inside the image for every tap and
+/// `p < DW_PIXELS`; `wt` holds `kh·kw·c` values, `o` `DW_PIXELS·c`; `c` a multiple of 16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn depthwise_block_avx512(
+    x: &[f32],
+    (w, c): (usize, usize),
+    wt: &[f32],
+    (kh, kw, s): (usize, usize, usize),
+    (iy0, ix0): (usize, usize),
+    (shift, a): (&[f32], ActK),
+    o: &mut [f32],
+) {
+    use std::arch::x86_64::*;
+    let (xp, wp, op) = (x.as_ptr(), wt.as_ptr(), o.as_mut_ptr());
+    for cb in (0..c).step_by(DW_LANES) {
+        let mut acc = [_mm512_setzero_ps(); DW_PIXELS];
+        for ky in 0..kh {
+            let row = xp.add(((iy0 + ky) * w + ix0) * c + cb);
+            for kx in 0..kw {
+                let f = _mm512_loadu_ps(wp.add((ky * kw + kx) * c + cb));
+                for (p, acc) in acc.iter_mut().enumerate() {
+                    let xv = _mm512_loadu_ps(row.add((p * s + kx) * c));
+                    *acc = _mm512_fmadd_ps(xv, f, *acc);
+                }
+            }
+        }
+        for (p, acc) in acc.iter().enumerate() {
+            let mut v = *acc;
+            if !shift.is_empty() {
+                v = _mm512_add_ps(v, _mm512_loadu_ps(shift.as_ptr().add(cb)));
+            }
+            let dst = op.add(p * c + cb);
+            _mm512_storeu_ps(dst, v);
+            act(a, std::slice::from_raw_parts_mut(dst, DW_LANES));
         }
     }
 }
@@ -279,5 +393,53 @@ mod tests {
         assert_eq!(&out[3..6], &[6.0, 14.0, 24.0]);
         let d = depthwise_weights(&[1.0, 2.0, 3.0, 4.0], 2, 2, &[]);
         assert_eq!(d, vec![1.0, 3.0, 2.0, 4.0]);
+    }
+
+    #[test]
+    fn the_register_blocked_depthwise_gives_the_bits_of_the_pixel_by_pixel_one() {
+        // interiors take the blocked path (AVX-512 where present), borders and channel counts
+        // that are not a multiple of 16 the pixel path: every output must have the same bits
+        for (h, c, stride, pad, k) in [
+            (13, 32, 1, 1, 3),
+            (17, 48, 2, 1, 3),
+            (9, 24, 1, 1, 3),
+            (11, 16, 1, 2, 5),
+        ] {
+            let out = (h + 2 * pad - k) / stride + 1;
+            let win = Window {
+                kernel: (k, k),
+                stride,
+                pad,
+                out: (out, out),
+            };
+            let x: Vec<f32> = (0..h * h * c)
+                .map(|i| ((i * 7919) % 1000) as f32 / 997.0 - 0.5)
+                .collect();
+            let wt: Vec<f32> = (0..k * k * c)
+                .map(|i| ((i * 104_729) % 1000) as f32 / 991.0 - 0.5)
+                .collect();
+            let shift: Vec<f32> = (0..c).map(|i| i as f32 * 0.01).collect();
+            let mut fast = vec![0.0; out * out * c];
+            depthwise(&x, (h, h, c), &wt, win, (&shift, ActK::Relu6), &mut fast);
+            let mut slow = vec![0.0; out * out * c];
+            for oy in 0..out {
+                for ox in 0..out {
+                    let o = &mut slow[(oy * out + ox) * c..][..c];
+                    depthwise_pixel(
+                        (&x, (h, h, c)),
+                        &wt,
+                        win,
+                        (&shift, ActK::Relu6),
+                        (oy, ox),
+                        o,
+                    );
+                }
+            }
+            let same = fast
+                .iter()
+                .zip(&slow)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "h {h}, c {c}, stride {stride}: the paths differ");
+        }
     }
 }

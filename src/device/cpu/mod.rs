@@ -307,14 +307,14 @@ impl CpuDevice {
                     let rows = Layout::rows(node, m.len);
                     let base = self.layout.offset(i, m.slot, 0);
                     let out = &mut self.nodes[i].out[base..base + rows * feat];
-                    weights::fill_input(out, self.seed, m.input, i as u64, *tokens);
-                    if let Some(chw) = image(shape) {
-                        // generated in [C, H, W] order, stored channels-last
-                        let a = &mut self.scratch_a[..feat];
-                        for row in out.chunks_exact_mut(feat) {
-                            a.copy_from_slice(row);
-                            hwc::to_hwc(a, chw, row);
+                    match image(shape) {
+                        // the [C, H, W] values, stored channels-last
+                        Some(chw) => {
+                            for row in out.chunks_exact_mut(feat) {
+                                weights::fill_input_hwc(row, self.seed, m.input, i as u64, chw);
+                            }
                         }
+                        None => weights::fill_input(out, self.seed, m.input, i as u64, *tokens),
                     }
                 }
             }

@@ -135,14 +135,106 @@ pub(crate) fn generate(_model: &Model, n: &Node, seed: u64) -> Weights {
     w
 }
 
-/// Fills a request's model input: token ids (integers below 2^24) or values in [-1, 1).
+/// Fills a request's model input: token ids (integers in [2, 2^24)) or values in [-1, 1), the
+/// `i`-th from a hash of (seed, input, node, i) (MurmurHash3's 32-bit finaliser, twice, keyed):
+/// the same values on every device, in any order, without a generator's state to step through,
+/// in 32-bit arithmetic that vectorises (a 224×224 image took 0.36 ms through `StdRng`).
 pub(crate) fn fill_input(out: &mut [f32], seed: u64, input: u64, node: u64, tokens: bool) {
-    let mut rng = rng_for(seed, input.wrapping_add(0x1234_5678), node + 7);
-    for v in out {
-        *v = if tokens {
-            rng.random_range(2u32..(1 << 24)) as f32
-        } else {
-            rng.random_range(-1.0f32..1.0)
-        };
+    fill_hashed(out, input_keys(seed, input, node), tokens, None);
+}
+
+/// [`fill_input`] for an image `[C, H, W]` stored channels-last: the values `fill_input` gives
+/// in `[C, H, W]` order, written straight to their `[H][W][C]` places.
+pub(crate) fn fill_input_hwc(
+    out: &mut [f32],
+    seed: u64,
+    input: u64,
+    node: u64,
+    chw: (usize, usize, usize),
+) {
+    fill_hashed(out, input_keys(seed, input, node), false, Some(chw));
+}
+
+fn input_keys(seed: u64, input: u64, node: u64) -> (u32, u32) {
+    let key = seed
+        ^ input
+            .wrapping_add(0x1234_5678)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+        ^ (node + 7).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+    (key as u32, (key >> 32) as u32)
+}
+
+#[inline(always)]
+fn fmix32(mut h: u32) -> u32 {
+    h ^= h >> 16;
+    h = h.wrapping_mul(0x85EB_CA6B);
+    h ^= h >> 13;
+    h = h.wrapping_mul(0xC2B2_AE35);
+    h ^ (h >> 16)
+}
+
+fn fill_hashed(
+    out: &mut [f32],
+    keys: (u32, u32),
+    tokens: bool,
+    hwc: Option<(usize, usize, usize)>,
+) {
+    let Some((c, h, w)) = hwc else {
+        return hashed_run(out, keys, tokens, 0);
+    };
+    // channels-last: element `px·c + ch` holds the value of `[C, H, W]` index `ch·p + px`;
+    // each channel's run of pixels is hashed in order (vectorised), then spread out
+    let p = h * w;
+    let mut run = [0.0f32; 256];
+    for ch in 0..c {
+        for px0 in (0..p).step_by(run.len()) {
+            let n = run.len().min(p - px0);
+            hashed_run(&mut run[..n], keys, false, ch * p + px0);
+            for (k, v) in run[..n].iter().enumerate() {
+                out[(px0 + k) * c + ch] = *v;
+            }
+        }
+    }
+}
+
+super::par::vectorized_fn! {
+    /// Values `first..first + out.len()` of the hashed sequence.
+    fn hashed_run(out: &mut [f32], keys: (u32, u32), tokens: bool, first: usize) {
+        let (k1, k2) = keys;
+        for (i, v) in out.iter_mut().enumerate() {
+            let at = (first + i) as u32;
+            let z = fmix32(fmix32(at.wrapping_mul(0x9E37_79B9) ^ k1) ^ k2);
+            *v = if tokens {
+                (2 + (z >> 8) % ((1 << 24) - 2)) as f32
+            } else {
+                // 24 random bits: a multiple of 2^-23 in [-1, 1), exact in f32
+                (z >> 8) as f32 * (1.0 / (1u32 << 23) as f32) - 1.0
+            };
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_image_filled_channels_last_holds_the_values_of_its_channels_first_fill() {
+        let (c, h, w) = (3, 17, 19);
+        let mut chw = vec![0.0; c * h * w];
+        fill_input(&mut chw, 5, 42, 0, false);
+        let mut want = vec![0.0; c * h * w];
+        crate::device::cpu::hwc::to_hwc(&chw, (c, h, w), &mut want);
+        let mut got = vec![0.0; c * h * w];
+        fill_input_hwc(&mut got, 5, 42, 0, (c, h, w));
+        assert_eq!(got, want);
+        // values in [-1, 1), not all alike; token ids in [2, 2^24)
+        assert!(chw.iter().all(|v| (-1.0..1.0).contains(v)));
+        assert!(chw.windows(2).any(|p| p[0] != p[1]));
+        let mut ids = vec![0.0; 1000];
+        fill_input(&mut ids, 5, 42, 0, true);
+        assert!(ids
+            .iter()
+            .all(|&v| (2.0..16_777_216.0).contains(&v) && v.fract() == 0.0));
     }
 }
