@@ -20,7 +20,7 @@ pub(crate) const FIXTURES: &[&str] = &[
 ];
 
 /// The `--dim` sizes a fixture needs.
-fn dims(name: &str) -> Vec<(String, usize)> {
+pub(crate) fn dims(name: &str) -> Vec<(String, usize)> {
     match name {
         "bert_style" | "bert_sdpa_style" => vec![("seq".to_string(), 16)],
         _ => Vec::new(),
