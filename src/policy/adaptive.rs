@@ -34,7 +34,8 @@
 //! Lengths are the predictor's (each request's encoder length, the coverage decoder length);
 //! the active batch is taken at its first member's; one model only.
 
-use super::lazy::Lazy;
+use super::lazy::{parse_lazy, Lazy};
+use super::spec::{Entry, ParamError, Parsed};
 use super::{Decision, Policy, View};
 use crate::graph::Lengths;
 use crate::time::Nanos;
@@ -51,6 +52,26 @@ pub struct Adaptive {
 
 /// Weight of a new gap in the moving average (about the last 32 arrivals).
 const GAP_WEIGHT: f64 = 1.0 / 32.0;
+
+/// LazyB's grammar (`lazy[:strict]`, `oracle[:strict]`, [`super::lazy::ENTRY`]) with
+/// `lazy:adaptive` added: the registry lists this entry in its place.
+pub(crate) const ENTRY: Entry = Entry {
+    names: super::lazy::ENTRY.names,
+    usage: "lazy[:strict], lazy:adaptive, oracle[:strict]",
+    parse,
+};
+
+fn parse(name: &str, params: &[&str], max: u32) -> std::result::Result<Parsed, ParamError> {
+    if (name, params) != ("lazy", &["adaptive"][..]) {
+        return parse_lazy(name, params, max);
+    }
+    // one model only: its test reads one profile's times
+    Ok(Parsed {
+        build: std::sync::Arc::new(|_| Box::new(Adaptive::new())),
+        uses_sla: true,
+        one_model_only: true,
+    })
+}
 
 impl Adaptive {
     /// Over the paper's conservative LazyB.

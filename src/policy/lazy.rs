@@ -377,21 +377,18 @@ impl Policy for Lazy {
 
 /// `lazy`, `oracle`, `lazy:strict`, `oracle:strict`; `lazy+cell` is the name cross-step
 /// merging had while it was an option.
+/// (`lazy:adaptive` extends this grammar in `adaptive.rs`, whose entry the registry lists.)
 pub(crate) const ENTRY: Entry = Entry {
     names: &["lazy", "oracle", "lazy+cell"],
-    usage: "lazy[:strict], lazy:adaptive, oracle[:strict]",
+    usage: "lazy[:strict], oracle[:strict]",
     parse: parse_lazy,
 };
 
-fn parse_lazy(name: &str, params: &[&str], _: u32) -> std::result::Result<Parsed, ParamError> {
-    if (name, params) == ("lazy", &["adaptive"][..]) {
-        // our extension (adaptive.rs): one model only, its test reads one profile's times
-        return Ok(Parsed {
-            build: std::sync::Arc::new(|_| Box::new(super::adaptive::Adaptive::new())),
-            uses_sla: true,
-            one_model_only: true,
-        });
-    }
+pub(crate) fn parse_lazy(
+    name: &str,
+    params: &[&str],
+    _: u32,
+) -> std::result::Result<Parsed, ParamError> {
     let strict = match (name, params) {
         ("lazy+cell", []) | (_, []) => false,
         ("lazy+cell", _) => return Err("takes no parameters".into()),

@@ -33,7 +33,7 @@ pub const REGISTRY: &[&Entry] = &[
     &graph_batching::ENTRY,
     &cellular::ENTRY,
     &continuous::ENTRY,
-    &lazy::ENTRY,
+    &adaptive::ENTRY,
 ];
 
 /// What the engine should do next.

@@ -19,6 +19,7 @@ mod patterns;
 mod proto;
 mod sequence;
 mod translate;
+mod values;
 mod vision;
 
 use super::weights::{Imported, Weights};

@@ -17,86 +17,13 @@ use super::proto::attr_i;
 use super::proto::attr_s;
 use super::proto::pb::NodeProto;
 use super::proto::Const;
-use super::translate::{at, Kind, Translator, Val, R};
-
-/// A value inside an incomplete pattern.
-#[derive(Clone, Debug)]
-pub(crate) enum Part {
-    /// Our node `x` (ONNX tensor `name`) times `by`: a `Mul` or `Div` by one constant.
-    Scaled { x: usize, name: String, by: f32 },
-    /// `erf(x / √2)`.
-    Erf { x: usize, name: String },
-    /// `1 + erf(x / √2)`.
-    /// `by · (1 + erf(x / √2))`.
-    OnePlusErf { x: usize, name: String, by: f32 },
-    /// `by · x · (1 + erf(x / √2))`.
-    Gelu { x: usize, name: String, by: f32 },
-    /// Our node `x`'s rows split into `heads`, times `scale`; `order` says which of (row,
-    /// head, within the head) each of the three per-request axes holds; `merged`: the batch
-    /// and the first of them share one axis (a `Reshape` to 3-D, as some exporters transpose K).
-    Heads {
-        x: usize,
-        heads: usize,
-        order: [u8; 3],
-        scale: f32,
-        merged: bool,
-    },
-    /// `IsNaN` of the tensor named `of` (attention probabilities).
-    NanOf { of: String },
-    /// `scale · Q·Kᵀ` per head.
-    Scores {
-        q: usize,
-        k: usize,
-        heads: usize,
-        scale: f32,
-    },
-    /// `softmax(scale · Q·Kᵀ)` per head.
-    Probs {
-        q: usize,
-        k: usize,
-        heads: usize,
-        scale: f32,
-    },
-    /// `softmax(scale · Q·Kᵀ) · V` per head, axes as in [`Part::Heads`].
-    Context {
-        q: usize,
-        k: usize,
-        v: usize,
-        heads: usize,
-        scale: f32,
-        order: [u8; 3],
-    },
-}
+use super::translate::{at, Translator, R};
+pub(crate) use super::values::{Kind, Part, Val};
 
 /// (rows, heads, within the head), and the two transposes attention reads.
 const ROWS_HEADS: [u8; 3] = [0, 1, 2];
 const HEADS_ROWS: [u8; 3] = [1, 0, 2];
 const HEADS_WITHIN_ROWS: [u8; 3] = [1, 2, 0];
-
-impl Part {
-    /// What it is, for messages.
-    pub(crate) fn what(&self) -> &'static str {
-        match self {
-            Part::Scaled { .. } => "a tensor scaled by a constant",
-            Part::Erf { .. } | Part::OnePlusErf { .. } | Part::Gelu { .. } => "part of a GELU",
-            Part::Heads { .. } => "a tensor split into attention heads",
-            Part::NanOf { .. } => "a NaN test of attention probabilities",
-            Part::Scores { .. } | Part::Probs { .. } => "attention scores",
-            Part::Context { .. } => "an attention context",
-        }
-    }
-
-    /// What may read it, for messages.
-    pub(crate) fn readers(&self) -> &'static str {
-        match self {
-            Part::Scaled { .. }
-            | Part::Erf { .. }
-            | Part::OnePlusErf { .. }
-            | Part::Gelu { .. } => "the rest of the exact GELU x·0.5·(1 + erf(x/√2))",
-            _ => "the rest of a self-attention (Reshape, Transpose, MatMul, Div, Softmax)",
-        }
-    }
-}
 
 /// The single value of a one-element float constant.
 fn scalar(c: &Const) -> Option<f32> {

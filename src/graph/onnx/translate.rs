@@ -11,8 +11,9 @@
 
 use super::proto::pb::NodeProto;
 use super::proto::{attr, attr_f, attr_i, tensor, Const};
-use crate::graph::weights::Weights;
 use std::collections::HashMap;
+
+pub(crate) use super::values::{Emitted, Kind, Val};
 
 /// The ONNX operators the importer translates.
 pub(crate) const SUPPORTED: &[&str] = &[
@@ -60,53 +61,6 @@ pub(crate) const SUPPORTED: &[&str] = &[
     "Dropout",
     "Constant",
 ];
-
-/// What an ONNX tensor name stands for.
-#[derive(Clone, Debug)]
-pub(crate) enum Val {
-    /// The output of our node `idx`, one request's shape (no batch axis).
-    Node { idx: usize, shape: Vec<usize> },
-    /// A constant.
-    Const(Const),
-    /// A value inside a pattern that is not one of our nodes until the pattern completes.
-    Part(super::patterns::Part),
-}
-
-/// What kind of node an emitted node is, for fusion.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Kind {
-    /// A convolution (`bn`: a batch norm folded in; `bias`: has a bias).
-    Conv { bn: bool, bias: bool },
-    /// A linear layer.
-    Linear { bias: bool },
-    /// An elementwise sum.
-    Add,
-    /// A token embedding (`positions`: a learned position table added).
-    Embedding { positions: bool },
-    /// Anything else.
-    Other,
-}
-
-/// One of our nodes, before it is written out as model-file text.
-#[derive(Clone, Debug)]
-pub(crate) struct Emitted {
-    /// Unique name.
-    pub name: String,
-    /// The model-file op name.
-    pub op: &'static str,
-    /// Op fields (model-file key, value).
-    pub fields: Vec<(&'static str, toml_edit::Value)>,
-    /// Names of our input nodes.
-    pub inputs: Vec<String>,
-    /// Its real weights.
-    pub weights: Option<Weights>,
-    /// For fusion.
-    pub kind: Kind,
-    /// The fused activation (model-file name), for kinds that take one.
-    pub act: Option<&'static str>,
-    /// The ONNX node it came from, for messages.
-    pub origin: String,
-}
 
 /// The translation's state.
 pub(crate) struct Translator {
