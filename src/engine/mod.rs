@@ -80,6 +80,25 @@ pub struct Setup<'a> {
     /// Reject a request, at arrival or when it reaches the head of the queue, whose deadline
     /// can no longer be met even served alone at once (`--shed`).
     pub shed: bool,
+    /// Told of every request as it leaves the server (a network front end answers its
+    /// client there).
+    pub observer: Option<&'a dyn Observer>,
+}
+
+/// How a request left the server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Left {
+    /// Its last node ran; it completed at this time.
+    Completed(Nanos),
+    /// Turned away, with the reason.
+    Rejected(Rejection),
+}
+
+/// Told of each request as it leaves the server, exactly once, on the engine's thread (so it
+/// should only hand the news on, not work).
+pub trait Observer: Sync + std::fmt::Debug {
+    /// Request `q` (its record as it leaves) left as `how`.
+    fn left(&self, q: &Request, how: Left);
 }
 
 impl<'a> Setup<'a> {
@@ -97,6 +116,7 @@ impl<'a> Setup<'a> {
             check_invariants: cfg!(debug_assertions),
             classes: 1,
             shed: false,
+            observer: None,
         }
     }
 }
@@ -307,6 +327,9 @@ impl<'a> Server<'a> {
             match why {
                 Some(why) => {
                     let q = self.requests.reject(id)?;
+                    if let Some(o) = self.setup.observer {
+                        o.left(&q, Left::Rejected(why));
+                    }
                     self.record.reject(q, why)?;
                 }
                 None => self.queue.push(id),
@@ -330,6 +353,9 @@ impl<'a> Server<'a> {
             }
             self.queue.shed_front();
             let q = self.requests.reject(id)?;
+            if let Some(o) = self.setup.observer {
+                o.left(&q, Left::Rejected(Rejection::Shed));
+            }
             self.record.reject(q, Rejection::Shed)?;
         }
         Ok(())
@@ -507,6 +533,9 @@ impl<'a> Server<'a> {
                     step: 0,
                 });
                 self.free_slots.push(s);
+            }
+            if let Some(o) = self.setup.observer {
+                o.left(&q, Left::Completed(done_at));
             }
             self.record.complete(q)?;
         }

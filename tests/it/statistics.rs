@@ -268,3 +268,61 @@ fn known_latencies_give_exact_percentiles_mean_and_throughput() {
     assert_eq!((l.mean, l.max), (8.0, 8.0));
     assert!([l.p50, l.p99].iter().all(|&p| (p / 8.0 - 1.0).abs() < 1e-3));
 }
+
+/// Every request's departure as the engine's observer hears of it.
+#[derive(Debug, Default)]
+struct Departures(std::sync::Mutex<Vec<(u32, engine::Left)>>);
+
+impl engine::Observer for Departures {
+    fn left(&self, q: &lazybatch::runtime::Request, how: engine::Left) {
+        self.0.lock().unwrap().push((q.id.0, how));
+    }
+}
+
+#[test]
+fn the_observer_hears_of_every_request_once_completed_or_rejected_with_its_reason() {
+    // 100 requests at t = 0 into a queue of 20, with shedding and a 30 ms SLA on the 8 ms
+    // device: the full queue turns the rest away as they arrive, shedding drops queued ones
+    // that can no longer finish in time; the observer's account matches the run's, request
+    // by request
+    let m = eight_nodes();
+    let pred = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 1);
+    let heard = Departures::default();
+    let setup = engine::Setup {
+        max_pending: 20,
+        shed: true,
+        observer: Some(&heard),
+        ..engine::Setup::new(&m, &pred, Nanos::from_ms(30.0), 8)
+    };
+    let burst: Vec<Arrival> = (0..100).map(|_| Arrival::default()).collect();
+    let mut pol = policy::parse("serial", 8).unwrap();
+    let out = engine::run(
+        &setup,
+        &mut UnitDevice,
+        pol.as_mut(),
+        &mut VirtualClock::new(),
+        &burst,
+    )
+    .unwrap();
+    let st = out.stats();
+    let heard = heard.0.lock().unwrap();
+    let mut ids: Vec<u32> = heard.iter().map(|h| h.0).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!((heard.len(), ids.len()), (100, 100), "each request once");
+    let count = |f: &dyn Fn(&engine::Left) -> bool| heard.iter().filter(|h| f(&h.1)).count() as u64;
+    use lazybatch::runtime::Rejection;
+    assert_eq!(
+        count(&|l| matches!(l, engine::Left::Completed(_))),
+        st.completed
+    );
+    assert_eq!(
+        count(&|l| *l == engine::Left::Rejected(Rejection::QueueFull)),
+        st.rejected_queue_full
+    );
+    assert_eq!(
+        count(&|l| *l == engine::Left::Rejected(Rejection::Shed)),
+        st.rejected_shed
+    );
+    assert!(st.rejected_queue_full > 0 && st.rejected_shed > 0, "{st:?}");
+}
