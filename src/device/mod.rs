@@ -6,6 +6,7 @@ pub mod capture;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod exchange;
 pub mod layout;
 pub mod npu;
 pub mod open;
@@ -91,6 +92,10 @@ pub trait Device {
     }
     /// Called when a request completes, before its slot is reused. Model devices ignore it.
     fn complete(&mut self, _member: &Member) {}
+    /// Exchanges request data with a front end through `x` (real devices): inputs taken from it
+    /// instead of generated, final outputs put in it when a request completes. Model devices
+    /// ignore it (they compute no values).
+    fn set_exchange(&mut self, _x: Option<std::sync::Arc<exchange::Exchange>>) {}
     /// Starts (or, with [`capture::CaptureMode::Off`], stops) recording outputs (real devices;
     /// for `verify` and device-against-device checks).
     fn set_capture(&mut self, _mode: capture::CaptureMode) {}

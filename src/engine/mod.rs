@@ -313,6 +313,9 @@ impl<'a> Server<'a> {
             }
             let mut q = Request::new(id, a.time, a.sla.unwrap_or(self.setup.sla), a.len);
             (q.part, q.class) = (a.part, a.class);
+            if let Some(k) = a.key {
+                q.key = k;
+            }
             let hopeless =
                 self.setup.shed && self.setup.predictor.best_completion(&q, now) > q.deadline;
             self.record.arrive(&q);
@@ -428,7 +431,7 @@ impl<'a> Server<'a> {
             self.members.push(Member {
                 slot: q.slot.unwrap_or(0),
                 len: top.padded.unwrap_or(q.len),
-                input: u64::from(r.0),
+                input: q.key,
                 step: top.steps.get(j).copied().unwrap_or(top.next.step),
             });
         }
@@ -529,7 +532,7 @@ impl<'a> Server<'a> {
                 device.complete(&Member {
                     slot: s,
                     len: q.len,
-                    input: u64::from(r.0),
+                    input: q.key,
                     step: 0,
                 });
                 self.free_slots.push(s);

@@ -31,6 +31,8 @@ pub struct Request {
     pub part: u16,
     /// Its SLA class (0 without classes).
     pub class: u8,
+    /// The key its input and outputs go by on a real device (its arrival's, else its id).
+    pub key: u64,
 }
 
 impl Request {
@@ -47,6 +49,7 @@ impl Request {
             dec_done: 0,
             part: 0,
             class: 0,
+            key: u64::from(id.0),
         }
     }
 

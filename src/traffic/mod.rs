@@ -32,6 +32,9 @@ pub struct Arrival {
     pub sla: Option<Nanos>,
     /// Its SLA class (`--classes`; 0 without classes).
     pub class: u8,
+    /// The key a front end exchanges its input and outputs under
+    /// ([`crate::device::exchange::Exchange`]); None: its request id.
+    pub key: Option<u64>,
 }
 
 /// The most requests a run takes (ids are 32-bit; a run of 10⁹ simulated requests takes

@@ -328,3 +328,60 @@ fn damaged_onnx_files_give_errors_never_panics() {
     eprintln!("damaged files: {ok} imported, {refused} refused");
     assert!(refused > 0);
 }
+
+#[test]
+fn a_front_end_exchanges_inputs_and_outputs_with_the_cpu_device() {
+    use lazybatch::device::exchange::Exchange;
+    use lazybatch::engine;
+    use lazybatch::profile::Profile;
+    use lazybatch::runtime::Predictor;
+    use lazybatch::time::{Nanos, VirtualClock};
+    use lazybatch::traffic::Arrival;
+    use std::sync::Arc;
+    // what three requests compute on their generated inputs (seed 3)...
+    let m = import("mobilenet_style");
+    let io = inputs_and_outputs(&m, &mut CpuDevice::new(3), 3, 8, 7).unwrap();
+    // ...is what a device with another seed computes when a front end hands it those inputs
+    // under its own keys (the weights are the file's), batched, bit for bit; a fourth request
+    // with an input of the wrong length is served on generated values and counted
+    let x = Arc::new(Exchange::new());
+    for (k, r) in io.iter().enumerate() {
+        x.put_input(1000 + k as u64, r.input.clone());
+    }
+    x.put_input(1003, vec![0.0; 5]);
+    let mut dev = CpuDevice::new(99);
+    dev.prepare(&m, 8).unwrap();
+    dev.set_exchange(Some(x.clone()));
+    let pred = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos(1)), 1);
+    let setup = engine::Setup::new(&m, &pred, Nanos::from_secs(1.0), 8);
+    let arrivals: Vec<Arrival> = (0..4)
+        .map(|k| Arrival {
+            key: Some(1000 + k),
+            ..Arrival::default()
+        })
+        .collect();
+    let mut pol = lazybatch::policy::parse("graph:0", 8).unwrap();
+    let out = engine::run(
+        &setup,
+        &mut dev,
+        pol.as_mut(),
+        &mut VirtualClock::new(),
+        &arrivals,
+    )
+    .unwrap();
+    assert!(out.stats().mean_batch_size > 1.0, "served batched");
+    for (k, r) in io.iter().enumerate() {
+        let got = x
+            .take_output(1000 + k as u64)
+            .expect("an output for every request");
+        assert!(
+            got.iter()
+                .zip(&r.output)
+                .all(|(a, b)| a.to_bits() == b.to_bits()),
+            "request {k}"
+        );
+    }
+    assert!(x.take_output(1003).is_some());
+    assert_eq!(x.misfits(), 1);
+    assert_eq!(x.held(), (0, 0), "nothing left behind");
+}

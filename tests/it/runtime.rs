@@ -256,7 +256,7 @@ proptest! {
             // a single model's requests fall in three SLA classes
             let class = if colocated { 0 } else { (l.0 % 3) as u8 };
             let sla = if colocated { Some(Nanos::from_ms(50.0)) } else { Some(Nanos::from_ms(10.0 * f64::from(class + 1))) };
-            Arrival { time: Nanos(t), len, part, sla, class }
+            Arrival { time: Nanos(t), len, part, sla, class, key: None }
         }).collect();
         let mut pol = policy::parse(policy, 8).unwrap();
         let setup = engine::Setup {

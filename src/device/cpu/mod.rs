@@ -74,6 +74,8 @@ pub struct CpuDevice {
     slot_member: Vec<u32>,
     scores: Vec<f32>,
     capture: Capture,
+    /// A front end's request data (inputs in, outputs out), when serving one.
+    exchange: Option<std::sync::Arc<crate::device::exchange::Exchange>>,
 }
 
 fn act_k(a: crate::graph::op::Act) -> ActK {
@@ -207,6 +209,7 @@ impl CpuDevice {
             slot_member: Vec::new(),
             scores: Vec::new(),
             capture: Capture::default(),
+            exchange: None,
         }
     }
 
@@ -307,14 +310,25 @@ impl CpuDevice {
                     let rows = Layout::rows(node, m.len);
                     let base = self.layout.offset(i, m.slot, 0);
                     let out = &mut self.nodes[i].out[base..base + rows * feat];
-                    match image(shape) {
+                    let given = self.exchange.as_ref().and_then(|x| x.take_input(m.input));
+                    if given.as_ref().is_some_and(|v| v.len() != rows * feat) {
+                        self.exchange.iter().for_each(|x| x.misfit());
+                    }
+                    match (given, image(shape)) {
+                        // a front end's values, one request's worth in the graph's order
+                        (Some(v), chw) if v.len() == rows * feat => match chw {
+                            Some(chw) => hwc::to_hwc(&v, chw, out),
+                            None => out.copy_from_slice(&v),
+                        },
                         // the [C, H, W] values, stored channels-last
-                        Some(chw) => {
+                        (_, Some(chw)) => {
                             for row in out.chunks_exact_mut(feat) {
                                 weights::fill_input_hwc(row, self.seed, m.input, i as u64, chw);
                             }
                         }
-                        None => weights::fill_input(out, self.seed, m.input, i as u64, *tokens),
+                        (_, None) => {
+                            weights::fill_input(out, self.seed, m.input, i as u64, *tokens)
+                        }
                     }
                 }
             }
@@ -364,6 +378,25 @@ impl Device for CpuDevice {
     /// Takes the captured outputs.
     fn take_captured(&mut self) -> Capture {
         std::mem::take(&mut self.capture)
+    }
+
+    /// Serves a front end: inputs from `x` where it holds them, each request's final outputs
+    /// (captured as `verify` captures them) handed to `x` when it completes.
+    fn set_exchange(&mut self, x: Option<std::sync::Arc<crate::device::exchange::Exchange>>) {
+        self.capture = Capture::new(if x.is_some() {
+            CaptureMode::Outputs
+        } else {
+            CaptureMode::Off
+        });
+        self.exchange = x;
+    }
+
+    fn complete(&mut self, m: &Member) {
+        if let Some(x) = &self.exchange {
+            if let Some(v) = self.capture.outputs.remove(&m.input) {
+                x.put_output(m.input, v);
+            }
+        }
     }
 
     fn name(&self) -> &'static str {
