@@ -409,6 +409,29 @@ fn cuda_onnx_fixtures_match_onnxruntime() {
 }
 
 #[test]
+fn cuda_exchanges_inputs_and_outputs_with_a_front_end() {
+    if !gpu_or_skip("cuda_exchanges_inputs_and_outputs_with_a_front_end") {
+        return;
+    }
+    // a front end's inputs in, outputs out: what the CPU computes on the same inputs, within
+    // f32 reduction-order noise (relative 1e-4 of the output's scale)
+    let m = crate::onnx::import("mobilenet_style");
+    let io = lazybatch::verify::inputs_and_outputs(&m, &mut CpuDevice::new(3), 3, 8, 7).unwrap();
+    let inputs: Vec<Vec<f32>> = io.iter().map(|r| r.input.clone()).collect();
+    let mut gpu = CudaDevice::new(0, 99, Precision::F32).unwrap();
+    let (outs, misfits) = crate::onnx::through_an_exchange(&m, &mut gpu, &inputs);
+    for (got, r) in outs.iter().zip(&io) {
+        let scale = r.output.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        let diff = got
+            .iter()
+            .zip(&r.output)
+            .fold(0.0f32, |a, (x, y)| a.max((x - y).abs()));
+        assert!(diff <= 1e-4 * scale, "difference {diff} at scale {scale}");
+    }
+    assert_eq!(misfits, 1);
+}
+
+#[test]
 fn cuda_matches_the_cpu_op_by_op() {
     if !gpu_or_skip("cuda_matches_the_cpu_op_by_op") {
         return;

@@ -3,7 +3,8 @@
 use super::*;
 
 impl CudaDevice {
-    /// Writes each member's generated input into its rows.
+    /// Writes each member's input into its rows: a front end's values ([`Device::set_exchange`])
+    /// or generated ones.
     pub(super) fn input(&mut self, model: &Model, i: usize, members: &[Member]) -> Result<()> {
         let node = &model.nodes[i];
         let Op::Input { shape, tokens, .. } = &node.op else {
@@ -18,7 +19,16 @@ impl CudaDevice {
                 .ok_or_else(|| missing("layout"))?
                 .offset(i, m.slot, 0);
             self.host_in.resize(rows * f, 0.0);
-            weights::fill_input(&mut self.host_in, self.seed, m.input, i as u64, *tokens);
+            let given = self.exchange.as_ref().and_then(|x| x.take_input(m.input));
+            match given {
+                Some(v) if v.len() == rows * f => self.host_in.copy_from_slice(&v),
+                given => {
+                    if given.is_some() {
+                        self.exchange.iter().for_each(|x| x.misfit());
+                    }
+                    weights::fill_input(&mut self.host_in, self.seed, m.input, i as u64, *tokens);
+                }
+            }
             self.stream
                 .memcpy_htod(
                     &self.host_in[..],
