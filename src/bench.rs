@@ -250,6 +250,48 @@ impl Bench {
     }
 }
 
+impl Bench {
+    /// Serves a network front end on the wall clock until its senders are gone and the server
+    /// has drained: requests from `arrivals`, each one's departure told to `observer`, its
+    /// data exchanged through `exchange` (a real device computes on the front end's inputs; the
+    /// NPU model computes nothing and, wrapped in [`crate::wall::Emulated`], takes its modelled
+    /// time on the wall clock).
+    pub fn serve_front_end(
+        &mut self,
+        cfg: &RunConfig,
+        observer: &dyn engine::Observer,
+        exchange: std::sync::Arc<crate::device::exchange::Exchange>,
+        arrivals: &mut crate::wall::ChannelArrivals,
+    ) -> Result<Outcome> {
+        let Bench {
+            model,
+            predictor,
+            backend,
+            ..
+        } = self;
+        let mut setup = setup(model, predictor, cfg, KeepRecords::default())?;
+        setup.observer = Some(observer);
+        let mut pol = cfg.policy.build();
+        let mut clock = crate::wall::WallClock::starting_at(arrivals.origin());
+        match backend {
+            Backend::Npu(npu, _) => {
+                let mut dev = crate::wall::Emulated::new(npu.clone());
+                engine::run_source(&setup, &mut dev, pol.as_mut(), &mut clock, arrivals)
+            }
+            Backend::Real(device) => {
+                let device = device
+                    .get_mut()
+                    .map_err(|_| Error::Internal("a real device's earlier run panicked".into()))?;
+                device.set_exchange(Some(exchange));
+                let out =
+                    engine::run_source(&setup, device.as_mut(), pol.as_mut(), &mut clock, arrivals);
+                device.set_exchange(None);
+                out
+            }
+        }
+    }
+}
+
 /// The engine's rules for `cfg` on `model`, checked.
 fn setup<'a>(
     model: &'a Model,

@@ -15,6 +15,7 @@ pub mod device;
 pub mod engine;
 pub mod error;
 pub mod graph;
+pub mod http;
 pub mod lengths;
 pub mod metrics;
 pub mod policy;

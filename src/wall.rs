@@ -30,6 +30,66 @@ impl WallClock {
     pub(crate) fn origin(&self) -> Instant {
         self.start
     }
+    /// A clock whose zero is `origin` (a front end's, shared with its senders).
+    pub(crate) fn starting_at(origin: Instant) -> Self {
+        WallClock { start: origin }
+    }
+}
+
+/// A model device (the NPU model) on the wall clock: each execution takes the time the model
+/// says it takes, slept, so that a front end answers after the modelled latency — a timing
+/// emulation; no values are computed. Executions end at `due`, the previous end plus the
+/// modelled time, so that the sleeps' overshoot (tens of µs each) does not add up over a
+/// request's nodes.
+pub struct Emulated<D> {
+    dev: D,
+    due: Option<Instant>,
+}
+
+impl<D> Emulated<D> {
+    /// `dev` on the wall clock.
+    pub fn new(dev: D) -> Self {
+        Emulated { dev, due: None }
+    }
+}
+
+impl<D: Device> Device for Emulated<D> {
+    fn name(&self) -> &'static str {
+        self.dev.name()
+    }
+    fn description(&self) -> String {
+        format!(
+            "{} (timing emulated on the wall clock)",
+            self.dev.description()
+        )
+    }
+    fn is_virtual(&self) -> bool {
+        false
+    }
+    fn prepare(&mut self, model: &crate::graph::Model, max_batch: u32) -> Result<()> {
+        self.dev.prepare(model, max_batch)
+    }
+    fn execute(
+        &mut self,
+        model: &crate::graph::Model,
+        at: crate::graph::NodeStep,
+        members: &[crate::device::Member],
+    ) -> Result<crate::device::Timing> {
+        let t = self.dev.execute(model, at, members)?;
+        let now = Instant::now();
+        // where the last node ended, even if a sleep overshot it (this one catches up), unless
+        // the device sat idle since (then it starts now)
+        let start = match self.due {
+            Some(d) if now.saturating_duration_since(d) < Duration::from_millis(1) => d,
+            _ => now,
+        };
+        let due = start + Duration::from_nanos(t.time.0);
+        self.due = Some(due);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        Ok(t)
+    }
 }
 
 impl Clock for WallClock {
@@ -67,6 +127,11 @@ impl ChannelArrivals {
             total: expected,
             origin,
         }
+    }
+
+    /// The instant its senders stamp from.
+    pub fn origin(&self) -> Instant {
+        self.origin
     }
 }
 

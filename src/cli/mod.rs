@@ -29,6 +29,7 @@ fn emit(s: &str) -> Result<()> {
 }
 
 mod compare;
+mod http;
 mod kernels;
 mod models;
 mod profile;
@@ -94,6 +95,9 @@ enum Cmd {
     /// Serve Poisson (or traced) traffic under one policy and report latency, throughput and
     /// SLA violations.
     Run(serve::RunArgs),
+    /// Serve the model over HTTP (Open Inference Protocol, KServe v2) with the engine and the
+    /// policy inside, Prometheus metrics at /metrics, until SIGINT or SIGTERM.
+    Serve(http::HttpArgs),
     /// Run several policies at several rates (and seeds) and print one table.
     Compare(compare::CompareArgs),
     /// Regenerate the paper's evaluation: every experiment's data (CSV, JSON), SVG figures and
@@ -114,6 +118,7 @@ pub fn run() -> Result<std::process::ExitCode> {
         Cmd::Models { model, dims, json } => models::run(&model, &dims, json).map(|()| ok),
         Cmd::Profile(a) => profile::run(a).map(|()| ok),
         Cmd::Run(a) => serve::run(a).map(|()| ok),
+        Cmd::Serve(a) => http::run(a).map(|()| ok),
         Cmd::Compare(a) => compare::compare(a).map(|()| ok),
         Cmd::Reproduce(a) => reproduce::run(a).map(|()| ok),
         Cmd::Calibrate(a) => reproduce::calibrate(a).map(|()| ok),

@@ -9,6 +9,7 @@ mod cuda_stand_in;
 mod fuzz;
 mod graph;
 mod hostile;
+mod http;
 mod kernels;
 mod npu;
 mod onnx;

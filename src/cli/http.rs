@@ -1,0 +1,74 @@
+//! `lazybatch serve`: the engine behind an HTTP front end (Open Inference Protocol), until
+//! SIGINT or SIGTERM; then every admitted request is answered and the run's summary printed.
+
+use super::{open_bench, positive, serve_args, DeviceArgs, ModelArgs, ServeArgs};
+use anyhow::Result;
+use clap::Args;
+use lazybatch::bench::RunConfig;
+use lazybatch::http::{start, ServeOptions};
+use lazybatch::policy::Spec;
+
+#[derive(Args, Debug)]
+pub(super) struct HttpArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    dev: DeviceArgs,
+    /// Policy: serial, graph:W[:B], lazy, lazy:adaptive, continuous, ...
+    #[arg(long, default_value = "lazy")]
+    policy: String,
+    /// Address to listen on (port 0: any free port, printed).
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    listen: std::net::SocketAddr,
+    /// The most requests admitted and not yet answered; more are answered 503, in [1, 10⁶].
+    #[arg(long, default_value_t = 1024, allow_negative_numbers = true)]
+    max_queue: i64,
+    /// The largest request body accepted, in MiB (more: 413), in [1, 1024].
+    #[arg(long, default_value_t = 64, allow_negative_numbers = true)]
+    max_body_mib: i64,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+/// Serves until a signal, then prints what happened.
+pub(super) fn run(a: HttpArgs) -> Result<()> {
+    let model = a.model.load()?;
+    let sv = serve_args(&a.serve, &model, false)?;
+    let spec = Spec::parse(&a.policy, sv.max_batch)?;
+    spec.check_for(&model)?;
+    let max_queue = positive("--max-queue", a.max_queue)?.min(1_000_000) as usize;
+    let max_body = (positive("--max-body-mib", a.max_body_mib)?.min(1024) as usize) << 20;
+    let name = model.name.clone();
+    let bench = open_bench(model, &a.dev, &sv)?;
+    let device = bench.description();
+    let cfg = RunConfig {
+        policy: spec,
+        rate: 1.0,
+        arrivals: sv.arrivals,
+        classes: None,
+        shed: sv.shed,
+        requests: 1,
+        sla: sv.sla,
+        seed: 1,
+        max_batch: sv.max_batch,
+        coverage: sv.coverage,
+        max_pending: sv.max_pending,
+    };
+    let opts = ServeOptions {
+        listen: a.listen,
+        max_queue,
+        max_body,
+    };
+    let server = start(bench, cfg, &opts)?;
+    eprintln!(
+        "serving {name} on {device} under {} at http://{} (Open Inference Protocol: /v2/models/{name}/infer; /metrics); Ctrl-C stops",
+        a.policy, server.addr
+    );
+    let out = server.wait()?;
+    let st = out.stats();
+    eprintln!(
+        "stopped: {} requests completed, {} rejected; mean {:.3} ms, p99 {:.3} ms, mean batch {:.2}",
+        st.completed, st.rejected, st.latency_ms.mean, st.latency_ms.p99, st.mean_batch_size
+    );
+    Ok(())
+}

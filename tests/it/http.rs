@@ -1,0 +1,221 @@
+//! `lazybatch serve`'s front end, started on a loopback port inside the test and called over
+//! plain HTTP/1.1: health, metadata, inference (outputs equal the in-process ones for the same
+//! inputs), the protocol's errors, metrics, the bounded queue, and a shutdown that answers
+//! every admitted request.
+
+use lazybatch::bench::{Bench, BenchOptions, RunConfig};
+use lazybatch::device::cpu::CpuDevice;
+use lazybatch::device::open::Opened;
+use lazybatch::http::{start, ServeOptions};
+use lazybatch::time::Nanos;
+use lazybatch::verify::inputs_and_outputs;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+
+/// One HTTP/1.1 exchange: (status, body).
+fn call(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let status = resp
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let (head, mut rest) = resp.split_once("\r\n\r\n").unwrap_or((&resp, ""));
+    if !head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        return (status, rest.to_string());
+    }
+    // chunked: sizes in hex, each chunk followed by CRLF, a zero size at the end
+    let mut body = String::new();
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        body.push_str(&after[..n]);
+        rest = after[n..].trim_start_matches("\r\n");
+    }
+    (status, body)
+}
+
+fn cfg(policy: &str) -> RunConfig {
+    RunConfig {
+        policy: lazybatch::policy::Spec::parse(policy, 8).unwrap(),
+        rate: 1.0,
+        arrivals: Default::default(),
+        classes: None,
+        shed: false,
+        requests: 1,
+        sla: Nanos::from_ms(1000.0),
+        seed: 1,
+        max_batch: 8,
+        coverage: 90.0,
+        max_pending: 1000,
+    }
+}
+
+fn infer_body(input: &[f32]) -> String {
+    serde_json::json!({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 3, 32, 32], "data": input}]})
+        .to_string()
+}
+
+#[test]
+fn the_front_end_answers_the_protocol_with_the_devices_outputs() {
+    let m = crate::onnx::import("mobilenet_style");
+    let io = inputs_and_outputs(&m, &mut CpuDevice::new(3), 3, 8, 7).unwrap();
+    let opts = BenchOptions {
+        max_batch: 8,
+        coverage: 90.0,
+        profile: None,
+        reps: 1,
+    };
+    let bench = Bench::open(m, Opened::Real(Box::new(CpuDevice::new(99))), &opts).unwrap();
+    let serve = ServeOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        max_queue: 64,
+        max_body: 1 << 20,
+    };
+    let server = start(bench, cfg("lazy"), &serve).unwrap();
+    let a = server.addr;
+    assert_eq!(call(a, "GET", "/v2/health/live", "").0, 200);
+    assert_eq!(call(a, "GET", "/v2/health/ready", "").0, 200);
+    let (st, meta) = call(a, "GET", "/v2/models/mobilenet_style", "");
+    assert_eq!(st, 200, "{meta}");
+    let meta: serde_json::Value = serde_json::from_str(&meta).unwrap();
+    assert_eq!(
+        meta["inputs"][0]["shape"],
+        serde_json::json!([1, 3, 32, 32])
+    );
+    assert_eq!(meta["outputs"][0]["shape"], serde_json::json!([1, 10]));
+    // inference from several clients at once: each answer is what the device computes alone
+    std::thread::scope(|s| {
+        for r in &io {
+            s.spawn(move || {
+                let (st, body) = call(
+                    a,
+                    "POST",
+                    "/v2/models/mobilenet_style/infer",
+                    &infer_body(&r.input),
+                );
+                assert_eq!(st, 200, "{body}");
+                let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+                let got: Vec<f32> =
+                    serde_json::from_value(v["outputs"][0]["data"].clone()).unwrap();
+                assert_eq!(got, r.output);
+            });
+        }
+    });
+    // the protocol's errors
+    let path = "/v2/models/mobilenet_style/infer";
+    for (body, says) in [
+        ("{not json", "malformed"),
+        (r#"{"inputs": []}"#, "0 inputs"),
+        (&infer_body(&[0.0; 5])[..], "5 values"),
+        (
+            &infer_body(&io[0].input).replace("FP32", "INT64")[..],
+            "datatype",
+        ),
+        (
+            &infer_body(&io[0].input).replace("[1,3,32,32]", "[1,3,16,64]")[..],
+            "shape",
+        ),
+    ] {
+        let (st, e) = call(a, "POST", path, body);
+        assert_eq!(st, 400, "{e}");
+        assert!(e.contains("\"error\"") && e.contains(says), "{e}");
+    }
+    let (st, e) = call(
+        a,
+        "POST",
+        "/v2/models/nope/infer",
+        &infer_body(&io[0].input),
+    );
+    assert!(st == 404 && e.contains("unknown model"), "{st} {e}");
+    let big = format!("{{\"inputs\": [{}]}}", "0,".repeat(1 << 20));
+    assert_eq!(call(a, "POST", path, &big).0, 413);
+    let (st, text) = call(a, "GET", "/metrics", "");
+    assert_eq!(st, 200);
+    assert!(
+        text.contains(
+            "lazybatch_requests_total{model=\"mobilenet_style\",outcome=\"completed\"} 3"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("lazybatch_request_latency_seconds_count 3"),
+        "{text}"
+    );
+    let out = server.shutdown().unwrap();
+    assert_eq!(out.stats().completed, 3, "every admitted request answered");
+}
+
+#[test]
+fn the_npu_model_answers_after_its_modelled_latency_and_says_so() {
+    let m = lazybatch::graph::zoo::load("resnet50").unwrap();
+    let bench = Bench::new(m, Default::default(), 8, 90.0).unwrap();
+    let serve = ServeOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        max_queue: 64,
+        max_body: 4 << 20,
+    };
+    let server = start(bench, cfg("lazy"), &serve).unwrap();
+    let image = vec![0.5f32; 3 * 224 * 224];
+    let body = serde_json::json!({"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 3, 224, 224], "data": image}]});
+    let (st, resp) = call(
+        server.addr,
+        "POST",
+        "/v2/models/resnet50/infer",
+        &body.to_string(),
+    );
+    assert_eq!(st, 200, "{resp}");
+    let v: serde_json::Value = serde_json::from_str(&resp).unwrap();
+    assert!(v["parameters"]["timing_emulation"].is_string());
+    // at least the model's single-input latency passed (0.75 ms on the default configuration)
+    assert!(
+        v["parameters"]["latency_ms"].as_f64().unwrap() >= 0.7,
+        "{v}"
+    );
+    assert_eq!(server.shutdown().unwrap().stats().completed, 1);
+}
+
+#[test]
+fn a_full_queue_answers_503_and_a_shutdown_answers_everyone_admitted() {
+    // VGG-16 on the NPU model takes milliseconds a request: with room for one request in the
+    // server, of six sent at once some are turned away with 503 and the rest complete; the
+    // shutdown returns once every admitted one was answered
+    let m = lazybatch::graph::zoo::load("vgg16").unwrap();
+    let bench = Bench::new(m, Default::default(), 8, 90.0).unwrap();
+    let serve = ServeOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        max_queue: 1,
+        max_body: 4 << 20,
+    };
+    let server = start(bench, cfg("lazy"), &serve).unwrap();
+    let a = server.addr;
+    let body = serde_json::json!({"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 3, 224, 224], "data": vec![0.5f32; 3 * 224 * 224]}]}).to_string();
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..6)
+            .map(|_| s.spawn(|| call(a, "POST", "/v2/models/vgg16/infer", &body).0))
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let ok = statuses.iter().filter(|&&s| s == 200).count();
+    let full = statuses.iter().filter(|&&s| s == 503).count();
+    assert_eq!(ok + full, 6, "{statuses:?}");
+    assert!(ok >= 1 && full >= 1, "{statuses:?}");
+    let (_, text) = call(a, "GET", "/metrics", "");
+    assert!(
+        text.contains(&format!("outcome=\"queue_full\"}} {full}")),
+        "{text}"
+    );
+    assert_eq!(server.shutdown().unwrap().stats().completed, ok as u64);
+}
