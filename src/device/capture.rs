@@ -3,9 +3,11 @@
 //! output rows in execution order, so that a difference can be traced to the first node (and
 //! step) where it appears.
 
+use super::exchange::Exchange;
 use crate::graph::op::Op;
 use crate::graph::Model;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Final outputs per request input key: the last node's rows (every step for seq2seq models),
 /// then the input of a final argmax.
@@ -40,6 +42,8 @@ pub struct TraceEntry {
 #[derive(Clone, Debug, Default)]
 pub struct Capture {
     mode: CaptureMode,
+    /// A front end's exchange: final outputs are handed to it as requests complete.
+    exchange: Option<Arc<Exchange>>,
     /// Final outputs per request.
     pub outputs: Captured,
     /// Every node execution, in order ([`CaptureMode::EveryNode`] only).
@@ -52,6 +56,35 @@ impl Capture {
         Capture {
             mode,
             ..Capture::default()
+        }
+    }
+
+    /// A capture of final outputs for a front end's exchange `x` (none: nothing captured):
+    /// what [`crate::device::Device::set_exchange`] installs on a real device.
+    pub(crate) fn exchanging(x: Option<Arc<Exchange>>) -> Self {
+        Capture {
+            mode: if x.is_some() {
+                CaptureMode::Outputs
+            } else {
+                CaptureMode::Off
+            },
+            exchange: x,
+            ..Capture::default()
+        }
+    }
+
+    /// The front end's exchange, when serving one.
+    pub(crate) fn exchange(&self) -> Option<&Exchange> {
+        self.exchange.as_deref()
+    }
+
+    /// Hands request `key`'s final outputs to the exchange (a device calls it as the request
+    /// completes).
+    pub(crate) fn hand_over(&mut self, key: u64) {
+        if let Some(x) = &self.exchange {
+            if let Some(v) = self.outputs.remove(&key) {
+                x.put_output(key, v);
+            }
         }
     }
 

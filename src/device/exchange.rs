@@ -32,6 +32,17 @@ impl Exchange {
         lock(&self.inputs).remove(&key)
     }
 
+    /// Request `key`'s input if it holds `len` values; one of another length is taken out and
+    /// counted ([`Exchange::misfits`]), and the device serves the request on generated values.
+    pub fn input_for(&self, key: u64, len: usize) -> Option<Vec<f32>> {
+        let v = self.take_input(key)?;
+        if v.len() == len {
+            return Some(v);
+        }
+        self.misfit();
+        None
+    }
+
     /// Request `key`'s final outputs (the device puts them when the request completes).
     pub fn put_output(&self, key: u64, values: Vec<f32>) {
         lock(&self.outputs).insert(key, values);

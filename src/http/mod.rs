@@ -85,9 +85,10 @@ struct Front {
 }
 
 /// Handlers waiting for their request, by key: the engine's observer answers them.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Waiting {
     replies: Mutex<HashMap<u64, oneshot::Sender<(Left, Duration)>>>,
+    exchange: Arc<Exchange>,
 }
 
 impl Observer for Waiting {
@@ -97,9 +98,14 @@ impl Observer for Waiting {
             Left::Completed(at) => Duration::from_nanos(at.saturating_sub(q.arrival).0),
             Left::Rejected(_) => Duration::ZERO,
         };
-        if let Some(tx) = tx {
-            // a client that went away no longer listens: nothing to do
-            let _ = tx.send((how, latency));
+        let heard = tx.is_some_and(|tx| tx.send((how, latency)).is_ok());
+        if !heard {
+            // the client went away: drop what the exchange still holds for it
+            self.exchange.take_input(q.key);
+            self.exchange.take_output(q.key);
+        } else if matches!(how, Left::Rejected(_)) {
+            // turned away before its input node ran
+            self.exchange.take_input(q.key);
         }
     }
 }
@@ -245,7 +251,10 @@ pub fn start(mut bench: Bench, cfg: RunConfig, opts: &ServeOptions) -> Result<Se
     let (tx, rx) = mpsc::channel();
     let origin = Instant::now();
     let exchange = Arc::new(Exchange::new());
-    let waiting = Arc::new(Waiting::default());
+    let waiting = Arc::new(Waiting {
+        replies: Mutex::default(),
+        exchange: exchange.clone(),
+    });
     let front = Arc::new(Front {
         model: bench.model.name.clone(),
         input,
@@ -458,6 +467,9 @@ async fn infer(
             .unwrap_or(false);
     if !sent {
         f.exchange.take_input(key);
+        if let Ok(mut w) = f.waiting.replies.lock() {
+            w.remove(&key);
+        }
         f.metrics.count(&f.model, "shutting_down");
         return error(
             StatusCode::SERVICE_UNAVAILABLE,

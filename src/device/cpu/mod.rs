@@ -74,8 +74,6 @@ pub struct CpuDevice {
     slot_member: Vec<u32>,
     scores: Vec<f32>,
     capture: Capture,
-    /// A front end's request data (inputs in, outputs out), when serving one.
-    exchange: Option<std::sync::Arc<crate::device::exchange::Exchange>>,
 }
 
 fn act_k(a: crate::graph::op::Act) -> ActK {
@@ -209,7 +207,6 @@ impl CpuDevice {
             slot_member: Vec::new(),
             scores: Vec::new(),
             capture: Capture::default(),
-            exchange: None,
         }
     }
 
@@ -310,13 +307,13 @@ impl CpuDevice {
                     let rows = Layout::rows(node, m.len);
                     let base = self.layout.offset(i, m.slot, 0);
                     let out = &mut self.nodes[i].out[base..base + rows * feat];
-                    let given = self.exchange.as_ref().and_then(|x| x.take_input(m.input));
-                    if given.as_ref().is_some_and(|v| v.len() != rows * feat) {
-                        self.exchange.iter().for_each(|x| x.misfit());
-                    }
+                    let given = self
+                        .capture
+                        .exchange()
+                        .and_then(|x| x.input_for(m.input, rows * feat));
                     match (given, image(shape)) {
                         // a front end's values, one request's worth in the graph's order
-                        (Some(v), chw) if v.len() == rows * feat => match chw {
+                        (Some(v), chw) => match chw {
                             Some(chw) => hwc::to_hwc(&v, chw, out),
                             None => out.copy_from_slice(&v),
                         },
@@ -383,20 +380,11 @@ impl Device for CpuDevice {
     /// Serves a front end: inputs from `x` where it holds them, each request's final outputs
     /// (captured as `verify` captures them) handed to `x` when it completes.
     fn set_exchange(&mut self, x: Option<std::sync::Arc<crate::device::exchange::Exchange>>) {
-        self.capture = Capture::new(if x.is_some() {
-            CaptureMode::Outputs
-        } else {
-            CaptureMode::Off
-        });
-        self.exchange = x;
+        self.capture = Capture::exchanging(x);
     }
 
     fn complete(&mut self, m: &Member) {
-        if let Some(x) = &self.exchange {
-            if let Some(v) = self.capture.outputs.remove(&m.input) {
-                x.put_output(m.input, v);
-            }
-        }
+        self.capture.hand_over(m.input);
     }
 
     fn name(&self) -> &'static str {

@@ -34,12 +34,7 @@ impl Translator {
             prev.fields.push(("bias", true.into()));
             prev.weights.get_or_insert_with(Weights::default).bias = c.f;
             prev.origin = format!("{} + {}", prev.origin, at(n));
-            let out = n
-                .output
-                .first()
-                .ok_or_else(|| format!("{}: no output", at(n)))?;
-            self.vals.insert(out.clone(), Val::Node { idx, shape });
-            return Ok(());
+            return self.bind(n, Val::Node { idx, shape });
         }
         Err(format!(
             "{}: adds a constant of shape {:?}: supported only as the bias of the MatMul before it",

@@ -328,22 +328,12 @@ impl Translator {
                 at(n)
             ));
         };
-        let out = n
-            .output
-            .first()
-            .ok_or_else(|| format!("{}: no output", at(n)))?;
-        self.vals.insert(out.clone(), Val::Const(c));
-        Ok(())
+        self.bind(n, Val::Const(c))
     }
 
     fn alias(&mut self, n: &NodeProto) -> R<()> {
         let v = self.input(n, 0)?.clone();
-        let out = n
-            .output
-            .first()
-            .ok_or_else(|| format!("{}: no output", at(n)))?;
-        self.vals.insert(out.clone(), v);
-        Ok(())
+        self.bind(n, v)
     }
 
     /// An activation: fused into the node before when nothing else reads it, else its own node.

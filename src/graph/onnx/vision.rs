@@ -204,12 +204,7 @@ impl Translator {
             conv.fields.retain(|(k, _)| *k != "bias");
             conv.fields.push(("bn", true.into()));
             conv.origin = format!("{} + {}", conv.origin, at(n));
-            let out = n
-                .output
-                .first()
-                .ok_or_else(|| format!("{}: no output", at(n)))?;
-            self.vals.insert(out.clone(), Val::Node { idx, shape });
-            return Ok(());
+            return self.bind(n, Val::Node { idx, shape });
         }
         let mut e = self.new_node(n, "batchnorm", vec![from], Kind::Other);
         e.weights = Some(Weights {

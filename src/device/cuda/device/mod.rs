@@ -400,8 +400,6 @@ pub struct CudaDevice {
     host_i64b: Vec<i64>,
     host_in: Vec<f32>,
     capture: Capture,
-    /// A front end's request data (inputs in, outputs out), when serving one.
-    exchange: Option<std::sync::Arc<crate::device::exchange::Exchange>>,
     graphs: Graphs,
 }
 
@@ -449,7 +447,6 @@ impl CudaDevice {
             host_i64b: Vec::new(),
             host_in: Vec::new(),
             capture: Capture::default(),
-            exchange: None,
             graphs: Graphs::default(),
         })
     }
@@ -513,20 +510,11 @@ impl Device for CudaDevice {
     /// Serves a front end: inputs from `x` where it holds them, each request's final outputs
     /// (captured as for the CPU comparison) handed to `x` when it completes.
     fn set_exchange(&mut self, x: Option<std::sync::Arc<crate::device::exchange::Exchange>>) {
-        self.capture = Capture::new(if x.is_some() {
-            CaptureMode::Outputs
-        } else {
-            CaptureMode::Off
-        });
-        self.exchange = x;
+        self.capture = Capture::exchanging(x);
     }
 
     fn complete(&mut self, m: &Member) {
-        if let Some(x) = &self.exchange {
-            if let Some(v) = self.capture.outputs.remove(&m.input) {
-                x.put_output(m.input, v);
-            }
-        }
+        self.capture.hand_over(m.input);
     }
 
     fn name(&self) -> &'static str {

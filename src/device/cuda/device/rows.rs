@@ -19,14 +19,14 @@ impl CudaDevice {
                 .ok_or_else(|| missing("layout"))?
                 .offset(i, m.slot, 0);
             self.host_in.resize(rows * f, 0.0);
-            let given = self.exchange.as_ref().and_then(|x| x.take_input(m.input));
-            match given {
-                Some(v) if v.len() == rows * f => self.host_in.copy_from_slice(&v),
-                given => {
-                    if given.is_some() {
-                        self.exchange.iter().for_each(|x| x.misfit());
-                    }
-                    weights::fill_input(&mut self.host_in, self.seed, m.input, i as u64, *tokens);
+            match self
+                .capture
+                .exchange()
+                .and_then(|x| x.input_for(m.input, rows * f))
+            {
+                Some(v) => self.host_in.copy_from_slice(&v),
+                None => {
+                    weights::fill_input(&mut self.host_in, self.seed, m.input, i as u64, *tokens)
                 }
             }
             self.stream
