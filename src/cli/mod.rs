@@ -31,6 +31,7 @@ fn emit(s: &str) -> Result<()> {
 mod compare;
 mod http;
 mod kernels;
+mod load;
 mod models;
 mod profile;
 mod reproduce;
@@ -98,6 +99,9 @@ enum Cmd {
     /// Serve the model over HTTP (Open Inference Protocol, KServe v2) with the engine and the
     /// policy inside, Prometheus metrics at /metrics, until SIGINT or SIGTERM.
     Serve(http::HttpArgs),
+    /// Drive a server (lazybatch serve, or any Open Inference Protocol server) with open-loop
+    /// traffic — the same arrivals as `run` — and print the same table, JSON and .hgrm.
+    Load(load::LoadArgs),
     /// Run several policies at several rates (and seeds) and print one table.
     Compare(compare::CompareArgs),
     /// Regenerate the paper's evaluation: every experiment's data (CSV, JSON), SVG figures and
@@ -118,6 +122,7 @@ pub fn run() -> Result<std::process::ExitCode> {
         Cmd::Models { model, dims, json } => models::run(&model, &dims, json).map(|()| ok),
         Cmd::Profile(a) => profile::run(a).map(|()| ok),
         Cmd::Run(a) => serve::run(a).map(|()| ok),
+        Cmd::Load(a) => load::run(a).map(|()| ok),
         Cmd::Serve(a) => http::run(a).map(|()| ok),
         Cmd::Compare(a) => compare::compare(a).map(|()| ok),
         Cmd::Reproduce(a) => reproduce::run(a).map(|()| ok),

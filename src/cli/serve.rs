@@ -216,7 +216,7 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
 
 /// The run in words: identity, latency percentiles, throughput, batches, device time by class
 /// and each co-located model's or SLA class's figures.
-fn text(o: &mut String, id: &RunId, st: &Stats, wall: f64, groups: &[(String, Stats)]) {
+pub(super) fn text(o: &mut String, id: &RunId, st: &Stats, wall: f64, groups: &[(String, Stats)]) {
     out!(
         o,
         "{} on {}, policy {}, {}, {} requests, {}, seed {}",

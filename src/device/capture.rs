@@ -23,6 +23,9 @@ pub enum CaptureMode {
     Outputs,
     /// The final outputs and every node execution's output rows.
     EveryNode,
+    /// Each request's last node's rows only (every step for a seq2seq model: its tokens), what
+    /// a front end answers.
+    Answers,
 }
 
 /// One node execution's output rows for one request.
@@ -64,7 +67,7 @@ impl Capture {
     pub(crate) fn exchanging(x: Option<Arc<Exchange>>) -> Self {
         Capture {
             mode: if x.is_some() {
-                CaptureMode::Outputs
+                CaptureMode::Answers
             } else {
                 CaptureMode::Off
             },
@@ -95,13 +98,14 @@ impl Capture {
 
     /// True when node `i`'s rows belong to the final outputs: the last node of its model (of
     /// its part, for co-located models), or the input of that node when it is an argmax.
-    fn is_output(model: &Model, i: usize) -> bool {
+    fn is_output(&self, model: &Model, i: usize) -> bool {
         let last = match model.parts.get(usize::from(model.node_part[i])) {
             Some(p) => p.end as usize - 1,
             None => model.nodes.len() - 1,
         };
         i == last
-            || (matches!(model.nodes[last].op, Op::Argmax)
+            || (self.mode != CaptureMode::Answers
+                && matches!(model.nodes[last].op, Op::Argmax)
                 && model.nodes[last].inputs[0].node.idx() == i)
     }
 
@@ -109,14 +113,14 @@ impl Capture {
     pub(crate) fn wants(&self, model: &Model, i: usize) -> bool {
         match self.mode {
             CaptureMode::Off => false,
-            CaptureMode::Outputs => Self::is_output(model, i),
+            CaptureMode::Outputs | CaptureMode::Answers => self.is_output(model, i),
             CaptureMode::EveryNode => true,
         }
     }
 
     /// Records the rows node `i` wrote at `step` for the request with input key `input`.
     pub fn record(&mut self, model: &Model, i: usize, step: u32, input: u64, values: Vec<f32>) {
-        if Self::is_output(model, i) {
+        if self.is_output(model, i) {
             self.outputs
                 .entry(input)
                 .or_default()

@@ -94,11 +94,26 @@ pub enum Left {
     Rejected(Rejection),
 }
 
-/// Told of each request as it leaves the server, exactly once, on the engine's thread (so it
-/// should only hand the news on, not work).
+/// The server's state after a node execution, for a front end's live metrics.
+#[derive(Clone, Copy, Debug)]
+pub struct Progress<'c> {
+    /// The run's counters so far (executions, preemptions, merges, ...).
+    pub counters: &'c Counters,
+    /// The sub-batch that just ran.
+    pub batch: usize,
+    /// Sub-batches on the BatchTable after it ran.
+    pub depth: usize,
+    /// Requests waiting in the pending queue.
+    pub pending: usize,
+}
+
+/// Told of each request as it leaves the server, exactly once, and of each node execution, on
+/// the engine's thread (so it should only hand the news on, not work).
 pub trait Observer: Sync + std::fmt::Debug {
     /// Request `q` (its record as it leaves) left as `how`.
     fn left(&self, q: &Request, how: Left);
+    /// A node ran; the server now stands as `p` says.
+    fn executed(&self, _p: &Progress) {}
 }
 
 impl<'a> Setup<'a> {
@@ -510,8 +525,11 @@ impl<'a> Server<'a> {
                 .loop_id
                 .is_some_and(|l| model.loops[l.0 as usize].last == at.node);
         if ends_dec_step {
-            for m in &self.members {
-                self.requests.get_mut(RequestId(m.input as u32)).dec_done = m.step + 1;
+            // the top entry's members, in the order of the device's members (their steps)
+            if let Some(top) = self.table.top() {
+                for (&r, m) in top.members.iter().zip(&self.members) {
+                    self.requests.get_mut(r).dec_done = m.step + 1;
+                }
             }
         }
         self.finished.clear();
@@ -541,6 +559,14 @@ impl<'a> Server<'a> {
                 o.left(&q, Left::Completed(done_at));
             }
             self.record.complete(q)?;
+        }
+        if let Some(o) = self.setup.observer {
+            o.executed(&Progress {
+                counters: &self.counters,
+                batch: self.members.len(),
+                depth: self.table.entries().len(),
+                pending: self.queue.len(),
+            });
         }
         self.snap(done_at);
         self.check()
@@ -596,6 +622,16 @@ mod tests {
 
     #[test]
     fn decoder_steps_done_are_the_steps_finished() {
+        decoder_steps_done(0);
+    }
+
+    /// Requests keyed by a front end (their key is not their id) are served alike.
+    #[test]
+    fn keyed_requests_decode_like_the_others() {
+        decoder_steps_done(1_000_000);
+    }
+
+    fn decoder_steps_done(key_offset: u64) {
         for name in ["gnmt", "transformer"] {
             let m = zoo::load(name).unwrap();
             let mut npu = Npu::new(NpuConfig::default()).unwrap();
@@ -604,6 +640,11 @@ mod tests {
             npu.prepare(&m, 8).unwrap();
             let arrivals: Vec<_> = crate::traffic::generate(&m, (Default::default(), 300.0), 60, 4)
                 .unwrap()
+                .enumerate()
+                .map(|(i, a)| Arrival {
+                    key: (key_offset > 0).then_some(key_offset + i as u64),
+                    ..a
+                })
                 .collect();
             let mut pol = Observing {
                 inner: policy::parse("lazy", 8).unwrap(),

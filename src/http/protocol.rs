@@ -1,85 +1,434 @@
-//! The Open Inference Protocol's JSON (KServe v2): an inference request's tensors, checked
-//! against the model's one input, and the protocol's error object.
+//! The Open Inference Protocol's JSON (KServe v2): a model's input and output as the protocol
+//! describes them, an inference request's tensors checked against the model's one input, its
+//! parameters (`sla_ms`, `decode_steps`), and the protocol's error object.
 
+use crate::time::Nanos;
+use crate::time::MAX_SLA;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
+use serde_json::Value;
 
-/// A tensor as the protocol writes it (the data flattened, row-major).
-#[derive(Debug, Deserialize, Serialize)]
-pub(super) struct Tensor {
+/// One model's input or output as the protocol describes it.
+#[derive(Clone, Debug)]
+pub(crate) struct Io {
     pub name: String,
-    pub datatype: String,
-    pub shape: Vec<usize>,
-    pub data: Vec<f32>,
+    pub datatype: &'static str,
+    /// One request's shape (the batch axis of 1 first); -1: a length the request chooses.
+    pub shape: Vec<i64>,
+    /// Token ids: each value an integer in `[0, vocab)`.
+    pub vocab: Option<usize>,
+    /// The longest variable axis accepted.
+    pub max_len: usize,
 }
 
-/// An inference request's body.
+/// An inference request's body (its JSON part, with the binary tensor extension).
 #[derive(Debug, Deserialize)]
-pub(super) struct InferRequest {
-    inputs: Vec<serde_json::Value>,
+pub(crate) struct InferRequest {
+    inputs: Vec<InputTensor>,
+    #[serde(default)]
+    parameters: Option<serde_json::Map<String, Value>>,
+    #[serde(default)]
+    outputs: Option<Vec<RequestedOutput>>,
+}
+
+/// One input tensor: its values in `data` (flat or nested), or in the binary part of the
+/// body (`parameters.binary_data_size` bytes).
+#[derive(Debug, Deserialize)]
+struct InputTensor {
+    name: String,
+    datatype: String,
+    shape: Vec<usize>,
+    #[serde(default)]
+    data: Option<Numbers>,
+    #[serde(default)]
+    parameters: Option<serde_json::Map<String, Value>>,
+}
+
+/// An output the client asks for (`parameters.binary_data`: in the binary part).
+#[derive(Debug, Deserialize)]
+struct RequestedOutput {
+    #[allow(dead_code)]
+    name: String,
+    #[serde(default)]
+    parameters: Option<serde_json::Map<String, Value>>,
+}
+
+/// A request's input, checked.
+#[derive(Debug)]
+pub(crate) struct Checked {
+    /// The values, flattened row-major (token ids as values).
+    pub values: Vec<f32>,
+    /// The length of its variable axis (1 when the shape is fixed).
+    pub len: usize,
+    /// Its own SLA (`parameters.sla_ms`).
+    pub sla: Option<Nanos>,
+    /// Decoder steps to run (`parameters.decode_steps`, seq2seq models).
+    pub decode_steps: Option<u32>,
+    /// Answer with the output in the binary part of the body.
+    pub binary_output: bool,
 }
 
 impl InferRequest {
-    /// The values of its one input, checked against the model's `name`, `datatype` and
-    /// one-request `shape` (the data may also be nested lists, as the protocol allows).
-    pub(super) fn one_input(
-        self,
-        name: &str,
-        datatype: &str,
-        shape: &[usize],
-    ) -> Result<Vec<f32>, String> {
+    /// Its one input checked against the model's `io`, its values from `data` or from
+    /// `binary` (the body after the JSON part), and its parameters; `max_dec`: the most
+    /// decoder steps (0: none).
+    pub(crate) fn check(self, io: &Io, max_dec: u32, binary: &[u8]) -> Result<Checked, String> {
+        let name = &io.name;
         let [input] = &self.inputs[..] else {
             return Err(format!(
                 "{} inputs: the model takes one, '{name}'",
                 self.inputs.len()
             ));
         };
-        let field = |k: &str| input.get(k).ok_or_else(|| format!("input without '{k}'"));
-        let got_name = field("name")?.as_str().unwrap_or("");
-        if got_name != name {
-            return Err(format!("input '{got_name}': the model's input is '{name}'"));
-        }
-        let got_type = field("datatype")?.as_str().unwrap_or("");
-        if got_type != datatype {
-            return Err(format!("datatype {got_type}: input '{name}' is {datatype}"));
-        }
-        let got_shape: Vec<usize> =
-            serde_json::from_value(field("shape")?.clone()).map_err(|e| format!("shape: {e}"))?;
-        if got_shape != shape {
+        if &input.name != name {
             return Err(format!(
-                "shape {got_shape:?}: input '{name}' is {shape:?} (one request per call)"
+                "input '{}': the model's input is '{name}'",
+                input.name
             ));
         }
-        let mut data = Vec::new();
-        flatten(field("data")?, &mut data)?;
-        let want: usize = shape.iter().product();
-        if data.len() != want {
+        if input.datatype != io.datatype {
             return Err(format!(
-                "{} values for shape {shape:?} ({want})",
-                data.len()
+                "datatype {}: input '{name}' is {}",
+                input.datatype, io.datatype
             ));
         }
-        Ok(data)
+        let len = check_shape(&input.shape, io)?;
+        let want: usize = input.shape.iter().product();
+        let size = input
+            .parameters
+            .as_ref()
+            .and_then(|p| p.get("binary_data_size"));
+        let values = match (&input.data, size) {
+            (Some(_), Some(_)) => {
+                return Err("both data and binary_data_size: give the values once".into())
+            }
+            (Some(Numbers(v)), None) => v.clone(),
+            (None, Some(n)) => from_binary(n, binary, io.datatype)?,
+            (None, None) => return Err(format!("input '{name}' without data")),
+        };
+        if values.len() != want {
+            return Err(format!(
+                "{} values for shape {:?} ({want})",
+                values.len(),
+                input.shape
+            ));
+        }
+        if size.is_none() && !binary.is_empty() {
+            return Err(format!(
+                "{} bytes after the JSON header that no input claims",
+                binary.len()
+            ));
+        }
+        if let Some(vocab) = io.vocab {
+            if let Some(bad) = values
+                .iter()
+                .find(|v| v.fract() != 0.0 || **v < 0.0 || **v >= vocab as f32)
+            {
+                return Err(format!(
+                    "token id {bad}: input '{name}' takes integers in [0, {vocab})"
+                ));
+            }
+        }
+        let params = self.parameters.unwrap_or_default();
+        let flag = |p: &Option<serde_json::Map<String, Value>>, k: &str| {
+            p.as_ref().and_then(|p| p.get(k)).and_then(Value::as_bool) == Some(true)
+        };
+        let binary_output = params.get("binary_data_output").and_then(Value::as_bool) == Some(true)
+            || self
+                .outputs
+                .iter()
+                .flatten()
+                .any(|o| flag(&o.parameters, "binary_data"));
+        let sla = match params.get("sla_ms") {
+            None => None,
+            Some(v) => Some(sla_ms(v)?),
+        };
+        let decode_steps = match params.get("decode_steps") {
+            None => None,
+            Some(_) if max_dec == 0 => {
+                return Err("parameter decode_steps: the model has no decoder".into())
+            }
+            Some(v) => Some(
+                v.as_u64()
+                    .filter(|d| (1..=u64::from(max_dec)).contains(d))
+                    .ok_or_else(|| {
+                        format!("parameter decode_steps {v}: an integer in [1, {max_dec}]")
+                    })? as u32,
+            ),
+        };
+        Ok(Checked {
+            values,
+            len,
+            sla,
+            decode_steps,
+            binary_output,
+        })
     }
 }
 
-fn flatten(v: &serde_json::Value, out: &mut Vec<f32>) -> Result<(), String> {
-    match v {
-        serde_json::Value::Array(items) => items.iter().try_for_each(|x| flatten(x, out)),
-        serde_json::Value::Number(n) => {
-            let x = n.as_f64().ok_or("a number out of range")?;
-            if !x.is_finite() {
-                return Err("a value that is not finite".into());
+/// The length of `got`'s variable axis (1 if none), or why it does not fit `io`.
+fn check_shape(got: &[usize], io: &Io) -> Result<usize, String> {
+    let fits = got.len() == io.shape.len()
+        && got.iter().zip(&io.shape).all(|(&g, &w)| {
+            if w < 0 {
+                (1..=io.max_len).contains(&g)
+            } else {
+                g as i64 == w
             }
-            out.push(x as f32);
-            Ok(())
-        }
-        other => Err(format!("data holds {other}: numbers only")),
+        });
+    if !fits {
+        return Err(format!(
+            "shape {got:?}: input '{}' is {:?} (one request per call{})",
+            io.name,
+            io.shape,
+            if io.shape.contains(&-1) {
+                format!("; -1: a length in [1, {}]", io.max_len)
+            } else {
+                String::new()
+            }
+        ));
+    }
+    Ok(got
+        .iter()
+        .zip(&io.shape)
+        .find(|(_, &w)| w < 0)
+        .map_or(1, |(&g, _)| g))
+}
+
+/// Values from the binary part: `size` bytes of little-endian FP32 or INT64.
+fn from_binary(size: &Value, binary: &[u8], datatype: &str) -> Result<Vec<f32>, String> {
+    let n = size
+        .as_u64()
+        .ok_or_else(|| format!("binary_data_size {size}: a number of bytes"))?;
+    if n != binary.len() as u64 {
+        return Err(format!(
+            "binary_data_size {n}, but {} bytes follow the JSON header",
+            binary.len()
+        ));
+    }
+    let width = if datatype == "INT64" { 8 } else { 4 };
+    if !binary.len().is_multiple_of(width) {
+        return Err(format!(
+            "{} bytes of {datatype}: not a whole number of {width}-byte values",
+            binary.len()
+        ));
+    }
+    binary
+        .chunks_exact(width)
+        .map(|c| {
+            let x = if width == 8 {
+                let mut b = [0; 8];
+                b.copy_from_slice(c);
+                i64::from_le_bytes(b) as f64
+            } else {
+                f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            };
+            finite(x)
+        })
+        .collect()
+}
+
+fn finite(x: f64) -> Result<f32, String> {
+    if !x.is_finite() || x.abs() > f64::from(f32::MAX) {
+        return Err(format!("{x}: not a finite 32-bit float"));
+    }
+    Ok(x as f32)
+}
+
+/// Numbers, flat or nested lists, deserialized straight into one vector (no JSON tree: an
+/// image's 150,528 values parse in a few milliseconds).
+#[derive(Debug, Default)]
+struct Numbers(Vec<f32>);
+
+impl<'de> Deserialize<'de> for Numbers {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut v = Vec::new();
+        serde::de::DeserializeSeed::deserialize(Sink(&mut v), d)?;
+        Ok(Numbers(v))
     }
 }
+
+/// Appends every number of a (nested) list to its vector.
+struct Sink<'a>(&'a mut Vec<f32>);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Sink<'_> {
+    type Value = ();
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Sink<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("numbers, or lists of them")
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        if let Some(n) = seq.size_hint() {
+            self.0.reserve(n);
+        }
+        while seq.next_element_seed(Sink(self.0))?.is_some() {}
+        Ok(())
+    }
+    fn visit_f64<E: serde::de::Error>(self, x: f64) -> Result<(), E> {
+        self.0.push(finite(x).map_err(E::custom)?);
+        Ok(())
+    }
+    fn visit_i64<E: serde::de::Error>(self, x: i64) -> Result<(), E> {
+        self.visit_f64(x as f64)
+    }
+    fn visit_u64<E: serde::de::Error>(self, x: u64) -> Result<(), E> {
+        self.visit_f64(x as f64)
+    }
+}
+
+/// `parameters.sla_ms`, checked against (0, one day].
+fn sla_ms(v: &Value) -> Result<Nanos, String> {
+    let ms = v.as_f64().unwrap_or(f64::NAN);
+    if !(ms > 0.0 && ms <= MAX_SLA.as_ms()) {
+        return Err(format!(
+            "parameter sla_ms {v}: a number of ms in (0, {}]",
+            MAX_SLA.as_ms()
+        ));
+    }
+    Ok(Nanos::from_ms(ms))
+}
+
+/// An output tensor in the protocol's JSON (token ids written as integers), or, `binary`,
+/// its description with `binary_data_size` and its little-endian bytes (FP32, or INT64).
+pub(crate) fn tensor(io: &Io, shape: &[usize], data: &[f32], binary: bool) -> (Value, Vec<u8>) {
+    let int = io.datatype == "INT64";
+    if binary {
+        let bytes: Vec<u8> = if int {
+            data.iter()
+                .flat_map(|&v| (v as i64).to_le_bytes())
+                .collect()
+        } else {
+            data.iter().flat_map(|&v| v.to_le_bytes()).collect()
+        };
+        let t = serde_json::json!({"name": io.name, "datatype": io.datatype, "shape": shape,
+            "parameters": {"binary_data_size": bytes.len()}});
+        return (t, bytes);
+    }
+    let data: Vec<Value> = if int {
+        data.iter().map(|&v| Value::from(v as i64)).collect()
+    } else {
+        data.iter().map(|&v| Value::from(f64::from(v))).collect()
+    };
+    let t =
+        serde_json::json!({"name": io.name, "datatype": io.datatype, "shape": shape, "data": data});
+    (t, Vec::new())
+}
+
+/// The binary tensor extension's header: the length of the body's JSON part.
+pub(crate) const HEADER_LENGTH: &str = "inference-header-content-length";
 
 /// The protocol's error object with its status.
 pub(super) fn error(status: StatusCode, msg: String) -> Response {
     (status, axum::Json(serde_json::json!({ "error": msg }))).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokens() -> Io {
+        Io {
+            name: "src".into(),
+            datatype: "INT64",
+            shape: vec![1, -1],
+            vocab: Some(100),
+            max_len: 8,
+        }
+    }
+
+    fn req(v: Value) -> InferRequest {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn a_variable_axis_takes_lengths_up_to_the_models_maximum() {
+        let body = |n: usize, p: Value| {
+            req(
+                serde_json::json!({"inputs": [{"name": "src", "datatype": "INT64", "shape": [1, n], "data": vec![3; n]}], "parameters": p}),
+            )
+        };
+        let c = body(5, serde_json::json!({"decode_steps": 7, "sla_ms": 20}))
+            .check(&tokens(), 9, &[])
+            .unwrap();
+        assert_eq!((c.len, c.decode_steps, c.values.len()), (5, Some(7), 5));
+        assert_eq!(c.sla, Some(Nanos::from_ms(20.0)));
+        let e = body(9, Value::Null).check(&tokens(), 9, &[]).unwrap_err();
+        assert!(e.contains("a length in [1, 8]"), "{e}");
+        let e = body(0, Value::Null).check(&tokens(), 9, &[]).unwrap_err();
+        assert!(e.contains("shape [1, 0]"), "{e}");
+        for (p, says) in [
+            (serde_json::json!({"decode_steps": 10}), "[1, 9]"),
+            (serde_json::json!({"decode_steps": 0}), "[1, 9]"),
+            (serde_json::json!({"decode_steps": 2.5}), "[1, 9]"),
+            (serde_json::json!({"sla_ms": -1}), "sla_ms -1"),
+            (serde_json::json!({"sla_ms": "x"}), "sla_ms \"x\""),
+            (serde_json::json!({"sla_ms": 1e12}), "(0, 86400000]"),
+        ] {
+            let e = body(2, p).check(&tokens(), 9, &[]).unwrap_err();
+            assert!(e.contains(says), "{e} lacks {says}");
+        }
+        let e = body(2, serde_json::json!({"decode_steps": 3}))
+            .check(&tokens(), 0, &[])
+            .unwrap_err();
+        assert!(e.contains("no decoder"), "{e}");
+    }
+
+    #[test]
+    fn token_ids_must_be_integers_in_the_vocabulary() {
+        for bad in [-1.0, 100.0, 2.5] {
+            let e = req(serde_json::json!({"inputs": [{"name": "src", "datatype": "INT64", "shape": [1, 2], "data": [1, bad]}]}))
+                .check(&tokens(), 0, &[])
+                .unwrap_err();
+            assert!(e.contains("[0, 100)"), "{e}");
+        }
+        let e = serde_json::from_value::<InferRequest>(serde_json::json!({"inputs": [{"name": "src", "datatype": "INT64", "shape": [1, 1], "data": [[1e300]]}]}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("not a finite 32-bit float"), "{e}");
+    }
+
+    #[test]
+    fn binary_tensors_are_read_from_the_bytes_after_the_json_header() {
+        let head = |n: usize| {
+            req(
+                serde_json::json!({"inputs": [{"name": "src", "datatype": "INT64", "shape": [1, 2], "parameters": {"binary_data_size": n}}], "outputs": [{"name": "y", "parameters": {"binary_data": true}}]}),
+            )
+        };
+        let bytes: Vec<u8> = [7i64, 42].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let c = head(16).check(&tokens(), 0, &bytes).unwrap();
+        assert_eq!((c.values, c.binary_output), (vec![7.0, 42.0], true));
+        let e = head(15).check(&tokens(), 0, &bytes).unwrap_err();
+        assert!(e.contains("binary_data_size 15, but 16 bytes"), "{e}");
+        let e = head(12).check(&tokens(), 0, &bytes[..12]).unwrap_err();
+        assert!(e.contains("not a whole number of 8-byte values"), "{e}");
+        let image = Io {
+            name: "x".into(),
+            datatype: "FP32",
+            shape: vec![1, 2],
+            vocab: None,
+            max_len: 1,
+        };
+        let f: Vec<u8> = [0.5f32, -2.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let c = req(serde_json::json!({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "parameters": {"binary_data_size": 8}}]}))
+            .check(&image, 0, &f)
+            .unwrap();
+        assert_eq!((c.values, c.binary_output), (vec![0.5, -2.0], false));
+        let e = req(serde_json::json!({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}]}))
+            .check(&image, 0, &f)
+            .unwrap_err();
+        assert!(
+            e.contains("8 bytes after the JSON header that no input claims"),
+            "{e}"
+        );
+    }
 }

@@ -85,7 +85,7 @@ impl std::fmt::Debug for KeepRecords {
 }
 
 /// The columns of `--keep-records` (times in ms from the start of the run; `outcome` is
-/// `completed` or `rejected:queue_full`).
+/// `completed`, `rejected:queue_full` or `rejected:shed`).
 pub const CSV_HEADER: &str =
     "id,model,arrival_ms,first_issue_ms,completion_ms,latency_ms,deadline_ms,enc,dec,outcome";
 
@@ -295,7 +295,11 @@ impl Recorder {
         if let Some(t) = self.classes.get_mut(usize::from(q.class)) {
             t.reject(why);
         }
-        self.write_csv(&q, "rejected:queue_full")?;
+        let outcome = match why {
+            Rejection::QueueFull => "rejected:queue_full",
+            Rejection::Shed => "rejected:shed",
+        };
+        self.write_csv(&q, outcome)?;
         if self.keep.requests {
             self.requests.push(q);
         }

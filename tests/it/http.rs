@@ -13,7 +13,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 
 /// One HTTP/1.1 exchange: (status, body).
-fn call(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+pub(crate) fn call(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     let req = format!(
         "{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -47,7 +47,7 @@ fn call(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String)
     (status, body)
 }
 
-fn cfg(policy: &str) -> RunConfig {
+pub(crate) fn cfg(policy: &str) -> RunConfig {
     RunConfig {
         policy: lazybatch::policy::Spec::parse(policy, 8).unwrap(),
         rate: 1.0,

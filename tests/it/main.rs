@@ -10,6 +10,7 @@ mod fuzz;
 mod graph;
 mod hostile;
 mod http;
+mod http_load;
 mod kernels;
 mod npu;
 mod onnx;

@@ -1,0 +1,369 @@
+//! The HTTP handlers of `lazybatch serve` and the state they share ([`Front`]): health and
+//! readiness, model metadata, and `infer`, which checks a request, puts its input in the
+//! device's exchange, sends its arrival down the engine's channel and waits for the engine's
+//! observer to answer it.
+
+use super::metrics::{outcome, rejected, Heard, Metrics, Waiting};
+use super::protocol::{error, tensor, InferRequest, Io, HEADER_LENGTH};
+use crate::device::exchange::Exchange;
+use crate::engine::Left;
+use crate::error::{Error, Result};
+use crate::graph::op::Op;
+use crate::graph::{Lengths, Model, Rows};
+use crate::traffic::Arrival;
+use crate::wall::stamped;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::text::encode;
+use serde_json::json;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::oneshot;
+
+/// The handlers' shared state.
+pub(super) struct Front {
+    pub model: String,
+    pub input: Io,
+    pub output: Io,
+    /// The most decoder steps a request may ask for (0: not a seq2seq model).
+    pub max_dec: u32,
+    /// Decoder steps of a request that names none.
+    pub default_dec: u32,
+    pub emulated: bool,
+    /// The device and the policy, as the metadata reports them.
+    pub device: String,
+    pub policy: String,
+    pub tx: Mutex<Option<mpsc::Sender<Arrival>>>,
+    pub origin: Instant,
+    pub exchange: Arc<Exchange>,
+    pub waiting: Arc<Waiting>,
+    pub next_key: AtomicU64,
+    pub admitted: AtomicUsize,
+    pub max_queue: usize,
+    pub closing: AtomicBool,
+    pub metrics: Arc<Metrics>,
+}
+
+/// The model's input and output in the protocol's terms (one request: batch 1), and its
+/// decoder's most and default steps (0, 0 for a static model).
+pub(super) fn describe(m: &Model) -> Result<(Io, Io, u32, u32)> {
+    let (Some(first), Some(last)) = (m.nodes.first(), m.nodes.last()) else {
+        return Err(Error::invalid("serve", "an empty model"));
+    };
+    if m.parts.len() > 1 {
+        return Err(Error::invalid(
+            "serve",
+            "serves one model (co-located models are not served yet)",
+        ));
+    }
+    let Op::Input { shape, tokens, .. } = &first.op else {
+        return Err(Error::invalid(
+            "serve",
+            "the model's first node is not its input",
+        ));
+    };
+    let seq = m.parts[0].seq.as_ref();
+    let (max_enc, max_dec, ref_dec) = seq.map_or((1, 0, 0), |s| (s.max_enc, s.max_dec, s.ref_dec));
+    let enc = m.ref_lengths().enc;
+    let variable = match first.out.rows {
+        Rows::Src { div: 1 } => true,
+        Rows::Src { .. } => {
+            return Err(Error::invalid(
+                "serve",
+                "an input read at a coarser time resolution is not served yet",
+            ))
+        }
+        _ => false,
+    };
+    let rows = first.out.rows.count(enc) as i64;
+    let lead = if variable { -1 } else { rows };
+    let in_shape: Vec<i64> = if *tokens {
+        vec![1, lead]
+    } else {
+        let rows = (variable || rows > 1).then_some(lead);
+        std::iter::once(1)
+            .chain(rows)
+            .chain(shape.iter().map(|&d| d as i64))
+            .collect()
+    };
+    let vocab = m
+        .nodes
+        .iter()
+        .find(|n| n.inputs.first().is_some_and(|i| i.node == first.id))
+        .and_then(|n| match n.op {
+            Op::Embedding { vocab, .. } => Some(vocab),
+            _ => None,
+        });
+    let argmax = matches!(last.op, Op::Argmax);
+    let out_rows = last.out.rows.count(enc) as i64;
+    let out_lead = if m.is_seq2seq() { -1 } else { out_rows };
+    let out_shape: Vec<i64> = std::iter::once(1)
+        .chain((m.is_seq2seq() || out_rows > 1).then_some(out_lead))
+        .chain(
+            (!argmax)
+                .then_some(last.out.feat.iter().map(|&d| d as i64))
+                .into_iter()
+                .flatten(),
+        )
+        .collect();
+    let input = Io {
+        name: first.name.clone(),
+        datatype: if *tokens { "INT64" } else { "FP32" },
+        shape: in_shape,
+        vocab: if *tokens { vocab } else { None },
+        max_len: max_enc as usize,
+    };
+    let output = Io {
+        name: last.name.clone(),
+        datatype: if argmax { "INT64" } else { "FP32" },
+        shape: out_shape,
+        vocab: None,
+        max_len: max_dec as usize,
+    };
+    Ok((input, output, max_dec, ref_dec))
+}
+
+pub(super) async fn ready(State(f): State<Arc<Front>>) -> StatusCode {
+    if f.closing.load(Ordering::SeqCst) || f.waiting.stopped.load(Ordering::SeqCst) {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    }
+}
+
+fn unknown(f: &Front, name: &str) -> Option<Response> {
+    (name != f.model).then(|| {
+        error(
+            StatusCode::NOT_FOUND,
+            format!("unknown model '{name}' (this server serves '{}')", f.model),
+        )
+    })
+}
+
+pub(super) async fn model_ready(State(f): State<Arc<Front>>, Path(name): Path<String>) -> Response {
+    if let Some(r) = unknown(&f, &name) {
+        return r;
+    }
+    ready(State(f)).await.into_response()
+}
+
+pub(super) async fn metadata(State(f): State<Arc<Front>>, Path(name): Path<String>) -> Response {
+    if let Some(r) = unknown(&f, &name) {
+        return r;
+    }
+    let io = |t: &Io| json!({"name": t.name, "datatype": t.datatype, "shape": t.shape});
+    let mut parameters = json!({
+        "device": f.device,
+        "policy": f.policy,
+        "max_input_length": f.input.max_len,
+    });
+    if f.max_dec > 0 {
+        parameters["max_decode_steps"] = json!(f.max_dec);
+        parameters["default_decode_steps"] = json!(f.default_dec);
+    }
+    axum::Json(json!({
+        "name": f.model,
+        "versions": ["1"],
+        "platform": "lazybatch",
+        "inputs": [io(&f.input)],
+        "outputs": [io(&f.output)],
+        "parameters": parameters,
+    }))
+    .into_response()
+}
+
+pub(super) async fn metrics(State(f): State<Arc<Front>>) -> Response {
+    let mut text = String::new();
+    match encode(&mut text, &f.metrics.registry) {
+        Ok(()) => (
+            [(
+                axum::http::header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => error(StatusCode::INTERNAL_SERVER_ERROR, format!("metrics: {e}")),
+    }
+}
+
+/// Counts a request admitted until its handler returns (also when the client goes away, and
+/// then the handler's reply slot goes too, so the observer hears nobody is waiting).
+struct Admitted<'a>(&'a Front, u64);
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut w) = self.0.waiting.replies.lock() {
+            w.remove(&self.1);
+        }
+        self.0.admitted.fetch_sub(1, Ordering::SeqCst);
+        self.0.metrics.in_server.dec();
+    }
+}
+
+fn unavailable(f: &Front, outcome: &str, msg: String) -> Response {
+    f.metrics.count(outcome);
+    error(StatusCode::SERVICE_UNAVAILABLE, msg)
+}
+
+pub(super) async fn infer(
+    State(f): State<Arc<Front>>,
+    Path(name): Path<String>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> Response {
+    if let Some(r) = unknown(&f, &name) {
+        return r;
+    }
+    let mut req = match split(&headers, &body).and_then(|(json, binary)| {
+        serde_json::from_slice::<InferRequest>(json)
+            .map_err(|e| format!("malformed request body: {e}"))
+            .and_then(|r| r.check(&f.input, f.max_dec, binary))
+    }) {
+        Ok(v) => v,
+        Err(msg) => {
+            f.metrics.count(outcome::BAD_REQUEST);
+            return error(StatusCode::BAD_REQUEST, msg);
+        }
+    };
+    if f.closing.load(Ordering::SeqCst) || f.waiting.stopped.load(Ordering::SeqCst) {
+        let msg = "the server is shutting down".into();
+        return unavailable(&f, outcome::SHUTTING_DOWN, msg);
+    }
+    if f.admitted.fetch_add(1, Ordering::SeqCst) >= f.max_queue {
+        f.admitted.fetch_sub(1, Ordering::SeqCst);
+        let msg = format!(
+            "queue full: {} requests are in the server (--max-queue)",
+            f.max_queue
+        );
+        return unavailable(&f, outcome::QUEUE_FULL, msg);
+    }
+    f.metrics.in_server.inc();
+    let key = f.next_key.fetch_add(1, Ordering::SeqCst);
+    let _admitted = Admitted(&f, key);
+    let (reply, answer) = oneshot::channel();
+    if let Ok(mut w) = f.waiting.replies.lock() {
+        w.insert(key, reply);
+    }
+    let dec = if f.max_dec > 0 {
+        req.decode_steps.unwrap_or(f.default_dec)
+    } else {
+        1
+    };
+    f.exchange.put_input(key, std::mem::take(&mut req.values));
+    let arrival = Arrival {
+        key: Some(key),
+        sla: req.sla,
+        len: Lengths {
+            enc: req.len as u32,
+            dec,
+        },
+        ..Arrival::default()
+    };
+    let arrival = stamped(arrival, f.origin);
+    let sent =
+        f.tx.lock()
+            .ok()
+            .and_then(|t| t.as_ref().map(|t| t.send(arrival).is_ok()))
+            .unwrap_or(false);
+    if !sent {
+        f.exchange.take_input(key);
+        let msg = "the server is shutting down".into();
+        return unavailable(&f, outcome::SHUTTING_DOWN, msg);
+    }
+    match answer.await {
+        Ok(heard) => respond(&f, (key, dec, req.binary_output), heard),
+        Err(_) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the engine stopped before answering".into(),
+        ),
+    }
+}
+
+fn respond(f: &Front, (key, dec, binary): (u64, u32, bool), (how, latency): Heard) -> Response {
+    if let Left::Rejected(why) = how {
+        let o = rejected(why);
+        let msg = if o == outcome::SHED {
+            "shed: its deadline could no longer be met (--shed)"
+        } else {
+            "queue full: the engine's pending queue is full (--max-pending)"
+        };
+        return unavailable(f, o, msg.into());
+    }
+    f.metrics.count(outcome::COMPLETED);
+    let shape: Vec<usize> = f
+        .output
+        .shape
+        .iter()
+        .map(|&d| if d < 0 { dec as usize } else { d as usize })
+        .collect();
+    let n: usize = shape.iter().product();
+    let data = match (f.emulated, f.exchange.take_output(key)) {
+        (true, _) => vec![0.0; n],
+        (false, Some(v)) if v.len() == n => v,
+        (false, got) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!(
+                    "the device handed over {} output values for shape {shape:?} ({n})",
+                    got.map_or(0, |v| v.len())
+                ),
+            )
+        }
+    };
+    let mut parameters = json!({"latency_ms": latency.as_secs_f64() * 1e3});
+    if f.emulated {
+        parameters["timing_emulation"] = json!(
+            "the NPU model's latency for the batch this request ran in; no values computed (zeros)"
+        );
+    }
+    let (t, bytes) = tensor(&f.output, &shape, &data, binary);
+    let head = json!({
+        "model_name": f.model,
+        "id": key.to_string(),
+        "outputs": [t],
+        "parameters": parameters,
+    });
+    if !binary {
+        return axum::Json(head).into_response();
+    }
+    let mut body = head.to_string().into_bytes();
+    let len = body.len();
+    body.extend_from_slice(&bytes);
+    (
+        [
+            (HEADER_LENGTH, len.to_string()),
+            (
+                axum::http::header::CONTENT_TYPE.as_str(),
+                "application/octet-stream".to_string(),
+            ),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// The body's JSON part and its binary part (the binary tensor extension: the JSON's length
+/// in the `Inference-Header-Content-Length` header; without it the body is all JSON).
+fn split<'b>(
+    headers: &axum::http::HeaderMap,
+    body: &'b [u8],
+) -> std::result::Result<(&'b [u8], &'b [u8]), String> {
+    let Some(h) = headers.get(HEADER_LENGTH) else {
+        return Ok((body, &[]));
+    };
+    let n: usize = h
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .filter(|&n| n <= body.len())
+        .ok_or_else(|| {
+            format!(
+                "Inference-Header-Content-Length {h:?}: a byte count within the body's {}",
+                body.len()
+            )
+        })?;
+    Ok(body.split_at(n))
+}

@@ -1,0 +1,427 @@
+//! `lazybatch load`: an open-loop load generator for a server speaking the Open Inference
+//! Protocol. It sends the same arrivals as `run` draws for a model, rate, process and seed
+//! (their instants, sequence lengths and SLA classes), each at its instant whatever the earlier
+//! ones are doing, with at most `concurrency` requests in flight (an arrival beyond that is
+//! not sent and counted), and measures each request from its scheduled instant to its answer,
+//! so that a slow server cannot slow the offered load down (no coordinated omission). What it
+//! keeps is a [`Recorder`], the one `run` fills, and the server's engine counters read from
+//! `/metrics` before and after, so the same table, JSON and `.hgrm` come out.
+
+use super::front::describe;
+use super::protocol::{Io, HEADER_LENGTH};
+use crate::engine::Counters;
+use crate::error::{Error, Result};
+use crate::graph::Model;
+use crate::metrics::{KeepRecords, Recorder};
+use crate::runtime::{Rejection, Request, RequestId};
+use crate::time::Nanos;
+use crate::traffic::{Arrival, Traffic};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+type Http = Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>;
+
+/// Where to send and how hard.
+#[derive(Clone, Debug)]
+pub struct LoadOptions {
+    /// The server's base URL (`http://host:port`).
+    pub url: String,
+    /// The most requests in flight; an arrival beyond them is not sent (counted).
+    pub concurrency: usize,
+    /// The SLA of requests whose class names none (their deadline: arrival + SLA).
+    pub sla: Nanos,
+    /// SLA classes (1: none), each tallied apart.
+    pub classes: usize,
+    /// Seed of the input values.
+    pub seed: u64,
+    /// Send tensors as JSON numbers instead of the binary tensor extension.
+    pub json_tensors: bool,
+}
+
+/// What the load generator saw.
+#[derive(Debug)]
+pub struct LoadOutcome {
+    /// Every request's latency (scheduled instant to answer) and how it left.
+    pub record: Recorder,
+    /// The server engine's counters over the run (executions, batch sizes, preemptions,
+    /// merges), from `/metrics`; zero where the server exports none.
+    pub counters: Counters,
+    /// Arrivals not sent: `concurrency` requests were already in flight.
+    pub not_sent: u64,
+    /// Requests answered with an error other than 503 (400, 404, 500) or not answered at all
+    /// (connection refused or reset), with the first such error's text.
+    pub errors: u64,
+    /// The first error, if any.
+    pub first_error: Option<String>,
+    /// The server's device (and address), from its metadata.
+    pub device: String,
+    /// The server's policy, from its metadata.
+    pub policy: String,
+    /// Seconds from the first arrival's instant to the last answer.
+    pub wall_s: f64,
+}
+
+/// How one request left, as the client saw it.
+enum Seen {
+    Answered,
+    Refused(Rejection),
+    Failed(String),
+    NotSent,
+}
+
+/// Sends `traffic` for `model` to the server at `opts.url`, open loop, and waits for every
+/// answer.
+pub fn drive(model: &Model, traffic: Traffic, opts: &LoadOptions) -> Result<LoadOutcome> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("the load generator's runtime", e))?;
+    let (input, _, max_dec, _) = describe(model)?;
+    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    connector.set_nodelay(true);
+    let client: Http = Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(opts.concurrency)
+        .build(connector);
+    let base = opts.url.trim_end_matches('/').to_string();
+    let (device, policy) = rt.block_on(check_metadata(&client, &base, &model.name, &input))?;
+    let before = rt.block_on(engine_counters(&client, &base));
+    let uri: hyper::Uri = format!("{base}/v2/models/{}/infer", model.name)
+        .parse()
+        .map_err(|e| Error::invalid("--url", format!("{base}: {e}")))?;
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let seen: Arc<Mutex<Vec<(Arrival, Seen, Nanos)>>> =
+        Arc::new(Mutex::new(Vec::with_capacity(traffic.expected)));
+    let bodies = Bodies::new(&input, max_dec > 0, opts);
+    let origin = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, a) in traffic.arrivals.enumerate() {
+        // this thread keeps the schedule (the OS sleeps to tens of µs; tokio's timer to 1 ms)
+        let due = origin + Duration::from_nanos(a.time.0);
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        // reap what has finished, so the set stays as small as what is in flight
+        while tasks.try_join_next().is_some() {}
+        if in_flight.fetch_add(1, Ordering::SeqCst) >= opts.concurrency {
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+            lock(&seen).push((a, Seen::NotSent, a.time));
+            continue;
+        }
+        let body = bodies.body(i as u64, &a);
+        let (client, uri, seen, in_flight) =
+            (client.clone(), uri.clone(), seen.clone(), in_flight.clone());
+        tasks.spawn_on(
+            async move {
+                let how = send(&client, uri, body).await;
+                let at = Nanos(origin.elapsed().as_nanos() as u64);
+                in_flight.fetch_sub(1, Ordering::SeqCst);
+                lock(&seen).push((a, how, at));
+            },
+            rt.handle(),
+        );
+    }
+    rt.block_on(async { while tasks.join_next().await.is_some() {} });
+    let wall_s = origin.elapsed().as_secs_f64();
+    let after = rt.block_on(engine_counters(&client, &base));
+    let seen = std::mem::take(&mut *lock(&seen));
+    let mut out = tally(seen, opts)?;
+    out.counters = delta(&before, &after);
+    (out.device, out.policy) = (device, policy);
+    out.wall_s = wall_s;
+    Ok(out)
+}
+
+/// Every request into a [`Recorder`], in arrival order.
+fn tally(mut seen: Vec<(Arrival, Seen, Nanos)>, opts: &LoadOptions) -> Result<LoadOutcome> {
+    seen.sort_by_key(|(a, _, _)| a.time);
+    let mut record = Recorder::new((1, opts.classes.max(1)), KeepRecords::default())?;
+    let (mut not_sent, mut errors, mut first_error) = (0, 0, None);
+    for (i, (a, how, at)) in seen.into_iter().enumerate() {
+        let id = RequestId(u32::try_from(i).map_err(|_| Error::invalid("--requests", "too many"))?);
+        let mut q = Request::new(id, a.time, a.sla.unwrap_or(opts.sla), a.len);
+        q.class = a.class;
+        record.arrive(&q);
+        match how {
+            Seen::Answered => {
+                q.completion = Some(at.max(a.time));
+                record.complete(q)?;
+            }
+            Seen::Refused(why) => record.reject(q, why)?,
+            Seen::NotSent => {
+                not_sent += 1;
+                record.reject(q, Rejection::QueueFull)?;
+            }
+            Seen::Failed(e) => {
+                errors += 1;
+                first_error.get_or_insert(e);
+                record.reject(q, Rejection::QueueFull)?;
+            }
+        }
+    }
+    record.finish()?;
+    Ok(LoadOutcome {
+        record,
+        counters: Counters::default(),
+        not_sent,
+        errors,
+        first_error,
+        device: String::new(),
+        policy: String::new(),
+        wall_s: 0.0,
+    })
+}
+
+/// One inference call.
+async fn send(client: &Http, uri: hyper::Uri, (body, json_len): (Bytes, Option<usize>)) -> Seen {
+    let req = match json_len {
+        Some(n) => hyper::Request::post(uri)
+            .header("content-type", "application/octet-stream")
+            .header(HEADER_LENGTH, n),
+        None => hyper::Request::post(uri).header("content-type", "application/json"),
+    };
+    let req = req.body(Full::new(body));
+    let req = match req {
+        Ok(r) => r,
+        Err(e) => return Seen::Failed(e.to_string()),
+    };
+    let resp = match client.request(req).await {
+        Ok(r) => r,
+        Err(e) => return Seen::Failed(format!("{e:?}")),
+    };
+    let status = resp.status().as_u16();
+    let body = match resp.into_body().collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return Seen::Failed(e.to_string()),
+    };
+    match status {
+        200 => Seen::Answered,
+        503 if body.starts_with(br#"{"error":"shed"#) => Seen::Refused(Rejection::Shed),
+        503 if body.starts_with(br#"{"error":"queue full"#) => Seen::Refused(Rejection::QueueFull),
+        s => Seen::Failed(format!("{s}: {}", String::from_utf8_lossy(&body))),
+    }
+}
+
+/// GET `path` as JSON (None: not answered, or not 200).
+async fn get_json(client: &Http, uri: &str) -> Result<Value> {
+    let u: hyper::Uri = uri
+        .parse()
+        .map_err(|e| Error::invalid("--url", format!("{uri}: {e}")))?;
+    let resp = client
+        .get(u)
+        .await
+        .map_err(|e| Error::invalid("--url", format!("{uri}: {e:?}")))?;
+    let status = resp.status();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| Error::invalid("--url", format!("{uri}: {e}")))?
+        .to_bytes();
+    if !status.is_success() {
+        return Err(Error::invalid(
+            "--url",
+            format!("{uri}: {status} {}", String::from_utf8_lossy(&body)),
+        ));
+    }
+    serde_json::from_slice(&body).map_err(|e| Error::invalid("--url", format!("{uri}: {e}")))
+}
+
+/// The server serves `name` with the input `input` describes; its device and policy.
+async fn check_metadata(
+    client: &Http,
+    base: &str,
+    name: &str,
+    input: &Io,
+) -> Result<(String, String)> {
+    let meta = get_json(client, &format!("{base}/v2/models/{name}")).await?;
+    let served = &meta["inputs"][0];
+    let shape: Vec<i64> = serde_json::from_value(served["shape"].clone()).unwrap_or_default();
+    if served["name"] != input.name.as_str()
+        || served["datatype"] != input.datatype
+        || shape != input.shape
+    {
+        return Err(Error::invalid(
+            "--model",
+            format!(
+                "the server's '{name}' takes {served}, not the local model's {} {} {:?} (give the same --model, --width, --res as serve)",
+                input.name, input.datatype, input.shape
+            ),
+        ));
+    }
+    let p = &meta["parameters"];
+    Ok((
+        format!("{} at {base}", p["device"].as_str().unwrap_or("a server")),
+        p["policy"].as_str().unwrap_or("unknown").to_string(),
+    ))
+}
+
+/// The engine counters the server exports (zero where it exports none).
+async fn engine_counters(client: &Http, base: &str) -> Counters {
+    let text = async {
+        let u: hyper::Uri = format!("{base}/metrics").parse().ok()?;
+        let resp = client.get(u).await.ok()?;
+        let b = resp.into_body().collect().await.ok()?.to_bytes();
+        String::from_utf8(b.to_vec()).ok()
+    }
+    .await
+    .unwrap_or_default();
+    let read = |name: &str| sample(&text, name).unwrap_or(0.0) as u64;
+    Counters {
+        executions: read("lazybatch_node_executions_total"),
+        batch_sum: read("lazybatch_batch_size_sum"),
+        preemptions: read("lazybatch_preemptions_total"),
+        merges: read("lazybatch_merges_total"),
+        cross_step: read("lazybatch_cross_step_executions_total"),
+        ..Counters::default()
+    }
+}
+
+/// The value of the unlabelled sample `name` in Prometheus text.
+pub(crate) fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (n, v) = l.split_once(' ')?;
+        (n == name).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+fn delta(a: &Counters, b: &Counters) -> Counters {
+    Counters {
+        executions: b.executions.saturating_sub(a.executions),
+        batch_sum: b.batch_sum.saturating_sub(a.batch_sum),
+        preemptions: b.preemptions.saturating_sub(a.preemptions),
+        merges: b.merges.saturating_sub(a.merges),
+        cross_step: b.cross_step.saturating_sub(a.cross_step),
+        ..Counters::default()
+    }
+}
+
+/// Request bodies (and the length of their JSON part, with the binary tensor extension): a
+/// fixed-shape input's body is built once and shared (its values do not change the work); a
+/// sequence's is built per request, its length the arrival's.
+struct Bodies {
+    input: Io,
+    /// The model decodes: each request asks for its arrival's decoder steps.
+    decoder: bool,
+    seed: u64,
+    json: bool,
+    shared: Option<(Bytes, Option<usize>)>,
+}
+
+impl Bodies {
+    fn new(input: &Io, decoder: bool, opts: &LoadOptions) -> Self {
+        let mut b = Bodies {
+            input: input.clone(),
+            decoder,
+            seed: opts.seed,
+            json: opts.json_tensors,
+            shared: None,
+        };
+        if !input.shape.contains(&-1) && !decoder {
+            b.shared = Some(b.build(0, &Arrival::default()));
+        }
+        b
+    }
+
+    fn body(&self, i: u64, a: &Arrival) -> (Bytes, Option<usize>) {
+        match &self.shared {
+            Some(b) if a.sla.is_none() => b.clone(),
+            _ => self.build(i, a),
+        }
+    }
+
+    /// Request `i`'s body: its variable axis `a.len.enc` long, asking for `a.len.dec` decoder
+    /// steps, and its class's SLA.
+    fn build(&self, i: u64, a: &Arrival) -> (Bytes, Option<usize>) {
+        let shape: Vec<usize> = self
+            .input
+            .shape
+            .iter()
+            .map(|&d| {
+                if d < 0 {
+                    a.len.enc as usize
+                } else {
+                    d as usize
+                }
+            })
+            .collect();
+        let n: usize = shape.iter().product();
+        let mut h = self.seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let mut next = || {
+            h = h.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = h;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        // token ids in the vocabulary, or values in [-1, 1)
+        let values: Vec<f64> = match self.input.vocab {
+            Some(v) => (0..n).map(|_| (next() % v.max(1) as u64) as f64).collect(),
+            None => (0..n)
+                .map(|_| ((next() >> 40) as f64 / (1u64 << 23) as f64) - 1.0)
+                .collect(),
+        };
+        let mut parameters = serde_json::Map::new();
+        if self.decoder {
+            parameters.insert("decode_steps".into(), json!(a.len.dec));
+        }
+        if let Some(s) = a.sla {
+            parameters.insert("sla_ms".into(), json!(s.as_ms()));
+        }
+        let mut input =
+            json!({"name": self.input.name, "datatype": self.input.datatype, "shape": shape});
+        let int = self.input.datatype == "INT64";
+        if self.json {
+            input["data"] = if int {
+                json!(values.iter().map(|&v| v as i64).collect::<Vec<_>>())
+            } else {
+                json!(values.iter().map(|&v| v as f32).collect::<Vec<_>>())
+            };
+            let body = json!({"inputs": [input], "parameters": parameters});
+            return (Bytes::from(body.to_string()), None);
+        }
+        let bytes: Vec<u8> = if int {
+            values
+                .iter()
+                .flat_map(|&v| (v as i64).to_le_bytes())
+                .collect()
+        } else {
+            values
+                .iter()
+                .flat_map(|&v| (v as f32).to_le_bytes())
+                .collect()
+        };
+        input["parameters"] = json!({"binary_data_size": bytes.len()});
+        parameters.insert("binary_data_output".into(), json!(true));
+        let mut body = json!({"inputs": [input], "parameters": parameters})
+            .to_string()
+            .into_bytes();
+        let n = body.len();
+        body.extend_from_slice(&bytes);
+        (Bytes::from(body), Some(n))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_are_read_from_prometheus_text() {
+        let text = "# HELP x y\nlazybatch_merges_total 12\nlazybatch_batch_size_sum 40.0\nlazybatch_requests_total{model=\"m\"} 3\n";
+        assert_eq!(sample(text, "lazybatch_merges_total"), Some(12.0));
+        assert_eq!(sample(text, "lazybatch_batch_size_sum"), Some(40.0));
+        assert_eq!(sample(text, "lazybatch_requests_total"), None);
+        assert_eq!(sample(text, "lazybatch_preemptions_total"), None);
+    }
+}

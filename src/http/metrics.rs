@@ -1,0 +1,264 @@
+//! What `lazybatch serve` exports at `/metrics` (Prometheus text through `prometheus-client`),
+//! and the engine's [`Observer`] that answers each waiting handler and keeps those metrics:
+//! outcomes by model, end-to-end, queueing and compute latency, SLA violations, the batch size
+//! of every node execution, preemptions, merges, the BatchTable's depth and the pending queue.
+
+use crate::device::exchange::Exchange;
+use crate::engine::{Left, Observer, Progress};
+use crate::runtime::Request;
+use crate::time::Nanos;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// Outcomes a request is counted under, exactly one each (`lazybatch_requests_total`).
+pub(crate) mod outcome {
+    /// Answered with its outputs.
+    pub const COMPLETED: &str = "completed";
+    /// Completed in the engine after its client went away (nobody to answer).
+    pub const ABANDONED: &str = "abandoned";
+    /// Malformed, or the wrong input name, datatype, shape or values.
+    pub const BAD_REQUEST: &str = "bad_request";
+    /// Turned away: `--max-queue` requests in the server, or the engine's pending queue full.
+    pub const QUEUE_FULL: &str = "queue_full";
+    /// Turned away by `--shed`: its deadline could no longer be met.
+    pub const SHED: &str = "shed";
+    /// Arrived while the server was shutting down.
+    pub const SHUTTING_DOWN: &str = "shutting_down";
+}
+
+/// The exported metrics.
+pub(crate) struct Metrics {
+    pub registry: Registry,
+    model: String,
+    requests: Family<Vec<(String, String)>, Counter>,
+    latency: Histogram,
+    queue: Histogram,
+    compute: Histogram,
+    violations: Counter,
+    pub in_server: Gauge,
+    batch: Histogram,
+    executions: Counter,
+    preemptions: Counter,
+    merges: Counter,
+    cross_step: Counter,
+    depth: Gauge,
+    pending: Gauge,
+    /// The engine's totals already exported (its counters only grow).
+    seen: [AtomicU64; 4],
+}
+
+impl Metrics {
+    /// Metrics of a server of `model` with `max_batch` slots.
+    pub fn new(model: &str, max_batch: u32) -> Self {
+        let mut r = Registry::with_prefix("lazybatch");
+        let seconds = || Histogram::new(exponential_buckets(1e-4, 2.0, 20));
+        let sizes = (32 - max_batch.max(1).leading_zeros()) as u16 + 1;
+        let m = Metrics {
+            registry: Registry::default(),
+            model: model.to_string(),
+            requests: Family::default(),
+            latency: seconds(),
+            queue: seconds(),
+            compute: seconds(),
+            violations: Counter::default(),
+            in_server: Gauge::default(),
+            batch: Histogram::new(exponential_buckets(1.0, 2.0, sizes)),
+            executions: Counter::default(),
+            preemptions: Counter::default(),
+            merges: Counter::default(),
+            cross_step: Counter::default(),
+            depth: Gauge::default(),
+            pending: Gauge::default(),
+            seen: Default::default(),
+        };
+        r.register(
+            "requests",
+            "Requests by model and outcome",
+            m.requests.clone(),
+        );
+        r.register(
+            "request_latency_seconds",
+            "End-to-end latency of completed requests (arrival to completion, in the engine)",
+            m.latency.clone(),
+        );
+        r.register(
+            "queue_seconds",
+            "Time completed requests waited before their first node ran",
+            m.queue.clone(),
+        );
+        r.register(
+            "compute_seconds",
+            "Time from a completed request's first node to its completion (preemptions included)",
+            m.compute.clone(),
+        );
+        r.register(
+            "sla_violations",
+            "Completed requests that finished after their deadline",
+            m.violations.clone(),
+        );
+        r.register(
+            "requests_in_server",
+            "Requests admitted and not yet answered",
+            m.in_server.clone(),
+        );
+        r.register(
+            "batch_size",
+            "Sub-batch size of each node execution",
+            m.batch.clone(),
+        );
+        r.register("node_executions", "Node executions", m.executions.clone());
+        r.register(
+            "preemptions",
+            "Admissions onto a non-empty BatchTable (the running sub-batch preempted)",
+            m.preemptions.clone(),
+        );
+        r.register("merges", "Sub-batch merges", m.merges.clone());
+        r.register(
+            "cross_step_executions",
+            "Node executions whose members stood at different timesteps",
+            m.cross_step.clone(),
+        );
+        r.register(
+            "batch_table_depth",
+            "Sub-batches on the BatchTable",
+            m.depth.clone(),
+        );
+        r.register(
+            "pending_requests",
+            "Requests in the engine's pending queue",
+            m.pending.clone(),
+        );
+        Metrics { registry: r, ..m }
+    }
+
+    /// Counts a request under `outcome` (one of [`outcome`]).
+    pub fn count(&self, outcome: &str) {
+        let labels = vec![
+            ("model".to_string(), self.model.clone()),
+            ("outcome".to_string(), outcome.to_string()),
+        ];
+        self.requests.get_or_create(&labels).inc();
+    }
+
+    /// A completed request's latencies and whether it met its deadline.
+    fn completed(&self, q: &Request, at: Nanos) {
+        let s = |d: Nanos| d.as_secs();
+        self.latency.observe(s(at.saturating_sub(q.arrival)));
+        let first = q.first_issue.unwrap_or(q.arrival);
+        self.queue.observe(s(first.saturating_sub(q.arrival)));
+        self.compute.observe(s(at.saturating_sub(first)));
+        if at > q.deadline {
+            self.violations.inc();
+        }
+    }
+
+    /// The engine's state after a node execution.
+    fn executed(&self, p: &Progress) {
+        self.batch.observe(p.batch as f64);
+        let c = p.counters;
+        for (seen, (total, counter)) in self.seen.iter().zip([
+            (c.executions, &self.executions),
+            (c.preemptions, &self.preemptions),
+            (c.merges, &self.merges),
+            (c.cross_step, &self.cross_step),
+        ]) {
+            let before = seen.swap(total, Ordering::Relaxed);
+            counter.inc_by(total.saturating_sub(before));
+        }
+        self.depth.set(p.depth as i64);
+        self.pending.set(p.pending as i64);
+    }
+}
+
+/// How a request left the engine, as its handler hears it.
+pub(crate) type Heard = (Left, Duration);
+
+/// Handlers waiting for their request, by key: the engine's observer answers them and keeps
+/// the metrics.
+#[derive(Debug)]
+pub(crate) struct Waiting {
+    pub replies: Mutex<HashMap<u64, oneshot::Sender<Heard>>>,
+    pub exchange: Arc<Exchange>,
+    pub metrics: Arc<Metrics>,
+    /// The engine has stopped (an error): nobody is answered any more.
+    pub stopped: std::sync::atomic::AtomicBool,
+    /// Told when the engine stops, so that the server shuts down.
+    pub gone: tokio::sync::Notify,
+}
+
+impl Waiting {
+    /// The engine stopped: every waiting handler hears so (its reply is dropped) and the
+    /// server shuts down.
+    pub fn engine_stopped(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        self.replies
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        self.gone.notify_one();
+    }
+}
+
+/// Calls [`Waiting::engine_stopped`] when dropped: the engine thread holds one, so that an
+/// error or a panic there cannot leave a handler waiting for ever.
+pub(crate) struct OnEngineExit(pub Arc<Waiting>);
+
+impl Drop for OnEngineExit {
+    fn drop(&mut self) {
+        self.0.engine_stopped();
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics")
+            .field("model", &self.model)
+            .finish()
+    }
+}
+
+impl Observer for Waiting {
+    fn left(&self, q: &Request, how: Left) {
+        let tx = self.replies.lock().ok().and_then(|mut m| m.remove(&q.key));
+        let latency = match how {
+            Left::Completed(at) => {
+                self.metrics.completed(q, at);
+                Duration::from_nanos(at.saturating_sub(q.arrival).0)
+            }
+            Left::Rejected(_) => Duration::ZERO,
+        };
+        let heard = tx.is_some_and(|tx| tx.send((how, latency)).is_ok());
+        if !heard {
+            // the client went away: drop what the exchange still holds for it
+            self.exchange.take_input(q.key);
+            self.exchange.take_output(q.key);
+            self.metrics.count(match how {
+                Left::Completed(_) => outcome::ABANDONED,
+                Left::Rejected(why) => rejected(why),
+            });
+        } else if matches!(how, Left::Rejected(_)) {
+            // turned away before its input node ran
+            self.exchange.take_input(q.key);
+        }
+    }
+
+    fn executed(&self, p: &Progress) {
+        self.metrics.executed(p);
+    }
+}
+
+/// The outcome a rejection is counted under.
+pub(crate) fn rejected(why: crate::runtime::Rejection) -> &'static str {
+    match why {
+        crate::runtime::Rejection::QueueFull => outcome::QUEUE_FULL,
+        crate::runtime::Rejection::Shed => outcome::SHED,
+    }
+}

@@ -1,0 +1,350 @@
+//! `lazybatch serve` beyond single static requests, on a loopback port: a seq2seq model whose
+//! requests choose their lengths (the served tokens equal the in-process ones), the binary
+//! tensor extension, per-request SLAs and the engine's metrics, a client that goes away
+//! mid-request, Triton's own Python client (`scripts/tritonclient-check.py`; skipped without
+//! tritonclient unless `REQUIRE_TRITONCLIENT=1`, which CI sets), and the load generator
+//! (`lazybatch::http::load`), whose count of requests must match the server's.
+
+use crate::http::{call, cfg};
+use lazybatch::bench::{Bench, BenchOptions};
+use lazybatch::device::cpu::CpuDevice;
+use lazybatch::device::open::Opened;
+use lazybatch::graph::loader::Scale;
+use lazybatch::graph::{zoo, Model, Op};
+use lazybatch::http::load::{drive, LoadOptions};
+use lazybatch::http::{start, ServeOptions, Server};
+use lazybatch::time::Nanos;
+use lazybatch::verify::inputs_and_outputs;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::Command;
+use std::time::Duration;
+
+fn on_cpu(m: Model, policy: &str) -> Server {
+    let opts = BenchOptions {
+        max_batch: 8,
+        coverage: 90.0,
+        profile: None,
+        reps: 1,
+    };
+    let bench = Bench::open(m, Opened::Real(Box::new(CpuDevice::new(99))), &opts).unwrap();
+    start(bench, cfg(policy), &options()).unwrap()
+}
+
+fn on_npu(name: &str, policy: &str) -> Server {
+    let bench = Bench::new(zoo::load(name).unwrap(), Default::default(), 8, 90.0).unwrap();
+    start(bench, cfg(policy), &options()).unwrap()
+}
+
+fn options() -> ServeOptions {
+    ServeOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        max_queue: 64,
+        max_body: 4 << 20,
+    }
+}
+
+/// A GNMT an eighth of its width, small enough to decode on the CPU in a test.
+fn small_gnmt() -> Model {
+    let scale = Scale {
+        width: 0.125,
+        resolution: 1.0,
+    };
+    zoo::load_with("gnmt", scale, &Vec::new()).unwrap()
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    lazybatch_sample(text, name).unwrap_or_else(|| panic!("{name} not in {text}"))
+}
+
+fn lazybatch_sample(text: &str, name: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        let (n, v) = l.split_once(' ')?;
+        (n == name).then(|| v.trim().parse().ok()).flatten()
+    })
+}
+
+#[test]
+fn seq2seq_requests_choose_their_lengths_and_get_the_devices_tokens() {
+    let m = small_gnmt();
+    let vocab = match m.nodes[1].op {
+        Op::Embedding { vocab, .. } => vocab,
+        ref op => panic!("{op:?}"),
+    };
+    // in process: each request alone; its captured outputs are, per decoder step, the logits
+    // and then the token they choose
+    let io = inputs_and_outputs(&m, &mut CpuDevice::new(99), 3, 8, 5).unwrap();
+    let server = on_cpu(m.clone(), "lazy");
+    let a = server.addr;
+    let (_, meta) = call(a, "GET", &format!("/v2/models/{}", m.name), "");
+    let meta: serde_json::Value = serde_json::from_str(&meta).unwrap();
+    assert_eq!(meta["inputs"][0]["shape"], serde_json::json!([1, -1]));
+    assert_eq!(meta["outputs"][0]["datatype"], "INT64");
+    assert_eq!(meta["parameters"]["max_decode_steps"], 80);
+    let path = format!("/v2/models/{}/infer", m.name);
+    // served together: each answer is the tokens it decodes alone
+    std::thread::scope(|s| {
+        for r in &io {
+            let path = &path;
+            s.spawn(move || {
+                let tokens: Vec<i64> = r
+                    .output
+                    .chunks_exact(vocab + 1)
+                    .map(|c| c[vocab] as i64)
+                    .collect();
+                // the device reads a token id modulo the vocabulary; the protocol takes it reduced
+                let ids: Vec<i64> = r.input.iter().map(|&v| v as i64 % vocab as i64).collect();
+                let body = serde_json::json!({"inputs": [{"name": "src", "datatype": "INT64", "shape": [1, ids.len()], "data": ids}], "parameters": {"decode_steps": tokens.len()}});
+                let (st, resp) = call(a, "POST", path, &body.to_string());
+                assert_eq!(st, 200, "{resp}");
+                let v: serde_json::Value = serde_json::from_str(&resp).unwrap();
+                assert_eq!(
+                    v["outputs"][0]["shape"],
+                    serde_json::json!([1, tokens.len()])
+                );
+                let got: Vec<i64> =
+                    serde_json::from_value(v["outputs"][0]["data"].clone()).unwrap();
+                assert_eq!(got, tokens);
+            });
+        }
+    });
+    let in_vocab = format!("integers in [0, {vocab})");
+    for (body, says) in [
+        (
+            serde_json::json!({"inputs": [{"name": "src", "datatype": "INT64", "shape": [1, 81], "data": vec![1; 81]}]}),
+            "a length in [1, 80]",
+        ),
+        (
+            serde_json::json!({"inputs": [{"name": "src", "datatype": "INT64", "shape": [1, 2], "data": [1, vocab]}]}),
+            &in_vocab[..],
+        ),
+        (
+            serde_json::json!({"inputs": [{"name": "src", "datatype": "INT64", "shape": [1, 2], "data": [1, 2]}], "parameters": {"decode_steps": 81}}),
+            "decode_steps 81",
+        ),
+    ] {
+        let (st, e) = call(a, "POST", &path, &body.to_string());
+        assert!(st == 400 && e.contains(says), "{st} {e}");
+    }
+    let out = server.shutdown().unwrap();
+    assert_eq!(out.stats().completed, 3);
+}
+
+/// One HTTP/1.1 exchange with the binary tensor extension: (status, JSON part, binary part).
+fn call_binary(addr: SocketAddr, path: &str, json: &str, bin: &[u8]) -> (u16, String, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/octet-stream\r\nInference-Header-Content-Length: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        json.len(),
+        json.len() + bin.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(json.as_bytes()).unwrap();
+    s.write_all(bin).unwrap();
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).unwrap();
+    let end = resp.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&resp[..end]).to_ascii_lowercase();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    let body = &resp[end + 4..];
+    let n = head
+        .lines()
+        .find_map(|l| l.strip_prefix("inference-header-content-length: "))
+        .map_or(body.len(), |n| n.trim().parse().unwrap());
+    (
+        status,
+        String::from_utf8_lossy(&body[..n]).into(),
+        body[n..].to_vec(),
+    )
+}
+
+#[test]
+fn binary_tensors_and_per_request_slas_are_served_and_counted() {
+    let m = crate::onnx::import("mobilenet_style");
+    let io = inputs_and_outputs(&m, &mut CpuDevice::new(3), 2, 8, 7).unwrap();
+    let server = on_cpu(m, "lazy");
+    let a = server.addr;
+    let path = "/v2/models/mobilenet_style/infer";
+    let bytes: Vec<u8> = io[0].input.iter().flat_map(|v| v.to_le_bytes()).collect();
+    // a deadline no request can meet: completed, and counted as a violation
+    let json = serde_json::json!({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 3, 32, 32], "parameters": {"binary_data_size": bytes.len()}}], "outputs": [{"name": "output", "parameters": {"binary_data": true}}], "parameters": {"sla_ms": 0.000001}}).to_string();
+    let (st, head, bin) = call_binary(a, path, &json, &bytes);
+    assert_eq!(st, 200, "{head}");
+    let v: serde_json::Value = serde_json::from_str(&head).unwrap();
+    assert_eq!(v["outputs"][0]["parameters"]["binary_data_size"], bin.len());
+    let got: Vec<f32> = bin
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    assert_eq!(got, io[0].output);
+    // a wrong size is the client's error
+    let (st, e, _) = call_binary(a, path, &json, &bytes[..100]);
+    assert!(st == 400 && e.contains("binary_data_size"), "{st} {e}");
+    // JSON again, with a generous deadline
+    let body = serde_json::json!({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 3, 32, 32], "data": io[1].input}], "parameters": {"sla_ms": 60000}});
+    let (st, resp) = call(a, "POST", path, &body.to_string());
+    assert_eq!(st, 200, "{resp}");
+    let (_, text) = call(a, "GET", "/metrics", "");
+    assert_eq!(metric(&text, "lazybatch_sla_violations_total"), 1.0);
+    assert_eq!(metric(&text, "lazybatch_queue_seconds_count"), 2.0);
+    assert_eq!(metric(&text, "lazybatch_compute_seconds_count"), 2.0);
+    let execs = metric(&text, "lazybatch_node_executions_total");
+    assert!(execs > 0.0, "{text}");
+    // every execution's batch size observed; two requests served alone: a sum equal to the count
+    assert_eq!(metric(&text, "lazybatch_batch_size_count"), execs);
+    assert!(metric(&text, "lazybatch_batch_size_sum") >= execs);
+    assert_eq!(metric(&text, "lazybatch_batch_table_depth"), 0.0);
+    assert_eq!(metric(&text, "lazybatch_pending_requests"), 0.0);
+    assert!(text.contains("lazybatch_preemptions_total 0"), "{text}");
+    assert_eq!(server.shutdown().unwrap().stats().completed, 2);
+}
+
+#[test]
+fn a_client_that_goes_away_is_counted_once_and_leaves_nothing_behind() {
+    // graph batching with a 300 ms window holds a lone request long enough for its client to
+    // hang up first
+    let server = on_npu("resnet50", "graph:300");
+    let a = server.addr;
+    let body = serde_json::json!({"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 3, 224, 224], "data": vec![0.25f32; 3 * 224 * 224]}]}).to_string();
+    {
+        let mut s = TcpStream::connect(a).unwrap();
+        let req = format!(
+            "POST /v2/models/resnet50/infer HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        // gone, mid-request
+    }
+    // the server goes on serving
+    let (st, resp) = call(a, "POST", "/v2/models/resnet50/infer", &body);
+    assert_eq!(st, 200, "{resp}");
+    std::thread::sleep(Duration::from_millis(100));
+    let (_, text) = call(a, "GET", "/metrics", "");
+    let count = |o: &str| {
+        lazybatch_sample(
+            &text,
+            &format!("lazybatch_requests_total{{model=\"resnet50\",outcome=\"{o}\"}}"),
+        )
+        .unwrap_or(0.0)
+    };
+    // each request counted exactly once: the one that left as completed or abandoned
+    assert_eq!(count("completed") + count("abandoned"), 2.0, "{text}");
+    assert_eq!(metric(&text, "lazybatch_requests_in_server"), 0.0);
+    let out = server.shutdown();
+    let out = out.unwrap();
+    assert_eq!(out.stats().completed, 2, "the engine completed both");
+}
+
+#[test]
+fn the_exchange_holds_nothing_once_every_request_is_answered() {
+    let m = crate::onnx::import("mobilenet_style");
+    let server = on_cpu(m, "lazy");
+    let body = serde_json::json!({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 3, 32, 32], "data": vec![0.5f32; 3 * 32 * 32]}]}).to_string();
+    for _ in 0..3 {
+        let (st, _) = call(
+            server.addr,
+            "POST",
+            "/v2/models/mobilenet_style/infer",
+            &body,
+        );
+        assert_eq!(st, 200);
+    }
+    assert_eq!(server.held(), (0, 0));
+    server.shutdown().unwrap();
+}
+
+#[test]
+fn tritonclient_gets_the_in_process_outputs_as_json_and_as_binary() {
+    let m = crate::onnx::import("mobilenet_style");
+    let io = inputs_and_outputs(&m, &mut CpuDevice::new(3), 1, 8, 7).unwrap();
+    let server = on_cpu(m, "lazy");
+    let input = std::env::temp_dir().join(format!(
+        "lazybatch-triton-input-{}.json",
+        std::process::id()
+    ));
+    std::fs::write(&input, serde_json::to_string(&io[0].input).unwrap()).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/tritonclient-check.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(server.addr.to_string())
+        .arg("mobilenet_style")
+        .arg("--input")
+        .arg(&input)
+        .output();
+    std::fs::remove_file(&input).ok();
+    server.shutdown().unwrap();
+    let missing = |why: String| {
+        assert!(
+            std::env::var("REQUIRE_TRITONCLIENT").as_deref() != Ok("1"),
+            "REQUIRE_TRITONCLIENT=1 but {why}"
+        );
+        eprintln!("SKIPPED-TRITONCLIENT: {why}");
+    };
+    let out = match out {
+        Ok(o) if o.status.code() == Some(3) => {
+            return missing(String::from_utf8_lossy(&o.stderr).trim().to_string())
+        }
+        Ok(o) => o,
+        Err(e) => return missing(format!("python3 cannot run: {e}")),
+    };
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for k in ["live", "ready", "model_ready"] {
+        assert_eq!(v[k], true, "{k}: {v}");
+    }
+    for how in ["json", "binary"] {
+        let got: Vec<f32> = serde_json::from_value::<Vec<f64>>(v["outputs"][how].clone())
+            .unwrap()
+            .into_iter()
+            .map(|x| x as f32)
+            .collect();
+        assert_eq!(got, io[0].output, "{how}");
+    }
+}
+
+#[test]
+fn the_load_generator_counts_what_the_server_counts() {
+    let server = on_npu("resnet50", "lazy");
+    let m = zoo::load("resnet50").unwrap();
+    let traffic = lazybatch::traffic::generate(&m, (Default::default(), 200.0), 40, 3)
+        .unwrap()
+        .traffic(200.0);
+    let opts = LoadOptions {
+        url: format!("http://{}", server.addr),
+        concurrency: 64,
+        sla: Nanos::from_ms(100.0),
+        classes: 1,
+        seed: 1,
+        json_tensors: false,
+    };
+    let out = drive(&m, traffic, &opts).unwrap();
+    let st = out.record.stats(&out.counters);
+    assert_eq!((st.requests, st.completed, out.errors), (40, 40, 0));
+    assert!(out.counters.executions >= 40 * m.nodes.len() as u64 / 8);
+    assert_eq!(out.policy, "lazy");
+    // the client's latency includes the server's
+    let served = server.shutdown().unwrap().stats();
+    assert_eq!(served.completed, 40);
+    assert!(
+        st.latency_ms.mean >= served.latency_ms.mean,
+        "{st:?} {served:?}"
+    );
+    // a model the server does not serve is refused before anything is sent
+    let other = on_npu("mobilenet_v1", "lazy");
+    let opts = LoadOptions {
+        url: format!("http://{}", other.addr),
+        ..opts
+    };
+    let traffic = lazybatch::traffic::generate(&m, (Default::default(), 200.0), 4, 3)
+        .unwrap()
+        .traffic(200.0);
+    let e = drive(&m, traffic, &opts).unwrap_err().to_string();
+    assert!(e.contains("unknown model 'resnet50'"), "{e}");
+    other.shutdown().unwrap();
+}
