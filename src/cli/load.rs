@@ -119,6 +119,7 @@ pub(super) fn run(a: LoadArgs) -> Result<()> {
     let mut o = String::new();
     if a.json {
         let mut v = run_json(&id, &st, out.wall_s);
+        v["server_mean_ms"] = out.server_mean_ms.into();
         v["not_sent"] = out.not_sent.into();
         v["errors"] = out.errors.into();
         v["first_error"] = out.first_error.clone().into();
@@ -129,7 +130,9 @@ pub(super) fn run(a: LoadArgs) -> Result<()> {
     text(&mut o, &id, &st, out.wall_s, &per_class);
     out!(
         o,
-        "  measured by the client (scheduled arrival to answer); not sent (--concurrency full) {}; errors {}{}",
+        "  measured by the client (scheduled arrival to answer){}; not sent (--concurrency full) {}; errors {}{}",
+        out.server_mean_ms
+            .map_or(String::new(), |m| format!("; the server's own mean {m:.3} ms")),
         out.not_sent,
         out.errors,
         out.first_error

@@ -32,11 +32,15 @@ impl Exchange {
         lock(&self.inputs).remove(&key)
     }
 
-    /// Request `key`'s input if it holds `len` values; one of another length is taken out and
+    /// Request `key`'s input as `len` values of rows of `feat`: its own, or, when the request
+    /// runs padded to a longer sub-batch member's length (graph batching), its rows followed
+    /// by zero rows. An input that does not fit (longer, or not whole rows) is taken out and
     /// counted ([`Exchange::misfits`]), and the device serves the request on generated values.
-    pub fn input_for(&self, key: u64, len: usize) -> Option<Vec<f32>> {
-        let v = self.take_input(key)?;
-        if v.len() == len {
+    pub fn input_for(&self, key: u64, len: usize, feat: usize) -> Option<Vec<f32>> {
+        let mut v = self.take_input(key)?;
+        let whole_rows = feat > 0 && !v.is_empty() && v.len().is_multiple_of(feat);
+        if v.len() == len || (v.len() < len && whole_rows) {
+            v.resize(len, 0.0);
             return Some(v);
         }
         self.misfit();
@@ -76,4 +80,26 @@ impl Exchange {
 /// one insert or remove).
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shorter_input_is_padded_with_zero_rows_and_a_misfit_counted() {
+        let x = Exchange::new();
+        x.put_input(1, vec![1.0, 2.0, 3.0, 4.0]);
+        assert_eq!(
+            x.input_for(1, 6, 2),
+            Some(vec![1.0, 2.0, 3.0, 4.0, 0.0, 0.0])
+        );
+        x.put_input(2, vec![1.0, 2.0, 3.0]);
+        assert_eq!(x.input_for(2, 6, 2), None, "not whole rows");
+        x.put_input(3, vec![1.0; 8]);
+        assert_eq!(x.input_for(3, 6, 2), None, "longer");
+        assert_eq!(x.misfits(), 2);
+        assert_eq!(x.input_for(4, 6, 2), None, "none given");
+        assert_eq!(x.held(), (0, 0));
+    }
 }

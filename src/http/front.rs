@@ -303,6 +303,14 @@ fn respond(f: &Front, (key, dec, binary): (u64, u32, bool), (how, latency): Hear
     let data = match (f.emulated, f.exchange.take_output(key)) {
         (true, _) => vec![0.0; n],
         (false, Some(v)) if v.len() == n => v,
+        // the decoder ran padded steps (graph batching pads to the longest member's length):
+        // the request's own steps come first
+        (false, Some(mut v))
+            if f.max_dec > 0 && v.len() > n && v.len().is_multiple_of(n / dec as usize) =>
+        {
+            v.truncate(n);
+            v
+        }
         (false, got) => {
             return error(
                 StatusCode::INTERNAL_SERVER_ERROR,

@@ -52,6 +52,9 @@ pub struct LoadOutcome {
     /// The server engine's counters over the run (executions, batch sizes, preemptions,
     /// merges), from `/metrics`; zero where the server exports none.
     pub counters: Counters,
+    /// The server's own mean latency over the run (arrival in its engine to completion), from
+    /// `/metrics`; the difference from the client's is the network and HTTP's share.
+    pub server_mean_ms: Option<f64>,
     /// Arrivals not sent: `concurrency` requests were already in flight.
     pub not_sent: u64,
     /// Requests answered with an error other than 503 (400, 404, 500) or not answered at all
@@ -91,7 +94,7 @@ pub fn drive(model: &Model, traffic: Traffic, opts: &LoadOptions) -> Result<Load
         .build(connector);
     let base = opts.url.trim_end_matches('/').to_string();
     let (device, policy) = rt.block_on(check_metadata(&client, &base, &model.name, &input))?;
-    let before = rt.block_on(engine_counters(&client, &base));
+    let before = rt.block_on(scrape(&client, &base));
     let uri: hyper::Uri = format!("{base}/v2/models/{}/infer", model.name)
         .parse()
         .map_err(|e| Error::invalid("--url", format!("{base}: {e}")))?;
@@ -129,10 +132,12 @@ pub fn drive(model: &Model, traffic: Traffic, opts: &LoadOptions) -> Result<Load
     }
     rt.block_on(async { while tasks.join_next().await.is_some() {} });
     let wall_s = origin.elapsed().as_secs_f64();
-    let after = rt.block_on(engine_counters(&client, &base));
+    let after = rt.block_on(scrape(&client, &base));
     let seen = std::mem::take(&mut *lock(&seen));
     let mut out = tally(seen, opts)?;
-    out.counters = delta(&before, &after);
+    out.counters = delta(&before.0, &after.0);
+    let (sum, count) = (after.1 .0 - before.1 .0, after.1 .1 - before.1 .1);
+    out.server_mean_ms = (count > 0.0).then(|| 1e3 * sum / count);
     (out.device, out.policy) = (device, policy);
     out.wall_s = wall_s;
     Ok(out)
@@ -169,6 +174,7 @@ fn tally(mut seen: Vec<(Arrival, Seen, Nanos)>, opts: &LoadOptions) -> Result<Lo
     Ok(LoadOutcome {
         record,
         counters: Counters::default(),
+        server_mean_ms: None,
         not_sent,
         errors,
         first_error,
@@ -262,8 +268,9 @@ async fn check_metadata(
     ))
 }
 
-/// The engine counters the server exports (zero where it exports none).
-async fn engine_counters(client: &Http, base: &str) -> Counters {
+/// The engine counters the server exports, and its latency histogram's sum (s) and count
+/// (zero where it exports none).
+async fn scrape(client: &Http, base: &str) -> (Counters, (f64, f64)) {
     let text = async {
         let u: hyper::Uri = format!("{base}/metrics").parse().ok()?;
         let resp = client.get(u).await.ok()?;
@@ -272,15 +279,20 @@ async fn engine_counters(client: &Http, base: &str) -> Counters {
     }
     .await
     .unwrap_or_default();
-    let read = |name: &str| sample(&text, name).unwrap_or(0.0) as u64;
-    Counters {
-        executions: read("lazybatch_node_executions_total"),
-        batch_sum: read("lazybatch_batch_size_sum"),
-        preemptions: read("lazybatch_preemptions_total"),
-        merges: read("lazybatch_merges_total"),
-        cross_step: read("lazybatch_cross_step_executions_total"),
+    let read = |name: &str| sample(&text, name).unwrap_or(0.0);
+    let counters = Counters {
+        executions: read("lazybatch_node_executions_total") as u64,
+        batch_sum: read("lazybatch_batch_size_sum") as u64,
+        preemptions: read("lazybatch_preemptions_total") as u64,
+        merges: read("lazybatch_merges_total") as u64,
+        cross_step: read("lazybatch_cross_step_executions_total") as u64,
         ..Counters::default()
-    }
+    };
+    let latency = (
+        read("lazybatch_request_latency_seconds_sum"),
+        read("lazybatch_request_latency_seconds_count"),
+    );
+    (counters, latency)
 }
 
 /// The value of the unlabelled sample `name` in Prometheus text.

@@ -128,6 +128,28 @@ fn seq2seq_requests_choose_their_lengths_and_get_the_devices_tokens() {
     }
     let out = server.shutdown().unwrap();
     assert_eq!(out.stats().completed, 3);
+    // graph batching pads a batch to its longest member: each answer still has the request's
+    // own length (its input padded with zero rows, its padded decoder steps dropped)
+    let server = on_cpu(m.clone(), "graph:200");
+    let a = server.addr;
+    std::thread::scope(|s| {
+        for (enc, dec) in [(3usize, 5usize), (9, 2), (6, 12)] {
+            let path = &path;
+            s.spawn(move || {
+                let body = serde_json::json!({"inputs": [{"name": "src", "datatype": "INT64", "shape": [1, enc], "data": vec![7; enc]}], "parameters": {"decode_steps": dec}});
+                let (st, resp) = call(a, "POST", path, &body.to_string());
+                assert_eq!(st, 200, "{resp}");
+                let v: serde_json::Value = serde_json::from_str(&resp).unwrap();
+                assert_eq!(v["outputs"][0]["shape"], serde_json::json!([1, dec]));
+            });
+        }
+    });
+    let out = server.shutdown().unwrap();
+    assert_eq!(out.stats().completed, 3);
+    assert!(
+        out.stats().mean_batch_size > 1.0,
+        "the three ran as one padded batch"
+    );
 }
 
 /// One HTTP/1.1 exchange with the binary tensor extension: (status, JSON part, binary part).

@@ -310,7 +310,7 @@ impl CpuDevice {
                     let given = self
                         .capture
                         .exchange()
-                        .and_then(|x| x.input_for(m.input, rows * feat));
+                        .and_then(|x| x.input_for(m.input, rows * feat, feat));
                     match (given, image(shape)) {
                         // a front end's values, one request's worth in the graph's order
                         (Some(v), chw) => match chw {

@@ -22,7 +22,7 @@ impl CudaDevice {
             match self
                 .capture
                 .exchange()
-                .and_then(|x| x.input_for(m.input, rows * f))
+                .and_then(|x| x.input_for(m.input, rows * f, f))
             {
                 Some(v) => self.host_in.copy_from_slice(&v),
                 None => {
