@@ -42,19 +42,28 @@ while [ $(( $(date +%s) - start )) -lt "$DURATION" ]; do
   read -r s c m p r e < <(python3 -c "import json; v = json.load(open('$TMP/round.json')); print(v['requests'], v['completed'], v['latency_ms']['mean'], v['latency_ms']['p99'], v['rejected'], v['errors'])")
   now_rss=$(rss)
   [ -n "$first_rss" ] || first_rss=$now_rss
+  # a leak shows long before it hurts the machine
+  if [ "$now_rss" -gt $((first_rss * 4 + 1048576)) ]; then echo "FAILED: resident memory $now_rss KiB" >&2; exit 1; fi
   printf '%5d %8d %9d %9.3f %9.3f %8d %7d %10d\n' "$round" "$s" "$c" "$m" "$p" "$r" "$e" "$now_rss"
   sent=$((sent + s)) done_=$((done_ + c)) rejected=$((rejected + r)) errors=$((errors + e))
 done
-server_completed=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk -F' ' '/^lazybatch_requests_total\{.*outcome="completed"\}/ {print $2}')
+metrics=$(curl -s "http://127.0.0.1:$PORT/metrics")
+server_completed=$(awk '/^lazybatch_requests_total\{.*outcome="completed"\}/ {print $2}' <<<"$metrics")
+held=$(awk '/^lazybatch_exchange_held/ {s += $2} END {print s + 0}' <<<"$metrics")
 end_rss=$(rss)
 kill -INT $SPID
 wait $SPID
 SPID=
 lost=$((sent - done_ - rejected))
 echo "sent $sent, completed $done_ (the server counted ${server_completed:-0}), rejected $rejected, errors $errors, lost $lost"
-echo "server resident memory: $first_rss KiB after the first round, $end_rss KiB at the end"
+echo "server resident memory: $first_rss KiB after the first round, $end_rss KiB at the end; requests still held by the exchange: $held"
 tail -1 "$TMP/serve.err"
 if [ "$lost" -ne 0 ] || [ "${server_completed:-0}" != "$done_" ] || [ "$errors" -ne 0 ]; then
   echo "FAILED: requests lost or miscounted" >&2
+  exit 1
+fi
+# flat: at most a quarter (plus 64 MiB of allocator slack) above the first round's
+if [ "$end_rss" -gt $((first_rss * 5 / 4 + 65536)) ] || [ "$held" -ne 0 ]; then
+  echo "FAILED: memory grew (or the exchange kept requests)" >&2
   exit 1
 fi

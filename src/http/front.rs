@@ -175,6 +175,7 @@ pub(super) async fn metadata(State(f): State<Arc<Front>>, Path(name): Path<Strin
 }
 
 pub(super) async fn metrics(State(f): State<Arc<Front>>) -> Response {
+    f.metrics.exchange(&f.exchange);
     let mut text = String::new();
     match encode(&mut text, &f.metrics.registry) {
         Ok(()) => (
@@ -252,7 +253,10 @@ pub(super) async fn infer(
     } else {
         1
     };
-    f.exchange.put_input(key, std::mem::take(&mut req.values));
+    if !f.emulated {
+        // the device computes on it (a model device computes nothing)
+        f.exchange.put_input(key, std::mem::take(&mut req.values));
+    }
     let arrival = Arrival {
         key: Some(key),
         sla: req.sla,

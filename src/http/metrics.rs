@@ -51,6 +51,8 @@ pub(crate) struct Metrics {
     cross_step: Counter,
     depth: Gauge,
     pending: Gauge,
+    pub held: Family<Vec<(String, String)>, Gauge>,
+    pub misfits: Gauge,
     /// The engine's totals already exported (its counters only grow).
     seen: [AtomicU64; 4],
 }
@@ -77,6 +79,8 @@ impl Metrics {
             cross_step: Counter::default(),
             depth: Gauge::default(),
             pending: Gauge::default(),
+            held: Family::default(),
+            misfits: Gauge::default(),
             seen: Default::default(),
         };
         r.register(
@@ -136,7 +140,27 @@ impl Metrics {
             "Requests in the engine's pending queue",
             m.pending.clone(),
         );
+        r.register(
+            "exchange_held",
+            "Requests whose inputs or outputs the device exchange holds (in flight: none once answered)",
+            m.held.clone(),
+        );
+        r.register(
+            "input_misfits",
+            "Inputs the device could not use (a front-end bug; served on generated values)",
+            m.misfits.clone(),
+        );
         Metrics { registry: r, ..m }
+    }
+
+    /// What the exchange holds, read when `/metrics` is scraped.
+    pub fn exchange(&self, x: &Exchange) {
+        let (inputs, outputs) = x.held();
+        for (k, n) in [("inputs", inputs), ("outputs", outputs)] {
+            let labels = vec![("kind".to_string(), k.to_string())];
+            self.held.get_or_create(&labels).set(n as i64);
+        }
+        self.misfits.set(x.misfits() as i64);
     }
 
     /// Counts a request under `outcome` (one of [`outcome`]).
@@ -235,18 +259,17 @@ impl Observer for Waiting {
             }
             Left::Rejected(_) => Duration::ZERO,
         };
+        // an input no device took (turned away before its input node ran, or a model device
+        // that computes nothing) goes now
+        self.exchange.take_input(q.key);
         let heard = tx.is_some_and(|tx| tx.send((how, latency)).is_ok());
         if !heard {
-            // the client went away: drop what the exchange still holds for it
-            self.exchange.take_input(q.key);
+            // the client went away: drop the outputs it will not take
             self.exchange.take_output(q.key);
             self.metrics.count(match how {
                 Left::Completed(_) => outcome::ABANDONED,
                 Left::Rejected(why) => rejected(why),
             });
-        } else if matches!(how, Left::Rejected(_)) {
-            // turned away before its input node ran
-            self.exchange.take_input(q.key);
         }
     }
 

@@ -350,6 +350,8 @@ fn the_load_generator_counts_what_the_server_counts() {
     assert_eq!((st.requests, st.completed, out.errors), (40, 40, 0));
     assert!(out.counters.executions >= 40 * m.nodes.len() as u64 / 8);
     assert_eq!(out.policy, "lazy");
+    // nothing of the requests stays behind
+    assert_eq!(server.held(), (0, 0));
     // the client's latency includes the server's
     let served = server.shutdown().unwrap().stats();
     assert_eq!(served.completed, 40);
