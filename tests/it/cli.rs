@@ -891,3 +891,78 @@ fn sla_classes_are_reported_apart() {
     );
     assert!(v["goodput_rps"].as_f64().unwrap() <= v["throughput_rps"].as_f64().unwrap());
 }
+
+#[test]
+fn load_rejects_bad_arguments_and_says_which_server_is_unreachable() {
+    let base = ["load", "--model", "resnet50", "--requests", "2"];
+    fn with<'a>(base: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+        base.iter().chain(extra).copied().collect()
+    }
+    fails_with(&with(&base, &["--rate", "-1"]), "--rate");
+    fails_with(
+        &with(&base, &["--rate", "10", "--url", "https://127.0.0.1:9"]),
+        "https is not supported",
+    );
+    fails_with(
+        &with(&base, &["--rate", "10", "--concurrency", "0"]),
+        "--concurrency",
+    );
+    fails_with(
+        &with(&base, &["--rate", "10", "--url", "http://127.0.0.1:9"]),
+        "http://127.0.0.1:9/v2/models/resnet50",
+    );
+}
+
+/// `serve` as a newcomer starts it (port 0: it prints the address), `load` against it, and a
+/// SIGINT that answers everyone admitted and exits 0.
+#[test]
+fn serve_and_load_end_to_end_with_a_graceful_sigint() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lazybatch"))
+        .args(["serve", "--model", "mobilenet", "--device", "npu"])
+        .args(["--listen", "127.0.0.1:0"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let addr = loop {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "serve ended early");
+        if let Some(at) = line.split(" at http://").nth(1) {
+            break at.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    let o = lazybatch(&[
+        "load",
+        "--url",
+        &format!("http://{addr}"),
+        "--model",
+        "mobilenet",
+        "--rate",
+        "200",
+        "--requests",
+        "50",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (v["requests"].as_u64(), v["completed"].as_u64()),
+        (Some(50), Some(50))
+    );
+    assert_eq!(v["policy"], "lazy");
+    assert!(v["server_mean_ms"].as_f64().unwrap() > 0.0, "{v}");
+    assert!(v["mean_batch_size"].as_f64().unwrap() >= 1.0, "{v}");
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
+    assert!(status.success(), "{status:?}: {rest}");
+    assert!(rest.contains("stopped: 50 requests completed"), "{rest}");
+}
