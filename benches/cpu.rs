@@ -183,7 +183,7 @@ fn resnet_latency() {
 /// graph (`step` false) or one decoder step at the middle of the reference output (`step`
 /// true: the decoder nodes only; caches and encoder outputs are the zeros prepare leaves, which
 /// costs the same as real values). The harness `scripts/bench-vs-onnxruntime.sh` calls this.
-fn pass_ms(model: &str, b: u32, rounds: usize, step: bool) -> f64 {
+fn pass_ms(model: &str, b: u32, rounds: usize, step: bool, by_node: bool) -> f64 {
     let m = zoo::load(model).unwrap();
     let mut dev = CpuDevice::new(1);
     dev.prepare(&m, b).unwrap();
@@ -207,17 +207,41 @@ fn pass_ms(model: &str, b: u32, rounds: usize, step: bool) -> f64 {
         })
         .collect();
     let mut times = Vec::with_capacity(rounds);
+    let mut per_node = vec![Vec::with_capacity(rounds); nodes.len()];
     for r in 0..=rounds {
         let t = Instant::now();
-        for &at in &nodes {
+        for (k, &at) in nodes.iter().enumerate() {
+            let n = Instant::now();
             dev.execute(&m, at, &members).unwrap();
+            if r > 0 {
+                per_node[k].push(n.elapsed().as_secs_f64() * 1e3);
+            }
         }
         if r > 0 {
             times.push(t.elapsed().as_secs_f64() * 1e3);
         }
     }
-    times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    if by_node {
+        // each node's median in a real pass (caches as the pass leaves them), by operator
+        let mut ops: Vec<(&str, usize, f64)> = Vec::new();
+        for (k, t) in per_node.into_iter().enumerate() {
+            let op = m.node(nodes[k].node).op.kind_name();
+            let t = median(t);
+            match ops.iter_mut().find(|o| o.0 == op) {
+                Some(o) => (o.1, o.2) = (o.1 + 1, o.2 + t),
+                None => ops.push((op, 1, t)),
+            }
+        }
+        ops.sort_by(|a, b| b.2.total_cmp(&a.2));
+        for (op, n, t) in ops {
+            eprintln!("{op:<12} {n:>4} nodes {t:>10.3} ms");
+        }
+    }
+    median(times)
 }
 
 /// The depthwise convolutions of MobileNet-v1 (3×3, the first of each size), alone with warm
@@ -277,14 +301,21 @@ fn depthwise_table() {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    // `whole MODEL BATCH ROUNDS` / `step MODEL BATCH ROUNDS`: one number, for the harness
-    if let (Some(mode @ ("whole" | "step")), Some(model), Some(b), Some(r)) = (
+    // `whole MODEL BATCH ROUNDS` / `step MODEL BATCH ROUNDS`: one number, for the harness;
+    // `whole-nodes` / `step-nodes`: also the time by operator on stderr
+    if let (
+        Some(mode @ ("whole" | "step" | "whole-nodes" | "step-nodes")),
+        Some(model),
+        Some(b),
+        Some(r),
+    ) = (
         args.get(1).map(String::as_str),
         args.get(2),
         args.get(3).and_then(|x| x.parse::<u32>().ok()),
         args.get(4).and_then(|x| x.parse::<usize>().ok()),
     ) {
-        println!("{:.4}", pass_ms(model, b, r.max(1), mode == "step"));
+        let (step, by_node) = (mode.starts_with("step"), mode.ends_with("nodes"));
+        println!("{:.4}", pass_ms(model, b, r.max(1), step, by_node));
         return;
     }
     let only = std::env::args().nth(1).filter(|a| !a.starts_with('-'));
