@@ -8,7 +8,8 @@
 //! ([`Panels`], the usual case) or a plain row-major matrix (convolutions of small images).
 //! Fewer than 8 rows stream B once (a GEMV at batch 1), with the partial chains of a panel's
 //! columns in registers over all of `k` when B is packed, or in L1 when it is not; more run an
-//! 8 × 32 micro-kernel over blocks of A and B (B packed per block when it was not beforehand),
+//! 8 × 32 micro-kernel over blocks of B (packed per block when it was not beforehand), reading
+//! A's rows in place,
 //! the partial chains kept in C between blocks of `p`.
 //!
 //! An FMA is exactly rounded, so the AVX-512 kernels and the portable ones (`f32::mul_add`)
@@ -128,7 +129,8 @@ impl B<'_> {
     }
 }
 
-/// Rows of A packed a block at a time, and columns of B (see [`Nn::packed`]).
+/// Blocks of rows of A, of `p`, and of columns of B (B packed when not packed beforehand; see
+/// [`Nn::packed`]).
 const MC: usize = 64;
 const KC: usize = 256;
 const NC: usize = 1024;
@@ -136,8 +138,14 @@ const NC: usize = 1024;
 const MR: usize = 8;
 const NR: usize = super::panels::NR;
 
+/// Row stride of a block of A copied out of a matrix whose rows are a multiple of 4 KiB apart
+/// (their lines would share a few L1 sets and alias the store buffer's 4 KiB check): `KC` plus
+/// one cache line.
+const KC_PAD: usize = KC + 16;
+
 thread_local! {
-    /// Each thread's packing buffers (A: MC × KC, B: KC × NC), allocated once.
+    /// Each thread's buffers (a block of A, `MC × KC_PAD`; a block of B, `KC × NC`),
+    /// allocated once.
     static PACK: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const {
         std::cell::RefCell::new((Vec::new(), Vec::new()))
     };
@@ -153,8 +161,8 @@ pub fn reserve() {
 
 /// The packing buffers at their fixed sizes (allocated the first time only).
 fn sized(pk: &mut (Vec<f32>, Vec<f32>)) -> (&mut [f32], &mut [f32]) {
-    if pk.0.len() < MC * KC {
-        *pk = (vec![0.0; MC * KC], vec![0.0; KC * NC]);
+    if pk.0.len() < MC * KC_PAD {
+        *pk = (vec![0.0; MC * KC_PAD], vec![0.0; KC * NC]);
     }
     (&mut pk.0, &mut pk.1)
 }
@@ -314,9 +322,12 @@ impl Nn<'_> {
         }
     }
 
-    /// Many rows: blocks of B (KC × NC) and of A (MC × KC) packed into each thread's buffers,
-    /// and an 8 × 32 micro-kernel over them; C holds the partial chains between blocks of `p`
-    /// (stored and reloaded exactly, so each chain is unchanged).
+    /// Many rows: blocks of B (KC × NC, packed into each thread's buffer unless packed
+    /// beforehand) and an 8 × 32 micro-kernel over them that reads A's rows in place (packing
+    /// A into MR-tall panels cost 6% of a BERT pass, each thread packing all of A again for
+    /// each block of its columns), or from a plain copy of the block when A's rows are a
+    /// multiple of 4 KiB apart; C holds the partial chains between blocks of `p` (stored and reloaded exactly,
+    /// so each chain is unchanged).
     ///
     /// # Safety
     /// AVX-512F present; operands as checked by `gemm_nn`.
@@ -326,6 +337,7 @@ impl Nn<'_> {
         PACK.with(|pk| {
             let mut pk = pk.borrow_mut();
             let (ap, bp) = sized(&mut pk);
+            let aliased = (self.lda * 4).is_multiple_of(4096);
             let mut jc = j0;
             while jc < j1 {
                 let nc = NC.min(j1 - jc);
@@ -343,13 +355,24 @@ impl Nn<'_> {
                     let mut ic = 0;
                     while ic < self.m {
                         let mc = MC.min(self.m - ic);
-                        self.pack_a(ap, (ic, mc), (pc, kc));
+                        // A's rows read in place, each of the MR rows a stream of broadcasts
+                        // (an 8-row block of `kc` values fits in L1), or copied first when
+                        // their stride aliases
+                        let (a0, alda) = if aliased {
+                            for r in 0..mc {
+                                let src = &self.a[(ic + r) * self.lda + pc..][..kc];
+                                ap[r * KC_PAD..r * KC_PAD + kc].copy_from_slice(src);
+                            }
+                            (ap.as_ptr(), KC_PAD)
+                        } else {
+                            (self.a.as_ptr().add(ic * self.lda + pc), self.lda)
+                        };
                         for jr in (0..nc).step_by(NR) {
                             for ir in (0..mc).step_by(MR) {
                                 let dst = c.0.add((ic + ir) * self.ldc + jc + jr);
                                 micro(
                                     kc,
-                                    ap.as_ptr().add(ir * kc),
+                                    (a0.add(ir * alda), alda),
                                     panel(jr),
                                     (dst, self.ldc),
                                     (MR.min(mc - ir), NR.min(nc - jr)),
@@ -385,39 +408,21 @@ impl Nn<'_> {
             }
         }
     }
-
-    /// A's rows `ic..ic + mc`, columns `pc..pc + kc`, as MR-tall panels (`kc × MR` each, the
-    /// MR values of one `p` contiguous), zero-padded past `mc`.
-    fn pack_a(&self, ap: &mut [f32], (ic, mc): (usize, usize), (pc, kc): (usize, usize)) {
-        for ir in (0..mc).step_by(MR) {
-            let h = MR.min(mc - ir);
-            let panel = &mut ap[ir * kc..(ir + MR) * kc];
-            for r in 0..MR {
-                if r < h {
-                    let src = &self.a[(ic + ir + r) * self.lda + pc..][..kc];
-                    for (q, &x) in src.iter().enumerate() {
-                        panel[q * MR + r] = x;
-                    }
-                } else {
-                    for q in 0..kc {
-                        panel[q * MR + r] = 0.0;
-                    }
-                }
-            }
-        }
-    }
 }
 
-/// `C[rows × cols] (+)= A·B` over `kc` values of `p`, from packed panels: `a` is `kc × MR`, `b`
-/// `kc × NR`; `first` starts each chain from zero, otherwise it continues from C.
+/// `C[rows × cols] (+)= A·B` over `kc` values of `p`: `a` points at row 0's first value, rows
+/// `lda` apart (rows past `rows` are not read: row 0 stands in for them, its results dropped),
+/// `b` a packed `kc × NR` panel; `first` starts each chain from zero, otherwise it continues
+/// from C.
 ///
 /// # Safety
-/// AVX-512F present; the panels hold `kc` rows; `rows × cols` of C (`ldc` apart) writable.
+/// AVX-512F present; `rows` rows of `kc` values of A and `kc` rows of the panel readable;
+/// `rows × cols` of C (`ldc` apart) writable.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn micro(
     kc: usize,
-    a: *const f32,
+    (a, lda): (*const f32, usize),
     b: *const f32,
     (c, ldc): (*mut f32, usize),
     (rows, cols): (usize, usize),
@@ -434,11 +439,12 @@ unsafe fn micro(
             acc_r[1] = _mm512_maskz_loadu_ps(m1, row.wrapping_add(16));
         }
     }
+    let arow: [*const f32; MR] = std::array::from_fn(|r| a.add(if r < rows { r * lda } else { 0 }));
     for q in 0..kc {
         let b0 = _mm512_loadu_ps(b.add(q * NR));
         let b1 = _mm512_loadu_ps(b.add(q * NR + 16));
         for (r, acc_r) in acc.iter_mut().enumerate() {
-            let x = _mm512_set1_ps(*a.add(q * MR + r));
+            let x = _mm512_set1_ps(*arow[r].add(q));
             acc_r[0] = _mm512_fmadd_ps(x, b0, acc_r[0]);
             acc_r[1] = _mm512_fmadd_ps(x, b1, acc_r[1]);
         }
@@ -471,6 +477,8 @@ mod tests {
             (64, 520, 129),
             (9, 17, 1),
             (20, 1100, 300),
+            // rows 4 KiB apart: A's blocks copied before the micro-kernel reads them
+            (70, 40, 1024),
         ] {
             let (a, b) = (data(m * k, 1), data(k * n, 2));
             let mut c = vec![0.0; m * n];
@@ -512,7 +520,7 @@ mod tests {
             eprintln!("no AVX-512 here: the portable kernels are the only ones");
             return;
         }
-        for (m, n, k) in [(3, 70, 53), (75, 1100, 600)] {
+        for (m, n, k) in [(3, 70, 53), (75, 1100, 600), (70, 40, 1024)] {
             let (a, b) = (data(m * k, 3), data(k * n, 4));
             let pk = Panels::pack(&b, k, n);
             for src in [B::Rows(&b, n), B::Panels(&pk)] {
