@@ -134,6 +134,8 @@ impl B<'_> {
 const MC: usize = 64;
 const KC: usize = 256;
 const NC: usize = 1024;
+/// How many rows of a panel the few-rows kernel fetches ahead of the one it reads (2 KiB).
+const STREAM_AHEAD: usize = 16;
 /// The micro-kernel's block of C: 8 rows × 32 columns (16 AVX-512 accumulators).
 const MR: usize = 8;
 const NR: usize = super::panels::NR;
@@ -301,6 +303,11 @@ impl Nn<'_> {
         let mut acc = [[[_mm512_setzero_ps(); 2]; P]; M];
         for p in 0..self.k {
             for (q, panel_q) in panel.iter().enumerate() {
+                // each panel's rows STREAM_AHEAD ahead, on their way from memory (a prefetch
+                // past the panel's end is harmless: it never faults)
+                let ahead = panel_q.wrapping_add((p + STREAM_AHEAD) * NR) as *const i8;
+                _mm_prefetch::<_MM_HINT_T0>(ahead);
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(64));
                 let b0 = _mm512_loadu_ps(panel_q.add(p * NR));
                 let b1 = _mm512_loadu_ps(panel_q.add(p * NR + 16));
                 for (r, acc_r) in acc.iter_mut().enumerate() {
@@ -368,12 +375,19 @@ impl Nn<'_> {
                             (self.a.as_ptr().add(ic * self.lda + pc), self.lda)
                         };
                         for jr in (0..nc).step_by(NR) {
+                            // the first pass over a panel fetches the next one into L2 (weights
+                            // come from memory, and each panel starts a new stream)
+                            let next = if jr + NR < nc {
+                                panel(jr + NR)
+                            } else {
+                                std::ptr::null()
+                            };
                             for ir in (0..mc).step_by(MR) {
                                 let dst = c.0.add((ic + ir) * self.ldc + jc + jr);
                                 micro(
                                     kc,
                                     (a0.add(ir * alda), alda),
-                                    panel(jr),
+                                    (panel(jr), if ir == 0 { next } else { std::ptr::null() }),
                                     (dst, self.ldc),
                                     (MR.min(mc - ir), NR.min(nc - jr)),
                                     pc == 0,
@@ -412,8 +426,8 @@ impl Nn<'_> {
 
 /// `C[rows × cols] (+)= A·B` over `kc` values of `p`: `a` points at row 0's first value, rows
 /// `lda` apart (rows past `rows` are not read: row 0 stands in for them, its results dropped),
-/// `b` a packed `kc × NR` panel; `first` starts each chain from zero, otherwise it continues
-/// from C.
+/// `b` a packed `kc × NR` panel (`next`, when not null, the panel to fetch into L2 meanwhile);
+/// `first` starts each chain from zero, otherwise it continues from C.
 ///
 /// # Safety
 /// AVX-512F present; `rows` rows of `kc` values of A and `kc` rows of the panel readable;
@@ -423,7 +437,7 @@ impl Nn<'_> {
 unsafe fn micro(
     kc: usize,
     (a, lda): (*const f32, usize),
-    b: *const f32,
+    (b, next): (*const f32, *const f32),
     (c, ldc): (*mut f32, usize),
     (rows, cols): (usize, usize),
     first: bool,
@@ -441,6 +455,11 @@ unsafe fn micro(
     }
     let arow: [*const f32; MR] = std::array::from_fn(|r| a.add(if r < rows { r * lda } else { 0 }));
     for q in 0..kc {
+        if !next.is_null() {
+            let line = next.wrapping_add(q * NR) as *const i8;
+            _mm_prefetch::<_MM_HINT_T1>(line);
+            _mm_prefetch::<_MM_HINT_T1>(line.wrapping_add(64));
+        }
         let b0 = _mm512_loadu_ps(b.add(q * NR));
         let b1 = _mm512_loadu_ps(b.add(q * NR + 16));
         for (r, acc_r) in acc.iter_mut().enumerate() {
