@@ -68,7 +68,7 @@ pub(super) fn run(a: LoadArgs) -> Result<()> {
     let sla = check_sla_ms("--sla-ms", a.sla_ms)?;
     let process: Process = a.arrivals.parse()?;
     let classes: Option<Classes> = a.classes.as_deref().map(str::parse).transpose()?;
-    if !(a.url.starts_with("http://")) {
+    if !a.url.starts_with("http://") {
         bail!(
             "invalid --url {}: an http:// URL (https is not supported)",
             a.url

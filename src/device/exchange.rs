@@ -76,9 +76,9 @@ impl Exchange {
     }
 }
 
-/// The map, even if a thread panicked holding it (the maps stay consistent: each operation is
-/// one insert or remove).
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+/// What a mutex guards, even if a thread panicked holding it (for data that each operation
+/// leaves consistent: one insert, remove or push).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 

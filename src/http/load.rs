@@ -8,7 +8,9 @@
 //! `/metrics` before and after, so the same table, JSON and `.hgrm` come out.
 
 use super::front::describe;
-use super::protocol::{Io, HEADER_LENGTH};
+use super::protocol::{le_bytes, tensor, Io, HEADER_LENGTH};
+use crate::device::cpu::weights::fill_input;
+use crate::device::exchange::lock;
 use crate::engine::Counters;
 use crate::error::{Error, Result};
 use crate::graph::Model;
@@ -214,22 +216,23 @@ async fn send(client: &Http, uri: hyper::Uri, (body, json_len): (Bytes, Option<u
     }
 }
 
-/// GET `path` as JSON (None: not answered, or not 200).
-async fn get_json(client: &Http, uri: &str) -> Result<Value> {
-    let u: hyper::Uri = uri
-        .parse()
-        .map_err(|e| Error::invalid("--url", format!("{uri}: {e}")))?;
-    let resp = client
-        .get(u)
-        .await
-        .map_err(|e| Error::invalid("--url", format!("{uri}: {e:?}")))?;
+/// GET `uri`: its status and body (an error names the URL: `--url`).
+async fn get(client: &Http, uri: &str) -> Result<(hyper::StatusCode, Bytes)> {
+    let bad = |e: String| Error::invalid("--url", format!("{uri}: {e}"));
+    let u: hyper::Uri = uri.parse().map_err(|e| bad(format!("{e}")))?;
+    let resp = client.get(u).await.map_err(|e| bad(format!("{e:?}")))?;
     let status = resp.status();
     let body = resp
         .into_body()
         .collect()
         .await
-        .map_err(|e| Error::invalid("--url", format!("{uri}: {e}")))?
-        .to_bytes();
+        .map_err(|e| bad(e.to_string()))?;
+    Ok((status, body.to_bytes()))
+}
+
+/// GET `uri` as JSON (an error unless 200).
+async fn get_json(client: &Http, uri: &str) -> Result<Value> {
+    let (status, body) = get(client, uri).await?;
     if !status.is_success() {
         return Err(Error::invalid(
             "--url",
@@ -271,14 +274,10 @@ async fn check_metadata(
 /// The engine counters the server exports, and its latency histogram's sum (s) and count
 /// (zero where it exports none).
 async fn scrape(client: &Http, base: &str) -> (Counters, (f64, f64)) {
-    let text = async {
-        let u: hyper::Uri = format!("{base}/metrics").parse().ok()?;
-        let resp = client.get(u).await.ok()?;
-        let b = resp.into_body().collect().await.ok()?.to_bytes();
-        String::from_utf8(b.to_vec()).ok()
-    }
-    .await
-    .unwrap_or_default();
+    let text = match get(client, &format!("{base}/metrics")).await {
+        Ok((status, body)) if status.is_success() => String::from_utf8_lossy(&body).into_owned(),
+        _ => String::new(),
+    };
     let read = |name: &str| sample(&text, name).unwrap_or(0.0);
     let counters = Counters {
         executions: read("lazybatch_node_executions_total") as u64,
@@ -295,8 +294,8 @@ async fn scrape(client: &Http, base: &str) -> (Counters, (f64, f64)) {
     (counters, latency)
 }
 
-/// The value of the unlabelled sample `name` in Prometheus text.
-pub(crate) fn sample(text: &str, name: &str) -> Option<f64> {
+/// The value of the unlabelled sample `name` in Prometheus text (None: not there).
+pub fn sample(text: &str, name: &str) -> Option<f64> {
     text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
         let (n, v) = l.split_once(' ')?;
         (n == name).then(|| v.trim().parse().ok()).flatten()
@@ -364,21 +363,15 @@ impl Bodies {
             })
             .collect();
         let n: usize = shape.iter().product();
-        let mut h = self.seed ^ i.wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        let mut next = || {
-            h = h.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = h;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        };
-        // token ids in the vocabulary, or values in [-1, 1)
-        let values: Vec<f64> = match self.input.vocab {
-            Some(v) => (0..n).map(|_| (next() % v.max(1) as u64) as f64).collect(),
-            None => (0..n)
-                .map(|_| ((next() >> 40) as f64 / (1u64 << 23) as f64) - 1.0)
-                .collect(),
-        };
+        // the CPU device's own generated inputs: token ids (reduced to the vocabulary), or
+        // values in [-1, 1)
+        let mut values = vec![0.0f32; n];
+        fill_input(&mut values, self.seed, i, 0, self.input.vocab.is_some());
+        if let Some(v) = self.input.vocab {
+            values
+                .iter_mut()
+                .for_each(|x| *x = (*x as usize % v.max(1)) as f32);
+        }
         let mut parameters = serde_json::Map::new();
         if self.decoder {
             parameters.insert("decode_steps".into(), json!(a.len.dec));
@@ -388,27 +381,12 @@ impl Bodies {
         }
         let mut input =
             json!({"name": self.input.name, "datatype": self.input.datatype, "shape": shape});
-        let int = self.input.datatype == "INT64";
         if self.json {
-            input["data"] = if int {
-                json!(values.iter().map(|&v| v as i64).collect::<Vec<_>>())
-            } else {
-                json!(values.iter().map(|&v| v as f32).collect::<Vec<_>>())
-            };
+            input["data"] = tensor(&self.input, &shape, &values, false).0["data"].take();
             let body = json!({"inputs": [input], "parameters": parameters});
             return (Bytes::from(body.to_string()), None);
         }
-        let bytes: Vec<u8> = if int {
-            values
-                .iter()
-                .flat_map(|&v| (v as i64).to_le_bytes())
-                .collect()
-        } else {
-            values
-                .iter()
-                .flat_map(|&v| (v as f32).to_le_bytes())
-                .collect()
-        };
+        let bytes = le_bytes(self.input.datatype, &values);
         input["parameters"] = json!({"binary_data_size": bytes.len()});
         parameters.insert("binary_data_output".into(), json!(true));
         let mut body = json!({"inputs": [input], "parameters": parameters})
@@ -418,10 +396,6 @@ impl Bodies {
         body.extend_from_slice(&bytes);
         (Bytes::from(body), Some(n))
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[cfg(test)]

@@ -60,11 +60,10 @@ pub(crate) struct Metrics {
 impl Metrics {
     /// Metrics of a server of `model` with `max_batch` slots.
     pub fn new(model: &str, max_batch: u32) -> Self {
-        let mut r = Registry::with_prefix("lazybatch");
         let seconds = || Histogram::new(exponential_buckets(1e-4, 2.0, 20));
         let sizes = (32 - max_batch.max(1).leading_zeros()) as u16 + 1;
-        let m = Metrics {
-            registry: Registry::default(),
+        let mut m = Metrics {
+            registry: Registry::with_prefix("lazybatch"),
             model: model.to_string(),
             requests: Family::default(),
             latency: seconds(),
@@ -83,74 +82,76 @@ impl Metrics {
             misfits: Gauge::default(),
             seen: Default::default(),
         };
-        r.register(
+        m.registry.register(
             "requests",
             "Requests by model and outcome",
             m.requests.clone(),
         );
-        r.register(
+        m.registry.register(
             "request_latency_seconds",
             "End-to-end latency of completed requests (arrival to completion, in the engine)",
             m.latency.clone(),
         );
-        r.register(
+        m.registry.register(
             "queue_seconds",
             "Time completed requests waited before their first node ran",
             m.queue.clone(),
         );
-        r.register(
+        m.registry.register(
             "compute_seconds",
             "Time from a completed request's first node to its completion (preemptions included)",
             m.compute.clone(),
         );
-        r.register(
+        m.registry.register(
             "sla_violations",
             "Completed requests that finished after their deadline",
             m.violations.clone(),
         );
-        r.register(
+        m.registry.register(
             "requests_in_server",
             "Requests admitted and not yet answered",
             m.in_server.clone(),
         );
-        r.register(
+        m.registry.register(
             "batch_size",
             "Sub-batch size of each node execution",
             m.batch.clone(),
         );
-        r.register("node_executions", "Node executions", m.executions.clone());
-        r.register(
+        m.registry
+            .register("node_executions", "Node executions", m.executions.clone());
+        m.registry.register(
             "preemptions",
             "Admissions onto a non-empty BatchTable (the running sub-batch preempted)",
             m.preemptions.clone(),
         );
-        r.register("merges", "Sub-batch merges", m.merges.clone());
-        r.register(
+        m.registry
+            .register("merges", "Sub-batch merges", m.merges.clone());
+        m.registry.register(
             "cross_step_executions",
             "Node executions whose members stood at different timesteps",
             m.cross_step.clone(),
         );
-        r.register(
+        m.registry.register(
             "batch_table_depth",
             "Sub-batches on the BatchTable",
             m.depth.clone(),
         );
-        r.register(
+        m.registry.register(
             "pending_requests",
             "Requests in the engine's pending queue",
             m.pending.clone(),
         );
-        r.register(
+        m.registry.register(
             "exchange_held",
             "Requests whose inputs or outputs the device exchange holds (in flight: none once answered)",
             m.held.clone(),
         );
-        r.register(
+        m.registry.register(
             "input_misfits",
             "Inputs the device could not use (a front-end bug; served on generated values)",
             m.misfits.clone(),
         );
-        Metrics { registry: r, ..m }
+        m
     }
 
     /// What the exchange holds, read when `/metrics` is scraped.

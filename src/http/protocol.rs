@@ -300,13 +300,7 @@ fn sla_ms(v: &Value) -> Result<Nanos, String> {
 pub(crate) fn tensor(io: &Io, shape: &[usize], data: &[f32], binary: bool) -> (Value, Vec<u8>) {
     let int = io.datatype == "INT64";
     if binary {
-        let bytes: Vec<u8> = if int {
-            data.iter()
-                .flat_map(|&v| (v as i64).to_le_bytes())
-                .collect()
-        } else {
-            data.iter().flat_map(|&v| v.to_le_bytes()).collect()
-        };
+        let bytes = le_bytes(io.datatype, data);
         let t = serde_json::json!({"name": io.name, "datatype": io.datatype, "shape": shape,
             "parameters": {"binary_data_size": bytes.len()}});
         return (t, bytes);
@@ -319,6 +313,17 @@ pub(crate) fn tensor(io: &Io, shape: &[usize], data: &[f32], binary: bool) -> (V
     let t =
         serde_json::json!({"name": io.name, "datatype": io.datatype, "shape": shape, "data": data});
     (t, Vec::new())
+}
+
+/// Values as the binary tensor extension carries them: little-endian INT64 or FP32.
+pub(crate) fn le_bytes(datatype: &str, data: &[f32]) -> Vec<u8> {
+    if datatype == "INT64" {
+        data.iter()
+            .flat_map(|&v| (v as i64).to_le_bytes())
+            .collect()
+    } else {
+        data.iter().flat_map(|&v| v.to_le_bytes()).collect()
+    }
 }
 
 /// The binary tensor extension's header: the length of the body's JSON part.

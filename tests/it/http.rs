@@ -63,6 +63,17 @@ pub(crate) fn cfg(policy: &str) -> RunConfig {
     }
 }
 
+/// `m` on the CPU device (seed 99), 8 slots, profiled once.
+pub(crate) fn cpu_bench(m: lazybatch::graph::Model) -> Bench {
+    let opts = BenchOptions {
+        max_batch: 8,
+        coverage: 90.0,
+        profile: None,
+        reps: 1,
+    };
+    Bench::open(m, Opened::Real(Box::new(CpuDevice::new(99))), &opts).unwrap()
+}
+
 fn infer_body(input: &[f32]) -> String {
     serde_json::json!({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 3, 32, 32], "data": input}]})
         .to_string()
@@ -72,13 +83,7 @@ fn infer_body(input: &[f32]) -> String {
 fn the_front_end_answers_the_protocol_with_the_devices_outputs() {
     let m = crate::onnx::import("mobilenet_style");
     let io = inputs_and_outputs(&m, &mut CpuDevice::new(3), 3, 8, 7).unwrap();
-    let opts = BenchOptions {
-        max_batch: 8,
-        coverage: 90.0,
-        profile: None,
-        reps: 1,
-    };
-    let bench = Bench::open(m, Opened::Real(Box::new(CpuDevice::new(99))), &opts).unwrap();
+    let bench = cpu_bench(m);
     let serve = ServeOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         max_queue: 64,

@@ -5,13 +5,12 @@
 //! tritonclient unless `REQUIRE_TRITONCLIENT=1`, which CI sets), and the load generator
 //! (`lazybatch::http::load`), whose count of requests must match the server's.
 
-use crate::http::{call, cfg};
-use lazybatch::bench::{Bench, BenchOptions};
+use crate::http::{call, cfg, cpu_bench};
+use lazybatch::bench::Bench;
 use lazybatch::device::cpu::CpuDevice;
-use lazybatch::device::open::Opened;
 use lazybatch::graph::loader::Scale;
 use lazybatch::graph::{zoo, Model, Op};
-use lazybatch::http::load::{drive, LoadOptions};
+use lazybatch::http::load::{drive, sample, LoadOptions};
 use lazybatch::http::{start, ServeOptions, Server};
 use lazybatch::time::Nanos;
 use lazybatch::verify::inputs_and_outputs;
@@ -21,14 +20,7 @@ use std::process::Command;
 use std::time::Duration;
 
 fn on_cpu(m: Model, policy: &str) -> Server {
-    let opts = BenchOptions {
-        max_batch: 8,
-        coverage: 90.0,
-        profile: None,
-        reps: 1,
-    };
-    let bench = Bench::open(m, Opened::Real(Box::new(CpuDevice::new(99))), &opts).unwrap();
-    start(bench, cfg(policy), &options()).unwrap()
+    start(cpu_bench(m), cfg(policy), &options()).unwrap()
 }
 
 fn on_npu(name: &str, policy: &str) -> Server {
@@ -54,14 +46,7 @@ fn small_gnmt() -> Model {
 }
 
 fn metric(text: &str, name: &str) -> f64 {
-    lazybatch_sample(text, name).unwrap_or_else(|| panic!("{name} not in {text}"))
-}
-
-fn lazybatch_sample(text: &str, name: &str) -> Option<f64> {
-    text.lines().find_map(|l| {
-        let (n, v) = l.split_once(' ')?;
-        (n == name).then(|| v.trim().parse().ok()).flatten()
-    })
+    sample(text, name).unwrap_or_else(|| panic!("{name} not in {text}"))
 }
 
 #[test]
@@ -244,7 +229,7 @@ fn a_client_that_goes_away_is_counted_once_and_leaves_nothing_behind() {
     std::thread::sleep(Duration::from_millis(100));
     let (_, text) = call(a, "GET", "/metrics", "");
     let count = |o: &str| {
-        lazybatch_sample(
+        sample(
             &text,
             &format!("lazybatch_requests_total{{model=\"resnet50\",outcome=\"{o}\"}}"),
         )
@@ -296,19 +281,8 @@ fn tritonclient_gets_the_in_process_outputs_as_json_and_as_binary() {
         .output();
     std::fs::remove_file(&input).ok();
     server.shutdown().unwrap();
-    let missing = |why: String| {
-        assert!(
-            std::env::var("REQUIRE_TRITONCLIENT").as_deref() != Ok("1"),
-            "REQUIRE_TRITONCLIENT=1 but {why}"
-        );
-        eprintln!("SKIPPED-TRITONCLIENT: {why}");
-    };
-    let out = match out {
-        Ok(o) if o.status.code() == Some(3) => {
-            return missing(String::from_utf8_lossy(&o.stderr).trim().to_string())
-        }
-        Ok(o) => o,
-        Err(e) => return missing(format!("python3 cannot run: {e}")),
+    let Some(out) = crate::python_check(out, "REQUIRE_TRITONCLIENT", "tritonclient-check") else {
+        return;
     };
     assert!(
         out.status.success(),

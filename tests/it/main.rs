@@ -18,6 +18,30 @@ mod reproduce;
 mod runtime;
 mod statistics;
 
+/// The output of a Python check script, or None (said on stderr as `SKIPPED-<TOOL> what: why`)
+/// when the tool it needs is missing: python3 cannot run, or the script exits 3. A missing tool
+/// fails the test instead when the variable `require` is 1 (CI sets it).
+pub(crate) fn python_check(
+    out: std::io::Result<std::process::Output>,
+    require: &str,
+    what: &str,
+) -> Option<std::process::Output> {
+    let why = match out {
+        Ok(o) if o.status.code() == Some(3) => {
+            String::from_utf8_lossy(&o.stderr).trim().to_string()
+        }
+        Ok(o) => return Some(o),
+        Err(e) => format!("python3 cannot run: {e}"),
+    };
+    assert!(
+        std::env::var(require).as_deref() != Ok("1"),
+        "{what}: {require}=1 but {why}"
+    );
+    let tool = require.trim_start_matches("REQUIRE_");
+    eprintln!("SKIPPED-{tool} {what}: {why}");
+    None
+}
+
 /// A device where every node takes 1 ms whatever the batch (the paper's time units); the input
 /// node (a copy into the preallocated buffer) takes no time, so the times match the figure.
 pub struct UnitDevice;

@@ -60,21 +60,7 @@ pub(crate) fn against_onnxruntime(name: &str, dev: &mut dyn Device) -> Option<f6
         .arg(&path)
         .output();
     std::fs::remove_file(&path).ok();
-    let missing = |why: String| {
-        assert!(
-            std::env::var("REQUIRE_ONNXRUNTIME").as_deref() != Ok("1"),
-            "{name}: REQUIRE_ONNXRUNTIME=1 but {why}"
-        );
-        eprintln!("SKIPPED-ONNXRUNTIME {name}: {why}");
-        None
-    };
-    let out = match out {
-        Ok(o) => o,
-        Err(e) => return missing(format!("python3 cannot run: {e}")),
-    };
-    if out.status.code() == Some(3) {
-        return missing(String::from_utf8_lossy(&out.stderr).trim().to_string());
-    }
+    let out = crate::python_check(out, "REQUIRE_ONNXRUNTIME", name)?;
     assert!(
         out.status.success(),
         "{name}: onnx-check failed: {}{}",
