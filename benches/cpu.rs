@@ -229,9 +229,11 @@ fn pass_ms(model: &str, b: u32, rounds: usize, step: bool, by_node: bool) -> f64
     if by_node {
         // each node's median in a real pass (caches as the pass leaves them), by operator
         let mut ops: Vec<(&str, usize, f64)> = Vec::new();
+        let mut each: Vec<(f64, usize)> = Vec::new();
         for (k, t) in per_node.into_iter().enumerate() {
             let op = m.node(nodes[k].node).op.kind_name();
             let t = median(t);
+            each.push((t, k));
             match ops.iter_mut().find(|o| o.0 == op) {
                 Some(o) => (o.1, o.2) = (o.1 + 1, o.2 + t),
                 None => ops.push((op, 1, t)),
@@ -240,6 +242,25 @@ fn pass_ms(model: &str, b: u32, rounds: usize, step: bool, by_node: bool) -> f64
         ops.sort_by(|a, b| b.2.total_cmp(&a.2));
         for (op, n, t) in ops {
             eprintln!("{op:<12} {n:>4} nodes {t:>10.3} ms");
+        }
+        // the heaviest nodes, with their GEMM (M per batch x N x K, groups) and its speed
+        each.sort_by(|a, b| b.0.total_cmp(&a.0));
+        for &(t, k) in each.iter().take(12) {
+            let node = m.node(nodes[k].node);
+            let (shape, gflops) = match node.cost.gemm {
+                Some(g) => {
+                    let flop = 2.0 * (g.m_per_row * g.n * g.k * g.count) as f64 * f64::from(b);
+                    let desc = format!("{}x{}x{} g{}", g.m_per_row, g.n, g.k, g.count);
+                    (desc, format!("{:.1} GFLOP/s", flop / t / 1e6))
+                }
+                None => (String::new(), String::new()),
+            };
+            eprintln!(
+                "  {:<28} {:<10} {:<22} {t:>8.3} ms {gflops}",
+                node.name,
+                node.op.kind_name(),
+                shape
+            );
         }
     }
     median(times)

@@ -209,7 +209,11 @@ fn channels_last_conv_matches_a_direct_convolution() {
             let (a, lda) = if (k, s, p) == (1, 1, 0) {
                 (&xh[gi * cg..], c)
             } else {
-                hwc::im2col(&xh, (h, w, c), (gi * cg, cg), win, &mut cols);
+                // in two ranges of pixels, as a convolution's blocks unfold them
+                let half = pp / 2;
+                hwc::im2col(&xh, (h, w, c), (gi * cg, cg), win, 0..half, &mut cols);
+                let rest = &mut cols[half * kk..];
+                hwc::im2col(&xh, (h, w, c), (gi * cg, cg), win, half..pp, rest);
                 (&cols[..], kk)
             };
             gemm_strided(

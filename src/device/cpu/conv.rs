@@ -1,11 +1,70 @@
 //! Convolutions and pooling over channels-last images ([`super::hwc`]), image by image (a
-//! request's result never depends on the batch it runs in). A convolution is one GEMM per
-//! group over the image's pixels — the input read in place for a 1×1 window at stride 1, else
-//! unfolded once — with the batch norm's scale folded into the weights at prepare time and its
-//! shift and the activation applied in one pass over the output; a depthwise convolution is
-//! one fused pass.
+//! request's result never depends on the batch it runs in). An ungrouped convolution is a GEMM
+//! over the image's pixels (the batch norm's scale folded into the weights at prepare time),
+//! run in blocks of pixels fixed by the image's geometry ([`block_pixels`]); each thread takes a
+//! run of whole blocks and, a block at a time, unfolds the block's windows (none for a 1×1
+//! window at stride 1: the image is read in place), multiplies (the `gemm` crate), and applies
+//! the shift, the activation and — when the convolution completes a residual connection
+//! (`Residual`) — the add and its activation while the block is still in cache. Small images
+//! (ResNet's last stage) run as one block through the row GEMM on weights packed at prepare
+//! time, its columns shared between the cores instead. Grouped convolutions unfold the whole
+//! image per group; a depthwise convolution is one fused pass.
 
 use super::*;
+use std::sync::{Mutex, MutexGuard};
+
+/// Unfolded values a block of pixels takes at least (256 KiB: the block stays in L2 between
+/// its unfolding and its GEMM, where unfolding a whole image first sent megabytes through
+/// memory).
+const BLOCK_VALUES: usize = 64 * 1024;
+
+/// Weights (values) beyond which they no longer stay in L2 from one block to the next (1 MiB).
+const WEIGHTS_IN_L2: usize = 256 * 1024;
+
+/// The pixels of each block of a large image (the last may be shorter), for windows of `k`
+/// values and `n` output channels: [`BLOCK_VALUES`] worth of windows (a multiple of 8 pixels
+/// in [16, 512]) — but, when the weights (`k × n`) do not stay in L2 ([`WEIGHTS_IN_L2`]), no
+/// fewer pixels than output channels, since each block then reads them from memory again and
+/// they must not outweigh the block's own `pixels × k` (VGG-16's 56 × 56 layers ran 25% slower
+/// in blocks of 24 pixels) — and no more than half the image, so that two cores share it. A 1×1
+/// window at stride 1 (read in place, nothing to keep in cache but the output) runs in halves.
+/// The blocks depend on the image's geometry alone, never on the batch or the threads: each
+/// block is one GEMM call, and a GEMM's bits may depend on its number of rows.
+pub(super) fn block_pixels(p: usize, (k, n): (usize, usize), pointwise: bool) -> usize {
+    let half = p.div_ceil(2).max(1);
+    if pointwise {
+        return half;
+    }
+    let fits = (BLOCK_VALUES / k.max(1)).clamp(16, 512) / 8 * 8;
+    let pixels = match k * n > WEIGHTS_IN_L2 {
+        true => fits.max(n.next_multiple_of(8)),
+        false => fits,
+    };
+    pixels.min(half)
+}
+
+/// The unfolding scratch one thread needs for a convolution of `p` output pixels, `groups`
+/// groups, `k` values a window and `n` output channels: a block of pixels, or the whole image
+/// (small or grouped images), or nothing (1×1 windows at stride 1, read in place).
+pub(super) fn scratch_len(
+    p: usize,
+    groups: usize,
+    (k, n): (usize, usize),
+    pointwise: bool,
+) -> usize {
+    match (groups, pointwise) {
+        (1, true) => 0,
+        (1, false) if p >= SMALL_IMAGE => block_pixels(p, (k, n), false) * k,
+        _ => p * k,
+    }
+}
+
+/// This thread's unfolding scratch (the pool's threads each have one; a thread outside the
+/// pool takes the first, which no pool thread uses while it waits).
+fn scratch(cols: &[Mutex<Vec<f32>>]) -> MutexGuard<'_, Vec<f32>> {
+    let t = rayon::current_thread_index().unwrap_or(0) % cols.len().max(1);
+    cols[t].lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// One convolution node's geometry and weights, shared by its images.
 struct Conv<'a> {
@@ -18,60 +77,146 @@ struct Conv<'a> {
     win: Window,
     act: ActK,
     w: &'a Weights,
-    /// The weights packed, for small images ([`SMALL_IMAGE`]).
+    /// The weights packed (small images).
     panels: &'a Panels,
+    /// The activation of the residual sum this convolution completes, if it does one.
+    residual: ActK,
+}
+
+/// The residual connection an image completes: the other input of the add, and the add's
+/// output (both `[P][Cout]`).
+type Sum<'a> = Option<(&'a [f32], &'a mut [f32])>;
+
+/// Rows `at..at + len` of a residual sum's operands.
+fn rows_of<'a>(sum: &'a mut Sum<'_>, at: usize, len: usize) -> Sum<'a> {
+    sum.as_mut()
+        .map(|(skip, y)| (&skip[at..at + len], &mut y[at..at + len]))
 }
 
 impl Conv<'_> {
-    /// Convolves one image `x` into `out` (`[P][Cout]`), with `cols` as unfolding scratch.
-    fn image(&self, x: &[f32], out: &mut [f32], cols: &mut [f32]) {
+    /// Values in one window of one group.
+    fn window(&self) -> usize {
+        self.groups.1 * self.win.kernel.0 * self.win.kernel.1
+    }
+
+    /// A 1×1 window at stride 1 without padding: the image is its own unfolding.
+    fn pointwise(&self) -> bool {
+        (self.win.kernel, self.win.stride, self.win.pad) == ((1, 1), 1, 0)
+    }
+
+    /// Convolves one image `x` into `out` (`[P][Cout]`), unfolding into `cols`; with `sum`, also
+    /// the residual add that follows it.
+    fn image(&self, x: &[f32], out: &mut [f32], cols: &[Mutex<Vec<f32>>], mut sum: Sum) {
         let ((h, w, c), (p, co), (g, cg, cog)) = (self.input, self.out, self.groups);
-        let win = self.win;
-        if cg == 1 && cog == 1 && g == c {
-            hwc::depthwise(x, (h, w, c), &self.w.w, win, (&self.w.shift, self.act), out);
-            return;
+        if g > 1 {
+            if cg == 1 && cog == 1 && g == c {
+                let epilogue = (&self.w.shift[..], self.act);
+                hwc::depthwise(x, (h, w, c), &self.w.w, self.win, epilogue, out);
+            } else {
+                self.grouped(x, out, &mut scratch(cols));
+            }
+            return self.add(out, sum);
         }
-        let kk = cg * win.kernel.0 * win.kernel.1;
-        let pointwise = (win.kernel, win.stride, win.pad) == ((1, 1), 1, 0);
+        if p < SMALL_IMAGE {
+            // one block, its columns over the cores
+            return self.block(x, 0..p, out, cols, sum);
+        }
+        // the image in blocks, each thread a run of whole blocks
+        let pb = block_pixels(p, (self.window(), co), self.pointwise());
+        let blocks = |b0: usize, rows: &mut [f32], mut sum: Sum| {
+            for (b, block) in rows.chunks_mut(pb * co).enumerate() {
+                let (start, np) = ((b0 + b) * pb, block.len() / co);
+                let sum = rows_of(&mut sum, b * pb * co, np * co);
+                self.block(x, start..start + np, block, cols, sum);
+            }
+        };
+        let work = p * co * self.window();
+        match sum.take() {
+            None => par::split_rows(out, pb * co, work, |b0, rows| blocks(b0, rows, None)),
+            Some((skip, y)) => par::split_rows_pair((out, y), pb * co, work, |b0, rows, y| {
+                blocks(b0, rows, Some((&skip[b0 * pb * co..], y)))
+            }),
+        }
+    }
+
+    /// Output pixels `pixels` of an ungrouped convolution into `out` (`[pixels][Cout]`): the
+    /// block's windows unfolded (or the image read in place), one GEMM, the epilogue (and the
+    /// residual sum) while the block is in cache.
+    fn block(
+        &self,
+        x: &[f32],
+        pixels: std::ops::Range<usize>,
+        out: &mut [f32],
+        cols: &[Mutex<Vec<f32>>],
+        sum: Sum,
+    ) {
+        let ((h, w, c), co, k) = (self.input, self.out.1, self.window());
+        let np = pixels.len();
+        let gemm = |a: &[f32], lda: usize, out: &mut [f32]| match self.panels.data.is_empty() {
+            true => kernels::gemm_strided(
+                (np, co, k),
+                (a, (lda, 1)),
+                (&self.w.w, (co, 1)),
+                (out, (co, 1)),
+                false,
+            ),
+            false => rowgemm::gemm_panels((np, a, lda), self.panels, (out, co)),
+        };
+        if self.pointwise() {
+            gemm(&x[pixels.start * c..], c, out);
+        } else {
+            let mut scratch = scratch(cols);
+            hwc::im2col(x, (h, w, c), (0, c), self.win, pixels, &mut scratch);
+            gemm(&scratch[..], k, out);
+        }
+        let out = &mut out[..np * co];
+        kernels::bias_act(self.act, out, co, &self.w.shift);
+        self.add(out, sum);
+    }
+
+    /// The residual sum `act(out + skip)` into its own output, when this convolution completes
+    /// one.
+    fn add(&self, out: &[f32], sum: Sum) {
+        if let Some((skip, y)) = sum {
+            kernels::add_act(self.residual, out, skip, y);
+        }
+    }
+
+    /// A grouped convolution: each group's windows unfolded over the whole image (split over
+    /// the cores), one GEMM per group (the row GEMM's for small images, else the `gemm`
+    /// crate's, over the cores), then the epilogue.
+    fn grouped(&self, x: &[f32], out: &mut [f32], cols: &mut [f32]) {
+        let ((h, w, c), (p, co), (g, cg, cog)) = (self.input, self.out, self.groups);
+        let kk = self.window();
         for gi in 0..g {
             let wg = self
                 .w
                 .w
                 .get(gi * kk * cog..(gi + 1) * kk * cog)
                 .unwrap_or(&[]);
-            // A[pixel, k]: the image itself (rows of C channels) or its unfolding
-            let (a, lda) = if pointwise {
+            let (a, lda) = if self.pointwise() {
                 (&x[gi * cg..], c)
             } else {
-                hwc::im2col(x, (h, w, c), (gi * cg, cg), win, cols);
+                let win = self.win;
+                par::split_rows(&mut cols[..p * kk], kk, p * kk, |p0, rows| {
+                    let pixels = p0..p0 + rows.len() / kk;
+                    hwc::im2col(x, (h, w, c), (gi * cg, cg), win, pixels, rows)
+                });
                 (&cols[..], kk)
             };
-            if p < SMALL_IMAGE {
-                let c_g = &mut out[gi * cog..];
-                match self.panels.data.is_empty() {
-                    true => rowgemm::gemm_nn((p, cog, kk), (a, lda), (wg, cog), (c_g, co)),
-                    false => rowgemm::gemm_panels((p, a, lda), self.panels, (c_g, co)),
-                }
-                continue;
-            }
-            // each thread a share of the pixels, one GEMM each, and (one group) its epilogue
-            par::split_rows(out, co, p * cog * kk, |r0, rows| {
-                let np = rows.len() / co;
-                kernels::gemm_strided(
-                    (np, cog, kk),
-                    (&a[r0 * lda..], (lda, 1)),
+            let c_g = &mut out[gi * cog..];
+            match p < SMALL_IMAGE {
+                true => rowgemm::gemm_nn((p, cog, kk), (a, lda), (wg, cog), (c_g, co)),
+                false => kernels::gemm_strided(
+                    (p, cog, kk),
+                    (a, (lda, 1)),
                     (wg, (cog, 1)),
-                    (&mut rows[gi * cog..], (co, 1)),
+                    (c_g, (co, 1)),
                     false,
-                );
-                if g == 1 {
-                    kernels::bias_act(self.act, rows, co, &self.w.shift);
-                }
-            });
+                ),
+            }
         }
-        if g > 1 || p < SMALL_IMAGE {
-            kernels::bias_act(self.act, out, co, &self.w.shift);
-        }
+        kernels::bias_act(self.act, out, co, &self.w.shift);
     }
 }
 
@@ -99,7 +244,11 @@ impl CpuDevice {
         // the producer comes earlier in the node list (the IR is in topological order, and a
         // convolution never reads a previous step): its output is read in place, no copy
         let (before, from_here) = self.nodes.split_at_mut(i);
-        let (src, n) = (&before[prod].out, &mut from_here[0]);
+        let Some((n, later)) = from_here.split_first_mut() else {
+            return;
+        };
+        let src = &before[prod].out;
+        let fused = n.residual;
         let conv = Conv {
             input: (h, w, c),
             out: (ho * wo, co),
@@ -113,40 +262,56 @@ impl CpuDevice {
             act: act_k(*act),
             w: &n.w,
             panels: &n.panels,
+            residual: fused.map_or(ActK::None, |r| r.act),
         };
         let layout = &self.layout;
         let x_of = |m: &Member| &src[layout.offset(prod, m.slot, 0)..][..c * h * w];
         let per_image = co * ho * wo;
-        if members.len() < 2 || self.cols.len() < 2 {
+        // the residual add this convolution completes: its other input and its output buffer
+        let (skip, sums) = match fused {
+            Some(r) => (&before[r.skip].out[..], &mut later[r.add - i - 1].out[..]),
+            None => (&[][..], &mut [][..]),
+        };
+        let skip_of =
+            |m: &Member, r: Residual| &skip[layout.offset(r.skip, m.slot, 0)..][..per_image];
+        let cols = &self.cols;
+        if members.len() < 2 || cols.len() < 2 {
             for m in members {
                 let o = layout.offset(i, m.slot, 0);
-                let cols = self.cols[0].get_mut().unwrap_or_else(|e| e.into_inner());
-                conv.image(x_of(m), &mut n.out[o..o + per_image], cols);
+                let sum = fused.map(|r| {
+                    let y = &mut sums[layout.offset(r.add, m.slot, 0)..][..per_image];
+                    (skip_of(m, r), y)
+                });
+                conv.image(x_of(m), &mut n.out[o..o + per_image], cols, sum);
             }
             return;
         }
-        // whole images in parallel: each slot's block of the output once, each thread its
-        // own unfolding scratch
+        // whole images in parallel: each slot's block of the output (and of the residual sum)
+        // once, each thread its own unfolding scratch
         let who = &mut self.slot_member;
         for (j, m) in members.iter().enumerate() {
             who[m.slot as usize] = j as u32;
         }
-        let cols = &self.cols;
         let slot_len = layout.offset(i, 1, 0);
+        let slots = n.out.len() / slot_len.max(1);
         par::library_scope(|| {
+            use rayon::iter::{repeat_n, Either};
             use rayon::prelude::*;
+            let sums = match fused {
+                Some(r) => Either::Left(sums.par_chunks_mut(layout.offset(r.add, 1, 0)).map(Some)),
+                None => Either::Right(repeat_n((), slots).map(|_| None)),
+            };
             n.out
                 .par_chunks_mut(slot_len)
+                .zip(sums)
                 .zip(who.par_iter())
                 .filter(|(_, j)| **j != NO_MEMBER)
-                .for_each(|(out, &j)| {
-                    let t = rayon::current_thread_index().unwrap_or(0) % cols.len();
-                    let mut scratch = cols[t].lock().unwrap_or_else(|e| e.into_inner());
-                    conv.image(
-                        x_of(&members[j as usize]),
-                        &mut out[..per_image],
-                        &mut scratch,
-                    );
+                .for_each(|((out, y), &j)| {
+                    let m = &members[j as usize];
+                    let sum = fused
+                        .zip(y)
+                        .map(|(r, y)| (skip_of(m, r), &mut y[..per_image]));
+                    conv.image(x_of(m), &mut out[..per_image], cols, sum)
                 })
         });
         for m in members {
@@ -187,6 +352,163 @@ impl CpuDevice {
                     hwc::pool(x, (h, w, c), win, *kind == PoolKind::Max, out)
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::capture::CaptureMode;
+    use crate::device::Device;
+
+    /// Three residual blocks: on a 40 × 40 image, whose later input is a 3×3 shortcut
+    /// convolution (shares of the pixels over the cores, each share in blocks); on 20 × 20,
+    /// whose later input is a 1×1 convolution (a share is one block) and whose shortcut is the
+    /// block's own input; on 10 × 10 (a small image: one block, columns over the cores).
+    const MODEL: &str = r#"
+name = "residuals"
+max_batch = 4
+
+[[node]]
+name = "x"
+op = "input"
+shape = [64, 40, 40]
+seq = "one"
+
+[[node]]
+name = "a"
+op = "conv2d"
+inputs = ["x"]
+out_channels = 16
+kernel = 1
+bn = true
+act = "relu"
+
+[[node]]
+name = "b"
+op = "conv2d"
+inputs = ["a"]
+out_channels = 16
+kernel = 1
+bn = true
+
+[[node]]
+name = "s"
+op = "conv2d"
+inputs = ["x"]
+out_channels = 16
+kernel = 3
+padding = 1
+bn = true
+
+[[node]]
+name = "add1"
+op = "add"
+inputs = ["b", "s"]
+act = "relu"
+
+[[node]]
+name = "c"
+op = "conv2d"
+inputs = ["add1"]
+out_channels = 24
+kernel = 3
+stride = 2
+padding = 1
+bn = true
+act = "relu"
+
+[[node]]
+name = "d"
+op = "conv2d"
+inputs = ["c"]
+out_channels = 24
+kernel = 1
+bn = true
+
+[[node]]
+name = "add2"
+op = "add"
+inputs = ["d", "c"]
+act = "relu"
+
+[[node]]
+name = "e"
+op = "conv2d"
+inputs = ["add2"]
+out_channels = 32
+kernel = 3
+stride = 2
+padding = 1
+bn = true
+act = "relu"
+
+[[node]]
+name = "f"
+op = "conv2d"
+inputs = ["e"]
+out_channels = 32
+kernel = 1
+bn = true
+
+[[node]]
+name = "add3"
+op = "add"
+inputs = ["f", "e"]
+act = "relu"
+"#;
+
+    /// Each fused add's output, as its producer's epilogue wrote it, is bit for bit
+    /// `relu(conv + skip)` of the two outputs captured beside it, alone and in a batch of
+    /// three (images in parallel), and the same bits in both.
+    #[test]
+    fn a_fused_residual_add_is_the_sum_of_its_inputs() {
+        let model = crate::graph::loader::parse_model(MODEL, "residuals.toml".as_ref()).unwrap();
+        let id = |name: &str| model.nodes.iter().position(|n| n.name == name).unwrap();
+        let mut per_batch = Vec::new();
+        for batch in [1u32, 3] {
+            let mut dev = CpuDevice::new(7);
+            dev.prepare(&model, 4).unwrap();
+            for (add, conv, skip) in [("add1", "s", "b"), ("add2", "d", "c"), ("add3", "f", "e")] {
+                let r = dev.nodes[id(conv)].residual.expect(conv);
+                assert_eq!((r.add, r.skip), (id(add), id(skip)), "{add}");
+                assert!(dev.nodes[id(add)].fused, "{add}");
+            }
+            dev.set_capture(CaptureMode::EveryNode);
+            let members: Vec<Member> = (0..batch)
+                .map(|slot| Member {
+                    slot,
+                    len: model.ref_lengths(),
+                    input: u64::from(slot),
+                    step: 0,
+                })
+                .collect();
+            for n in &model.nodes {
+                let at = NodeStep {
+                    node: n.id,
+                    step: 0,
+                };
+                dev.execute(&model, at, &members).unwrap();
+            }
+            let trace = dev.take_captured().trace;
+            let of = |node: usize, input: u64| {
+                let e = trace.iter().find(|e| e.node == node && e.input == input);
+                e.unwrap().values.clone()
+            };
+            for input in 0..u64::from(batch) {
+                for (add, l, r) in [("add1", "b", "s"), ("add2", "d", "c"), ("add3", "f", "e")] {
+                    let (l, r) = (of(id(l), input), of(id(r), input));
+                    let want: Vec<f32> = l.iter().zip(&r).map(|(a, b)| (a + b).max(0.0)).collect();
+                    assert_eq!(of(id(add), input), want, "{add} of input {input}");
+                    assert!(want.iter().any(|v| *v > 0.0), "{add}: all zero");
+                }
+            }
+            per_batch.push([of(id("add1"), 0), of(id("add2"), 0), of(id("add3"), 0)]);
+        }
+        for (k, (alone, batched)) in per_batch[0].iter().zip(&per_batch[1]).enumerate() {
+            let differ = alone.iter().zip(batched).filter(|(a, b)| a != b).count();
+            assert_eq!(differ, 0, "add{}: alone and batched differ", k + 1);
         }
     }
 }

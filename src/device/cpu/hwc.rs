@@ -40,54 +40,47 @@ fn inside(o: usize, tap: usize, win: &Window, n: usize) -> Option<usize> {
         .filter(|&i| i < n)
 }
 
-/// Unfolds channels `c0..c0 + cg` of an `[H][W][C]` image into `cols[P × K]`: row `p` is output
-/// pixel `p`'s window, `K = kh·kw·cg` in (ky, kx, channel) order, zeros where the window
-/// leaves the image. Taps that read the image copy a run of channels (a whole window row at
-/// once when the image's channels are all taken).
+/// Unfolds channels `c0..c0 + cg` of an `[H][W][C]` image for output pixels `pixels` into
+/// `cols`: row `r` is pixel `pixels.start + r`'s window, `K = kh·kw·cg` values in (ky, kx,
+/// channel) order, zeros where the window leaves the image. Taps that read the image copy a run
+/// of channels (a whole window row at once when the image's channels are all taken). One
+/// thread: a caller that wants both cores unfolds halves of the pixels.
 pub fn im2col(
     x: &[f32],
     (h, w, c): (usize, usize, usize),
     (c0, cg): (usize, usize),
     win: Window,
+    pixels: std::ops::Range<usize>,
     cols: &mut [f32],
 ) {
-    let ((kh, kw), (ho, wo)) = (win.kernel, win.out);
+    let (kh, kw) = win.kernel;
+    let wo = win.out.1.max(1);
     let k = kh * kw * cg;
-    split_rows(
-        &mut cols[..ho * wo * k],
-        wo * k,
-        ho * wo * k,
-        |oy0, rows| {
-            for (r, row) in rows.chunks_exact_mut(wo * k).enumerate() {
-                let oy = oy0 + r;
-                for (ox, patch) in row.chunks_exact_mut(k).enumerate() {
-                    for ky in 0..kh {
-                        let dst = &mut patch[ky * kw * cg..(ky + 1) * kw * cg];
-                        let Some(iy) = inside(oy, ky, &win, h) else {
-                            dst.fill(0.0);
-                            continue;
-                        };
-                        let base = iy * w;
-                        let first = inside(ox, 0, &win, w);
-                        let last = inside(ox, kw - 1, &win, w);
-                        if let (Some(ix), Some(_), true) = (first, last, cg == c) {
-                            // the whole window row is inside the image and contiguous
-                            dst.copy_from_slice(&x[(base + ix) * c..(base + ix + kw) * c]);
-                            continue;
-                        }
-                        for (kx, d) in dst.chunks_exact_mut(cg).enumerate() {
-                            match inside(ox, kx, &win, w) {
-                                Some(ix) => {
-                                    d.copy_from_slice(&x[(base + ix) * c + c0..][..cg]);
-                                }
-                                None => d.fill(0.0),
-                            }
-                        }
-                    }
+    let rows = cols[..pixels.len() * k].chunks_exact_mut(k);
+    for (px, patch) in pixels.zip(rows) {
+        let (oy, ox) = (px / wo, px % wo);
+        for ky in 0..kh {
+            let dst = &mut patch[ky * kw * cg..(ky + 1) * kw * cg];
+            let Some(iy) = inside(oy, ky, &win, h) else {
+                dst.fill(0.0);
+                continue;
+            };
+            let base = iy * w;
+            let first = inside(ox, 0, &win, w);
+            let last = inside(ox, kw - 1, &win, w);
+            if let (Some(ix), Some(_), true) = (first, last, cg == c) {
+                // the whole window row is inside the image and contiguous
+                dst.copy_from_slice(&x[(base + ix) * c..(base + ix + kw) * c]);
+                continue;
+            }
+            for (kx, d) in dst.chunks_exact_mut(cg).enumerate() {
+                match inside(ox, kx, &win, w) {
+                    Some(ix) => d.copy_from_slice(&x[(base + ix) * c + c0..][..cg]),
+                    None => d.fill(0.0),
                 }
             }
-        },
-    );
+        }
+    }
 }
 
 /// Depthwise convolution (one filter per channel) of an `[H][W][C]` image, with the shift and

@@ -31,7 +31,7 @@ use super::layout::{Layout, NodeLayout, Seg, Src};
 use super::{Device, Member, Timing};
 use crate::error::{Error, Result};
 use crate::graph::op::{AttnMode, Op, PoolKind, PosEnc};
-use crate::graph::{Class, Input, Model, Node, NodeStep, Rows};
+use crate::graph::{Class, Input, Model, Node, NodeStep, Rows, View};
 use crate::time::Nanos;
 use kernels::{ActK, Window};
 use panels::Panels;
@@ -53,6 +53,62 @@ struct NodeRt {
     /// A linear or LSTM layer's weight matrix, packed for the row GEMM (its `w.w` is then
     /// empty: the weights are held once).
     panels: Panels,
+    /// A convolution's: the residual add it completes in its epilogue ([`fuse_residuals`]).
+    residual: Option<Residual>,
+    /// An add's: computed by its producer's epilogue, nothing left to do.
+    fused: bool,
+}
+
+/// A residual add completed by the convolution that produces its later input, while the
+/// convolution's output is still in cache: `add`'s output `act(conv + skip)`.
+#[derive(Clone, Copy, Debug)]
+struct Residual {
+    add: usize,
+    skip: usize,
+    act: ActK,
+}
+
+/// Marks each residual add whose later input is a convolution read by that add alone (ResNet's
+/// `conv3 + shortcut`): the convolution writes the sum too (its own output stays as it is),
+/// and the add has nothing left to do. Both run for the same members at the same step, in this
+/// order, so preemption between them changes nothing.
+fn fuse_residuals(model: &Model, nodes: &mut [NodeRt]) {
+    let mut readers = vec![0u32; model.nodes.len()];
+    for n in &model.nodes {
+        for input in &n.inputs {
+            readers[input.node.idx()] += 1;
+        }
+    }
+    for n in &model.nodes {
+        let (Op::Add { act }, [a, b]) = (&n.op, n.inputs.as_slice()) else {
+            continue;
+        };
+        let (late, early) = (
+            a.node.idx().max(b.node.idx()),
+            a.node.idx().min(b.node.idx()),
+        );
+        let same = |k: usize| {
+            let p = &model.nodes[k];
+            p.class == Class::Static && p.out.feat == n.out.feat
+        };
+        let fusable = n.class == Class::Static
+            && late != early
+            && a.view == View::Same
+            && b.view == View::Same
+            && image(&n.out.feat).is_some()
+            && same(late)
+            && same(early)
+            && readers[late] == 1
+            && matches!(model.nodes[late].op, Op::Conv2d { .. });
+        if fusable {
+            nodes[late].residual = Some(Residual {
+                add: n.id.idx(),
+                skip: early,
+                act: act_k(*act),
+            });
+            nodes[n.id.idx()].fused = true;
+        }
+    }
 }
 
 pub use crate::device::capture::Captured;
@@ -93,9 +149,8 @@ fn numel(s: &[usize]) -> usize {
     s.iter().product()
 }
 
-/// Images with fewer output pixels than this (ResNet's last stage: 7 × 7) run their GEMMs
-/// through [`rowgemm`] on weights packed at prepare time, which beats the `gemm` crate on so
-/// few rows (`cargo bench --bench cpu -- gemm`, "conv 3x3 (layer4)").
+/// Images with fewer output pixels than this (ResNet's last stage: 7 × 7) run their GEMM as one
+/// block whose columns the cores share, rather than a share of the pixels each.
 const SMALL_IMAGE: usize = 128;
 
 /// No member in this slot (see `CpuDevice::slot_member`).
@@ -131,9 +186,8 @@ fn cpu_weights(n: &Node, mut w: Weights) -> Weights {
     w
 }
 
-/// A linear or LSTM layer's matrix (`[K][N]`) moved into [`Panels`], and a convolution's
-/// (ungrouped, reordered `[K][Cout]`) when its images are small enough for the row GEMM
-/// ([`SMALL_IMAGE`]); other nodes keep theirs.
+/// A linear or LSTM layer's matrix (`[K][N]`) moved into [`Panels`], and an ungrouped
+/// convolution's (reordered `[K][Cout]`); other nodes keep theirs.
 fn weight_panels(n: &Node, mut w: Weights, in_feat: usize) -> (Weights, Panels) {
     let (k, cols) = match &n.op {
         Op::Linear {
@@ -436,12 +490,19 @@ impl Device for CpuDevice {
                 .unwrap_or(1);
             match &n.op {
                 Op::Conv2d {
+                    out_channels,
                     kernel: (kh, kw),
+                    stride,
+                    padding,
                     groups,
                     ..
                 } => {
                     let (c, _, _) = n.in_chw();
-                    need_cols = need_cols.max(n.out_hw().0 * n.out_hw().1 * (c / groups) * kh * kw);
+                    let p = n.out_hw().0 * n.out_hw().1;
+                    let pointwise = (*kh, *kw, *stride, *padding) == (1, 1, 1, 0);
+                    let k = (c / groups) * kh * kw;
+                    let n = *out_channels;
+                    need_cols = need_cols.max(conv::scratch_len(p, *groups, (k, n), pointwise));
                 }
                 Op::Linear { .. } => {
                     need_a = need_a.max(mb * rows * in_feat);
@@ -473,9 +534,12 @@ impl Device for CpuDevice {
                 in_feat,
                 tied,
                 panels,
+                residual: None,
+                fused: false,
             });
         }
         tie_tables(model, &mut nodes);
+        fuse_residuals(model, &mut nodes);
         self.nodes = nodes;
         self.layout = layout;
         self.scratch_a = vec![0.0; need_a];

@@ -74,27 +74,53 @@ macro_rules! vectorized_fn {
 }
 pub(crate) use vectorized_fn;
 
-/// Runs `f(first_row, rows)` over `out` cut into whole rows of `row_len`: at once when `work`
-/// is small or the caller is already one of the pool's threads, else one contiguous range of
-/// rows per thread of the pool.
+/// Runs `f(first_row, rows)` over `out` cut into rows of `row_len` (the last may be shorter):
+/// at once when `work` is small or the caller is already one of the pool's threads, else one
+/// contiguous range of rows per thread of the pool.
 pub(crate) fn split_rows(
     out: &mut [f32],
     row_len: usize,
     work: usize,
     f: impl Fn(usize, &mut [f32]) + Sync,
 ) {
-    let rows = out.len() / row_len.max(1);
-    let threads = rayon::current_num_threads().min(rows);
-    // on one of the pool's threads, the work is already a share of a parallel job
-    if work < PARALLEL_WORK || threads < 2 || rayon::current_thread_index().is_some() {
+    let Some(per) = share(out.len().div_ceil(row_len.max(1)), work) else {
         return f(0, out);
-    }
-    let per = rows.div_ceil(threads);
+    };
     library_scope(|| {
         out.par_chunks_mut(per * row_len)
             .enumerate()
             .for_each(|(i, chunk)| f(i * per, chunk))
     });
+}
+
+/// [`split_rows`] over two outputs of the same rows at once (a convolution's own output and
+/// the residual sum it completes): `f(first_row, rows_of_a, rows_of_b)`.
+pub(crate) fn split_rows_pair(
+    (a, b): (&mut [f32], &mut [f32]),
+    row_len: usize,
+    work: usize,
+    f: impl Fn(usize, &mut [f32], &mut [f32]) + Sync,
+) {
+    let Some(per) = share(a.len().div_ceil(row_len.max(1)), work) else {
+        return f(0, a, b);
+    };
+    library_scope(|| {
+        a.par_chunks_mut(per * row_len)
+            .zip(b.par_chunks_mut(per * row_len))
+            .enumerate()
+            .for_each(|(i, (x, y))| f(i * per, x, y))
+    });
+}
+
+/// Rows per thread when `rows` rows of `work` element operations are worth splitting over the
+/// pool, or None: small work, one thread, or a caller that is already one of the pool's threads
+/// (the work is then already a share of a parallel job).
+fn share(rows: usize, work: usize) -> Option<usize> {
+    let threads = rayon::current_num_threads().min(rows);
+    if work < PARALLEL_WORK || threads < 2 || rayon::current_thread_index().is_some() {
+        return None;
+    }
+    Some(rows.div_ceil(threads))
 }
 
 #[cfg(test)]
@@ -119,6 +145,25 @@ mod tests {
                 .flat_map(|r| std::iter::repeat_n(r as f32 + 1.0, len))
                 .collect();
             assert_eq!(out, want, "{rows} rows of {len}");
+        }
+    }
+
+    /// Both outputs of a pair are cut at the same rows, a shorter last row included, and every
+    /// row visited once with its index.
+    #[test]
+    fn split_rows_pair_cuts_both_outputs_alike() {
+        for (len, row, work) in [(23, 4, 1 << 20), (64, 8, 1 << 20), (10, 3, 1)] {
+            let (mut a, mut b) = (vec![0.0f32; len], vec![0.0f32; len]);
+            split_rows_pair((&mut a, &mut b), row, work, |r0, x, y| {
+                assert_eq!(x.len(), y.len());
+                for (i, (x, y)) in x.chunks_mut(row).zip(y.chunks_mut(row)).enumerate() {
+                    x.iter_mut().for_each(|v| *v += (r0 + i) as f32 + 1.0);
+                    y.iter_mut().for_each(|v| *v -= (r0 + i) as f32 + 1.0);
+                }
+            });
+            let want: Vec<f32> = (0..len).map(|j| (j / row) as f32 + 1.0).collect();
+            assert_eq!(a, want, "{len} values in rows of {row}");
+            assert!(a.iter().zip(&b).all(|(x, y)| *x == -*y));
         }
     }
 }

@@ -7,6 +7,10 @@ impl CpuDevice {
     /// Ops that work row by row on their (concatenated) inputs.
     pub(super) fn rowwise(&mut self, model: &Model, i: usize, members: &[Member]) {
         let node = &model.nodes[i];
+        if self.nodes[i].fused {
+            // its producer's epilogue wrote it
+            return;
+        }
         if let Op::Add { act } = &node.op {
             if self.add_in_place(model, i, members, act_k(*act)) {
                 return;
