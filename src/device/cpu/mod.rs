@@ -310,6 +310,30 @@ impl CpuDevice {
         (p, Layout::valid_rows(model, p, m.len))
     }
 
+    /// Where input `k`'s row `r` for member `m` lies when it is one run of an earlier node's
+    /// buffer, the input's whole width: `(producer, offset)`; None when it must be gathered.
+    fn input_run(
+        &self,
+        model: &Model,
+        node: &Node,
+        k: usize,
+        m: &Member,
+        r: usize,
+    ) -> Option<(usize, usize)> {
+        let width = numel(&node.in_shapes[k].feat);
+        let mut found = (None, 0);
+        self.layout
+            .input_segs(model, node, &node.inputs[k], m, r, |seg| {
+                found.1 += 1;
+                if let Src::Node { node: p, off } = seg.src {
+                    if p < node.id.idx() && seg.len == width {
+                        found.0 = Some((p, off));
+                    }
+                }
+            });
+        found.0.filter(|_| found.1 == 1)
+    }
+
     fn scatter_row(&mut self, i: usize, slot: u32, pos: usize, src: &[f32]) {
         self.out_row_mut(i, slot, pos).copy_from_slice(src);
     }

@@ -134,20 +134,7 @@ impl CpuDevice {
         if node.inputs.len() != 2 {
             return false;
         }
-        // where input `k`'s row `r` lies, when it is one run of an earlier node's buffer
-        let run = |m: &Member, r: usize, k: usize| {
-            let mut found = (None, 0);
-            self.layout
-                .input_segs(model, node, &node.inputs[k], m, r, |seg| {
-                    found.1 += 1;
-                    if let Src::Node { node: p, off } = seg.src {
-                        if p < i && seg.len == fo {
-                            found.0 = Some((p, off));
-                        }
-                    }
-                });
-            found.0.filter(|_| found.1 == 1)
-        };
+        let run = |m: &Member, r: usize, k: usize| self.input_run(model, node, k, m, r);
         let rows = |m: &Member| 0..Layout::rows(node, m.len);
         if !members
             .iter()
@@ -157,7 +144,11 @@ impl CpuDevice {
         }
         for m in members {
             for r in rows(m) {
-                let (Some((pa, oa)), Some((pb, ob))) = (run(m, r, 0), run(m, r, 1)) else {
+                let inputs = (
+                    self.input_run(model, node, 0, m, r),
+                    self.input_run(model, node, 1, m, r),
+                );
+                let (Some((pa, oa)), Some((pb, ob))) = inputs else {
                     continue;
                 };
                 let o =
