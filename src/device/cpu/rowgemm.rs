@@ -454,12 +454,8 @@ unsafe fn micro(
         }
     }
     let arow: [*const f32; MR] = std::array::from_fn(|r| a.add(if r < rows { r * lda } else { 0 }));
-    for q in 0..kc {
-        if !next.is_null() {
-            let line = next.wrapping_add(q * NR) as *const i8;
-            _mm_prefetch::<_MM_HINT_T1>(line);
-            _mm_prefetch::<_MM_HINT_T1>(line.wrapping_add(64));
-        }
+    // one value of `p`: each row's two chains take one more FMA
+    let step = |acc: &mut [[__m512; 2]; MR], q: usize| {
         let b0 = _mm512_loadu_ps(b.add(q * NR));
         let b1 = _mm512_loadu_ps(b.add(q * NR + 16));
         for (r, acc_r) in acc.iter_mut().enumerate() {
@@ -467,6 +463,30 @@ unsafe fn micro(
             acc_r[0] = _mm512_fmadd_ps(x, b0, acc_r[0]);
             acc_r[1] = _mm512_fmadd_ps(x, b1, acc_r[1]);
         }
+    };
+    // four values of `p` a turn, the prefetch decided once (the loop's branches and counters
+    // cost issue slots the FMAs need)
+    let (turns, rest) = (kc / 4, kc % 4);
+    if next.is_null() {
+        for t in 0..turns {
+            for u in 0..4 {
+                step(&mut acc, 4 * t + u);
+            }
+        }
+    } else {
+        for t in 0..turns {
+            // the next panel's 4 rows of 128 bytes: 8 lines
+            let line = next.wrapping_add(4 * t * NR) as *const i8;
+            for u in 0..8 {
+                _mm_prefetch::<_MM_HINT_T1>(line.wrapping_add(64 * u));
+            }
+            for u in 0..4 {
+                step(&mut acc, 4 * t + u);
+            }
+        }
+    }
+    for q in kc - rest..kc {
+        step(&mut acc, q);
     }
     for (r, acc_r) in acc.iter().enumerate().take(rows) {
         let row = c.add(r * ldc);
