@@ -567,7 +567,8 @@ impl Device for CpuDevice {
         self.nodes = nodes;
         self.layout = layout;
         self.scratch_a = vec![0.0; need_a];
-        self.scratch_c = vec![0.0; need_c];
+        // (an argmax's picks take one value a member)
+        self.scratch_c = vec![0.0; need_c.max(mb)];
         self.cols = (0..rayon::current_num_threads().max(1))
             .map(|_| std::sync::Mutex::new(vec![0.0; need_cols]))
             .collect();

@@ -16,6 +16,9 @@ impl CpuDevice {
                 return;
             }
         }
+        if node.op == Op::Argmax && self.argmax_in_place(model, i, members) {
+            return;
+        }
         let kin = self.nodes[i].in_feat;
         let fo = self.layout.nodes[i].feat;
         let mut a = std::mem::take(&mut self.scratch_a);
@@ -160,5 +163,93 @@ impl CpuDevice {
             }
         }
         true
+    }
+
+    /// Argmax over each member's single row read where its producer wrote it (a decoder step's
+    /// logits: 36,548 values a request for GNMT, copied into scratch first until now), the
+    /// members shared between the cores; false, with nothing done, when a row must be gathered.
+    fn argmax_in_place(&mut self, model: &Model, i: usize, members: &[Member]) -> bool {
+        let node = &model.nodes[i];
+        let width = numel(&node.in_shapes[0].feat);
+        let in_place = |m: &Member| {
+            Layout::rows(node, m.len) == 1 && self.input_run(model, node, 0, m, 0).is_some()
+        };
+        if node.inputs.len() != 1
+            || self.scratch_c.len() < members.len()
+            || !members.iter().all(in_place)
+        {
+            return false;
+        }
+        let mut picks = std::mem::take(&mut self.scratch_c);
+        let this = &*self;
+        let pick = |m: &Member| {
+            let (p, off) = this.input_run(model, node, 0, m, 0).unwrap_or_default();
+            kernels::argmax(&this.nodes[p].out[off..off + width]) as f32
+        };
+        let picks_of = &mut picks[..members.len()];
+        if members.len() * width < 1 << 16 || members.len() < 2 {
+            picks_of
+                .iter_mut()
+                .zip(members)
+                .for_each(|(y, m)| *y = pick(m));
+        } else {
+            par::library_scope(|| {
+                use rayon::prelude::*;
+                picks_of
+                    .par_iter_mut()
+                    .zip(members)
+                    .for_each(|(y, m)| *y = pick(m))
+            });
+        }
+        for (m, y) in members.iter().zip(&picks) {
+            let pos = self.layout.out_pos(model, i, m.step, 0, m.len);
+            self.out_row_mut(i, m.slot, pos)[0] = *y;
+        }
+        self.scratch_c = picks;
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::Device;
+
+    /// Each member's argmax, read in place (alone, or members shared between the cores), is the
+    /// first largest value's index of its row.
+    #[test]
+    fn argmax_in_place_picks_each_rows_first_largest() {
+        for width in [40usize, 70_000] {
+            let text = format!(
+                "name = \"pick\"\nmax_batch = 4\n\n[[node]]\nname = \"x\"\nop = \"input\"\n\
+                 shape = [{width}]\nseq = \"one\"\n\n[[node]]\nname = \"y\"\nop = \"argmax\"\n\
+                 inputs = [\"x\"]\n"
+            );
+            let model = crate::graph::loader::parse_model(&text, "pick.toml".as_ref()).unwrap();
+            let mut dev = CpuDevice::new(5);
+            dev.prepare(&model, 4).unwrap();
+            let members: Vec<Member> = [3u32, 0, 2]
+                .iter()
+                .map(|&slot| Member {
+                    slot,
+                    len: model.ref_lengths(),
+                    input: u64::from(slot) + 1,
+                    step: 0,
+                })
+                .collect();
+            let at = NodeStep {
+                node: model.nodes[0].id,
+                step: 0,
+            };
+            dev.execute(&model, at, &members).unwrap();
+            assert!(dev.argmax_in_place(&model, 1, &members), "width {width}");
+            for m in &members {
+                let x = &dev.nodes[0].out[dev.layout.offset(0, m.slot, 0)..][..width];
+                let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let want = x.iter().position(|v| *v == max).unwrap();
+                let y = dev.nodes[1].out[dev.layout.offset(1, m.slot, 0)];
+                assert_eq!(y, want as f32, "width {width}, slot {}", m.slot);
+            }
+        }
     }
 }
