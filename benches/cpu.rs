@@ -249,7 +249,10 @@ fn pass_ms(model: &str, b: u32, rounds: usize, step: bool, by_node: bool) -> f64
             let node = m.node(nodes[k].node);
             let (shape, gflops) = match node.cost.gemm {
                 Some(g) => {
-                    let flop = 2.0 * (g.m_per_row * g.n * g.k * g.count) as f64 * f64::from(b);
+                    // a sequence's rows each take the GEMM (BERT's 128 tokens)
+                    let rows = lazybatch::device::layout::Layout::rows(node, len) as f64;
+                    let flop =
+                        2.0 * (g.m_per_row * g.n * g.k * g.count) as f64 * rows * f64::from(b);
                     let desc = format!("{}x{}x{} g{}", g.m_per_row, g.n, g.k, g.count);
                     (desc, format!("{:.1} GFLOP/s", flop / t / 1e6))
                 }
