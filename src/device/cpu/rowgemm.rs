@@ -374,20 +374,29 @@ impl Nn<'_> {
                         } else {
                             (self.a.as_ptr().add(ic * self.lda + pc), self.lda)
                         };
+                        // the passes over a panel fetch the next one into L2 meanwhile (weights
+                        // come from memory, and each panel starts a new stream), each pass its
+                        // share of the lines, spread over its steps: all at once from the first
+                        // pass asked for more than memory delivers in that time
+                        let tiles = mc.div_ceil(MR);
+                        let lines = (kc * NR).div_ceil(16);
+                        let per_turn = lines.div_ceil(tiles * (kc / 4).max(1));
                         for jr in (0..nc).step_by(NR) {
-                            // the first pass over a panel fetches the next one into L2 (weights
-                            // come from memory, and each panel starts a new stream)
                             let next = if jr + NR < nc {
                                 panel(jr + NR)
                             } else {
                                 std::ptr::null()
                             };
-                            for ir in (0..mc).step_by(MR) {
+                            for (t, ir) in (0..mc).step_by(MR).enumerate() {
                                 let dst = c.0.add((ic + ir) * self.ldc + jc + jr);
+                                let share = match next.is_null() {
+                                    true => next,
+                                    false => next.wrapping_add(t * (kc / 4).max(1) * per_turn * 16),
+                                };
                                 micro(
                                     kc,
                                     (a0.add(ir * alda), alda),
-                                    (panel(jr), if ir == 0 { next } else { std::ptr::null() }),
+                                    (panel(jr), (share, per_turn)),
                                     (dst, self.ldc),
                                     (MR.min(mc - ir), NR.min(nc - jr)),
                                     pc == 0,
@@ -426,7 +435,8 @@ impl Nn<'_> {
 
 /// `C[rows × cols] (+)= A·B` over `kc` values of `p`: `a` points at row 0's first value, rows
 /// `lda` apart (rows past `rows` are not read: row 0 stands in for them, its results dropped),
-/// `b` a packed `kc × NR` panel (`next`, when not null, the panel to fetch into L2 meanwhile);
+/// `b` a packed `kc × NR` panel (`next`, when not null, this pass's share of the next panel to
+/// fetch into L2 meanwhile, `per_turn` lines every four steps);
 /// `first` starts each chain from zero, otherwise it continues from C.
 ///
 /// # Safety
@@ -437,7 +447,7 @@ impl Nn<'_> {
 unsafe fn micro(
     kc: usize,
     (a, lda): (*const f32, usize),
-    (b, next): (*const f32, *const f32),
+    (b, (next, per_turn)): (*const f32, (*const f32, usize)),
     (c, ldc): (*mut f32, usize),
     (rows, cols): (usize, usize),
     first: bool,
@@ -475,9 +485,9 @@ unsafe fn micro(
         }
     } else {
         for t in 0..turns {
-            // the next panel's 4 rows of 128 bytes: 8 lines
-            let line = next.wrapping_add(4 * t * NR) as *const i8;
-            for u in 0..8 {
+            // this pass's share of the next panel, `per_turn` lines a turn
+            let line = next.wrapping_add(t * per_turn * 16) as *const i8;
+            for u in 0..per_turn {
                 _mm_prefetch::<_MM_HINT_T1>(line.wrapping_add(64 * u));
             }
             for u in 0..4 {
