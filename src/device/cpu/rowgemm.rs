@@ -19,8 +19,11 @@
 use super::panels::Panels;
 use super::par::avx512;
 
-/// GEMMs with at least this many multiply-adds split their columns over two threads.
-const PARALLEL_MACS: usize = 1 << 20;
+/// GEMMs with at least this many multiply-adds split their columns over two threads: from
+/// 2¹⁸, a batch-1 decoder step's 512 × 512 projections (1 MB of weights each, from memory)
+/// stream on both cores — the Transformer's step 4–13% faster than from 2²⁰, in 5 of 5
+/// interleaved pairs.
+const PARALLEL_MACS: usize = 1 << 18;
 
 /// `C[m×n] = A[m×k]·B[k×n]`, all row-major with unit column stride: `A` rows `lda` apart, `B`
 /// rows `ldb` apart, `C` rows `ldc` apart.
