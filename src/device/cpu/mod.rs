@@ -53,62 +53,10 @@ struct NodeRt {
     /// A linear or LSTM layer's weight matrix, packed for the row GEMM (its `w.w` is then
     /// empty: the weights are held once).
     panels: Panels,
-    /// A convolution's: the residual add it completes in its epilogue ([`fuse_residuals`]).
-    residual: Option<Residual>,
+    /// A convolution's: the residual add it completes in its epilogue ([`conv::fuse_residuals`]).
+    residual: Option<conv::Residual>,
     /// An add's: computed by its producer's epilogue, nothing left to do.
     fused: bool,
-}
-
-/// A residual add completed by the convolution that produces its later input, while the
-/// convolution's output is still in cache: `add`'s output `act(conv + skip)`.
-#[derive(Clone, Copy, Debug)]
-struct Residual {
-    add: usize,
-    skip: usize,
-    act: ActK,
-}
-
-/// Marks each residual add whose later input is a convolution read by that add alone (ResNet's
-/// `conv3 + shortcut`): the convolution writes the sum too (its own output stays as it is),
-/// and the add has nothing left to do. Both run for the same members at the same step, in this
-/// order, so preemption between them changes nothing.
-fn fuse_residuals(model: &Model, nodes: &mut [NodeRt]) {
-    let mut readers = vec![0u32; model.nodes.len()];
-    for n in &model.nodes {
-        for input in &n.inputs {
-            readers[input.node.idx()] += 1;
-        }
-    }
-    for n in &model.nodes {
-        let (Op::Add { act }, [a, b]) = (&n.op, n.inputs.as_slice()) else {
-            continue;
-        };
-        let (late, early) = (
-            a.node.idx().max(b.node.idx()),
-            a.node.idx().min(b.node.idx()),
-        );
-        let same = |k: usize| {
-            let p = &model.nodes[k];
-            p.class == Class::Static && p.out.feat == n.out.feat
-        };
-        let fusable = n.class == Class::Static
-            && late != early
-            && a.view == View::Same
-            && b.view == View::Same
-            && image(&n.out.feat).is_some()
-            && same(late)
-            && same(early)
-            && readers[late] == 1
-            && matches!(model.nodes[late].op, Op::Conv2d { .. });
-        if fusable {
-            nodes[late].residual = Some(Residual {
-                add: n.id.idx(),
-                skip: early,
-                act: act_k(*act),
-            });
-            nodes[n.id.idx()].fused = true;
-        }
-    }
 }
 
 pub use crate::device::capture::Captured;
@@ -563,7 +511,7 @@ impl Device for CpuDevice {
             });
         }
         tie_tables(model, &mut nodes);
-        fuse_residuals(model, &mut nodes);
+        conv::fuse_residuals(model, &mut nodes);
         self.nodes = nodes;
         self.layout = layout;
         self.scratch_a = vec![0.0; need_a];
