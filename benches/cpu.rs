@@ -272,6 +272,7 @@ fn pass_ms(model: &str, b: u32, rounds: usize, step: bool, by_node: bool) -> f64
 /// The depthwise convolutions of MobileNet-v1 (3×3, the first of each size), alone with warm
 /// caches: time (the best of 7 batches) and multiply-adds per second.
 fn depthwise_table() {
+    use lazybatch::device::cpu::aligned::Aligned;
     use lazybatch::device::cpu::hwc;
     use lazybatch::device::cpu::kernels::{ActK, Window};
     println!(
@@ -297,10 +298,14 @@ fn depthwise_table() {
             pad: 1,
             out: (out, out),
         };
-        let x: Vec<f32> = (0..h * h * c).map(|i| (i % 7) as f32 * 0.1).collect();
+        // on cache lines, as the device's activations are
+        let mut x = Aligned::zeroed(h * h * c);
+        x.iter_mut()
+            .enumerate()
+            .for_each(|(i, v)| *v = (i % 7) as f32 * 0.1);
         let wt: Vec<f32> = (0..9 * c).map(|i| (i % 5) as f32 * 0.1).collect();
         let shift = vec![0.1f32; c];
-        let mut y = vec![0.0f32; out * out * c];
+        let mut y = Aligned::zeroed(out * out * c);
         let run = |y: &mut [f32]| hwc::depthwise(&x, (h, h, c), &wt, win, (&shift, ActK::Relu6), y);
         run(&mut y);
         // the best of 7 batches of 20 (this VM's neighbours make single timings wander)

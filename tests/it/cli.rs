@@ -400,7 +400,7 @@ fn cpu_compare_runs_for_real_and_lazy_does_not_wait_for_a_window() {
         "--device",
         "cpu",
         "--load",
-        "0.3,0.9",
+        "0.1,0.9",
         "--policies",
         "serial,graph:20,lazy",
         "--requests",
@@ -431,7 +431,9 @@ fn cpu_compare_runs_for_real_and_lazy_does_not_wait_for_a_window() {
             .as_f64()
             .unwrap()
     };
-    // at low load graph batching waits up to its 20 ms window; LazyB never waits for one
+    // at low load graph batching waits up to its 20 ms window; LazyB never waits for one (at
+    // 0.1 of the device's capacity a window rarely fills, whatever the device's speed: at 0.3
+    // the margin shrank as the CPU device got faster and the window filled sooner)
     assert!(
         mean("lazy", 0) + 5.0 < mean("graph:20", 0),
         "lazy {} vs graph:20 {}",

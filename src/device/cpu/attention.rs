@@ -4,8 +4,8 @@ use super::*;
 use kernels::Strided;
 /// The scratch buffers attention works in (taken from the device for the node's run).
 struct AttnScratch {
-    a: Vec<f32>,
-    c: Vec<f32>,
+    a: Aligned,
+    c: Aligned,
     scores: Vec<f32>,
 }
 

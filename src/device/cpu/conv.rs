@@ -113,7 +113,7 @@ pub(super) fn fuse_residuals(model: &Model, nodes: &mut [NodeRt]) {
 
 /// This thread's unfolding scratch (the pool's threads each have one; a thread outside the
 /// pool takes the first, which no pool thread uses while it waits).
-fn scratch(cols: &[Mutex<Vec<f32>>]) -> MutexGuard<'_, Vec<f32>> {
+fn scratch(cols: &[Mutex<Aligned>]) -> MutexGuard<'_, Aligned> {
     let t = rayon::current_thread_index().unwrap_or(0) % cols.len().max(1);
     cols[t].lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -158,7 +158,7 @@ impl Conv<'_> {
 
     /// Convolves one image `x` into `out` (`[P][Cout]`), unfolding into `cols`; with `sum`, also
     /// the residual add that follows it.
-    fn image(&self, x: &[f32], out: &mut [f32], cols: &[Mutex<Vec<f32>>], mut sum: Sum) {
+    fn image(&self, x: &[f32], out: &mut [f32], cols: &[Mutex<Aligned>], mut sum: Sum) {
         let ((h, w, c), (p, co), (g, cg, cog)) = (self.input, self.out, self.groups);
         if g > 1 {
             if cg == 1 && cog == 1 && g == c {
@@ -199,7 +199,7 @@ impl Conv<'_> {
         x: &[f32],
         pixels: std::ops::Range<usize>,
         out: &mut [f32],
-        cols: &[Mutex<Vec<f32>>],
+        cols: &[Mutex<Aligned>],
         sum: Sum,
     ) {
         let ((h, w, c), co, k) = (self.input, self.out.1, self.window());

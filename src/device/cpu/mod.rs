@@ -13,6 +13,7 @@
 //! that an op reads the same way on both; `kernels` and `hwc` hold the numeric kernels, `par`
 //! how they use the cores, and `weights` the generated weights.
 
+pub mod aligned;
 mod attention;
 mod conv;
 pub mod fastmath;
@@ -33,6 +34,7 @@ use crate::error::{Error, Result};
 use crate::graph::op::{AttnMode, Op, PoolKind, PosEnc};
 use crate::graph::{Class, Input, Model, Node, NodeStep, Rows, View};
 use crate::time::Nanos;
+use aligned::Aligned;
 use kernels::{ActK, Window};
 use panels::Panels;
 use std::time::Instant;
@@ -41,7 +43,7 @@ use weights::Weights;
 #[derive(Debug)]
 struct NodeRt {
     /// Output buffer, laid out by [`Layout`].
-    out: Vec<f32>,
+    out: Aligned,
     w: Weights,
     /// LSTM cell state (`max_batch × H`) or decoder self-attention K|V cache
     /// (`max_batch × max_dec × 2D`).
@@ -70,10 +72,10 @@ pub struct CpuDevice {
     max_batch: usize,
     layout: Layout,
     nodes: Vec<NodeRt>,
-    scratch_a: Vec<f32>,
-    scratch_c: Vec<f32>,
+    scratch_a: Aligned,
+    scratch_c: Aligned,
     /// Unfolding scratch, one per thread of the pool (convolutions run images in parallel).
-    cols: Vec<std::sync::Mutex<Vec<f32>>>,
+    cols: Vec<std::sync::Mutex<Aligned>>,
     /// The member index of each slot during a parallel convolution ([`NO_MEMBER`] otherwise).
     slot_member: Vec<u32>,
     scores: Vec<f32>,
@@ -203,8 +205,8 @@ impl CpuDevice {
                 max_batch: 0,
             },
             nodes: Vec::new(),
-            scratch_a: Vec::new(),
-            scratch_c: Vec::new(),
+            scratch_a: Aligned::default(),
+            scratch_c: Aligned::default(),
             cols: Vec::new(),
             slot_member: Vec::new(),
             scores: Vec::new(),
@@ -500,7 +502,7 @@ impl Device for CpuDevice {
             }
             let (w, panels) = weight_panels(n, w, in_feat);
             nodes.push(NodeRt {
-                out: vec![0.0; layout.buffer_len(n.id.idx())],
+                out: Aligned::zeroed(layout.buffer_len(n.id.idx())),
                 w,
                 state,
                 in_feat,
@@ -514,11 +516,11 @@ impl Device for CpuDevice {
         conv::fuse_residuals(model, &mut nodes);
         self.nodes = nodes;
         self.layout = layout;
-        self.scratch_a = vec![0.0; need_a];
+        self.scratch_a = Aligned::zeroed(need_a);
         // (an argmax's picks take one value a member)
-        self.scratch_c = vec![0.0; need_c.max(mb)];
+        self.scratch_c = Aligned::zeroed(need_c.max(mb));
         self.cols = (0..rayon::current_num_threads().max(1))
-            .map(|_| std::sync::Mutex::new(vec![0.0; need_cols]))
+            .map(|_| std::sync::Mutex::new(Aligned::zeroed(need_cols)))
             .collect();
         self.slot_member = vec![NO_MEMBER; mb];
         self.scores = vec![0.0; need_scores];

@@ -6,6 +6,8 @@
 //! copy of every weight on the critical path. Values and each element's FMA order are those of
 //! the plain `k × n` matrix, so results are the same bits.
 
+use super::aligned::Aligned;
+
 /// Columns per panel (the micro-kernel's width).
 pub const NR: usize = 32;
 
@@ -16,15 +18,16 @@ pub struct Panels {
     pub(crate) k: usize,
     /// Columns.
     pub(crate) n: usize,
-    /// `[n.div_ceil(NR)][k][NR]`.
-    pub(crate) data: Vec<f32>,
+    /// `[n.div_ceil(NR)][k][NR]`, on a cache line ([`Aligned`]: each row of a panel is then
+    /// two whole lines).
+    pub(crate) data: Aligned,
 }
 
 impl Panels {
     /// Packs a row-major `k × n` matrix.
     pub fn pack(b: &[f32], k: usize, n: usize) -> Panels {
         let panels = n.div_ceil(NR);
-        let mut data = vec![0.0; panels * k * NR];
+        let mut data = Aligned::zeroed(panels * k * NR);
         for p in 0..k {
             let row = &b[p * n..(p + 1) * n];
             for (jp, src) in row.chunks(NR).enumerate() {
@@ -37,7 +40,7 @@ impl Panels {
     /// Packs the transpose of a row-major `n × k` matrix (an embedding table whose rows are
     /// the columns of a tied output layer).
     pub fn pack_transposed(w: &[f32], n: usize, k: usize) -> Panels {
-        let mut data = vec![0.0; n.div_ceil(NR) * k * NR];
+        let mut data = Aligned::zeroed(n.div_ceil(NR) * k * NR);
         for (j, row) in w[..n * k].chunks_exact(k).enumerate() {
             for (p, &v) in row.iter().enumerate() {
                 data[((j / NR) * k + p) * NR + j % NR] = v;

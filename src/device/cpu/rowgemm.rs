@@ -16,6 +16,7 @@
 //! give the same bits; a test checks it. Work of at least [`PARALLEL_MACS`] multiply-adds is
 //! split by columns over two threads, which does not change any element's arithmetic.
 
+use super::aligned::Aligned;
 use super::panels::Panels;
 use super::par::avx512;
 
@@ -151,9 +152,8 @@ const KC_PAD: usize = KC + 16;
 thread_local! {
     /// Each thread's buffers (a block of A, `MC × KC_PAD`; a block of B, `KC × NC`),
     /// allocated once.
-    static PACK: std::cell::RefCell<(Vec<f32>, Vec<f32>)> = const {
-        std::cell::RefCell::new((Vec::new(), Vec::new()))
-    };
+    static PACK: std::cell::RefCell<(Aligned, Aligned)> =
+        std::cell::RefCell::new((Aligned::default(), Aligned::default()));
 }
 
 /// Allocates this thread's packing buffers now (a device calls it when it prepares, so that
@@ -165,9 +165,9 @@ pub fn reserve() {
 }
 
 /// The packing buffers at their fixed sizes (allocated the first time only).
-fn sized(pk: &mut (Vec<f32>, Vec<f32>)) -> (&mut [f32], &mut [f32]) {
+fn sized(pk: &mut (Aligned, Aligned)) -> (&mut [f32], &mut [f32]) {
     if pk.0.len() < MC * KC_PAD {
-        *pk = (vec![0.0; MC * KC_PAD], vec![0.0; KC * NC]);
+        *pk = (Aligned::zeroed(MC * KC_PAD), Aligned::zeroed(KC * NC));
     }
     (&mut pk.0, &mut pk.1)
 }

@@ -201,7 +201,7 @@ impl CpuDevice {
                     .for_each(|(y, m)| *y = pick(m))
             });
         }
-        for (m, y) in members.iter().zip(&picks) {
+        for (m, y) in members.iter().zip(picks.iter()) {
             let pos = self.layout.out_pos(model, i, m.step, 0, m.len);
             self.out_row_mut(i, m.slot, pos)[0] = *y;
         }
