@@ -516,33 +516,19 @@ act = "relu"
     /// three (images in parallel), and the same bits in both.
     #[test]
     fn a_fused_residual_add_is_the_sum_of_its_inputs() {
-        let model = crate::graph::loader::parse_model(MODEL, "residuals.toml".as_ref()).unwrap();
-        let id = |name: &str| model.nodes.iter().position(|n| n.name == name).unwrap();
         let mut per_batch = Vec::new();
         for batch in [1u32, 3] {
-            let mut dev = CpuDevice::new(7);
-            dev.prepare(&model, 4).unwrap();
+            let (model, mut dev) = testing::prepared(MODEL, 7);
+            let id = |name: &str| model.nodes.iter().position(|n| n.name == name).unwrap();
             for (add, conv, skip) in [("add1", "s", "b"), ("add2", "d", "c"), ("add3", "f", "e")] {
                 let r = dev.nodes[id(conv)].residual.expect(conv);
                 assert_eq!((r.add, r.skip), (id(add), id(skip)), "{add}");
                 assert!(dev.nodes[id(add)].fused, "{add}");
             }
             dev.set_capture(CaptureMode::EveryNode);
-            let members: Vec<Member> = (0..batch)
-                .map(|slot| Member {
-                    slot,
-                    len: model.ref_lengths(),
-                    input: u64::from(slot),
-                    step: 0,
-                })
-                .collect();
-            for n in &model.nodes {
-                let at = NodeStep {
-                    node: n.id,
-                    step: 0,
-                };
-                dev.execute(&model, at, &members).unwrap();
-            }
+            let slots: Vec<u32> = (0..batch).collect();
+            let members = testing::members(&model, &slots, u64::from);
+            testing::run(&mut dev, &model, model.nodes.len(), &members);
             let trace = dev.take_captured().trace;
             let of = |node: usize, input: u64| {
                 let e = trace.iter().find(|e| e.node == node && e.input == input);

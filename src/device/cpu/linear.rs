@@ -174,28 +174,12 @@ act = "gelu"
     /// the first layer's rows match an f64 reference of its input and weights.
     #[test]
     fn rows_in_place_are_the_same_bits_in_any_slots() {
-        let model = crate::graph::loader::parse_model(MODEL, "rows.toml".as_ref()).unwrap();
         let serve = |slots: &[u32]| {
-            let mut dev = CpuDevice::new(3);
-            dev.prepare(&model, 4).unwrap();
+            let (model, mut dev) = testing::prepared(MODEL, 3);
             dev.set_capture(CaptureMode::EveryNode);
-            let members: Vec<Member> = slots
-                .iter()
-                .map(|&slot| Member {
-                    slot,
-                    len: model.ref_lengths(),
-                    input: 10 + u64::from(slot),
-                    step: 0,
-                })
-                .collect();
+            let members = testing::members(&model, slots, |slot| 10 + u64::from(slot));
             assert!(members.iter().all(|m| dev.run_of(&model, 1, m).is_some()));
-            for n in &model.nodes {
-                let at = NodeStep {
-                    node: n.id,
-                    step: 0,
-                };
-                dev.execute(&model, at, &members).unwrap();
-            }
+            testing::run(&mut dev, &model, model.nodes.len(), &members);
             let (x, a) = (&dev.nodes[0], &dev.nodes[1]);
             let w: Vec<f32> = (0..24 * 40).map(|e| a.panels.at(e / 40, e % 40)).collect();
             for m in &members {

@@ -539,3 +539,44 @@ impl Device for CpuDevice {
         })
     }
 }
+
+/// What the CPU device's unit tests share: a model from its text on a prepared device, and
+/// members to serve.
+#[cfg(test)]
+pub(super) mod testing {
+    use super::*;
+    use crate::device::Device;
+
+    /// The model in `text` and a CPU device (weights from `seed`) prepared for it at batch 4.
+    pub(crate) fn prepared(text: &str, seed: u64) -> (Model, CpuDevice) {
+        let model = crate::graph::loader::parse_model(text, "test.toml".as_ref()).unwrap();
+        let mut dev = CpuDevice::new(seed);
+        dev.prepare(&model, 4).unwrap();
+        (model, dev)
+    }
+
+    /// Requests in `slots`, each with input key `key(slot)`, at step 0 and the model's
+    /// reference lengths.
+    pub(crate) fn members(model: &Model, slots: &[u32], key: impl Fn(u32) -> u64) -> Vec<Member> {
+        slots
+            .iter()
+            .map(|&slot| Member {
+                slot,
+                len: model.ref_lengths(),
+                input: key(slot),
+                step: 0,
+            })
+            .collect()
+    }
+
+    /// Nodes `nodes` of a static model executed once each for `members`, in order.
+    pub(crate) fn run(dev: &mut CpuDevice, model: &Model, nodes: usize, members: &[Member]) {
+        for n in &model.nodes[..nodes] {
+            let at = NodeStep {
+                node: n.id,
+                step: 0,
+            };
+            dev.execute(model, at, members).unwrap();
+        }
+    }
+}

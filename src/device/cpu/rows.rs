@@ -213,7 +213,6 @@ impl CpuDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::device::Device;
 
     /// Each member's argmax, read in place (alone, or members shared between the cores), is the
     /// first largest value's index of its row.
@@ -225,23 +224,9 @@ mod tests {
                  shape = [{width}]\nseq = \"one\"\n\n[[node]]\nname = \"y\"\nop = \"argmax\"\n\
                  inputs = [\"x\"]\n"
             );
-            let model = crate::graph::loader::parse_model(&text, "pick.toml".as_ref()).unwrap();
-            let mut dev = CpuDevice::new(5);
-            dev.prepare(&model, 4).unwrap();
-            let members: Vec<Member> = [3u32, 0, 2]
-                .iter()
-                .map(|&slot| Member {
-                    slot,
-                    len: model.ref_lengths(),
-                    input: u64::from(slot) + 1,
-                    step: 0,
-                })
-                .collect();
-            let at = NodeStep {
-                node: model.nodes[0].id,
-                step: 0,
-            };
-            dev.execute(&model, at, &members).unwrap();
+            let (model, mut dev) = testing::prepared(&text, 5);
+            let members = testing::members(&model, &[3, 0, 2], |slot| u64::from(slot) + 1);
+            testing::run(&mut dev, &model, 1, &members);
             assert!(dev.argmax_in_place(&model, 1, &members), "width {width}");
             for m in &members {
                 let x = &dev.nodes[0].out[dev.layout.offset(0, m.slot, 0)..][..width];
