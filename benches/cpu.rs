@@ -329,6 +329,82 @@ fn depthwise_table() {
     }
 }
 
+/// What splitting work in two costs: from a thread outside rayon's pool (every fork a job sent
+/// into the pool, the caller asleep until it is done), from one of its threads, and with the
+/// CPU device's team (`device::cpu::team`: helpers that spin for the next job): `work` µs on
+/// each side after `gap` µs alone, the time above the ideal `gap + work`, against running both
+/// sides on one thread (`work` above it). Medians of 9 batches of 300.
+fn fork_join_table() {
+    fn spin(us: f64) {
+        let t = Instant::now();
+        while t.elapsed().as_secs_f64() * 1e6 < us {
+            std::hint::spin_loop();
+        }
+    }
+    /// Runs one side of the work on each of two threads.
+    type Split<'a> = &'a dyn Fn(&(dyn Fn() + Sync));
+    /// `split` runs both sides; None: one after the other here.
+    fn overhead(gap: f64, work: f64, split: Option<Split>) -> f64 {
+        let reps = 300;
+        let side = || spin(work);
+        let mut batches: Vec<f64> = (0..9)
+            .map(|_| {
+                let t = Instant::now();
+                for _ in 0..reps {
+                    spin(gap);
+                    match split {
+                        Some(split) => split(&side),
+                        None => {
+                            side();
+                            side();
+                        }
+                    }
+                }
+                t.elapsed().as_secs_f64() * 1e6 / reps as f64 - gap - work
+            })
+            .collect();
+        batches.sort_by(f64::total_cmp);
+        batches[batches.len() / 2]
+    }
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(rayon::current_num_threads())
+        .build()
+        .expect("a thread pool");
+    println!(
+        "\nFork and join ({} threads): microseconds above the ideal, each side 20 us of work",
+        pool.current_num_threads()
+    );
+    println!(
+        "{:<12} {:>12} {:>14} {:>14} {:>12}",
+        "alone before", "one thread", "rayon outside", "rayon inside", "team"
+    );
+    let team = lazybatch::device::cpu::team::team();
+    for gap in [5.0, 50.0, 200.0] {
+        let serial = overhead(gap, 20.0, None);
+        let outside = overhead(
+            gap,
+            20.0,
+            Some(&|f| {
+                pool.join(f, f);
+            }),
+        );
+        let inside = pool.install(|| {
+            overhead(
+                gap,
+                20.0,
+                Some(&|f| {
+                    rayon::join(f, f);
+                }),
+            )
+        });
+        let ours = overhead(gap, 20.0, Some(&|f| team.run(2, &|_| f())));
+        println!(
+            "{:<12} {serial:>12.1} {outside:>14.1} {inside:>14.1} {ours:>12.1}",
+            format!("{gap} us")
+        );
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     // `whole MODEL BATCH ROUNDS` / `step MODEL BATCH ROUNDS`: one number, for the harness;
@@ -354,6 +430,9 @@ fn main() {
     }
     if only.as_deref().is_none_or(|o| o == "depthwise") {
         depthwise_table();
+    }
+    if only.as_deref().is_none_or(|o| o == "fork-join") {
+        fork_join_table();
     }
     if only.as_deref().is_none_or(|o| o == "scheduler") {
         scheduler_overhead();

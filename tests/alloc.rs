@@ -1,9 +1,8 @@
 //! Serving allocates nothing in steady state: a counting global allocator (this test binary's
 //! own, so no other test is affected) counts allocations on the serving thread from the moment
 //! the warm-up requests have arrived until the run ends, with the CPU device executing every
-//! node for real. The `gemm` crate allocates packing buffers inside some of its calls, and
-//! rayon's global queue a block now and then when the serving thread hands a GEMM's half to
-//! its pool; those are counted apart (and reported), everything else must be zero.
+//! node for real. The `gemm` crate allocates packing buffers inside some of its calls; those
+//! are counted apart (and reported), everything else must be zero.
 
 use lazybatch::device::cpu::CpuDevice;
 use lazybatch::device::Device;

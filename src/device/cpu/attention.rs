@@ -156,20 +156,21 @@ impl CpuDevice {
             kernels::self_attention_head((qkv, d), (hd * dh, dh), rows, sc, out)
         };
         let (c, scores) = (&mut c[..rows * d], &mut scores[..heads * rows * rows]);
-        if rows * rows * d >= 1 << 16 && rayon::current_num_threads() > 1 {
-            use rayon::prelude::*;
-            par::library_scope(|| {
-                c.par_chunks_mut(rows * dh)
-                    .zip(scores.par_chunks_mut(rows * rows))
+        // heads over the threads (each head's output and scores rows of their own)
+        par::split_rows_pair(
+            (c, scores),
+            (rows * dh, rows * rows),
+            rows * rows * d,
+            |h0, outs, scores| {
+                for (hd, (out, sc)) in outs
+                    .chunks_mut(rows * dh)
+                    .zip(scores.chunks_mut(rows * rows))
                     .enumerate()
-                    .for_each(|(hd, (out, sc))| head(hd, (sc, out)))
-            });
-        } else {
-            c.chunks_mut(rows * dh)
-                .zip(scores.chunks_mut(rows * rows))
-                .enumerate()
-                .for_each(|(hd, (out, sc))| head(hd, (sc, out)));
-        }
+                {
+                    head(h0 + hd, (sc, out));
+                }
+            },
+        );
         let out = self.layout.offset(i, m.slot, 0);
         let dst = &mut self.nodes[i].out[out..out + rows * d];
         for (hd, block) in c[..rows * d].chunks_exact(rows * dh).enumerate() {

@@ -10,6 +10,7 @@
 //! time, its columns shared between the cores instead. Grouped convolutions unfold the whole
 //! image per group; a depthwise convolution is one fused pass.
 
+use super::team;
 use super::*;
 use std::sync::{Mutex, MutexGuard};
 
@@ -111,10 +112,9 @@ pub(super) fn fuse_residuals(model: &Model, nodes: &mut [NodeRt]) {
     }
 }
 
-/// This thread's unfolding scratch (the pool's threads each have one; a thread outside the
-/// pool takes the first, which no pool thread uses while it waits).
+/// This thread's unfolding scratch (one per thread of the team: [`team::index`]).
 fn scratch(cols: &[Mutex<Aligned>]) -> MutexGuard<'_, Aligned> {
-    let t = rayon::current_thread_index().unwrap_or(0) % cols.len().max(1);
+    let t = team::index() % cols.len().max(1);
     cols[t].lock().unwrap_or_else(|e| e.into_inner())
 }
 
@@ -185,9 +185,11 @@ impl Conv<'_> {
         let work = p * co * self.window();
         match sum.take() {
             None => par::split_rows(out, pb * co, work, |b0, rows| blocks(b0, rows, None)),
-            Some((skip, y)) => par::split_rows_pair((out, y), pb * co, work, |b0, rows, y| {
-                blocks(b0, rows, Some((&skip[b0 * pb * co..], y)))
-            }),
+            Some((skip, y)) => {
+                par::split_rows_pair((out, y), (pb * co, pb * co), work, |b0, rows, y| {
+                    blocks(b0, rows, Some((&skip[b0 * pb * co..], y)))
+                })
+            }
         }
     }
 
@@ -344,28 +346,25 @@ impl CpuDevice {
         for (j, m) in members.iter().enumerate() {
             who[m.slot as usize] = j as u32;
         }
-        let slot_len = layout.offset(i, 1, 0);
-        let slots = n.out.len() / slot_len.max(1);
-        par::library_scope(|| {
-            use rayon::iter::{repeat_n, Either};
-            use rayon::prelude::*;
-            let sums = match fused {
-                Some(r) => Either::Left(sums.par_chunks_mut(layout.offset(r.add, 1, 0)).map(Some)),
-                None => Either::Right(repeat_n((), slots).map(|_| None)),
-            };
-            n.out
-                .par_chunks_mut(slot_len)
-                .zip(sums)
-                .zip(who.par_iter())
-                .filter(|(_, j)| **j != NO_MEMBER)
-                .for_each(|((out, y), &j)| {
-                    let m = &members[j as usize];
-                    let sum = fused
-                        .zip(y)
-                        .map(|(r, y)| (skip_of(m, r), &mut y[..per_image]));
-                    conv.image(x_of(m), &mut out[..per_image], cols, sum)
-                })
+        let (outs, sums) = (par::Shared::new(&mut n.out), par::Shared::new(sums));
+        let who = &*who;
+        let shares = members.len().min(par::team().threads());
+        par::team().run(shares, &|t| {
+            // share t: the occupied slots t, t + shares, … in slot order
+            let mine = who.iter().enumerate().filter(|(_, j)| **j != NO_MEMBER);
+            for (slot, &j) in mine.skip(t).step_by(shares) {
+                let m = &members[j as usize];
+                // SAFETY: one slot's block of each output per share, each slot in one share
+                let out = unsafe { outs.range(layout.offset(i, slot as u32, 0), per_image) };
+                let sum = fused.map(|r| {
+                    // SAFETY: as above
+                    let y = unsafe { sums.range(layout.offset(r.add, slot as u32, 0), per_image) };
+                    (skip_of(m, r), y)
+                });
+                conv.image(x_of(m), out, cols, sum)
+            }
         });
+        let who = &mut self.slot_member;
         for m in members {
             who[m.slot as usize] = NO_MEMBER;
         }

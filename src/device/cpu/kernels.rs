@@ -49,7 +49,7 @@ pub fn gemm_strided(
         return;
     }
     // a GEMM run on one of the pool's threads (a share of a larger job) stays on it
-    let par = if m * n * k >= PARALLEL_MACS && rayon::current_thread_index().is_none() {
+    let par = if m * n * k >= PARALLEL_MACS && !super::par::in_share() {
         Parallelism::Rayon(0)
     } else {
         Parallelism::None

@@ -11,7 +11,7 @@
 //! image, which keeps every request's result independent of the batch it ran in. One file per
 //! op family — `conv`, `linear`, `recurrent`, `attention`, `rows` — as in the CUDA device, so
 //! that an op reads the same way on both; `kernels` and `hwc` hold the numeric kernels, `par`
-//! how they use the cores, and `weights` the generated weights.
+//! how they split work, `team` the threads that run it, and `weights` the generated weights.
 
 pub mod aligned;
 mod attention;
@@ -26,6 +26,7 @@ mod recurrent;
 mod reduce;
 mod rowgemm;
 mod rows;
+pub mod team;
 pub mod weights;
 
 use super::layout::{Layout, NodeLayout, Seg, Src};
@@ -422,7 +423,7 @@ impl Device for CpuDevice {
     /// `cpu (2 threads)`: the thread count changes every timing, so it names the device (a
     /// profile measured with other threads is refused).
     fn description(&self) -> String {
-        let n = rayon::current_num_threads();
+        let n = team::team().threads();
         format!("cpu ({n} thread{})", if n == 1 { "" } else { "s" })
     }
 
@@ -519,7 +520,8 @@ impl Device for CpuDevice {
         self.scratch_a = Aligned::zeroed(need_a);
         // (an argmax's picks take one value a member)
         self.scratch_c = Aligned::zeroed(need_c.max(mb));
-        self.cols = (0..rayon::current_num_threads().max(1))
+        // the team's helpers start now, not in the first pass; each thread its unfolding scratch
+        self.cols = (0..team::team().threads())
             .map(|_| std::sync::Mutex::new(Aligned::zeroed(need_cols)))
             .collect();
         self.slot_member = vec![NO_MEMBER; mb];

@@ -1,21 +1,46 @@
 //! How the CPU kernels outside the GEMMs use the machine: [`vectorized_fn!`] compiles a kernel
 //! for AVX-512 with FMA when the CPU has it (the crate is built for baseline x86-64, so loops
 //! would otherwise vectorise 4 wide), and [`split_rows`] shares the rows of an output between
-//! the pool's threads. Neither changes any element's arithmetic: `f32::mul_add` is exactly
+//! the threads of the device's [`team`](super::team). Neither changes any element's arithmetic: `f32::mul_add` is exactly
 //! rounded with or without the FMA unit, and a row is computed by one thread whatever the split.
 
-use rayon::prelude::*;
+pub(crate) use super::team::team;
 use std::cell::Cell;
 
 thread_local! {
     static IN_LIBRARY: Cell<bool> = const { Cell::new(false) };
+    static IN_SHARE: Cell<bool> = const { Cell::new(false) };
 }
 
-/// True while this thread is inside a call to the `gemm` crate or is handing work to rayon's
-/// pool (a GEMM's halves, a kernel's rows, a sub-batch's images, attention's heads). The crate
-/// allocates its packing buffers inside some calls, and rayon's global queue allocates a block
-/// now and then when a thread outside the pool injects work; the steady-state allocation test
-/// uses this to tell those libraries' allocations apart from lazybatch's own serving path.
+/// True while this thread runs a share of a parallel job (a GEMM's columns, a kernel's rows, a
+/// sub-batch's images, attention's heads): the work is then already split, and stays on it.
+pub(crate) fn in_share() -> bool {
+    IN_SHARE.with(|g| g.get())
+}
+
+/// Runs `f` as a share of a parallel job ([`in_share`]).
+pub(crate) fn as_share<R>(f: impl FnOnce() -> R) -> R {
+    /// Puts the flag back, also when `f` panics.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            IN_SHARE.with(|g| g.set(self.0));
+        }
+    }
+    let _restore = Restore(IN_SHARE.with(|g| g.replace(true)));
+    f()
+}
+
+/// Whether work may be split over the team from here: two threads or more, and not already
+/// inside a share.
+pub(crate) fn may_split() -> bool {
+    team().threads() >= 2 && !in_share()
+}
+
+/// True while this thread is inside a call to the `gemm` crate (and the rayon jobs it may
+/// start). The crate allocates its packing buffers inside some calls; the steady-state
+/// allocation test uses this to tell its allocations apart from lazybatch's own serving path,
+/// the team's splits included (they allocate nothing).
 pub fn in_library() -> bool {
     IN_LIBRARY.with(|g| g.get())
 }
@@ -75,49 +100,84 @@ macro_rules! vectorized_fn {
 pub(crate) use vectorized_fn;
 
 /// Runs `f(first_row, rows)` over `out` cut into rows of `row_len` (the last may be shorter):
-/// at once when `work` is small or the caller is already one of the pool's threads, else one
-/// contiguous range of rows per thread of the pool.
+/// at once when `work` is small or the caller is already running a share, else one contiguous
+/// range of rows per thread of the [`team`].
 pub(crate) fn split_rows(
     out: &mut [f32],
     row_len: usize,
     work: usize,
     f: impl Fn(usize, &mut [f32]) + Sync,
 ) {
-    let Some(per) = share(out.len().div_ceil(row_len.max(1)), work) else {
-        return f(0, out);
-    };
-    library_scope(|| {
-        out.par_chunks_mut(per * row_len)
-            .enumerate()
-            .for_each(|(i, chunk)| f(i * per, chunk))
-    });
+    split_rows_pair((out, &mut []), (row_len, 0), work, |r0, a, _| f(r0, a));
 }
 
-/// [`split_rows`] over two outputs of the same rows at once (a convolution's own output and
-/// the residual sum it completes): `f(first_row, rows_of_a, rows_of_b)`.
+/// [`split_rows`] over two outputs of the same rows at once (`row_len.0` values a row in `a`,
+/// `row_len.1` in `b`; `b` may be empty): `f(first_row, rows_of_a, rows_of_b)`. A convolution's
+/// own output and the residual sum it completes; attention's heads and their scores.
 pub(crate) fn split_rows_pair(
     (a, b): (&mut [f32], &mut [f32]),
-    row_len: usize,
+    (la, lb): (usize, usize),
     work: usize,
     f: impl Fn(usize, &mut [f32], &mut [f32]) + Sync,
 ) {
-    let Some(per) = share(a.len().div_ceil(row_len.max(1)), work) else {
+    let rows = a.len().div_ceil(la.max(1));
+    let Some(per) = share(rows, work) else {
         return f(0, a, b);
     };
-    library_scope(|| {
-        a.par_chunks_mut(per * row_len)
-            .zip(b.par_chunks_mut(per * row_len))
-            .enumerate()
-            .for_each(|(i, (x, y))| f(i * per, x, y))
+    let (pa, pb) = (Shared::new(a), Shared::new(b));
+    team().run(rows.div_ceil(per), &|i| {
+        // SAFETY: share i takes rows i·per.. of both outputs, disjoint from every other
+        // share's; both outlive the run
+        let (x, y) = unsafe {
+            (
+                pa.range(i * per * la, per * la),
+                pb.range(i * per * lb, per * lb),
+            )
+        };
+        f(i * per, x, y)
     });
 }
 
+/// A mutable slice that the shares of one [`Team::run`] cut into disjoint ranges.
+pub(crate) struct Shared<'a, T> {
+    ptr: *mut T,
+    len: usize,
+    _slice: std::marker::PhantomData<&'a mut [T]>,
+}
+
+// SAFETY: the shares take disjoint ranges ([`Shared::range`]'s contract), so sending the
+// pointer to them is as safe as sending each its own `&mut` range.
+unsafe impl<T: Send> Sync for Shared<'_, T> {}
+unsafe impl<T: Send> Send for Shared<'_, T> {}
+
+impl<'a, T> Shared<'a, T> {
+    pub(crate) fn new(s: &'a mut [T]) -> Self {
+        Shared {
+            ptr: s.as_mut_ptr(),
+            len: s.len(),
+            _slice: std::marker::PhantomData,
+        }
+    }
+
+    /// Values `start..start + len`, clipped to the slice (empty past its end).
+    ///
+    /// # Safety
+    /// No two live ranges overlap (each share its own).
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn range(&self, start: usize, len: usize) -> &'a mut [T] {
+        let start = start.min(self.len);
+        let len = len.min(self.len - start);
+        // SAFETY: inside the slice (clipped above); exclusive by the caller's contract
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), len) }
+    }
+}
+
 /// Rows per thread when `rows` rows of `work` element operations are worth splitting over the
-/// pool, or None: small work, one thread, or a caller that is already one of the pool's threads
-/// (the work is then already a share of a parallel job).
+/// team, or None: small work, one thread, or a caller that is already running a share of a
+/// parallel job.
 fn share(rows: usize, work: usize) -> Option<usize> {
-    let threads = rayon::current_num_threads().min(rows);
-    if work < PARALLEL_WORK || threads < 2 || rayon::current_thread_index().is_some() {
+    let threads = team().threads().min(rows);
+    if work < PARALLEL_WORK || threads < 2 || in_share() {
         return None;
     }
     Some(rows.div_ceil(threads))
@@ -154,7 +214,7 @@ mod tests {
     fn split_rows_pair_cuts_both_outputs_alike() {
         for (len, row, work) in [(23, 4, 1 << 20), (64, 8, 1 << 20), (10, 3, 1)] {
             let (mut a, mut b) = (vec![0.0f32; len], vec![0.0f32; len]);
-            split_rows_pair((&mut a, &mut b), row, work, |r0, x, y| {
+            split_rows_pair((&mut a, &mut b), (row, row), work, |r0, x, y| {
                 assert_eq!(x.len(), y.len());
                 for (i, (x, y)) in x.chunks_mut(row).zip(y.chunks_mut(row)).enumerate() {
                     x.iter_mut().for_each(|v| *v += (r0 + i) as f32 + 1.0);

@@ -14,13 +14,14 @@
 //!
 //! An FMA is exactly rounded, so the AVX-512 kernels and the portable ones (`f32::mul_add`)
 //! give the same bits; a test checks it. Work of at least [`PARALLEL_MACS`] multiply-adds is
-//! split by columns over two threads, which does not change any element's arithmetic.
+//! split by columns over the CPU device's threads (`team`), which does not change any element's
+//! arithmetic.
 
 use super::aligned::Aligned;
 use super::panels::Panels;
-use super::par::avx512;
+use super::par::{self, avx512};
 
-/// GEMMs with at least this many multiply-adds split their columns over two threads: from
+/// GEMMs with at least this many multiply-adds split their columns over the threads: from
 /// 2¹⁸, a batch-1 decoder step's 512 × 512 projections (1 MB of weights each, from memory)
 /// stream on both cores — the Transformer's step 4–13% faster than from 2²⁰, in 5 of 5
 /// interleaved pairs.
@@ -85,24 +86,24 @@ pub fn gemm_panels((m, a, lda): (usize, &[f32], usize), b: &Panels, (c, ldc): (&
     });
 }
 
-/// A C pointer that may cross to the other thread of [`split_columns`].
+/// A C pointer that may cross to the other threads of [`split_columns`].
 #[derive(Clone, Copy)]
 struct CPtr(*mut f32);
-// SAFETY: the two threads of `split_columns` write disjoint column ranges of C.
+// SAFETY: the threads of `split_columns` write disjoint column ranges of C.
 unsafe impl Send for CPtr {}
 unsafe impl Sync for CPtr {}
 
-/// Runs `f(j0, j1, c)` over columns `0..n`: at once, or as two halves on two threads (split at a
-/// multiple of `NR`) when the work is large enough.
+/// Runs `f(j0, j1, c)` over columns `0..n`: at once, or in one range per thread of the team
+/// (cut at multiples of `NR`) when the work is large enough.
 fn split_columns(n: usize, macs: usize, c: *mut f32, f: &(dyn Fn(usize, usize, CPtr) + Sync)) {
     let c = CPtr(c);
-    let in_pool = rayon::current_thread_index().is_some();
-    if macs < PARALLEL_MACS || n < 32 || rayon::current_num_threads() < 2 || in_pool {
+    if macs < PARALLEL_MACS || n < 32 || !par::may_split() {
         return f(0, n, c);
     }
+    let team = par::team();
     // a multiple of NR: a panel of packed weights is never split
-    let mid = (n / 2).div_ceil(NR) * NR;
-    super::par::library_scope(|| rayon::join(|| f(0, mid, c), || f(mid, n, c)));
+    let per = n.div_ceil(team.threads()).div_ceil(NR) * NR;
+    team.run(n.div_ceil(per), &|i| f(i * per, ((i + 1) * per).min(n), c));
 }
 
 /// One `gemm_nn` call's operands.

@@ -187,20 +187,12 @@ impl CpuDevice {
             kernels::argmax(&this.nodes[p].out[off..off + width]) as f32
         };
         let picks_of = &mut picks[..members.len()];
-        if members.len() * width < 1 << 16 || members.len() < 2 {
-            picks_of
-                .iter_mut()
-                .zip(members)
-                .for_each(|(y, m)| *y = pick(m));
-        } else {
-            par::library_scope(|| {
-                use rayon::prelude::*;
-                picks_of
-                    .par_iter_mut()
-                    .zip(members)
-                    .for_each(|(y, m)| *y = pick(m))
-            });
-        }
+        // members over the threads, one row each
+        par::split_rows(picks_of, 1, members.len() * width, |j0, ys| {
+            for (y, m) in ys.iter_mut().zip(&members[j0..]) {
+                *y = pick(m);
+            }
+        });
         for (m, y) in members.iter().zip(picks.iter()) {
             let pos = self.layout.out_pos(model, i, m.step, 0, m.len);
             self.out_row_mut(i, m.slot, pos)[0] = *y;
