@@ -141,6 +141,9 @@ const KC: usize = 256;
 const NC: usize = 1024;
 /// How many rows of a panel the few-rows kernel fetches ahead of the one it reads (2 KiB).
 const STREAM_AHEAD: usize = 16;
+/// Lines of the next weight panel the micro-kernel prefetches per turn of four steps, at most
+/// (a panel of 256 × 32 values needs 1 a turn from each of 8 tiles, 4 from each of 2).
+const MAX_PER_TURN: usize = 4;
 /// The micro-kernel's block of C: 8 rows × 32 columns (16 AVX-512 accumulators).
 const MR: usize = 8;
 const NR: usize = super::panels::NR;
@@ -384,7 +387,9 @@ impl Nn<'_> {
                         // pass asked for more than memory delivers in that time
                         let tiles = mc.div_ceil(MR);
                         let lines = (kc * NR).div_ceil(16);
-                        let per_turn = lines.div_ceil(tiles * (kc / 4).max(1));
+                        let per_turn = lines
+                            .div_ceil(tiles * (kc / 4).max(1))
+                            .clamp(1, MAX_PER_TURN);
                         for jr in (0..nc).step_by(NR) {
                             let next = if jr + NR < nc {
                                 panel(jr + NR)
@@ -460,11 +465,16 @@ unsafe fn micro(
     let m0 = ((1u32 << cols.min(16)) - 1) as u16;
     let m1 = ((1u32 << cols.saturating_sub(16)) - 1) as u16;
     let mut acc = [[_mm512_setzero_ps(); 2]; MR];
+    // every loop over `acc` runs all MR rows (rows past `rows` skipped by a test), so that it
+    // unrolls to constant indices and `acc` stays in registers: with `.take(rows)` LLVM kept
+    // it on the stack in some builds, storing all 16 accumulators every turn (35% slower)
     if !first {
-        for (r, acc_r) in acc.iter_mut().enumerate().take(rows) {
-            let row = c.add(r * ldc);
-            acc_r[0] = _mm512_maskz_loadu_ps(m0, row);
-            acc_r[1] = _mm512_maskz_loadu_ps(m1, row.wrapping_add(16));
+        for (r, acc_r) in acc.iter_mut().enumerate() {
+            if r < rows {
+                let row = c.add(r * ldc);
+                acc_r[0] = _mm512_maskz_loadu_ps(m0, row);
+                acc_r[1] = _mm512_maskz_loadu_ps(m1, row.wrapping_add(16));
+            }
         }
     }
     let arow: [*const f32; MR] = std::array::from_fn(|r| a.add(if r < rows { r * lda } else { 0 }));
@@ -489,10 +499,12 @@ unsafe fn micro(
         }
     } else {
         for t in 0..turns {
-            // this pass's share of the next panel, `per_turn` lines a turn
+            // this pass's share of the next panel, `per_turn` lines a turn: always
+            // MAX_PER_TURN prefetches, the surplus repeating the last line (a loop of fixed
+            // length, like every loop here)
             let line = next.wrapping_add(t * per_turn * 16) as *const i8;
-            for u in 0..per_turn {
-                _mm_prefetch::<_MM_HINT_T1>(line.wrapping_add(64 * u));
+            for u in 0..MAX_PER_TURN {
+                _mm_prefetch::<_MM_HINT_T1>(line.wrapping_add(64 * u.min(per_turn - 1)));
             }
             for u in 0..4 {
                 step(&mut acc, 4 * t + u);
@@ -502,10 +514,12 @@ unsafe fn micro(
     for q in kc - rest..kc {
         step(&mut acc, q);
     }
-    for (r, acc_r) in acc.iter().enumerate().take(rows) {
-        let row = c.add(r * ldc);
-        _mm512_mask_storeu_ps(row, m0, acc_r[0]);
-        _mm512_mask_storeu_ps(row.wrapping_add(16), m1, acc_r[1]);
+    for (r, acc_r) in acc.iter().enumerate() {
+        if r < rows {
+            let row = c.add(r * ldc);
+            _mm512_mask_storeu_ps(row, m0, acc_r[0]);
+            _mm512_mask_storeu_ps(row.wrapping_add(16), m1, acc_r[1]);
+        }
     }
 }
 
