@@ -3,12 +3,12 @@
 //! over the image's pixels (the batch norm's scale folded into the weights at prepare time),
 //! run in blocks of pixels fixed by the image's geometry ([`block_pixels`]); each thread takes a
 //! run of whole blocks and, a block at a time, unfolds the block's windows (none for a 1×1
-//! window at stride 1: the image is read in place), multiplies (the `gemm` crate), and applies
-//! the shift, the activation and — when the convolution completes a residual connection
-//! ([`Residual`]) — the add and its activation while the block is still in cache. Small images
-//! (ResNet's last stage) run as one block through the row GEMM on weights packed at prepare
-//! time, its columns shared between the cores instead. Grouped convolutions unfold the whole
-//! image per group; a depthwise convolution is one fused pass.
+//! window at stride 1: the image is read in place), multiplies (the row GEMM, on weights
+//! packed at prepare time), and applies the shift, the activation and — when the convolution
+//! completes a residual connection ([`Residual`]) — the add and its activation while the block
+//! is still in cache. Small images (ResNet's last stage) run as one block, its columns shared
+//! between the cores instead. Grouped convolutions unfold the whole image per group (the
+//! `gemm` crate multiplies large ones); a depthwise convolution is one fused pass.
 
 use super::team;
 use super::*;
@@ -129,7 +129,7 @@ struct Conv<'a> {
     win: Window,
     act: ActK,
     w: &'a Weights,
-    /// The weights packed (small images).
+    /// The weights packed (every ungrouped convolution).
     panels: &'a Panels,
     /// The activation of the residual sum this convolution completes, if it does one.
     residual: ActK,
@@ -206,15 +206,8 @@ impl Conv<'_> {
     ) {
         let ((h, w, c), co, k) = (self.input, self.out.1, self.window());
         let np = pixels.len();
-        let gemm = |a: &[f32], lda: usize, out: &mut [f32]| match self.panels.data.is_empty() {
-            true => kernels::gemm_strided(
-                (np, co, k),
-                (a, (lda, 1)),
-                (&self.w.w, (co, 1)),
-                (out, (co, 1)),
-                false,
-            ),
-            false => rowgemm::gemm_panels((np, a, lda), self.panels, (out, co)),
+        let gemm = |a: &[f32], lda: usize, out: &mut [f32]| {
+            rowgemm::gemm_panels((np, a, lda), self.panels, (out, co))
         };
         if self.pointwise() {
             gemm(&x[pixels.start * c..], c, out);

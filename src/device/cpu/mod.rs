@@ -151,7 +151,7 @@ fn weight_panels(n: &Node, mut w: Weights, in_feat: usize) -> (Weights, Panels) 
             out_channels,
             groups: 1,
             ..
-        } if n.out_hw().0 * n.out_hw().1 < SMALL_IMAGE => (w.w.len() / out_channels, *out_channels),
+        } => (w.w.len() / out_channels, *out_channels),
         _ => return (w, Panels::default()),
     };
     let panels = Panels::pack(&w.w, k, cols);
