@@ -341,21 +341,22 @@ impl CpuDevice {
         }
         let (outs, sums) = (par::Shared::new(&mut n.out), par::Shared::new(sums));
         let who = &*who;
-        let shares = members.len().min(par::team().threads());
-        par::team().run(shares, &|t| {
-            // share t: the occupied slots t, t + shares, … in slot order
-            let mine = who.iter().enumerate().filter(|(_, j)| **j != NO_MEMBER);
-            for (slot, &j) in mine.skip(t).step_by(shares) {
-                let m = &members[j as usize];
-                // SAFETY: one slot's block of each output per share, each slot in one share
-                let out = unsafe { outs.range(layout.offset(i, slot as u32, 0), per_image) };
-                let sum = fused.map(|r| {
-                    // SAFETY: as above
-                    let y = unsafe { sums.range(layout.offset(r.add, slot as u32, 0), per_image) };
-                    (skip_of(m, r), y)
-                });
-                conv.image(x_of(m), out, cols, sum)
-            }
+        // one share an image (the k-th occupied slot, in slot order): each thread takes its own
+        // images, then any another has not started
+        let occupied = || who.iter().enumerate().filter(|(_, j)| **j != NO_MEMBER);
+        par::team().run(occupied().count(), &|k| {
+            let Some((slot, &j)) = occupied().nth(k) else {
+                return;
+            };
+            let m = &members[j as usize];
+            // SAFETY: one slot's block of each output per share, each slot in one share
+            let out = unsafe { outs.range(layout.offset(i, slot as u32, 0), per_image) };
+            let sum = fused.map(|r| {
+                // SAFETY: as above
+                let y = unsafe { sums.range(layout.offset(r.add, slot as u32, 0), per_image) };
+                (skip_of(m, r), y)
+            });
+            conv.image(x_of(m), out, cols, sum)
         });
         let who = &mut self.slot_member;
         for m in members {
