@@ -1,8 +1,9 @@
 //! How the CPU kernels outside the GEMMs use the machine: [`vectorized_fn!`] compiles a kernel
 //! for AVX-512 with FMA when the CPU has it (the crate is built for baseline x86-64, so loops
 //! would otherwise vectorise 4 wide), and [`split_rows`] shares the rows of an output between
-//! the threads of the device's [`team`](super::team). Neither changes any element's arithmetic: `f32::mul_add` is exactly
-//! rounded with or without the FMA unit, and a row is computed by one thread whatever the split.
+//! the threads of the device's [`team`](super::team). Neither changes any element's
+//! arithmetic: `f32::mul_add` is exactly rounded with or without the FMA unit, and a row is
+//! computed by one thread whatever the split.
 
 pub(crate) use super::team::team;
 use std::cell::Cell;
