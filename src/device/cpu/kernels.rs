@@ -9,8 +9,8 @@ use super::par::{library_scope, vectorized_fn};
 use super::reduce;
 use gemm::Parallelism;
 
-/// GEMMs with at least this many multiply-adds use both cores (when called from outside the
-/// pool).
+/// GEMMs with at least this many multiply-adds use the `gemm` crate's threads (rayon's), unless
+/// called from inside a share of a job the device already split.
 const PARALLEL_MACS: usize = 1 << 22;
 
 /// `C[m×n] = A[m×k] · B[k×n]`, each operand a slice with its (row, column) strides in elements;
@@ -48,7 +48,7 @@ pub fn gemm_strided(
         }
         return;
     }
-    // a GEMM run on one of the pool's threads (a share of a larger job) stays on it
+    // a GEMM run inside a share of a larger job stays on its thread
     let par = if m * n * k >= PARALLEL_MACS && !super::par::in_share() {
         Parallelism::Rayon(0)
     } else {

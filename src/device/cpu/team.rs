@@ -53,7 +53,7 @@ pub struct Team {
     job: UnsafeCell<Option<Job>>,
     /// Shares of the current job done.
     done: Line<AtomicUsize>,
-    /// A helper's share panicked (the caller panics in turn).
+    /// A share of the current job panicked (the caller panics in turn).
     panicked: AtomicBool,
 }
 
@@ -101,8 +101,9 @@ impl Team {
     /// A team of `threads` threads: the caller and `threads - 1` helpers (started now; they live
     /// as long as the process). A helper whose thread fails to start leaves the team smaller.
     fn start(threads: usize) -> &'static Team {
+        let threads = threads.clamp(1, 1 << 15);
         let team: &'static Team = Box::leak(Box::new(Team {
-            helpers: (1..threads.clamp(1, 1 << 15))
+            helpers: (1..threads)
                 .map(|_| Helper {
                     thread: OnceLock::new(),
                     parked: AtomicBool::new(false),
@@ -111,9 +112,7 @@ impl Team {
             started: AtomicUsize::new(0),
             busy: Mutex::new(()),
             word: Line(AtomicU64::new(0)),
-            claims: (0..threads.clamp(1, 1 << 15))
-                .map(|_| Line(AtomicU64::new(0)))
-                .collect(),
+            claims: (0..threads).map(|_| Line(AtomicU64::new(0))).collect(),
             job: UnsafeCell::new(None),
             done: Line(AtomicUsize::new(0)),
             panicked: AtomicBool::new(false),
@@ -182,19 +181,15 @@ impl Team {
                 }
             }
         }
-        // the helpers hold the closure until their shares are done: wait for them even when
-        // one of the caller's panics, then pass the panic (or a helper's) on
-        let mine = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.claim_shares(0, generation, shares)
-        }));
+        // the helpers hold the closure until their shares are done: a share that panics (on
+        // any thread, `run_share`) is counted done and flagged, and the panic passed on once
+        // every share has finished
+        self.claim_shares(0, generation, shares);
         while self.done.load(Ordering::Acquire) != shares {
             std::hint::spin_loop();
         }
-        if let Err(panic) = mine {
-            std::panic::resume_unwind(panic);
-        }
         if self.panicked.swap(false, Ordering::SeqCst) {
-            panic!("a share of a CPU kernel panicked on a helper thread");
+            panic!("a share of a CPU kernel panicked");
         }
     }
 
