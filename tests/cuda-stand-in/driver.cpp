@@ -671,6 +671,8 @@ CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, uns
 
 CUresult cuStreamBeginCapture_v2(CUstream s, int /*mode*/) {
     if (g_capture) return ILLEGAL_STATE;
+    // the legacy default stream cannot capture (an H100 answers so)
+    if (s == nullptr) return CAPTURE_UNSUPPORTED;
     g_capture = new Graph;
     g_capture_stream = s;
     g_capture_invalid = false;

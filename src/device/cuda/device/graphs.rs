@@ -10,13 +10,14 @@
 //! of generated values) run directly, as do shapes seen once the cache holds [`MAX_GRAPHS`].
 //! The node still ends with its one blocking sync, so its measured time keeps its meaning.
 //!
-//! cuBLAS gets its own workspace while graphs are on (its API reference recommends 32 MiB on
-//! Hopper, 4 MiB before): without one, cuBLAS releases before 12.2 allocate a workspace per
-//! capture (PyTorch #83461), which would be device memory allocated while serving.
+//! cuBLAS has a workspace of its own, graphs or not (`blas_workspace` in mod.rs), so that no
+//! capture allocates one; the device's stream is its own, since the legacy default stream
+//! cannot be captured; cudarc's cross-stream events are off (their waits on events recorded
+//! outside a capture would invalidate it).
 
 use super::*;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
-use cudarc::driver::{CudaGraph, DevicePtr};
+use cudarc::driver::CudaGraph;
 
 /// The most graphs kept; later shapes run without one.
 pub(super) const MAX_GRAPHS: usize = 4096;
@@ -38,8 +39,6 @@ pub(super) struct Graphs {
     on: bool,
     cache: HashMap<Vec<u64>, Graph>,
     stats: GraphStats,
-    /// cuBLAS's workspace while graphs are on (held so that it outlives the handle's use).
-    workspace: Option<CudaSlice<u8>>,
 }
 
 /// A captured graph, owned by one device.
@@ -63,29 +62,6 @@ impl CudaDevice {
     pub fn with_graphs(mut self, on: bool) -> Result<Self> {
         self.graphs.clear();
         self.graphs.on = on;
-        if on && self.graphs.workspace.is_none() {
-            let (major, _) = self._ctx.compute_capability().map_err(cuda_err)?;
-            let bytes = if major >= 9 { 32 << 20 } else { 4 << 20 };
-            let ws = self.stream.alloc_zeros::<u8>(bytes).map_err(cuda_err)?;
-            let (ptr, guard) = ws.device_ptr(&self.stream);
-            // SAFETY: the workspace is a live device allocation of `bytes` bytes, kept in
-            // `self.graphs` as long as the handle that uses it.
-            unsafe {
-                cudarc::cublas::sys::cublasSetWorkspace_v2(
-                    *self.blas.handle(),
-                    ptr as *mut std::ffi::c_void,
-                    bytes,
-                )
-            }
-            .result()
-            .map_err(cuda_err)?;
-            drop(guard);
-            self.graphs.workspace = Some(ws);
-            // SAFETY: the device enqueues everything on its one stream, so there is nothing to
-            // order across streams; cudarc's cross-stream events would be waits on events
-            // recorded outside a capture, which invalidate it.
-            unsafe { self._ctx.disable_event_tracking() };
-        }
         Ok(self)
     }
 

@@ -35,8 +35,8 @@ use crate::time::Nanos;
 use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, LaunchConfig,
-    PushKernelArg,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr,
+    LaunchConfig, PushKernelArg,
 };
 use gemm::Units;
 pub use graphs::GraphStats;
@@ -383,6 +383,8 @@ pub struct CudaDevice {
     _ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     blas: CudaBlas,
+    /// cuBLAS's workspace (declared after `blas`, so that it outlives the handle).
+    _blas_workspace: CudaSlice<u8>,
     funcs: HashMap<String, CudaFunction>,
     name: String,
     layout: Option<Layout>,
@@ -414,8 +416,15 @@ impl CudaDevice {
         })?;
         let (major, minor) = ctx.compute_capability().map_err(cuda_err)?;
         let arch = nvrtc::parse_arch(&format!("sm_{major}{minor}")).ok();
-        let stream = ctx.default_stream();
+        // SAFETY: the device enqueues everything on its one stream, so cudarc's cross-stream
+        // events (a wait and a record per operand of every launch) would order nothing; they
+        // are off before the first allocation, as cudarc requires.
+        unsafe { ctx.disable_event_tracking() };
+        // A stream of its own: the legacy default stream cannot be captured into a CUDA graph
+        // (CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, seen on an H100).
+        let stream = ctx.new_stream().map_err(cuda_err)?;
         let blas = CudaBlas::new(stream.clone()).map_err(cuda_err)?;
+        let blas_workspace = blas_workspace(&blas, &stream, major)?;
         let mut funcs = HashMap::new();
         for c in nvrtc::compile_all_cached(arch)?.iter() {
             let module = ctx
@@ -431,6 +440,7 @@ impl CudaDevice {
             _ctx: ctx,
             stream,
             blas,
+            _blas_workspace: blas_workspace,
             funcs,
             name,
             layout: None,
@@ -494,6 +504,30 @@ impl CudaDevice {
             _ => self.rowwise(model, i),
         }
     }
+}
+
+/// Gives cuBLAS a workspace of its own, allocated once (its API reference recommends 32 MiB on
+/// Hopper, 4 MiB before). Without one, cuBLAS releases before 12.2 allocate one per CUDA-graph
+/// capture (PyTorch #83461), which would be device memory allocated while serving. Runs with
+/// and without CUDA graphs get the same workspace, since it bounds which algorithms cuBLAS may
+/// pick.
+fn blas_workspace(blas: &CudaBlas, stream: &Arc<CudaStream>, major: i32) -> Result<CudaSlice<u8>> {
+    let bytes = if major >= 9 { 32 << 20 } else { 4 << 20 };
+    let ws = stream.alloc_zeros::<u8>(bytes).map_err(cuda_err)?;
+    let (ptr, guard) = ws.device_ptr(stream);
+    // SAFETY: the workspace is a live device allocation of `bytes` bytes, kept by the device
+    // as long as the handle that uses it.
+    unsafe {
+        cudarc::cublas::sys::cublasSetWorkspace_v2(
+            *blas.handle(),
+            ptr as *mut std::ffi::c_void,
+            bytes,
+        )
+    }
+    .result()
+    .map_err(cuda_err)?;
+    drop(guard);
+    Ok(ws)
 }
 
 impl Device for CudaDevice {
