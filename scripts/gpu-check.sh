@@ -13,21 +13,28 @@
 # Every step runs whatever the ones before it did; the report ends with each step's outcome, and
 # the script exits 1 when any step failed (0 only when every one passed).
 #
-# Time on an H100 host at full size, estimated (never measured: no card yet) from the stand-in's
-# counts — about 4 launches, 1 upload and 1 sync a node, taken as 40 µs of host time a node — and
-# the memory plan (ResNet-50 at batch 64 ≈ 8 GB, well inside 80 GB): build 2 min, GPU tests
-# 2 min (reduced models, one at a time), verify ×4 1 min, bench 1 min, profiles (7 batch sizes
-# × 6 runs a node, the Transformer's encoder-length curves ≈ 2 s) under 1 min. `compare` serves
-# in wall time: Serial capacity ≈ 330 req/s for ResNet-50 (74 nodes), ≈ 50 for GNMT (≈ 500
-# node executions a request), ≈ 12 for the Transformer (≈ 2,000), so 6 policies × 2 loads take
-# ≈ 0.7, 1.8 and 7 min with 500 ResNet and 200 seq2seq requests: about 16 minutes in all (the
-# Transformer at 500 requests alone would take 18), plus 2 minutes for the two profiles and the
-# verify with --cuda-graphs: about 18 minutes.
+# Time on an H100 (measured 2026-11-26, 16 host cores, binaries prebuilt): GPU tests 12 s, the
+# 17 full-size verifies about 90 s, bench under 1 minute, the profiles under 1 minute, compare
+# 27 s for ResNet-50 (500 requests x 6 policies x 2 loads) and 115 s for GNMT (200 requests);
+# the Transformer's compare (about 2,000 node executions a request) was not run.
+#
+# BIN_DIR=DIR runs binaries built elsewhere instead of cargo (for a GPU machine with no Rust
+# toolchain; scripts/gpu-prebuild.sh makes DIR and scripts/gpu-prebuilt.sh runs this script with
+# it): DIR/lazybatch, DIR/it (the integration-test binary) and DIR/cuda-bench.
+# PARTS=LIST runs only these parts, comma-separated (default: all):
+# tests,kernels,verify,graphs,bench,profile,compare.
+# STEP_TIMEOUT=SECONDS ends any one step after that long (it then counts as failed).
+# MODELS="resnet50 gnmt transformer" (the default) names the models to profile and compare.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-out/gpu-check}"
 mkdir -p "$out"
 bin=target/release/lazybatch
+[ -z "${BIN_DIR:-}" ] || bin="$BIN_DIR/lazybatch"
+parts=",${PARTS:-tests,kernels,verify,graphs,bench,profile,compare},"
+want() { [[ "$parts" == *",$1,"* ]]; }
+tmo=() # the prefix that ends a step's command after STEP_TIMEOUT seconds
+[ -z "${STEP_TIMEOUT:-}" ] || tmo=(timeout "$STEP_TIMEOUT")
 steps="$out/steps.txt" # one line per step: ok, FAILED or skipped, and its name
 : > "$steps"
 # step NAME COMMAND...: runs COMMAND (its output goes into the report), records how it ended and
@@ -36,7 +43,11 @@ steps="$out/steps.txt" # one line per step: ok, FAILED or skipped, and its name
 step() {
   local name=$1 rc=0
   shift
-  "$@" || rc=$?
+  if declare -F "$1" > /dev/null; then
+    "$@" || rc=$? # a function of this script: it runs its commands under "${tmo[@]}" itself
+  else
+    "${tmo[@]}" "$@" || rc=$?
+  fi
   if [ "$rc" = 0 ]; then
     echo "ok       $name" >> "$steps"
   else
@@ -48,23 +59,31 @@ gpu_tests() {
   # one test at a time with every module loaded up front: the no-allocation test reads
   # device-wide free memory, which a test in a parallel thread or a lazily loaded cuBLAS kernel
   # would change; the step fails with cargo, whatever grep keeps
-  CUDA_MODULE_LOADING=EAGER REQUIRE_GPU=1 cargo test --release --features check --test it cuda -- --nocapture --test-threads=1 2>&1 \
+  local run=(cargo test --release --features check --test it cuda:: --)
+  [ -z "${BIN_DIR:-}" ] || run=("$BIN_DIR/it" cuda::)
+  CUDA_MODULE_LOADING=EAGER REQUIRE_GPU=1 "${tmo[@]}" "${run[@]}" --nocapture --test-threads=1 2>&1 \
     | grep -E "^test |values, max|max relative|free device|test result|panicked|Verify"
   return "${PIPESTATUS[0]}"
 }
 run_bench() {
-  cargo bench --bench cuda "${bench[@]}" 2>&1 | grep -v -E "^\s*(Compiling|Finished|Running)"
+  if [ -n "${BIN_DIR:-}" ]; then
+    "${tmo[@]}" "$BIN_DIR/cuda-bench" "${bench[@]:1}" 2>&1
+  else
+    "${tmo[@]}" cargo bench --bench cuda "${bench[@]}" 2>&1 | grep -v -E "^\s*(Compiling|Finished|Running)"
+  fi
 }
 first_lines() { # COMMAND...: its first 14 lines of output; fails when it fails
-  "$@" | sed -n 1,14p
+  "${tmo[@]}" "$@" | sed -n 1,14p
 }
 # model sizes for profile/compare (width, res) and for verify (vwidth, vres). --res scales image
 # inputs, so only ResNet-50 takes it: `img_args MODEL RES...` sets img to RES for it, else empty.
 if [ "${SMOKE:-0}" = 1 ]; then
   width=(--width 0.125); res=(--res 0.25); vwidth=("${width[@]}"); vres=("${res[@]}")
   mb=8; reqs=40; reqs_seq=40; pols=serial,graph:5,lazy; bench=(-- --small)
+  vmodels=(resnet50 gnmt transformer)
 else
-  width=(); res=(); vwidth=(--width 0.25); vres=(--res 0.5)
+  width=(); res=(); vwidth=(); vres=()
+  vmodels=(resnet50 gnmt transformer_base vgg16 mobilenet_v1 bert_base las lstm_stack)
   mb=64; reqs=500; reqs_seq=200; pols=serial,graph:5,graph:25,graph:50,lazy,oracle; bench=()
 fi
 img_args() {
@@ -77,61 +96,87 @@ img_args() {
   echo
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/GPU: /' || true
   echo
-  echo '## Build'
-  echo '```'
-  step build cargo build --release --quiet
-  echo '```'
-  echo
-  echo '## Tests (REQUIRE_GPU=1)'
-  echo '```'
-  if [ "${SMOKE:-0}" = 1 ]; then
-    echo "(skipped: SMOKE=1)"
-    echo "skipped  GPU tests (SMOKE=1)" >> "$steps"
-  else
-    step "GPU tests" gpu_tests
-  fi
-  echo '```'
-  echo
-  echo '## Kernels'
-  echo '```'
-  step kernels "$bin" kernels
-  echo '```'
-  echo
-  echo '## Verify on the GPU (alone vs forced preemptions/merges, and against the CPU)'
-  echo '```'
-  for m in resnet50 gnmt transformer; do
-    img_args "$m" "${vres[@]}"
-    step "verify $m" "$bin" verify --device cuda --model "$m" "${vwidth[@]}" "${img[@]}" --ops
-  done
-  step "verify resnet50 f16" "$bin" verify --device cuda --precision f16 --model resnet50 "${vwidth[@]}" "${vres[@]}"
-  step "verify gnmt --cuda-graphs" "$bin" verify --device cuda --cuda-graphs --model gnmt "${vwidth[@]}"
-  echo '```'
-  echo
-  echo '## GEMM nodes vs cuBLAS, scheduler share (cargo bench --bench cuda)'
-  echo '```'
-  step bench run_bench
-  echo '```'
-  for m in resnet50 gnmt transformer; do
-    img_args "$m" "${res[@]}"
+  if [ -z "${BIN_DIR:-}" ]; then
+    echo '## Build'
+    echo '```'
+    step build cargo build --release --quiet
+    echo '```'
     echo
-    echo "## profile --device cuda --model $m"
+  fi
+  if want tests; then
+    echo '## Tests (REQUIRE_GPU=1)'
     echo '```'
-    step "profile $m" first_lines "$bin" profile --device cuda --model "$m" "${width[@]}" "${img[@]}" --max-batch "$mb" --save "$out/$m.profile.json"
+    if [ "${SMOKE:-0}" = 1 ]; then
+      echo "(skipped: SMOKE=1)"
+      echo "skipped  GPU tests (SMOKE=1)" >> "$steps"
+    else
+      step "GPU tests" gpu_tests
+    fi
     echo '```'
-    if [ "$m" != gnmt ]; then
+    echo
+  fi
+  if want kernels; then
+    echo '## Kernels'
+    echo '```'
+    step kernels "$bin" kernels
+    echo '```'
+    echo
+  fi
+  if want verify; then
+    echo '## Verify on the GPU (alone vs forced preemptions/merges, and against the CPU: f32 node by node, f16 whole models)'
+    echo '```'
+    for m in "${vmodels[@]}"; do
+      img_args "$m" "${vres[@]}"
+      step "verify $m" "$bin" verify --device cuda --model "$m" "${vwidth[@]}" "${img[@]}" --ops
+    done
+    for m in "${vmodels[@]}"; do
+      img_args "$m" "${vres[@]}"
+      step "verify $m f16" "$bin" verify --device cuda --precision f16 --model "$m" "${vwidth[@]}" "${img[@]}"
+    done
+    echo '```'
+    echo
+  fi
+  if want graphs; then
+    echo '## Verify with CUDA graphs (the launches of each node replayed as one graph)'
+    echo '```'
+    for m in resnet50 gnmt transformer_base; do
+      img_args "$m" "${vres[@]}"
+      step "verify $m --cuda-graphs" "$bin" verify --device cuda --cuda-graphs --model "$m" "${vwidth[@]}" "${img[@]}"
+    done
+    echo '```'
+    echo
+  fi
+  if want bench; then
+    echo '## GEMM nodes vs cuBLAS, scheduler share (cargo bench --bench cuda)'
+    echo '```'
+    step bench run_bench
+    echo '```'
+  fi
+  for m in ${MODELS:-resnet50 gnmt transformer}; do
+    img_args "$m" "${res[@]}"
+    if want profile; then
       echo
-      echo "## profile --device cuda --cuda-graphs --model $m (each node's launches replayed as one CUDA graph)"
+      echo "## profile --device cuda --model $m"
       echo '```'
-      step "profile $m --cuda-graphs" first_lines "$bin" profile --device cuda --cuda-graphs --model "$m" "${width[@]}" "${img[@]}" --max-batch "$mb" --save "$out/$m.graphs.profile.json"
+      step "profile $m" first_lines "$bin" profile --device cuda --model "$m" "${width[@]}" "${img[@]}" --max-batch "$mb" --save "$out/$m.profile.json"
+      echo '```'
+      if [ "$m" != gnmt ]; then
+        echo
+        echo "## profile --device cuda --cuda-graphs --model $m (each node's launches replayed as one CUDA graph)"
+        echo '```'
+        step "profile $m --cuda-graphs" first_lines "$bin" profile --device cuda --cuda-graphs --model "$m" "${width[@]}" "${img[@]}" --max-batch "$mb" --save "$out/$m.graphs.profile.json"
+        echo '```'
+      fi
+    fi
+    if want compare; then
+      echo
+      echo "## compare --device cuda --model $m --load 0.3,0.9"
+      echo '```'
+      n=$reqs; [ "$m" = resnet50 ] || n=$reqs_seq
+      step "compare $m" "$bin" compare --device cuda --model "$m" "${width[@]}" "${img[@]}" --load 0.3,0.9 --requests "$n" \
+        --max-batch "$mb" --profile "$out/$m.profile.json" --policies "$pols" --out "$out/$m"
       echo '```'
     fi
-    echo
-    echo "## compare --device cuda --model $m --load 0.3,0.9"
-    echo '```'
-    n=$reqs; [ "$m" = resnet50 ] || n=$reqs_seq
-    step "compare $m" "$bin" compare --device cuda --model "$m" "${width[@]}" "${img[@]}" --load 0.3,0.9 --requests "$n" \
-      --max-batch "$mb" --profile "$out/$m.profile.json" --policies "$pols" --out "$out/$m"
-    echo '```'
   done
   echo
   echo '## Steps'
