@@ -243,9 +243,14 @@ fn pass_ms(model: &str, b: u32, rounds: usize, step: bool, by_node: bool) -> f64
         for (op, n, t) in ops {
             eprintln!("{op:<12} {n:>4} nodes {t:>10.3} ms");
         }
-        // the heaviest nodes, with their GEMM (M per batch x N x K, groups) and its speed
+        // the heaviest nodes (12, or LB_TOP_NODES), with their GEMM (M per batch x N x K,
+        // groups) and its speed
         each.sort_by(|a, b| b.0.total_cmp(&a.0));
-        for &(t, k) in each.iter().take(12) {
+        let top = std::env::var("LB_TOP_NODES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(12);
+        for &(t, k) in each.iter().take(top) {
             let node = m.node(nodes[k].node);
             let (shape, gflops) = match node.cost.gemm {
                 Some(g) => {
