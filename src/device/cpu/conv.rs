@@ -3,10 +3,10 @@
 //! over the image's pixels (the batch norm's scale folded into the weights at prepare time),
 //! run in blocks of pixels fixed by the image's geometry ([`block_pixels`]); each thread takes a
 //! run of whole blocks and, a block at a time, unfolds the block's windows (none for a 1×1
-//! window at stride 1: the image is read in place), multiplies (the row GEMM, on weights
-//! packed at prepare time), and applies the shift, the activation and — when the convolution
-//! completes a residual connection ([`Residual`]) — the add and its activation while the block
-//! is still in cache. Small images (ResNet's last stage) run as one block, its columns shared
+//! window at stride 1: the image is read in place) and multiplies (the row GEMM, on weights
+//! packed at prepare time), whose epilogue applies the shift, the activation and — when the
+//! convolution completes a residual connection ([`Residual`]) — the add and its activation to
+//! each block of the output as the GEMM finishes it ([`Epilogue`]). Small images (ResNet's last stage) run as one block, its columns shared
 //! between the cores instead. Grouped convolutions unfold the whole image per group (the
 //! `gemm` crate multiplies large ones); a depthwise convolution is one fused pass.
 
@@ -70,7 +70,8 @@ pub(super) struct Residual {
 }
 
 /// Marks each residual add whose later input is a convolution read by that add alone (ResNet's
-/// `conv3 + shortcut`): the convolution writes the sum too (its own output stays as it is),
+/// `conv3 + shortcut`): the convolution writes the sum too (its own output stays as it is,
+/// when a capture wants to see it) or only the sum (otherwise: nothing else reads its output),
 /// and the add has nothing left to do. Both run for the same members at the same step, in this
 /// order, so preemption between them changes nothing.
 pub(super) fn fuse_residuals(model: &Model, nodes: &mut [NodeRt]) {
@@ -135,14 +136,70 @@ struct Conv<'a> {
     residual: ActK,
 }
 
+/// What a convolution's GEMM does to each finished block of its output, while it is in cache:
+/// the shift and the activation, and the residual sum when the convolution completes one.
+struct Epilogue<'a> {
+    act: ActK,
+    /// Per output channel (empty: none).
+    shift: &'a [f32],
+    /// The residual sum, when the convolution completes one.
+    sum: Option<SumEpi<'a>>,
+    /// Output channels (the row length).
+    co: usize,
+}
+
+/// The residual sum's activation, its other input and its output (both `[pixels][co]`, the
+/// block's rows); no output: the sum replaces the convolution's own output, in place.
+type SumEpi<'a> = (ActK, &'a [f32], Option<par::Shared<'a, f32>>);
+
+par::vectorized_fn! {
+    /// [`Epilogue`] over one finished block: `out ← act(out + shift)`, then `y ← act'(out +
+    /// skip)` (the same operations, in the same order, as the passes over the whole output
+    /// that it replaces).
+    fn epilogue(d: &mut rowgemm::Done, e: &Epilogue) {
+        let cols = d.cols.clone();
+        let shift = e.shift.get(cols.clone()).unwrap_or(&[]);
+        for r in d.rows.clone() {
+            let row = d.row(r);
+            if !shift.is_empty() {
+                row.iter_mut().zip(shift).for_each(|(v, b)| *v += b);
+            }
+            kernels::act(e.act, row);
+            if let Some((ak, skip, y)) = &e.sum {
+                let at = r * e.co + cols.start;
+                let skip = &skip[at..at + cols.len()];
+                match y {
+                    Some(y) => {
+                        // SAFETY: the GEMM hands over each block of rows and columns once, so
+                        // the blocks' ranges of the sum are disjoint
+                        let y = unsafe { y.range(at, cols.len()) };
+                        y.iter_mut()
+                            .zip(row.iter())
+                            .zip(skip)
+                            .for_each(|((y, a), b)| *y = a + b);
+                        kernels::act(*ak, y);
+                    }
+                    None => {
+                        row.iter_mut().zip(skip).for_each(|(a, b)| *a += b);
+                        kernels::act(*ak, row);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The residual connection an image completes: the other input of the add, and the add's
-/// output (both `[P][Cout]`).
-type Sum<'a> = Option<(&'a [f32], &'a mut [f32])>;
+/// output (both `[P][Cout]`), or none when the convolution's output is the add's (the sum
+/// computed in place: [`CpuDevice::conv`] says when).
+type Sum<'a> = Option<(&'a [f32], Option<&'a mut [f32]>)>;
 
 /// Rows `at..at + len` of a residual sum's operands.
 fn rows_of<'a>(sum: &'a mut Sum<'_>, at: usize, len: usize) -> Sum<'a> {
-    sum.as_mut()
-        .map(|(skip, y)| (&skip[at..at + len], &mut y[at..at + len]))
+    sum.as_mut().map(|(skip, y)| {
+        let y = y.as_mut().map(|y| &mut y[at..at + len]);
+        (&skip[at..at + len], y)
+    })
 }
 
 impl Conv<'_> {
@@ -185,9 +242,12 @@ impl Conv<'_> {
         let work = p * co * self.window();
         match sum.take() {
             None => par::split_rows(out, pb * co, work, |b0, rows| blocks(b0, rows, None)),
-            Some((skip, y)) => {
+            Some((skip, None)) => par::split_rows(out, pb * co, work, |b0, rows| {
+                blocks(b0, rows, Some((&skip[b0 * pb * co..], None)))
+            }),
+            Some((skip, Some(y))) => {
                 par::split_rows_pair((out, y), (pb * co, pb * co), work, |b0, rows, y| {
-                    blocks(b0, rows, Some((&skip[b0 * pb * co..], y)))
+                    blocks(b0, rows, Some((&skip[b0 * pb * co..], Some(y))))
                 })
             }
         }
@@ -206,8 +266,15 @@ impl Conv<'_> {
     ) {
         let ((h, w, c), co, k) = (self.input, self.out.1, self.window());
         let np = pixels.len();
+        let epi = Epilogue {
+            act: self.act,
+            shift: &self.w.shift,
+            sum: sum.map(|(skip, y)| (self.residual, skip, y.map(par::Shared::new))),
+            co,
+        };
+        let epi = |mut d: rowgemm::Done| epilogue(&mut d, &epi);
         let gemm = |a: &[f32], lda: usize, out: &mut [f32]| {
-            rowgemm::gemm_panels((np, a, lda), self.panels, (out, co))
+            rowgemm::gemm_panels_then((np, a, lda), self.panels, (out, co), Some(&epi))
         };
         if self.pointwise() {
             gemm(&x[pixels.start * c..], c, out);
@@ -216,16 +283,18 @@ impl Conv<'_> {
             hwc::im2col(x, (h, w, c), (0, c), self.win, pixels, &mut scratch);
             gemm(&scratch[..], k, out);
         }
-        let out = &mut out[..np * co];
-        kernels::bias_act(self.act, out, co, &self.w.shift);
-        self.add(out, sum);
     }
 
     /// The residual sum `act(out + skip)` into its own output, when this convolution completes
     /// one.
-    fn add(&self, out: &[f32], sum: Sum) {
-        if let Some((skip, y)) = sum {
-            kernels::add_act(self.residual, out, skip, y);
+    fn add(&self, out: &mut [f32], sum: Sum) {
+        match sum {
+            Some((skip, Some(y))) => kernels::add_act(self.residual, out, skip, y),
+            Some((skip, None)) => {
+                out.iter_mut().zip(skip).for_each(|(a, b)| *a += b);
+                kernels::act(self.residual, out);
+            }
+            None => {}
         }
     }
 
@@ -288,6 +357,9 @@ impl CpuDevice {
         let (ho, wo) = node.out_hw();
         let (g, co) = (*groups, *out_channels);
         let prod = node.inputs[0].node.idx();
+        // a convolution completing a residual sum writes the sum alone (into the add's output),
+        // its own output being read by nothing else, unless a capture wants to see it
+        let into_sum = g == 1 && !self.capture.wants(model, i);
         // the producer comes earlier in the node list (the IR is in topological order, and a
         // convolution never reads a previous step): its output is read in place, no copy
         let (before, from_here) = self.nodes.split_at_mut(i);
@@ -325,11 +397,19 @@ impl CpuDevice {
         if members.len() < 2 || cols.len() < 2 {
             for m in members {
                 let o = layout.offset(i, m.slot, 0);
-                let sum = fused.map(|r| {
-                    let y = &mut sums[layout.offset(r.add, m.slot, 0)..][..per_image];
-                    (skip_of(m, r), y)
-                });
-                conv.image(x_of(m), &mut n.out[o..o + per_image], cols, sum);
+                match fused {
+                    Some(r) if into_sum => {
+                        let y = &mut sums[layout.offset(r.add, m.slot, 0)..][..per_image];
+                        conv.image(x_of(m), y, cols, Some((skip_of(m, r), None)));
+                    }
+                    _ => {
+                        let sum = fused.map(|r| {
+                            let y = &mut sums[layout.offset(r.add, m.slot, 0)..][..per_image];
+                            (skip_of(m, r), Some(y))
+                        });
+                        conv.image(x_of(m), &mut n.out[o..o + per_image], cols, sum);
+                    }
+                }
             }
             return;
         }
@@ -349,14 +429,21 @@ impl CpuDevice {
                 return;
             };
             let m = &members[j as usize];
+            let slot = slot as u32;
             // SAFETY: one slot's block of each output per share, each slot in one share
-            let out = unsafe { outs.range(layout.offset(i, slot as u32, 0), per_image) };
-            let sum = fused.map(|r| {
-                // SAFETY: as above
-                let y = unsafe { sums.range(layout.offset(r.add, slot as u32, 0), per_image) };
-                (skip_of(m, r), y)
-            });
-            conv.image(x_of(m), out, cols, sum)
+            let sum_out =
+                |r: Residual| unsafe { sums.range(layout.offset(r.add, slot, 0), per_image) };
+            match fused {
+                Some(r) if into_sum => {
+                    conv.image(x_of(m), sum_out(r), cols, Some((skip_of(m, r), None)))
+                }
+                _ => {
+                    // SAFETY: as above
+                    let out = unsafe { outs.range(layout.offset(i, slot, 0), per_image) };
+                    let sum = fused.map(|r| (skip_of(m, r), Some(sum_out(r))));
+                    conv.image(x_of(m), out, cols, sum)
+                }
+            }
         });
         let who = &mut self.slot_member;
         for m in members {
@@ -503,6 +590,37 @@ op = "add"
 inputs = ["f", "e"]
 act = "relu"
 "#;
+
+    /// Served without a capture, a convolution completing a residual sum writes the sum
+    /// straight into the add's output (its own output is read by nothing): the same bits as
+    /// when a capture makes it write both.
+    #[test]
+    fn the_sum_written_in_place_is_the_sum_written_beside_the_output() {
+        for batch in [1u32, 3] {
+            let slots: Vec<u32> = (0..batch).collect();
+            let sums = |capture: bool| {
+                let (model, mut dev) = testing::prepared(MODEL, 7);
+                if capture {
+                    dev.set_capture(CaptureMode::EveryNode);
+                }
+                let members = testing::members(&model, &slots, u64::from);
+                testing::run(&mut dev, &model, model.nodes.len(), &members);
+                let mut out = Vec::new();
+                for add in ["add1", "add2", "add3"] {
+                    let a = model.nodes.iter().position(|n| n.name == add).unwrap();
+                    let len = model.nodes[a].out.feat.iter().product::<usize>();
+                    for &slot in &slots {
+                        let at = dev.layout.offset(a, slot, 0);
+                        out.extend_from_slice(&dev.nodes[a].out[at..at + len]);
+                    }
+                }
+                out
+            };
+            let (apart, in_place) = (sums(true), sums(false));
+            assert!(apart.iter().any(|v| *v > 0.0));
+            assert_eq!(apart, in_place, "batch {batch}");
+        }
+    }
 
     /// Each fused add's output, as its producer's epilogue wrote it, is bit for bit
     /// `relu(conv + skip)` of the two outputs captured beside it, alone and in a batch of

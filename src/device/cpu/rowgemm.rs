@@ -12,6 +12,9 @@
 //! A's rows in place,
 //! the partial chains kept in C between blocks of `p`.
 //!
+//! An epilogue ([`gemm_panels_then`]) may run over each block of C as soon as it is final,
+//! while it is in cache (a convolution's shift, activation and residual add).
+//!
 //! An FMA is exactly rounded, so the AVX-512 kernels and the portable ones (`f32::mul_add`)
 //! give the same bits; a test checks it. Work of at least [`PARALLEL_MACS`] multiply-adds is
 //! split by columns over the CPU device's threads (`team`), which does not change any element's
@@ -54,6 +57,7 @@ pub fn gemm_nn(
         lda,
         b: B::Rows(b, ldb),
         ldc,
+        epi: None,
     };
     let simd = avx512();
     split_columns(n, m * n * k, c.as_mut_ptr(), &|j0, j1, c| {
@@ -63,6 +67,48 @@ pub fn gemm_nn(
 
 /// [`gemm_nn`] with `B` packed beforehand ([`Panels`]): the same bits, without packing B.
 pub fn gemm_panels((m, a, lda): (usize, &[f32], usize), b: &Panels, (c, ldc): (&mut [f32], usize)) {
+    gemm_panels_then((m, a, lda), b, (c, ldc), None)
+}
+
+/// What runs over each block of C as soon as its values are final, while it is still in
+/// cache (a layer's shift, activation and residual add): every element of C is in exactly one
+/// [`Done`] block, each handed over once, from the thread that computed it. It must not run a
+/// GEMM itself (the thread's packing buffers are in use).
+pub type Epilogue<'a> = &'a (dyn Fn(Done) + Sync);
+
+/// A block of C whose values are final: rows `rows`, columns `cols`.
+pub struct Done {
+    c: CPtr,
+    ldc: usize,
+    /// The block's rows of C.
+    pub rows: std::ops::Range<usize>,
+    /// The block's columns of C.
+    pub cols: std::ops::Range<usize>,
+}
+
+impl Done {
+    /// Row `r`'s columns `cols` (`r` in `rows`).
+    pub fn row(&mut self, r: usize) -> &mut [f32] {
+        assert!(self.rows.contains(&r), "row {r} outside {:?}", self.rows);
+        // SAFETY: inside C (the GEMM checked its bounds); blocks are disjoint and each is
+        // handed over once, so no other reference to these elements exists meanwhile.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.c.0.add(r * self.ldc + self.cols.start),
+                self.cols.len(),
+            )
+        }
+    }
+}
+
+/// [`gemm_panels`], then `epi` over each block of C as it is finished (the same bits in C as
+/// without it, before `epi` changes them).
+pub fn gemm_panels_then(
+    (m, a, lda): (usize, &[f32], usize),
+    b: &Panels,
+    (c, ldc): (&mut [f32], usize),
+    epi: Option<Epilogue>,
+) {
     let (n, k) = (b.n, b.k);
     if m == 0 || n == 0 {
         return;
@@ -79,6 +125,7 @@ pub fn gemm_panels((m, a, lda): (usize, &[f32], usize), b: &Panels, (c, ldc): (&
         lda,
         b: B::Panels(b),
         ldc,
+        epi,
     };
     let simd = avx512();
     split_columns(n, m * n * k, c.as_mut_ptr(), &|j0, j1, c| {
@@ -114,6 +161,8 @@ struct Nn<'a> {
     lda: usize,
     b: B<'a>,
     ldc: usize,
+    /// Run over each finished block of C.
+    epi: Option<Epilogue<'a>>,
 }
 
 /// Where B comes from: a row-major matrix (rows `ldb` apart), or weights packed beforehand.
@@ -187,10 +236,12 @@ impl Nn<'_> {
                 match (self.m < MR, self.b) {
                     (true, B::Rows(b, ldb)) => self.stream((b, ldb), j0, j1, c),
                     (true, B::Panels(pk)) => self.stream_panels(pk, j0, j1, c),
-                    (false, _) => self.packed(j0, j1, c),
+                    // the packed kernel hands its blocks over as it finishes them
+                    (false, _) if self.k > 0 => return self.packed(j0, j1, c),
+                    (false, _) => {}
                 }
             }
-            return;
+            return self.done(0..self.m, j0..j1, c);
         }
         let _ = simd;
         for r in 0..self.m {
@@ -202,6 +253,19 @@ impl Nn<'_> {
                 // SAFETY: inside C (checked by `gemm_nn`); the threads write disjoint columns.
                 unsafe { *c.0.add(r * self.ldc + col) = s };
             }
+        }
+        self.done(0..self.m, j0..j1, c)
+    }
+
+    /// Hands a finished block of C to the epilogue, if there is one.
+    fn done(&self, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>, c: CPtr) {
+        if let Some(epi) = self.epi {
+            epi(Done {
+                c,
+                ldc: self.ldc,
+                rows,
+                cols,
+            })
         }
     }
 
@@ -412,6 +476,9 @@ impl Nn<'_> {
                                 );
                             }
                         }
+                        if pc + kc == self.k {
+                            self.done(ic..ic + mc, jc..jc + nc, c);
+                        }
                         ic += mc;
                     }
                     pc += kc;
@@ -579,6 +646,44 @@ mod tests {
         }
     }
 
+    /// The epilogue sees every element of C exactly once, already final (the value
+    /// `gemm_panels` computes), on every path: few rows, many rows, several blocks of `p` and
+    /// of columns, split over the threads or not.
+    #[test]
+    fn the_epilogue_gets_each_final_element_once() {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        for &(m, n, k) in &[
+            (1, 70, 5),
+            (5, 300, 37),
+            (8, 64, 64),
+            (100, 1100, 300),
+            (300, 256, 64),
+        ] {
+            let (a, b) = (data(m * k, 5), data(k * n, 6));
+            let pk = Panels::pack(&b, k, n);
+            let mut want = vec![0.0; m * n];
+            gemm_panels((m, &a, k), &pk, (&mut want, n));
+            let seen: Vec<AtomicU32> = (0..m * n).map(|_| AtomicU32::new(0)).collect();
+            let epi = |mut d: Done| {
+                for r in d.rows.clone() {
+                    let j0 = d.cols.start;
+                    for (j, v) in d.row(r).iter_mut().enumerate() {
+                        assert_eq!(*v, want[r * n + j0 + j], "({r}, {}) of {m}x{n}x{k}", j0 + j);
+                        seen[r * n + j0 + j].fetch_add(1, Ordering::Relaxed);
+                        *v = -1.0;
+                    }
+                }
+            };
+            let mut c = vec![0.0; m * n];
+            gemm_panels_then((m, &a, k), &pk, (&mut c, n), Some(&epi));
+            assert!(
+                seen.iter().all(|s| s.load(Ordering::Relaxed) == 1),
+                "{m}x{n}x{k}"
+            );
+            assert!(c.iter().all(|&v| v == -1.0), "{m}x{n}x{k}");
+        }
+    }
+
     /// The AVX-512 kernels and the portable ones give the same bits (an FMA is exactly rounded),
     /// through each path: streaming (few rows) and packed (many rows, several blocks of `p`).
     #[test]
@@ -598,6 +703,7 @@ mod tests {
                     lda: k,
                     b: src,
                     ldc: n,
+                    epi: None,
                 };
                 let (mut simd, mut portable) = (vec![0.0; m * n], vec![0.0; m * n]);
                 nn.run(true, 0, n, CPtr(simd.as_mut_ptr()));
