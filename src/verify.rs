@@ -231,6 +231,151 @@ pub fn serve_both(
     Ok((ca.outputs, cb.outputs))
 }
 
+/// Serves the same requests alone (serial) on two devices and returns each execution of an
+/// output node on both, in execution order, for [`compare_outputs`].
+pub fn output_steps_both(
+    model: &Model,
+    a: &mut dyn Device,
+    b: &mut dyn Device,
+    requests: usize,
+    max_batch: u32,
+    seed: u64,
+) -> Result<(Vec<TraceEntry>, Vec<TraceEntry>)> {
+    let (ca, cb) = capture_both(
+        model,
+        (a, b),
+        requests,
+        max_batch,
+        seed,
+        CaptureMode::OutputSteps,
+    )?;
+    Ok((ca.trace, cb.trace))
+}
+
+/// A decoded token on which two devices disagree: after it a greedy decoder feeds each its own
+/// token, so the two runs compute different things and are compared no further.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct TokenFlip {
+    /// The request's input key.
+    pub request: u64,
+    /// The argmax node.
+    pub node: String,
+    /// The step it ran at.
+    pub step: u32,
+    /// The token the device chose.
+    pub token: usize,
+    /// The token the reference chose.
+    pub reference_token: usize,
+    /// How far apart the reference's logits for the two tokens are, relative to its chosen
+    /// one's (`|l[ref] − l[token]| / (1 + |l[ref]|)`; infinite when the logits are not among
+    /// the outputs): within the tolerance, a near tie that rounding may tip either way.
+    pub gap: f64,
+}
+
+/// Two devices' outputs, compared up to each request's first differing token.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutputComparison {
+    /// Values compared.
+    pub values: usize,
+    /// The largest absolute difference among them.
+    pub max_abs: f64,
+    /// The largest relative difference among them, `|a − b| / (1 + |b|)`.
+    pub max_rel: f64,
+    /// The first differing token of each request that has one.
+    pub flips: Vec<TokenFlip>,
+}
+
+impl OutputComparison {
+    /// Within `tol`: every value compared, and every flipped token a near tie.
+    pub fn ok(&self, tol: f64) -> bool {
+        self.max_rel <= tol && self.flips.iter().all(|f| f.gap <= tol)
+    }
+}
+
+/// Compares the output-node executions of two devices serving the same requests
+/// ([`output_steps_both`]; `b` the reference), request by request in execution order: values
+/// elementwise, an argmax's tokens exactly. At a request's first differing token the
+/// comparison of that request stops, and the flip is judged by the reference's logits (the
+/// argmax's input, just before it). None when the two runs part otherwise (another node,
+/// step or number of values, or a request missing): a mismatch.
+pub fn compare_outputs(
+    model: &Model,
+    a: &[TraceEntry],
+    b: &[TraceEntry],
+) -> Option<OutputComparison> {
+    let (ra, rb) = (by_request(a), by_request(b));
+    if ra.len() != rb.len() {
+        return None;
+    }
+    let mut c = OutputComparison {
+        values: 0,
+        max_abs: 0.0,
+        max_rel: 0.0,
+        flips: Vec::new(),
+    };
+    for (request, xs) in &ra {
+        let ys = rb.get(request)?;
+        let mut logits: Option<&TraceEntry> = None;
+        for (x, y) in xs.iter().zip(ys) {
+            if (x.node, x.step, x.values.len()) != (y.node, y.step, y.values.len()) {
+                return None;
+            }
+            let node = model.nodes.get(x.node)?;
+            if !matches!(node.op, crate::graph::op::Op::Argmax) {
+                for (p, q) in x.values.iter().zip(&y.values) {
+                    let d = f64::from((p - q).abs());
+                    let rel = d / (1.0 + f64::from(q.abs()));
+                    c.max_abs = c.max_abs.max(d);
+                    c.max_rel = c
+                        .max_rel
+                        .max(if rel.is_nan() { f64::INFINITY } else { rel });
+                }
+                c.values += x.values.len();
+                logits = Some(y);
+                continue;
+            }
+            c.values += x.values.len();
+            let Some(row) = x.values.iter().zip(&y.values).position(|(p, q)| p != q) else {
+                continue;
+            };
+            let (token, reference_token) = (x.values[row] as usize, y.values[row] as usize);
+            // the reference's logits for this row, when they are the argmax's input
+            let gap = logits
+                .filter(|l| Some(l.node) == node.inputs.first().map(|i| i.node.idx()))
+                .filter(|l| l.step == y.step)
+                .and_then(|l| {
+                    let width = l.values.len() / y.values.len().max(1);
+                    let at = |t: usize| l.values.get(row * width + t).copied().map(f64::from);
+                    let (r, t) = (at(reference_token)?, at(token)?);
+                    Some((r - t).abs() / (1.0 + r.abs()))
+                })
+                .unwrap_or(f64::INFINITY);
+            c.flips.push(TokenFlip {
+                request: *request,
+                node: node.name.clone(),
+                step: x.step,
+                token,
+                reference_token,
+                gap,
+            });
+            break;
+        }
+        if c.flips.last().map(|f| f.request) != Some(*request) && xs.len() != ys.len() {
+            return None;
+        }
+    }
+    Some(c)
+}
+
+/// A trace's entries by request (input key), each request's in execution order.
+fn by_request(t: &[TraceEntry]) -> std::collections::BTreeMap<u64, Vec<&TraceEntry>> {
+    let mut m: std::collections::BTreeMap<u64, Vec<&TraceEntry>> = Default::default();
+    for e in t {
+        m.entry(e.input).or_default().push(e);
+    }
+    m
+}
+
 /// Serves the same requests alone (serial) on two devices and returns both devices' traces:
 /// every node execution's output rows in execution order, for op-by-op comparison
 /// ([`compare_traces`]).
@@ -412,4 +557,63 @@ pub fn verify(
         Some(t) => rep.max_rel_diff <= t,
     };
     Ok(rep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::op::Op;
+
+    /// GNMT's argmax and the logits it reads, and a request's output steps on two devices:
+    /// logits (3 tokens) then the chosen token, at steps 0 and 1.
+    fn steps(l0: [f32; 3], t0: f32, l1: [f32; 3], t1: f32) -> (Model, Vec<TraceEntry>) {
+        let model = crate::graph::zoo::load("gnmt").unwrap();
+        let argmax = model
+            .nodes
+            .iter()
+            .position(|n| matches!(n.op, Op::Argmax))
+            .unwrap();
+        let logits = model.nodes[argmax].inputs[0].node.idx();
+        let e = |node, step, values: &[f32]| TraceEntry {
+            input: 7,
+            node,
+            step,
+            values: values.to_vec(),
+        };
+        let t = vec![
+            e(logits, 0, &l0),
+            e(argmax, 0, &[t0]),
+            e(logits, 1, &l1),
+            e(argmax, 1, &[t1]),
+        ];
+        (model, t)
+    }
+
+    #[test]
+    fn outputs_compare_up_to_the_first_flipped_token_and_judge_it_by_the_logits() {
+        let (m, cpu) = steps([0.1, 2.0, 1.0], 1.0, [3.0, 0.0, 0.5], 0.0);
+        // the same tokens, logits a little apart: compared throughout
+        let (_, dev) = steps([0.1, 2.001, 1.0], 1.0, [3.0, 0.0, 0.5], 0.0);
+        let c = compare_outputs(&m, &dev, &cpu).unwrap();
+        assert_eq!((c.values, c.flips.len()), (8, 0));
+        assert!((c.max_rel - 0.001 / 3.0).abs() < 1e-6 && c.ok(1e-3) && !c.ok(1e-4));
+        // a near tie tipped the other way at step 0: step 1 (its own token fed back, other
+        // logits) not compared
+        let (_, tie) = steps([0.1, 2.0, 1.9995], 1.0, [3.0, 0.0, 0.5], 0.0);
+        let (_, dev) = steps([0.1, 1.9996, 1.9999], 2.0, [0.0, 9.0, 0.0], 1.0);
+        let c = compare_outputs(&m, &dev, &tie).unwrap();
+        assert_eq!(c.values, 4);
+        let f = &c.flips[0];
+        assert_eq!((f.step, f.token, f.reference_token), (0, 2, 1));
+        assert!((f.gap - 0.0005 / 3.0).abs() < 1e-6, "{}", f.gap);
+        assert!(c.ok(1e-3) && !c.ok(1e-4), "{c:?}");
+        // a token far below the reference's best is a real error whatever the tolerance allows
+        let (_, dev) = steps([0.1, 2.0, 1.0], 0.0, [3.0, 0.0, 0.5], 0.0);
+        let c = compare_outputs(&m, &dev, &cpu).unwrap();
+        assert!((c.flips[0].gap - 1.9 / 3.0).abs() < 1e-6 && !c.ok(0.1));
+        // runs that part otherwise (another number of values) do not compare
+        let (_, mut dev) = steps([0.1, 2.0, 1.0], 1.0, [3.0, 0.0, 0.5], 0.0);
+        dev[2].values.pop();
+        assert!(compare_outputs(&m, &dev, &cpu).is_none());
+    }
 }

@@ -89,13 +89,14 @@ pub(super) fn run(a: VerifyArgs) -> Result<ExitCode> {
     // on a GPU, also compare with the CPU reference (same weights and inputs)
     let vs_cpu = if gpu {
         let mut cpu = lazybatch::device::cpu::CpuDevice::new(a.seed);
-        let (g, c) = lazybatch::verify::serve_both(&model, dev.as_mut(), &mut cpu, n, mb, a.seed)?;
-        Some(lazybatch::verify::max_diff(&g, &c))
+        let (g, c) =
+            lazybatch::verify::output_steps_both(&model, dev.as_mut(), &mut cpu, n, mb, a.seed)?;
+        Some(lazybatch::verify::compare_outputs(&model, &g, &c))
     } else {
         None
     };
-    let vs_cpu_ok = match (vs_cpu, tol) {
-        (Some(Some((_, rel, _))), Some(t)) => rel <= t,
+    let vs_cpu_ok = match (&vs_cpu, tol) {
+        (Some(Some(c)), Some(t)) => c.ok(t),
         (Some(None), _) => false,
         _ => true,
     };
@@ -137,9 +138,10 @@ pub(super) fn run(a: VerifyArgs) -> Result<ExitCode> {
                 }
             ));
         }
-        if let Some(d) = vs_cpu {
-            v["vs_cpu_max_abs_diff"] = json!(d.map(|x| x.0));
-            v["vs_cpu_max_rel_diff"] = json!(d.map(|x| x.1));
+        if let Some(d) = &vs_cpu {
+            v["vs_cpu_max_abs_diff"] = json!(d.as_ref().map(|c| c.max_abs));
+            v["vs_cpu_max_rel_diff"] = json!(d.as_ref().map(|c| c.max_rel));
+            v["vs_cpu_token_flips"] = json!(d.as_ref().map(|c| &c.flips));
             v["vs_cpu_ok"] = json!(vs_cpu_ok);
         }
         out!(o, "{}", serde_json::to_string_pretty(&v)?);
@@ -168,9 +170,18 @@ pub(super) fn run(a: VerifyArgs) -> Result<ExitCode> {
             ),
         };
         out!(o, "  {verdict} ({:.1} s)", t0.elapsed().as_secs_f64());
-        match vs_cpu {
-            Some(Some((abs, rel, vals))) => out!(o, "  against the CPU reference: {vals} values, largest difference {abs:e} (relative {rel:e}): {}", if vs_cpu_ok { "OK" } else { "MISMATCH" }),
-            Some(None) => out!(o, "  against the CPU reference: outputs differ in shape (a decoded token differs): MISMATCH"),
+        match &vs_cpu {
+            Some(Some(c)) => {
+                out!(o, "  against the CPU reference: {} values, largest difference {:e} (relative {:e}): {}", c.values, c.max_abs, c.max_rel, if vs_cpu_ok { "OK" } else { "MISMATCH" });
+                for f in &c.flips {
+                    let judged = match tol {
+                        Some(t) if f.gap <= t => "a near tie: compared up to there",
+                        _ => "NOT a near tie",
+                    };
+                    out!(o, "    request {} chose token {} at step {} of '{}' where the CPU chose {}; the CPU's logits for the two {:e} apart (relative): {judged}", f.request, f.token, f.step, f.node, f.reference_token, f.gap);
+                }
+            }
+            Some(None) => out!(o, "  against the CPU reference: the outputs part (another node, step or size): MISMATCH"),
             None => {}
         }
         if let Some(t) = &ops {

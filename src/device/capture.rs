@@ -26,6 +26,9 @@ pub enum CaptureMode {
     /// Each request's last node's rows only (every step for a seq2seq model: its tokens), what
     /// a front end answers.
     Answers,
+    /// The final outputs, and each execution of an output node as a trace entry (to compare
+    /// two devices' decoded tokens step by step: [`crate::verify::compare_outputs`]).
+    OutputSteps,
 }
 
 /// One node execution's output rows for one request.
@@ -113,20 +116,24 @@ impl Capture {
     pub(crate) fn wants(&self, model: &Model, i: usize) -> bool {
         match self.mode {
             CaptureMode::Off => false,
-            CaptureMode::Outputs | CaptureMode::Answers => self.is_output(model, i),
+            CaptureMode::Outputs | CaptureMode::Answers | CaptureMode::OutputSteps => {
+                self.is_output(model, i)
+            }
             CaptureMode::EveryNode => true,
         }
     }
 
     /// Records the rows node `i` wrote at `step` for the request with input key `input`.
     pub fn record(&mut self, model: &Model, i: usize, step: u32, input: u64, values: Vec<f32>) {
-        if self.is_output(model, i) {
+        let output = self.is_output(model, i);
+        if output {
             self.outputs
                 .entry(input)
                 .or_default()
                 .extend_from_slice(&values);
         }
-        if self.mode == CaptureMode::EveryNode {
+        if self.mode == CaptureMode::EveryNode || (self.mode == CaptureMode::OutputSteps && output)
+        {
             self.trace.push(TraceEntry {
                 input,
                 node: i,
