@@ -6,9 +6,10 @@
 //! window at stride 1: the image is read in place) and multiplies (the row GEMM, on weights
 //! packed at prepare time), whose epilogue applies the shift, the activation and — when the
 //! convolution completes a residual connection ([`Residual`]) — the add and its activation to
-//! each block of the output as the GEMM finishes it ([`Epilogue`]). Small images (ResNet's last stage) run as one block, its columns shared
-//! between the cores instead. Grouped convolutions unfold the whole image per group (the
-//! `gemm` crate multiplies large ones); a depthwise convolution is one fused pass.
+//! each block of the output as the GEMM finishes it ([`Epilogue`]). Small images (ResNet's
+//! last stage) run as one block, its columns shared between the cores instead. Grouped
+//! convolutions unfold the whole image per group (the `gemm` crate multiplies large ones); a
+//! depthwise convolution is one fused pass.
 
 use super::team;
 use super::*;
