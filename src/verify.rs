@@ -241,15 +241,25 @@ pub fn output_steps_both(
     max_batch: u32,
     seed: u64,
 ) -> Result<(Vec<TraceEntry>, Vec<TraceEntry>)> {
-    let (ca, cb) = capture_both(
+    traces_both(
         model,
         (a, b),
         requests,
         max_batch,
         seed,
         CaptureMode::OutputSteps,
-    )?;
-    Ok((ca.trace, cb.trace))
+    )
+}
+
+/// The relative difference `|p − q| / (1 + |q|)` of a value `p` from its reference `q`, NaN
+/// counted as infinite.
+fn rel_diff(p: f32, q: f32) -> f64 {
+    let d = f64::from((p - q).abs()) / (1.0 + f64::from(q.abs()));
+    if d.is_nan() {
+        f64::INFINITY
+    } else {
+        d
+    }
 }
 
 /// A decoded token on which two devices disagree: after it a greedy decoder feeds each its own
@@ -316,19 +326,16 @@ pub fn compare_outputs(
     for (request, xs) in &ra {
         let ys = rb.get(request)?;
         let mut logits: Option<&TraceEntry> = None;
+        let mut flipped = false;
         for (x, y) in xs.iter().zip(ys) {
             if (x.node, x.step, x.values.len()) != (y.node, y.step, y.values.len()) {
                 return None;
             }
             let node = model.nodes.get(x.node)?;
             if !matches!(node.op, crate::graph::op::Op::Argmax) {
-                for (p, q) in x.values.iter().zip(&y.values) {
-                    let d = f64::from((p - q).abs());
-                    let rel = d / (1.0 + f64::from(q.abs()));
-                    c.max_abs = c.max_abs.max(d);
-                    c.max_rel = c
-                        .max_rel
-                        .max(if rel.is_nan() { f64::INFINITY } else { rel });
+                for (&p, &q) in x.values.iter().zip(&y.values) {
+                    c.max_abs = c.max_abs.max(f64::from((p - q).abs()));
+                    c.max_rel = c.max_rel.max(rel_diff(p, q));
                 }
                 c.values += x.values.len();
                 logits = Some(y);
@@ -358,9 +365,10 @@ pub fn compare_outputs(
                 reference_token,
                 gap,
             });
+            flipped = true;
             break;
         }
-        if c.flips.last().map(|f| f.request) != Some(*request) && xs.len() != ys.len() {
+        if !flipped && xs.len() != ys.len() {
             return None;
         }
     }
@@ -387,14 +395,26 @@ pub fn trace_both(
     max_batch: u32,
     seed: u64,
 ) -> Result<(Vec<TraceEntry>, Vec<TraceEntry>)> {
-    let (ca, cb) = capture_both(
+    traces_both(
         model,
         (a, b),
         requests,
         max_batch,
         seed,
         CaptureMode::EveryNode,
-    )?;
+    )
+}
+
+/// Both devices' trace entries of a serial run recording `mode` ([`capture_both`]).
+fn traces_both(
+    model: &Model,
+    devices: (&mut dyn Device, &mut dyn Device),
+    requests: usize,
+    max_batch: u32,
+    seed: u64,
+    mode: CaptureMode,
+) -> Result<(Vec<TraceEntry>, Vec<TraceEntry>)> {
+    let (ca, cb) = capture_both(model, devices, requests, max_batch, seed, mode)?;
     Ok((ca.trace, cb.trace))
 }
 
@@ -437,14 +457,7 @@ pub fn compare_traces(
             .values
             .iter()
             .zip(&y.values)
-            .map(|(p, q)| {
-                let d = f64::from((p - q).abs()) / (1.0 + f64::from(q.abs()));
-                if d.is_nan() {
-                    f64::INFINITY
-                } else {
-                    d
-                }
-            })
+            .map(|(&p, &q)| rel_diff(p, q))
             .fold(0.0f64, f64::max);
         let w = &mut worst[x.node];
         *w = Some(w.map_or(rel, |v: f64| v.max(rel)));
