@@ -12,6 +12,7 @@
 //! depthwise convolution is one fused pass.
 
 use super::team;
+use super::winograd::Winograd;
 use super::*;
 use std::sync::{Mutex, MutexGuard};
 
@@ -131,8 +132,10 @@ struct Conv<'a> {
     win: Window,
     act: ActK,
     w: &'a Weights,
-    /// The weights packed (every ungrouped convolution).
+    /// The weights packed (every ungrouped convolution not run by Winograd's algorithm).
     panels: &'a Panels,
+    /// The weights transformed for Winograd's algorithm, when it applies.
+    wino: Option<&'a Winograd>,
     /// The activation of the residual sum this convolution completes, if it does one.
     residual: ActK,
 }
@@ -153,37 +156,41 @@ struct Epilogue<'a> {
 /// block's rows); no output: the sum replaces the convolution's own output, in place.
 type SumEpi<'a> = (ActK, &'a [f32], Option<par::Shared<'a, f32>>);
 
-par::vectorized_fn! {
-    /// [`Epilogue`] over one finished block: `out ← act(out + shift)`, then `y ← act'(out +
-    /// skip)` (the same operations, in the same order, as the passes over the whole output
-    /// that it replaces).
-    fn epilogue(d: &mut rowgemm::Done, e: &Epilogue) {
+/// [`Epilogue`] over one finished block of the row GEMM's output.
+fn epilogue(d: &mut rowgemm::Done, e: &Epilogue) {
+    for r in d.rows.clone() {
         let cols = d.cols.clone();
+        finish_row(d.row(r), r, cols, e);
+    }
+}
+
+par::vectorized_fn! {
+    /// [`Epilogue`] over columns `cols` of row `r` of a block of output: `out ← act(out +
+    /// shift)`, then `y ← act'(out + skip)` (the same operations, in the same order, as the
+    /// passes over the whole output that it replaces).
+    fn finish_row(row: &mut [f32], r: usize, cols: std::ops::Range<usize>, e: &Epilogue) {
         let shift = e.shift.get(cols.clone()).unwrap_or(&[]);
-        for r in d.rows.clone() {
-            let row = d.row(r);
-            if !shift.is_empty() {
-                row.iter_mut().zip(shift).for_each(|(v, b)| *v += b);
-            }
-            kernels::act(e.act, row);
-            if let Some((ak, skip, y)) = &e.sum {
-                let at = r * e.co + cols.start;
-                let skip = &skip[at..at + cols.len()];
-                match y {
-                    Some(y) => {
-                        // SAFETY: the GEMM hands over each block of rows and columns once, so
-                        // the blocks' ranges of the sum are disjoint
-                        let y = unsafe { y.range(at, cols.len()) };
-                        y.iter_mut()
-                            .zip(row.iter())
-                            .zip(skip)
-                            .for_each(|((y, a), b)| *y = a + b);
-                        kernels::act(*ak, y);
-                    }
-                    None => {
-                        row.iter_mut().zip(skip).for_each(|(a, b)| *a += b);
-                        kernels::act(*ak, row);
-                    }
+        if !shift.is_empty() {
+            row.iter_mut().zip(shift).for_each(|(v, b)| *v += b);
+        }
+        kernels::act(e.act, row);
+        if let Some((ak, skip, y)) = &e.sum {
+            let at = r * e.co + cols.start;
+            let skip = &skip[at..at + cols.len()];
+            match y {
+                Some(y) => {
+                    // SAFETY: each row's columns are finished once, so the ranges of the
+                    // sum they write are disjoint
+                    let y = unsafe { y.range(at, cols.len()) };
+                    y.iter_mut()
+                        .zip(row.iter())
+                        .zip(skip)
+                        .for_each(|((y, a), b)| *y = a + b);
+                    kernels::act(*ak, y);
+                }
+                None => {
+                    row.iter_mut().zip(skip).for_each(|(a, b)| *a += b);
+                    kernels::act(*ak, row);
                 }
             }
         }
@@ -232,7 +239,10 @@ impl Conv<'_> {
             return self.block(x, 0..p, out, cols, sum);
         }
         // the image in blocks, each thread a run of whole blocks
-        let pb = block_pixels(p, (self.window(), co), self.pointwise());
+        let pb = match self.wino {
+            Some(wg) => wg.block_pixels(self.win.out, team::team().threads()),
+            None => block_pixels(p, (self.window(), co), self.pointwise()),
+        };
         let blocks = |b0: usize, rows: &mut [f32], mut sum: Sum| {
             for (b, block) in rows.chunks_mut(pb * co).enumerate() {
                 let (start, np) = ((b0 + b) * pb, block.len() / co);
@@ -273,6 +283,14 @@ impl Conv<'_> {
             sum: sum.map(|(skip, y)| (self.residual, skip, y.map(par::Shared::new))),
             co,
         };
+        if let Some(wg) = self.wino {
+            let mut scratch = scratch(cols);
+            wg.block(x, (h, w), pixels, out, &mut scratch);
+            for (r, row) in out.chunks_exact_mut(co).take(np).enumerate() {
+                finish_row(row, r, 0..co, &epi);
+            }
+            return;
+        }
         let epi = |mut d: rowgemm::Done| epilogue(&mut d, &epi);
         let gemm = |a: &[f32], lda: usize, out: &mut [f32]| {
             rowgemm::gemm_panels_then((np, a, lda), self.panels, (out, co), Some(&epi))
@@ -382,6 +400,7 @@ impl CpuDevice {
             act: act_k(*act),
             w: &n.w,
             panels: &n.panels,
+            wino: n.wino.as_ref(),
             residual: fused.map_or(ActK::None, |r| r.act),
         };
         let layout = &self.layout;

@@ -28,6 +28,7 @@ mod rowgemm;
 mod rows;
 pub mod team;
 pub mod weights;
+mod winograd;
 
 use super::layout::{Layout, NodeLayout, Seg, Src};
 use super::{Device, Member, Timing};
@@ -56,6 +57,9 @@ struct NodeRt {
     /// A linear or LSTM layer's weight matrix, packed for the row GEMM (its `w.w` is then
     /// empty: the weights are held once).
     panels: Panels,
+    /// A 3×3 convolution's filters transformed for Winograd's algorithm (its `panels` are
+    /// then empty: [`winograd::applies`] says which).
+    wino: Option<winograd::Winograd>,
     /// A convolution's: the residual add it completes in its epilogue ([`conv::fuse_residuals`]).
     residual: Option<conv::Residual>,
     /// An add's: computed by its producer's epilogue, nothing left to do.
@@ -138,8 +142,13 @@ fn cpu_weights(n: &Node, mut w: Weights) -> Weights {
 }
 
 /// A linear or LSTM layer's matrix (`[K][N]`) moved into [`Panels`], and an ungrouped
-/// convolution's (reordered `[K][Cout]`); other nodes keep theirs.
-fn weight_panels(n: &Node, mut w: Weights, in_feat: usize) -> (Weights, Panels) {
+/// convolution's (reordered `[K][Cout]`), or transformed for Winograd's algorithm when that
+/// applies; other nodes keep theirs.
+fn weight_panels(
+    n: &Node,
+    mut w: Weights,
+    in_feat: usize,
+) -> (Weights, Panels, Option<winograd::Winograd>) {
     let (k, cols) = match &n.op {
         Op::Linear {
             out_features,
@@ -152,11 +161,34 @@ fn weight_panels(n: &Node, mut w: Weights, in_feat: usize) -> (Weights, Panels) 
             groups: 1,
             ..
         } => (w.w.len() / out_channels, *out_channels),
-        _ => return (w, Panels::default()),
+        _ => return (w, Panels::default(), None),
     };
+    if let Some((c, co)) = winograd_channels(n) {
+        let wino = winograd::Winograd::new(&w.w, c, co);
+        w.w = Vec::new();
+        return (w, Panels::default(), Some(wino));
+    }
     let panels = Panels::pack(&w.w, k, cols);
     w.w = Vec::new();
-    (w, panels)
+    (w, panels, None)
+}
+
+/// A convolution's input and output channels when it runs by Winograd's algorithm.
+fn winograd_channels(n: &Node) -> Option<(usize, usize)> {
+    let Op::Conv2d {
+        out_channels,
+        kernel,
+        stride,
+        padding,
+        groups,
+        ..
+    } = &n.op
+    else {
+        return None;
+    };
+    let c = n.in_chw().0;
+    let geometry = (*kernel, *stride, *padding, *groups);
+    winograd::applies(geometry, (c, *out_channels)).then_some((c, *out_channels))
 }
 
 /// An embedding table that a linear layer reads as its weights (tied logits) moves into
@@ -501,7 +533,10 @@ impl Device for CpuDevice {
                     need_c = need_c.max(feat);
                 }
             }
-            let (w, panels) = weight_panels(n, w, in_feat);
+            let (w, panels, wino) = weight_panels(n, w, in_feat);
+            if let (Some(wg), Some((_, ho, wo))) = (&wino, image(&n.out.feat)) {
+                need_cols = need_cols.max(wg.scratch_len((ho, wo)));
+            }
             nodes.push(NodeRt {
                 out: Aligned::zeroed(layout.buffer_len(n.id.idx())),
                 w,
@@ -509,6 +544,7 @@ impl Device for CpuDevice {
                 in_feat,
                 tied,
                 panels,
+                wino,
                 residual: None,
                 fused: false,
             });
