@@ -28,6 +28,9 @@ pub struct NodeLayout {
     pub feat: usize,
     /// Rows per slot.
     pub cap: usize,
+    /// Elements from one slot's rows to the next's: `cap × feat`, or more where a device
+    /// shares the buffer with nodes of larger outputs (the CPU device's arena).
+    pub slot_stride: usize,
 }
 
 /// Where a piece of an input row comes from.
@@ -96,7 +99,12 @@ impl Layout {
                     ),
                     Some(_) => (Storage::Parity, 2),
                 };
-                NodeLayout { storage, feat, cap }
+                NodeLayout {
+                    storage,
+                    feat,
+                    cap,
+                    slot_stride: cap * feat,
+                }
             })
             .collect();
         Layout { nodes, max_batch }
@@ -105,13 +113,13 @@ impl Layout {
     /// Elements in node `i`'s buffer.
     pub(crate) fn buffer_len(&self, i: usize) -> usize {
         let n = &self.nodes[i];
-        self.max_batch * n.cap * n.feat
+        self.max_batch * n.slot_stride
     }
 
     /// Element offset of row `pos` of `slot` in node `i`'s buffer.
     pub(crate) fn offset(&self, i: usize, slot: u32, pos: usize) -> usize {
         let n = &self.nodes[i];
-        (slot as usize * n.cap + pos) * n.feat
+        slot as usize * n.slot_stride + pos * n.feat
     }
 
     /// Loop iterations of node `node` for a request (1 for static nodes).

@@ -14,6 +14,7 @@
 //! how they split work, `team` the threads that run it, and `weights` the generated weights.
 
 pub mod aligned;
+mod arena;
 mod attention;
 mod conv;
 pub mod fastmath;
@@ -44,8 +45,8 @@ use weights::Weights;
 
 #[derive(Debug)]
 struct NodeRt {
-    /// Output buffer, laid out by [`Layout`].
-    out: Aligned,
+    /// Output buffer, laid out by [`Layout`]: a region of the device's arena ([`arena`]).
+    out: arena::Buf,
     w: Weights,
     /// LSTM cell state (`max_batch × H`) or decoder self-attention K|V cache
     /// (`max_batch × max_dec × 2D`).
@@ -77,6 +78,8 @@ pub struct CpuDevice {
     max_batch: usize,
     layout: Layout,
     nodes: Vec<NodeRt>,
+    /// The memory of every node's output ([`arena`]).
+    arena: Aligned,
     scratch_a: Aligned,
     scratch_c: Aligned,
     /// Unfolding scratch, one per thread of the pool (convolutions run images in parallel).
@@ -238,6 +241,7 @@ impl CpuDevice {
                 max_batch: 0,
             },
             nodes: Vec::new(),
+            arena: Aligned::default(),
             scratch_a: Aligned::default(),
             scratch_c: Aligned::default(),
             cols: Vec::new(),
@@ -470,7 +474,7 @@ impl Device for CpuDevice {
         let mb = max_batch as usize;
         // the linear layers' packing buffers on the serving thread, before serving
         rowgemm::reserve();
-        let layout = Layout::new(model, mb);
+        let mut layout = Layout::new(model, mb);
         let max_dec = model.seq.as_ref().map_or(1, |s| s.max_dec as usize);
         let mut nodes = Vec::with_capacity(model.nodes.len());
         let (mut need_a, mut need_c, mut need_cols, mut need_scores) =
@@ -538,7 +542,7 @@ impl Device for CpuDevice {
                 need_cols = need_cols.max(wg.scratch_len((ho, wo)));
             }
             nodes.push(NodeRt {
-                out: Aligned::zeroed(layout.buffer_len(n.id.idx())),
+                out: arena::Buf::default(),
                 w,
                 state,
                 in_feat,
@@ -551,7 +555,27 @@ impl Device for CpuDevice {
         }
         tie_tables(model, &mut nodes);
         conv::fuse_residuals(model, &mut nodes);
+        // the outputs' regions, now that the fused residual sums say who writes what
+        let per_slot: Vec<usize> = layout.nodes.iter().map(|l| l.slot_stride).collect();
+        let mut written_by = vec![None; nodes.len()];
+        for (i, n) in nodes.iter().enumerate() {
+            if let Some(r) = n.residual {
+                written_by[r.add] = Some(i);
+            }
+        }
+        let plan = arena::plan(model, &per_slot, &written_by, mb);
+        let (arena, bufs) = plan.allocate();
+        for (((n, buf), l), &(_, stride)) in nodes
+            .iter_mut()
+            .zip(bufs)
+            .zip(&mut layout.nodes)
+            .zip(&plan.regions)
+        {
+            n.out = buf;
+            l.slot_stride = l.slot_stride.max(stride);
+        }
         self.nodes = nodes;
+        self.arena = arena;
         self.layout = layout;
         self.scratch_a = Aligned::zeroed(need_a);
         // (an argmax's picks take one value a member)

@@ -1,0 +1,169 @@
+//! Where the CPU device's node outputs live: one allocation (the arena) cut into a region per
+//! node, and — in an image model, whose every node writes its whole output — nodes whose
+//! outputs are never live at once share a region, as onnxruntime's memory planner shares its
+//! buffers. A node's output is live from the node that writes it (a convolution that completes
+//! a residual sum writes the add's output: [`super::conv::Residual`]) to its last reader in the
+//! node order, and every request runs the nodes in that order, so a region is written again
+//! only once the request that could still read it has read it. A region holds every slot, each
+//! slot at the same place for every node sharing it (the largest output's size apart: the
+//! layout's slot stride), so one request's writes never reach another's values, and preempting
+//! and merging sub-batches still move nothing.
+//!
+//! Why: with a region per node, MobileNet-v1's activations (22 MB at batch 1) and weights
+//! (17 MB) exceed a 32 MiB L3, and each pass evicts what the next one reads first; shared, its
+//! activations take a few megabytes that stay in cache from one layer to the next.
+//!
+//! Models with a sequence (variable lengths leave rows unwritten that a reader may see, and a
+//! loop reads its outputs again at the next step) keep a region per node.
+
+use super::aligned::Aligned;
+use crate::graph::Model;
+
+/// A node's output: its region of the arena (`len` values; a region may be shared with nodes
+/// whose outputs are never live at the same time as this one's).
+pub(super) struct Buf {
+    ptr: *mut f32,
+    len: usize,
+}
+
+impl Default for Buf {
+    fn default() -> Self {
+        Buf {
+            ptr: std::ptr::NonNull::dangling().as_ptr(),
+            len: 0,
+        }
+    }
+}
+
+// SAFETY: a `Buf` is a view of the arena, which the device owns beside its nodes; the device
+// hands the views to its kernels as slices, under the borrow rules of `&self` / `&mut self`.
+unsafe impl Send for Buf {}
+unsafe impl Sync for Buf {}
+
+impl std::ops::Deref for Buf {
+    type Target = [f32];
+
+    fn deref(&self) -> &[f32] {
+        // SAFETY: `len` values of the arena (or none); the regions of nodes live at the same
+        // time are disjoint ([`plan`]), and a kernel only touches the outputs of live nodes
+        // (its own, and its inputs', which are live while it runs).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl std::ops::DerefMut for Buf {
+    fn deref_mut(&mut self) -> &mut [f32] {
+        // SAFETY: as for `deref`.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl std::fmt::Debug for Buf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Buf({} values)", self.len)
+    }
+}
+
+/// Each node's region (its offset in the arena and its slot stride, in values: a slot's rows
+/// of every node sharing the region start at the same place, so that one request's outputs
+/// never overlap another's) and the arena's length for `max_batch` slots.
+pub(super) struct Plan {
+    pub(super) regions: Vec<(usize, usize)>,
+    pub(super) len: usize,
+    max_batch: usize,
+}
+
+/// Plans the regions of `model`'s node outputs for `max_batch` slots, node `i` taking
+/// `per_slot[i]` values a slot; `written_by[i]` is the earlier node that writes node `i`'s
+/// output, if one does (a fused residual sum).
+pub(super) fn plan(
+    model: &Model,
+    per_slot: &[usize],
+    written_by: &[Option<usize>],
+    max_batch: usize,
+) -> Plan {
+    let n = model.nodes.len();
+    let share = model.seq.is_none() && model.loops.is_empty();
+    // each output's live range: from its first write to its last read (never ends: no reuse)
+    let mut end = vec![if share { 0 } else { usize::MAX }; n];
+    for (j, node) in model.nodes.iter().enumerate() {
+        for input in &node.inputs {
+            let e = &mut end[input.node.idx()];
+            *e = (*e).max(j);
+        }
+    }
+    let start: Vec<usize> = (0..n).map(|i| written_by[i].unwrap_or(i).min(i)).collect();
+    for (i, e) in end.iter_mut().enumerate() {
+        // an output nothing reads (the model's result) stays to the end of the pass
+        if *e <= i {
+            *e = usize::MAX;
+        }
+    }
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&i| (start[i], i));
+    // (slot stride, live until) of every region so far, and each node's region
+    let mut pool: Vec<(usize, usize)> = Vec::new();
+    let mut region_of = vec![None; n];
+    for i in order {
+        let need = per_slot[i];
+        if need == 0 {
+            continue;
+        }
+        // free regions (their last reader runs before this output's first write): the
+        // smallest that holds it, else the largest, grown to hold it
+        let free = || pool.iter().enumerate().filter(|(_, r)| r.1 < start[i]);
+        let fit = free()
+            .filter(|(_, r)| r.0 >= need)
+            .min_by_key(|(_, r)| r.0)
+            .or_else(|| free().max_by_key(|(_, r)| r.0))
+            .map(|(k, _)| k);
+        let k = fit.unwrap_or_else(|| {
+            pool.push((0, 0));
+            pool.len() - 1
+        });
+        pool[k] = (pool[k].0.max(need), end[i]);
+        region_of[i] = Some(k);
+    }
+    // the regions one after another, each stride a whole number of cache lines
+    let mut base = Vec::with_capacity(pool.len());
+    let mut len = 0;
+    for r in &mut pool {
+        r.0 = r.0.next_multiple_of(16);
+        base.push(len);
+        len += max_batch * r.0;
+    }
+    let regions = region_of
+        .iter()
+        .map(|r| r.map_or((0, 0), |k| (base[k], pool[k].0)))
+        .collect();
+    Plan {
+        regions,
+        len,
+        max_batch,
+    }
+}
+
+impl Plan {
+    /// The arena, and each node's view of it (`max_batch` slot strides).
+    pub(super) fn allocate(&self) -> (Aligned, Vec<Buf>) {
+        let mut arena = Aligned::zeroed(self.len);
+        let base = arena.as_mut_ptr();
+        let bufs = self
+            .regions
+            .iter()
+            .map(|&(off, stride)| match stride {
+                0 => Buf::default(),
+                // SAFETY: `off + max_batch × stride ≤ self.len` (every region lies inside the
+                // arena)
+                _ => Buf {
+                    ptr: unsafe { base.add(off) },
+                    len: self.max_batch * stride,
+                },
+            })
+            .collect();
+        (arena, bufs)
+    }
+}
+
+#[cfg(test)]
+mod tests;
