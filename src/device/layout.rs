@@ -28,9 +28,6 @@ pub struct NodeLayout {
     pub feat: usize,
     /// Rows per slot.
     pub cap: usize,
-    /// Elements from one slot's rows to the next's: `cap × feat`, or more where a device
-    /// shares the buffer with nodes of larger outputs (the CPU device's arena).
-    pub slot_stride: usize,
 }
 
 /// Where a piece of an input row comes from.
@@ -99,12 +96,7 @@ impl Layout {
                     ),
                     Some(_) => (Storage::Parity, 2),
                 };
-                NodeLayout {
-                    storage,
-                    feat,
-                    cap,
-                    slot_stride: cap * feat,
-                }
+                NodeLayout { storage, feat, cap }
             })
             .collect();
         Layout { nodes, max_batch }
@@ -113,13 +105,13 @@ impl Layout {
     /// Elements in node `i`'s buffer.
     pub(crate) fn buffer_len(&self, i: usize) -> usize {
         let n = &self.nodes[i];
-        self.max_batch * n.slot_stride
+        self.max_batch * n.cap * n.feat
     }
 
     /// Element offset of row `pos` of `slot` in node `i`'s buffer.
     pub(crate) fn offset(&self, i: usize, slot: u32, pos: usize) -> usize {
         let n = &self.nodes[i];
-        slot as usize * n.slot_stride + pos * n.feat
+        (slot as usize * n.cap + pos) * n.feat
     }
 
     /// Loop iterations of node `node` for a request (1 for static nodes).

@@ -5,9 +5,10 @@
 //! a residual sum writes the add's output: [`super::conv::Residual`]) to its last reader in the
 //! node order, and every request runs the nodes in that order, so a region is written again
 //! only once the request that could still read it has read it. A region holds every slot, each
-//! slot at the same place for every node sharing it (the largest output's size apart: the
-//! layout's slot stride), so one request's writes never reach another's values, and preempting
-//! and merging sub-batches still move nothing.
+//! slot at the same place for every node sharing it, so one request's writes never reach
+//! another's values, and preempting and merging sub-batches still move nothing. Only outputs
+//! of the same size share a region, so slots follow each other as without sharing (a sub-batch
+//! in consecutive slots is one run of rows).
 //!
 //! Why: with a region per node, MobileNet-v1's activations (22 MB at batch 1) and weights
 //! (17 MB) exceed a 32 MiB L3, and each pass evicts what the next one reads first; shared, its
@@ -64,9 +65,8 @@ impl std::fmt::Debug for Buf {
     }
 }
 
-/// Each node's region (its offset in the arena and its slot stride, in values: a slot's rows
-/// of every node sharing the region start at the same place, so that one request's outputs
-/// never overlap another's) and the arena's length for `max_batch` slots.
+/// Each node's region (its offset in the arena and its values per slot) and the arena's length
+/// for `max_batch` slots.
 pub(super) struct Plan {
     pub(super) regions: Vec<(usize, usize)>,
     pub(super) len: usize,
@@ -101,7 +101,7 @@ pub(super) fn plan(
     }
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by_key(|&i| (start[i], i));
-    // (slot stride, live until) of every region so far, and each node's region
+    // (values per slot, live until) of every region so far, and each node's region
     let mut pool: Vec<(usize, usize)> = Vec::new();
     let mut region_of = vec![None; n];
     for i in order {
@@ -109,28 +109,26 @@ pub(super) fn plan(
         if need == 0 {
             continue;
         }
-        // free regions (their last reader runs before this output's first write): the
-        // smallest that holds it, else the largest, grown to hold it
-        let free = || pool.iter().enumerate().filter(|(_, r)| r.1 < start[i]);
-        let fit = free()
-            .filter(|(_, r)| r.0 >= need)
-            .min_by_key(|(_, r)| r.0)
-            .or_else(|| free().max_by_key(|(_, r)| r.0))
-            .map(|(k, _)| k);
+        // a free region (its last reader runs before this output's first write) of the same
+        // size: another size would space this node's slots apart (a sub-batch in consecutive
+        // slots would no longer be one run of rows, each image would sit megabytes from the
+        // next) and, even with one slot, cut the region into other halves than the two cores
+        // wrote it in, so that a core would write lines the other one holds (MobileNet-v1 at
+        // batch 1 ran 18% slower than without an arena on some runs of the VM)
+        let fit = pool.iter().position(|r| r.1 < start[i] && r.0 == need);
         let k = fit.unwrap_or_else(|| {
             pool.push((0, 0));
             pool.len() - 1
         });
-        pool[k] = (pool[k].0.max(need), end[i]);
+        pool[k] = (need, end[i]);
         region_of[i] = Some(k);
     }
-    // the regions one after another, each stride a whole number of cache lines
+    // the regions one after another, each on a cache line
     let mut base = Vec::with_capacity(pool.len());
     let mut len = 0;
-    for r in &mut pool {
-        r.0 = r.0.next_multiple_of(16);
+    for r in &pool {
         base.push(len);
-        len += max_batch * r.0;
+        len += (max_batch * r.0).next_multiple_of(16);
     }
     let regions = region_of
         .iter()
@@ -144,20 +142,20 @@ pub(super) fn plan(
 }
 
 impl Plan {
-    /// The arena, and each node's view of it (`max_batch` slot strides).
+    /// The arena, and each node's view of it (`max_batch` slots).
     pub(super) fn allocate(&self) -> (Aligned, Vec<Buf>) {
         let mut arena = Aligned::zeroed(self.len);
         let base = arena.as_mut_ptr();
         let bufs = self
             .regions
             .iter()
-            .map(|&(off, stride)| match stride {
+            .map(|&(off, per_slot)| match per_slot {
                 0 => Buf::default(),
-                // SAFETY: `off + max_batch × stride ≤ self.len` (every region lies inside the
-                // arena)
+                // SAFETY: `off + max_batch × per_slot ≤ self.len` (every region lies inside
+                // the arena)
                 _ => Buf {
                     ptr: unsafe { base.add(off) },
-                    len: self.max_batch * stride,
+                    len: self.max_batch * per_slot,
                 },
             })
             .collect();

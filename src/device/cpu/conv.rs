@@ -21,6 +21,11 @@ use std::sync::{Mutex, MutexGuard};
 /// memory).
 const BLOCK_VALUES: usize = 64 * 1024;
 
+/// 1×1 convolutions at stride 1 on images of fewer output pixels than this run one GEMM over
+/// a sub-batch's images (each run of consecutive slots) rather than one an image: at 7 × 7
+/// pixels a GEMM per image reads every weight for 49 rows.
+const BATCHED_POINTWISE: usize = SMALL_IMAGE;
+
 /// Weights (values) beyond which they no longer stay in L2 from one block to the next (1 MiB).
 const WEIGHTS_IN_L2: usize = 256 * 1024;
 
@@ -277,12 +282,7 @@ impl Conv<'_> {
     ) {
         let ((h, w, c), co, k) = (self.input, self.out.1, self.window());
         let np = pixels.len();
-        let epi = Epilogue {
-            act: self.act,
-            shift: &self.w.shift,
-            sum: sum.map(|(skip, y)| (self.residual, skip, y.map(par::Shared::new))),
-            co,
-        };
+        let epi = self.epilogue(sum);
         if let Some(wg) = self.wino {
             let mut scratch = scratch(cols);
             wg.block(x, (h, w), pixels, out, &mut scratch);
@@ -301,6 +301,17 @@ impl Conv<'_> {
             let mut scratch = scratch(cols);
             hwc::im2col(x, (h, w, c), (0, c), self.win, pixels, &mut scratch);
             gemm(&scratch[..], k, out);
+        }
+    }
+
+    /// What the convolution does to its output once computed: the shift, the activation, and
+    /// the residual sum `sum` when it completes one.
+    fn epilogue<'s>(&'s self, sum: Sum<'s>) -> Epilogue<'s> {
+        Epilogue {
+            act: self.act,
+            shift: &self.w.shift,
+            sum: sum.map(|(skip, y)| (self.residual, skip, y.map(par::Shared::new))),
+            co: self.out.1,
         }
     }
 
@@ -414,6 +425,46 @@ impl CpuDevice {
         let skip_of =
             |m: &Member, r: Residual| &skip[layout.offset(r.skip, m.slot, 0)..][..per_image];
         let cols = &self.cols;
+        if conv.pointwise() && g == 1 && ho * wo < BATCHED_POINTWISE && members.len() >= 2 {
+            // one GEMM over each run of members in consecutive slots, whose images follow each
+            // other in every buffer, its columns over the cores: the weights are read once for
+            // the run, not once an image
+            let who = &mut self.slot_member;
+            for m in members {
+                who[m.slot as usize] = 0;
+            }
+            let mut s = 0;
+            while s < who.len() {
+                let s0 = s;
+                while s < who.len() && who[s] != NO_MEMBER {
+                    who[s] = NO_MEMBER;
+                    s += 1;
+                }
+                let (k, slot) = (s - s0, s0 as u32);
+                s += usize::from(k == 0);
+                if k == 0 {
+                    continue;
+                }
+                let x = &src[layout.offset(prod, slot, 0)..][..k * c * h * w];
+                let len = k * per_image;
+                let skip_run = |r: Residual| &skip[layout.offset(r.skip, slot, 0)..][..len];
+                match fused {
+                    Some(r) if into_sum => {
+                        let y = &mut sums[layout.offset(r.add, slot, 0)..][..len];
+                        conv.block(x, 0..k * ho * wo, y, cols, Some((skip_run(r), None)));
+                    }
+                    _ => {
+                        let out = &mut n.out[layout.offset(i, slot, 0)..][..len];
+                        let sum = fused.map(|r| {
+                            let y = &mut sums[layout.offset(r.add, slot, 0)..][..len];
+                            (skip_run(r), Some(y))
+                        });
+                        conv.block(x, 0..k * ho * wo, out, cols, sum);
+                    }
+                }
+            }
+            return;
+        }
         if members.len() < 2 || cols.len() < 2 {
             for m in members {
                 let o = layout.offset(i, m.slot, 0);

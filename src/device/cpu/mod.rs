@@ -474,7 +474,7 @@ impl Device for CpuDevice {
         let mb = max_batch as usize;
         // the linear layers' packing buffers on the serving thread, before serving
         rowgemm::reserve();
-        let mut layout = Layout::new(model, mb);
+        let layout = Layout::new(model, mb);
         let max_dec = model.seq.as_ref().map_or(1, |s| s.max_dec as usize);
         let mut nodes = Vec::with_capacity(model.nodes.len());
         let (mut need_a, mut need_c, mut need_cols, mut need_scores) =
@@ -556,7 +556,7 @@ impl Device for CpuDevice {
         tie_tables(model, &mut nodes);
         conv::fuse_residuals(model, &mut nodes);
         // the outputs' regions, now that the fused residual sums say who writes what
-        let per_slot: Vec<usize> = layout.nodes.iter().map(|l| l.slot_stride).collect();
+        let per_slot: Vec<usize> = layout.nodes.iter().map(|l| l.cap * l.feat).collect();
         let mut written_by = vec![None; nodes.len()];
         for (i, n) in nodes.iter().enumerate() {
             if let Some(r) = n.residual {
@@ -565,14 +565,8 @@ impl Device for CpuDevice {
         }
         let plan = arena::plan(model, &per_slot, &written_by, mb);
         let (arena, bufs) = plan.allocate();
-        for (((n, buf), l), &(_, stride)) in nodes
-            .iter_mut()
-            .zip(bufs)
-            .zip(&mut layout.nodes)
-            .zip(&plan.regions)
-        {
+        for (n, buf) in nodes.iter_mut().zip(bufs) {
             n.out = buf;
-            l.slot_stride = l.slot_stride.max(stride);
         }
         self.nodes = nodes;
         self.arena = arena;
