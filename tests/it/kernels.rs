@@ -280,6 +280,53 @@ fn depthwise_matches_a_grouped_convolution() {
     }
 }
 
+/// With whole vectors of channels (the AVX-512 blocks of four pixels, in chunks of channels on
+/// wide images), each output is bit for bit the FMA chain of its taps in (ky, kx) order from 0,
+/// plus the shift, through ReLU6: what a pixel computed alone gives, at every window width and
+/// stride (3 wide at strides 1 and 2 read each input once; others tap by tap).
+#[test]
+fn depthwise_blocks_are_the_bits_of_the_tap_by_tap_chain() {
+    let mut rng = StdRng::seed_from_u64(6);
+    for &(h, w, c, k, s, p) in &[
+        (9, 28, 160, 3, 1, 1),
+        (8, 29, 48, 3, 2, 1),
+        (6, 17, 32, 5, 1, 2),
+        (7, 12, 16, 3, 1, 0),
+    ] {
+        let x = rnd(&mut rng, h * w * c);
+        let wd = rnd(&mut rng, k * k * c);
+        let shift = rnd(&mut rng, c);
+        let win = window((h, w), k, s, p);
+        let (ho, wo) = win.out;
+        let mut y = vec![f32::NAN; ho * wo * c];
+        hwc::depthwise(&x, (h, w, c), &wd, win, (&shift, ActK::Relu6), &mut y);
+        for oy in 0..ho {
+            for ox in 0..wo {
+                for ch in 0..c {
+                    let mut acc = 0.0f32;
+                    for ky in 0..k {
+                        for kx in 0..k {
+                            let (iy, ix) =
+                                ((oy * s + ky).wrapping_sub(p), (ox * s + kx).wrapping_sub(p));
+                            if iy < h && ix < w {
+                                acc = x[(iy * w + ix) * c + ch]
+                                    .mul_add(wd[(ky * k + kx) * c + ch], acc);
+                            }
+                        }
+                    }
+                    let want = (acc + shift[ch]).clamp(0.0, 6.0);
+                    let got = y[(oy * wo + ox) * c + ch];
+                    assert_eq!(
+                        got.to_bits(),
+                        want.to_bits(),
+                        "{h}x{w}x{c} k{k} s{s}: ({oy}, {ox}, {ch})"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn pooling_matches_the_definition() {
     let mut rng = StdRng::seed_from_u64(5);

@@ -102,10 +102,10 @@ pub fn depthwise(
 }
 
 /// Channels of a depthwise block (one AVX-512 vector) and output pixels computed together
-/// (their accumulators stay in registers; each weight vector is loaded once for all of them).
+/// (their accumulators stay in registers; each weight vector is loaded once for all of them,
+/// and each input vector of a 3-wide window once for all the taps that read it).
 const DW_LANES: usize = 16;
 const DW_PIXELS: usize = 4;
-
 vectorized_fn! {
     fn depthwise_rows(
         image: (&[f32], (usize, usize, usize)),
@@ -123,19 +123,14 @@ vectorized_fn! {
         for (r, row) in rows.chunks_exact_mut(wo * c).enumerate() {
             let oy = oy0 + r;
             let inner_row = (0..kh).all(|ky| inside(oy, ky, &win, h).is_some());
-            if !inner_row || c % DW_LANES != 0 {
-                for ox in 0..wo {
-                    depthwise_pixel(image, wt, win, epilogue, (oy, ox), &mut row[ox * c..][..c]);
-                }
-                continue;
-            }
             let mut ox = 0;
             while ox < wo {
-                if ox >= lo && ox + DW_PIXELS <= hi {
-                    depthwise_block(image, wt, win, epilogue, (oy, ox), &mut row[ox * c..][..DW_PIXELS * c]);
+                let block = inner_row && ox >= lo && ox + DW_PIXELS <= hi;
+                let (at, o) = ((oy, ox), &mut row[ox * c..]);
+                if block && depthwise_block(image, wt, win, epilogue, at, o) {
                     ox += DW_PIXELS;
                 } else {
-                    depthwise_pixel(image, wt, win, epilogue, (oy, ox), &mut row[ox * c..][..c]);
+                    depthwise_pixel(image, wt, win, epilogue, at, &mut row[ox * c..][..c]);
                     ox += 1;
                 }
             }
@@ -178,8 +173,9 @@ fn depthwise_pixel(
 
 /// [`DW_PIXELS`] neighbouring output pixels whose every tap lies inside the image, channels
 /// [`DW_LANES`] at a time with the accumulators in AVX-512 registers: the same fused
-/// multiply-adds in the same order as [`depthwise_pixel`], so the same bits. Without AVX-512,
-/// pixel by pixel.
+/// multiply-adds in the same order as [`depthwise_pixel`], so the same bits. False, with
+/// nothing done, without AVX-512 or when the block does not fit (the caller goes pixel by
+/// pixel).
 #[inline(always)]
 fn depthwise_block(
     image: (&[f32], (usize, usize, usize)),
@@ -188,7 +184,7 @@ fn depthwise_block(
     epilogue: (&[f32], ActK),
     (oy, ox): (usize, usize),
     o: &mut [f32],
-) {
+) -> bool {
     let (x, (h, w, c)) = image;
     let (kh, kw) = win.kernel;
     let (s, pad) = (win.stride, win.pad);
@@ -200,26 +196,43 @@ fn depthwise_block(
         && ix0 + (DW_PIXELS - 1) * s + kw <= w
         && wt.len() >= kh * kw * c
         && o.len() >= DW_PIXELS * c
-        && c % DW_LANES == 0;
+        && c % DW_LANES == 0
+        && (epilogue.0.is_empty() || epilogue.0.len() >= c);
     #[cfg(target_arch = "x86_64")]
     if in_bounds && super::par::avx512() {
+        let at = (iy0, ix0);
         // SAFETY: AVX-512F is present; every tap's pixel (iy0 + ky, ix0 + p·s + kx) lies inside
-        // the h × w image of c channels, the weights hold kh·kw·c values and `o` DW_PIXELS·c
-        // (checked just above).
-        unsafe { depthwise_block_avx512(x, (w, c), wt, (kh, kw, s), (iy0, ix0), epilogue, o) };
-        return;
+        // the h × w image of c channels (whole vectors), the weights hold kh·kw·c values, `o`
+        // DW_PIXELS·c and the shift (if any) c (checked just above).
+        unsafe {
+            match (kw, s) {
+                (3, 1) => {
+                    depthwise_block_avx512::<3, 1>(x, (w, c), wt, (kh, kw, s), at, epilogue, o)
+                }
+                (3, 2) => {
+                    depthwise_block_avx512::<3, 2>(x, (w, c), wt, (kh, kw, s), at, epilogue, o)
+                }
+                _ => depthwise_block_avx512::<0, 0>(x, (w, c), wt, (kh, kw, s), at, epilogue, o),
+            }
+        }
+        return true;
     }
-    for p in 0..DW_PIXELS {
-        depthwise_pixel(image, wt, win, epilogue, (oy, ox + p), &mut o[p * c..][..c]);
-    }
+    let _ = (in_bounds, x, h, w, epilogue, oy, ox, o);
+    false
 }
 
+/// [`depthwise_block`]'s kernel: for a window `KW` (= `kw`) wide at stride `S` (= `s`), each
+/// input vector of a row is loaded once for the four pixels' taps that read it; `KW = 0`: any
+/// window, read tap by tap.
+///
 /// # Safety
 /// AVX-512F present; pixels `(iy0 + ky, ix0 + p·s + kx)` inside the image for every tap and
-/// `p < DW_PIXELS`; `wt` holds `kh·kw·c` values, `o` `DW_PIXELS·c`; `c` a multiple of 16.
+/// `p < DW_PIXELS`; `wt` holds `kh·kw·c` values, `o` `DW_PIXELS·c`, the shift (if any) `c`;
+/// `c` a multiple of 16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn depthwise_block_avx512(
+#[allow(clippy::too_many_arguments)]
+unsafe fn depthwise_block_avx512<const KW: usize, const S: usize>(
     x: &[f32],
     (w, c): (usize, usize),
     wt: &[f32],
@@ -234,11 +247,27 @@ unsafe fn depthwise_block_avx512(
         let mut acc = [_mm512_setzero_ps(); DW_PIXELS];
         for ky in 0..kh {
             let row = xp.add(((iy0 + ky) * w + ix0) * c + cb);
-            for kx in 0..kw {
-                let f = _mm512_loadu_ps(wp.add((ky * kw + kx) * c + cb));
-                for (p, acc) in acc.iter_mut().enumerate() {
-                    let xv = _mm512_loadu_ps(row.add((p * s + kx) * c));
-                    *acc = _mm512_fmadd_ps(xv, f, *acc);
+            let f = |kx: usize| _mm512_loadu_ps(wp.add((ky * kw + kx) * c + cb));
+            if KW > 0 {
+                // the row's input vectors under the four pixels' windows, each loaded once
+                let xs: [__m512; 16] =
+                    std::array::from_fn(|j| match j < (DW_PIXELS - 1) * S + KW {
+                        true => _mm512_loadu_ps(row.add(j * c)),
+                        false => _mm512_setzero_ps(),
+                    });
+                for kx in 0..KW {
+                    let fk = f(kx);
+                    for (p, acc) in acc.iter_mut().enumerate() {
+                        *acc = _mm512_fmadd_ps(xs[p * S + kx], fk, *acc);
+                    }
+                }
+            } else {
+                for kx in 0..kw {
+                    let fk = f(kx);
+                    for (p, acc) in acc.iter_mut().enumerate() {
+                        let xv = _mm512_loadu_ps(row.add((p * s + kx) * c));
+                        *acc = _mm512_fmadd_ps(xv, fk, *acc);
+                    }
                 }
             }
         }
