@@ -21,10 +21,16 @@ use std::sync::{Mutex, MutexGuard};
 /// memory).
 const BLOCK_VALUES: usize = 64 * 1024;
 
-/// 1×1 convolutions at stride 1 on images of fewer output pixels than this run one GEMM over
-/// a sub-batch's images (each run of consecutive slots) rather than one an image: at 7 × 7
-/// pixels a GEMM per image reads every weight for 49 rows.
-const BATCHED_POINTWISE: usize = SMALL_IMAGE;
+/// Unfolded values that small images (fewer than [`SMALL_IMAGE`] output pixels) of a
+/// sub-batch take at most when unfolded together for one GEMM (4 MiB): at 7 × 7 pixels a GEMM
+/// per image reads every weight for 49 rows.
+const GROUP_VALUES: usize = 1 << 20;
+
+/// Small images unfolded together for one GEMM, for `p` output pixels of windows of `k`
+/// values: [`GROUP_VALUES`] worth, at least one, at most `max_batch`.
+fn images_at_once(p: usize, k: usize, max_batch: usize) -> usize {
+    (GROUP_VALUES / (p * k).max(1)).clamp(1, max_batch.max(1))
+}
 
 /// Weights (values) beyond which they no longer stay in L2 from one block to the next (1 MiB).
 const WEIGHTS_IN_L2: usize = 256 * 1024;
@@ -52,17 +58,20 @@ pub(super) fn block_pixels(p: usize, (k, n): (usize, usize), pointwise: bool) ->
 }
 
 /// The unfolding scratch one thread needs for a convolution of `p` output pixels, `groups`
-/// groups, `k` values a window and `n` output channels: a block of pixels, or the whole image
-/// (small or grouped images), or nothing (1×1 windows at stride 1, read in place).
+/// groups, `k` values a window and `n` output channels: a block of pixels, a few whole small
+/// images of a sub-batch of up to `max_batch`, a whole grouped image, or nothing (1×1 windows
+/// at stride 1, read in place).
 pub(super) fn scratch_len(
     p: usize,
     groups: usize,
     (k, n): (usize, usize),
     pointwise: bool,
+    max_batch: usize,
 ) -> usize {
     match (groups, pointwise) {
         (1, true) => 0,
         (1, false) if p >= SMALL_IMAGE => block_pixels(p, (k, n), false) * k,
+        (1, false) => images_at_once(p, k, max_batch) * p * k,
         _ => p * k,
     }
 }
@@ -315,6 +324,43 @@ impl Conv<'_> {
         }
     }
 
+    /// `k` small images, one after another in `x`, into `out` (and the residual sum's rows of
+    /// the same images): one GEMM over all their pixels (1×1 windows, read in place), or over
+    /// as many of them at once as the scratch holds, unfolded; the columns over the cores. The
+    /// weights are read once for the images, not once an image.
+    fn images(
+        &self,
+        (x, k): (&[f32], usize),
+        out: &mut [f32],
+        cols: &[Mutex<Aligned>],
+        mut sum: Sum,
+    ) {
+        let ((h, w, c), (p, co), kk) = (self.input, self.out, self.window());
+        if self.pointwise() {
+            return self.block(x, 0..k * p, out, cols, sum);
+        }
+        let mut scratch = scratch(cols);
+        let group = (scratch.len() / (p * kk).max(1)).clamp(1, k);
+        for (j, out) in out[..k * p * co].chunks_mut(group * p * co).enumerate() {
+            let kg = out.len() / (p * co);
+            for g in 0..kg {
+                let image = &x[(j * group + g) * h * w * c..][..h * w * c];
+                hwc::im2col(
+                    image,
+                    (h, w, c),
+                    (0, c),
+                    self.win,
+                    0..p,
+                    &mut scratch[g * p * kk..],
+                );
+            }
+            let epi = self.epilogue(rows_of(&mut sum, j * group * p * co, kg * p * co));
+            let epi = |mut d: rowgemm::Done| epilogue(&mut d, &epi);
+            let a = (kg * p, &scratch[..], kk);
+            rowgemm::gemm_panels_then(a, self.panels, (out, co), Some(&epi));
+        }
+    }
+
     /// The residual sum `act(out + skip)` into its own output, when this convolution completes
     /// one.
     fn add(&self, out: &mut [f32], sum: Sum) {
@@ -425,10 +471,9 @@ impl CpuDevice {
         let skip_of =
             |m: &Member, r: Residual| &skip[layout.offset(r.skip, m.slot, 0)..][..per_image];
         let cols = &self.cols;
-        if conv.pointwise() && g == 1 && ho * wo < BATCHED_POINTWISE && members.len() >= 2 {
-            // one GEMM over each run of members in consecutive slots, whose images follow each
-            // other in every buffer, its columns over the cores: the weights are read once for
-            // the run, not once an image
+        if conv.wino.is_none() && g == 1 && ho * wo < SMALL_IMAGE && members.len() >= 2 {
+            // small images: each run of members in consecutive slots, whose images follow each
+            // other in every buffer, at once (`Conv::images`)
             let who = &mut self.slot_member;
             for m in members {
                 who[m.slot as usize] = 0;
@@ -451,7 +496,7 @@ impl CpuDevice {
                 match fused {
                     Some(r) if into_sum => {
                         let y = &mut sums[layout.offset(r.add, slot, 0)..][..len];
-                        conv.block(x, 0..k * ho * wo, y, cols, Some((skip_run(r), None)));
+                        conv.images((x, k), y, cols, Some((skip_run(r), None)));
                     }
                     _ => {
                         let out = &mut n.out[layout.offset(i, slot, 0)..][..len];
@@ -459,7 +504,7 @@ impl CpuDevice {
                             let y = &mut sums[layout.offset(r.add, slot, 0)..][..len];
                             (skip_run(r), Some(y))
                         });
-                        conv.block(x, 0..k * ho * wo, out, cols, sum);
+                        conv.images((x, k), out, cols, sum);
                     }
                 }
             }

@@ -513,7 +513,7 @@ impl Device for CpuDevice {
                     let pointwise = (*kh, *kw, *stride, *padding) == (1, 1, 1, 0);
                     let k = (c / groups) * kh * kw;
                     let n = *out_channels;
-                    need_cols = need_cols.max(conv::scratch_len(p, *groups, (k, n), pointwise));
+                    need_cols = need_cols.max(conv::scratch_len(p, *groups, (k, n), pointwise, mb));
                 }
                 Op::Linear { .. } => {
                     need_a = need_a.max(mb * rows * in_feat);
