@@ -167,7 +167,7 @@ fn weight_panels(
         _ => return (w, Panels::default(), None),
     };
     if let Some((c, co)) = winograd_channels(n) {
-        let wino = winograd::Winograd::new(&w.w, c, co);
+        let wino = winograd::Winograd::new(&w.w, (c, co), n.out_hw());
         w.w = Vec::new();
         return (w, Panels::default(), Some(wino));
     }

@@ -35,11 +35,18 @@ fn random(rng: &mut StdRng, n: usize) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
 }
 
-/// Every block size the device may pick (one row of tiles, several, the whole image), on
-/// images with odd and even sides, one pixel wide to 15: each output within 1e-5 of the
-/// output's scale of the direct convolution, and no pixel left unwritten.
+/// Both tile sizes, every block size the device may pick (one row of tiles, several, the whole
+/// image), on images with sides of every remainder, one pixel wide to 15: each output within
+/// 1e-5 (F(2×2)) or 3e-5 (F(4×4)) of the output's scale of the direct convolution, and no pixel
+/// left unwritten.
 #[test]
 fn winograd_matches_a_direct_convolution_in_any_blocks() {
+    for (m, tol) in [(2, 1e-5), (4, 3e-5)] {
+        matches_direct(m, tol);
+    }
+}
+
+fn matches_direct(m: usize, tol: f64) {
     let mut rng = StdRng::seed_from_u64(11);
     for &(h, w, c, co) in &[
         (1, 1, 16, 16),
@@ -53,10 +60,10 @@ fn winograd_matches_a_direct_convolution_in_any_blocks() {
         let wt = random(&mut rng, 9 * c * co);
         let want = direct(&x, (h, w, c), &wt, co);
         let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs()));
-        let wg = Winograd::new(&wt, c, co);
+        let wg = Winograd::with_tile(&wt, (c, co), m);
         let mut scratch = vec![f32::NAN; wg.scratch_len((h, w))];
-        for rows in [1, 2, h.div_ceil(2)] {
-            let pb = (rows * 2 * w).min(h * w);
+        for rows in [1, 2, h.div_ceil(m)] {
+            let pb = (rows * m * w).min(h * w);
             let mut y = vec![f32::NAN; h * w * co];
             for (b, out) in y.chunks_mut(pb * co).enumerate() {
                 let start = b * pb;
@@ -65,16 +72,17 @@ fn winograd_matches_a_direct_convolution_in_any_blocks() {
             for (i, (got, want)) in y.iter().zip(&want).enumerate() {
                 let err = (f64::from(*got) - want).abs() / scale;
                 assert!(
-                    err <= 1e-5,
-                    "{h}×{w}, {c} → {co}, blocks of {rows} tile rows: value {i} is {got}, \
-                     want {want} (error {err:e} of the scale)"
+                    err <= tol,
+                    "F({m}×{m}) {h}×{w}, {c} → {co}, blocks of {rows} tile rows: value {i} is \
+                     {got}, want {want} (error {err:e} of the scale)"
                 );
             }
         }
     }
 }
 
-/// The blocks the device cuts start on even rows, and fit the scratch it reserves.
+/// The blocks the device cuts start on rows of tiles, and fit the scratch it reserves; images
+/// of 28 pixels a side and more with 256 channels or more take F(4×4), others F(2×2).
 #[test]
 fn blocks_are_whole_rows_of_tiles_within_the_scratch() {
     for &(h, w, c, co) in &[
@@ -82,13 +90,18 @@ fn blocks_are_whole_rows_of_tiles_within_the_scratch() {
         (14, 14, 256, 256),
         (224, 224, 64, 64),
         (7, 9, 512, 512),
+        (30, 29, 16, 32),
+        (28, 30, 256, 32),
     ] {
-        let wg = Winograd::new(&vec![0.0; 9 * c * co], c, co);
+        let wg = Winograd::new(&vec![0.0; 9 * c * co], (c, co), (h, w));
+        let m = wg.m;
+        let f4 = h.min(w) >= 28 && c >= 256;
+        assert_eq!(m, if f4 { 4 } else { 2 }, "{h}×{w}×{c}");
         for threads in 1..=3 {
             let pb = wg.block_pixels((h, w), threads);
-            assert!(pb.is_multiple_of(2 * w), "{h}×{w}: {pb} pixels");
-            let tiles = pb.min(h * w).div_ceil(2 * w) * w.div_ceil(2);
-            let need = POINTS * tiles * (c + co) + c;
+            assert!(pb.is_multiple_of(m * w), "{h}×{w}: {pb} pixels");
+            let tiles = pb.min(h * w).div_ceil(m * w) * w.div_ceil(m);
+            let need = wg.points() * tiles * (c + co) + c;
             assert!(
                 need <= wg.scratch_len((h, w)),
                 "{h}×{w} on {threads} threads"
