@@ -183,18 +183,22 @@ fn fill_hashed(
         return hashed_run(out, keys, tokens, 0);
     };
     // channels-last: element `px·c + ch` holds the value of `[C, H, W]` index `ch·p + px`;
-    // each channel's run of pixels is hashed in order (vectorised), then spread out
+    // each channel's run of pixels is hashed in order (vectorised), then spread out; the
+    // image's rows shared between the cores (each value depends on its index alone)
     let p = h * w;
-    let mut run = [0.0f32; 256];
-    for ch in 0..c {
-        for px0 in (0..p).step_by(run.len()) {
-            let n = run.len().min(p - px0);
-            hashed_run(&mut run[..n], keys, false, ch * p + px0);
-            for (k, v) in run[..n].iter().enumerate() {
-                out[(px0 + k) * c + ch] = *v;
+    super::par::split_rows(&mut out[..p * c], w * c, p * c, |y0, rows| {
+        let pixels = y0 * w..y0 * w + rows.len() / c;
+        let mut run = [0.0f32; 256];
+        for ch in 0..c {
+            for px0 in pixels.clone().step_by(run.len()) {
+                let n = run.len().min(pixels.end - px0);
+                hashed_run(&mut run[..n], keys, false, ch * p + px0);
+                for (k, v) in run[..n].iter().enumerate() {
+                    rows[(px0 - pixels.start + k) * c + ch] = *v;
+                }
             }
         }
-    }
+    });
 }
 
 super::par::vectorized_fn! {
