@@ -65,23 +65,16 @@ impl std::fmt::Debug for Buf {
     }
 }
 
-/// Each node's region (its offset in the arena and its values per slot) and the arena's length
-/// for `max_batch` slots.
+/// Each node's region (its offset in the arena and its length) and the arena's length.
 pub(super) struct Plan {
     pub(super) regions: Vec<(usize, usize)>,
     pub(super) len: usize,
-    max_batch: usize,
 }
 
-/// Plans the regions of `model`'s node outputs for `max_batch` slots, node `i` taking
-/// `per_slot[i]` values a slot; `written_by[i]` is the earlier node that writes node `i`'s
-/// output, if one does (a fused residual sum).
-pub(super) fn plan(
-    model: &Model,
-    per_slot: &[usize],
-    written_by: &[Option<usize>],
-    max_batch: usize,
-) -> Plan {
+/// Plans the regions of `model`'s node outputs, node `i`'s buffer taking `lens[i]` values
+/// (every slot's rows, as [`super::Layout`] lays them out); `written_by[i]` is the earlier node
+/// that writes node `i`'s output, if one does (a fused residual sum).
+pub(super) fn plan(model: &Model, lens: &[usize], written_by: &[Option<usize>]) -> Plan {
     let n = model.nodes.len();
     let share = model.seq.is_none() && model.loops.is_empty();
     // each output's live range: from its first write to its last read (never ends: no reuse)
@@ -101,16 +94,17 @@ pub(super) fn plan(
     }
     let mut order: Vec<usize> = (0..n).collect();
     order.sort_by_key(|&i| (start[i], i));
-    // (values per slot, live until) of every region so far, and each node's region
+    // (length, live until) of every region so far, and each node's region
     let mut pool: Vec<(usize, usize)> = Vec::new();
     let mut region_of = vec![None; n];
     for i in order {
-        let need = per_slot[i];
+        let need = lens[i];
         if need == 0 {
             continue;
         }
         // a free region (its last reader runs before this output's first write) of the same
-        // size: another size would space this node's slots apart (a sub-batch in consecutive
+        // size, so that each slot's rows lie where the layout puts them for every node sharing
+        // it: another size would space this node's slots apart (a sub-batch in consecutive
         // slots would no longer be one run of rows, each image would sit megabytes from the
         // next) and, even with one slot, cut the region into other halves than the two cores
         // wrote it in, so that a core would write lines the other one holds (MobileNet-v1 at
@@ -128,34 +122,29 @@ pub(super) fn plan(
     let mut len = 0;
     for r in &pool {
         base.push(len);
-        len += (max_batch * r.0).next_multiple_of(16);
+        len += r.0.next_multiple_of(16);
     }
     let regions = region_of
         .iter()
         .map(|r| r.map_or((0, 0), |k| (base[k], pool[k].0)))
         .collect();
-    Plan {
-        regions,
-        len,
-        max_batch,
-    }
+    Plan { regions, len }
 }
 
 impl Plan {
-    /// The arena, and each node's view of it (`max_batch` slots).
+    /// The arena, and each node's view of it.
     pub(super) fn allocate(&self) -> (Aligned, Vec<Buf>) {
         let mut arena = Aligned::zeroed(self.len);
         let base = arena.as_mut_ptr();
         let bufs = self
             .regions
             .iter()
-            .map(|&(off, per_slot)| match per_slot {
+            .map(|&(off, len)| match len {
                 0 => Buf::default(),
-                // SAFETY: `off + max_batch × per_slot ≤ self.len` (every region lies inside
-                // the arena)
+                // SAFETY: `off + len ≤ self.len` (every region lies inside the arena)
                 _ => Buf {
                     ptr: unsafe { base.add(off) },
-                    len: self.max_batch * per_slot,
+                    len,
                 },
             })
             .collect();

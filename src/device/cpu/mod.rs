@@ -556,14 +556,14 @@ impl Device for CpuDevice {
         tie_tables(model, &mut nodes);
         conv::fuse_residuals(model, &mut nodes);
         // the outputs' regions, now that the fused residual sums say who writes what
-        let per_slot: Vec<usize> = layout.nodes.iter().map(|l| l.cap * l.feat).collect();
+        let lens: Vec<usize> = (0..nodes.len()).map(|i| layout.buffer_len(i)).collect();
         let mut written_by = vec![None; nodes.len()];
         for (i, n) in nodes.iter().enumerate() {
             if let Some(r) = n.residual {
                 written_by[r.add] = Some(i);
             }
         }
-        let plan = arena::plan(model, &per_slot, &written_by, mb);
+        let plan = arena::plan(model, &lens, &written_by);
         let (arena, bufs) = plan.allocate();
         for (n, buf) in nodes.iter_mut().zip(bufs) {
             n.out = buf;

@@ -19,17 +19,18 @@ fn outputs_live_at_once_never_share_a_region() {
 
 fn check(model: &Model, name: &str, slots: usize) {
     let n = model.nodes.len();
-    // sizes that are not multiples of a cache line too
+    // each slot's size (not a multiple of a cache line, too), and each buffer's: `slots` of them
     let lens: Vec<usize> = model
         .nodes
         .iter()
         .map(|x| 1 + x.out.feat.iter().product::<usize>())
         .collect();
+    let buffers: Vec<usize> = lens.iter().map(|l| slots * l).collect();
     // as if every third node's output were written by the node before it (a fused sum)
     let written_by: Vec<Option<usize>> = (0..n)
         .map(|i| i.checked_sub(1).filter(|_| i % 3 == 0))
         .collect();
-    let plan = plan(model, &lens, &written_by, slots);
+    let plan = plan(model, &buffers, &written_by);
     let mut last = vec![0usize; n];
     for (j, node) in model.nodes.iter().enumerate() {
         for input in &node.inputs {
@@ -41,17 +42,11 @@ fn check(model: &Model, name: &str, slots: usize) {
         let end = if last[i] <= i { usize::MAX } else { last[i] };
         (start, end)
     };
-    // slot s of node i: values base + s·stride .. + lens[i]
+    // slot s of node i: values base + s·lens[i] .. + lens[i], as the layout puts them
     let values = |i: usize, s: usize| {
-        let (base, stride) = plan.regions[i];
-        assert!(stride >= lens[i], "{name}: node {i}'s stride");
-        if slots > 1 {
-            assert!(
-                stride < lens[i] + 16,
-                "{name}: node {i}'s slots are spaced apart"
-            );
-        }
-        base + s * stride..base + s * stride + lens[i]
+        let (base, len) = plan.regions[i];
+        assert_eq!(len, buffers[i], "{name}: node {i}'s region");
+        base + s * lens[i]..base + (s + 1) * lens[i]
     };
     for i in 0..n {
         assert!(
@@ -73,7 +68,7 @@ fn check(model: &Model, name: &str, slots: usize) {
             }
         }
     }
-    let total: usize = lens.iter().map(|l| (slots * l).next_multiple_of(16)).sum();
+    let total: usize = buffers.iter().map(|l| l.next_multiple_of(16)).sum();
     match (model.seq.is_none() && model.loops.is_empty(), slots) {
         (true, _) => assert!(plan.len < total, "{name}: {} of {total}", plan.len),
         (false, _) => assert_eq!(plan.len, total, "{name}"),
