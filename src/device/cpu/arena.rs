@@ -2,7 +2,7 @@
 //! node, and — in an image model, whose every node writes its whole output — nodes whose
 //! outputs are never live at once share a region, as onnxruntime's memory planner shares its
 //! buffers. A node's output is live from the node that writes it (a convolution that completes
-//! a residual sum writes the add's output: [`super::conv::Residual`]) to its last reader in the
+//! a residual sum writes the add's output: [`super::residual::Residual`]) to its last reader in the
 //! node order, and every request runs the nodes in that order, so a region is written again
 //! only once the request that could still read it has read it. A region holds every slot, each
 //! slot at the same place for every node sharing it, so one request's writes never reach

@@ -1,16 +1,19 @@
-//! Convolutions and pooling over channels-last images ([`super::hwc`]), image by image (a
-//! request's result never depends on the batch it runs in). An ungrouped convolution is a GEMM
-//! over the image's pixels (the batch norm's scale folded into the weights at prepare time),
-//! run in blocks of pixels fixed by the image's geometry ([`block_pixels`]); each thread takes a
-//! run of whole blocks and, a block at a time, unfolds the block's windows (none for a 1×1
-//! window at stride 1: the image is read in place) and multiplies (the row GEMM, on weights
-//! packed at prepare time), whose epilogue applies the shift, the activation and — when the
-//! convolution completes a residual connection ([`Residual`]) — the add and its activation to
-//! each block of the output as the GEMM finishes it ([`Epilogue`]). Small images (ResNet's
-//! last stage) run as one block, its columns shared between the cores instead. Grouped
-//! convolutions unfold the whole image per group (the `gemm` crate multiplies large ones); a
-//! depthwise convolution is one fused pass.
+//! Convolutions and pooling over channels-last images ([`super::hwc`]); a request's result
+//! never depends on the batch it runs in. An ungrouped convolution is a GEMM over the image's
+//! pixels (the batch norm's scale folded into the weights at prepare time), run in blocks of
+//! pixels fixed by the image's geometry ([`block_pixels`]); each thread takes a run of whole
+//! blocks and, a block at a time, unfolds the block's windows (none for a 1×1 window at stride
+//! 1: the image is read in place) and multiplies (the row GEMM, on weights packed at prepare
+//! time), whose epilogue applies the shift, the activation and — when the convolution
+//! completes a residual connection ([`Residual`]) — the add and its activation to each block
+//! of the output as the GEMM finishes it ([`Epilogue`]). A 3×3 convolution at stride 1 runs
+//! its blocks by Winograd's algorithm instead ([`Winograd`]). Small images (ResNet's last
+//! stage) run as one block, its columns shared between the cores, and a sub-batch's small
+//! images in consecutive slots as one GEMM ([`Conv::images`]). Grouped convolutions unfold the
+//! whole image per group (the `gemm` crate multiplies large ones); a depthwise convolution is
+//! one fused pass.
 
+use super::residual::Residual;
 use super::team;
 use super::winograd::Winograd;
 use super::*;
@@ -73,59 +76,6 @@ pub(super) fn scratch_len(
         (1, false) if p >= SMALL_IMAGE => block_pixels(p, (k, n), false) * k,
         (1, false) => images_at_once(p, k, max_batch) * p * k,
         _ => p * k,
-    }
-}
-
-/// A residual add completed by the convolution that produces its later input, while the
-/// convolution's output is still in cache: `add`'s output `act(conv + skip)`.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Residual {
-    pub(super) add: usize,
-    pub(super) skip: usize,
-    pub(super) act: ActK,
-}
-
-/// Marks each residual add whose later input is a convolution read by that add alone (ResNet's
-/// `conv3 + shortcut`): the convolution writes the sum too (its own output stays as it is,
-/// when a capture wants to see it) or only the sum (otherwise: nothing else reads its output),
-/// and the add has nothing left to do. Both run for the same members at the same step, in this
-/// order, so preemption between them changes nothing.
-pub(super) fn fuse_residuals(model: &Model, nodes: &mut [NodeRt]) {
-    let mut readers = vec![0u32; model.nodes.len()];
-    for n in &model.nodes {
-        for input in &n.inputs {
-            readers[input.node.idx()] += 1;
-        }
-    }
-    for n in &model.nodes {
-        let (Op::Add { act }, [a, b]) = (&n.op, n.inputs.as_slice()) else {
-            continue;
-        };
-        let (late, early) = (
-            a.node.idx().max(b.node.idx()),
-            a.node.idx().min(b.node.idx()),
-        );
-        let same = |k: usize| {
-            let p = &model.nodes[k];
-            p.class == Class::Static && p.out.feat == n.out.feat
-        };
-        let fusable = n.class == Class::Static
-            && late != early
-            && a.view == View::Same
-            && b.view == View::Same
-            && image(&n.out.feat).is_some()
-            && same(late)
-            && same(early)
-            && readers[late] == 1
-            && matches!(model.nodes[late].op, Op::Conv2d { .. });
-        if fusable {
-            nodes[late].residual = Some(Residual {
-                add: n.id.idx(),
-                skip: early,
-                act: act_k(*act),
-            });
-            nodes[n.id.idx()].fused = true;
-        }
     }
 }
 

@@ -10,8 +10,10 @@
 //! converts at the edges: the model input, `Flatten`, captured outputs); convolutions run per
 //! image, which keeps every request's result independent of the batch it ran in. One file per
 //! op family — `conv`, `linear`, `recurrent`, `attention`, `rows` — as in the CUDA device, so
-//! that an op reads the same way on both; `kernels` and `hwc` hold the numeric kernels, `par`
-//! how they split work, `team` the threads that run it, and `weights` the generated weights.
+//! that an op reads the same way on both; `kernels`, `hwc` and `winograd` hold the numeric
+//! kernels, `par` how they split work, `team` the threads that run it, `weights` the generated
+//! weights, `prepared` how the device holds them (packed, or transformed for Winograd), and
+//! `arena` where the nodes' outputs live (image models' share memory by liveness).
 
 pub mod aligned;
 mod arena;
@@ -23,8 +25,10 @@ pub mod kernels;
 mod linear;
 pub mod panels;
 mod par;
+mod prepared;
 mod recurrent;
 mod reduce;
+mod residual;
 mod rowgemm;
 mod rows;
 pub mod team;
@@ -35,7 +39,7 @@ use super::layout::{Layout, NodeLayout, Seg, Src};
 use super::{Device, Member, Timing};
 use crate::error::{Error, Result};
 use crate::graph::op::{AttnMode, Op, PoolKind, PosEnc};
-use crate::graph::{Class, Input, Model, Node, NodeStep, Rows, View};
+use crate::graph::{Class, Input, Model, Node, NodeStep, Rows};
 use crate::time::Nanos;
 use aligned::Aligned;
 use kernels::{ActK, Window};
@@ -61,8 +65,8 @@ struct NodeRt {
     /// A 3×3 convolution's filters transformed for Winograd's algorithm (its `panels` are
     /// then empty: [`winograd::applies`] says which).
     wino: Option<winograd::Winograd>,
-    /// A convolution's: the residual add it completes in its epilogue ([`conv::fuse_residuals`]).
-    residual: Option<conv::Residual>,
+    /// A convolution's: the residual add it completes in its epilogue ([`residual::fuse_residuals`]).
+    residual: Option<residual::Residual>,
     /// An add's: computed by its producer's epilogue, nothing left to do.
     fused: bool,
 }
@@ -120,78 +124,6 @@ fn image(feat: &[usize]) -> Option<(usize, usize, usize)> {
         [c, h, w] => Some((*c, *h, *w)),
         _ => None,
     }
-}
-
-/// The weights as this device uses them: a convolution's reordered for channels-last images,
-/// with its batch norm's scale folded in ([`hwc::conv_weights`], [`hwc::depthwise_weights`]).
-fn cpu_weights(n: &Node, mut w: Weights) -> Weights {
-    if let Op::Conv2d {
-        out_channels,
-        kernel: (kh, kw),
-        groups,
-        ..
-    } = &n.op
-    {
-        let (c, _, _) = n.in_chw();
-        w.w = if n.op.is_depthwise(c) {
-            hwc::depthwise_weights(&w.w, c, kh * kw, &w.scale)
-        } else {
-            let (g, co) = (*groups, *out_channels);
-            hwc::conv_weights(&w.w, (g, c / g, co / g), (*kh, *kw), &w.scale)
-        };
-        w.scale = Vec::new();
-    }
-    w
-}
-
-/// A linear or LSTM layer's matrix (`[K][N]`) moved into [`Panels`], and an ungrouped
-/// convolution's (reordered `[K][Cout]`), or transformed for Winograd's algorithm when that
-/// applies; other nodes keep theirs.
-fn weight_panels(
-    n: &Node,
-    mut w: Weights,
-    in_feat: usize,
-) -> (Weights, Panels, Option<winograd::Winograd>) {
-    let (k, cols) = match &n.op {
-        Op::Linear {
-            out_features,
-            tied: None,
-            ..
-        } => (in_feat, *out_features),
-        Op::Lstm { hidden, .. } => (in_feat + hidden, 4 * hidden),
-        Op::Conv2d {
-            out_channels,
-            groups: 1,
-            ..
-        } => (w.w.len() / out_channels, *out_channels),
-        _ => return (w, Panels::default(), None),
-    };
-    if let Some((c, co)) = winograd_channels(n) {
-        let wino = winograd::Winograd::new(&w.w, (c, co), n.out_hw());
-        w.w = Vec::new();
-        return (w, Panels::default(), Some(wino));
-    }
-    let panels = Panels::pack(&w.w, k, cols);
-    w.w = Vec::new();
-    (w, panels, None)
-}
-
-/// A convolution's input and output channels when it runs by Winograd's algorithm.
-fn winograd_channels(n: &Node) -> Option<(usize, usize)> {
-    let Op::Conv2d {
-        out_channels,
-        kernel,
-        stride,
-        padding,
-        groups,
-        ..
-    } = &n.op
-    else {
-        return None;
-    };
-    let c = n.in_chw().0;
-    let geometry = (*kernel, *stride, *padding, *groups);
-    winograd::applies(geometry, (c, *out_channels)).then_some((c, *out_channels))
 }
 
 /// An embedding table that a linear layer reads as its weights (tied logits) moves into
@@ -484,7 +416,7 @@ impl Device for CpuDevice {
             let in_feat: usize = n.in_shapes.iter().map(|s| numel(&s.feat)).sum();
             let rows = if n.loop_id.is_some() { 1 } else { cap };
             let tied = model.tied_owner(n)?;
-            let w = cpu_weights(n, weights::of(model, n, self.seed));
+            let w = prepared::cpu_weights(n, weights::of(model, n, self.seed));
             let state = match &n.op {
                 Op::Lstm { hidden, .. } => vec![0.0; mb * hidden],
                 Op::Attention {
@@ -537,7 +469,7 @@ impl Device for CpuDevice {
                     need_c = need_c.max(feat);
                 }
             }
-            let (w, panels, wino) = weight_panels(n, w, in_feat);
+            let (w, panels, wino) = prepared::weight_panels(n, w, in_feat);
             if let (Some(wg), Some((_, ho, wo))) = (&wino, image(&n.out.feat)) {
                 need_cols = need_cols.max(wg.scratch_len((ho, wo)));
             }
@@ -554,7 +486,7 @@ impl Device for CpuDevice {
             });
         }
         tie_tables(model, &mut nodes);
-        conv::fuse_residuals(model, &mut nodes);
+        residual::fuse_residuals(model, &mut nodes);
         // the outputs' regions, now that the fused residual sums say who writes what
         let lens: Vec<usize> = (0..nodes.len()).map(|i| layout.buffer_len(i)).collect();
         let mut written_by = vec![None; nodes.len()];
