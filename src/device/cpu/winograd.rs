@@ -113,14 +113,14 @@ impl Winograd {
         for ci in 0..c {
             for o in 0..co {
                 let f = |i: usize, j: usize| f64::from(w[((i * 3 + j) * c + ci) * co + o]);
-                for (a, ga) in g.iter().enumerate() {
+                // `G g` (α × 3, α ≤ 6), then `(G g) Gᵀ`
+                let mut gf = [[0.0f64; 3]; 6];
+                for (row, ga) in gf.iter_mut().zip(g) {
+                    *row = std::array::from_fn(|j| (0..3).map(|i| ga[i] * f(i, j)).sum());
+                }
+                for (a, row) in gf[..alpha].iter().enumerate() {
                     for (b, gb) in g.iter().enumerate() {
-                        let mut s = 0.0;
-                        for (i, gai) in ga.iter().enumerate() {
-                            for (j, gbj) in gb.iter().enumerate() {
-                                s += gai * f(i, j) * gbj;
-                            }
-                        }
+                        let s: f64 = row.iter().zip(gb).map(|(x, y)| x * y).sum();
                         u[a * alpha + b][ci * co + o] = s as f32;
                     }
                 }
