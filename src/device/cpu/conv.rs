@@ -166,6 +166,21 @@ par::vectorized_fn! {
 /// computed in place: [`CpuDevice::conv`] says when).
 type Sum<'a> = Option<(&'a [f32], Option<&'a mut [f32]>)>;
 
+/// Where a convolution of some images writes, given its own output `out` and, when it completes
+/// a residual sum, the sum's other input and output for the same images: its own output (and
+/// the sum beside it), or — `into_sum` — the sum's output alone, computed in place.
+fn targets<'a>(
+    out: &'a mut [f32],
+    sum: Option<(&'a [f32], &'a mut [f32])>,
+    into_sum: bool,
+) -> (&'a mut [f32], Sum<'a>) {
+    match sum {
+        Some((skip, y)) if into_sum => (y, Some((skip, None))),
+        Some((skip, y)) => (out, Some((skip, Some(y)))),
+        None => (out, None),
+    }
+}
+
 /// Rows `at..at + len` of a residual sum's operands.
 fn rows_of<'a>(sum: &'a mut Sum<'_>, at: usize, len: usize) -> Sum<'a> {
     sum.as_mut().map(|(skip, y)| {
@@ -250,17 +265,20 @@ impl Conv<'_> {
             }
             return;
         }
-        let epi = |mut d: rowgemm::Done| epilogue(&mut d, &epi);
-        let gemm = |a: &[f32], lda: usize, out: &mut [f32]| {
-            rowgemm::gemm_panels_then((np, a, lda), self.panels, (out, co), Some(&epi))
-        };
         if self.pointwise() {
-            gemm(&x[pixels.start * c..], c, out);
+            self.multiply((np, &x[pixels.start * c..], c), out, &epi);
         } else {
             let mut scratch = scratch(cols);
             hwc::im2col(x, (h, w, c), (0, c), self.win, pixels, &mut scratch);
-            gemm(&scratch[..], k, out);
+            self.multiply((np, &scratch[..], k), out, &epi);
         }
+    }
+
+    /// The row GEMM of `rows` rows of `a` (`lda` apart) by the packed weights into `out`, the
+    /// epilogue over each block of it as the GEMM finishes it.
+    fn multiply(&self, (rows, a, lda): (usize, &[f32], usize), out: &mut [f32], epi: &Epilogue) {
+        let epi = |mut d: rowgemm::Done| epilogue(&mut d, epi);
+        rowgemm::gemm_panels_then((rows, a, lda), self.panels, (out, self.out.1), Some(&epi));
     }
 
     /// What the convolution does to its output once computed: the shift, the activation, and
@@ -305,9 +323,7 @@ impl Conv<'_> {
                 );
             }
             let epi = self.epilogue(rows_of(&mut sum, j * group * p * co, kg * p * co));
-            let epi = |mut d: rowgemm::Done| epilogue(&mut d, &epi);
-            let a = (kg * p, &scratch[..], kk);
-            rowgemm::gemm_panels_then(a, self.panels, (out, co), Some(&epi));
+            self.multiply((kg * p, &scratch[..], kk), out, &epi);
         }
     }
 
@@ -419,7 +435,7 @@ impl CpuDevice {
             None => (&[][..], &mut [][..]),
         };
         let skip_of =
-            |m: &Member, r: Residual| &skip[layout.offset(r.skip, m.slot, 0)..][..per_image];
+            |r: Residual, slot: u32, len: usize| &skip[layout.offset(r.skip, slot, 0)..][..len];
         let cols = &self.cols;
         if conv.wino.is_none() && g == 1 && ho * wo < SMALL_IMAGE && members.len() >= 2 {
             // small images: each run of members in consecutive slots, whose images follow each
@@ -430,52 +446,37 @@ impl CpuDevice {
             }
             let mut s = 0;
             while s < who.len() {
+                if who[s] == NO_MEMBER {
+                    s += 1;
+                    continue;
+                }
                 let s0 = s;
                 while s < who.len() && who[s] != NO_MEMBER {
                     who[s] = NO_MEMBER;
                     s += 1;
                 }
                 let (k, slot) = (s - s0, s0 as u32);
-                s += usize::from(k == 0);
-                if k == 0 {
-                    continue;
-                }
                 let x = &src[layout.offset(prod, slot, 0)..][..k * c * h * w];
                 let len = k * per_image;
-                let skip_run = |r: Residual| &skip[layout.offset(r.skip, slot, 0)..][..len];
-                match fused {
-                    Some(r) if into_sum => {
-                        let y = &mut sums[layout.offset(r.add, slot, 0)..][..len];
-                        conv.images((x, k), y, cols, Some((skip_run(r), None)));
-                    }
-                    _ => {
-                        let out = &mut n.out[layout.offset(i, slot, 0)..][..len];
-                        let sum = fused.map(|r| {
-                            let y = &mut sums[layout.offset(r.add, slot, 0)..][..len];
-                            (skip_run(r), Some(y))
-                        });
-                        conv.images((x, k), out, cols, sum);
-                    }
-                }
+                let out = &mut n.out[layout.offset(i, slot, 0)..][..len];
+                let sum = fused.map(|r| {
+                    let y = &mut sums[layout.offset(r.add, slot, 0)..][..len];
+                    (skip_of(r, slot, len), y)
+                });
+                let (out, sum) = targets(out, sum, into_sum);
+                conv.images((x, k), out, cols, sum);
             }
             return;
         }
         if members.len() < 2 || cols.len() < 2 {
             for m in members {
-                let o = layout.offset(i, m.slot, 0);
-                match fused {
-                    Some(r) if into_sum => {
-                        let y = &mut sums[layout.offset(r.add, m.slot, 0)..][..per_image];
-                        conv.image(x_of(m), y, cols, Some((skip_of(m, r), None)));
-                    }
-                    _ => {
-                        let sum = fused.map(|r| {
-                            let y = &mut sums[layout.offset(r.add, m.slot, 0)..][..per_image];
-                            (skip_of(m, r), Some(y))
-                        });
-                        conv.image(x_of(m), &mut n.out[o..o + per_image], cols, sum);
-                    }
-                }
+                let out = &mut n.out[layout.offset(i, m.slot, 0)..][..per_image];
+                let sum = fused.map(|r| {
+                    let y = &mut sums[layout.offset(r.add, m.slot, 0)..][..per_image];
+                    (skip_of(r, m.slot, per_image), y)
+                });
+                let (out, sum) = targets(out, sum, into_sum);
+                conv.image(x_of(m), out, cols, sum);
             }
             return;
         }
@@ -497,19 +498,14 @@ impl CpuDevice {
             let m = &members[j as usize];
             let slot = slot as u32;
             // SAFETY: one slot's block of each output per share, each slot in one share
-            let sum_out =
-                |r: Residual| unsafe { sums.range(layout.offset(r.add, slot, 0), per_image) };
-            match fused {
-                Some(r) if into_sum => {
-                    conv.image(x_of(m), sum_out(r), cols, Some((skip_of(m, r), None)))
-                }
-                _ => {
-                    // SAFETY: as above
-                    let out = unsafe { outs.range(layout.offset(i, slot, 0), per_image) };
-                    let sum = fused.map(|r| (skip_of(m, r), Some(sum_out(r))));
-                    conv.image(x_of(m), out, cols, sum)
-                }
-            }
+            let out = unsafe { outs.range(layout.offset(i, slot, 0), per_image) };
+            let sum = fused.map(|r| {
+                // SAFETY: as above
+                let y = unsafe { sums.range(layout.offset(r.add, slot, 0), per_image) };
+                (skip_of(r, slot, per_image), y)
+            });
+            let (out, sum) = targets(out, sum, into_sum);
+            conv.image(x_of(m), out, cols, sum)
         });
         let who = &mut self.slot_member;
         for m in members {

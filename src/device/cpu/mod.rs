@@ -431,15 +431,23 @@ impl Device for CpuDevice {
                 .map(|s| max_rows(model, s.rows))
                 .max()
                 .unwrap_or(1);
-            match &n.op {
-                Op::Conv2d {
-                    out_channels,
-                    kernel: (kh, kw),
-                    stride,
-                    padding,
-                    groups,
-                    ..
-                } => {
+            let (w, panels, wino) = prepared::weight_panels(n, w, in_feat);
+            match (&n.op, &wino) {
+                // a convolution run by Winograd needs its tiles' scratch, not an unfolding's
+                (Op::Conv2d { .. }, Some(wg)) => {
+                    need_cols = need_cols.max(wg.scratch_len(n.out_hw()));
+                }
+                (
+                    Op::Conv2d {
+                        out_channels,
+                        kernel: (kh, kw),
+                        stride,
+                        padding,
+                        groups,
+                        ..
+                    },
+                    None,
+                ) => {
                     let (c, _, _) = n.in_chw();
                     let p = n.out_hw().0 * n.out_hw().1;
                     let pointwise = (*kh, *kw, *stride, *padding) == (1, 1, 1, 0);
@@ -447,16 +455,16 @@ impl Device for CpuDevice {
                     let n = *out_channels;
                     need_cols = need_cols.max(conv::scratch_len(p, *groups, (k, n), pointwise, mb));
                 }
-                Op::Linear { .. } => {
+                (Op::Linear { .. }, _) => {
                     need_a = need_a.max(mb * rows * in_feat);
                     need_c = need_c.max(mb * rows * feat);
                 }
-                Op::Lstm { hidden, .. } => {
+                (Op::Lstm { hidden, .. }, _) => {
                     need_a = need_a.max(mb * (in_feat + hidden));
                     need_c = need_c.max(mb * 4 * hidden);
                 }
-                Op::Input { shape, .. } => need_a = need_a.max(numel(shape)),
-                Op::Attention { heads, .. } => {
+                (Op::Input { shape, .. }, _) => need_a = need_a.max(numel(shape)),
+                (Op::Attention { heads, .. }, _) => {
                     need_a = need_a.max(in_feat.max(3 * feat));
                     // (additive attention's terms of one score use it too)
                     need_c = need_c.max(rows * feat).max(in_feat);
@@ -468,10 +476,6 @@ impl Device for CpuDevice {
                     need_a = need_a.max(in_feat);
                     need_c = need_c.max(feat);
                 }
-            }
-            let (w, panels, wino) = prepared::weight_panels(n, w, in_feat);
-            if let (Some(wg), Some((_, ho, wo))) = (&wino, image(&n.out.feat)) {
-                need_cols = need_cols.max(wg.scratch_len((ho, wo)));
             }
             nodes.push(NodeRt {
                 out: arena::Buf::default(),
