@@ -13,6 +13,7 @@
 //! whole image per group (the `gemm` crate multiplies large ones); a depthwise convolution is
 //! one fused pass.
 
+use super::direct::{self, Direct};
 use super::residual::Residual;
 use super::team;
 use super::winograd::Winograd;
@@ -62,16 +63,16 @@ pub(super) fn block_pixels(p: usize, (k, n): (usize, usize), pointwise: bool) ->
 
 /// The unfolding scratch one thread needs for a convolution of `p` output pixels, `groups`
 /// groups, `k` values a window and `n` output channels: a block of pixels, a few whole small
-/// images of a sub-batch of up to `max_batch`, a whole grouped image, or nothing (1×1 windows
-/// at stride 1, read in place).
+/// images of a sub-batch of up to `max_batch`, a whole grouped image, or nothing (`in_place`:
+/// 1×1 windows at stride 1, read in place, or a convolution run [`direct`]ly).
 pub(super) fn scratch_len(
     p: usize,
     groups: usize,
     (k, n): (usize, usize),
-    pointwise: bool,
+    in_place: bool,
     max_batch: usize,
 ) -> usize {
-    match (groups, pointwise) {
+    match (groups, in_place) {
         (1, true) => 0,
         (1, false) if p >= SMALL_IMAGE => block_pixels(p, (k, n), false) * k,
         (1, false) => images_at_once(p, k, max_batch) * p * k,
@@ -100,6 +101,8 @@ struct Conv<'a> {
     panels: &'a Panels,
     /// The weights transformed for Winograd's algorithm, when it applies.
     wino: Option<&'a Winograd>,
+    /// A few input channels: computed directly, without unfolding ([`direct`]).
+    direct: bool,
     /// The activation of the residual sum this convolution completes, if it does one.
     residual: ActK,
 }
@@ -265,7 +268,17 @@ impl Conv<'_> {
             }
             return;
         }
-        if self.pointwise() {
+        if self.direct {
+            let d = Direct {
+                input: self.input,
+                win: self.win,
+                panels: self.panels,
+            };
+            d.block(x, pixels, out);
+            for (r, row) in out.chunks_exact_mut(co).take(np).enumerate() {
+                finish_row(row, r, 0..co, &epi);
+            }
+        } else if self.pointwise() {
             self.multiply((np, &x[pixels.start * c..], c), out, &epi);
         } else {
             let mut scratch = scratch(cols);
@@ -424,6 +437,7 @@ impl CpuDevice {
             w: &n.w,
             panels: &n.panels,
             wino: n.wino.as_ref(),
+            direct: direct::applies(g, (c, co), kernel.0 * kernel.1),
             residual: fused.map_or(ActK::None, |r| r.act),
         };
         let layout = &self.layout;
@@ -437,7 +451,8 @@ impl CpuDevice {
         let skip_of =
             |r: Residual, slot: u32, len: usize| &skip[layout.offset(r.skip, slot, 0)..][..len];
         let cols = &self.cols;
-        if conv.wino.is_none() && g == 1 && ho * wo < SMALL_IMAGE && members.len() >= 2 {
+        let unfolds = conv.wino.is_none() && !conv.direct && g == 1;
+        if unfolds && ho * wo < SMALL_IMAGE && members.len() >= 2 {
             // small images: each run of members in consecutive slots, whose images follow each
             // other in every buffer, at once (`Conv::images`)
             let who = &mut self.slot_member;

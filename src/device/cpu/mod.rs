@@ -19,6 +19,7 @@ pub mod aligned;
 mod arena;
 mod attention;
 mod conv;
+mod direct;
 pub mod fastmath;
 pub mod hwc;
 pub mod kernels;
@@ -451,9 +452,11 @@ impl Device for CpuDevice {
                     let (c, _, _) = n.in_chw();
                     let p = n.out_hw().0 * n.out_hw().1;
                     let pointwise = (*kh, *kw, *stride, *padding) == (1, 1, 1, 0);
+                    let in_place =
+                        pointwise || direct::applies(*groups, (c, *out_channels), kh * kw);
                     let k = (c / groups) * kh * kw;
                     let n = *out_channels;
-                    need_cols = need_cols.max(conv::scratch_len(p, *groups, (k, n), pointwise, mb));
+                    need_cols = need_cols.max(conv::scratch_len(p, *groups, (k, n), in_place, mb));
                 }
                 (Op::Linear { .. }, _) => {
                     need_a = need_a.max(mb * rows * in_feat);

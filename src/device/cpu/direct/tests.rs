@@ -1,0 +1,91 @@
+//! The direct convolution's tests: the bits of the unfolded GEMM it replaces, on the stems of
+//! the zoo's CNNs and on every tile width, in blocks as the CPU device cuts them.
+
+use super::*;
+use crate::device::cpu::{hwc, rowgemm};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn random(rng: &mut StdRng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+}
+
+/// The unfolded path: every output pixel's window by `im2col`, then the row GEMM.
+fn unfolded(x: &[f32], input: (usize, usize, usize), win: Window, pk: &Panels) -> Vec<f32> {
+    let (p, k, co) = (win.out.0 * win.out.1, pk.k, pk.n);
+    let mut cols = vec![0.0; p * k];
+    hwc::im2col(x, input, (0, input.2), win, 0..p, &mut cols);
+    let mut y = vec![0.0; p * co];
+    rowgemm::gemm_panels((p, &cols, k), pk, (&mut y, co));
+    y
+}
+
+/// MobileNet's and ResNet's stems (3×3 at stride 2, 7×7 at stride 2), VGG's first layer (3×3
+/// at stride 1), and one, three and four vectors of output channels from one or four input
+/// channels, on odd and even image sides: every output the same bits as the unfolded GEMM's,
+/// whether the image runs as one block or in blocks that start and end mid-row.
+#[test]
+fn a_direct_convolution_gives_the_bits_of_the_unfolded_gemm() {
+    let mut rng = StdRng::seed_from_u64(7);
+    // (h, w, c), kernel, stride, pad, output channels
+    let cases = [
+        ((33, 30, 3), 3, 2, 1, 32),
+        ((37, 40, 3), 7, 2, 3, 64),
+        ((20, 19, 3), 3, 1, 1, 64),
+        ((17, 26, 1), 3, 1, 1, 16),
+        ((15, 15, 4), 5, 2, 2, 48),
+        ((9, 31, 2), 3, 3, 0, 32),
+    ];
+    for ((h, w, c), kk, s, pad, co) in cases {
+        let out = ((h + 2 * pad - kk) / s + 1, (w + 2 * pad - kk) / s + 1);
+        let win = Window {
+            kernel: (kk, kk),
+            stride: s,
+            pad,
+            out,
+        };
+        let x = random(&mut rng, h * w * c);
+        let pk = Panels::pack(&random(&mut rng, kk * kk * c * co), kk * kk * c, co);
+        let want = unfolded(&x, (h, w, c), win, &pk);
+        let d = Direct {
+            input: (h, w, c),
+            win,
+            panels: &pk,
+        };
+        let p = out.0 * out.1;
+        for block in [p, 7, 29] {
+            let mut got = vec![f32::NAN; p * co];
+            for start in (0..p).step_by(block) {
+                let end = (start + block).min(p);
+                d.block(&x, start..end, &mut got[start * co..end * co]);
+            }
+            for (i, (g, e)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(
+                    g.to_bits(),
+                    e.to_bits(),
+                    "{h}x{w}x{c}, {kk}x{kk}/{s}, {co} out, blocks of {block}: pixel {}, \
+                     channel {}: {g} vs {e}",
+                    i / co,
+                    i % co
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn only_few_channels_in_and_whole_vectors_out_run_directly() {
+    assert!(applies(1, (3, 32), 9) && applies(1, (3, 64), 9) && applies(1, (1, 16), 9));
+    assert!(
+        !applies(1, (16, 32), 9),
+        "many input channels: the unfolded GEMM"
+    );
+    assert!(!applies(1, (3, 24), 9), "not a whole number of vectors");
+    assert!(!applies(1, (3, 128), 9), "more outputs than the tile holds");
+    assert!(!applies(3, (3, 48), 9), "grouped");
+    assert!(
+        !applies(1, (3, 64), 49),
+        "weights beyond L1 (ResNet's 7×7 stem)"
+    );
+}
+
