@@ -106,6 +106,16 @@ pub fn depthwise(
 /// and each input vector of a 3-wide window once for all the taps that read it).
 const DW_LANES: usize = 16;
 const DW_PIXELS: usize = 4;
+
+/// The taps `0..k` of a window at output `o` (stride and padding of `win`) that lie inside an
+/// image side of `n`.
+#[inline]
+fn taps_inside(o: usize, k: usize, win: &Window, n: usize) -> std::ops::Range<usize> {
+    let first = win.pad.saturating_sub(o * win.stride).min(k);
+    let last = (n + win.pad).saturating_sub(o * win.stride).clamp(first, k);
+    first..last
+}
+
 vectorized_fn! {
     fn depthwise_rows(
         image: (&[f32], (usize, usize, usize)),
@@ -122,14 +132,20 @@ vectorized_fn! {
         let hi = ((w + pad).saturating_sub(kw) / s + 1).clamp(lo, wo);
         for (r, row) in rows.chunks_exact_mut(wo * c).enumerate() {
             let oy = oy0 + r;
-            let inner_row = (0..kh).all(|ky| inside(oy, ky, &win, h).is_some());
+            // the window's rows inside the image (all but at the top and bottom edges; the
+            // columns are all inside for the blocks)
+            let ky = taps_inside(oy, kh, &win, h);
             let mut ox = 0;
             while ox < wo {
-                let block = inner_row && ox >= lo && ox + DW_PIXELS <= hi;
                 let (at, o) = ((oy, ox), &mut row[ox * c..]);
-                if block && depthwise_block(image, wt, win, epilogue, at, o) {
+                let block = ox >= lo && ox + DW_PIXELS <= hi;
+                let taps = (ky.clone(), 0..kw);
+                if block && depthwise_block::<DW_PIXELS>(image, wt, win, taps, epilogue, at, o) {
                     ox += DW_PIXELS;
                 } else {
+                    // one pixel at a time at the left and right edges (one vector's chain per
+                    // pixel in registers would wait on each FMA; this loop runs the channels'
+                    // chains side by side)
                     depthwise_pixel(image, wt, win, epilogue, at, &mut row[ox * c..][..c]);
                     ox += 1;
                 }
@@ -171,16 +187,18 @@ fn depthwise_pixel(
     act(a, o);
 }
 
-/// [`DW_PIXELS`] neighbouring output pixels whose every tap lies inside the image, channels
+/// `P` neighbouring output pixels over the taps `taps` (rows, columns of the window) — every
+/// tap of the window that lies inside the image, for each of the `P` pixels — channels
 /// [`DW_LANES`] at a time with the accumulators in AVX-512 registers: the same fused
 /// multiply-adds in the same order as [`depthwise_pixel`], so the same bits. False, with
 /// nothing done, without AVX-512 or when the block does not fit (the caller goes pixel by
 /// pixel).
 #[inline(always)]
-fn depthwise_block(
+fn depthwise_block<const P: usize>(
     image: (&[f32], (usize, usize, usize)),
     wt: &[f32],
     win: Window,
+    (ky, kx): (std::ops::Range<usize>, std::ops::Range<usize>),
     epilogue: (&[f32], ActK),
     (oy, ox): (usize, usize),
     o: &mut [f32],
@@ -189,72 +207,92 @@ fn depthwise_block(
     let (kh, kw) = win.kernel;
     let (s, pad) = (win.stride, win.pad);
     // the block's taps, checked once: rows oy·s − pad + ky, columns (ox + p)·s − pad + kx
-    let (iy0, ix0) = ((oy * s).wrapping_sub(pad), (ox * s).wrapping_sub(pad));
-    let in_bounds = oy * s >= pad
-        && ox * s >= pad
-        && iy0 + kh <= h
-        && ix0 + (DW_PIXELS - 1) * s + kw <= w
+    let in_bounds = !ky.is_empty()
+        && !kx.is_empty()
+        && ky.end <= kh
+        && kx.end <= kw
+        && oy * s + ky.start >= pad
+        && oy * s + ky.end <= h + pad
+        && ox * s + kx.start >= pad
+        && (ox + P - 1) * s + kx.end <= w + pad
         && wt.len() >= kh * kw * c
-        && o.len() >= DW_PIXELS * c
+        && o.len() >= P * c
         && c % DW_LANES == 0
         && (epilogue.0.is_empty() || epilogue.0.len() >= c);
     #[cfg(target_arch = "x86_64")]
     if in_bounds && super::par::avx512() {
-        let at = (iy0, ix0);
-        // SAFETY: AVX-512F is present; every tap's pixel (iy0 + ky, ix0 + p·s + kx) lies inside
-        // the h × w image of c channels (whole vectors), the weights hold kh·kw·c values, `o`
-        // DW_PIXELS·c and the shift (if any) c (checked just above).
+        let whole_rows = kx == (0..kw);
+        let g = DwGeometry {
+            image: (w, c),
+            kernel: (kh, kw),
+            s,
+            corner: ((oy * s).wrapping_sub(pad), (ox * s).wrapping_sub(pad)),
+            taps: (ky, kx),
+        };
+        // SAFETY: AVX-512F is present; every tap of `g.taps` of the P pixels lies inside the
+        // h × w image of c channels (whole vectors), the weights hold kh·kw·c values, `o`
+        // P·c and the shift (if any) c (checked just above).
         unsafe {
-            match (kw, s) {
-                (3, 1) => {
-                    depthwise_block_avx512::<3, 1>(x, (w, c), wt, (kh, kw, s), at, epilogue, o)
-                }
-                (3, 2) => {
-                    depthwise_block_avx512::<3, 2>(x, (w, c), wt, (kh, kw, s), at, epilogue, o)
-                }
-                _ => depthwise_block_avx512::<0, 0>(x, (w, c), wt, (kh, kw, s), at, epilogue, o),
+            match (kw, s, whole_rows) {
+                (3, 1, true) => depthwise_block_avx512::<3, 1, P>(x, wt, g, epilogue, o),
+                (3, 2, true) => depthwise_block_avx512::<3, 2, P>(x, wt, g, epilogue, o),
+                _ => depthwise_block_avx512::<0, 0, P>(x, wt, g, epilogue, o),
             }
         }
         return true;
     }
-    let _ = (in_bounds, x, h, w, epilogue, oy, ox, o);
+    let _ = (in_bounds, x, h, w, epilogue, oy, ox, o, ky, kx);
     false
 }
 
-/// [`depthwise_block`]'s kernel: for a window `KW` (= `kw`) wide at stride `S` (= `s`), each
-/// input vector of a row is loaded once for the four pixels' taps that read it; `KW = 0`: any
-/// window, read tap by tap.
+/// Where a depthwise block reads: the image's width and channels, the window and stride, the
+/// first pixel's window corner (row, column; the tap (0, 0), which may lie outside the image
+/// when it is not among the taps) and the taps read.
+#[cfg(target_arch = "x86_64")]
+struct DwGeometry {
+    image: (usize, usize),
+    kernel: (usize, usize),
+    s: usize,
+    corner: (usize, usize),
+    taps: (std::ops::Range<usize>, std::ops::Range<usize>),
+}
+
+/// [`depthwise_block`]'s kernel: for a window `KW` (= `kw`, every column of it read) wide at
+/// stride `S` (= `s`), each input vector of a row is loaded once for the `P` pixels' taps that
+/// read it; `KW = 0`: any window and columns, read tap by tap.
 ///
 /// # Safety
-/// AVX-512F present; pixels `(iy0 + ky, ix0 + p·s + kx)` inside the image for every tap and
-/// `p < DW_PIXELS`; `wt` holds `kh·kw·c` values, `o` `DW_PIXELS·c`, the shift (if any) `c`;
-/// `c` a multiple of 16.
+/// AVX-512F present; pixels `(corner.0 + ky, corner.1 + p·s + kx)` inside the image for every
+/// tap of `taps` and `p < P` (wrapping corners allowed); `wt` holds `kh·kw·c` values, `o`
+/// `P·c`, the shift (if any) `c`; `c` a multiple of 16.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-#[allow(clippy::too_many_arguments)]
-unsafe fn depthwise_block_avx512<const KW: usize, const S: usize>(
+unsafe fn depthwise_block_avx512<const KW: usize, const S: usize, const P: usize>(
     x: &[f32],
-    (w, c): (usize, usize),
     wt: &[f32],
-    (kh, kw, s): (usize, usize, usize),
-    (iy0, ix0): (usize, usize),
+    g: DwGeometry,
     (shift, a): (&[f32], ActK),
     o: &mut [f32],
 ) {
     use std::arch::x86_64::*;
+    let ((w, c), kw, s) = (g.image, g.kernel.1, g.s);
+    let (iy0, ix0) = g.corner;
     let (xp, wp, op) = (x.as_ptr(), wt.as_ptr(), o.as_mut_ptr());
     for cb in (0..c).step_by(DW_LANES) {
-        let mut acc = [_mm512_setzero_ps(); DW_PIXELS];
-        for ky in 0..kh {
-            let row = xp.add(((iy0 + ky) * w + ix0) * c + cb);
+        let mut acc = [_mm512_setzero_ps(); P];
+        for ky in g.taps.0.clone() {
+            // the pixel under tap (ky, kx) of output p: index ((iy0 + ky)·w + ix0 + p·s + kx)·c
+            let at = |j: usize| {
+                let px = (iy0.wrapping_add(ky) * w).wrapping_add(ix0).wrapping_add(j);
+                xp.add(px * c + cb)
+            };
             let f = |kx: usize| _mm512_loadu_ps(wp.add((ky * kw + kx) * c + cb));
             if KW > 0 {
-                // the row's input vectors under the four pixels' windows, each loaded once
-                let xs: [__m512; 16] =
-                    std::array::from_fn(|j| match j < (DW_PIXELS - 1) * S + KW {
-                        true => _mm512_loadu_ps(row.add(j * c)),
-                        false => _mm512_setzero_ps(),
-                    });
+                // the row's input vectors under the P pixels' windows, each loaded once
+                let xs: [__m512; 16] = std::array::from_fn(|j| match j < (P - 1) * S + KW {
+                    true => _mm512_loadu_ps(at(j)),
+                    false => _mm512_setzero_ps(),
+                });
                 for kx in 0..KW {
                     let fk = f(kx);
                     for (p, acc) in acc.iter_mut().enumerate() {
@@ -262,11 +300,10 @@ unsafe fn depthwise_block_avx512<const KW: usize, const S: usize>(
                     }
                 }
             } else {
-                for kx in 0..kw {
+                for kx in g.taps.1.clone() {
                     let fk = f(kx);
                     for (p, acc) in acc.iter_mut().enumerate() {
-                        let xv = _mm512_loadu_ps(row.add((p * s + kx) * c));
-                        *acc = _mm512_fmadd_ps(xv, fk, *acc);
+                        *acc = _mm512_fmadd_ps(_mm512_loadu_ps(at(p * s + kx)), fk, *acc);
                     }
                 }
             }

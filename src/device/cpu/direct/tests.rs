@@ -88,4 +88,3 @@ fn only_few_channels_in_and_whole_vectors_out_run_directly() {
         "weights beyond L1 (ResNet's 7×7 stem)"
     );
 }
-
