@@ -92,6 +92,9 @@ fn gemm_table() {
     let shapes: &[(&str, usize, usize, usize, bool)] = &[
         ("resnet conv 3x3 (layer1)", 3136, 64, 576, false),
         ("resnet conv 1x1 (layer3)", 196, 1024, 256, false),
+        ("mobilenet pw1 (112x112, 32 in)", 12544, 64, 32, false),
+        ("mobilenet pw2 (56x56, 64 in)", 3136, 128, 64, false),
+        ("mobilenet pw7 (14x14, 512 in)", 196, 512, 512, false),
         ("resnet conv 3x3 (layer4)", 49, 512, 4608, false),
         ("resnet fc, batch 64", 64, 1000, 2048, false),
         ("gnmt lstm, batch 1", 1, 4096, 3072, false),
