@@ -466,7 +466,7 @@ impl Nn<'_> {
                                     true => next,
                                     false => next.wrapping_add(t * (kc / 4).max(1) * per_turn * 16),
                                 };
-                                micro(
+                                micro_rows(
                                     kc,
                                     (a0.add(ir * alda), alda),
                                     (panel(jr), (share, per_turn)),
@@ -509,6 +509,29 @@ impl Nn<'_> {
     }
 }
 
+/// [`micro`] in a tile of 8, 4, 2 or 1 rows, the fewest that hold `rows`: a block's last tile
+/// of few rows costs little more than its rows (a 7 × 7 image's 49 rows ran as 56).
+///
+/// # Safety
+/// As [`micro`], with `rows ≤ MR`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn micro_rows(
+    kc: usize,
+    a: (*const f32, usize),
+    b: (*const f32, (*const f32, usize)),
+    c: (*mut f32, usize),
+    (rows, cols): (usize, usize),
+    first: bool,
+) {
+    match rows {
+        5.. => micro::<MR>(kc, a, b, c, (rows, cols), first),
+        3 | 4 => micro::<4>(kc, a, b, c, (rows, cols), first),
+        2 => micro::<2>(kc, a, b, c, (rows, cols), first),
+        _ => micro::<1>(kc, a, b, c, (rows, cols), first),
+    }
+}
+
 /// `C[rows × cols] (+)= A·B` over `kc` values of `p`: `a` points at row 0's first value, rows
 /// `lda` apart (rows past `rows` are not read: row 0 stands in for them, its results dropped),
 /// `b` a packed `kc × NR` panel (`next`, when not null, this pass's share of the next panel to
@@ -520,7 +543,8 @@ impl Nn<'_> {
 /// `rows × cols` of C (`ldc` apart) writable.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn micro(
+#[inline(never)]
+unsafe fn micro<const M: usize>(
     kc: usize,
     (a, lda): (*const f32, usize),
     (b, (next, per_turn)): (*const f32, (*const f32, usize)),
@@ -531,8 +555,8 @@ unsafe fn micro(
     use std::arch::x86_64::*;
     let m0 = ((1u32 << cols.min(16)) - 1) as u16;
     let m1 = ((1u32 << cols.saturating_sub(16)) - 1) as u16;
-    let mut acc = [[_mm512_setzero_ps(); 2]; MR];
-    // every loop over `acc` runs all MR rows (rows past `rows` skipped by a test), so that it
+    let mut acc = [[_mm512_setzero_ps(); 2]; M];
+    // every loop over `acc` runs all M rows (rows past `rows` skipped by a test), so that it
     // unrolls to constant indices and `acc` stays in registers: with `.take(rows)` LLVM kept
     // it on the stack in some builds, storing all 16 accumulators every turn (35% slower)
     if !first {
@@ -544,9 +568,9 @@ unsafe fn micro(
             }
         }
     }
-    let arow: [*const f32; MR] = std::array::from_fn(|r| a.add(if r < rows { r * lda } else { 0 }));
+    let arow: [*const f32; M] = std::array::from_fn(|r| a.add(if r < rows { r * lda } else { 0 }));
     // one value of `p`: each row's two chains take one more FMA
-    let step = |acc: &mut [[__m512; 2]; MR], q: usize| {
+    let step = |acc: &mut [[__m512; 2]; M], q: usize| {
         let b0 = _mm512_loadu_ps(b.add(q * NR));
         let b1 = _mm512_loadu_ps(b.add(q * NR + 16));
         for (r, acc_r) in acc.iter_mut().enumerate() {
