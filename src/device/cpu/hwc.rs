@@ -135,8 +135,14 @@ vectorized_fn! {
             // the window's rows inside the image (all but at the top and bottom edges; the
             // columns are all inside for the blocks)
             let ky = taps_inside(oy, kh, &win, h);
+            // the input rows that the next output row reads and this one does not, a share of
+            // their lines requested before each pixel
+            let ahead = next_rows(image, &win, oy);
+            let lines = ahead.len().div_ceil(16);
+            let per_pixel = lines.div_ceil(wo.max(1));
             let mut ox = 0;
             while ox < wo {
+                prefetch_l2(ahead, ox * per_pixel..((ox + 1) * per_pixel).min(lines));
                 let (at, o) = ((oy, ox), &mut row[ox * c..]);
                 let block = ox >= lo && ox + DW_PIXELS <= hi;
                 let taps = (ky.clone(), 0..kw);
@@ -152,6 +158,40 @@ vectorized_fn! {
             }
         }
     }
+}
+
+/// The input rows that output row `oy + 1`'s windows read and row `oy`'s do not (empty past
+/// the image): on their way from memory into L2 while row `oy` computes. At batch 16 the
+/// depthwise layers' inputs (up to 51 MB) come from memory, and three rows read at once, a
+/// vector of each pixel at a time, are not a pattern the hardware prefetchers follow far
+/// enough ahead. MobileNet-v1's depthwise layers at batch 16 took less time with this in 7
+/// of 8 interleaved profiled passes (in the calmest, 17.9–18.6 ms instead of 19.7–20.4); the
+/// whole pass moved by less than this machine's noise.
+fn next_rows<'a>(
+    (x, (h, w, c)): (&'a [f32], (usize, usize, usize)),
+    win: &Window,
+    oy: usize,
+) -> &'a [f32] {
+    let (kh, s, pad) = (win.kernel.0, win.stride, win.pad);
+    let end = ((oy + 1) * s + kh).saturating_sub(pad).min(h);
+    let start = (oy * s + kh).saturating_sub(pad).min(end);
+    &x[start * w * c..end * w * c]
+}
+
+/// Asks for cache lines `lines` (of 16 values) of `x` to be fetched into L2.
+#[inline(always)]
+fn prefetch_l2(x: &[f32], lines: std::ops::Range<usize>) {
+    #[cfg(target_arch = "x86_64")]
+    for l in lines {
+        // SAFETY: a prefetch never faults, and the address lies inside `x` (`l · 16` is within
+        // its length for every line the caller asks for)
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
+            _mm_prefetch::<_MM_HINT_T1>(x.as_ptr().wrapping_add(l * 16) as *const i8)
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (x, lines);
 }
 
 /// One output pixel, any window position: taps outside the image are skipped.
