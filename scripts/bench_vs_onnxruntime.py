@@ -12,6 +12,7 @@ Usage: scripts/bench-vs-onnxruntime.sh [--threads 1,2] [--rounds 3] [--only resn
 """
 
 import argparse
+import math
 import os
 import platform
 import statistics
@@ -301,7 +302,11 @@ def main():
     ap.add_argument("--ours", required=True, help="the cpu bench binary")
     ap.add_argument("--threads", default="2")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--reps", type=int, default=3, help="timed passes per round and side")
+    ap.add_argument("--reps", type=int, default=3, help="timed passes per round and side (at least)")
+    ap.add_argument("--min-round-ms", type=float, default=300.0,
+                    help="more passes per round for fast models, both sides the same number, so "
+                         "that a round times at least this long (one slow pass then moves the "
+                         "median of many, not of two)")
     ap.add_argument("--only", default="")
     a = ap.parse_args()
     only = set(filter(None, a.only.split(",")))
@@ -313,9 +318,10 @@ def main():
         pass
     print(f"{time.strftime('%Y-%m-%d')}, {cpu}, {os.cpu_count()} cores; onnxruntime "
           f"{ort.__version__} (CPU execution provider); medians of {a.rounds} interleaved rounds "
-          f"of {a.reps} passes (ms per batch)")
-    print(f"| model | batch | threads | lazybatch | onnxruntime | ratio |")
-    print(f"|---|---|---|---|---|---|")
+          f"of {a.reps} passes or more (at least {a.min_round_ms:.0f} ms a round, both sides the "
+          f"same number; ms per batch)")
+    print(f"| model | batch | threads | lazybatch | onnxruntime | ratio | paired ratios: median [range] |")
+    print(f"|---|---|---|---|---|---|---|")
     for threads in [int(t) for t in a.threads.split(",")]:
         for label, model, mode, batch, build in CASES:
             if only and model not in only:
@@ -326,11 +332,18 @@ def main():
             so.inter_op_num_threads = 1
             sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
             ours, theirs = [], []
+            # passes per round: enough for `--min-round-ms` at onnxruntime's speed
+            reps = max(a.reps, math.ceil(a.min_round_ms / max(ort_ms(sess, feeds, 1), 1e-3)))
             for _ in range(a.rounds):
-                ours.append(ours_ms(a.ours, model, mode, batch, a.reps, threads))
-                theirs.append(ort_ms(sess, feeds, a.reps))
+                ours.append(ours_ms(a.ours, model, mode, batch, reps, threads))
+                theirs.append(ort_ms(sess, feeds, reps))
             o, t = statistics.median(ours), statistics.median(theirs)
-            print(f"| {label} | {batch} | {threads} | {o:.2f} | {t:.2f} | {o / t:.2f}× |", flush=True)
+            # each round's two sides ran seconds apart: their ratio, round by round, shows how
+            # far the machine's speed wandered between rounds
+            paired = sorted(a / b for a, b in zip(ours, theirs))
+            spread = f"{statistics.median(paired):.2f}× [{paired[0]:.2f}–{paired[-1]:.2f}]"
+            print(f"| {label} | {batch} | {threads} | {o:.2f} | {t:.2f} | {o / t:.2f}× | {spread} |",
+                  flush=True)
 
 
 if __name__ == "__main__":
