@@ -20,6 +20,9 @@ use super::winograd::Winograd;
 use super::*;
 use std::sync::{Mutex, MutexGuard};
 
+mod order;
+use order::{runs_reversed, Serpentine};
+
 /// Unfolded values a block of pixels takes at least (256 KiB: the block stays in L2 between
 /// its unfolding and its GEMM, where unfolding a whole image first sent megabytes through
 /// memory).
@@ -503,11 +506,18 @@ impl CpuDevice {
         }
         let (outs, sums) = (par::Shared::new(&mut n.out), par::Shared::new(sums));
         let who = &*who;
-        // one share an image (the k-th occupied slot, in slot order): each thread takes its own
-        // images, then any another has not started
+        // one share an image (the k-th occupied slot, in slot order, or each thread's in reverse
+        // after a convolution that ran them forward): each thread takes its own images, then any
+        // another has not started
         let occupied = || who.iter().enumerate().filter(|(_, j)| **j != NO_MEMBER);
-        par::team().run(occupied().count(), &|k| {
-            let Some((slot, &j)) = occupied().nth(k) else {
+        let count = occupied().count();
+        let order = Serpentine {
+            count,
+            threads: count.min(par::team().threads()).max(1),
+            reverse: runs_reversed(model, i),
+        };
+        par::team().run(count, &|k| {
+            let Some((slot, &j)) = occupied().nth(order.image(k)) else {
                 return;
             };
             let m = &members[j as usize];

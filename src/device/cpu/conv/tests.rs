@@ -170,3 +170,36 @@ fn a_fused_residual_add_is_the_sum_of_its_inputs() {
         assert_eq!(differ, 0, "add{}: alone and batched differ", k + 1);
     }
 }
+
+/// Reversed, each thread still owns the same images (its shares' residue), visits them in the
+/// opposite order, and every image runs once.
+#[test]
+fn a_reversed_order_keeps_each_threads_images_and_visits_each_once() {
+    for (count, threads) in [(16, 2), (7, 2), (5, 3), (1, 2), (4, 4)] {
+        let forward = Serpentine {
+            count,
+            threads,
+            reverse: false,
+        };
+        assert!((0..count).all(|k| forward.image(k) == k));
+        let order = Serpentine {
+            reverse: true,
+            ..forward
+        };
+        let mut seen: Vec<usize> = (0..count).map(|k| order.image(k)).collect();
+        for t in 0..threads {
+            let mine: Vec<usize> = (t..count)
+                .step_by(threads)
+                .map(|k| order.image(k))
+                .collect();
+            let mut expect: Vec<usize> = (t..count).step_by(threads).collect();
+            expect.reverse();
+            assert_eq!(
+                mine, expect,
+                "{count} images, {threads} threads: thread {t}"
+            );
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, (0..count).collect::<Vec<_>>());
+    }
+}
