@@ -21,7 +21,8 @@ use super::*;
 use std::sync::{Mutex, MutexGuard};
 
 mod order;
-use order::{runs_reversed, Serpentine};
+pub(super) use order::runs_reversed;
+use order::Serpentine;
 
 /// Unfolded values a block of pixels takes at least (256 KiB: the block stays in L2 between
 /// its unfolding and its GEMM, where unfolding a whole image first sent megabytes through
@@ -263,30 +264,27 @@ impl Conv<'_> {
         let ((h, w, c), co, k) = (self.input, self.out.1, self.window());
         let np = pixels.len();
         let epi = self.epilogue(sum);
-        if let Some(wg) = self.wino {
-            let mut scratch = scratch(cols);
-            wg.block(x, (h, w), pixels, out, &mut scratch);
-            for (r, row) in out.chunks_exact_mut(co).take(np).enumerate() {
-                finish_row(row, r, 0..co, &epi);
+        if self.wino.is_none() && !self.direct {
+            // the row GEMM, its epilogue on each block of output as it finishes it
+            if self.pointwise() {
+                return self.multiply((np, &x[pixels.start * c..], c), out, &epi);
             }
-            return;
+            let mut scratch = scratch(cols);
+            hwc::im2col(x, (h, w, c), (0, c), self.win, pixels, &mut scratch);
+            return self.multiply((np, &scratch[..], k), out, &epi);
         }
-        if self.direct {
-            let d = Direct {
+        // Winograd's algorithm or a direct convolution: the block, then its epilogue
+        match self.wino {
+            Some(wg) => wg.block(x, (h, w), pixels, out, &mut scratch(cols)),
+            None => Direct {
                 input: self.input,
                 win: self.win,
                 panels: self.panels,
-            };
-            d.block(x, pixels, out);
-            for (r, row) in out.chunks_exact_mut(co).take(np).enumerate() {
-                finish_row(row, r, 0..co, &epi);
             }
-        } else if self.pointwise() {
-            self.multiply((np, &x[pixels.start * c..], c), out, &epi);
-        } else {
-            let mut scratch = scratch(cols);
-            hwc::im2col(x, (h, w, c), (0, c), self.win, pixels, &mut scratch);
-            self.multiply((np, &scratch[..], k), out, &epi);
+            .block(x, pixels, out),
+        }
+        for (r, row) in out.chunks_exact_mut(co).take(np).enumerate() {
+            finish_row(row, r, 0..co, &epi);
         }
     }
 
@@ -514,7 +512,7 @@ impl CpuDevice {
         let order = Serpentine {
             count,
             threads: count.min(par::team().threads()).max(1),
-            reverse: runs_reversed(model, i),
+            reverse: n.reversed,
         };
         par::team().run(count, &|k| {
             let Some((slot, &j)) = occupied().nth(order.image(k)) else {

@@ -61,11 +61,8 @@ impl Direct<'_> {
     /// `oy`'s taps all lie inside along y.
     fn interior(&self, oy: usize) -> (std::ops::Range<usize>, bool) {
         let ((h, w, _), win) = (self.input, self.win);
-        let ((kh, kw), s, pad, wo) = (win.kernel, win.stride, win.pad, win.out.1);
-        let lo = pad.div_ceil(s).min(wo);
-        let hi = ((w + pad).saturating_sub(kw) / s + 1).clamp(lo, wo);
-        let rows = oy * s >= pad && oy * s + kh <= h + pad;
-        (lo..hi, rows)
+        let kh = win.kernel.0;
+        (win.inner_columns(w), win.taps_inside(oy, kh, h) == (0..kh))
     }
 
     /// One output pixel, any window position, channels in `co`-wide rows of `out`: the chain
@@ -78,13 +75,9 @@ impl Direct<'_> {
         let co = self.panels.n;
         out[..co].fill(0.0);
         for ky in 0..kh {
-            let iy = (oy * win.stride + ky)
-                .checked_sub(win.pad)
-                .filter(|&i| i < h);
+            let iy = win.tap(oy, ky, h);
             for kx in 0..kw {
-                let ix = (ox * win.stride + kx)
-                    .checked_sub(win.pad)
-                    .filter(|&i| i < w);
+                let ix = win.tap(ox, kx, w);
                 for ci in 0..c {
                     let v = match (iy, ix) {
                         (Some(iy), Some(ix)) => x[(iy * w + ix) * c + ci],

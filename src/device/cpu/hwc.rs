@@ -32,14 +32,6 @@ pub fn to_chw(src: &[f32], (c, h, w): (usize, usize, usize), dst: &mut [f32]) {
     }
 }
 
-/// The input pixel under output `(o, tap)` along one axis, if it lies inside `n`.
-#[inline]
-fn inside(o: usize, tap: usize, win: &Window, n: usize) -> Option<usize> {
-    (o * win.stride + tap)
-        .checked_sub(win.pad)
-        .filter(|&i| i < n)
-}
-
 /// Unfolds channels `c0..c0 + cg` of an `[H][W][C]` image for output pixels `pixels` into
 /// `cols`: row `r` is pixel `pixels.start + r`'s window, `K = kh·kw·cg` values in (ky, kx,
 /// channel) order, zeros where the window leaves the image. Taps that read the image copy a run
@@ -61,20 +53,20 @@ pub fn im2col(
         let (oy, ox) = (px / wo, px % wo);
         for ky in 0..kh {
             let dst = &mut patch[ky * kw * cg..(ky + 1) * kw * cg];
-            let Some(iy) = inside(oy, ky, &win, h) else {
+            let Some(iy) = win.tap(oy, ky, h) else {
                 dst.fill(0.0);
                 continue;
             };
             let base = iy * w;
-            let first = inside(ox, 0, &win, w);
-            let last = inside(ox, kw - 1, &win, w);
+            let first = win.tap(ox, 0, w);
+            let last = win.tap(ox, kw - 1, w);
             if let (Some(ix), Some(_), true) = (first, last, cg == c) {
                 // the whole window row is inside the image and contiguous
                 dst.copy_from_slice(&x[(base + ix) * c..(base + ix + kw) * c]);
                 continue;
             }
             for (kx, d) in dst.chunks_exact_mut(cg).enumerate() {
-                match inside(ox, kx, &win, w) {
+                match win.tap(ox, kx, w) {
                     Some(ix) => d.copy_from_slice(&x[(base + ix) * c + c0..][..cg]),
                     None => d.fill(0.0),
                 }
@@ -107,15 +99,6 @@ pub fn depthwise(
 const DW_LANES: usize = 16;
 const DW_PIXELS: usize = 4;
 
-/// The taps `0..k` of a window at output `o` (stride and padding of `win`) that lie inside an
-/// image side of `n`.
-#[inline]
-fn taps_inside(o: usize, k: usize, win: &Window, n: usize) -> std::ops::Range<usize> {
-    let first = win.pad.saturating_sub(o * win.stride).min(k);
-    let last = (n + win.pad).saturating_sub(o * win.stride).clamp(first, k);
-    first..last
-}
-
 vectorized_fn! {
     fn depthwise_rows(
         image: (&[f32], (usize, usize, usize)),
@@ -126,15 +109,14 @@ vectorized_fn! {
     ) {
         let ((_, (h, w, c)), (oy0, rows)) = (image, out);
         let (kh, kw) = win.kernel;
-        let (s, pad, wo) = (win.stride, win.pad, win.out.1);
+        let wo = win.out.1;
         // output columns whose every tap lies inside the image along x
-        let lo = pad.div_ceil(s).min(wo);
-        let hi = ((w + pad).saturating_sub(kw) / s + 1).clamp(lo, wo);
+        let inner = win.inner_columns(w);
         for (r, row) in rows.chunks_exact_mut(wo * c).enumerate() {
             let oy = oy0 + r;
             // the window's rows inside the image (all but at the top and bottom edges; the
             // columns are all inside for the blocks)
-            let ky = taps_inside(oy, kh, &win, h);
+            let ky = win.taps_inside(oy, kh, h);
             // the input rows that the next output row reads and this one does not, a share of
             // their lines requested before each pixel
             let ahead = next_rows(image, &win, oy);
@@ -144,7 +126,7 @@ vectorized_fn! {
             while ox < wo {
                 prefetch_l2(ahead, ox * per_pixel..((ox + 1) * per_pixel).min(lines));
                 let (at, o) = ((oy, ox), &mut row[ox * c..]);
-                let block = ox >= lo && ox + DW_PIXELS <= hi;
+                let block = ox >= inner.start && ox + DW_PIXELS <= inner.end;
                 let taps = (ky.clone(), 0..kw);
                 if block && depthwise_block::<DW_PIXELS>(image, wt, win, taps, epilogue, at, o) {
                     ox += DW_PIXELS;
@@ -207,11 +189,11 @@ fn depthwise_pixel(
     let (kh, kw) = win.kernel;
     o.fill(0.0);
     for ky in 0..kh {
-        let Some(iy) = inside(oy, ky, &win, h) else {
+        let Some(iy) = win.tap(oy, ky, h) else {
             continue;
         };
         for kx in 0..kw {
-            let Some(ix) = inside(ox, kx, &win, w) else {
+            let Some(ix) = win.tap(ox, kx, w) else {
                 continue;
             };
             let xi = &x[(iy * w + ix) * c..][..c];
@@ -387,11 +369,11 @@ vectorized_fn! {
                 o.fill(if max { f32::NEG_INFINITY } else { 0.0 });
                 let mut taps = 0usize;
                 for ky in 0..k {
-                    let Some(iy) = inside(oy, ky, &win, h) else {
+                    let Some(iy) = win.tap(oy, ky, h) else {
                         continue;
                     };
                     for kx in 0..k {
-                        let Some(ix) = inside(ox, kx, &win, w) else {
+                        let Some(ix) = win.tap(ox, kx, w) else {
                             continue;
                         };
                         taps += 1;

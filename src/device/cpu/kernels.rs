@@ -111,6 +111,36 @@ pub struct Window {
     pub out: (usize, usize),
 }
 
+impl Window {
+    /// The input index under output `o`'s tap `tap` along one axis, if it lies inside a side
+    /// of `n`.
+    #[inline]
+    pub(crate) fn tap(&self, o: usize, tap: usize, n: usize) -> Option<usize> {
+        (o * self.stride + tap)
+            .checked_sub(self.pad)
+            .filter(|&i| i < n)
+    }
+
+    /// The taps `0..k` of output `o`'s window along one axis that lie inside a side of `n`.
+    #[inline]
+    pub(crate) fn taps_inside(&self, o: usize, k: usize, n: usize) -> std::ops::Range<usize> {
+        let first = self.pad.saturating_sub(o * self.stride).min(k);
+        let last = (n + self.pad)
+            .saturating_sub(o * self.stride)
+            .clamp(first, k);
+        first..last
+    }
+
+    /// The output columns whose every tap lies inside an image `w` wide.
+    #[inline]
+    pub(crate) fn inner_columns(&self, w: usize) -> std::ops::Range<usize> {
+        let (kw, s, pad, wo) = (self.kernel.1, self.stride, self.pad, self.out.1);
+        let lo = pad.div_ceil(s).min(wo);
+        let hi = ((w + pad).saturating_sub(kw) / s + 1).clamp(lo, wo);
+        lo..hi
+    }
+}
+
 /// Activation kinds the kernels apply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ActK {

@@ -70,6 +70,9 @@ struct NodeRt {
     residual: Option<residual::Residual>,
     /// An add's: computed by its producer's epilogue, nothing left to do.
     fused: bool,
+    /// A convolution's: runs each thread's images in reverse at batch ≥ 2
+    /// ([`conv::runs_reversed`]).
+    reversed: bool,
 }
 
 pub use crate::device::capture::Captured;
@@ -490,6 +493,7 @@ impl Device for CpuDevice {
                 wino,
                 residual: None,
                 fused: false,
+                reversed: conv::runs_reversed(model, n.id.idx()),
             });
         }
         tie_tables(model, &mut nodes);

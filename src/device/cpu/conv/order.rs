@@ -33,7 +33,7 @@ impl Serpentine {
 /// outgrow the caches, and a layer reading images in the order the previous one wrote them
 /// starts with those evicted first; reversed, it starts with those written last. Interleaved
 /// whole passes at batch 16 (4 pairs of 5–7): ResNet-50 4–6% faster, MobileNet-v1 2–6%.
-pub(super) fn runs_reversed(model: &Model, i: usize) -> bool {
+pub(crate) fn runs_reversed(model: &Model, i: usize) -> bool {
     let mut reversed = false;
     let mut at = i;
     while let Some(p) = model.nodes[at].inputs.first().map(|x| x.node.idx()) {
