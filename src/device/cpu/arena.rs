@@ -73,8 +73,14 @@ pub(super) struct Plan {
 
 /// Plans the regions of `model`'s node outputs, node `i`'s buffer taking `lens[i]` values
 /// (every slot's rows, as [`super::Layout`] lays them out); `written_by[i]` is the earlier node
-/// that writes node `i`'s output, if one does (a fused residual sum).
-pub(super) fn plan(model: &Model, lens: &[usize], written_by: &[Option<usize>]) -> Plan {
+/// that writes node `i`'s output, if one does (a fused residual sum), and `read_by[i]` a later
+/// node that reads it besides its graph readers, if one does (the 1×1 convolution that computes
+/// a deferred depthwise convolution from the depthwise one's input: [`super::separable`]).
+pub(super) fn plan(
+    model: &Model,
+    lens: &[usize],
+    (written_by, read_by): (&[Option<usize>], &[Option<usize>]),
+) -> Plan {
     let n = model.nodes.len();
     let share = model.seq.is_none() && model.loops.is_empty();
     // each output's live range: from its first write to its last read (never ends: no reuse)
@@ -83,6 +89,9 @@ pub(super) fn plan(model: &Model, lens: &[usize], written_by: &[Option<usize>]) 
         for input in &node.inputs {
             let e = &mut end[input.node.idx()];
             *e = (*e).max(j);
+        }
+        if let Some(&Some(r)) = read_by.get(j) {
+            end[j] = end[j].max(r);
         }
     }
     let start: Vec<usize> = (0..n).map(|i| written_by[i].unwrap_or(i).min(i)).collect();

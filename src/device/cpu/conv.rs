@@ -15,6 +15,7 @@
 
 use super::direct::{self, Direct};
 use super::residual::Residual;
+use super::separable;
 use super::team;
 use super::winograd::Winograd;
 use super::*;
@@ -109,6 +110,19 @@ struct Conv<'a> {
     direct: bool,
     /// The activation of the residual sum this convolution completes, if it does one.
     residual: ActK,
+    /// A 1×1 convolution's deferred depthwise convolution, computed first a block at a time
+    /// ([`separable`]): the image it is given is the depthwise convolution's input.
+    pre: Option<Pre<'a>>,
+}
+
+/// A deferred depthwise convolution ([`separable`]): the node whose output is its input, that
+/// input's `(h, w, c)`, its window, weights and epilogue (shift, activation).
+struct Pre<'a> {
+    src: usize,
+    input: (usize, usize, usize),
+    win: Window,
+    wt: &'a [f32],
+    epilogue: (&'a [f32], ActK),
 }
 
 /// What a convolution's GEMM does to each finished block of its output, while it is in cache:
@@ -225,9 +239,10 @@ impl Conv<'_> {
             return self.block(x, 0..p, out, cols, sum);
         }
         // the image in blocks, each thread a run of whole blocks
-        let pb = match self.wino {
-            Some(wg) => wg.block_pixels(self.win.out, team::team().threads()),
-            None => block_pixels(p, (self.window(), co), self.pointwise()),
+        let pb = match (self.wino, &self.pre) {
+            (Some(wg), _) => wg.block_pixels(self.win.out, team::team().threads()),
+            (None, Some(_)) => separable::block_rows((h, w, c), team::team().threads()) * w,
+            (None, None) => block_pixels(p, (self.window(), co), self.pointwise()),
         };
         let blocks = |b0: usize, rows: &mut [f32], mut sum: Sum| {
             for (b, block) in rows.chunks_mut(pb * co).enumerate() {
@@ -266,6 +281,15 @@ impl Conv<'_> {
         let epi = self.epilogue(sum);
         if self.wino.is_none() && !self.direct {
             // the row GEMM, its epilogue on each block of output as it finishes it
+            if let Some(pre) = &self.pre {
+                // the deferred depthwise convolution's rows of the block (whole rows), then the
+                // GEMM on them while they are in L2
+                let mut scratch = scratch(cols);
+                let rows = pixels.start / w..pixels.end.div_ceil(w);
+                let (wt, epilogue) = (pre.wt, pre.epilogue);
+                hwc::depthwise_rows_at((x, pre.input), wt, pre.win, epilogue, rows, &mut scratch);
+                return self.multiply((np, &scratch[..], c), out, &epi);
+            }
             if self.pointwise() {
                 return self.multiply((np, &x[pixels.start * c..], c), out, &epi);
             }
@@ -392,6 +416,34 @@ impl Conv<'_> {
     }
 }
 
+/// Depthwise convolution `d` (its node and weights) as the 1×1 convolution that computes it
+/// sees it (None: not a convolution).
+fn depthwise_pre<'a>(d: &Node, rt: &'a NodeRt) -> Option<Pre<'a>> {
+    let (c, h, w) = d.in_chw();
+    let Op::Conv2d {
+        kernel,
+        stride,
+        padding,
+        act,
+        ..
+    } = &d.op
+    else {
+        return None;
+    };
+    Some(Pre {
+        src: d.inputs.first()?.node.idx(),
+        input: (h, w, c),
+        win: Window {
+            kernel: *kernel,
+            stride: *stride,
+            pad: *padding,
+            out: d.out_hw(),
+        },
+        wt: &rt.w.w,
+        epilogue: (&rt.w.shift, act_k(*act)),
+    })
+}
+
 impl CpuDevice {
     /// A convolution over the sub-batch: one image at a time, each split over the cores, or
     /// (two images or more, on more than one thread) whole images in parallel, one per core.
@@ -412,7 +464,12 @@ impl CpuDevice {
         let (c, h, w) = node.in_chw();
         let (ho, wo) = node.out_hw();
         let (g, co) = (*groups, *out_channels);
-        let prod = node.inputs[0].node.idx();
+        if self.nodes[i].deferred && !self.capture.wants(model, i) {
+            // computed by the 1×1 convolution that reads it
+            return;
+        }
+        // a deferred depthwise convolution this one computes first: its input is read instead
+        let pre = self.nodes[i].pre.filter(|&d| !self.capture.wants(model, d));
         // a convolution completing a residual sum writes the sum alone (into the add's output),
         // its own output being read by nothing else, unless a capture wants to see it
         let into_sum = g == 1 && !self.capture.wants(model, i);
@@ -422,6 +479,8 @@ impl CpuDevice {
         let Some((n, later)) = from_here.split_first_mut() else {
             return;
         };
+        let pre = pre.and_then(|d| depthwise_pre(&model.nodes[d], &before[d]));
+        let prod = pre.as_ref().map_or(node.inputs[0].node.idx(), |p| p.src);
         let src = &before[prod].out;
         let fused = n.residual;
         let conv = Conv {
@@ -440,9 +499,14 @@ impl CpuDevice {
             wino: n.wino.as_ref(),
             direct: direct::applies(g, (c, co), kernel.0 * kernel.1),
             residual: fused.map_or(ActK::None, |r| r.act),
+            pre,
         };
         let layout = &self.layout;
-        let x_of = |m: &Member| &src[layout.offset(prod, m.slot, 0)..][..c * h * w];
+        let x_len = conv
+            .pre
+            .as_ref()
+            .map_or(c * h * w, |p| p.input.0 * p.input.1 * p.input.2);
+        let x_of = |m: &Member| &src[layout.offset(prod, m.slot, 0)..][..x_len];
         let per_image = co * ho * wo;
         // the residual add this convolution completes: its other input and its output buffer
         let (skip, sums) = match fused {

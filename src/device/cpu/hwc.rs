@@ -93,6 +93,22 @@ pub fn depthwise(
     });
 }
 
+/// Output rows `rows` of [`depthwise`] into `y` (their values from its start), on this thread:
+/// what a 1×1 convolution that computes a deferred depthwise convolution
+/// ([`super::separable`]) computes ahead of each block of its pixels; the same bits as the
+/// whole image's rows.
+pub(super) fn depthwise_rows_at(
+    image: (&[f32], (usize, usize, usize)),
+    wt: &[f32],
+    win: Window,
+    epilogue: (&[f32], ActK),
+    rows: std::ops::Range<usize>,
+    y: &mut [f32],
+) {
+    let len = rows.len() * win.out.1 * image.1 .2;
+    depthwise_rows(image, wt, win, epilogue, (rows.start, &mut y[..len]))
+}
+
 /// Channels of a depthwise block (one AVX-512 vector) and output pixels computed together
 /// (their accumulators stay in registers; each weight vector is loaded once for all of them,
 /// and each input vector of a 3-wide window once for all the taps that read it).

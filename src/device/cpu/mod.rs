@@ -32,6 +32,7 @@ mod reduce;
 mod residual;
 mod rowgemm;
 mod rows;
+mod separable;
 pub mod team;
 pub mod weights;
 mod winograd;
@@ -70,6 +71,11 @@ struct NodeRt {
     residual: Option<residual::Residual>,
     /// An add's: computed by its producer's epilogue, nothing left to do.
     fused: bool,
+    /// A depthwise convolution's: computed by the 1×1 convolution that reads it
+    /// ([`separable`]), nothing to do at its own place.
+    deferred: bool,
+    /// A 1×1 convolution's: the deferred depthwise convolution it computes first.
+    pre: Option<usize>,
     /// A convolution's: runs each thread's images in reverse at batch ≥ 2
     /// ([`conv::runs_reversed`]).
     reversed: bool,
@@ -493,20 +499,37 @@ impl Device for CpuDevice {
                 wino,
                 residual: None,
                 fused: false,
-                reversed: conv::runs_reversed(model, n.id.idx()),
+                deferred: false,
+                pre: None,
+                reversed: false,
             });
         }
         tie_tables(model, &mut nodes);
         residual::fuse_residuals(model, &mut nodes);
-        // the outputs' regions, now that the fused residual sums say who writes what
+        separable::defer_depthwise(model, &mut nodes);
+        let deferred: Vec<bool> = nodes.iter().map(|n| n.deferred).collect();
+        for (i, n) in nodes.iter_mut().enumerate() {
+            n.reversed = conv::runs_reversed(model, i, &deferred);
+            if let Some(d) = n.pre {
+                let dw = &model.nodes[d];
+                let ((ho, wo), c) = (dw.out_hw(), dw.in_chw().0);
+                need_cols = need_cols.max(separable::scratch_len((ho, wo, c)));
+            }
+        }
+        // the outputs' regions, now that the fused residual sums say who writes what and the
+        // deferred depthwise convolutions who reads what
         let lens: Vec<usize> = (0..nodes.len()).map(|i| layout.buffer_len(i)).collect();
         let mut written_by = vec![None; nodes.len()];
+        let mut read_by = vec![None; nodes.len()];
         for (i, n) in nodes.iter().enumerate() {
             if let Some(r) = n.residual {
                 written_by[r.add] = Some(i);
             }
+            if let Some(d) = n.pre {
+                read_by[model.nodes[d].inputs[0].node.idx()] = Some(i);
+            }
         }
-        let plan = arena::plan(model, &lens, &written_by);
+        let plan = arena::plan(model, &lens, (&written_by, &read_by));
         let (arena, bufs) = plan.allocate();
         for (n, buf) in nodes.iter_mut().zip(bufs) {
             n.out = buf;

@@ -30,11 +30,19 @@ fn check(model: &Model, name: &str, slots: usize) {
     let written_by: Vec<Option<usize>> = (0..n)
         .map(|i| i.checked_sub(1).filter(|_| i % 3 == 0))
         .collect();
-    let plan = plan(model, &buffers, &written_by);
+    // and every fifth node's output read again four nodes later (a deferred depthwise
+    // convolution's input)
+    let read_by: Vec<Option<usize>> = (0..n)
+        .map(|i| Some(i + 4).filter(|r| i % 5 == 0 && *r < n))
+        .collect();
+    let plan = plan(model, &buffers, (&written_by, &read_by));
     let mut last = vec![0usize; n];
     for (j, node) in model.nodes.iter().enumerate() {
         for input in &node.inputs {
             last[input.node.idx()] = last[input.node.idx()].max(j);
+        }
+        if let Some(r) = read_by[j] {
+            last[j] = last[j].max(r);
         }
     }
     let live = |i: usize| {
