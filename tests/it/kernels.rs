@@ -280,8 +280,8 @@ fn depthwise_matches_a_grouped_convolution() {
     }
 }
 
-/// With whole vectors of channels (the AVX-512 blocks of four pixels, in chunks of channels on
-/// wide images), each output is bit for bit the FMA chain of its taps in (ky, kx) order from 0,
+/// With whole vectors of channels (the AVX-512 blocks of four pixels, in runs of blocks at few
+/// channels, and single pixels in registers at the edges below 512 channels), each output is bit for bit the FMA chain of its taps in (ky, kx) order from 0,
 /// plus the shift, through ReLU6: what a pixel computed alone gives, at every window width and
 /// stride (3 wide at strides 1 and 2 read each input once; others tap by tap).
 #[test]
@@ -292,6 +292,12 @@ fn depthwise_blocks_are_the_bits_of_the_tap_by_tap_chain() {
         (8, 29, 48, 3, 2, 1),
         (6, 17, 32, 5, 1, 2),
         (7, 12, 16, 3, 1, 0),
+        // runs of four blocks a call (32 channels), then a run of one, then single pixels
+        (5, 40, 32, 3, 1, 1),
+        // runs of two blocks (64 channels) at stride 2
+        (6, 23, 64, 3, 2, 1),
+        // the edges through memory (512 channels and more)
+        (4, 9, 512, 3, 1, 1),
     ] {
         let x = rnd(&mut rng, h * w * c);
         let wd = rnd(&mut rng, k * k * c);
