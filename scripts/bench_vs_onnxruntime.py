@@ -271,6 +271,7 @@ CASES = [
     ("MobileNet-v1", "mobilenet", "whole", 1, mobilenet),
     ("MobileNet-v1", "mobilenet", "whole", 16, mobilenet),
     ("VGG-16", "vgg16", "whole", 1, vgg16),
+    ("VGG-16", "vgg16", "whole", 16, vgg16),
     ("BERT-base S=128", "bert", "whole", 1, bert),
     ("BERT-base S=128", "bert", "whole", 8, bert),
     ("Transformer decoder step", "transformer", "step", 1, transformer_step),

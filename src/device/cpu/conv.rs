@@ -141,46 +141,59 @@ struct Epilogue<'a> {
 /// block's rows); no output: the sum replaces the convolution's own output, in place.
 type SumEpi<'a> = (ActK, &'a [f32], Option<par::Shared<'a, f32>>);
 
-/// [`Epilogue`] over one finished block of the row GEMM's output.
-fn epilogue(d: &mut rowgemm::Done, e: &Epilogue) {
-    for r in d.rows.clone() {
-        let cols = d.cols.clone();
-        finish_row(d.row(r), r, cols, e);
+par::vectorized_fn! {
+    /// [`Epilogue`] over one finished block of the row GEMM's output (one call a block: a call
+    /// a row cost a third as much as the GEMM's multiply-adds at 32 input channels).
+    fn epilogue(d: &mut rowgemm::Done, e: &Epilogue) {
+        for r in d.rows.clone() {
+            let cols = d.cols.clone();
+            finish_row(d.row(r), r, cols, e);
+        }
     }
 }
 
 par::vectorized_fn! {
-    /// [`Epilogue`] over columns `cols` of row `r` of a block of output: `out ← act(out +
-    /// shift)`, then `y ← act'(out + skip)` (the same operations, in the same order, as the
-    /// passes over the whole output that it replaces).
-    fn finish_row(row: &mut [f32], r: usize, cols: std::ops::Range<usize>, e: &Epilogue) {
-        let shift = e.shift.get(cols.clone()).unwrap_or(&[]);
-        if !shift.is_empty() {
-            row.iter_mut().zip(shift).for_each(|(v, b)| *v += b);
+    /// [`Epilogue`] over the first `rows` rows of `out` (a block finished by Winograd's
+    /// algorithm or a direct convolution).
+    fn finish_rows(out: &mut [f32], rows: usize, e: &Epilogue) {
+        for (r, row) in out.chunks_exact_mut(e.co.max(1)).take(rows).enumerate() {
+            finish_row(row, r, 0..e.co, e);
         }
-        kernels::act(e.act, row);
-        if let Some((ak, skip, y)) = &e.sum {
-            let at = r * e.co + cols.start;
-            let skip = &skip[at..at + cols.len()];
-            match y {
-                Some(y) => {
-                    // SAFETY: each row's columns are finished once, so the ranges of the
-                    // sum they write are disjoint
-                    let y = unsafe { y.range(at, cols.len()) };
-                    y.iter_mut()
-                        .zip(row.iter())
-                        .zip(skip)
-                        .for_each(|((y, a), b)| *y = a + b);
-                    kernels::act(*ak, y);
-                }
-                None => {
-                    row.iter_mut().zip(skip).for_each(|(a, b)| *a += b);
-                    kernels::act(*ak, row);
-                }
+    }
+}
+
+/// [`Epilogue`] over columns `cols` of row `r` of a block of output: `out ← act(out + shift)`,
+/// then `y ← act'(out + skip)` (the same operations, in the same order, as the passes over the
+/// whole output that it replaces); inlined into its callers' vectorised bodies.
+#[inline(always)]
+fn finish_row(row: &mut [f32], r: usize, cols: std::ops::Range<usize>, e: &Epilogue) {
+    let shift = e.shift.get(cols.clone()).unwrap_or(&[]);
+    if !shift.is_empty() {
+        row.iter_mut().zip(shift).for_each(|(v, b)| *v += b);
+    }
+    kernels::act(e.act, row);
+    if let Some((ak, skip, y)) = &e.sum {
+        let at = r * e.co + cols.start;
+        let skip = &skip[at..at + cols.len()];
+        match y {
+            Some(y) => {
+                // SAFETY: each row's columns are finished once, so the ranges of the
+                // sum they write are disjoint
+                let y = unsafe { y.range(at, cols.len()) };
+                y.iter_mut()
+                    .zip(row.iter())
+                    .zip(skip)
+                    .for_each(|((y, a), b)| *y = a + b);
+                kernels::act(*ak, y);
+            }
+            None => {
+                row.iter_mut().zip(skip).for_each(|(a, b)| *a += b);
+                kernels::act(*ak, row);
             }
         }
     }
 }
+
 
 /// The residual connection an image completes: the other input of the add, and the add's
 /// output (both `[P][Cout]`), or none when the convolution's output is the add's (the sum
@@ -276,7 +289,7 @@ impl Conv<'_> {
         cols: &[Mutex<Aligned>],
         sum: Sum,
     ) {
-        let ((h, w, c), co, k) = (self.input, self.out.1, self.window());
+        let ((h, w, c), k) = (self.input, self.window());
         let np = pixels.len();
         let epi = self.epilogue(sum);
         if self.wino.is_none() && !self.direct {
@@ -307,9 +320,7 @@ impl Conv<'_> {
             }
             .block(x, pixels, out),
         }
-        for (r, row) in out.chunks_exact_mut(co).take(np).enumerate() {
-            finish_row(row, r, 0..co, &epi);
-        }
+        finish_rows(out, np, &epi);
     }
 
     /// The row GEMM of `rows` rows of `a` (`lda` apart) by the packed weights into `out`, the
