@@ -194,7 +194,6 @@ fn finish_row(row: &mut [f32], r: usize, cols: std::ops::Range<usize>, e: &Epilo
     }
 }
 
-
 /// The residual connection an image completes: the other input of the add, and the add's
 /// output (both `[P][Cout]`), or none when the convolution's output is the add's (the sum
 /// computed in place: [`CpuDevice::conv`] says when).
@@ -299,9 +298,27 @@ impl Conv<'_> {
                 // GEMM on them while they are in L2
                 let mut scratch = scratch(cols);
                 let rows = pixels.start / w..pixels.end.div_ceil(w);
-                let (wt, epilogue) = (pre.wt, pre.epilogue);
-                hwc::depthwise_rows_at((x, pre.input), wt, pre.win, epilogue, rows, &mut scratch);
-                return self.multiply((np, &scratch[..], c), out, &epi);
+                let (wt, dw_epilogue) = (pre.wt, pre.epilogue);
+                let ahead = hwc::rows_after((x, pre.input), &pre.win, rows.clone());
+                hwc::depthwise_rows_at(
+                    (x, pre.input),
+                    wt,
+                    pre.win,
+                    dw_epilogue,
+                    rows,
+                    &mut scratch,
+                );
+                // while the GEMM computes, the next block's input rows on their way into L2, a
+                // share each time it hands over a block of C
+                let lines = ahead.len().div_ceil(16);
+                let per = lines.div_ceil(np.div_ceil(rowgemm::MC).max(1));
+                let epi = |mut d: rowgemm::Done| {
+                    let t = (d.rows.start / rowgemm::MC) * per;
+                    hwc::prefetch_l2(ahead, t.min(lines)..(t + per).min(lines));
+                    epilogue(&mut d, &epi)
+                };
+                let (a, panels) = ((np, &scratch[..], c), self.panels);
+                return rowgemm::gemm_panels_then(a, panels, (out, self.out.1), Some(&epi));
             }
             if self.pointwise() {
                 return self.multiply((np, &x[pixels.start * c..], c), out, &epi);

@@ -15,7 +15,7 @@ use super::par::{split_rows, vectorized_fn};
 
 mod depthwise;
 pub use depthwise::depthwise;
-pub(super) use depthwise::depthwise_rows_at;
+pub(super) use depthwise::{depthwise_rows_at, prefetch_l2, rows_after};
 
 /// `[C, H, W]` → `[H][W][C]`.
 pub fn to_hwc(src: &[f32], (c, h, w): (usize, usize, usize), dst: &mut [f32]) {

@@ -185,7 +185,7 @@ impl B<'_> {
 
 /// Blocks of rows of A, of `p`, and of columns of B (B packed when not packed beforehand; see
 /// [`Nn::packed`]).
-const MC: usize = 64;
+pub(super) const MC: usize = 64;
 const KC: usize = 256;
 const NC: usize = 1024;
 /// How many rows of a panel the few-rows kernel fetches ahead of the one it reads (2 KiB).

@@ -133,9 +133,23 @@ fn next_rows<'a>(
     &x[start * w * c..end * w * c]
 }
 
+/// The input rows that the `rows.len()` output rows after `rows` read and `rows` do not (the
+/// next block's, for a caller computing blocks of rows: [`depthwise_rows_at`]).
+pub(in crate::device::cpu) fn rows_after<'a>(
+    (x, (h, w, c)): (&'a [f32], (usize, usize, usize)),
+    win: &Window,
+    rows: std::ops::Range<usize>,
+) -> &'a [f32] {
+    let (kh, s, pad) = (win.kernel.0, win.stride, win.pad);
+    let end_of = |b: usize| ((b.max(1) - 1) * s + kh).saturating_sub(pad).min(h);
+    let next = rows.end + rows.len();
+    let (start, end) = (end_of(rows.end), end_of(next));
+    &x[start.min(end) * w * c..end * w * c]
+}
+
 /// Asks for cache lines `lines` (of 16 values) of `x` to be fetched into L2.
 #[inline(always)]
-fn prefetch_l2(x: &[f32], lines: std::ops::Range<usize>) {
+pub(in crate::device::cpu) fn prefetch_l2(x: &[f32], lines: std::ops::Range<usize>) {
     #[cfg(target_arch = "x86_64")]
     for l in lines {
         // SAFETY: a prefetch never faults, and the address lies inside `x` (`l · 16` is within
@@ -456,6 +470,32 @@ mod tests {
                 .zip(&slow)
                 .all(|(a, b)| a.to_bits() == b.to_bits());
             assert!(same, "h {h}, c {c}, stride {stride}: the paths differ");
+        }
+    }
+
+    /// The next block's new input rows: at stride 1 (pad 1), output rows 4..8 read input rows
+    /// 3..9 and rows 8..12 read 7..13, so 9..13 are new; at stride 2, rows 2..4 read 3..8 and
+    /// 4..6 read 7..12: 8..12; past the image, nothing.
+    #[test]
+    fn the_rows_after_a_block_are_those_the_next_block_reads_first() {
+        let (h, w, c) = (16, 3, 2);
+        let x: Vec<f32> = (0..h * w * c).map(|i| i as f32).collect();
+        let first_row = |s: &[f32]| s.first().map(|v| *v as usize / (w * c));
+        for (stride, rows, want) in [
+            (1, 4..8, Some((9, 4))),
+            (2, 2..4, Some((8, 4))),
+            (1, 12..16, None),
+        ] {
+            let out = (h + 2 - 3) / stride + 1;
+            let win = Window {
+                kernel: (3, 3),
+                stride,
+                pad: 1,
+                out: (out, out),
+            };
+            let got = rows_after((&x, (h, w, c)), &win, rows.clone());
+            let got = first_row(got).map(|r| (r, got.len() / (w * c)));
+            assert_eq!(got, want, "stride {stride}, rows {rows:?}");
         }
     }
 }
