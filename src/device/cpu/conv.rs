@@ -11,7 +11,8 @@
 //! stage) run as one block, its columns shared between the cores, and a sub-batch's small
 //! images in consecutive slots as one GEMM ([`Conv::images`]). Grouped convolutions unfold the
 //! whole image per group (the `gemm` crate multiplies large ones); a depthwise convolution is
-//! one fused pass.
+//! one fused pass, or — read only by a 1×1 convolution — computed by that convolution a block of
+//! rows at a time just before its GEMM ([`separable`], [`Conv::pair`]).
 
 use super::direct::{self, Direct};
 use super::residual::Residual;
@@ -142,8 +143,8 @@ struct Epilogue<'a> {
 type SumEpi<'a> = (ActK, &'a [f32], Option<par::Shared<'a, f32>>);
 
 par::vectorized_fn! {
-    /// [`Epilogue`] over one finished block of the row GEMM's output (one call a block: a call
-    /// a row cost a third as much as the GEMM's multiply-adds at 32 input channels).
+    /// [`Epilogue`] over one finished block of the row GEMM's output (one dispatch a block,
+    /// not one a row).
     fn epilogue(d: &mut rowgemm::Done, e: &Epilogue) {
         for r in d.rows.clone() {
             let cols = d.cols.clone();
@@ -294,31 +295,7 @@ impl Conv<'_> {
         if self.wino.is_none() && !self.direct {
             // the row GEMM, its epilogue on each block of output as it finishes it
             if let Some(pre) = &self.pre {
-                // the deferred depthwise convolution's rows of the block (whole rows), then the
-                // GEMM on them while they are in L2
-                let mut scratch = scratch(cols);
-                let rows = pixels.start / w..pixels.end.div_ceil(w);
-                let (wt, dw_epilogue) = (pre.wt, pre.epilogue);
-                let ahead = hwc::rows_after((x, pre.input), &pre.win, rows.clone());
-                hwc::depthwise_rows_at(
-                    (x, pre.input),
-                    wt,
-                    pre.win,
-                    dw_epilogue,
-                    rows,
-                    &mut scratch,
-                );
-                // while the GEMM computes, the next block's input rows on their way into L2, a
-                // share each time it hands over a block of C
-                let lines = ahead.len().div_ceil(16);
-                let per = lines.div_ceil(np.div_ceil(rowgemm::MC).max(1));
-                let epi = |mut d: rowgemm::Done| {
-                    let t = (d.rows.start / rowgemm::MC) * per;
-                    hwc::prefetch_l2(ahead, t.min(lines)..(t + per).min(lines));
-                    epilogue(&mut d, &epi)
-                };
-                let (a, panels) = ((np, &scratch[..], c), self.panels);
-                return rowgemm::gemm_panels_then(a, panels, (out, self.out.1), Some(&epi));
+                return self.pair(pre, (x, pixels), out, cols, &epi);
             }
             if self.pointwise() {
                 return self.multiply((np, &x[pixels.start * c..], c), out, &epi);
@@ -338,6 +315,36 @@ impl Conv<'_> {
             .block(x, pixels, out),
         }
         finish_rows(out, np, &epi);
+    }
+
+    /// Output pixels `pixels` (whole rows) of a 1×1 convolution computing its deferred
+    /// depthwise convolution `pre` ([`separable`]) from the latter's input `x`: the depthwise
+    /// rows into this thread's scratch, then the GEMM on them while they are in L2, the next
+    /// block's input rows on their way into L2 meanwhile (a share each time the GEMM hands over
+    /// a block of output).
+    fn pair(
+        &self,
+        pre: &Pre,
+        (x, pixels): (&[f32], std::ops::Range<usize>),
+        out: &mut [f32],
+        cols: &[Mutex<Aligned>],
+        epi: &Epilogue,
+    ) {
+        let ((_, w, c), np) = (self.input, pixels.len());
+        let mut scratch = scratch(cols);
+        let rows = pixels.start / w..pixels.end.div_ceil(w);
+        let image = (x, pre.input);
+        let ahead = hwc::rows_after(image, &pre.win, rows.clone());
+        hwc::depthwise_rows_at(image, pre.wt, pre.win, pre.epilogue, rows, &mut scratch);
+        let lines = ahead.len().div_ceil(16);
+        let per = lines.div_ceil(np.div_ceil(rowgemm::MC).max(1));
+        let epi = |mut d: rowgemm::Done| {
+            let t = (d.rows.start / rowgemm::MC) * per;
+            hwc::prefetch_l2(ahead, t.min(lines)..(t + per).min(lines));
+            epilogue(&mut d, epi)
+        };
+        let a = (np, &scratch[..], c);
+        rowgemm::gemm_panels_then(a, self.panels, (out, self.out.1), Some(&epi));
     }
 
     /// The row GEMM of `rows` rows of `a` (`lda` apart) by the packed weights into `out`, the
