@@ -1,4 +1,4 @@
-//! Convolutions and pooling over channels-last images ([`super::hwc`]); a request's result
+//! Convolutions over channels-last images ([`super::hwc`]); a request's result
 //! never depends on the batch it runs in. An ungrouped convolution is a GEMM over the image's
 //! pixels (the batch norm's scale folded into the weights at prepare time), run in blocks of
 //! pixels fixed by the image's geometry ([`block_pixels`]); each thread takes a run of whole
@@ -113,17 +113,7 @@ struct Conv<'a> {
     residual: ActK,
     /// A 1×1 convolution's deferred depthwise convolution, computed first a block at a time
     /// ([`separable`]): the image it is given is the depthwise convolution's input.
-    pre: Option<Pre<'a>>,
-}
-
-/// A deferred depthwise convolution ([`separable`]): the node whose output is its input, that
-/// input's `(h, w, c)`, its window, weights and epilogue (shift, activation).
-struct Pre<'a> {
-    src: usize,
-    input: (usize, usize, usize),
-    win: Window,
-    wt: &'a [f32],
-    epilogue: (&'a [f32], ActK),
+    pre: Option<separable::Pre<'a>>,
 }
 
 /// What a convolution's GEMM does to each finished block of its output, while it is in cache:
@@ -324,7 +314,7 @@ impl Conv<'_> {
     /// a block of output).
     fn pair(
         &self,
-        pre: &Pre,
+        pre: &separable::Pre,
         (x, pixels): (&[f32], std::ops::Range<usize>),
         out: &mut [f32],
         cols: &[Mutex<Aligned>],
@@ -451,34 +441,6 @@ impl Conv<'_> {
     }
 }
 
-/// Depthwise convolution `d` (its node and weights) as the 1×1 convolution that computes it
-/// sees it (None: not a convolution).
-fn depthwise_pre<'a>(d: &Node, rt: &'a NodeRt) -> Option<Pre<'a>> {
-    let (c, h, w) = d.in_chw();
-    let Op::Conv2d {
-        kernel,
-        stride,
-        padding,
-        act,
-        ..
-    } = &d.op
-    else {
-        return None;
-    };
-    Some(Pre {
-        src: d.inputs.first()?.node.idx(),
-        input: (h, w, c),
-        win: Window {
-            kernel: *kernel,
-            stride: *stride,
-            pad: *padding,
-            out: d.out_hw(),
-        },
-        wt: &rt.w.w,
-        epilogue: (&rt.w.shift, act_k(*act)),
-    })
-}
-
 impl CpuDevice {
     /// A convolution over the sub-batch: one image at a time, each split over the cores, or
     /// (two images or more, on more than one thread) whole images in parallel, one per core.
@@ -514,7 +476,7 @@ impl CpuDevice {
         let Some((n, later)) = from_here.split_first_mut() else {
             return;
         };
-        let pre = pre.and_then(|d| depthwise_pre(&model.nodes[d], &before[d]));
+        let pre = pre.and_then(|d| separable::Pre::of(&model.nodes[d], &before[d]));
         let prod = pre.as_ref().map_or(node.inputs[0].node.idx(), |p| p.src);
         let src = &before[prod].out;
         let fused = n.residual;
@@ -632,42 +594,6 @@ impl CpuDevice {
         let who = &mut self.slot_member;
         for m in members {
             who[m.slot as usize] = NO_MEMBER;
-        }
-    }
-
-    /// Pooling, image by image, reading the producer's output in place.
-    pub(super) fn pool(&mut self, model: &Model, i: usize, members: &[Member]) {
-        let node = &model.nodes[i];
-        let Op::Pool {
-            kind,
-            kernel,
-            stride,
-            padding,
-        } = &node.op
-        else {
-            return;
-        };
-        let (c, h, w) = node.in_chw();
-        let (ho, wo) = node.out_hw();
-        let win = Window {
-            kernel: (*kernel, *kernel),
-            stride: *stride,
-            pad: *padding,
-            out: (ho, wo),
-        };
-        let prod = node.inputs[0].node.idx();
-        let (before, from_here) = self.nodes.split_at_mut(i);
-        for m in members {
-            let ia = self.layout.offset(prod, m.slot, 0);
-            let x = &before[prod].out[ia..ia + c * h * w];
-            let o = self.layout.offset(i, m.slot, 0);
-            let out = &mut from_here[0].out[o..o + c * ho * wo];
-            match kind {
-                PoolKind::GlobalAvg => hwc::global_avg(x, (h, w, c), out),
-                PoolKind::Max | PoolKind::Avg => {
-                    hwc::pool(x, (h, w, c), win, *kind == PoolKind::Max, out)
-                }
-            }
         }
     }
 }

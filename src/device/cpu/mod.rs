@@ -9,11 +9,13 @@
 //! input key and the seed. Images (rank-3 tensors) are stored channels-last (`hwc` says why and
 //! converts at the edges: the model input, `Flatten`, captured outputs); convolutions run per
 //! image, which keeps every request's result independent of the batch it ran in. One file per
-//! op family — `conv`, `linear`, `recurrent`, `attention`, `rows` — as in the CUDA device, so
-//! that an op reads the same way on both; `kernels`, `hwc` and `winograd` hold the numeric
-//! kernels, `par` how they split work, `team` the threads that run it, `weights` the generated
-//! weights, `prepared` how the device holds them (packed, or transformed for Winograd), and
-//! `arena` where the nodes' outputs live (image models' share memory by liveness).
+//! op family — `conv`, `pool`, `linear`, `recurrent`, `attention`, `rows` — as in the CUDA
+//! device, so that an op reads the same way on both; `residual` and `separable` say which nodes
+//! a convolution computes besides its own (a residual add, a deferred depthwise convolution);
+//! `kernels`, `hwc`, `direct` and `winograd` hold the numeric kernels, `par` how they split
+//! work, `team` the threads that run it, `weights` the generated weights, `prepared` how the
+//! device holds them (packed, or transformed for Winograd), and `arena` where the nodes'
+//! outputs live (image models' share memory by liveness).
 
 pub mod aligned;
 mod arena;
@@ -26,6 +28,7 @@ pub mod kernels;
 mod linear;
 pub mod panels;
 mod par;
+mod pool;
 mod prepared;
 mod recurrent;
 mod reduce;

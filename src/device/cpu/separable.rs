@@ -13,9 +13,50 @@
 //! pair gives the same bits as the two passes — which still run when a capture wants to see
 //! the depthwise output (`verify --ops`; a test compares the two).
 
-use super::{direct, NodeRt, SMALL_IMAGE};
+use super::{act_k, direct, ActK, NodeRt, Window, SMALL_IMAGE};
 use crate::graph::op::Op;
-use crate::graph::{Class, Model};
+use crate::graph::{Class, Model, Node};
+
+/// A deferred depthwise convolution ([`defer_depthwise`]) as the 1×1 convolution computing it
+/// sees it: the node whose output is its input, that
+/// input's `(h, w, c)`, its window, weights and epilogue (shift, activation).
+pub(super) struct Pre<'a> {
+    pub(super) src: usize,
+    pub(super) input: (usize, usize, usize),
+    pub(super) win: Window,
+    pub(super) wt: &'a [f32],
+    pub(super) epilogue: (&'a [f32], ActK),
+}
+
+impl<'a> Pre<'a> {
+    /// Depthwise convolution `d` (its node and weights) as the 1×1 convolution that computes it
+    /// sees it (None: not a convolution).
+    pub(super) fn of(d: &Node, rt: &'a NodeRt) -> Option<Pre<'a>> {
+        let (c, h, w) = d.in_chw();
+        let Op::Conv2d {
+            kernel,
+            stride,
+            padding,
+            act,
+            ..
+        } = &d.op
+        else {
+            return None;
+        };
+        Some(Pre {
+            src: d.inputs.first()?.node.idx(),
+            input: (h, w, c),
+            win: Window {
+                kernel: *kernel,
+                stride: *stride,
+                pad: *padding,
+                out: d.out_hw(),
+            },
+            wt: &rt.w.w,
+            epilogue: (&rt.w.shift, act_k(*act)),
+        })
+    }
+}
 
 /// Depthwise output values (one thread's scratch) a block of the pair computes at most, whole
 /// rows (at least one): 256 KiB, which stay in L2 with the block of output the GEMM writes.
