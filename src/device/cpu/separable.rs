@@ -18,8 +18,8 @@ use crate::graph::op::Op;
 use crate::graph::{Class, Model, Node};
 
 /// A deferred depthwise convolution ([`defer_depthwise`]) as the 1×1 convolution computing it
-/// sees it: the node whose output is its input, that
-/// input's `(h, w, c)`, its window, weights and epilogue (shift, activation).
+/// sees it: the node whose output is its input, that input's `(h, w, c)`, its window, weights
+/// and epilogue (shift, activation).
 pub(super) struct Pre<'a> {
     pub(super) src: usize,
     pub(super) input: (usize, usize, usize),
