@@ -97,7 +97,10 @@ pub trait Device {
     /// ignore it (they compute no values).
     fn set_exchange(&mut self, _x: Option<std::sync::Arc<exchange::Exchange>>) {}
     /// Starts (or, with [`capture::CaptureMode::Off`], stops) recording outputs (real devices;
-    /// for `verify` and device-against-device checks).
+    /// for `verify` and device-against-device checks). Called between runs, while no request is
+    /// part-way through the model: what a real device computes may depend on what is captured
+    /// (the CPU device runs a depthwise convolution inside the 1×1 convolution that reads it
+    /// unless the capture wants its output).
     fn set_capture(&mut self, _mode: capture::CaptureMode) {}
     /// What was recorded since [`Device::set_capture`] (empty for model devices).
     fn take_captured(&mut self) -> capture::Capture {

@@ -11,8 +11,8 @@
 //! stage) run as one block, its columns shared between the cores, and a sub-batch's small
 //! images in consecutive slots as one GEMM ([`Conv::images`]). Grouped convolutions unfold the
 //! whole image per group (the `gemm` crate multiplies large ones); a depthwise convolution is
-//! one fused pass, or — read only by a 1×1 convolution — computed by that convolution a block of
-//! rows at a time just before its GEMM ([`separable`], [`Conv::pair`]).
+//! one fused pass, or — read only by a 1×1 convolution — computed by that convolution a block
+//! of rows at a time just before its GEMM ([`separable`], [`Conv::pair`]).
 
 use super::direct::{self, Direct};
 use super::residual::Residual;
@@ -52,8 +52,10 @@ const WEIGHTS_IN_L2: usize = 256 * 1024;
 /// they must not outweigh the block's own `pixels × k` (VGG-16's 56 × 56 layers ran 25% slower
 /// in blocks of 24 pixels) — and no more than half the image, so that two cores share it. A 1×1
 /// window at stride 1 (read in place, nothing to keep in cache but the output) runs in halves.
-/// The blocks depend on the image's geometry alone, never on the batch or the threads: each
-/// block is one GEMM call, and a GEMM's bits may depend on its number of rows.
+/// The blocks depend on the image's geometry alone, never on the batch or the threads (the row
+/// GEMM's bits do not depend on its number of rows, but Winograd's tiles and the unfolding
+/// follow the blocks; a separable pair's blocks may follow the thread count: its rows' bits
+/// depend on neither).
 pub(super) fn block_pixels(p: usize, (k, n): (usize, usize), pointwise: bool) -> usize {
     let half = p.div_ceil(2).max(1);
     if pointwise {
@@ -461,11 +463,13 @@ impl CpuDevice {
         let (c, h, w) = node.in_chw();
         let (ho, wo) = node.out_hw();
         let (g, co) = (*groups, *out_channels);
+        // (the capture changes only between runs, so both nodes of a pair decide alike)
         if self.nodes[i].deferred && !self.capture.wants(model, i) {
             // computed by the 1×1 convolution that reads it
             return;
         }
         // a deferred depthwise convolution this one computes first: its input is read instead
+        // (`defer_depthwise` deferred only convolutions with an input, so `Pre::of` gives one)
         let pre = self.nodes[i].pre.filter(|&d| !self.capture.wants(model, d));
         // a convolution completing a residual sum writes the sum alone (into the add's output),
         // its own output being read by nothing else, unless a capture wants to see it

@@ -70,7 +70,8 @@ struct NodeRt {
     /// A 3×3 convolution's filters transformed for Winograd's algorithm (its `panels` are
     /// then empty: [`winograd::applies`] says which).
     wino: Option<winograd::Winograd>,
-    /// A convolution's: the residual add it completes in its epilogue ([`residual::fuse_residuals`]).
+    /// A convolution's: the residual add it completes in its epilogue
+    /// ([`residual::fuse_residuals`]).
     residual: Option<residual::Residual>,
     /// An add's: computed by its producer's epilogue, nothing left to do.
     fused: bool,
@@ -529,7 +530,8 @@ impl Device for CpuDevice {
                 written_by[r.add] = Some(i);
             }
             if let Some(d) = n.pre {
-                read_by[model.nodes[d].inputs[0].node.idx()] = Some(i);
+                let src = model.nodes[d].inputs[0].node.idx();
+                read_by[src] = read_by[src].max(Some(i));
             }
         }
         let plan = arena::plan(model, &lens, (&written_by, &read_by));

@@ -29,10 +29,11 @@ impl Serpentine {
 
 /// Whether convolution `i` runs each thread's images in reverse ([`Serpentine`]): when its
 /// input comes from a convolution that ran them forward — along a chain of convolutions, every
-/// other one that runs (a `deferred` one runs in its reader: [`super::super::separable`]). At batch 16 a layer's activations (13–51 MB for MobileNet-v1's first stages)
-/// outgrow the caches, and a layer reading images in the order the previous one wrote them
-/// starts with those evicted first; reversed, it starts with those written last. Interleaved
-/// whole passes at batch 16 (4 pairs of 5–7): ResNet-50 4–6% faster, MobileNet-v1 2–6%.
+/// other one that runs (a `deferred` one runs in its reader: [`super::super::separable`]). At
+/// batch 16 a layer's activations (13–51 MB for MobileNet-v1's first stages) outgrow the caches,
+/// and a layer reading images in the order the previous one wrote them starts with those
+/// evicted first; reversed, it starts with those written last. Interleaved whole passes at
+/// batch 16 (4 pairs of 5–7): ResNet-50 4–6% faster, MobileNet-v1 2–6%.
 pub(crate) fn runs_reversed(model: &Model, i: usize, deferred: &[bool]) -> bool {
     let mut reversed = false;
     let mut at = i;

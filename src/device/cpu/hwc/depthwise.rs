@@ -30,8 +30,8 @@ pub fn depthwise(
 
 /// Output rows `rows` of [`depthwise`] into `y` (their values from its start), on this thread:
 /// what a 1×1 convolution that computes a deferred depthwise convolution
-/// ([`crate::device::cpu::separable`]) computes ahead of each block of its pixels; the same bits as the
-/// whole image's rows.
+/// ([`crate::device::cpu::separable`]) computes ahead of each block of its pixels; the same bits
+/// as the whole image's rows.
 pub(in crate::device::cpu) fn depthwise_rows_at(
     image: (&[f32], (usize, usize, usize)),
     wt: &[f32],
@@ -74,8 +74,11 @@ vectorized_fn! {
             // the window's rows inside the image (all but at the top and bottom edges; the
             // columns are all inside for the blocks)
             let ky = win.taps_inside(oy, kh, h);
-            // the input rows that the next output row reads and this one does not, a share of
-            // their lines requested before each pixel
+            // the input rows that the next output row reads and this one does not: a pixel's
+            // share of their lines requested before each call (a block of four pixels or a run
+            // of them asks for one or a run's worth of shares, so about a quarter of the lines
+            // in the interior — as measured when each block was a call; asking for all of them
+            // made the shapes in cache 3–7% slower — the hardware prefetcher following the rest)
             let ahead = next_rows(image, &win, oy);
             let lines = ahead.len().div_ceil(16);
             let per_pixel = lines.div_ceil(wo.max(1));
@@ -87,12 +90,12 @@ vectorized_fn! {
                     false => 0,
                 };
                 let end = ox + (blocks * DW_PIXELS).max(1);
-                // (a share a call or block, as when a block was a call)
                 prefetch_l2(ahead, ox * per_pixel..((ox + blocks.max(1)) * per_pixel).min(lines));
                 let (at, o) = ((oy, ox), &mut row[ox * c..]);
                 let taps = (ky.clone(), 0..kw);
                 let run = (at, blocks);
-                if blocks > 0 && depthwise_block::<DW_PIXELS>(image, wt, win, taps, epilogue, run, o) {
+                let epi = epilogue;
+                if blocks > 0 && depthwise_block::<DW_PIXELS>(image, wt, win, taps, epi, run, o) {
                     ox = end;
                     continue;
                 }
@@ -100,8 +103,9 @@ vectorized_fn! {
                 // columns after the last block), in registers when its taps' channels lie
                 // less than 2 KiB apart ([`DW_PIXEL_MAX_C`])
                 let taps = (ky.clone(), win.taps_inside(ox, kw, w));
+                let one = (at, 1);
                 let in_registers = c < DW_PIXEL_MAX_C;
-                if in_registers && depthwise_block::<1>(image, wt, win, taps, epilogue, (at, 1), o) {
+                if in_registers && depthwise_block::<1>(image, wt, win, taps, epilogue, one, o) {
                     ox += 1;
                 } else {
                     // one pixel at a time at the left and right edges (one vector's chain per
@@ -225,7 +229,9 @@ fn depthwise_block<const P: usize>(
         && oy * s + ky.end <= h + pad
         && ox * s + kx.start >= pad
         && n > 0
+        && (P > 1 || n == 1)
         && (ox + n * P - 1) * s + kx.end <= w + pad
+        && x.len() >= h * w * c
         && wt.len() >= kh * kw * c
         && o.len() >= n * P * c
         && c % DW_LANES == 0
@@ -240,9 +246,9 @@ fn depthwise_block<const P: usize>(
             corner: ((oy * s).wrapping_sub(pad), (ox * s).wrapping_sub(pad)),
             taps: (ky, kx),
         };
-        // SAFETY: AVX-512F is present; every tap of `g.taps` of the P pixels lies inside the
-        // h × w image of c channels (whole vectors), the weights hold kh·kw·c values, `o`
-        // P·c and the shift (if any) c (checked just above).
+        // SAFETY: AVX-512F is present; every tap of `g.taps` of the n·P pixels (one pixel when
+        // P = 1) lies inside the h × w image of c channels (whole vectors) that `x` holds, the
+        // weights hold kh·kw·c values, `o` n·P·c and the shift (if any) c (checked just above).
         let shift = epilogue.0;
         unsafe {
             match (kw, s, whole_rows) {
@@ -274,9 +280,9 @@ struct DwGeometry {
 }
 
 /// [`depthwise_block`]'s kernel, `n` blocks of `P` pixels one after another: for a window `KW`
-/// (= `kw`, every column of it read) wide at stride `S` (= `s`), each input vector of a row is loaded once for the `P` pixels' taps that
-/// read it; `KW = 0`: any window and columns, read tap by tap. The shift is added; the caller
-/// applies the activation.
+/// (= `kw`, every column of it read) wide at stride `S` (= `s`), each input vector of a row is
+/// loaded once for the `P` pixels' taps that read it; `KW = 0`: any window and columns, read
+/// tap by tap. The shift is added; the caller applies the activation.
 ///
 /// # Safety
 /// AVX-512F present; pixels `(corner.0 + ky, corner.1 + p·s + kx)` inside the image for every
@@ -301,7 +307,8 @@ unsafe fn depthwise_block_avx512<const KW: usize, const S: usize, const P: usize
         for cb in (0..c).step_by(DW_LANES) {
             let mut acc = [_mm512_setzero_ps(); P];
             for ky in g.taps.0.clone() {
-                // the pixel under tap (ky, kx) of output p: index ((iy0 + ky)·w + ix0 + p·s + kx)·c
+                // the pixel under tap (ky, kx) of output p:
+                // index ((iy0 + ky)·w + ix0 + p·s + kx)·c
                 let at = |j: usize| {
                     let px = (iy0.wrapping_add(ky) * w).wrapping_add(ix0).wrapping_add(j);
                     xp.add(px * c + cb)
