@@ -263,6 +263,18 @@ impl Model {
         &self.nodes[id.idx()]
     }
 
+    /// Each node's readers: the nodes that take its output as an input, in node order, once per
+    /// input that names it.
+    pub(crate) fn readers(&self) -> Vec<Vec<usize>> {
+        let mut readers = vec![Vec::new(); self.nodes.len()];
+        for n in &self.nodes {
+            for input in &n.inputs {
+                readers[input.node.idx()].push(n.id.idx());
+            }
+        }
+        readers
+    }
+
     /// Looks a node up by name.
     pub fn find(&self, name: &str) -> Option<&Node> {
         self.nodes.iter().find(|n| n.name == name)

@@ -448,15 +448,16 @@ impl CpuDevice {
     /// (two images or more, on more than one thread) whole images in parallel, one per core.
     pub(super) fn conv(&mut self, model: &Model, i: usize, members: &[Member]) {
         let node = &model.nodes[i];
-        let Op::Conv2d {
-            out_channels,
-            kernel,
-            stride,
-            padding,
-            groups,
-            act,
-            ..
-        } = &node.op
+        let (
+            Op::Conv2d {
+                out_channels,
+                kernel,
+                groups,
+                act,
+                ..
+            },
+            Some(win),
+        ) = (&node.op, window(node))
         else {
             return;
         };
@@ -488,12 +489,7 @@ impl CpuDevice {
             input: (h, w, c),
             out: (ho * wo, co),
             groups: (g, c / g, co / g),
-            win: Window {
-                kernel: *kernel,
-                stride: *stride,
-                pad: *padding,
-                out: (ho, wo),
-            },
+            win,
             act: act_k(*act),
             w: &n.w,
             panels: &n.panels,

@@ -132,6 +132,32 @@ const SMALL_IMAGE: usize = 128;
 /// No member in this slot (see `CpuDevice::slot_member`).
 const NO_MEMBER: u32 = u32::MAX;
 
+/// A convolution's or a pooling's window over its input (None: another op).
+fn window(node: &Node) -> Option<Window> {
+    let (kernel, stride, pad) = match &node.op {
+        Op::Conv2d {
+            kernel,
+            stride,
+            padding,
+            ..
+        } => (*kernel, *stride, *padding),
+        Op::Pool {
+            kernel,
+            stride,
+            padding,
+            ..
+        } => ((*kernel, *kernel), *stride, *padding),
+        _ => return None,
+    };
+    let out = node.out_hw();
+    Some(Window {
+        kernel,
+        stride,
+        pad,
+        out,
+    })
+}
+
 /// A tensor's `(C, H, W)` when it is an image (rank 3), which this device stores channels-last.
 fn image(feat: &[usize]) -> Option<(usize, usize, usize)> {
     match feat {

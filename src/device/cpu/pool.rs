@@ -7,23 +7,11 @@ impl CpuDevice {
     /// Pooling, image by image, reading the producer's output in place.
     pub(super) fn pool(&mut self, model: &Model, i: usize, members: &[Member]) {
         let node = &model.nodes[i];
-        let Op::Pool {
-            kind,
-            kernel,
-            stride,
-            padding,
-        } = &node.op
-        else {
+        let (Op::Pool { kind, .. }, Some(win)) = (&node.op, window(node)) else {
             return;
         };
         let (c, h, w) = node.in_chw();
         let (ho, wo) = node.out_hw();
-        let win = Window {
-            kernel: (*kernel, *kernel),
-            stride: *stride,
-            pad: *padding,
-            out: (ho, wo),
-        };
         let prod = node.inputs[0].node.idx();
         let (before, from_here) = self.nodes.split_at_mut(i);
         for m in members {

@@ -21,12 +21,7 @@ pub(super) struct Residual {
 /// and the add has nothing left to do. Both run for the same members at the same step, in this
 /// order, so preemption between them changes nothing.
 pub(super) fn fuse_residuals(model: &Model, nodes: &mut [NodeRt]) {
-    let mut readers = vec![0u32; model.nodes.len()];
-    for n in &model.nodes {
-        for input in &n.inputs {
-            readers[input.node.idx()] += 1;
-        }
-    }
+    let readers = model.readers();
     for n in &model.nodes {
         let (Op::Add { act }, [a, b]) = (&n.op, n.inputs.as_slice()) else {
             continue;
@@ -46,7 +41,7 @@ pub(super) fn fuse_residuals(model: &Model, nodes: &mut [NodeRt]) {
             && image(&n.out.feat).is_some()
             && same(late)
             && same(early)
-            && readers[late] == 1
+            && readers[late].len() == 1
             && matches!(model.nodes[late].op, Op::Conv2d { .. });
         if fusable {
             nodes[late].residual = Some(Residual {

@@ -13,7 +13,7 @@
 //! pair gives the same bits as the two passes — which still run when a capture wants to see
 //! the depthwise output (`verify --ops`; a test compares the two).
 
-use super::{act_k, direct, ActK, NodeRt, Window, SMALL_IMAGE};
+use super::{act_k, direct, window, ActK, NodeRt, Window, SMALL_IMAGE};
 use crate::graph::op::Op;
 use crate::graph::{Class, Model, Node};
 
@@ -33,25 +33,13 @@ impl<'a> Pre<'a> {
     /// sees it (None: not a convolution).
     pub(super) fn of(d: &Node, rt: &'a NodeRt) -> Option<Pre<'a>> {
         let (c, h, w) = d.in_chw();
-        let Op::Conv2d {
-            kernel,
-            stride,
-            padding,
-            act,
-            ..
-        } = &d.op
-        else {
+        let (Op::Conv2d { act, .. }, Some(win)) = (&d.op, window(d)) else {
             return None;
         };
         Some(Pre {
             src: d.inputs.first()?.node.idx(),
             input: (h, w, c),
-            win: Window {
-                kernel: *kernel,
-                stride: *stride,
-                pad: *padding,
-                out: d.out_hw(),
-            },
+            win,
             wt: &rt.w.w,
             epilogue: (&rt.w.shift, act_k(*act)),
         })
@@ -66,12 +54,7 @@ const BLOCK_VALUES: usize = 64 * 1024;
 /// at least [`SMALL_IMAGE`] pixels, which run in blocks of rows) as deferred, and the
 /// 1×1 convolution as computing it first (`pre`).
 pub(super) fn defer_depthwise(model: &Model, nodes: &mut [NodeRt]) {
-    let mut readers = vec![Vec::new(); model.nodes.len()];
-    for n in &model.nodes {
-        for input in &n.inputs {
-            readers[input.node.idx()].push(n.id.idx());
-        }
-    }
+    let readers = model.readers();
     for d in &model.nodes {
         let c = d.in_chw().0;
         let (di, [p]) = (d.id.idx(), readers[d.id.idx()].as_slice()) else {
