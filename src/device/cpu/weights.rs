@@ -183,37 +183,62 @@ fn fill_hashed(
         return hashed_run(out, keys, tokens, 0);
     };
     // channels-last: element `px·c + ch` holds the value of `[C, H, W]` index `ch·p + px`;
-    // each channel's run of pixels is hashed in order (vectorised), then spread out; the
-    // image's rows shared between the cores (each value depends on its index alone)
+    // written in order, a run of `per` pixels at a time, from the indices of the first run
+    // shifted by the run's first pixel (vectorised: a channel at a time, then spread out, took
+    // 0.9 ms for a batch of 16 ImageNet images); the image's rows shared between the cores
+    // (each value depends on its index alone)
     let p = h * w;
+    let per = (RUN / c.max(1)).max(1);
+    let mut first = [0u32; RUN];
+    let wide = c > RUN;
+    for (t, at) in first.iter_mut().enumerate().take(per * c) {
+        *at = ((t % c) * p + t / c) as u32;
+    }
     super::par::split_rows(&mut out[..p * c], w * c, p * c, |y0, rows| {
-        let pixels = y0 * w..y0 * w + rows.len() / c;
-        let mut run = [0.0f32; 256];
-        for ch in 0..c {
-            for px0 in pixels.clone().step_by(run.len()) {
-                let n = run.len().min(pixels.end - px0);
-                hashed_run(&mut run[..n], keys, false, ch * p + px0);
-                for (k, v) in run[..n].iter().enumerate() {
-                    rows[(px0 - pixels.start + k) * c + ch] = *v;
+        let px0 = y0 * w;
+        for (k, run) in rows.chunks_mut(per * c).enumerate() {
+            let start = px0 + k * per;
+            if wide {
+                // more channels than a run holds: one pixel's channels, `p` apart
+                for (ch, v) in run.iter_mut().enumerate() {
+                    hashed_run(std::slice::from_mut(v), keys, false, ch * p + start);
                 }
+            } else {
+                hashed_at(run, keys, &first[..run.len()], start as u32);
             }
         }
     });
 }
 
+/// Values a run of [`fill_input_hwc`] writes at once.
+const RUN: usize = 256;
+
+/// The `i`-th value of the hashed sequence keyed by `keys`: a token id or a value in [-1, 1).
+#[inline(always)]
+fn hashed(i: u32, (k1, k2): (u32, u32), tokens: bool) -> f32 {
+    let z = fmix32(fmix32(i.wrapping_mul(0x9E37_79B9) ^ k1) ^ k2);
+    if tokens {
+        (2 + (z >> 8) % ((1 << 24) - 2)) as f32
+    } else {
+        // 24 random bits: a multiple of 2^-23 in [-1, 1), exact in f32
+        (z >> 8) as f32 * (1.0 / (1u32 << 23) as f32) - 1.0
+    }
+}
+
+super::par::vectorized_fn! {
+    /// Values `at[t] + shift` of the hashed sequence (not token ids) into `out[t]`.
+    fn hashed_at(out: &mut [f32], keys: (u32, u32), at: &[u32], shift: u32) {
+        for (v, &i) in out.iter_mut().zip(at) {
+            *v = hashed(i.wrapping_add(shift), keys, false);
+        }
+    }
+}
+
 super::par::vectorized_fn! {
     /// Values `first..first + out.len()` of the hashed sequence.
     fn hashed_run(out: &mut [f32], keys: (u32, u32), tokens: bool, first: usize) {
-        let (k1, k2) = keys;
         for (i, v) in out.iter_mut().enumerate() {
-            let at = (first + i) as u32;
-            let z = fmix32(fmix32(at.wrapping_mul(0x9E37_79B9) ^ k1) ^ k2);
-            *v = if tokens {
-                (2 + (z >> 8) % ((1 << 24) - 2)) as f32
-            } else {
-                // 24 random bits: a multiple of 2^-23 in [-1, 1), exact in f32
-                (z >> 8) as f32 * (1.0 / (1u32 << 23) as f32) - 1.0
-            };
+            *v = hashed((first + i) as u32, keys, tokens);
         }
     }
 }
@@ -224,14 +249,19 @@ mod tests {
 
     #[test]
     fn an_image_filled_channels_last_holds_the_values_of_its_channels_first_fill() {
-        let (c, h, w) = (3, 17, 19);
-        let mut chw = vec![0.0; c * h * w];
+        // runs of several pixels (the last one short), one pixel's channels a run, and more
+        // channels than a run holds
+        for (c, h, w) in [(3, 17, 19), (256, 2, 3), (300, 3, 2), (5, 40, 41)] {
+            let mut chw = vec![0.0; c * h * w];
+            fill_input(&mut chw, 5, 42, 0, false);
+            let mut want = vec![0.0; c * h * w];
+            crate::device::cpu::hwc::to_hwc(&chw, (c, h, w), &mut want);
+            let mut got = vec![0.0; c * h * w];
+            fill_input_hwc(&mut got, 5, 42, 0, (c, h, w));
+            assert_eq!(got, want, "{c} x {h} x {w}");
+        }
+        let mut chw = vec![0.0; 3 * 17 * 19];
         fill_input(&mut chw, 5, 42, 0, false);
-        let mut want = vec![0.0; c * h * w];
-        crate::device::cpu::hwc::to_hwc(&chw, (c, h, w), &mut want);
-        let mut got = vec![0.0; c * h * w];
-        fill_input_hwc(&mut got, 5, 42, 0, (c, h, w));
-        assert_eq!(got, want);
         // values in [-1, 1), not all alike; token ids in [2, 2^24)
         assert!(chw.iter().all(|v| (-1.0..1.0).contains(v)));
         assert!(chw.windows(2).any(|p| p[0] != p[1]));
