@@ -283,20 +283,21 @@ impl Conv<'_> {
     ) {
         let ((h, w, c), k) = (self.input, self.window());
         let np = pixels.len();
-        let epi = self.epilogue(sum);
         if self.wino.is_none() && !self.direct {
-            // the row GEMM, its epilogue on each block of output as it finishes it
+            // the row GEMM, its finish in its registers and the residual sum on each block of
+            // output as it finishes it
             if let Some(pre) = &self.pre {
-                return self.pair(pre, (x, pixels), out, cols, &epi);
+                return self.pair(pre, (x, pixels), out, cols, sum);
             }
             if self.pointwise() {
-                return self.multiply((np, &x[pixels.start * c..], c), out, &epi);
+                return self.multiply((np, &x[pixels.start * c..], c), out, sum);
             }
             let mut scratch = scratch(cols);
             hwc::im2col(x, (h, w, c), (0, c), self.win, pixels, &mut scratch);
-            return self.multiply((np, &scratch[..], k), out, &epi);
+            return self.multiply((np, &scratch[..], k), out, sum);
         }
         // Winograd's algorithm or a direct convolution: the block, then its epilogue
+        let epi = self.epilogue(sum);
         match self.wino {
             Some(wg) => wg.block(x, (h, w), pixels, out, &mut scratch(cols)),
             None => Direct {
@@ -320,9 +321,10 @@ impl Conv<'_> {
         (x, pixels): (&[f32], std::ops::Range<usize>),
         out: &mut [f32],
         cols: &[Mutex<Aligned>],
-        epi: &Epilogue,
+        sum: Sum,
     ) {
         let ((_, w, c), np) = (self.input, pixels.len());
+        let epi = &self.sum_epilogue(sum);
         let mut scratch = scratch(cols);
         let rows = pixels.start / w..pixels.end.div_ceil(w);
         let image = (x, pre.input);
@@ -333,17 +335,23 @@ impl Conv<'_> {
         let epi = |mut d: rowgemm::Done| {
             let t = (d.rows.start / rowgemm::MC) * per;
             hwc::prefetch_l2(ahead, t.min(lines)..(t + per).min(lines));
-            epilogue(&mut d, epi)
+            if epi.sum.is_some() {
+                epilogue(&mut d, epi)
+            }
         };
         let a = (np, &scratch[..], c);
-        rowgemm::gemm_panels_then(a, self.panels, (out, self.out.1), Some(&epi));
+        let out = (out, self.out.1);
+        rowgemm::gemm_panels_then(a, self.panels, out, self.finish(), Some(&epi));
     }
 
-    /// The row GEMM of `rows` rows of `a` (`lda` apart) by the packed weights into `out`, the
-    /// epilogue over each block of it as the GEMM finishes it.
-    fn multiply(&self, (rows, a, lda): (usize, &[f32], usize), out: &mut [f32], epi: &Epilogue) {
-        let epi = |mut d: rowgemm::Done| epilogue(&mut d, epi);
-        rowgemm::gemm_panels_then((rows, a, lda), self.panels, (out, self.out.1), Some(&epi));
+    /// The row GEMM of `rows` rows of `a` (`lda` apart) by the packed weights into `out`, its
+    /// finish in the GEMM, the residual sum over each block as the GEMM finishes it.
+    fn multiply(&self, (rows, a, lda): (usize, &[f32], usize), out: &mut [f32], sum: Sum) {
+        let epi = self.sum_epilogue(sum);
+        let then = |mut d: rowgemm::Done| epilogue(&mut d, &epi);
+        let then: Option<rowgemm::Epilogue> = epi.sum.is_some().then_some(&then);
+        let out = (out, self.out.1);
+        rowgemm::gemm_panels_then((rows, a, lda), self.panels, out, self.finish(), then);
     }
 
     /// What the convolution does to its output once computed: the shift, the activation, and
@@ -354,6 +362,23 @@ impl Conv<'_> {
             shift: &self.w.shift,
             sum: sum.map(|(skip, y)| (self.residual, skip, y.map(par::Shared::new))),
             co: self.out.1,
+        }
+    }
+
+    /// The shift and the activation, as the row GEMM applies them ([`rowgemm::Finish`]).
+    fn finish(&self) -> rowgemm::Finish<'_> {
+        rowgemm::Finish {
+            shift: &self.w.shift,
+            act: self.act,
+        }
+    }
+
+    /// [`Self::epilogue`] after the GEMM's [`Self::finish`]: the residual sum alone.
+    fn sum_epilogue<'s>(&'s self, sum: Sum<'s>) -> Epilogue<'s> {
+        Epilogue {
+            act: ActK::None,
+            shift: &[],
+            ..self.epilogue(sum)
         }
     }
 
@@ -387,8 +412,8 @@ impl Conv<'_> {
                     &mut scratch[g * p * kk..],
                 );
             }
-            let epi = self.epilogue(rows_of(&mut sum, j * group * p * co, kg * p * co));
-            self.multiply((kg * p, &scratch[..], kk), out, &epi);
+            let sum = rows_of(&mut sum, j * group * p * co, kg * p * co);
+            self.multiply((kg * p, &scratch[..], kk), out, sum);
         }
     }
 

@@ -92,6 +92,20 @@ pub fn gemm_rows(m: usize, a: &[f32], b: &Panels, c: &mut [f32]) {
     super::rowgemm::gemm_panels((m, a, b.k), b, (c, b.n));
 }
 
+/// [`gemm_rows`] then [`bias_act`] (the same bits), the bias and the activation applied by the
+/// GEMM to each block of C as it finishes it — in its registers for ReLU and ReLU6 — instead
+/// of a pass over C after it.
+pub(crate) fn gemm_rows_bias_act(
+    m: usize,
+    a: &[f32],
+    b: &Panels,
+    c: &mut [f32],
+    (bias, act): (&[f32], ActK),
+) {
+    let fin = super::rowgemm::Finish { shift: bias, act };
+    super::rowgemm::gemm_panels_then((m, a, b.k), b, (c, b.n), fin, None);
+}
+
 /// Row-major `C[m×n] = A[m×k] · B[k×n]`.
 pub fn matmul(m: usize, n: usize, k: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
     gemm_strided((m, n, k), (a, (k, 1)), (b, (n, 1)), (c, (n, 1)), false);

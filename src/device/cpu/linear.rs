@@ -40,8 +40,8 @@ impl CpuDevice {
         }
         // the weights, or a tied embedding table packed transposed
         let owner = self.nodes[i].tied.unwrap_or(i);
-        kernels::gemm_rows(r_total, &a, &self.nodes[owner].panels, &mut c);
-        kernels::bias_act(ak, &mut c[..r_total * n], n, &self.nodes[i].w.bias);
+        let fin = (&self.nodes[i].w.bias[..], ak);
+        kernels::gemm_rows_bias_act(r_total, &a, &self.nodes[owner].panels, &mut c, fin);
         let mut r_at = 0;
         for m in members {
             let step = m.step;
@@ -130,8 +130,7 @@ impl CpuDevice {
         let NodeRt { out, panels, w, .. } = &mut from_here[0];
         let a = &before[run.producer].out[run.a..run.a + run.rows * k];
         let c = &mut out[run.c..run.c + run.rows * n];
-        kernels::gemm_rows(run.rows, a, panels, c);
-        kernels::bias_act(ak, c, n, &w.bias);
+        kernels::gemm_rows_bias_act(run.rows, a, panels, c, (&w.bias, ak));
     }
 }
 

@@ -21,13 +21,8 @@ impl CpuDevice {
             }
         }
         let b = members.len();
-        kernels::gemm_rows(b, &a, &self.nodes[i].panels, &mut c);
-        kernels::bias_act(
-            ActK::None,
-            &mut c[..b * 4 * h],
-            4 * h,
-            &self.nodes[i].w.bias,
-        );
+        let fin = (&self.nodes[i].w.bias[..], ActK::None);
+        kernels::gemm_rows_bias_act(b, &a, &self.nodes[i].panels, &mut c, fin);
         for (j, m) in members.iter().enumerate() {
             let step = m.step;
             let gates = &c[j * 4 * h..(j + 1) * 4 * h];

@@ -12,8 +12,10 @@
 //! A's rows in place,
 //! the partial chains kept in C between blocks of `p`.
 //!
-//! An epilogue ([`gemm_panels_then`]) may run over each block of C as soon as it is final,
-//! while it is in cache (a convolution's shift, activation and residual add).
+//! A [`Finish`] (a layer's shift and activation) is applied to C's values as they are stored
+//! the last time — in the micro-kernel's registers for ReLU and ReLU6, else over each block
+//! while it is in cache — and an epilogue ([`gemm_panels_then`]) may then run over each block
+//! of C as soon as it is final (a convolution's residual add).
 //!
 //! An FMA is exactly rounded, so the AVX-512 kernels and the portable ones (`f32::mul_add`)
 //! give the same bits; a test checks it. Work of at least [`PARALLEL_MACS`] multiply-adds is
@@ -21,8 +23,9 @@
 //! arithmetic.
 
 use super::aligned::Aligned;
+use super::kernels::{self, ActK};
 use super::panels::Panels;
-use super::par::{self, avx512};
+use super::par::{self, avx512, vectorized_fn};
 
 /// GEMMs with at least this many multiply-adds split their columns over the threads: from
 /// 2¹⁸, a batch-1 decoder step's 512 × 512 projections (1 MB of weights each, from memory)
@@ -57,6 +60,7 @@ pub fn gemm_nn(
         lda,
         b: B::Rows(b, ldb),
         ldc,
+        fin: Finish::NONE,
         epi: None,
     };
     let simd = avx512();
@@ -67,7 +71,49 @@ pub fn gemm_nn(
 
 /// [`gemm_nn`] with `B` packed beforehand ([`Panels`]): the same bits, without packing B.
 pub fn gemm_panels((m, a, lda): (usize, &[f32], usize), b: &Panels, (c, ldc): (&mut [f32], usize)) {
-    gemm_panels_then((m, a, lda), b, (c, ldc), None)
+    gemm_panels_then((m, a, lda), b, (c, ldc), Finish::NONE, None)
+}
+
+/// What becomes of each element of C once its chain is complete, before any epilogue sees it:
+/// `c ← act(c + shift[j])` (`shift` per column, empty: none) — the operations of
+/// [`kernels::bias_act`](super::kernels::bias_act), in the same order, so the same bits.
+#[derive(Clone, Copy)]
+pub struct Finish<'a> {
+    pub shift: &'a [f32],
+    pub act: ActK,
+}
+
+impl Finish<'_> {
+    /// Nothing: C holds the products.
+    pub const NONE: Finish<'static> = Finish {
+        shift: &[],
+        act: ActK::None,
+    };
+
+    /// Whether the micro-kernel applies it in registers (else it runs over each finished
+    /// block while it is in cache).
+    fn in_registers(&self) -> bool {
+        matches!(self.act, ActK::None | ActK::Relu | ActK::Relu6)
+    }
+
+    /// Nothing to do.
+    fn is_none(&self) -> bool {
+        self.shift.is_empty() && self.act == ActK::None
+    }
+}
+
+vectorized_fn! {
+    /// [`Finish`] over rows `rows`, columns `cols` of C (a block no micro-kernel finished).
+    fn finish_block(d: &mut Done, fin: &Finish) {
+        let shift = fin.shift.get(d.cols.clone()).unwrap_or(&[]);
+        for r in d.rows.clone() {
+            let row = d.row(r);
+            if !shift.is_empty() {
+                row.iter_mut().zip(shift).for_each(|(v, b)| *v += b);
+            }
+            kernels::act(fin.act, row);
+        }
+    }
 }
 
 /// What runs over each block of C as soon as its values are final, while it is still in
@@ -101,12 +147,14 @@ impl Done {
     }
 }
 
-/// [`gemm_panels`], then `epi` over each block of C as it is finished (the same bits in C as
-/// without it, before `epi` changes them).
+/// [`gemm_panels`], `fin` applied to each element of C, then `epi` over each block of C as it
+/// is finished (the same bits in C as [`gemm_panels`] then [`Finish`], before `epi` changes
+/// them).
 pub fn gemm_panels_then(
     (m, a, lda): (usize, &[f32], usize),
     b: &Panels,
     (c, ldc): (&mut [f32], usize),
+    fin: Finish,
     epi: Option<Epilogue>,
 ) {
     let (n, k) = (b.n, b.k);
@@ -118,6 +166,10 @@ pub fn gemm_panels_then(
         "gemm_panels: A out of bounds"
     );
     assert!((m - 1) * ldc + n <= c.len(), "gemm_panels: C out of bounds");
+    assert!(
+        fin.shift.is_empty() || fin.shift.len() >= n,
+        "gemm_panels: shift shorter than a row"
+    );
     let job = Nn {
         m,
         k,
@@ -125,6 +177,7 @@ pub fn gemm_panels_then(
         lda,
         b: B::Panels(b),
         ldc,
+        fin,
         epi,
     };
     let simd = avx512();
@@ -161,7 +214,9 @@ struct Nn<'a> {
     lda: usize,
     b: B<'a>,
     ldc: usize,
-    /// Run over each finished block of C.
+    /// Applied to each element of C once its chain is complete.
+    fin: Finish<'a>,
+    /// Run over each finished block of C, after `fin`.
     epi: Option<Epilogue<'a>>,
 }
 
@@ -241,7 +296,7 @@ impl Nn<'_> {
                     (false, _) => {}
                 }
             }
-            return self.done(0..self.m, j0..j1, c);
+            return self.done(0..self.m, j0..j1, c, false);
         }
         let _ = simd;
         for r in 0..self.m {
@@ -254,18 +309,29 @@ impl Nn<'_> {
                 unsafe { *c.0.add(r * self.ldc + col) = s };
             }
         }
-        self.done(0..self.m, j0..j1, c)
+        self.done(0..self.m, j0..j1, c, false)
     }
 
-    /// Hands a finished block of C to the epilogue, if there is one.
-    fn done(&self, rows: std::ops::Range<usize>, cols: std::ops::Range<usize>, c: CPtr) {
+    /// A block of C whose chains are complete: the finish applied unless the micro-kernel
+    /// did (`finished`), then handed to the epilogue, if there is one.
+    fn done(
+        &self,
+        rows: std::ops::Range<usize>,
+        cols: std::ops::Range<usize>,
+        c: CPtr,
+        finished: bool,
+    ) {
+        let mut d = Done {
+            c,
+            ldc: self.ldc,
+            rows,
+            cols,
+        };
+        if !finished && !self.fin.is_none() {
+            finish_block(&mut d, &self.fin);
+        }
         if let Some(epi) = self.epi {
-            epi(Done {
-                c,
-                ldc: self.ldc,
-                rows,
-                cols,
-            })
+            epi(d)
         }
     }
 
@@ -430,6 +496,15 @@ impl Nn<'_> {
                         B::Rows(..) => bp.as_ptr().add(jr * kc),
                         B::Panels(pk) => pk.from(pc, jc + jr).as_ptr(),
                     };
+                    // the finish in the micro-kernel's registers, on the last block of `p`
+                    let last = pc + kc == self.k && self.fin.in_registers();
+                    let fin = |jr: usize| Fin {
+                        shift: match (last, self.fin.shift.is_empty()) {
+                            (true, false) => self.fin.shift.as_ptr().add(jc + jr),
+                            _ => std::ptr::null(),
+                        },
+                        act: if last { self.fin.act } else { ActK::None },
+                    };
                     let mut ic = 0;
                     while ic < self.m {
                         let mc = MC.min(self.m - ic);
@@ -472,12 +547,12 @@ impl Nn<'_> {
                                     (panel(jr), (share, per_turn)),
                                     (dst, self.ldc),
                                     (MR.min(mc - ir), NR.min(nc - jr)),
-                                    pc == 0,
+                                    (pc == 0, fin(jr)),
                                 );
                             }
                         }
                         if pc + kc == self.k {
-                            self.done(ic..ic + mc, jc..jc + nc, c);
+                            self.done(ic..ic + mc, jc..jc + nc, c, last);
                         }
                         ic += mc;
                     }
@@ -512,7 +587,7 @@ impl Nn<'_> {
 #[cfg(target_arch = "x86_64")]
 mod micro;
 #[cfg(target_arch = "x86_64")]
-use micro::micro_rows;
+use micro::{micro_rows, Fin};
 
 #[cfg(test)]
 mod tests;

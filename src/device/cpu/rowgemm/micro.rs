@@ -1,9 +1,19 @@
 //! The row GEMM's micro-kernel: an 8 × 32 block of C (16 AVX-512 accumulators) over a block of
 //! `p`, reading A's rows in place and a packed panel of B, and its shorter versions for a
 //! block's last tile of fewer rows. Every element is the FMA chain over `p` in order, whatever
-//! the tile's height, so the results do not depend on it.
+//! the tile's height, so the results do not depend on it. On the last block of `p` a tile
+//! applies the layer's shift and ReLU or ReLU6 in registers as it stores C ([`Fin`]).
 
-use super::{MAX_PER_TURN, MR, NR};
+use super::{ActK, MAX_PER_TURN, MR, NR};
+
+/// What a tile applies to its values as it stores them: `act(c + shift[j])`, the shift from
+/// the tile's first column (null: none) and the activation (`None`, `Relu` or `Relu6`; any
+/// other is not applied here).
+#[derive(Clone, Copy)]
+pub(super) struct Fin {
+    pub(super) shift: *const f32,
+    pub(super) act: ActK,
+}
 
 /// [`micro`] in a tile of 8, 4, 2 or 1 rows, the fewest that hold `rows`: a block's last tile
 /// of few rows costs little more than its rows (a 7 × 7 image's 49 rows ran as 56).
@@ -18,7 +28,7 @@ pub(super) unsafe fn micro_rows(
     b: (*const f32, (*const f32, usize)),
     c: (*mut f32, usize),
     (rows, cols): (usize, usize),
-    first: bool,
+    first: (bool, Fin),
 ) {
     match rows {
         5.. => micro::<MR>(kc, a, b, c, (rows, cols), first),
@@ -32,11 +42,12 @@ pub(super) unsafe fn micro_rows(
 /// `lda` apart (rows past `rows` are not read: row 0 stands in for them, its results dropped),
 /// `b` a packed `kc × NR` panel (`next`, when not null, this pass's share of the next panel to
 /// fetch into L2 meanwhile, `per_turn` lines every four steps);
-/// `first` starts each chain from zero, otherwise it continues from C.
+/// `first` starts each chain from zero, otherwise it continues from C; `fin` is applied as C
+/// is stored.
 ///
 /// # Safety
 /// AVX-512F present; `rows` rows of `kc` values of A and `kc` rows of the panel readable;
-/// `rows × cols` of C (`ldc` apart) writable.
+/// `rows × cols` of C (`ldc` apart) writable; `cols` values of the shift readable unless null.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 #[inline(never)]
@@ -46,7 +57,7 @@ unsafe fn micro<const M: usize>(
     (b, (next, per_turn)): (*const f32, (*const f32, usize)),
     (c, ldc): (*mut f32, usize),
     (rows, cols): (usize, usize),
-    first: bool,
+    (first, fin): (bool, Fin),
 ) {
     use std::arch::x86_64::*;
     let m0 = ((1u32 << cols.min(16)) - 1) as u16;
@@ -100,6 +111,31 @@ unsafe fn micro<const M: usize>(
     }
     for q in kc - rest..kc {
         step(&mut acc, q);
+    }
+    if !fin.shift.is_null() {
+        let s = [
+            _mm512_maskz_loadu_ps(m0, fin.shift),
+            _mm512_maskz_loadu_ps(m1, fin.shift.wrapping_add(16)),
+        ];
+        for acc_r in acc.iter_mut() {
+            acc_r[0] = _mm512_add_ps(acc_r[0], s[0]);
+            acc_r[1] = _mm512_add_ps(acc_r[1], s[1]);
+        }
+    }
+    // `f32::max(x, 0)` and `f32::clamp(x, 0, 6)` exactly: MAXPS and MINPS return their second
+    // operand when either is NaN or both are zeros (so NaN → 0 for ReLU, NaN → NaN and
+    // -0 → -0 for ReLU6, as in `kernels::act`)
+    let (zero, six) = (_mm512_setzero_ps(), _mm512_set1_ps(6.0));
+    match fin.act {
+        ActK::Relu => acc
+            .iter_mut()
+            .flatten()
+            .for_each(|v| *v = _mm512_max_ps(*v, zero)),
+        ActK::Relu6 => acc
+            .iter_mut()
+            .flatten()
+            .for_each(|v| *v = _mm512_min_ps(six, _mm512_max_ps(zero, *v))),
+        _ => {}
     }
     for (r, acc_r) in acc.iter().enumerate() {
         if r < rows {

@@ -83,7 +83,7 @@ fn the_epilogue_gets_each_final_element_once() {
             }
         };
         let mut c = vec![0.0; m * n];
-        gemm_panels_then((m, &a, k), &pk, (&mut c, n), Some(&epi));
+        gemm_panels_then((m, &a, k), &pk, (&mut c, n), Finish::NONE, Some(&epi));
         assert!(
             seen.iter().all(|s| s.load(Ordering::Relaxed) == 1),
             "{m}x{n}x{k}"
@@ -111,12 +111,54 @@ fn the_simd_and_portable_kernels_agree_bit_for_bit() {
                 lda: k,
                 b: src,
                 ldc: n,
+                fin: Finish::NONE,
                 epi: None,
             };
             let (mut simd, mut portable) = (vec![0.0; m * n], vec![0.0; m * n]);
             nn.run(true, 0, n, CPtr(simd.as_mut_ptr()));
             nn.run(false, 0, n, CPtr(portable.as_mut_ptr()));
             assert_eq!(simd, portable, "nn {m}x{n}x{k}");
+        }
+    }
+}
+
+/// The finish (shift and activation) gives the bits of the GEMM followed by
+/// `kernels::bias_act`, whether the micro-kernel applies it in registers (ReLU, ReLU6; many
+/// rows) or a pass over each block does (other activations, few rows), NaN and values beyond
+/// 6 included; and the epilogue sees the finished values.
+#[test]
+fn the_finish_gives_the_bits_of_the_gemm_then_bias_and_activation() {
+    use crate::device::cpu::kernels::{self, ActK};
+    for &(m, n, k) in &[(3, 70, 53), (75, 100, 300), (70, 40, 1024), (9, 33, 7)] {
+        let (mut a, b) = (data(m * k, 7), data(k * n, 8));
+        // a NaN in one row of A, and large values in another (beyond 6 after the GEMM)
+        a[k] = f32::NAN;
+        a[2 * k..3 * k].iter_mut().for_each(|v| *v *= 40.0);
+        let pk = Panels::pack(&b, k, n);
+        let shift = data(n, 9);
+        for act in [ActK::None, ActK::Relu, ActK::Relu6, ActK::Tanh] {
+            for shift in [&shift[..], &[]] {
+                let mut want = vec![0.0; m * n];
+                gemm_panels((m, &a, k), &pk, (&mut want, n));
+                kernels::bias_act(act, &mut want, n, shift);
+                let mut got = vec![0.0; m * n];
+                let seen = std::sync::Mutex::new(Vec::new());
+                let epi = |mut d: Done| {
+                    for r in d.rows.clone() {
+                        let j0 = d.cols.start;
+                        let row = d.row(r).to_vec();
+                        seen.lock().unwrap().push((r * n + j0, row));
+                    }
+                };
+                let fin = Finish { shift, act };
+                gemm_panels_then((m, &a, k), &pk, (&mut got, n), fin, Some(&epi));
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                let what = format!("{m}x{n}x{k} {act:?}, shift {}", shift.len());
+                assert_eq!(bits(&got), bits(&want), "{what}");
+                for (at, row) in seen.into_inner().unwrap() {
+                    assert_eq!(bits(&row), bits(&want[at..at + row.len()]), "{what}");
+                }
+            }
         }
     }
 }
