@@ -102,7 +102,11 @@ pub(crate) fn gemm_rows_bias_act(
     c: &mut [f32],
     (bias, act): (&[f32], ActK),
 ) {
-    let fin = super::rowgemm::Finish { shift: bias, act };
+    let fin = super::rowgemm::Finish {
+        shift: bias,
+        act,
+        stream: false,
+    };
     super::rowgemm::gemm_panels_then((m, a, b.k), b, (c, b.n), fin, None);
 }
 

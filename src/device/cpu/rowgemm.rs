@@ -77,10 +77,17 @@ pub fn gemm_panels((m, a, lda): (usize, &[f32], usize), b: &Panels, (c, ldc): (&
 /// What becomes of each element of C once its chain is complete, before any epilogue sees it:
 /// `c ← act(c + shift[j])` (`shift` per column, empty: none) — the operations of
 /// [`kernels::bias_act`](super::kernels::bias_act), in the same order, so the same bits.
+///
+/// `stream`: C will not be read again before it leaves the caches (a layer's output over a
+/// large sub-batch), so the micro-kernel stores its finished lines straight to memory
+/// (non-temporal stores, where a tile's row is whole aligned lines) instead of reading each
+/// line in first and evicting other data for it; an epilogue should then not read C (it would
+/// read it back from memory).
 #[derive(Clone, Copy)]
 pub struct Finish<'a> {
     pub shift: &'a [f32],
     pub act: ActK,
+    pub stream: bool,
 }
 
 impl Finish<'_> {
@@ -88,6 +95,7 @@ impl Finish<'_> {
     pub const NONE: Finish<'static> = Finish {
         shift: &[],
         act: ActK::None,
+        stream: false,
     };
 
     /// Whether the micro-kernel applies it in registers (else it runs over each finished
@@ -504,6 +512,7 @@ impl Nn<'_> {
                             _ => std::ptr::null(),
                         },
                         act: if last { self.fin.act } else { ActK::None },
+                        stream: last && self.fin.stream,
                     };
                     let mut ic = 0;
                     while ic < self.m {
@@ -559,6 +568,10 @@ impl Nn<'_> {
                     pc += kc;
                 }
                 jc += nc;
+            }
+            if self.fin.stream {
+                // the streamed lines reach memory before the GEMM is seen as done
+                std::arch::x86_64::_mm_sfence();
             }
         })
     }

@@ -8,11 +8,12 @@ use super::{ActK, MAX_PER_TURN, MR, NR};
 
 /// What a tile applies to its values as it stores them: `act(c + shift[j])`, the shift from
 /// the tile's first column (null: none) and the activation (`None`, `Relu` or `Relu6`; any
-/// other is not applied here).
+/// other is not applied here); `stream`: rows of whole aligned lines stored around the caches.
 #[derive(Clone, Copy)]
 pub(super) struct Fin {
     pub(super) shift: *const f32,
     pub(super) act: ActK,
+    pub(super) stream: bool,
 }
 
 /// [`micro`] in a tile of 8, 4, 2 or 1 rows, the fewest that hold `rows`: a block's last tile
@@ -136,6 +137,18 @@ unsafe fn micro<const M: usize>(
             .flatten()
             .for_each(|v| *v = _mm512_min_ps(six, _mm512_max_ps(zero, *v))),
         _ => {}
+    }
+    // non-temporal stores take whole aligned lines (no mask): every row of the tile is
+    let aligned = (c as usize | (ldc * 4)).is_multiple_of(64);
+    if fin.stream && cols == NR && aligned {
+        for (r, acc_r) in acc.iter().enumerate() {
+            if r < rows {
+                let row = c.add(r * ldc);
+                _mm512_stream_ps(row, acc_r[0]);
+                _mm512_stream_ps(row.wrapping_add(16), acc_r[1]);
+            }
+        }
+        return;
     }
     for (r, acc_r) in acc.iter().enumerate() {
         if r < rows {

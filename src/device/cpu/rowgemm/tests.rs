@@ -129,7 +129,13 @@ fn the_simd_and_portable_kernels_agree_bit_for_bit() {
 #[test]
 fn the_finish_gives_the_bits_of_the_gemm_then_bias_and_activation() {
     use crate::device::cpu::kernels::{self, ActK};
-    for &(m, n, k) in &[(3, 70, 53), (75, 100, 300), (70, 40, 1024), (9, 33, 7)] {
+    for &(m, n, k) in &[
+        (3, 70, 53),
+        (75, 100, 300),
+        (70, 40, 1024),
+        (9, 33, 7),
+        (40, 64, 32),
+    ] {
         let (mut a, b) = (data(m * k, 7), data(k * n, 8));
         // a NaN in one row of A, and large values in another (beyond 6 after the GEMM)
         a[k] = f32::NAN;
@@ -150,7 +156,8 @@ fn the_finish_gives_the_bits_of_the_gemm_then_bias_and_activation() {
                         seen.lock().unwrap().push((r * n + j0, row));
                     }
                 };
-                let fin = Finish { shift, act };
+                let stream = false;
+                let fin = Finish { shift, act, stream };
                 gemm_panels_then((m, &a, k), &pk, (&mut got, n), fin, Some(&epi));
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 let what = format!("{m}x{n}x{k} {act:?}, shift {}", shift.len());
@@ -158,6 +165,14 @@ fn the_finish_gives_the_bits_of_the_gemm_then_bias_and_activation() {
                 for (at, row) in seen.into_inner().unwrap() {
                     assert_eq!(bits(&row), bits(&want[at..at + row.len()]), "{what}");
                 }
+                // stored around the caches (whole aligned lines where the row length allows)
+                let mut streamed = crate::device::cpu::aligned::Aligned::zeroed(m * n);
+                let fin = Finish {
+                    stream: true,
+                    ..fin
+                };
+                gemm_panels_then((m, &a, k), &pk, (&mut streamed, n), fin, None);
+                assert_eq!(bits(&streamed), bits(&want), "{what}, streamed");
             }
         }
     }
