@@ -306,16 +306,27 @@ impl Conv<'_> {
             hwc::im2col(x, (h, w, c), (0, c), self.win, pixels, &mut scratch);
             return self.multiply((np, &scratch[..], k), out, sum);
         }
-        // Winograd's algorithm or a direct convolution: the block, then its epilogue
-        let epi = self.epilogue(sum);
-        match self.wino {
-            Some(wg) => wg.block(x, (h, w), pixels, out, &mut scratch(cols)),
+        // Winograd's algorithm or a direct convolution (which may finish its outputs itself):
+        // the block, then what remains of its epilogue
+        let finished = match self.wino {
+            Some(wg) => {
+                wg.block(x, (h, w), pixels, out, &mut scratch(cols));
+                false
+            }
             None => Direct {
                 input: self.input,
                 win: self.win,
                 panels: self.panels,
+                fin: self.finish(),
             }
             .block(x, pixels, out),
+        };
+        let epi = match finished {
+            true => self.sum_epilogue(sum),
+            false => self.epilogue(sum),
+        };
+        if finished && epi.sum.is_none() {
+            return;
         }
         finish_rows(out, np, &epi);
     }

@@ -7,16 +7,19 @@
 //! and starting micro-kernels, and the unfolding itself writes 9 or 49 copies of every pixel
 //! (MobileNet's stem ran at 64 GFLOP/s against 190–200 for its later layers). Here a tile of
 //! up to 12 pixels of one output row, all output channels (16 to 64: one to four vectors), is
-//! accumulated over the window's taps in registers and stored once.
+//! accumulated over the window's taps in registers, shifted and activated there (ReLU, ReLU6),
+//! and stored once — around the caches when the layer's output is too large for them
+//! ([`Finish::stream`]).
 //!
 //! Each output is the same chain of fused multiply-adds as the unfolded GEMM's — over the taps
 //! in (ky, kx, channel) order from zero, a tap outside the image multiplying a zero — so the
 //! results are the same bits as the path it replaces (a test checks it), and a pixel's result
 //! never depends on its tile.
 
-use super::kernels::Window;
+use super::kernels::{self, ActK, Window};
 use super::panels::{Panels, NR};
 use super::par::vectorized_fn;
+use super::rowgemm::Finish;
 
 /// Input channels at most for a convolution to run directly: beyond a few, the unfolded GEMM's
 /// reduction is long enough for the row GEMM.
@@ -43,18 +46,44 @@ pub(super) fn applies(groups: usize, (c, co): (usize, usize), taps: usize) -> bo
 
 /// The convolution's geometry: input `(h, w, c)` channels-last, the window, and the weights as
 /// the row GEMM holds them (`K = kh·kw·c` rows in (ky, kx, channel) order, `co` columns).
+/// `fin`: the shift and activation applied as the outputs are stored, when it is one the
+/// registers apply ([`Finish::in_registers`]; else not applied).
 #[derive(Clone, Copy)]
 pub(super) struct Direct<'a> {
     pub(super) input: (usize, usize, usize),
     pub(super) win: Window,
     pub(super) panels: &'a Panels,
+    pub(super) fin: Finish<'a>,
 }
 
 impl Direct<'_> {
     /// Output pixels `pixels` (row-major over the output image) into `out` (`[pixels][co]`),
-    /// before any epilogue.
-    pub(super) fn block(&self, x: &[f32], pixels: std::ops::Range<usize>, out: &mut [f32]) {
-        block_impl(self, x, pixels, out)
+    /// finished ([`Direct::fin`]) when that returns true.
+    pub(super) fn block(&self, x: &[f32], pixels: std::ops::Range<usize>, out: &mut [f32]) -> bool {
+        block_impl(self, x, pixels, out);
+        if self.fin.stream {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: SSE is part of x86-64; the streamed lines reach memory before the block
+            // is seen as done
+            unsafe {
+                std::arch::x86_64::_mm_sfence()
+            };
+        }
+        self.fin.in_registers()
+    }
+
+    /// The finish an output pixel's values take (`act(v + shift)`), when the block applies it.
+    #[inline(always)]
+    fn finish_pixel(&self, out: &mut [f32]) {
+        if !self.fin.in_registers() {
+            return;
+        }
+        if !self.fin.shift.is_empty() {
+            out.iter_mut()
+                .zip(self.fin.shift)
+                .for_each(|(v, b)| *v += b);
+        }
+        kernels::act(self.fin.act, out);
     }
 
     /// Output columns whose every tap lies inside the image along x, and whether output row
@@ -114,6 +143,7 @@ vectorized_fn! {
                 px += run;
             } else {
                 d.pixel(x, (oy, ox), o);
+                d.finish_pixel(&mut o[..co]);
                 px += 1;
             }
         }
@@ -146,6 +176,14 @@ fn tile(d: &Direct, x: &[f32], (oy, ox): (usize, usize), n: usize, out: &mut [f3
         };
         let x = x[(iy0 * w + ix0) * c..].as_ptr();
         let (wt, o) = (d.panels.data.as_ptr(), out.as_mut_ptr());
+        let fin = match d.fin.in_registers() {
+            true => d.fin,
+            false => Finish::NONE,
+        };
+        assert!(
+            fin.shift.is_empty() || fin.shift.len() >= co,
+            "direct convolution: a shift shorter than the output channels"
+        );
         // pixels a tile: as many as 24 accumulators hold (12 at most)
         let most = 24 / (co / 16).max(1);
         let mut done = 0;
@@ -157,10 +195,10 @@ fn tile(d: &Direct, x: &[f32], (oy, ox): (usize, usize), n: usize, out: &mut [f3
             unsafe {
                 let (x, o) = (x.add(done * g.step), o.add(done * co));
                 match co / 16 {
-                    1 => tile_avx512::<1, 12>(x, wt, g, m, o),
-                    2 => tile_avx512::<2, 12>(x, wt, g, m, o),
-                    3 => tile_avx512::<3, 8>(x, wt, g, m, o),
-                    _ => tile_avx512::<4, 6>(x, wt, g, m, o),
+                    1 => tile_avx512::<1, 12>(x, wt, g, (m, o), fin),
+                    2 => tile_avx512::<2, 12>(x, wt, g, (m, o), fin),
+                    3 => tile_avx512::<3, 8>(x, wt, g, (m, o), fin),
+                    _ => tile_avx512::<4, 6>(x, wt, g, (m, o), fin),
                 }
             }
             done += m;
@@ -184,19 +222,19 @@ struct Geometry {
 
 /// `m ≤ P` pixels (`P` at most used) × `V` vectors of output channels: `x` the first pixel's
 /// window corner, the next pixels `step` values on; `wt` the panels (`[co / NR][k][NR]`); `o`
-/// `m` rows of `16·V` outputs.
+/// `m` rows of `16·V` outputs, finished by `fin` (a shift, ReLU or ReLU6, or nothing).
 ///
 /// # Safety
 /// AVX-512F present; every tap of the `m` pixels readable from `x`; the panels hold `k` rows
-/// of `ceil(16·V / NR)` panels; `o` holds `m · 16·V` values.
+/// of `ceil(16·V / NR)` panels; `o` holds `m · 16·V` values; the shift, unless empty, `16·V`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
 unsafe fn tile_avx512<const V: usize, const P: usize>(
     x: *const f32,
     wt: *const f32,
     g: Geometry,
-    m: usize,
-    o: *mut f32,
+    (m, o): (usize, *mut f32),
+    fin: Finish,
 ) {
     use std::arch::x86_64::*;
     // pixels past `m` read pixel 0's window (their results are dropped): every loop over the
@@ -219,10 +257,38 @@ unsafe fn tile_avx512<const V: usize, const P: usize>(
             }
         }
     }
+    if !fin.shift.is_empty() {
+        let s: [__m512; V] =
+            std::array::from_fn(|v| _mm512_loadu_ps(fin.shift.as_ptr().add(16 * v)));
+        for acc_p in acc.iter_mut() {
+            for (a, s) in acc_p.iter_mut().zip(&s) {
+                *a = _mm512_add_ps(*a, *s);
+            }
+        }
+    }
+    // as the row GEMM's micro-kernel: `f32::max(x, 0)` and `f32::clamp(x, 0, 6)` exactly
+    let (zero, six) = (_mm512_setzero_ps(), _mm512_set1_ps(6.0));
+    match fin.act {
+        ActK::Relu => acc
+            .iter_mut()
+            .flatten()
+            .for_each(|a| *a = _mm512_max_ps(*a, zero)),
+        ActK::Relu6 => acc
+            .iter_mut()
+            .flatten()
+            .for_each(|a| *a = _mm512_min_ps(six, _mm512_max_ps(zero, *a))),
+        _ => {}
+    }
+    // whole aligned lines around the caches, when streaming
+    let stream = fin.stream && (o as usize).is_multiple_of(64);
     for (p, acc_p) in acc.iter().enumerate() {
         if p < m {
             for (v, a) in acc_p.iter().enumerate() {
-                _mm512_storeu_ps(o.add(p * 16 * V + v * 16), *a);
+                let at = o.add(p * 16 * V + v * 16);
+                match stream {
+                    true => _mm512_stream_ps(at, *a),
+                    false => _mm512_storeu_ps(at, *a),
+                }
             }
         }
     }

@@ -100,7 +100,7 @@ impl Finish<'_> {
 
     /// Whether the micro-kernel applies it in registers (else it runs over each finished
     /// block while it is in cache).
-    fn in_registers(&self) -> bool {
+    pub(super) fn in_registers(&self) -> bool {
         matches!(self.act, ActK::None | ActK::Relu | ActK::Relu6)
     }
 
