@@ -550,11 +550,21 @@ impl Nn<'_> {
                                     true => next,
                                     false => next.wrapping_add(t * (kc / 4).max(1) * per_turn * 16),
                                 };
+                                // the partial chains the next tile continues, on their way
+                                // into L2 meanwhile (the rows of C a GEMM sweeps once a block of
+                                // `p` can outgrow L2: 1.6 MB a thread for MobileNet's last
+                                // layer at batch 16)
+                                let c_next = match (pc > 0, ir + MR < mc, jr + NR < nc) {
+                                    (false, ..) => std::ptr::null(),
+                                    (true, true, _) => dst.add(MR * self.ldc),
+                                    (true, false, true) => c.0.add(ic * self.ldc + jc + jr + NR),
+                                    (true, false, false) => std::ptr::null(),
+                                };
                                 micro_rows(
                                     kc,
                                     (a0.add(ir * alda), alda),
                                     (panel(jr), (share, per_turn)),
-                                    (dst, self.ldc),
+                                    (dst, self.ldc, c_next),
                                     (MR.min(mc - ir), NR.min(nc - jr)),
                                     (pc == 0, fin(jr)),
                                 );

@@ -27,7 +27,7 @@ pub(super) unsafe fn micro_rows(
     kc: usize,
     a: (*const f32, usize),
     b: (*const f32, (*const f32, usize)),
-    c: (*mut f32, usize),
+    c: (*mut f32, usize, *const f32),
     (rows, cols): (usize, usize),
     first: (bool, Fin),
 ) {
@@ -44,7 +44,8 @@ pub(super) unsafe fn micro_rows(
 /// `b` a packed `kc × NR` panel (`next`, when not null, this pass's share of the next panel to
 /// fetch into L2 meanwhile, `per_turn` lines every four steps);
 /// `first` starts each chain from zero, otherwise it continues from C; `fin` is applied as C
-/// is stored.
+/// is stored; `c_next` (not null) the next tile's C, `MR` rows of `NR` values, `ldc` apart, to
+/// fetch into L2 meanwhile.
 ///
 /// # Safety
 /// AVX-512F present; `rows` rows of `kc` values of A and `kc` rows of the panel readable;
@@ -56,11 +57,18 @@ unsafe fn micro<const M: usize>(
     kc: usize,
     (a, lda): (*const f32, usize),
     (b, (next, per_turn)): (*const f32, (*const f32, usize)),
-    (c, ldc): (*mut f32, usize),
+    (c, ldc, c_next): (*mut f32, usize, *const f32),
     (rows, cols): (usize, usize),
     (first, fin): (bool, Fin),
 ) {
     use std::arch::x86_64::*;
+    if !c_next.is_null() {
+        for r in 0..MR {
+            let row = c_next.wrapping_add(r * ldc) as *const i8;
+            _mm_prefetch::<_MM_HINT_T1>(row);
+            _mm_prefetch::<_MM_HINT_T1>(row.wrapping_add(64));
+        }
+    }
     let m0 = ((1u32 << cols.min(16)) - 1) as u16;
     let m1 = ((1u32 << cols.saturating_sub(16)) - 1) as u16;
     let mut acc = [[_mm512_setzero_ps(); 2]; M];
