@@ -43,11 +43,13 @@ fn images_at_once(p: usize, k: usize, max_batch: usize) -> usize {
 }
 
 /// Bytes of output a convolution writes for its sub-batch from which its GEMM stores them
-/// around the caches (half of this machine's 32 MiB L3, which the next node's reads would
-/// otherwise share with them): at batch 16, MobileNet-v1's layers of 25-51 MB (the first three
-/// 1×1 convolutions) ran 15-30% faster so, and the layers reading their outputs no slower;
-/// from 12.8 MB (two more layers) no faster.
-const STREAM_BYTES: usize = 16 << 20;
+/// around the caches (a quarter of this machine's 32 MiB L3: the next node's reads of this
+/// output, its own input and the weights would otherwise share it): at batch 16,
+/// MobileNet-v1's first three 1×1 layers (25–51 MB) ran 15–30% faster so and the layers
+/// reading their outputs no slower; from 8 MiB instead of 16 the next two (12.8 MB) too
+/// (28 × 28 pairs 10.1 → 9.0–9.2 and 5.9–6.4 → 5.4–5.7 ms, 3 of 3 interleaved pairs; the pass
+/// faster in 7 of 9), from 4 MiB no more.
+const STREAM_BYTES: usize = 8 << 20;
 
 /// Weights (values) beyond which they no longer stay in L2 from one block to the next (1 MiB).
 const WEIGHTS_IN_L2: usize = 256 * 1024;
