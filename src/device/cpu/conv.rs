@@ -4,9 +4,11 @@
 //! pixels fixed by the image's geometry ([`block_pixels`]); each thread takes a run of whole
 //! blocks and, a block at a time, unfolds the block's windows (none for a 1×1 window at stride
 //! 1: the image is read in place) and multiplies (the row GEMM, on weights packed at prepare
-//! time), whose epilogue applies the shift, the activation and — when the convolution
-//! completes a residual connection ([`Residual`]) — the add and its activation to each block
-//! of the output as the GEMM finishes it ([`Epilogue`]). A 3×3 convolution at stride 1 runs
+//! time), which applies the shift and the activation as it stores each tile
+//! ([`rowgemm::Finish`]) and whose epilogue — when the convolution completes a residual
+//! connection ([`Residual`]) — adds and activates the sum over each block of the output as the
+//! GEMM finishes it ([`Epilogue`]). An output larger than the caches keep for the next node is
+//! stored around them ([`STREAM_BYTES`]). A 3×3 convolution at stride 1 runs
 //! its blocks by Winograd's algorithm instead ([`Winograd`]). Small images (ResNet's last
 //! stage) run as one block, its columns shared between the cores, and a sub-batch's small
 //! images in consecutive slots as one GEMM ([`Conv::images`]). Grouped convolutions unfold the
@@ -50,6 +52,13 @@ fn images_at_once(p: usize, k: usize, max_batch: usize) -> usize {
 /// (28 × 28 pairs 10.1 → 9.0–9.2 and 5.9–6.4 → 5.4–5.7 ms, 3 of 3 interleaved pairs; the pass
 /// faster in 7 of 9), from 4 MiB no more.
 const STREAM_BYTES: usize = 8 << 20;
+
+/// Whether a convolution of `images` images of `per_image` output values stores its output
+/// around the caches ([`STREAM_BYTES`]; never when it completes a residual sum, `sum`, whose
+/// epilogue reads the output back).
+fn streams(sum: bool, images: usize, per_image: usize) -> bool {
+    !sum && images * per_image * std::mem::size_of::<f32>() >= STREAM_BYTES
+}
 
 /// Weights (values) beyond which they no longer stay in L2 from one block to the next (1 MiB).
 const WEIGHTS_IN_L2: usize = 256 * 1024;
@@ -546,7 +555,7 @@ impl CpuDevice {
             direct: direct::applies(g, (c, co), kernel.0 * kernel.1),
             residual: fused.map_or(ActK::None, |r| r.act),
             pre,
-            stream: fused.is_none() && members.len() * co * ho * wo * 4 >= STREAM_BYTES,
+            stream: streams(fused.is_some(), members.len(), co * ho * wo),
         };
         let layout = &self.layout;
         let x_len = conv

@@ -1,4 +1,5 @@
-//! The convolutions' tests: residual sums fused into the convolution that completes them.
+//! The convolutions' tests: residual sums fused into the convolution that completes them, and
+//! outputs stored around the caches.
 
 use super::*;
 use crate::device::capture::CaptureMode;
@@ -201,5 +202,94 @@ fn a_reversed_order_keeps_each_threads_images_and_visits_each_once() {
         }
         seen.sort_unstable();
         assert_eq!(seen, (0..count).collect::<Vec<_>>());
+    }
+}
+
+/// A direct stem, a 1×1 convolution and a depthwise-separable pair on 128 × 128 images of 64
+/// channels (4 MiB an output): two images store their outputs around the caches
+/// ([`STREAM_BYTES`]), one does not, and each image's outputs are the same bits either way.
+#[test]
+fn outputs_stored_around_the_caches_are_the_bits_stored_through_them() {
+    const LARGE: &str = r#"
+name = "streamed"
+max_batch = 2
+
+[[node]]
+name = "x"
+op = "input"
+shape = [3, 128, 128]
+seq = "one"
+
+[[node]]
+name = "stem"
+op = "conv2d"
+inputs = ["x"]
+out_channels = 64
+kernel = 3
+padding = 1
+bn = true
+act = "relu6"
+
+[[node]]
+name = "pw"
+op = "conv2d"
+inputs = ["stem"]
+out_channels = 64
+kernel = 1
+bn = true
+act = "relu6"
+
+[[node]]
+name = "dw"
+op = "conv2d"
+inputs = ["pw"]
+out_channels = 64
+kernel = 3
+padding = 1
+groups = 64
+bn = true
+act = "relu6"
+
+[[node]]
+name = "pw2"
+op = "conv2d"
+inputs = ["dw"]
+out_channels = 64
+kernel = 1
+bn = true
+act = "relu"
+"#;
+    let per_image = 128 * 128 * 64;
+    assert!(streams(false, 2, per_image) && !streams(false, 1, per_image));
+    assert!(
+        !streams(true, 2, per_image),
+        "a residual sum reads its output back"
+    );
+    let outputs = |slots: &[u32]| {
+        let (model, mut dev) = testing::prepared(LARGE, 3);
+        let id = |name: &str| model.nodes.iter().position(|n| n.name == name).unwrap();
+        assert!(direct::applies(1, (3, 64), 9), "the stem runs directly");
+        assert!(dev.nodes[id("pw2")].pre.is_some(), "dw runs inside pw2");
+        let members = testing::members(&model, slots, u64::from);
+        testing::run(&mut dev, &model, model.nodes.len(), &members);
+        let mut out = Vec::new();
+        for name in ["stem", "pw", "pw2"] {
+            let at = dev.layout.offset(id(name), slots[0], 0);
+            out.push(dev.nodes[id(name)].out[at..at + per_image].to_vec());
+        }
+        out
+    };
+    let (alone, streamed) = (outputs(&[0]), outputs(&[0, 1]));
+    for (k, (a, s)) in alone.iter().zip(&streamed).enumerate() {
+        assert!(
+            a.iter().any(|v| *v > 0.0) && a.iter().any(|v| *v < 6.0),
+            "layer {k}"
+        );
+        let differ = a
+            .iter()
+            .zip(s)
+            .filter(|(a, b)| a.to_bits() != b.to_bits())
+            .count();
+        assert_eq!(differ, 0, "layer {k}: alone and streamed differ");
     }
 }
