@@ -2,6 +2,8 @@
 //! tests. Convolutions' GEMMs go through the `gemm` crate, linear and LSTM layers' through
 //! [`super::rowgemm`]; everything else is written out here. No kernel allocates.
 
+use super::activation::sigmoid;
+pub use super::activation::{act, ActK};
 use super::fastmath;
 pub use super::panels::Panels;
 pub use super::par::in_library;
@@ -156,64 +158,6 @@ impl Window {
         let lo = pad.div_ceil(s).min(wo);
         let hi = ((w + pad).saturating_sub(kw) / s + 1).clamp(lo, wo);
         lo..hi
-    }
-}
-
-/// Activation kinds the kernels apply.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ActK {
-    /// None.
-    None,
-    /// max(x, 0).
-    Relu,
-    /// clamp(x, 0, 6).
-    Relu6,
-    /// tanh-approximated GELU.
-    Gelu,
-    /// exact GELU (erf).
-    GeluErf,
-    /// tanh.
-    Tanh,
-    /// logistic.
-    Sigmoid,
-}
-
-/// The logistic function.
-#[inline]
-pub(crate) fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + fastmath::exp(-x))
-}
-
-/// Applies an activation to one value.
-#[inline(always)]
-pub(crate) fn act1(a: ActK, x: f32) -> f32 {
-    match a {
-        ActK::None => x,
-        ActK::Relu => x.max(0.0),
-        ActK::Relu6 => x.clamp(0.0, 6.0),
-        ActK::Gelu => 0.5 * x * (1.0 + fastmath::tanh(0.797_884_6 * (x + 0.044_715 * x * x * x))),
-        ActK::GeluErf => 0.5 * x * (1.0 + fastmath::erf(x * std::f32::consts::FRAC_1_SQRT_2)),
-        ActK::Tanh => fastmath::tanh(x),
-        ActK::Sigmoid => sigmoid(x),
-    }
-}
-
-/// Applies an activation in place, one loop per kind so that each vectorises (inline, so that
-/// a caller compiled for AVX-512 vectorises it 16 wide).
-#[inline(always)]
-pub fn act(a: ActK, x: &mut [f32]) {
-    #[inline(always)]
-    fn each(x: &mut [f32], f: impl Fn(f32) -> f32) {
-        x.iter_mut().for_each(|v| *v = f(*v));
-    }
-    match a {
-        ActK::None => {}
-        ActK::Relu => each(x, |v| act1(ActK::Relu, v)),
-        ActK::Relu6 => each(x, |v| act1(ActK::Relu6, v)),
-        ActK::Gelu => each(x, |v| act1(ActK::Gelu, v)),
-        ActK::GeluErf => each(x, |v| act1(ActK::GeluErf, v)),
-        ActK::Tanh => each(x, |v| act1(ActK::Tanh, v)),
-        ActK::Sigmoid => each(x, |v| act1(ActK::Sigmoid, v)),
     }
 }
 

@@ -17,6 +17,7 @@
 //! device holds them (packed, or transformed for Winograd), and `arena` where the nodes'
 //! outputs live (image models' share memory by liveness).
 
+mod activation;
 pub mod aligned;
 mod arena;
 mod attention;

@@ -22,8 +22,8 @@
 //! split by columns over the CPU device's threads (`team`), which does not change any element's
 //! arithmetic.
 
+use super::activation::{self, ActK};
 use super::aligned::Aligned;
-use super::kernels::{self, ActK};
 use super::panels::Panels;
 use super::par::{self, avx512, vectorized_fn};
 
@@ -119,7 +119,7 @@ vectorized_fn! {
             if !shift.is_empty() {
                 row.iter_mut().zip(shift).for_each(|(v, b)| *v += b);
             }
-            kernels::act(fin.act, row);
+            activation::act(fin.act, row);
         }
     }
 }
