@@ -7,8 +7,9 @@
 //! time), which applies the shift and the activation as it stores each tile
 //! ([`rowgemm::Finish`]) and whose epilogue — when the convolution completes a residual
 //! connection ([`Residual`]) — adds and activates the sum over each block of the output as the
-//! GEMM finishes it ([`Epilogue`]). An output larger than the caches keep for the next node is
-//! stored around them ([`STREAM_BYTES`]). A 3×3 convolution at stride 1 runs
+//! GEMM finishes it ([`Epilogue`]). The row GEMM's and the direct convolution's outputs larger
+//! than the caches keep for the next node are stored around them ([`STREAM_BYTES`]; not with a
+//! residual sum, nor by Winograd's or the grouped paths). A 3×3 convolution at stride 1 runs
 //! its blocks by Winograd's algorithm instead ([`Winograd`]). Small images (ResNet's last
 //! stage) run as one block, its columns shared between the cores, and a sub-batch's small
 //! images in consecutive slots as one GEMM ([`Conv::images`]). Grouped convolutions unfold the

@@ -95,8 +95,8 @@ pub fn gemm_rows(m: usize, a: &[f32], b: &Panels, c: &mut [f32]) {
 }
 
 /// [`gemm_rows`] then [`bias_act`] (the same bits), the bias and the activation applied by the
-/// GEMM to each block of C as it finishes it — in its registers for ReLU and ReLU6 — instead
-/// of a pass over C after it.
+/// GEMM to each block of C as it finishes it — in its registers for ReLU and ReLU6 from 8 rows
+/// on — instead of a pass over C after it.
 pub(crate) fn gemm_rows_bias_act(
     m: usize,
     a: &[f32],

@@ -79,10 +79,12 @@ pub fn gemm_panels((m, a, lda): (usize, &[f32], usize), b: &Panels, (c, ldc): (&
 /// [`kernels::bias_act`](super::kernels::bias_act), in the same order, so the same bits.
 ///
 /// `stream`: C will not be read again before it leaves the caches (a layer's output over a
-/// large sub-batch), so the micro-kernel stores its finished lines straight to memory
-/// (non-temporal stores, where a tile's row is whole aligned lines) instead of reading each
-/// line in first and evicting other data for it; an epilogue should then not read C (it would
-/// read it back from memory).
+/// large sub-batch), so the micro-kernel stores its finished values straight to memory
+/// (non-temporal stores) instead of fetching each line to write it and evicting other data
+/// for it — where it can: 8 rows or more, a finish it applies in registers, tiles of 32
+/// columns whose rows are whole aligned lines (the rest is stored as usual). With `k` beyond
+/// one block of `p` the partial sums are still read back through the caches. An epilogue
+/// should then not read C (it would read it back from memory).
 #[derive(Clone, Copy)]
 pub struct Finish<'a> {
     pub shift: &'a [f32],
@@ -124,8 +126,8 @@ vectorized_fn! {
     }
 }
 
-/// What runs over each block of C as soon as its values are final, while it is still in
-/// cache (a layer's shift, activation and residual add): every element of C is in exactly one
+/// What runs over each block of C as soon as its values are final (after the [`Finish`]),
+/// while it is still in cache (a convolution's residual add): every element of C is in exactly one
 /// [`Done`] block, each handed over once, from the thread that computed it. It must not run a
 /// GEMM itself (the thread's packing buffers are in use).
 pub type Epilogue<'a> = &'a (dyn Fn(Done) + Sync);

@@ -82,47 +82,55 @@ fn a_direct_convolution_gives_the_bits_of_the_unfolded_gemm() {
 fn a_direct_convolution_finishes_its_outputs_as_the_bias_and_activation_pass_does() {
     use crate::device::cpu::aligned::Aligned;
     let mut rng = StdRng::seed_from_u64(8);
-    let ((h, w, c), kk, s, pad, co) = ((21, 18, 3), 3, 2, 1, 32);
-    let out = ((h + 2 * pad - kk) / s + 1, (w + 2 * pad - kk) / s + 1);
-    let win = Window {
-        kernel: (kk, kk),
-        stride: s,
-        pad,
-        out,
-    };
-    // large values, so that ReLU6 clips some
-    let x: Vec<f32> = random(&mut rng, h * w * c)
-        .iter()
-        .map(|v| 8.0 * v)
-        .collect();
-    let pk = Panels::pack(&random(&mut rng, kk * kk * c * co), kk * kk * c, co);
-    let shift = random(&mut rng, co);
-    let p = out.0 * out.1;
-    let plain = Direct {
-        input: (h, w, c),
-        win,
-        panels: &pk,
-        fin: Finish::NONE,
-    };
-    let mut raw = vec![0.0; p * co];
-    plain.block(&x, 0..p, &mut raw);
-    for act in [ActK::None, ActK::Relu, ActK::Relu6, ActK::Tanh] {
-        for stream in [false, true] {
-            let mut want = raw.clone();
+    // one, two and four vectors of output channels
+    for co in [16, 32, 64] {
+        let ((h, w, c), kk, s, pad) = ((21, 18, 3), 3, 2, 1);
+        let out = ((h + 2 * pad - kk) / s + 1, (w + 2 * pad - kk) / s + 1);
+        let win = Window {
+            kernel: (kk, kk),
+            stride: s,
+            pad,
+            out,
+        };
+        // large values, so that ReLU6 clips some
+        let x: Vec<f32> = random(&mut rng, h * w * c)
+            .iter()
+            .map(|v| 8.0 * v)
+            .collect();
+        let pk = Panels::pack(&random(&mut rng, kk * kk * c * co), kk * kk * c, co);
+        let shift = random(&mut rng, co);
+        let p = out.0 * out.1;
+        let plain = Direct {
+            input: (h, w, c),
+            win,
+            panels: &pk,
+            fin: Finish::NONE,
+        };
+        let mut raw = vec![0.0; p * co];
+        plain.block(&x, 0..p, &mut raw);
+        for act in [ActK::None, ActK::Relu, ActK::Relu6, ActK::Tanh] {
             let in_registers = act != ActK::Tanh;
+            let mut want = raw.clone();
             if in_registers {
                 kernels::bias_act(act, &mut want, co, &shift);
             }
-            let fin = Finish {
-                shift: &shift,
-                act,
-                stream,
-            };
-            let d = Direct { fin, ..plain };
-            let mut got = Aligned::zeroed(p * co);
-            assert_eq!(d.block(&x, 0..p, &mut got), in_registers, "{act:?}");
-            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&got), bits(&want), "{act:?}, stream {stream}");
+            for (stream, block) in [(false, p), (true, p), (true, 7), (false, 29)] {
+                let fin = Finish {
+                    shift: &shift,
+                    act,
+                    stream,
+                };
+                let d = Direct { fin, ..plain };
+                let mut got = Aligned::zeroed(p * co);
+                for start in (0..p).step_by(block) {
+                    let end = (start + block).min(p);
+                    let finished = d.block(&x, start..end, &mut got[start * co..end * co]);
+                    assert_eq!(finished, in_registers, "{act:?}");
+                }
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                let what = format!("{co} out, {act:?}, stream {stream}, blocks of {block}");
+                assert_eq!(bits(&got), bits(&want), "{what}");
+            }
         }
     }
 }

@@ -129,12 +129,18 @@ fn the_simd_and_portable_kernels_agree_bit_for_bit() {
 #[test]
 fn the_finish_gives_the_bits_of_the_gemm_then_bias_and_activation() {
     use crate::device::cpu::kernels::{self, ActK};
+    // streamed where rows are whole aligned lines (n a multiple of 16): full tiles, short tiles
+    // (75 rows), several blocks of `p` (300), a last panel of 16 columns stored as usual (80),
+    // and enough work for the columns to split over the threads (300 × 256 × 64)
     for &(m, n, k) in &[
         (3, 70, 53),
         (75, 100, 300),
         (70, 40, 1024),
         (9, 33, 7),
         (40, 64, 32),
+        (75, 96, 300),
+        (40, 80, 32),
+        (300, 256, 64),
     ] {
         let (mut a, b) = (data(m * k, 7), data(k * n, 8));
         // a NaN in one row of A, and large values in another (beyond 6 after the GEMM)
