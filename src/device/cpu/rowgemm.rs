@@ -303,7 +303,13 @@ impl Nn<'_> {
                     (true, B::Panels(pk)) => self.stream_panels(pk, j0, j1, c),
                     // the packed kernel hands its blocks over as it finishes them
                     (false, _) if self.k > 0 => return self.packed(j0, j1, c),
-                    (false, _) => {}
+                    // empty chains: zeros, as the other kernels give
+                    (false, _) => {
+                        for r in 0..self.m {
+                            let row = c.0.add(r * self.ldc + j0);
+                            std::ptr::write_bytes(row, 0, j1 - j0);
+                        }
+                    }
                 }
             }
             return self.done(0..self.m, j0..j1, c, false);

@@ -183,3 +183,15 @@ fn the_finish_gives_the_bits_of_the_gemm_then_bias_and_activation() {
         }
     }
 }
+
+/// With no `p` at all (k = 0) every kernel gives zeros (then the finish), whatever was in C.
+#[test]
+fn an_empty_reduction_gives_zeros() {
+    for m in [1, 3, 8, 20] {
+        let n = 40;
+        let pk = Panels::pack(&[], 0, n);
+        let mut c = vec![7.0; m * n];
+        gemm_panels((m, &[], 0), &pk, (&mut c, n));
+        assert!(c.iter().all(|&v| v == 0.0), "{m} rows");
+    }
+}
