@@ -182,11 +182,7 @@ par::vectorized_fn! {
 /// whole output that it replaces); inlined into its callers' vectorised bodies.
 #[inline(always)]
 fn finish_row(row: &mut [f32], r: usize, cols: std::ops::Range<usize>, e: &Epilogue) {
-    let shift = e.shift.get(cols.clone()).unwrap_or(&[]);
-    if !shift.is_empty() {
-        row.iter_mut().zip(shift).for_each(|(v, b)| *v += b);
-    }
-    kernels::act(e.act, row);
+    activation::shift_act(e.act, row, e.shift.get(cols.clone()).unwrap_or(&[]));
     if let Some((ak, skip, y)) = &e.sum {
         let at = r * e.co + cols.start;
         let skip = &skip[at..at + cols.len()];

@@ -16,7 +16,10 @@
 //! results are the same bits as the path it replaces (a test checks it), and a pixel's result
 //! never depends on its tile.
 
-use super::kernels::{self, ActK, Window};
+#[cfg(target_arch = "x86_64")]
+use super::activation::act_zmm;
+use super::activation::{shift_act, ActK};
+use super::kernels::Window;
 use super::panels::{Panels, NR};
 use super::par::vectorized_fn;
 use super::rowgemm::Finish;
@@ -78,12 +81,7 @@ impl Direct<'_> {
         if !self.fin.in_registers() {
             return;
         }
-        if !self.fin.shift.is_empty() {
-            out.iter_mut()
-                .zip(self.fin.shift)
-                .for_each(|(v, b)| *v += b);
-        }
-        kernels::act(self.fin.act, out);
+        shift_act(self.fin.act, out, self.fin.shift);
     }
 
     /// Output columns whose every tap lies inside the image along x, and whether output row
@@ -266,18 +264,10 @@ unsafe fn tile_avx512<const V: usize, const P: usize>(
             }
         }
     }
-    // as the row GEMM's micro-kernel: `f32::max(x, 0)` and `f32::clamp(x, 0, 6)` exactly
-    let (zero, six) = (_mm512_setzero_ps(), _mm512_set1_ps(6.0));
-    match fin.act {
-        ActK::Relu => acc
-            .iter_mut()
+    if matches!(fin.act, ActK::Relu | ActK::Relu6) {
+        acc.iter_mut()
             .flatten()
-            .for_each(|a| *a = _mm512_max_ps(*a, zero)),
-        ActK::Relu6 => acc
-            .iter_mut()
-            .flatten()
-            .for_each(|a| *a = _mm512_min_ps(six, _mm512_max_ps(zero, *a))),
-        _ => {}
+            .for_each(|a| *a = act_zmm(fin.act, *a));
     }
     // whole aligned lines around the caches, when streaming
     let stream = fin.stream && (o as usize).is_multiple_of(64);

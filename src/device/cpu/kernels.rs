@@ -2,8 +2,8 @@
 //! tests. Convolutions' GEMMs go through the `gemm` crate, linear and LSTM layers' through
 //! [`super::rowgemm`]; everything else is written out here. No kernel allocates.
 
-use super::activation::sigmoid;
 pub use super::activation::{act, ActK};
+use super::activation::{shift_act, sigmoid};
 use super::fastmath;
 pub use super::panels::Panels;
 pub use super::par::in_library;
@@ -179,10 +179,7 @@ pub fn bias_act(a: ActK, y: &mut [f32], n: usize, bias: &[f32]) {
 vectorized_fn! {
     fn bias_act_rows(a: ActK, rows: &mut [f32], n: usize, bias: &[f32]) {
         for row in rows.chunks_exact_mut(n) {
-            if !bias.is_empty() {
-                row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
-            }
-            act(a, row);
+            shift_act(a, row, bias);
         }
     }
 }

@@ -117,11 +117,7 @@ vectorized_fn! {
     fn finish_block(d: &mut Done, fin: &Finish) {
         let shift = fin.shift.get(d.cols.clone()).unwrap_or(&[]);
         for r in d.rows.clone() {
-            let row = d.row(r);
-            if !shift.is_empty() {
-                row.iter_mut().zip(shift).for_each(|(v, b)| *v += b);
-            }
-            activation::act(fin.act, row);
+            activation::shift_act(fin.act, d.row(r), shift);
         }
     }
 }

@@ -11,6 +11,16 @@ fn random(rng: &mut StdRng, n: usize) -> Vec<f32> {
     (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
 }
 
+/// A `kk × kk` window at stride `s` and padding `pad` over an `h × w` image.
+fn square_window((h, w): (usize, usize), kk: usize, s: usize, pad: usize) -> Window {
+    Window {
+        kernel: (kk, kk),
+        stride: s,
+        pad,
+        out: ((h + 2 * pad - kk) / s + 1, (w + 2 * pad - kk) / s + 1),
+    }
+}
+
 /// The unfolded path: every output pixel's window by `im2col`, then the row GEMM.
 fn unfolded(x: &[f32], input: (usize, usize, usize), win: Window, pk: &Panels) -> Vec<f32> {
     let (p, k, co) = (win.out.0 * win.out.1, pk.k, pk.n);
@@ -38,13 +48,8 @@ fn a_direct_convolution_gives_the_bits_of_the_unfolded_gemm() {
         ((9, 31, 2), 3, 3, 0, 32),
     ];
     for ((h, w, c), kk, s, pad, co) in cases {
-        let out = ((h + 2 * pad - kk) / s + 1, (w + 2 * pad - kk) / s + 1);
-        let win = Window {
-            kernel: (kk, kk),
-            stride: s,
-            pad,
-            out,
-        };
+        let win = square_window((h, w), kk, s, pad);
+        let out = win.out;
         let x = random(&mut rng, h * w * c);
         let pk = Panels::pack(&random(&mut rng, kk * kk * c * co), kk * kk * c, co);
         let want = unfolded(&x, (h, w, c), win, &pk);
@@ -85,13 +90,8 @@ fn a_direct_convolution_finishes_its_outputs_as_the_bias_and_activation_pass_doe
     // one, two and four vectors of output channels
     for co in [16, 32, 64] {
         let ((h, w, c), kk, s, pad) = ((21, 18, 3), 3, 2, 1);
-        let out = ((h + 2 * pad - kk) / s + 1, (w + 2 * pad - kk) / s + 1);
-        let win = Window {
-            kernel: (kk, kk),
-            stride: s,
-            pad,
-            out,
-        };
+        let win = square_window((h, w), kk, s, pad);
+        let out = win.out;
         // large values, so that ReLU6 clips some
         let x: Vec<f32> = random(&mut rng, h * w * c)
             .iter()

@@ -4,6 +4,7 @@
 //! the tile's height, so the results do not depend on it. On the last block of `p` a tile
 //! applies the layer's shift and ReLU or ReLU6 in registers as it stores C ([`Fin`]).
 
+use super::super::activation::act_zmm;
 use super::{ActK, MAX_PER_TURN, MR, NR};
 
 /// What a tile applies to its values as it stores them: `act(c + shift[j])`, the shift from
@@ -131,20 +132,10 @@ unsafe fn micro<const M: usize>(
             acc_r[1] = _mm512_add_ps(acc_r[1], s[1]);
         }
     }
-    // `f32::max(x, 0)` and `f32::clamp(x, 0, 6)` exactly: MAXPS and MINPS return their second
-    // operand when either is NaN or both are zeros (so NaN → 0 for ReLU, NaN → NaN and
-    // -0 → -0 for ReLU6, as in `kernels::act`)
-    let (zero, six) = (_mm512_setzero_ps(), _mm512_set1_ps(6.0));
-    match fin.act {
-        ActK::Relu => acc
-            .iter_mut()
+    if matches!(fin.act, ActK::Relu | ActK::Relu6) {
+        acc.iter_mut()
             .flatten()
-            .for_each(|v| *v = _mm512_max_ps(*v, zero)),
-        ActK::Relu6 => acc
-            .iter_mut()
-            .flatten()
-            .for_each(|v| *v = _mm512_min_ps(six, _mm512_max_ps(zero, *v))),
-        _ => {}
+            .for_each(|v| *v = act_zmm(fin.act, *v));
     }
     // non-temporal stores take whole aligned lines (no mask): every row of the tile is
     let aligned = (c as usize | (ldc * 4)).is_multiple_of(64);
