@@ -1,7 +1,7 @@
 // Convolution helpers for a batch of `nimg` images, each in [C, H, W] layout and stored one after
 // another: im2col into a [nimg][K x P] array (row (c*kh + ky)*kw + kx of an image's matrix holds
 // that tap for every output pixel), depthwise convolution, the per-channel scale/shift/activation
-// epilogue, and pooling.
+// epilogue (also from a cuDNN f16 output), and pooling.
 
 // x_img: elements between consecutive images of x (C*H*W).
 extern "C" __global__ void im2col_kp(const float* x, float* cols, int h, int w, int c0, int cg, int kh, int kw,
@@ -54,6 +54,18 @@ extern "C" __global__ void channel_epilogue(float* y, const float* scale, const 
     int ch = (int)((i / p) % c);
     float v = y[i];
     if (scale) v *= scale[ch];
+    if (shift) v += shift[ch];
+    y[i] = lb_act(act, v);
+}
+
+// y[img, ch, p] = act(h2f(x[img, ch, p]) + shift[ch]) for nimg images of c x p: a cuDNN f16
+// convolution's output back to f32 with its shift and activation; shift may be null (0).
+extern "C" __global__ void channel_epilogue_h(const unsigned short* x, float* y, const float* shift, int c, int p,
+                                              int act, int nimg) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (long long)nimg * c * p) return;
+    int ch = (int)((i / p) % c);
+    float v = h2f(x[i]);
     if (shift) v += shift[ch];
     y[i] = lb_act(act, v);
 }

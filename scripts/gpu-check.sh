@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # What a user with an NVIDIA card runs: build, the GPU tests with REQUIRE_GPU=1 (CUDA against
-# the CPU reference, model by model and op by op; preemption and merging on the GPU), `verify
-# --ops` (the first node that differs from the CPU, if any), `cargo bench --bench cuda` (GEMM
-# nodes against cuBLAS on the same shapes, scheduler share of node time), `profile --device cuda`
-# for ResNet-50, GNMT and Transformer (ResNet-50 and the Transformer also with --cuda-graphs, the
-# node times with and without CUDA graphs side by side), and a GraphB-vs-LazyB `compare --device cuda` at a low and
-# a high load. Writes everything to ${OUT:-out/gpu-check} and a summary to report.md there.
-# Needs the NVIDIA driver; cuBLAS and NVRTC 13 from the CUDA toolkit or from pip
-# (nvidia-cublas, nvidia-cuda-nvrtc) on LD_LIBRARY_PATH.
+# the CPU reference, model by model and op by op, on both convolution paths; preemption and
+# merging on the GPU), `verify --ops` (the first node that differs from the CPU, if any; cuDNN
+# convolutions, and im2col and TF32 for the models with convolutions), the speed of ResNet-50,
+# VGG-16 and BERT-base at batch 1 to 64 in f32 and f16 on each convolution path (cuDNN also with
+# CUDA graphs) beside PyTorch eager at batch 1, 8, 32 and 64 (scripts/torch-baseline.py), `cargo
+# bench --bench cuda` (GEMM nodes against cuBLAS on the same shapes, scheduler share of node
+# time), `profile --device cuda` for ResNet-50, GNMT and Transformer (ResNet-50 and the
+# Transformer also with --cuda-graphs), and a GraphB-vs-LazyB `compare --device cuda` at a low
+# and a high load. Writes everything to ${OUT:-out/gpu-check} and a summary to report.md there,
+# each step's seconds in its Steps line. Needs the NVIDIA driver; cuBLAS, cuBLASLt and NVRTC 13
+# from the CUDA toolkit or from pip (nvidia-cublas, nvidia-cuda-nvrtc) on LD_LIBRARY_PATH; cuDNN
+# 9 (pip nvidia-cudnn-cu13) for the cuDNN path, and PyTorch for the peer.
 # SMOKE=1 checks the script itself (about 8 minutes on the software CUDA stand-in, 2 cores):
 # reduced models, few requests, and no test run.
 # Every step runs whatever the ones before it did; the report ends with each step's outcome, and
@@ -22,7 +26,8 @@
 # toolchain; scripts/gpu-prebuild.sh makes DIR and scripts/gpu-prebuilt.sh runs this script with
 # it): DIR/lazybatch, DIR/it (the integration-test binary) and DIR/cuda-bench.
 # PARTS=LIST runs only these parts, comma-separated (default: all):
-# tests,kernels,verify,graphs,bench,profile,compare.
+# tests,kernels,verify,graphs,speed,bench,profile,compare.
+# SPEED_MODELS="resnet50 vgg16 bert_base" (the default) names the models of the speed part.
 # STEP_TIMEOUT=SECONDS ends any one step after that long (it then counts as failed).
 # MODELS="resnet50 gnmt transformer" (the default) names the models to profile and compare.
 set -euo pipefail
@@ -31,7 +36,7 @@ out="${OUT:-out/gpu-check}"
 mkdir -p "$out"
 bin=target/release/lazybatch
 [ -z "${BIN_DIR:-}" ] || bin="$BIN_DIR/lazybatch"
-parts=",${PARTS:-tests,kernels,verify,graphs,bench,profile,compare},"
+parts=",${PARTS:-tests,kernels,verify,graphs,speed,bench,profile,compare},"
 want() { [[ "$parts" == *",$1,"* ]]; }
 tmo=() # the prefix that ends a step's command after STEP_TIMEOUT seconds
 [ -z "${STEP_TIMEOUT:-}" ] || tmo=(timeout "$STEP_TIMEOUT")
@@ -41,18 +46,19 @@ steps="$out/steps.txt" # one line per step: ok, FAILED or skipped, and its name
 # never stops the script. COMMAND is one command or one pipeline (pipefail: any part failing
 # fails it), since `set -e` does not act inside a command whose status is tested.
 step() {
-  local name=$1 rc=0
+  local name=$1 rc=0 t0=$SECONDS
   shift
   if declare -F "$1" > /dev/null; then
     "$@" || rc=$? # a function of this script: it runs its commands under "${tmo[@]}" itself
   else
     "${tmo[@]}" "$@" || rc=$?
   fi
+  local took="$((SECONDS - t0)) s"
   if [ "$rc" = 0 ]; then
-    echo "ok       $name" >> "$steps"
+    echo "ok       $name ($took)" >> "$steps"
   else
-    echo "STEP FAILED: $name (exit $rc)"
-    echo "FAILED   $name (exit $rc)" >> "$steps"
+    echo "STEP FAILED: $name (exit $rc, $took)"
+    echo "FAILED   $name (exit $rc, $took)" >> "$steps"
   fi
 }
 gpu_tests() {
@@ -81,9 +87,11 @@ if [ "${SMOKE:-0}" = 1 ]; then
   width=(--width 0.125); res=(--res 0.25); vwidth=("${width[@]}"); vres=("${res[@]}")
   mb=8; reqs=40; reqs_seq=40; pols=serial,graph:5,lazy; bench=(-- --small)
   vmodels=(resnet50 gnmt transformer)
+  speed_models=(resnet50); torch_batches=1
 else
   width=(); res=(); vwidth=(); vres=()
   vmodels=(resnet50 gnmt transformer_base vgg16 mobilenet_v1 bert_base las lstm_stack)
+  read -r -a speed_models <<< "${SPEED_MODELS:-resnet50 vgg16 bert_base}"; torch_batches=1,8,32,64
   mb=64; reqs=500; reqs_seq=200; pols=serial,graph:5,graph:25,graph:50,lazy,oracle; bench=()
 fi
 img_args() {
@@ -91,6 +99,8 @@ img_args() {
   shift
   if [ "$m" = resnet50 ]; then img=("$@"); else img=(); fi
 }
+# the models whose results depend on the convolution path
+has_conv() { [[ " resnet50 vgg16 mobilenet_v1 " == *" $1 "* ]]; }
 {
   echo "# GPU check ($(date -u +%Y-%m-%dT%H:%MZ))"
   echo
@@ -133,6 +143,12 @@ img_args() {
       img_args "$m" "${vres[@]}"
       step "verify $m f16" "$bin" verify --device cuda --precision f16 --model "$m" "${vwidth[@]}" "${img[@]}"
     done
+    for m in "${vmodels[@]}"; do
+      has_conv "$m" || continue
+      img_args "$m" "${vres[@]}"
+      step "verify $m --conv im2col" "$bin" verify --device cuda --conv im2col --model "$m" "${vwidth[@]}" "${img[@]}"
+      step "verify $m tf32" "$bin" verify --device cuda --precision tf32 --model "$m" "${vwidth[@]}" "${img[@]}"
+    done
     echo '```'
     echo
   fi
@@ -143,6 +159,39 @@ img_args() {
       img_args "$m" "${vres[@]}"
       step "verify $m --cuda-graphs" "$bin" verify --device cuda --cuda-graphs --model "$m" "${vwidth[@]}" "${img[@]}"
     done
+    echo '```'
+    echo
+  fi
+  if want speed; then
+    echo '## Speed: the batching curve per precision and convolution path, and PyTorch eager'
+    for m in "${speed_models[@]}"; do
+      img_args "$m" "${res[@]}"
+      for precision in f32 f16; do
+        convs=(cudnn)
+        if has_conv "$m"; then convs+=(im2col); fi
+        for conv in "${convs[@]}"; do
+          for graphs in "" --cuda-graphs; do
+            # graphs on the default path only
+            [ -z "$graphs" ] || [ "$conv" = cudnn ] || continue
+            echo
+            echo "### $m $precision --conv $conv $graphs"
+            echo '```'
+            step "speed $m $precision $conv $graphs" first_lines "$bin" profile --device cuda --model "$m" "${width[@]}" "${img[@]}" \
+              --precision "$precision" --conv "$conv" $graphs --max-batch "$mb"
+            echo '```'
+          done
+        done
+      done
+    done
+    echo
+    echo '### PyTorch eager (scripts/torch-baseline.py)'
+    echo '```'
+    if python3 -c 'import torch' 2> /dev/null; then
+      step "pytorch eager" python3 scripts/torch-baseline.py --batches "$torch_batches"
+    else
+      echo "(no PyTorch here: the peer is not measured)"
+      echo "skipped  pytorch eager (no PyTorch)" >> "$steps"
+    fi
     echo '```'
     echo
   fi

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs scripts/gpu-check.sh on a GPU machine without a Rust toolchain, with the binaries that
 # scripts/gpu-prebuild.sh made elsewhere in DIR (BIN_DIR, default .gpu): points the path the
-# test binary was compiled with at this checkout, puts cuBLAS and NVRTC 13 (the CUDA toolkit's or
-# the nvidia-cublas / nvidia-cuda-nvrtc Python packages') on LD_LIBRARY_PATH, and passes every
-# other setting (OUT, PARTS, STEP_TIMEOUT, SMOKE) through.
+# test binary was compiled with at this checkout, puts cuBLAS, cuBLASLt, NVRTC 13 and cuDNN 9
+# (the CUDA toolkit's, or the nvidia-cublas / nvidia-cuda-nvrtc / nvidia-cudnn-cu13 Python
+# packages') on LD_LIBRARY_PATH, and passes every other setting (OUT, PARTS, STEP_TIMEOUT, SMOKE,
+# MODELS) through. cuDNN is optional: without it convolutions run as im2col (the check says so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export BIN_DIR="${BIN_DIR:-.gpu}"
@@ -20,10 +21,11 @@ libs=""
 roots=(/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/nvidia/lib64)
 py=$(python3 -c 'import nvidia, os; print(list(nvidia.__path__)[0])' 2>/dev/null || true)
 [ -z "$py" ] || roots+=("$py")
-for name in libcublas.so.13 libnvrtc.so.13; do
+roots+=(/usr/lib/x86_64-linux-gnu)
+for name in libcublas.so.13 libcublasLt.so.13 libnvrtc.so.13 libcudnn.so.9; do
   f=$(find "${roots[@]}" -name "$name" 2>/dev/null | head -1 || true)
   if [ -n "$f" ]; then
-    libs="$libs:$(dirname "$f")"
+    case ":$libs:" in *":$(dirname "$f"):"*) ;; *) libs="$libs:$(dirname "$f")" ;; esac
   else
     echo "gpu-prebuilt: $name not found under ${roots[*]}" >&2
   fi

@@ -111,7 +111,8 @@ fn arrivals_at_zero(model: &Model, requests: usize, seed: u64) -> Result<Vec<Arr
 /// compute the same requests at other batch sizes, or against the CPU, at storage `precision`:
 /// `4 · √g · (1.5 · ε_s + ε_32 · √K)` for a model of `g` GEMM nodes whose longest reduction is
 /// `K`. Each GEMM rounds its two operands and its result to the storage format (half a step
-/// each: `1.5 · ε_s`, with `ε_s` = 2⁻¹⁰ for f16, 0 for f32 storage), and sums `K` products in
+/// each: `1.5 · ε_s`, with `ε_s` = 2⁻¹⁰ for f16 and for TF32, whose products read the operands
+/// with f16's 10-bit mantissa, 0 for f32), and sums `K` products in
 /// f32 in an order the BLAS chooses (a random walk of `√K` roundings of `ε_32` = 2⁻²³). These
 /// errors are independent across GEMMs, so they add as `√g`; the factor 4 covers the largest of
 /// many outputs and layers that amplify their inputs. ResNet-50 (54 GEMMs, K ≤ 4,608): f32
@@ -119,7 +120,7 @@ fn arrivals_at_zero(model: &Model, requests: usize, seed: u64) -> Result<Vec<Arr
 pub fn tolerance(model: &Model, precision: &str) -> f64 {
     let gemms = model.nodes.iter().filter_map(|n| n.cost.gemm.as_ref());
     let (g, k) = gemms.fold((0u64, 1u64), |(g, k), m| (g + 1, k.max(m.k)));
-    let storage = if precision == "f16" {
+    let storage = if precision == "f16" || precision == "tf32" {
         half::f16::EPSILON.to_f64()
     } else {
         0.0

@@ -259,12 +259,17 @@ struct DeviceArgs {
     /// Real devices: seed of the generated weights and inputs.
     #[arg(long, default_value_t = 1)]
     weights_seed: u64,
-    /// CUDA: storage precision of GEMM operands, f32 or f16 (f16 accumulates in f32).
+    /// CUDA: precision of GEMMs and convolutions: f32, f16 (f16 operands, f32 accumulation) or
+    /// tf32 (f32 storage, TF32 tensor cores).
     #[arg(long, default_value = "f32")]
     precision: String,
     /// CUDA: replay each node's launches as a CUDA graph (captured once per launch shape).
     #[arg(long)]
     cuda_graphs: bool,
+    /// CUDA: how convolutions run: auto (cuDNN where it loads, else im2col), cudnn, or im2col
+    /// (im2col + cuBLAS, the device's own kernels).
+    #[arg(long, default_value = "auto")]
+    conv: String,
     /// Threads for the CPU device's kernels and the parallel simulations (default: one per
     /// core, or RAYON_NUM_THREADS).
     #[arg(long, allow_negative_numbers = true)]
@@ -297,6 +302,7 @@ impl DeviceArgs {
             seed: self.weights_seed,
             precision: self.precision.clone(),
             cuda_graphs: self.cuda_graphs,
+            conv: self.conv.clone(),
         }
     }
     /// The validated device choice (`auto` resolved and said on stderr).
@@ -316,7 +322,8 @@ impl DeviceArgs {
     }
 }
 
-/// Names the GPU in use on stderr (`cuda: <GPU name> (f32)`, `(f32, CUDA graphs)`).
+/// Names the GPU in use on stderr (`cuda: <GPU name>; f32, cuDNN 9.13.0 convolutions`, then
+/// `, CUDA graphs` when on), and the device's notice, if any, on a line of its own.
 fn say_gpu(d: &(dyn lazybatch::device::Device + Send), o: &RealOptions) {
     if d.name() == "cuda" {
         let desc = d.description();
@@ -325,7 +332,10 @@ fn say_gpu(d: &(dyn lazybatch::device::Device + Send), o: &RealOptions) {
             .and_then(|x| x.strip_suffix(')'))
             .unwrap_or(&desc);
         let graphs = if o.cuda_graphs { ", CUDA graphs" } else { "" };
-        eprintln!("cuda: {gpu} ({}{graphs})", o.precision);
+        eprintln!("cuda: {gpu}{graphs}");
+    }
+    if let Some(n) = d.notice() {
+        eprintln!("notice: {n}");
     }
 }
 

@@ -26,12 +26,15 @@ pub(super) struct VerifyArgs {
     /// Seed of weights, inputs and lengths.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// CUDA: storage precision of GEMM operands, f32 or f16.
+    /// CUDA: precision of GEMMs and convolutions: f32, f16 or tf32.
     #[arg(long, default_value = "f32")]
     precision: String,
     /// CUDA: replay each node's launches as a CUDA graph (captured once per launch shape).
     #[arg(long)]
     cuda_graphs: bool,
+    /// CUDA: how convolutions run: auto (cuDNN where it loads, else im2col), cudnn or im2col.
+    #[arg(long, default_value = "auto")]
+    conv: String,
     /// CUDA: also compare with the CPU reference node by node (two requests), printing each op
     /// kind's largest relative difference and the first node execution above --tolerance.
     #[arg(long)]
@@ -78,6 +81,7 @@ pub(super) fn run(a: VerifyArgs) -> Result<ExitCode> {
         seed: a.seed,
         precision: a.precision.clone(),
         cuda_graphs: a.cuda_graphs,
+        conv: a.conv.clone(),
     };
     let mut dev = open_real(&a.device, &opts)?;
     super::say_gpu(dev.as_ref(), &opts);

@@ -106,6 +106,11 @@ pub trait Device {
     fn take_captured(&mut self) -> capture::Capture {
         capture::Capture::default()
     }
+    /// A one-line notice on how the device was set up, when it took a slower path than asked
+    /// for by default (the CUDA device without cuDNN); None otherwise.
+    fn notice(&self) -> Option<String> {
+        None
+    }
 }
 
 /// A real device users can name (`--device NAME`): adding one is its module, that module's
@@ -123,28 +128,33 @@ pub struct RealDevice {
     pub precisions: &'static [&'static str],
     /// Whether it takes `--cuda-graphs`.
     pub graphs: bool,
+    /// Whether it takes `--conv` (a choice of convolution path).
+    pub convs: bool,
 }
 
 /// How a real device is opened: the seed of its generated weights and inputs
-/// (`--weights-seed`), the storage precision of GEMM operands (`--precision`) and whether a
-/// node's launches replay as CUDA graphs (`--cuda-graphs`).
+/// (`--weights-seed`), the precision of GEMMs and convolutions (`--precision`), whether a
+/// node's launches replay as CUDA graphs (`--cuda-graphs`) and how convolutions run (`--conv`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RealOptions {
     /// Seed of the generated weights and inputs.
     pub seed: u64,
-    /// `f32` or `f16`.
+    /// `f32`, `f16` or `tf32`.
     pub precision: String,
     /// CUDA graphs on.
     pub cuda_graphs: bool,
+    /// `auto`, `cudnn` or `im2col` (CUDA).
+    pub conv: String,
 }
 
 impl RealOptions {
-    /// f32, no graphs.
+    /// f32, no graphs, convolutions as the device chooses.
     pub fn seeded(seed: u64) -> Self {
         RealOptions {
             seed,
             precision: "f32".into(),
             cuda_graphs: false,
+            conv: "auto".into(),
         }
     }
 }

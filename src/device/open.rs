@@ -81,6 +81,7 @@ impl Choice {
         };
         check_precision(accepted, &opts.precision)?;
         check_graphs(kind, &opts)?;
+        check_conv(kind, &opts)?;
         let name = npu_config.unwrap_or("default").to_string();
         let cfg = NpuConfig::resolve(&name)?;
         Ok(Choice {
@@ -99,6 +100,31 @@ fn check_graphs(kind: Kind, real: &RealOptions) -> Result<()> {
         _ if !real.cuda_graphs => Ok(()),
         k => Err(Error::invalid(
             "--cuda-graphs",
+            format!("applies to --device cuda, not {k:?}"),
+        )),
+    }
+}
+
+/// The values `--conv` takes.
+const CONVS: &[&str] = &["auto", "cudnn", "im2col"];
+
+/// Checks `--conv`: one of [`CONVS`], and other than `auto` only for a device that takes it.
+fn check_conv(kind: Kind, real: &RealOptions) -> Result<()> {
+    if !CONVS.contains(&real.conv.as_str()) {
+        return Err(Error::invalid(
+            "--conv",
+            format!(
+                "unknown convolution path '{}' (allowed: {})",
+                real.conv,
+                CONVS.join(", ")
+            ),
+        ));
+    }
+    match kind {
+        Kind::Real(d) if d.convs => Ok(()),
+        _ if real.conv == "auto" => Ok(()),
+        k => Err(Error::invalid(
+            "--conv",
             format!("applies to --device cuda, not {k:?}"),
         )),
     }
@@ -182,6 +208,7 @@ pub fn open_real(name: &str, o: &RealOptions) -> Result<Box<dyn Device + Send>> 
             let d = d?;
             check_precision(d.precisions, &o.precision)?;
             check_graphs(Kind::Real(d), o)?;
+            check_conv(Kind::Real(d), o)?;
             (d.open)(o)
         }
         None => {
@@ -236,7 +263,7 @@ mod tests {
         let e = error("npu", "f16");
         assert!(e.contains("f16 applies to --device cuda"), "{e}");
         let e = error("npu", "bf16");
-        assert!(e.contains("allowed: f16, f32"), "{e}");
+        assert!(e.contains("allowed: f16, f32, tf32"), "{e}");
     }
 
     #[test]
@@ -269,5 +296,31 @@ mod tests {
         }
         let e = open_real("cpu", &graphs).err().unwrap();
         assert!(e.to_string().contains("--cuda-graphs"), "{e}");
+    }
+
+    #[test]
+    fn a_convolution_path_goes_to_the_cuda_device_only_and_is_one_of_three() {
+        let conv = |c: &str| RealOptions {
+            conv: c.into(),
+            ..opts("f32")
+        };
+        for device in ["cpu", "npu"] {
+            assert!(Choice::new(device, None, conv("auto")).is_ok());
+            let e = Choice::new(device, None, conv("cudnn")).err().unwrap();
+            assert!(
+                e.to_string().contains("--conv") && e.to_string().contains("--device cuda"),
+                "{device}: {e}"
+            );
+        }
+        let e = Choice::new("npu", None, conv("fft"))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("--conv") && e.contains("'fft'") && e.contains("auto, cudnn, im2col"),
+            "{e}"
+        );
+        let e = open_real("cpu", &conv("im2col")).err().unwrap();
+        assert!(e.to_string().contains("--conv"), "{e}");
     }
 }

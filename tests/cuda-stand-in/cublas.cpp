@@ -1,6 +1,7 @@
 // A software stand-in for libcublas.so: the handle calls and the GEMMs lazybatch's CUDA device
-// issues (cublasSgemm_v2 and cublasGemmEx with f16 storage and f32 compute, and their
-// strided-batched forms), on host
+// issues (cublasSgemm_v2 and cublasGemmEx with f16 storage and f32 compute, their
+// strided-batched forms, and cublasGemmGroupedBatchedEx in f32 with f32 or TF32 compute, whose
+// pointer arrays live in device memory and are read when the call runs), on host
 // memory (the driver stand-in's "device" pointers are host addresses). It follows cuBLAS's
 // column-major definition and rejects what cuBLAS rejects: a leading dimension smaller than the
 // rows of the operand as stored, or negative sizes (CUBLAS_STATUS_INVALID_VALUE). It is
@@ -10,8 +11,7 @@
 // stream captures (driver stand-in), a call is checked and recorded into the graph, its scalars
 // read at the call, as cuBLAS's host pointer mode does.
 #include "shim.h"
-
-#include <dlfcn.h>
+#include "link.h"
 
 #include <cstdio>
 #include <functional>
@@ -22,7 +22,7 @@ typedef void* cublasHandle_t;
 enum { SUCCESS = 0, INVALID_VALUE = 7, NOT_SUPPORTED = 15 };
 enum { OP_N = 0, OP_T = 1 };
 enum { R_32F = 0, R_16F = 2 };
-enum { COMPUTE_32F = 68 };
+enum { COMPUTE_32F = 68, COMPUTE_32F_FAST_TF32 = 77 };
 
 namespace {
 
@@ -41,34 +41,11 @@ bool bad_dims(const char* f, int ta, int tb, int m, int n, int k, int lda, int l
     return bad;
 }
 
-// Asks the driver stand-in whether [p, p + bytes) lies in one allocation.
-bool inside(const void* p, size_t bytes) {
-    typedef bool (*F)(unsigned long long, size_t);
-    static F f = [] {
-        void* lib = dlopen("libcuda.so", RTLD_NOW | RTLD_NOLOAD);
-        return lib ? reinterpret_cast<F>(dlsym(lib, "lb_stand_in_inside")) : nullptr;
-    }();
-    return !f || f(reinterpret_cast<unsigned long long>(p), bytes);
-}
+using lb_link::inside;
+using lb_link::now_or_recorded;
 
 // The operands' extents: an operand stored as r x c (column-major, leading dimension ld) spans
 // (c - 1) * ld + r elements.
-// Runs `run` now, or records it when the stream captures.
-void now_or_recorded(std::function<void()> run) {
-    typedef bool (*R)(void (*)(void*), void*, void (*)(void*));
-    static R r = [] {
-        void* lib = dlopen("libcuda.so", RTLD_NOW | RTLD_NOLOAD);
-        return lib ? reinterpret_cast<R>(dlsym(lib, "lb_stand_in_record")) : nullptr;
-    }();
-    typedef std::function<void()> F;
-    F* f = new F(std::move(run));
-    auto call = [](void* p) { (*static_cast<F*>(p))(); };
-    auto drop = [](void* p) { delete static_cast<F*>(p); };
-    if (r && r(call, f, drop)) return;
-    (*f)();
-    delete f;
-}
-
 bool outside(const char* f, int ta, int tb, int m, int n, int k, const void* a, int lda, const void* b, int ldb,
              const void* c, int ldc, size_t elem) {
     auto span = [](int r, int cols, int ld) { return r == 0 || cols == 0 ? 0 : ((size_t)(cols - 1) * ld + r); };
@@ -191,6 +168,58 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, int ta, int tb, int 
         if (r != SUCCESS) return r;
     }
     g_gemms = gemms;
+    return SUCCESS;
+}
+
+cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t, const int* ta, const int* tb, const int* m, const int* n,
+                                          const int* k, const void* alpha, const void* const* a, int atype,
+                                          const int* lda, const void* const* b, int btype, const int* ldb,
+                                          const void* beta, void* const* c, int ctype, const int* ldc, int groups,
+                                          const int* sizes, int compute) {
+    const char* f = "cublasGemmGroupedBatchedEx";
+    g_gemms += 1;
+    if (groups < 0) return INVALID_VALUE;
+    if (atype != R_32F || btype != R_32F || ctype != R_32F ||
+        (compute != COMPUTE_32F && compute != COMPUTE_32F_FAST_TF32)) {
+        std::fprintf(stderr, "cublas-stand-in: %s types %d/%d/%d compute %d not modeled\n", f, atype, btype, ctype,
+                     compute);
+        return NOT_SUPPORTED;
+    }
+    const float* al = static_cast<const float*>(alpha);
+    const float* be = static_cast<const float*>(beta);
+    int total = 0;
+    for (int g = 0; g < groups; ++g) {
+        if (sizes[g] < 0 || bad_dims(f, ta[g], tb[g], m[g], n[g], k[g], lda[g], ldb[g], ldc[g])) return INVALID_VALUE;
+        total += sizes[g];
+    }
+    // the pointer arrays are device memory; their entries must point inside allocations too
+    size_t bytes = (size_t)total * sizeof(void*);
+    if (total && (!inside(a, bytes) || !inside(b, bytes) || !inside(c, bytes))) {
+        std::fprintf(stderr, "cublas-stand-in: %s pointer arrays extend past their device allocation\n", f);
+        return INVALID_VALUE;
+    }
+    for (int g = 0, at = 0; g < groups; at += sizes[g], ++g)
+        for (int i = at; i < at + sizes[g]; ++i)
+            if (outside(f, ta[g], tb[g], m[g], n[g], k[g], a[i], lda[g], b[i], ldb[g], c[i], ldc[g], 4))
+                return INVALID_VALUE;
+    std::vector<int> dims;  // per group: ta tb m n k lda ldb ldc size
+    std::vector<float> scal;
+    for (int g = 0; g < groups; ++g) {
+        dims.insert(dims.end(), {ta[g], tb[g], m[g], n[g], k[g], lda[g], ldb[g], ldc[g], sizes[g]});
+        scal.insert(scal.end(), {al[g], be[g]});
+    }
+    bool tf32 = compute == COMPUTE_32F_FAST_TF32;
+    now_or_recorded([=] {
+        auto load = [tf32](float x) { return tf32 ? lb_link::tf32(x) : x; };
+        for (int g = 0, at = 0; g < groups; at += dims[9 * g + 8], ++g) {
+            const int* d = &dims[9 * g];
+            for (int i = at; i < at + d[8]; ++i)
+                gemm(
+                    d[0], d[1], d[2], d[3], d[4], scal[2 * g], static_cast<const float*>(a[i]), d[5],
+                    static_cast<const float*>(b[i]), d[6], scal[2 * g + 1], static_cast<float*>(c[i]), d[7], load,
+                    [](float x) { return x; });
+        }
+    });
     return SUCCESS;
 }
 

@@ -11,7 +11,7 @@
 
 use crate::small;
 use lazybatch::device::cpu::CpuDevice;
-use lazybatch::device::cuda::device::Precision;
+use lazybatch::device::cuda::device::{ConvChoice, ConvPath, Precision};
 use lazybatch::device::cuda::{self, nvrtc, CudaDevice, Probe};
 use lazybatch::graph::{zoo, Model};
 use lazybatch::verify::{compare_traces, max_diff, serve_both, trace_both, verify};
@@ -85,10 +85,52 @@ fn stand_in_allocations() -> Option<u64> {
     }
 }
 
+/// The convolution paths to test here: cuDNN where it loads (the default), then im2col.
+fn conv_paths() -> Vec<ConvPath> {
+    let mut v = Vec::new();
+    if cuda::probe().cudnn {
+        v.push(ConvPath::Cudnn);
+    }
+    v.push(ConvPath::Im2col);
+    v
+}
+
+/// A CUDA device on convolution path `path`.
+fn on_path(seed: u64, precision: Precision, path: ConvPath) -> CudaDevice {
+    CudaDevice::new(0, seed, precision)
+        .unwrap()
+        .with_conv(ConvChoice::Path(path))
+        .unwrap()
+}
+
+/// Whether a model has convolutions (the models whose results depend on the convolution path).
+fn has_conv(m: &Model) -> bool {
+    m.nodes
+        .iter()
+        .any(|n| matches!(n.op, lazybatch::graph::op::Op::Conv2d { .. }))
+}
+
+/// A counter a library stand-in exports (a function without arguments returning a u64), when
+/// the library is the stand-in; 0 when it is not loaded or is a real library.
+fn library_counter(lib: &str, symbol: &[u8]) -> u64 {
+    // SAFETY: opens the library (the one cudarc loaded, when it did) and calls a plain counter.
+    unsafe {
+        libloading::Library::new(lib)
+            .ok()
+            .and_then(|l| {
+                l.get::<unsafe extern "C" fn() -> u64>(symbol)
+                    .ok()
+                    .map(|f| f())
+            })
+            .unwrap_or(0)
+    }
+}
+
 /// Calls made so far, when the drivers are the software stand-ins (which count them): kernel
 /// launches, host→device copies, device→host copies, blocking syncs (stream, event and context
-/// synchronizations), cuBLAS GEMM calls (a strided-batched call counts once) and CUDA graph
-/// launches (what a graph replays counts as none of the others); None with a real driver.
+/// synchronizations), cuBLAS GEMM calls (a strided-batched call counts once), cuDNN convolution
+/// calls, cuBLASLt matmuls and CUDA graph launches (what a graph replays counts as none of the
+/// others); None with a real driver.
 fn stand_in_counts() -> Option<Counts> {
     // SAFETY: opens the libraries cudarc already loaded and, if they are the stand-ins, calls
     // their counters: one fills four u64, the other takes no arguments.
@@ -113,6 +155,8 @@ fn stand_in_counts() -> Option<Counts> {
             dtoh: c[2],
             syncs: c[3],
             gemms: gemms(),
+            dnn: library_counter("libcudnn.so", b"lb_stand_in_dnn_calls"),
+            lt: library_counter("libcublasLt.so", b"lb_stand_in_lt_calls"),
             graphs: g[0],
         })
     }
@@ -126,6 +170,8 @@ struct Counts {
     dtoh: u64,
     syncs: u64,
     gemms: u64,
+    dnn: u64,
+    lt: u64,
     graphs: u64,
 }
 
@@ -138,6 +184,8 @@ impl std::ops::Sub for Counts {
             dtoh: self.dtoh - o.dtoh,
             syncs: self.syncs - o.syncs,
             gemms: self.gemms - o.gemms,
+            dnn: self.dnn - o.dnn,
+            lt: self.lt - o.lt,
             graphs: self.graphs - o.graphs,
         }
     }
@@ -150,6 +198,8 @@ impl std::ops::AddAssign for Counts {
         self.dtoh += o.dtoh;
         self.syncs += o.syncs;
         self.gemms += o.gemms;
+        self.dnn += o.dnn;
+        self.lt += o.lt;
         self.graphs += o.graphs;
     }
 }
@@ -279,10 +329,12 @@ fn without_a_gpu_cuda_is_a_clear_error() {
     let all = Probe {
         driver: true,
         cublas: true,
+        cublaslt: true,
         nvrtc: true,
         devices: 1,
         driver_version: 13000,
         nvrtc_version: 13000,
+        cudnn: false,
     };
     let says = |p: Probe, needles: &[&str]| {
         let m = p.missing();
@@ -376,16 +428,26 @@ fn cuda_matches_the_cpu_model_by_model() {
     if !gpu_or_skip("cuda_matches_the_cpu_model_by_model") {
         return;
     }
-    for name in zoo::builtin_names() {
-        let m = small(name);
-        let mut gpu = CudaDevice::new(0, 3, Precision::F32).unwrap();
-        let mut cpu = CpuDevice::new(3);
-        let (g, c) = serve_both(&m, &mut gpu, &mut cpu, 4, 4, 3).unwrap();
-        let (abs, rel, n) = max_diff(&g, &c)
-            .unwrap_or_else(|| panic!("{name}: outputs differ in shape (a decoded token differs)"));
-        eprintln!("{name}: {n} values, max abs diff {abs:e}, max rel diff {rel:e}");
-        // f32 with different reduction orders (cuBLAS vs gemm): relative 1e-3 of magnitude
-        assert!(rel < 1e-3, "{name}: CUDA vs CPU relative difference {rel}");
+    // every model on the default path, the models with convolutions on every path
+    for (k, path) in conv_paths().into_iter().enumerate() {
+        for name in zoo::builtin_names() {
+            let m = small(name);
+            if k > 0 && !has_conv(&m) {
+                continue;
+            }
+            let mut gpu = on_path(3, Precision::F32, path);
+            let mut cpu = CpuDevice::new(3);
+            let (g, c) = serve_both(&m, &mut gpu, &mut cpu, 4, 4, 3).unwrap();
+            let (abs, rel, n) = max_diff(&g, &c).unwrap_or_else(|| {
+                panic!("{name}: outputs differ in shape (a decoded token differs)")
+            });
+            eprintln!("{name} {path:?}: {n} values, max abs diff {abs:e}, max rel diff {rel:e}");
+            // f32 with different reduction orders (cuBLAS vs gemm): relative 1e-3 of magnitude
+            assert!(
+                rel < 1e-3,
+                "{name} {path:?}: CUDA vs CPU relative difference {rel}"
+            );
+        }
     }
 }
 
@@ -394,17 +456,19 @@ fn cuda_onnx_fixtures_match_onnxruntime() {
     if !gpu_or_skip("cuda_onnx_fixtures_match_onnxruntime") {
         return;
     }
-    for name in crate::onnx::FIXTURES {
-        let mut gpu = CudaDevice::new(0, 3, Precision::F32).unwrap();
-        let Some(rel) = crate::onnx::against_onnxruntime(name, &mut gpu) else {
-            continue;
-        };
-        eprintln!("{name}: CUDA against onnxruntime, relative difference {rel:e}");
-        // f32 with cuBLAS's reduction order: the bound the CPU device meets, as on the CPU
-        assert!(
-            rel <= 1e-4,
-            "{name}: relative difference {rel:e} against onnxruntime"
-        );
+    for path in conv_paths() {
+        for name in crate::onnx::FIXTURES {
+            let mut gpu = on_path(3, Precision::F32, path);
+            let Some(rel) = crate::onnx::against_onnxruntime(name, &mut gpu) else {
+                continue;
+            };
+            eprintln!("{name} {path:?}: CUDA against onnxruntime, relative difference {rel:e}");
+            // f32 with cuBLAS's reduction order: the bound the CPU device meets, as on the CPU
+            assert!(
+                rel <= 1e-4,
+                "{name} {path:?}: relative difference {rel:e} against onnxruntime"
+            );
+        }
     }
 }
 
@@ -437,9 +501,18 @@ fn cuda_matches_the_cpu_op_by_op() {
         return;
     }
     let mut per_op: std::collections::BTreeMap<&str, f64> = Default::default();
-    for name in zoo::builtin_names() {
-        let m = small(name);
-        let mut gpu = CudaDevice::new(0, 4, Precision::F32).unwrap();
+    let mut runs = Vec::new();
+    for (k, path) in conv_paths().into_iter().enumerate() {
+        for name in zoo::builtin_names() {
+            let m = small(name);
+            if k == 0 || has_conv(&m) {
+                runs.push((path, m));
+            }
+        }
+    }
+    for (path, m) in runs {
+        let name = format!("{} {path:?}", m.name);
+        let mut gpu = on_path(4, Precision::F32, path);
         let mut cpu = CpuDevice::new(4);
         let (g, c) = trace_both(&m, &mut gpu, &mut cpu, 2, 2, 4).unwrap();
         // every node execution, f32 with different reduction orders: relative 1e-3 (as above)
@@ -529,30 +602,30 @@ fn cuda_batched_convolutions_match_one_by_one() {
     if !gpu_or_skip("cuda_batched_convolutions_match_one_by_one") {
         return;
     }
-    // convolutions and pooling run a whole sub-batch at once (strided-batched GEMMs)
-    for precision in [Precision::F32, Precision::F16] {
-        for m in [
-            small("resnet50"),
-            small("mobilenet_v1"),
-            zoo::load("tests/fixtures/grouped_convs.toml").unwrap(),
-        ] {
-            let mut gpu = CudaDevice::new(0, 6, precision).unwrap();
-            let rel = crate::batched_vs_alone(&mut gpu, &m, 4);
-            // cuBLAS may pick another kernel for a batch: close, not necessarily identical, within
-            // the per-precision tolerance `verify` uses (its derivation: verify::tolerance)
-            let tol = match precision {
-                Precision::F32 => lazybatch::verify::tolerance(&m, "f32"),
-                Precision::F16 => lazybatch::verify::tolerance(&m, "f16"),
-            };
-            eprintln!(
-                "{} {precision:?}: batched vs alone, max relative difference {rel:e} (tolerance {tol:e})",
-                m.name
-            );
-            assert!(
-                rel < tol,
-                "{} {precision:?}: {rel} (tolerance {tol:e})",
-                m.name
-            );
+    // convolutions and pooling run a whole sub-batch at once (cuDNN, or strided-batched GEMMs)
+    for path in conv_paths() {
+        for precision in [Precision::F32, Precision::F16, Precision::Tf32] {
+            for m in [
+                small("resnet50"),
+                small("mobilenet_v1"),
+                zoo::load("tests/fixtures/grouped_convs.toml").unwrap(),
+            ] {
+                let mut gpu = on_path(6, precision, path);
+                let rel = crate::batched_vs_alone(&mut gpu, &m, 4);
+                // the libraries may pick another kernel for a batch: close, not necessarily
+                // identical, within the per-precision tolerance `verify` uses (its derivation:
+                // verify::tolerance)
+                let tol = lazybatch::verify::tolerance(&m, precision.name());
+                eprintln!(
+                    "{} {path:?} {precision:?}: batched vs alone, max relative difference {rel:e} (tolerance {tol:e})",
+                    m.name
+                );
+                assert!(
+                    rel < tol,
+                    "{} {path:?} {precision:?}: {rel} (tolerance {tol:e})",
+                    m.name
+                );
+            }
         }
     }
 }
@@ -586,21 +659,30 @@ fn cuda_f16_storage_stays_close_to_the_cpu() {
     if !gpu_or_skip("cuda_f16_storage_stays_close_to_the_cpu") {
         return;
     }
-    for name in ["resnet50", "bert_base"] {
-        let m = small(name);
-        let mut gpu = CudaDevice::new(0, 3, Precision::F16).unwrap();
-        let mut cpu = CpuDevice::new(3);
-        let (g, c) = serve_both(&m, &mut gpu, &mut cpu, 4, 4, 3).unwrap();
-        let (abs, rel, n) = max_diff(&g, &c).unwrap();
-        // f16 operands (11-bit significand) with f32 accumulation: see verify::tolerance
-        let tol = lazybatch::verify::tolerance(&m, "f16");
-        eprintln!(
-            "{name} f16: {n} values, max abs diff {abs:e}, max rel diff {rel:e} (tolerance {tol:e})"
-        );
-        assert!(
-            rel < tol,
-            "{name}: f16 CUDA vs CPU relative difference {rel} (tolerance {tol:e})"
-        );
+    // f16 operands and TF32 products (both an 11-bit significand) with f32 accumulation, on
+    // every convolution path (BERT has none: once)
+    for path in conv_paths() {
+        for name in ["resnet50", "bert_base"] {
+            let m = small(name);
+            if path != conv_paths()[0] && !has_conv(&m) {
+                continue;
+            }
+            for precision in [Precision::F16, Precision::Tf32] {
+                let mut gpu = on_path(3, precision, path);
+                let mut cpu = CpuDevice::new(3);
+                let (g, c) = serve_both(&m, &mut gpu, &mut cpu, 4, 4, 3).unwrap();
+                let (abs, rel, n) = max_diff(&g, &c).unwrap();
+                // see verify::tolerance
+                let tol = lazybatch::verify::tolerance(&m, precision.name());
+                eprintln!(
+                    "{name} {path:?} {precision:?}: {n} values, max abs diff {abs:e}, max rel diff {rel:e} (tolerance {tol:e})"
+                );
+                assert!(
+                    rel < tol,
+                    "{name} {path:?} {precision:?}: CUDA vs CPU relative difference {rel} (tolerance {tol:e})"
+                );
+            }
+        }
     }
 }
 
@@ -843,14 +925,16 @@ fn cuda_launches_uploads_and_syncs_per_node() {
             }
             let per = |x: u64| x as f64 / nodes as f64;
             eprintln!(
-                "calls {name} {precision:?} per {part} at batch 1 ({nodes} nodes): {} kernel launches + {} GEMMs, {} host-to-device copies, {} device-to-host copies, {} blocking syncs; per node {:.2} launches + {:.2} GEMMs, {:.2} uploads, {:.2} syncs",
+                "calls {name} {precision:?} per {part} at batch 1 ({nodes} nodes): {} kernel launches + {} cuBLAS GEMMs + {} cuBLASLt matmuls + {} cuDNN convolutions, {} host-to-device copies, {} device-to-host copies, {} blocking syncs; per node {:.2} launches + {:.2} library calls, {:.2} uploads, {:.2} syncs",
                 c.launches,
                 c.gemms,
+                c.lt,
+                c.dnn,
                 c.htod,
                 c.dtoh,
                 c.syncs,
                 per(c.launches),
-                per(c.gemms),
+                per(c.gemms + c.lt + c.dnn),
                 per(c.htod),
                 per(c.syncs),
             );
@@ -864,14 +948,88 @@ fn cuda_launches_uploads_and_syncs_per_node() {
             // only where a node's rows are not one contiguous run (a node reads its producer's
             // rows and writes its own in place otherwise, as at batch 1)
             assert!(
-                c.launches + c.gemms <= 4 * nodes,
+                c.launches + c.gemms + c.lt + c.dnn <= 4 * nodes,
                 "{name} {part}: {c:?} over {nodes} nodes"
             );
-            // the goal: ResNet-50 under 150 launches a batch-1 inference (93 in f32)
+            // the goal: ResNet-50 under 150 launches a batch-1 inference (93 in f32
+            // with im2col convolutions)
             if name == "resnet50" && precision == Precision::F32 {
                 assert!(c.launches < 150, "{name} {part}: {c:?}");
             }
         }
+    }
+}
+
+#[test]
+fn cuda_convolutions_and_linear_layers_run_through_the_libraries() {
+    use lazybatch::device::Device;
+    use lazybatch::graph::op::Op;
+    if !gpu_or_skip("cuda_convolutions_and_linear_layers_run_through_the_libraries") {
+        return;
+    }
+    // Where cuDNN loads, the default device convolves through it, with an algorithm chosen for
+    // every convolution at every sub-batch size at prepare; every linear layer is one cuBLASLt
+    // matmul. On the stand-in, which counts the calls, a batch-1 inference makes exactly one
+    // cuDNN call per convolution and one cuBLASLt call per linear layer, and `--conv im2col`
+    // none of the first: no silent fallback either way.
+    let probe = cuda::probe();
+    for name in ["resnet50", "mobilenet_v1", "vgg16", "bert_base"] {
+        let m = small(name);
+        let count = |f: fn(&Op) -> bool| m.nodes.iter().filter(|n| f(&n.op)).count() as u64;
+        let convs = count(|o| matches!(o, Op::Conv2d { .. }));
+        let linears = count(|o| matches!(o, Op::Linear { .. }));
+        let mut gpu = CudaDevice::new(0, 2, Precision::F32).unwrap();
+        let want = if probe.cudnn {
+            ConvPath::Cudnn
+        } else {
+            ConvPath::Im2col
+        };
+        assert_eq!(
+            gpu.conv_path(),
+            want,
+            "{name}: auto chose {:?}",
+            gpu.conv_path()
+        );
+        assert_eq!(gpu.conv_note().is_some(), !probe.cudnn, "{name}");
+        gpu.prepare(&m, 3).unwrap();
+        if want == ConvPath::Cudnn {
+            for n in m.nodes.iter().filter(|n| matches!(n.op, Op::Conv2d { .. })) {
+                for b in 1..=3 {
+                    assert!(
+                        gpu.conv_algorithm(n.id.idx(), b).is_some(),
+                        "{name}: no algorithm for '{}' at {b} images",
+                        n.name
+                    );
+                }
+                assert!(gpu.conv_algorithm(n.id.idx(), 4).is_none(), "{name}");
+            }
+        }
+        let Some(parts) = calls_at_batch_1(&mut gpu, &m) else {
+            eprintln!("{name}: a real driver: no call counts");
+            continue;
+        };
+        let c = parts[0].1;
+        eprintln!("{name}: {convs} convolutions, {linears} linear layers: {c:?}");
+        let dnn = if want == ConvPath::Cudnn { convs } else { 0 };
+        assert_eq!((c.dnn, c.lt), (dnn, linears), "{name}: {c:?}");
+        // BERT's self-attentions: two grouped GEMMs each (scores, then outputs), no other GEMM
+        if name == "bert_base" {
+            let attns = count(|o| matches!(o, Op::Attention { .. }));
+            assert_eq!(c.gemms, 2 * attns, "{name}: {c:?}");
+        }
+        // and each linear plan is made once, then reused
+        let plans = gpu.linear_plans();
+        calls_at_batch_1(&mut gpu, &m);
+        assert_eq!(gpu.linear_plans(), plans, "{name}");
+        let mut im2col = on_path(2, Precision::F32, ConvPath::Im2col);
+        assert!(
+            im2col.description().contains("im2col convolutions"),
+            "{name}"
+        );
+        im2col.prepare(&m, 1).unwrap();
+        let c = calls_at_batch_1(&mut im2col, &m).unwrap()[0].1;
+        assert_eq!((c.dnn, c.lt), (0, linears), "{name} im2col: {c:?}");
+        assert!(convs == 0 || c.gemms > 0, "{name}: {c:?}");
     }
 }
 
@@ -921,8 +1079,8 @@ fn cuda_graphs_launch_once_per_node() {
                 plain.launches, plain.gemms, graphed.graphs, graphed.launches, graphed.htod, graphed.syncs
             );
             assert_eq!(
-                (graphed.launches, graphed.gemms),
-                (0, 0),
+                (graphed.launches, graphed.gemms, graphed.lt, graphed.dnn),
+                (0, 0, 0, 0),
                 "{name} {part}: {graphed:?}"
             );
             assert!(graphed.graphs <= nodes, "{name} {part}: {graphed:?}");

@@ -1,8 +1,10 @@
-//! The unmodified CUDA device on a software CUDA stand-in (`tests/cuda-stand-in/`): fake `libcuda.so`
-//! and `libcublas.so` that run the shipped `kernels/*.cu` compiled as host C++, so that CI, which
-//! has no GPU, runs the CUDA device's host code (cudarc calls, buffer layout, launch shapes,
-//! cuBLAS configurations, preemption and merging) end to end. The real NVRTC still compiles the
-//! PTX, and the stand-in only hands out kernels the PTX defines.
+//! The unmodified CUDA device on a software CUDA stand-in (`tests/cuda-stand-in/`): fake
+//! `libcuda.so` that runs the shipped `kernels/*.cu` compiled as host C++, and fake
+//! `libcublas.so`, `libcublasLt.so` and `libcudnn.so` that compute and check the library calls the
+//! device makes, so that CI, which has no GPU, runs the CUDA device's host code (cudarc calls,
+//! buffer layout, launch shapes, cuBLAS, cuBLASLt and cuDNN configurations, preemption and
+//! merging) end to end. The real NVRTC still compiles the PTX, and the stand-in only hands out
+//! kernels the PTX defines.
 //!
 //! The loader reads `LD_LIBRARY_PATH` once at process start, so the GPU tests of `cuda.rs` (all
 //! of them, by the rule in its header) run in a child process of this test binary with the
@@ -114,6 +116,16 @@ fn stand_in() -> Result<&'static Path, String> {
         };
         build("libcuda.so", &[kernels, src.join("driver.cpp")])?;
         build("libcublas.so", &[src.join("cublas.cpp")])?;
+        build("libcublasLt.so", &[src.join("cublaslt.cpp")])?;
+        build("libcudnn.so", &[src.join("cudnn.cpp")])?;
+        // the same stand-in without cuDNN, for the fallback (links to the libraries above)
+        let bare = dir.join("without-cudnn");
+        std::fs::create_dir_all(&bare).map_err(|e| e.to_string())?;
+        for lib in ["libcuda.so", "libcublas.so", "libcublasLt.so"] {
+            let link = bare.join(lib);
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(dir.join(lib), &link).map_err(|e| e.to_string())?;
+        }
         Ok(dir)
     })
     .as_deref()
@@ -253,7 +265,7 @@ fn cli_picks_and_names_the_stand_in() {
     );
     // reports name the stand-in, so its figures cannot pass for a GPU's
     assert!(
-        out.contains("on cuda (lazybatch software CUDA stand-in (tests only, not a GPU))"),
+        out.contains("on cuda (lazybatch software CUDA stand-in (tests only, not a GPU); f32, "),
         "{out}"
     );
     assert!(out.contains("against the CPU reference"), "{out}");
@@ -274,6 +286,116 @@ fn cli_picks_and_names_the_stand_in() {
         "2",
     ]);
     assert!(err.contains("device auto: using CUDA"), "{err}");
+}
+
+/// Runs `lazybatch ARGS` with `dir` first on the loader path; (success, stdout, stderr).
+fn lazybatch_on(dir: &Path, args: &[&str]) -> (bool, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_lazybatch"));
+    cmd.args(args);
+    with_stand_in(&mut cmd, dir);
+    let o = cmd.output().expect("running lazybatch");
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn verify_passes_for_every_zoo_model_on_both_convolution_paths() {
+    let test = "verify_passes_for_every_zoo_model_on_both_convolution_paths";
+    let dir = match stand_in() {
+        Ok(d) => d,
+        Err(why) => return skip(test, &why),
+    };
+    // `verify --device cuda` (alone vs forced preemptions and merges, and against the CPU) for
+    // every zoo model in f32 and f16 on the default cuDNN path, and for the models with
+    // convolutions on the im2col path too; the reports name the path
+    for name in lazybatch::graph::zoo::builtin_names() {
+        let convs = crate::small(name)
+            .nodes
+            .iter()
+            .any(|n| matches!(n.op, lazybatch::graph::op::Op::Conv2d { .. }));
+        let paths: &[&str] = if convs {
+            &["cudnn", "im2col"]
+        } else {
+            &["cudnn"]
+        };
+        for conv in paths {
+            for precision in ["f32", "f16"] {
+                let mut args = vec![
+                    "verify",
+                    "--device",
+                    "cuda",
+                    "--model",
+                    name,
+                    "--width",
+                    "0.125",
+                    "--requests",
+                    "3",
+                    "--max-batch",
+                    "3",
+                    "--conv",
+                    conv,
+                    "--precision",
+                    precision,
+                ];
+                if convs {
+                    // the image models: --res scales their input
+                    args.extend(["--res", "0.25"]);
+                }
+                let (ok, out, err) = lazybatch_on(dir, &args);
+                assert!(ok, "{name} {conv} {precision}:\n{out}\n{err}");
+                let named = if *conv == "cudnn" {
+                    format!("{precision}, cuDNN 9.10.0 convolutions)")
+                } else {
+                    format!("{precision}, im2col convolutions)")
+                };
+                assert!(out.contains(&named), "{name} {conv} {precision}: {out}");
+                assert!(out.contains("OK"), "{name} {conv} {precision}: {out}");
+            }
+        }
+    }
+}
+
+#[test]
+fn without_cudnn_auto_takes_im2col_with_a_notice_and_cudnn_is_an_error() {
+    let test = "without_cudnn_auto_takes_im2col_with_a_notice_and_cudnn_is_an_error";
+    let dir = match stand_in() {
+        Ok(d) => d.join("without-cudnn"),
+        Err(why) => return skip(test, &why),
+    };
+    let resnet = [
+        "verify",
+        "--device",
+        "cuda",
+        "--model",
+        "resnet50",
+        "--width",
+        "0.125",
+        "--res",
+        "0.25",
+        "--requests",
+        "2",
+    ];
+    let (ok, out, err) = lazybatch_on(&dir, &resnet);
+    assert!(ok, "{out}\n{err}");
+    assert!(
+        err.contains("notice: cuDNN not found (libcudnn.so.9: pip install nvidia-cudnn-cu13")
+            && err.contains("convolutions run as im2col + cuBLAS"),
+        "{err}"
+    );
+    assert!(out.contains("f32, im2col convolutions)"), "{out}");
+    let (ok, out, err) = lazybatch_on(&dir, &[&resnet[..], &["--conv", "cudnn"]].concat());
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("invalid --conv: cudnn needs the cuDNN library: cuDNN not found (libcudnn.so.9: pip install nvidia-cudnn-cu13"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    // with cuDNN, no notice
+    let (ok, _, err) = lazybatch_on(stand_in().unwrap(), &resnet);
+    assert!(ok && !err.contains("notice:"), "{err}");
 }
 
 #[test]

@@ -200,6 +200,7 @@ pub(crate) const DEVICE: crate::device::RealDevice = crate::device::RealDevice {
     open: |o| Ok(Box::new(CpuDevice::new(o.seed))),
     precisions: &["f32"],
     graphs: false,
+    convs: false,
 };
 
 impl CpuDevice {

@@ -1,8 +1,9 @@
-//! The CUDA device (cargo feature `cuda`, on by default): cuBLAS GEMMs and NVRTC-compiled
-//! kernels from `kernels/`, through cudarc with dynamic loading, so the binary links no CUDA
-//! library and runs on machines without one. cudarc panics when a library is missing: [`probe`]
-//! checks the driver, cuBLAS and NVRTC libraries and then the device count before anything else
-//! touches CUDA, and turns absence into an error that says what is missing.
+//! The CUDA device (cargo feature `cuda`, on by default): cuDNN convolutions, cuBLASLt and
+//! cuBLAS GEMMs and NVRTC-compiled kernels from `kernels/`, through cudarc with dynamic loading,
+//! so the binary links no CUDA library and runs on machines without one. cudarc panics when a
+//! library is missing: [`probe`] checks the driver, cuBLAS, cuBLASLt, NVRTC and cuDNN libraries
+//! and then the device count before anything else touches CUDA, and turns absence into an error
+//! that says what is missing. cuDNN is optional: without it convolutions run as im2col + cuBLAS.
 
 pub mod device;
 pub mod nvrtc;
@@ -18,6 +19,8 @@ pub struct Probe {
     pub driver: bool,
     /// libcublas loads.
     pub cublas: bool,
+    /// libcublasLt loads (linear layers with fused epilogues; it ships beside libcublas).
+    pub cublaslt: bool,
     /// libnvrtc loads.
     pub nvrtc: bool,
     /// Devices the driver reports (0 when the driver is absent or reports an error).
@@ -27,7 +30,12 @@ pub struct Probe {
     /// The NVRTC library's version, the same way (0 when unknown). Its PTX carries the ISA of
     /// that CUDA version, which an older driver refuses (`CUDA_ERROR_UNSUPPORTED_PTX_VERSION`).
     pub nvrtc_version: i32,
+    /// libcudnn loads (optional: convolutions through cuDNN; without it, im2col + cuBLAS).
+    pub cudnn: bool,
 }
+
+/// What to install for cuDNN, in one line (the wheel and where its libraries land).
+pub const CUDNN_HINT: &str = "libcudnn.so.9: pip install nvidia-cudnn-cu13 and add its nvidia/cudnn/lib to LD_LIBRARY_PATH, or install cuDNN 9 for CUDA 13";
 
 /// The oldest driver that loads the PTX of NVRTC 13 (PTX ISA 9.0), as the driver reports it.
 pub(crate) const MIN_DRIVER_VERSION: i32 = 13000;
@@ -37,6 +45,7 @@ impl Probe {
     pub fn usable(&self) -> bool {
         self.driver
             && self.cublas
+            && self.cublaslt
             && self.nvrtc
             && self.devices > 0
             && self.driver_version >= MIN_DRIVER_VERSION
@@ -55,6 +64,12 @@ impl Probe {
         if !self.cublas {
             m.push(
                 "no cuBLAS library (libcublas.so.13: install the CUDA 13 toolkit, or pip install nvidia-cublas==13.* and add its nvidia/cu13/lib to LD_LIBRARY_PATH)"
+                    .to_string(),
+            );
+        }
+        if !self.cublaslt {
+            m.push(
+                "no cuBLASLt library (libcublasLt.so.13, shipped beside libcublas: install the CUDA 13 toolkit, or pip install nvidia-cublas==13.* and add its nvidia/cu13/lib to LD_LIBRARY_PATH)"
                     .to_string(),
             );
         }
@@ -99,11 +114,13 @@ fn version(v: i32) -> String {
 /// Checks for the CUDA libraries, then for a device, without ever letting cudarc panic.
 pub fn probe() -> Probe {
     // SAFETY: these only try to dlopen the libraries.
-    let (driver, cublas, nvrtc) = unsafe {
+    let (driver, cublas, cublaslt, nvrtc, cudnn) = unsafe {
         (
             cudarc::driver::sys::is_culib_present(),
             cudarc::cublas::sys::is_culib_present(),
+            cudarc::cublaslt::sys::is_culib_present(),
             cudarc::nvrtc::sys::is_culib_present(),
+            cudarc::cudnn::sys::is_culib_present(),
         )
     };
     let devices = if driver {
@@ -131,10 +148,12 @@ pub fn probe() -> Probe {
     Probe {
         driver,
         cublas,
+        cublaslt,
         nvrtc,
         devices,
         driver_version,
         nvrtc_version,
+        cudnn,
     }
 }
 
@@ -160,10 +179,12 @@ mod tests {
         let ok = Probe {
             driver: true,
             cublas: true,
+            cublaslt: true,
             nvrtc: true,
             devices: 1,
             driver_version: 13000,
             nvrtc_version: 13000,
+            cudnn: false,
         };
         assert!(ok.usable() && ok.missing().is_empty());
         let newer = Probe {

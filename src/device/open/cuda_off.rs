@@ -45,6 +45,7 @@ pub(crate) const DEVICE: crate::device::RealDevice = crate::device::RealDevice {
     auto: true,
     usable,
     open,
-    precisions: &["f32", "f16"],
+    precisions: &["f32", "f16", "tf32"],
     graphs: true,
+    convs: true,
 };

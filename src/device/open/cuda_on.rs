@@ -1,6 +1,7 @@
 //! The CUDA backend of [`super::open`] when the `cuda` feature is on.
 
-use crate::device::cuda::{self, device::Precision, nvrtc, CudaDevice};
+use crate::device::cuda::device::{ConvChoice, Precision};
+use crate::device::cuda::{self, nvrtc, CudaDevice};
 use crate::device::{Device, RealOptions};
 use crate::error::{Error, Result};
 
@@ -23,8 +24,11 @@ pub fn usable() -> Result<i32> {
 /// The first CUDA device, opened with `o`.
 pub fn open(o: &RealOptions) -> Result<Box<dyn Device + Send>> {
     let p = Precision::parse(&o.precision)?;
+    let conv = ConvChoice::parse(&o.conv)?;
     Ok(Box::new(
-        CudaDevice::new(0, o.seed, p)?.with_graphs(o.cuda_graphs)?,
+        CudaDevice::new(0, o.seed, p)?
+            .with_graphs(o.cuda_graphs)?
+            .with_conv(conv)?,
     ))
 }
 
@@ -41,6 +45,7 @@ pub(crate) const DEVICE: crate::device::RealDevice = crate::device::RealDevice {
     auto: true,
     usable,
     open,
-    precisions: &["f32", "f16"],
+    precisions: &["f32", "f16", "tf32"],
     graphs: true,
+    convs: true,
 };

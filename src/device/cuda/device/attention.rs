@@ -1,6 +1,45 @@
-//! Attention: additive and dot attention over a sequence, multi-head self-attention, and decoder self-attention over a per-slot key/value cache.
+//! Attention: additive and dot attention over a sequence, multi-head self-attention, and decoder
+//! self-attention over a per-slot key/value cache. Encoder self-attention (BERT, the Transformer's
+//! encoder: every member attends over its own rows) runs as two grouped GEMMs in cuBLAS
+//! (`cublasGemmGroupedBatchedEx`) with a softmax between them: the scores `Q·Kᵀ / √d_h` of every
+//! member and head, each an `L × L` block of scratch, a row softmax over them, then `P·V` into the
+//! output rows — one group per distinct sequence length `L` in the sub-batch, the operands'
+//! addresses in pointer arrays staged with the node's tables. A sub-batch of more than
+//! [`MAX_GROUPS`] lengths, and every other attention, runs the row kernel (`attend_rows`: one
+//! block per query row and head).
 
 use super::*;
+use crate::graph::Node;
+use cudarc::cublas::sys as bs;
+
+/// The most distinct sequence lengths in a sub-batch for which encoder self-attention runs as
+/// grouped GEMMs (each length adds a softmax launch); a sub-batch of more runs the row kernel.
+pub(super) const MAX_GROUPS: usize = 4;
+
+/// One sequence length's share of grouped-GEMM attention: its length `L`, its member-and-head
+/// pairs, where its six pointer arrays start in the node's tables (each `count` long: K, Q and
+/// scores for `Q·Kᵀ`, then V, scores and outputs for `P·V`) and where its score blocks start
+/// in the scores scratch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct GemmGroup {
+    pub(super) len: usize,
+    pub(super) count: usize,
+    pub(super) ptrs: usize,
+    pub(super) scores: usize,
+}
+
+/// Whether node `n` is an attention that runs as grouped GEMMs (when its sub-batch holds at
+/// most [`MAX_GROUPS`] lengths): an encoder's self-attention.
+pub(super) fn by_gemms(n: &Node) -> bool {
+    matches!(
+        n.op,
+        Op::Attention {
+            mode: AttnMode::SelfAttn,
+            ..
+        }
+    ) && n.class != Class::Decoder
+        && n.loop_id.is_none()
+}
 
 impl CudaDevice {
     /// Stages an attention's tables: the gather of its query rows, per query row where its
@@ -14,6 +53,9 @@ impl CudaDevice {
         mode: AttnMode,
         heads: usize,
     ) -> Result<()> {
+        if by_gemms(&model.nodes[i]) && self.stage_attention_gemm(model, i, members, heads)? {
+            return Ok(());
+        }
         let shape = self.attn_rows(model, i, members, mode, heads)?;
         self.stage_gather_first_input(model, i, members)?;
         let (ka, kb, counts) = (
@@ -48,8 +90,141 @@ impl CudaDevice {
         Ok(())
     }
 
+    /// Stages encoder self-attention as grouped GEMMs when the sub-batch holds at most
+    /// [`MAX_GROUPS`] lengths (else returns false and stages nothing): the gather of the
+    /// members' Q|K|V rows into scratch A, and per length the pointer arrays of both GEMMs.
+    fn stage_attention_gemm(
+        &mut self,
+        model: &Model,
+        i: usize,
+        members: &[Member],
+        heads: usize,
+    ) -> Result<bool> {
+        let node = &model.nodes[i];
+        let lens: Vec<usize> = members.iter().map(|m| Layout::rows(node, m.len)).collect();
+        let mut distinct = lens.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        if distinct.len() > MAX_GROUPS {
+            return Ok(false);
+        }
+        let d = self.layout.as_ref().ok_or_else(|| missing("layout"))?.nodes[i].feat;
+        let dh = d / heads;
+        self.stage_gather_first_input(model, i, members)?;
+        let sc = self.scratch.as_ref().ok_or_else(|| missing("scratch"))?;
+        // addresses of element 0 of scratch A (Q|K|V rows), the scores and scratch C (outputs)
+        let base = |s: &CudaSlice<f32>| s.device_ptr(&self.stream).0 as i64;
+        let (a, scores, c) = (base(&sc.a), base(&sc.scores), base(&sc.c));
+        // each member's first row in A and C, in gather order
+        let mut first = Vec::with_capacity(members.len());
+        let mut at = 0;
+        for &l in &lens {
+            first.push(at);
+            at += l;
+        }
+        let mut score_at = 0;
+        let mut arrays: [Vec<i64>; 6] = Default::default();
+        for &l in &distinct {
+            let group = GemmGroup {
+                len: l,
+                count: 0,
+                ptrs: 0,
+                scores: score_at,
+            };
+            for arr in &mut arrays {
+                arr.clear();
+            }
+            let mut count = 0;
+            for (r, _) in lens.iter().enumerate().filter(|(_, &x)| x == l) {
+                for h in 0..heads {
+                    let q = (first[r] * 3 * d + h * dh) as i64;
+                    let s = (score_at + count * l * l) as i64;
+                    let o = (first[r] * d + h * dh) as i64;
+                    let f = 4; // bytes per f32
+                    arrays[0].push(a + f * (q + d as i64)); // K
+                    arrays[1].push(a + f * q); // Q
+                    arrays[2].push(scores + f * s);
+                    arrays[3].push(a + f * (q + 2 * d as i64)); // V
+                    arrays[4].push(scores + f * s);
+                    arrays[5].push(c + f * o);
+                    count += 1;
+                }
+            }
+            let ptrs = self.staged.host.len();
+            for arr in &arrays {
+                self.staged.host.extend_from_slice(arr);
+            }
+            score_at += count * l * l;
+            self.staged.attn_gemm.push(GemmGroup {
+                count,
+                ptrs,
+                ..group
+            });
+        }
+        Ok(true)
+    }
+
+    /// Encoder self-attention as staged by [`Self::stage_attention_gemm`].
+    fn attention_gemm(&mut self, i: usize, heads: usize) -> Result<()> {
+        let d = self.layout.as_ref().ok_or_else(|| missing("layout"))?.nodes[i].feat;
+        let dh = d / heads;
+        self.gather()?;
+        let CudaDevice {
+            stream,
+            funcs,
+            scratch,
+            staged,
+            blas,
+            precision,
+            ..
+        } = self;
+        let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
+        let groups = &staged.attn_gemm;
+        let compute = match precision {
+            Precision::F32 | Precision::F16 => bs::cublasComputeType_t::CUBLAS_COMPUTE_32F,
+            Precision::Tf32 => bs::cublasComputeType_t::CUBLAS_COMPUTE_32F_FAST_TF32,
+        };
+        let tables = sc.tables.device_ptr(stream).0;
+        let (d3, dh_i, d_i) = ((3 * d) as i32, dh as i32, d as i32);
+        use bs::cublasOperation_t::{CUBLAS_OP_N as N, CUBLAS_OP_T as T};
+        // scores (column-major keys × queries, i.e. row-major queries × keys) = Kᵀ·Q / √d_h:
+        // m, n, k = L, L, d_h; K and Q in the 3d-wide rows of A, scores L apart
+        let qk = Grouped {
+            arrays: 0,
+            trans: (T, N),
+            dims: |l| [l, l, dh_i, d3, d3, l],
+            alpha: 1.0 / (dh as f32).sqrt(),
+        };
+        qk.run(blas, groups, tables, compute)?;
+        let f = funcs
+            .get("softmax_rows")
+            .ok_or_else(|| missing("softmax_rows"))?;
+        let scores = sc.scores.device_ptr(stream).0;
+        for g in groups {
+            let at = scores + 4 * g.scores as u64;
+            let (n_i, one) = (g.len as i32, 1.0f32);
+            let mut b = stream.launch_builder(f);
+            b.arg(&at).arg(&at).arg(&n_i).arg(&one);
+            // SAFETY: one block per row of the group's score blocks, in place.
+            unsafe { b.launch(blocks(g.count * g.len, 256, 0)) }.map_err(cuda_err)?;
+        }
+        // outputs (column-major d_h × queries, each head's columns of the d-wide rows of C) =
+        // V·P: m, n, k = d_h, L, L
+        let pv = Grouped {
+            arrays: 3,
+            trans: (N, N),
+            dims: |l| [dh_i, l, l, d3, l, d_i],
+            alpha: 1.0,
+        };
+        pv.run(blas, groups, tables, compute)?;
+        self.scatter(i, Buf::C)
+    }
+
     /// Attention over the staged query rows, keys and values (see [`Self::stage_attention`]).
     pub(super) fn attention(&mut self, i: usize, mode: AttnMode, heads: usize) -> Result<()> {
+        if !self.staged.attn_gemm.is_empty() {
+            return self.attention_gemm(i, heads);
+        }
         let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
         let d = layout.nodes[i].feat;
         let (
@@ -221,6 +396,64 @@ impl CudaDevice {
                 AttnShape::multi_head(d, Some((kvp, kvp)), 2 * d, d / heads)
             }
         })
+    }
+}
+
+/// One of the two GEMMs of grouped-GEMM attention: its first pointer array (of the group's
+/// six), its transposes, and per length `L` its `m, n, k` and leading dimensions.
+struct Grouped<F: Fn(i32) -> [i32; 6]> {
+    arrays: usize,
+    trans: (bs::cublasOperation_t, bs::cublasOperation_t),
+    dims: F,
+    alpha: f32,
+}
+
+impl<F: Fn(i32) -> [i32; 6]> Grouped<F> {
+    /// One `cublasGemmGroupedBatchedEx` call per length group (a group's pointer arrays are
+    /// consecutive; another group's start elsewhere in the tables at `tables`).
+    fn run(
+        &self,
+        blas: &CudaBlas,
+        groups: &[GemmGroup],
+        tables: u64,
+        compute: bs::cublasComputeType_t,
+    ) -> Result<()> {
+        let zero = 0.0f32;
+        for g in groups {
+            let [m, n, k, lda, ldb, ldc] = (self.dims)(g.len as i32);
+            let size = g.count as i32;
+            let array = |j: usize| tables + 8 * (g.ptrs + (self.arrays + j) * g.count) as u64;
+            // SAFETY: the pointer arrays (device memory, uploaded with the tables) hold `count`
+            // addresses of operands inside scratch A, the scores and scratch C, each sized at
+            // prepare for the maximum batch; the host arrays describe one group.
+            unsafe {
+                bs::cublasGemmGroupedBatchedEx(
+                    *blas.handle(),
+                    &self.trans.0,
+                    &self.trans.1,
+                    &m,
+                    &n,
+                    &k,
+                    (&self.alpha as *const f32).cast(),
+                    array(0) as *const *const std::ffi::c_void,
+                    bs::cudaDataType_t::CUDA_R_32F,
+                    &lda,
+                    array(1) as *const *const std::ffi::c_void,
+                    bs::cudaDataType_t::CUDA_R_32F,
+                    &ldb,
+                    (&zero as *const f32).cast(),
+                    array(2) as *const *mut std::ffi::c_void,
+                    bs::cudaDataType_t::CUDA_R_32F,
+                    &ldc,
+                    1,
+                    &size,
+                    compute,
+                )
+            }
+            .result()
+            .map_err(cuda_err)?;
+        }
+        Ok(())
     }
 }
 

@@ -1,6 +1,7 @@
 //! Allocation at [`Device::prepare`]: every node's output buffer and weights (the GEMM weights
-//! also in f16 at f16 precision), LSTM cell states and decoder K|V caches, and scratch sized for
-//! the model's largest gather, GEMM and im2col at the maximum batch — so that serving allocates
+//! also in f16 at f16 precision), convolutions' cuDNN plans and the workspace of the largest,
+//! LSTM cell states and decoder K|V caches, and scratch sized for the model's largest gather,
+//! GEMM and (on the im2col path) im2col at the maximum batch — so that serving allocates
 //! nothing on the device.
 
 use super::*;
@@ -13,6 +14,10 @@ struct Needs {
     c: usize,
     cols: usize,
     rows: usize,
+    /// Attention scores of the grouped-GEMM path.
+    scores: usize,
+    /// Entries of its pointer arrays (six per member and head).
+    pointers: usize,
 }
 
 impl Needs {
@@ -22,11 +27,14 @@ impl Needs {
             c: 1,
             cols: 1,
             rows: max_batch,
+            scores: 1,
+            pointers: 0,
         }
     }
 
-    /// Grows the sizes to fit node `n` (input width `in_feat`) at `mb` members.
-    fn fit(&mut self, n: &Node, layout: &Layout, mb: usize, in_feat: usize) {
+    /// Grows the sizes to fit node `n` (input width `in_feat`) at `mb` members, convolutions
+    /// running on `conv`.
+    fn fit(&mut self, n: &Node, layout: &Layout, mb: usize, in_feat: usize, conv: ConvPath) {
         let feat = layout.nodes[n.id.idx()].feat;
         let rows = if n.loop_id.is_some() {
             1
@@ -36,11 +44,14 @@ impl Needs {
         self.rows = self.rows.max(mb * rows);
         self.a = self.a.max(mb * rows * (in_feat + feat + 3 * feat));
         self.c = self.c.max(mb * rows * 4 * feat.max(in_feat));
-        if let Op::Conv2d {
-            kernel: (kh, kw),
-            groups,
-            ..
-        } = &n.op
+        if let (
+            Op::Conv2d {
+                kernel: (kh, kw),
+                groups,
+                ..
+            },
+            ConvPath::Im2col,
+        ) = (&n.op, conv)
         {
             let (c, _, _) = n.in_chw();
             let (h, w) = n.out_hw();
@@ -48,6 +59,12 @@ impl Needs {
         }
         if let Op::Lstm { hidden, .. } = &n.op {
             self.c = self.c.max(mb * 4 * hidden);
+        }
+        if attention::by_gemms(n) {
+            if let Op::Attention { heads, .. } = &n.op {
+                self.scores = self.scores.max(mb * heads * rows * rows);
+                self.pointers = self.pointers.max(6 * mb * heads);
+            }
         }
     }
 }
@@ -66,7 +83,7 @@ struct Plan {
 }
 
 impl Plan {
-    fn new(model: &Model, mb: usize) -> Result<Plan> {
+    fn new(model: &Model, mb: usize, conv: ConvPath) -> Result<Plan> {
         let layout = Layout::new(model, mb);
         let max_dec = model.seq.as_ref().map_or(1, |s| s.max_dec as usize);
         let max_enc = model.seq.as_ref().map_or(1, |s| s.max_enc as usize);
@@ -82,10 +99,10 @@ impl Plan {
             })
             .collect();
         for (n, &in_feat) in model.nodes.iter().zip(&in_feats) {
-            needs.fit(n, &layout, mb, in_feat);
+            needs.fit(n, &layout, mb, in_feat, conv);
         }
         let segs = needs.rows * 8 + 64 + mb * max_enc.max(max_dec) * 4;
-        let tables = 3 * (segs + needs.rows + mb) + 4 * needs.rows + 8;
+        let tables = 3 * (segs + needs.rows + mb) + 4 * needs.rows + needs.pointers + 8;
         fits_one_launch(model, &layout, &needs, tables)?;
         Ok(Plan {
             layout,
@@ -120,6 +137,7 @@ fn fits_one_launch(model: &Model, layout: &Layout, needs: &Needs, seg: usize) ->
         (needs.a, "gather scratch"),
         (needs.c, "GEMM scratch"),
         (needs.cols, "im2col scratch"),
+        (needs.scores, "attention scores"),
         (seg, "index tables"),
     ];
     let (n, what) = scratch
@@ -146,6 +164,10 @@ impl CudaDevice {
         // free the previous model's buffers first: a re-prepare must not need both sets
         self.stream.synchronize().map_err(cuda_err)?;
         self.graphs.clear();
+        self.lt.clear();
+        if let Some(d) = self.dnn.as_mut() {
+            d.clear();
+        }
         self.nodes.clear();
         (self.scratch, self.s16, self.layout) = (None, None, None);
         self.model_name.clear();
@@ -155,16 +177,24 @@ impl CudaDevice {
             in_feats,
             segs,
             tables,
-        } = Plan::new(model, mb)?;
+        } = Plan::new(model, mb, self.conv_path)?;
         self.max_dec = model.seq.as_ref().map_or(1, |s| s.max_dec as usize);
         let mut nodes = Vec::with_capacity(model.nodes.len());
         for (n, &in_feat) in model.nodes.iter().zip(&in_feats) {
             nodes.push(self.node_buffers(model, n, &layout, in_feat)?);
         }
+        let workspace = nodes
+            .iter()
+            .filter_map(|g| g.conv.as_ref().map(|c| c.workspace()))
+            .max();
+        if let (Some(bytes), Some(d)) = (workspace, self.dnn.as_mut()) {
+            d.allocate_workspace(&self.stream, bytes)?;
+        }
         self.scratch = Some(Scratch {
             a: self.zeros(needs.a)?,
             c: self.zeros(needs.c)?,
             cols: self.zeros(needs.cols)?,
+            scores: self.zeros(needs.scores)?,
             tables: self.zeros(tables)?,
         });
         self.s16 = if self.precision == Precision::F16 {
@@ -189,7 +219,8 @@ impl CudaDevice {
     }
 
     /// Node `n`'s output buffer, weights and state (an LSTM's cell state, a decoder
-    /// self-attention's K|V cache).
+    /// self-attention's K|V cache); on the cuDNN path a convolution's plan, which holds its
+    /// weights instead.
     fn node_buffers(
         &self,
         model: &Model,
@@ -199,7 +230,37 @@ impl CudaDevice {
     ) -> Result<NodeGpu> {
         let mb = layout.max_batch;
         let feat = layout.nodes[n.id.idx()].feat;
-        let w = weights::of(model, n, self.seed);
+        let mut w = weights::of(model, n, self.seed);
+        let conv = match (&n.op, &self.dnn) {
+            (
+                Op::Conv2d {
+                    kernel,
+                    stride,
+                    padding,
+                    groups,
+                    act,
+                    ..
+                },
+                Some(d),
+            ) if self.conv_path == ConvPath::Cudnn => {
+                let (ho, wo) = n.out_hw();
+                let spec = dnn::ConvSpec {
+                    name: &n.name,
+                    chw: n.in_chw(),
+                    out_chw: (n.out.feat[0], ho, wo),
+                    kernel: *kernel,
+                    stride: *stride,
+                    padding: *padding,
+                    groups: *groups,
+                    act: *act,
+                    weights: &w,
+                };
+                let plan = dnn::ConvPlan::new(d, &self.stream, &spec, mb, self.precision)?;
+                w = Weights::default();
+                Some(plan)
+            }
+            _ => None,
+        };
         let state = match &n.op {
             Op::Lstm { hidden, .. } => Some(self.zeros(mb * hidden)?),
             Op::Attention {
@@ -216,6 +277,7 @@ impl CudaDevice {
         Ok(NodeGpu {
             out: self.zeros(layout.buffer_len(n.id.idx()).max(1))?,
             w: self.upload_weights(&w, gemm)?,
+            conv,
             state,
             in_feat,
             tied: model.tied_owner(n)?,
@@ -264,8 +326,11 @@ mod tests {
         // images fit 2^31 − 1, 149 (the review's example) do not; the error names the largest
         // maximum batch that fits, and it does
         let m = zoo::load("vgg16").unwrap();
-        assert!(Plan::new(&m, 64).is_ok());
-        let e = Plan::new(&m, 149).err().unwrap().to_string();
+        assert!(Plan::new(&m, 64, ConvPath::Im2col).is_ok());
+        let e = Plan::new(&m, 149, ConvPath::Im2col)
+            .err()
+            .unwrap()
+            .to_string();
         assert!(e.contains("--max-batch") && e.contains("im2col"), "{e}");
         let fits: usize = e
             .rsplit("at most ")
@@ -275,8 +340,27 @@ mod tests {
             .parse()
             .unwrap();
         assert!(
-            Plan::new(&m, fits).is_ok() && Plan::new(&m, fits + 1).is_err(),
+            Plan::new(&m, fits, ConvPath::Im2col).is_ok()
+                && Plan::new(&m, fits + 1, ConvPath::Im2col).is_err(),
             "{fits}"
+        );
+        // cuDNN needs no im2col scratch: the next largest buffer (the gather scratch) sets a
+        // higher limit
+        let e = Plan::new(&m, 4096, ConvPath::Cudnn)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("gather scratch"), "{e}");
+        let dnn_fits: usize = e
+            .rsplit("at most ")
+            .next()
+            .unwrap()
+            .trim_end_matches(|c: char| !c.is_ascii_digit())
+            .parse()
+            .unwrap();
+        assert!(
+            dnn_fits > fits && Plan::new(&m, dnn_fits, ConvPath::Cudnn).is_ok(),
+            "{dnn_fits}"
         );
     }
 }

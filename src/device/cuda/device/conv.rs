@@ -3,8 +3,13 @@
 use super::*;
 
 impl CudaDevice {
-    /// A convolution for the whole sub-batch: im2col (or depthwise) over every image, one strided-batched GEMM, the channel epilogue.
+    /// A convolution for the whole sub-batch: its cuDNN plan (`dnn.rs`) on the cuDNN path,
+    /// else im2col (or depthwise) over every image, one strided-batched GEMM, the channel
+    /// epilogue.
     pub(super) fn conv(&mut self, model: &Model, i: usize) -> Result<()> {
+        if self.nodes.get(i).is_some_and(|g| g.conv.is_some()) {
+            return self.conv_cudnn(i);
+        }
         let node = &model.nodes[i];
         let Op::Conv2d {
             kernel: (kh, kw),
@@ -123,7 +128,54 @@ impl CudaDevice {
                 )?;
             }
         }
-        channel_epilogue(stream, funcs, &mut y, wts, (co, p, nimg), ak)?;
+        channel_epilogue(
+            stream,
+            funcs,
+            &mut y,
+            (wts.scale.as_ref(), wts.shift.as_ref()),
+            (co, p, nimg),
+            ak,
+        )?;
+        self.scatter(i, Buf::C)?;
+        Ok(())
+    }
+
+    /// A convolution for the whole sub-batch through its cuDNN plan.
+    fn conv_cudnn(&mut self, i: usize) -> Result<()> {
+        let nimg = self.gather()?;
+        // the raw cuDNN calls need the context current on this thread (cudarc's own calls
+        // make it so themselves)
+        self.ctx.bind_to_thread().map_err(cuda_err)?;
+        let CudaDevice {
+            stream,
+            funcs,
+            nodes,
+            scratch,
+            staged,
+            dnn: cudnn,
+            s16,
+            ..
+        } = self;
+        let (c, h, w, co, p) = {
+            let plan = nodes[i]
+                .conv
+                .as_ref()
+                .ok_or_else(|| missing("cuDNN plan"))?;
+            let ((c, h, w), (co, ho, wo)) = (plan.chw, plan.out_chw);
+            (c, h, w, co, ho * wo)
+        };
+        let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
+        let Operands { x, mut y, conv, .. } =
+            Self::operands(nodes, sc, staged, i, nimg * c * h * w, nimg * co * p)?;
+        let plan = conv.ok_or_else(|| missing("cuDNN plan"))?;
+        let cudnn = cudnn.as_mut().ok_or_else(|| missing("cuDNN handle"))?;
+        let io = dnn::ConvIo {
+            x: &x,
+            y: &mut y,
+            n: nimg,
+            s16: s16.as_mut(),
+        };
+        dnn::convolve(cudnn, plan, stream, funcs, io)?;
         self.scatter(i, Buf::C)?;
         Ok(())
     }
@@ -184,13 +236,13 @@ impl CudaDevice {
     }
 }
 
-/// Per-channel scale and shift (a folded batch norm) and the activation, in place over `nimg`
-/// images of `co` channels × `p` positions.
-fn channel_epilogue(
+/// Per-channel scale and shift (a folded batch norm; either may be absent) and the activation,
+/// in place over `nimg` images of `co` channels × `p` positions.
+pub(super) fn channel_epilogue(
     stream: &CudaStream,
     funcs: &HashMap<String, CudaFunction>,
     c: &mut CudaViewMut<f32>,
-    wts: &GpuWeights,
+    (scale, shift): (Option<&CudaSlice<f32>>, Option<&CudaSlice<f32>>),
     (co, p, nimg): (usize, usize, usize),
     act: i32,
 ) -> Result<()> {
@@ -201,11 +253,11 @@ fn channel_epilogue(
     let (co_i, p_i, nimg_i) = (co as i32, p as i32, nimg as i32);
     let mut b = stream.launch_builder(f);
     b.arg(c);
-    match &wts.scale {
+    match scale {
         Some(s) => b.arg(s),
         None => b.arg(&null),
     };
-    match &wts.shift {
+    match shift {
         Some(s) => b.arg(s),
         None => b.arg(&null),
     };

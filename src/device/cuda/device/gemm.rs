@@ -28,6 +28,26 @@ impl GpuWeights {
     }
 }
 
+/// Converts `len` floats of `x` to f16 into `y`.
+pub(super) fn to_f16(
+    stream: &CudaStream,
+    funcs: &HashMap<String, CudaFunction>,
+    x: &CudaView<f32>,
+    y: &mut CudaSlice<half::f16>,
+    len: usize,
+) -> Result<()> {
+    let f = funcs
+        .get("f32_to_f16")
+        .ok_or_else(|| missing("f32_to_f16"))?;
+    let nn = len as i64;
+    let mut y = y.slice_mut(..len);
+    let mut l = stream.launch_builder(f);
+    l.arg(x).arg(&mut y).arg(&nn);
+    // SAFETY: len elements in both.
+    unsafe { l.launch(elems(len)) }.map_err(cuda_err)?;
+    Ok(())
+}
+
 impl CudaDevice {
     /// Row-major `C[m×n] = op(A)[m×k] · op(B)[k×n]` in cuBLAS (column-major, see [`row_major`]),
     /// `batch.count` times with operands `batch.a`/`batch.b`/`batch.c` elements apart (one call:

@@ -129,6 +129,7 @@ fn shape_key(i: usize, members: usize, s: &Staged) -> Vec<u64> {
         i32a,
         i32b,
         attn,
+        attn_gemm,
         runs,
         direct_in,
         direct_out,
@@ -166,6 +167,16 @@ fn shape_key(i: usize, members: usize, s: &Staged) -> Vec<u64> {
                 .n(*max_keys as usize)
         }
     };
+    k.n(attn_gemm.len());
+    for g in attn_gemm {
+        let attention::GemmGroup {
+            len,
+            count,
+            ptrs,
+            scores,
+        } = g;
+        k.n(*len).n(*count).n(*ptrs).n(*scores);
+    }
     k.n(runs.len());
     for r in runs {
         k.pair(*r);

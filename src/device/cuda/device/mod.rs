@@ -6,22 +6,48 @@
 //! members' slots — except where the staged segments show the sub-batch's input rows to be one
 //! contiguous run of one producer's buffer (batch 1, or members in consecutive slots): then the
 //! op reads them in place (an add each of its two inputs); and where its output rows are one
-//! contiguous run of its own buffer, it computes straight into them (`Operands`). GEMMs run in cuBLAS (row-major via the transposed column-major call),
-//! everything else in the NVRTC-compiled kernels of `kernels/`. Node time: the host's, from
-//! entering `execute` to the end of the node's one blocking sync (launch cost included). One
-//! file per op family — `conv`, `linear`, `recurrent`, `attention`, `rows` — as in the CPU
-//! device; `gemm` holds the cuBLAS calls they share, `buffers` the allocation at prepare and
-//! `movement` the gather, scatter and capture, `graphs` the CUDA graphs of `--cuda-graphs`.
+//! contiguous run of its own buffer, it computes straight into them (`Operands`).
+//! Convolutions run in cuDNN where it loads (`dnn`; else, or with `--conv im2col`, as im2col and
+//! a cuBLAS GEMM), linear layers in cuBLASLt with their bias and activation fused (`blaslt`),
+//! the other GEMMs in cuBLAS (row-major via the transposed column-major call), everything else
+//! in the NVRTC-compiled kernels of `kernels/`. Node time: the host's, from entering `execute`
+//! to the end of the node's one blocking sync (launch cost included). One file per op family —
+//! `conv`, `linear`, `recurrent`, `attention`, `rows` — as in the CPU device; `gemm` holds the
+//! cuBLAS calls they share, `dnn` and `blaslt` the cuDNN and cuBLASLt plans, `buffers` the
+//! allocation at prepare and `movement` the gather, scatter and capture, `graphs` the CUDA
+//! graphs of `--cuda-graphs`.
+
+/// Declares a guard owning one raw cuDNN or cuBLASLt object, destroyed on drop.
+macro_rules! guard {
+    ($name:ident, $raw:ty, $destroy:path) => {
+        struct $name($raw);
+        impl Drop for $name {
+            fn drop(&mut self) {
+                // SAFETY: created by the matching create call and destroyed once, here; an
+                // error on destruction has nothing left to report to.
+                let _ = unsafe { $destroy(self.0) };
+            }
+        }
+        // SAFETY: these library objects are not internally synchronized but may be used from
+        // any thread one call at a time: they are only reached through the owning device's
+        // `&mut self` (as the CUDA graphs in graphs.rs).
+        unsafe impl Send for $name {}
+    };
+}
 
 mod attention;
+mod blaslt;
 mod buffers;
 mod conv;
+mod dnn;
 mod gemm;
 mod graphs;
 mod linear;
 mod movement;
 mod recurrent;
 mod rows;
+
+pub use dnn::{ConvChoice, ConvPath};
 
 use super::nvrtc;
 use crate::device::capture::{Capture, CaptureMode};
@@ -105,26 +131,39 @@ fn in_place(op: &Op) -> bool {
     )
 }
 
-/// Storage precision of the GEMM operands.
+/// Storage and arithmetic precision of the GEMMs and convolutions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Precision {
-    /// f32 everywhere.
+    /// f32 everywhere (no TF32: cuBLAS and cuBLASLt compute in f32, cuDNN with FMA math).
     F32,
-    /// GEMM weights stored as f16; activations converted to f16 for each GEMM; cuBLAS
-    /// accumulates in f32 (CUBLAS_COMPUTE_32F) and the result returns to f32.
+    /// GEMM and convolution weights stored as f16; activations converted to f16 for each of
+    /// them; f32 accumulation, results back in f32.
     F16,
+    /// f32 storage, the GEMMs and convolutions on tensor cores in TF32 (a 10-bit mantissa),
+    /// only when asked for.
+    Tf32,
 }
 
 impl Precision {
-    /// Parses `f32` / `f16`.
+    /// Parses `f32` / `f16` / `tf32`.
     pub fn parse(s: &str) -> Result<Precision> {
         match s {
             "f32" => Ok(Precision::F32),
             "f16" => Ok(Precision::F16),
+            "tf32" => Ok(Precision::Tf32),
             o => Err(Error::invalid(
                 "--precision",
-                format!("unknown precision '{o}' (f32, f16)"),
+                format!("unknown precision '{o}' (f32, f16, tf32)"),
             )),
+        }
+    }
+
+    /// The name `--precision` takes for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+            Precision::Tf32 => "tf32",
         }
     }
 }
@@ -155,6 +194,8 @@ struct GpuWeights {
 struct NodeGpu {
     out: CudaSlice<f32>,
     w: GpuWeights,
+    /// A convolution's cuDNN plan (with its own weights) on the cuDNN path.
+    conv: Option<dnn::ConvPlan>,
     /// LSTM cell state (`max_batch × H`) or decoder self-attention K|V cache.
     state: Option<CudaSlice<f32>>,
     in_feat: usize,
@@ -198,6 +239,8 @@ struct Scratch {
     a: CudaSlice<f32>,
     c: CudaSlice<f32>,
     cols: CudaSlice<f32>,
+    /// Attention scores of the grouped-GEMM path (one `L × L` block per member and head).
+    scores: CudaSlice<f32>,
     /// A node's index tables (segment tables, i64 and i32 index arrays), packed at the offsets
     /// [`Staged`] gives them and uploaded in one copy.
     tables: CudaSlice<i64>,
@@ -241,8 +284,11 @@ struct Staged {
     i64b: usize,
     i32a: usize,
     i32b: usize,
-    /// Attention: its shape and the most keys a query row has.
+    /// Attention: its shape and the most keys a query row has (the row kernel).
     attn: Option<(AttnShape, u32)>,
+    /// Encoder self-attention as grouped GEMMs (`attention.rs`): one group per distinct
+    /// sequence length; empty when the row kernel runs it.
+    attn_gemm: Vec<attention::GemmGroup>,
     /// Per input of the node, when its rows for the whole sub-batch are one contiguous run of
     /// one producer's buffer (not the node's own), in the order the op reads them: the
     /// producer and the run's offset (see [`CudaDevice::stage_gather`]).
@@ -270,13 +316,16 @@ impl Staged {
         let mut host = std::mem::take(&mut self.host);
         let mut gathers = std::mem::take(&mut self.gathers);
         let mut runs = std::mem::take(&mut self.runs);
+        let mut attn_gemm = std::mem::take(&mut self.attn_gemm);
         host.clear();
         gathers.clear();
         runs.clear();
+        attn_gemm.clear();
         *self = Staged {
             host,
             gathers,
             runs,
+            attn_gemm,
             ..Staged::default()
         };
     }
@@ -325,7 +374,8 @@ impl<'a> Others<'a> {
 /// What an op computing node `i` for the sub-batch reads and writes: its input rows `x` (scratch
 /// A, or the producer's rows in place), the second input `x2` of an add reading both in place,
 /// where its output rows go (`y`: scratch C, or its own output rows in place), the rest of the
-/// scratch (im2col columns, the index tables), its weights and the other nodes' buffers (tied tables).
+/// scratch (im2col columns, the index tables), its weights (and cuDNN plan) and the other nodes'
+/// buffers (tied tables).
 struct Operands<'a> {
     x: CudaView<'a, f32>,
     x2: Option<CudaView<'a, f32>>,
@@ -333,6 +383,7 @@ struct Operands<'a> {
     cols: &'a mut CudaSlice<f32>,
     tables: &'a CudaSlice<i64>,
     w: &'a GpuWeights,
+    conv: Option<&'a dnn::ConvPlan>,
     others: Others<'a>,
 }
 
@@ -351,7 +402,9 @@ impl CudaDevice {
             .split_first_mut()
             .ok_or_else(|| missing("node buffer"))?;
         let others = Others { lo, hi };
-        let Scratch { a, c, cols, tables } = sc;
+        let Scratch {
+            a, c, cols, tables, ..
+        } = sc;
         let run = |(p, off): (usize, usize), len: usize| -> Result<CudaView<'a, f32>> {
             Ok(others.get(p)?.out.slice(off..off + len))
         };
@@ -371,6 +424,7 @@ impl CudaDevice {
             cols,
             tables,
             w: &me.w,
+            conv: me.conv.as_ref(),
             others,
         })
     }
@@ -379,12 +433,20 @@ impl CudaDevice {
 /// The CUDA device.
 pub struct CudaDevice {
     seed: u64,
-    /// Held so the context outlives every buffer (the stream holds it too).
-    _ctx: Arc<CudaContext>,
+    /// Held so the context outlives every buffer (the stream holds it too); made current on
+    /// the calling thread before the raw cuDNN and cuBLASLt calls.
+    ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     blas: CudaBlas,
     /// cuBLAS's workspace (declared after `blas`, so that it outlives the handle).
     _blas_workspace: CudaSlice<u8>,
+    /// cuBLASLt, for linear layers.
+    lt: blaslt::Lt,
+    /// cuDNN, on the cuDNN convolution path (None on the im2col path).
+    dnn: Option<dnn::Dnn>,
+    conv_path: ConvPath,
+    /// Why `--conv auto` chose im2col, when it did.
+    conv_note: Option<String>,
     funcs: HashMap<String, CudaFunction>,
     name: String,
     layout: Option<Layout>,
@@ -409,7 +471,7 @@ impl CudaDevice {
     /// Opens device `ordinal` (after [`super::require`]) and compiles the kernels for its
     /// architecture.
     pub fn new(ordinal: usize, seed: u64, precision: Precision) -> Result<Self> {
-        super::require()?;
+        let probe = super::require()?;
         let ctx = CudaContext::new(ordinal).map_err(|e| Error::DeviceUnavailable {
             device: "cuda".into(),
             msg: format!("cannot open device {ordinal}: {e:?}"),
@@ -425,6 +487,31 @@ impl CudaDevice {
         let stream = ctx.new_stream().map_err(cuda_err)?;
         let blas = CudaBlas::new(stream.clone()).map_err(cuda_err)?;
         let blas_workspace = blas_workspace(&blas, &stream, major)?;
+        if precision == Precision::Tf32 {
+            // SAFETY: a live handle; the math mode only widens which kernels cuBLAS may use.
+            unsafe {
+                cudarc::cublas::sys::cublasSetMathMode(
+                    *blas.handle(),
+                    cudarc::cublas::sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH,
+                )
+            }
+            .result()
+            .map_err(cuda_err)?;
+        }
+        let lt = blaslt::Lt::new(&stream, major, precision)?;
+        // cudarc panics on a call into a library that is not there: cuDNN only when it loads
+        let (dnn, conv_path, conv_note) = if !probe.cudnn {
+            let why = format!("cuDNN not found ({})", super::CUDNN_HINT);
+            (None, ConvPath::Im2col, Some(why))
+        } else {
+            match dnn::Dnn::new(&stream) {
+                Ok(d) => (Some(d), ConvPath::Cudnn, None),
+                Err(e) => {
+                    let why = format!("cuDNN loads but does not start ({e})");
+                    (None, ConvPath::Im2col, Some(why))
+                }
+            }
+        };
         let mut funcs = HashMap::new();
         for c in nvrtc::compile_all_cached(arch)?.iter() {
             let module = ctx
@@ -437,10 +524,14 @@ impl CudaDevice {
         let name = ctx.name().map_err(cuda_err)?;
         Ok(CudaDevice {
             seed,
-            _ctx: ctx,
+            ctx,
             stream,
             blas,
             _blas_workspace: blas_workspace,
+            lt,
+            dnn,
+            conv_path,
+            conv_note,
             funcs,
             name,
             layout: None,
@@ -464,6 +555,52 @@ impl CudaDevice {
     /// The GPU's name.
     pub fn gpu_name(&self) -> &str {
         &self.name
+    }
+
+    /// Sets how convolutions run (`--conv`; call before [`Device::prepare`]): `auto` keeps
+    /// what [`CudaDevice::new`] chose (cuDNN where it loads); `cudnn` without cuDNN is an error
+    /// that says what to install.
+    pub fn with_conv(mut self, choice: ConvChoice) -> Result<Self> {
+        match choice {
+            ConvChoice::Auto => {}
+            ConvChoice::Path(ConvPath::Im2col) => {
+                self.dnn = None;
+                self.conv_path = ConvPath::Im2col;
+                self.conv_note = None;
+            }
+            ConvChoice::Path(ConvPath::Cudnn) => {
+                if self.dnn.is_none() {
+                    return Err(Error::invalid(
+                        "--conv",
+                        format!(
+                            "cudnn needs the cuDNN library: {}",
+                            self.conv_note.as_deref().unwrap_or("cuDNN not loaded")
+                        ),
+                    ));
+                }
+            }
+        }
+        Ok(self)
+    }
+
+    /// How convolutions run.
+    pub fn conv_path(&self) -> ConvPath {
+        self.conv_path
+    }
+
+    /// Why convolutions run as im2col although `--conv` was `auto` (cuDNN missing), if so.
+    pub fn conv_note(&self) -> Option<&str> {
+        self.conv_note.as_deref()
+    }
+
+    /// The cuDNN algorithm chosen for node `node` at `n` images (cuDNN path, after prepare).
+    pub fn conv_algorithm(&self, node: usize, n: usize) -> Option<String> {
+        self.nodes.get(node)?.conv.as_ref()?.algorithm(n)
+    }
+
+    /// cuBLASLt plans made so far (one per linear node, row count and operand alignment).
+    pub fn linear_plans(&self) -> usize {
+        self.lt.plans()
     }
 
     /// Stages node `i`'s index tables for the sub-batch (see [`Staged`]) and uploads them in
@@ -555,8 +692,17 @@ impl Device for CudaDevice {
         "cuda"
     }
 
+    fn notice(&self) -> Option<String> {
+        let why = self.conv_note.as_deref()?;
+        Some(format!("{why}: convolutions run as im2col + cuBLAS"))
+    }
+
     fn description(&self) -> String {
-        format!("cuda ({})", self.name)
+        let conv = match (self.conv_path, &self.dnn) {
+            (ConvPath::Cudnn, Some(d)) => format!("cuDNN {} convolutions", d.version_string()),
+            (ConvPath::Cudnn, None) | (ConvPath::Im2col, _) => "im2col convolutions".to_string(),
+        };
+        format!("cuda ({}; {}, {conv})", self.name, self.precision.name())
     }
 
     fn is_virtual(&self) -> bool {
