@@ -3,8 +3,9 @@
 # the CPU reference, model by model and op by op, on both convolution paths; preemption and
 # merging on the GPU), `verify --ops` (the first node that differs from the CPU, if any; cuDNN
 # convolutions, and im2col and TF32 for the models with convolutions), the speed of ResNet-50,
-# VGG-16 and BERT-base at batch 1 to 64 in f32 and f16 on each convolution path (cuDNN also with
-# CUDA graphs) beside PyTorch eager at batch 1, 8, 32 and 64 (scripts/torch-baseline.py), `cargo
+# VGG-16 and BERT-base at batch 1 to 64 in f32 and f16 on each convolution path (cuDNN's graph
+# API, also with CUDA graphs; its legacy API; im2col) beside PyTorch eager at batch 1, 8, 32 and
+# 64 (scripts/torch-baseline.py), `cargo
 # bench --bench cuda` (GEMM nodes against cuBLAS on the same shapes, scheduler share of node
 # time), `profile --device cuda` for ResNet-50, GNMT and Transformer (ResNet-50 and the
 # Transformer also with --cuda-graphs), and a GraphB-vs-LazyB `compare --device cuda` at a low
@@ -168,7 +169,7 @@ has_conv() { [[ " resnet50 vgg16 mobilenet_v1 " == *" $1 "* ]]; }
       img_args "$m" "${res[@]}"
       for precision in f32 f16; do
         convs=(cudnn)
-        if has_conv "$m"; then convs+=(im2col); fi
+        if has_conv "$m"; then convs+=(cudnn-legacy im2col); fi
         for conv in "${convs[@]}"; do
           for graphs in "" --cuda-graphs; do
             # graphs on the default path only
@@ -176,8 +177,10 @@ has_conv() { [[ " resnet50 vgg16 mobilenet_v1 " == *" $1 "* ]]; }
             echo
             echo "### $m $precision --conv $conv $graphs"
             echo '```'
+            mkdir -p "$out/speed"
             step "speed $m $precision $conv $graphs" first_lines "$bin" profile --device cuda --model "$m" "${width[@]}" "${img[@]}" \
-              --precision "$precision" --conv "$conv" $graphs --max-batch "$mb"
+              --precision "$precision" --conv "$conv" $graphs --max-batch "$mb" \
+              --save "$out/speed/$m-$precision-$conv${graphs:+-graphs}.profile.json"
             echo '```'
           done
         done

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """PyTorch eager on the same card, the peer of `lazybatch profile --device cuda`: the latency of
 one forward pass of ResNet-50, VGG-16 (torchvision, random weights, 224x224) and BERT-base
-(transformers, random weights, 128 tokens) at batch 1 and 64, f32 and f16, as the median of CUDA
+(transformers, random weights, 128 tokens) at batch 1, 8, 32 and 64, f32 and f16, as the median of CUDA
 event timings after a warm-up. TF32 is off for f32 (in cuDNN too, where PyTorch allows it by
 default), so f32 here is the arithmetic lazybatch's f32 uses. Prints one table.
 
-Usage: python3 scripts/torch-baseline.py [--batches 1,64] [--reps 20]"""
+Usage: python3 scripts/torch-baseline.py [--batches 1,8,32,64] [--reps 20]"""
 import argparse
 
 import torch
@@ -42,7 +42,7 @@ def time_ms(fn, reps):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--batches", default="1,64")
+    ap.add_argument("--batches", default="1,8,32,64")
     ap.add_argument("--reps", type=int, default=20)
     a = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False

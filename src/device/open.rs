@@ -106,7 +106,7 @@ fn check_graphs(kind: Kind, real: &RealOptions) -> Result<()> {
 }
 
 /// The values `--conv` takes.
-const CONVS: &[&str] = &["auto", "cudnn", "im2col"];
+const CONVS: &[&str] = &["auto", "cudnn", "cudnn-legacy", "im2col"];
 
 /// Checks `--conv`: one of [`CONVS`], and other than `auto` only for a device that takes it.
 fn check_conv(kind: Kind, real: &RealOptions) -> Result<()> {
@@ -317,7 +317,9 @@ mod tests {
             .unwrap()
             .to_string();
         assert!(
-            e.contains("--conv") && e.contains("'fft'") && e.contains("auto, cudnn, im2col"),
+            e.contains("--conv")
+                && e.contains("'fft'")
+                && e.contains("auto, cudnn, cudnn-legacy, im2col"),
             "{e}"
         );
         let e = open_real("cpu", &conv("im2col")).err().unwrap();

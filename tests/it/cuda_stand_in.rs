@@ -117,7 +117,10 @@ fn stand_in() -> Result<&'static Path, String> {
         build("libcuda.so", &[kernels, src.join("driver.cpp")])?;
         build("libcublas.so", &[src.join("cublas.cpp")])?;
         build("libcublasLt.so", &[src.join("cublaslt.cpp")])?;
-        build("libcudnn.so", &[src.join("cudnn.cpp")])?;
+        build(
+            "libcudnn.so",
+            &[src.join("cudnn.cpp"), src.join("cudnn_graph.cpp")],
+        )?;
         // the same stand-in without cuDNN, for the fallback (links to the libraries above)
         let bare = dir.join("without-cudnn");
         std::fs::create_dir_all(&bare).map_err(|e| e.to_string())?;
@@ -309,17 +312,18 @@ fn verify_passes_for_every_zoo_model_on_both_convolution_paths() {
         Err(why) => return skip(test, &why),
     };
     // `verify --device cuda` (alone vs forced preemptions and merges, and against the CPU) for
-    // every zoo model in f32 and f16 on the default cuDNN path, and for the models with
-    // convolutions on the im2col path too; the reports name the path
+    // every zoo model in f32 and f16 on the default cuDNN path (the graph API), for the models
+    // with convolutions on the im2col path too, and for ResNet-50 on cuDNN's legacy API; the
+    // reports name the path
     for name in lazybatch::graph::zoo::builtin_names() {
         let convs = crate::small(name)
             .nodes
             .iter()
             .any(|n| matches!(n.op, lazybatch::graph::op::Op::Conv2d { .. }));
-        let paths: &[&str] = if convs {
-            &["cudnn", "im2col"]
-        } else {
-            &["cudnn"]
+        let paths: &[&str] = match (convs, name) {
+            (true, "resnet50") => &["cudnn", "cudnn-legacy", "im2col"],
+            (true, _) => &["cudnn", "im2col"],
+            (false, _) => &["cudnn"],
         };
         for conv in paths {
             for precision in ["f32", "f16"] {
@@ -346,10 +350,10 @@ fn verify_passes_for_every_zoo_model_on_both_convolution_paths() {
                 }
                 let (ok, out, err) = lazybatch_on(dir, &args);
                 assert!(ok, "{name} {conv} {precision}:\n{out}\n{err}");
-                let named = if *conv == "cudnn" {
-                    format!("{precision}, cuDNN 9.10.0 convolutions)")
-                } else {
-                    format!("{precision}, im2col convolutions)")
+                let named = match *conv {
+                    "cudnn" => format!("{precision}, cuDNN 9.10.0 convolutions)"),
+                    "cudnn-legacy" => format!("{precision}, cuDNN 9.10.0 legacy-API convolutions)"),
+                    _ => format!("{precision}, im2col convolutions)"),
                 };
                 assert!(out.contains(&named), "{name} {conv} {precision}: {out}");
                 assert!(out.contains("OK"), "{name} {conv} {precision}: {out}");
@@ -526,6 +530,75 @@ fn stand_in_child_gemm_past_a_buffer() {
 }
 
 #[test]
+#[ignore = "run by misuse_is_caught_by_the_stand_in in a child with the stand-in loaded"]
+fn stand_in_child_cudnn_without_its_workspace() {
+    use cudarc::cudnn::{result as dnn, sys as ds};
+    use cudarc::driver::DevicePtr;
+    let ctx = cudarc::driver::CudaContext::new(0).expect("a (stand-in) device");
+    let s = ctx.default_stream();
+    let x = s.alloc_zeros::<f32>(8 * 8 * 8).unwrap();
+    let w = s.alloc_zeros::<f32>(8 * 8 * 9).unwrap();
+    let mut y = s.alloc_zeros::<f32>(8 * 8 * 8).unwrap();
+    let h = dnn::create_handle().unwrap();
+    let (xd, yd) = (
+        dnn::create_tensor_descriptor().unwrap(),
+        dnn::create_tensor_descriptor().unwrap(),
+    );
+    let (wd, cd) = (
+        dnn::create_filter_descriptor().unwrap(),
+        dnn::create_convolution_descriptor().unwrap(),
+    );
+    let f32t = ds::cudnnDataType_t::CUDNN_DATA_FLOAT;
+    let nchw = ds::cudnnTensorFormat_t::CUDNN_TENSOR_NCHW;
+    let algo = ds::cudnnConvolutionFwdAlgo_t::CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_PRECOMP_GEMM;
+    // SAFETY: a deliberate misuse on the software stand-in: a 3x3 convolution of 8 channels
+    // on 8x8 images with the precomputed-index algorithm and no workspace, which it refuses.
+    let e = unsafe {
+        dnn::set_tensor4d_descriptor(xd, nchw, f32t, [1, 8, 8, 8]).unwrap();
+        dnn::set_tensor4d_descriptor(yd, nchw, f32t, [1, 8, 8, 8]).unwrap();
+        dnn::set_filter4d_descriptor(wd, f32t, nchw, [8, 8, 3, 3]).unwrap();
+        dnn::set_convolution2d_descriptor(
+            cd,
+            1,
+            1,
+            1,
+            1,
+            1,
+            1,
+            ds::cudnnConvolutionMode_t::CUDNN_CROSS_CORRELATION,
+            f32t,
+        )
+        .unwrap();
+        let ws = dnn::get_convolution_forward_workspace_size(h, xd, wd, cd, yd, algo).unwrap();
+        assert!(
+            ws > 0,
+            "the stand-in's rule gives this algorithm a workspace"
+        );
+        let (one, zero) = (1.0f32, 0.0f32);
+        let (xp, _gx) = x.device_ptr(&s);
+        let (wp, _gw) = w.device_ptr(&s);
+        let (yp, _gy) = cudarc::driver::DevicePtrMut::device_ptr_mut(&mut y, &s);
+        dnn::convolution_forward(
+            h,
+            (&one as *const f32).cast(),
+            xd,
+            xp as *const _,
+            wd,
+            wp as *const _,
+            cd,
+            algo,
+            std::ptr::null_mut(),
+            0,
+            (&zero as *const f32).cast(),
+            yd,
+            yp as *mut _,
+        )
+    }
+    .expect_err("a convolution without the workspace its algorithm needs");
+    assert!(format!("{e:?}").contains("BAD_PARAM"), "{e:?}");
+}
+
+#[test]
 fn misuse_is_caught_by_the_stand_in() {
     let test = "misuse_is_caught_by_the_stand_in";
     let dir = match stand_in() {
@@ -558,6 +631,14 @@ fn misuse_is_caught_by_the_stand_in() {
     assert!(ok, "{err}");
     assert!(
         err.contains("cublasSgemm_v2 operand B extends past its device allocation"),
+        "{err}"
+    );
+    let (ok, err) = child("stand_in_child_cudnn_without_its_workspace");
+    assert!(ok, "{err}");
+    assert!(
+        err.contains(
+            "cudnnConvolutionForward refuses: a workspace of 0 bytes where the algorithm needs"
+        ),
         "{err}"
     );
 }

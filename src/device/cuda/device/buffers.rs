@@ -242,7 +242,7 @@ impl CudaDevice {
                     ..
                 },
                 Some(d),
-            ) if self.conv_path == ConvPath::Cudnn => {
+            ) if self.conv_path.cudnn() => {
                 let (ho, wo) = n.out_hw();
                 let spec = dnn::ConvSpec {
                     name: &n.name,
@@ -255,7 +255,8 @@ impl CudaDevice {
                     act: *act,
                     weights: &w,
                 };
-                let plan = dnn::ConvPlan::new(d, &self.stream, &spec, mb, self.precision)?;
+                let how = (self.precision, self.conv_path);
+                let plan = dnn::ConvPlan::new(d, &self.stream, &spec, mb, how)?;
                 w = Weights::default();
                 Some(plan)
             }
@@ -320,6 +321,20 @@ mod tests {
     use super::*;
     use crate::graph::zoo;
 
+    /// The refusal of `mb` on `path`: the buffer it names and the largest batch it says fits.
+    fn refusal(m: &Model, mb: usize, path: ConvPath) -> (String, usize) {
+        let e = Plan::new(m, mb, path).err().unwrap().to_string();
+        assert!(e.contains("--max-batch"), "{e}");
+        let fits = e
+            .rsplit("at most ")
+            .next()
+            .unwrap()
+            .trim_end_matches(|c: char| !c.is_ascii_digit())
+            .parse()
+            .unwrap();
+        (e, fits)
+    }
+
     #[test]
     fn a_maximum_batch_whose_buffers_overflow_a_launch_is_refused_before_allocating() {
         // VGG-16's conv1_2 im2col is 224 × 224 × 64 × 9 = 28.9 M elements an image: 64
@@ -327,18 +342,8 @@ mod tests {
         // maximum batch that fits, and it does
         let m = zoo::load("vgg16").unwrap();
         assert!(Plan::new(&m, 64, ConvPath::Im2col).is_ok());
-        let e = Plan::new(&m, 149, ConvPath::Im2col)
-            .err()
-            .unwrap()
-            .to_string();
-        assert!(e.contains("--max-batch") && e.contains("im2col"), "{e}");
-        let fits: usize = e
-            .rsplit("at most ")
-            .next()
-            .unwrap()
-            .trim_end_matches(|c: char| !c.is_ascii_digit())
-            .parse()
-            .unwrap();
+        let (e, fits) = refusal(&m, 149, ConvPath::Im2col);
+        assert!(e.contains("im2col"), "{e}");
         assert!(
             Plan::new(&m, fits, ConvPath::Im2col).is_ok()
                 && Plan::new(&m, fits + 1, ConvPath::Im2col).is_err(),
@@ -346,18 +351,8 @@ mod tests {
         );
         // cuDNN needs no im2col scratch: the next largest buffer (the gather scratch) sets a
         // higher limit
-        let e = Plan::new(&m, 4096, ConvPath::Cudnn)
-            .err()
-            .unwrap()
-            .to_string();
+        let (e, dnn_fits) = refusal(&m, 4096, ConvPath::Cudnn);
         assert!(e.contains("gather scratch"), "{e}");
-        let dnn_fits: usize = e
-            .rsplit("at most ")
-            .next()
-            .unwrap()
-            .trim_end_matches(|c: char| !c.is_ascii_digit())
-            .parse()
-            .unwrap();
         assert!(
             dnn_fits > fits && Plan::new(&m, dnn_fits, ConvPath::Cudnn).is_ok(),
             "{dnn_fits}"

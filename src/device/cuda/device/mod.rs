@@ -19,8 +19,8 @@
 
 /// Declares a guard owning one raw cuDNN or cuBLASLt object, destroyed on drop.
 macro_rules! guard {
-    ($name:ident, $raw:ty, $destroy:path) => {
-        struct $name($raw);
+    ($vis:vis $name:ident, $raw:ty, $destroy:path) => {
+        $vis struct $name($vis $raw);
         impl Drop for $name {
             fn drop(&mut self) {
                 // SAFETY: created by the matching create call and destroyed once, here; an
@@ -40,6 +40,8 @@ mod blaslt;
 mod buffers;
 mod conv;
 mod dnn;
+mod dnn_graph;
+mod dnn_legacy;
 mod gemm;
 mod graphs;
 mod linear;
@@ -568,16 +570,18 @@ impl CudaDevice {
                 self.conv_path = ConvPath::Im2col;
                 self.conv_note = None;
             }
-            ConvChoice::Path(ConvPath::Cudnn) => {
+            ConvChoice::Path(p @ (ConvPath::Cudnn | ConvPath::CudnnLegacy)) => {
                 if self.dnn.is_none() {
                     return Err(Error::invalid(
                         "--conv",
                         format!(
-                            "cudnn needs the cuDNN library: {}",
+                            "{} needs the cuDNN library: {}",
+                            p.name(),
                             self.conv_note.as_deref().unwrap_or("cuDNN not loaded")
                         ),
                     ));
                 }
+                self.conv_path = p;
             }
         }
         Ok(self)
@@ -700,7 +704,12 @@ impl Device for CudaDevice {
     fn description(&self) -> String {
         let conv = match (self.conv_path, &self.dnn) {
             (ConvPath::Cudnn, Some(d)) => format!("cuDNN {} convolutions", d.version_string()),
-            (ConvPath::Cudnn, None) | (ConvPath::Im2col, _) => "im2col convolutions".to_string(),
+            (ConvPath::CudnnLegacy, Some(d)) => {
+                format!("cuDNN {} legacy-API convolutions", d.version_string())
+            }
+            (ConvPath::Cudnn | ConvPath::CudnnLegacy, None) | (ConvPath::Im2col, _) => {
+                "im2col convolutions".to_string()
+            }
         };
         format!("cuda ({}; {}, {conv})", self.name, self.precision.name())
     }
