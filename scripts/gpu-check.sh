@@ -9,7 +9,8 @@
 # bench --bench cuda` (GEMM nodes against cuBLAS on the same shapes, scheduler share of node
 # time), `profile --device cuda` for ResNet-50, GNMT and Transformer (ResNet-50 and the
 # Transformer also with --cuda-graphs), and a GraphB-vs-LazyB `compare --device cuda` at a low
-# and a high load. Writes everything to ${OUT:-out/gpu-check} and a summary to report.md there,
+# and a high load, and `validate` (the table's prediction against the card on the same arrivals).
+# Writes everything to ${OUT:-out/gpu-check} and a summary to report.md there,
 # each step's seconds in its Steps line. Needs the NVIDIA driver; cuBLAS, cuBLASLt and NVRTC 13
 # from the CUDA toolkit or from pip (nvidia-cublas, nvidia-cuda-nvrtc) on LD_LIBRARY_PATH; cuDNN
 # 9 (pip nvidia-cudnn-cu13) for the cuDNN path, and PyTorch for the peer.
@@ -27,7 +28,7 @@
 # toolchain; scripts/gpu-prebuild.sh makes DIR and scripts/gpu-prebuilt.sh runs this script with
 # it): DIR/lazybatch, DIR/it (the integration-test binary) and DIR/cuda-bench.
 # PARTS=LIST runs only these parts, comma-separated (default: all):
-# tests,kernels,verify,graphs,speed,bench,profile,compare.
+# tests,kernels,verify,graphs,speed,bench,profile,compare,validate.
 # SPEED_MODELS="resnet50 vgg16 bert_base" (the default) names the models of the speed part.
 # STEP_TIMEOUT=SECONDS ends any one step after that long (it then counts as failed).
 # MODELS="resnet50 gnmt transformer" (the default) names the models to profile and compare.
@@ -37,7 +38,7 @@ out="${OUT:-out/gpu-check}"
 mkdir -p "$out"
 bin=target/release/lazybatch
 [ -z "${BIN_DIR:-}" ] || bin="$BIN_DIR/lazybatch"
-parts=",${PARTS:-tests,kernels,verify,graphs,speed,bench,profile,compare},"
+parts=",${PARTS:-tests,kernels,verify,graphs,speed,bench,profile,compare,validate},"
 want() { [[ "$parts" == *",$1,"* ]]; }
 tmo=() # the prefix that ends a step's command after STEP_TIMEOUT seconds
 [ -z "${STEP_TIMEOUT:-}" ] || tmo=(timeout "$STEP_TIMEOUT")
@@ -230,6 +231,16 @@ has_conv() { [[ " resnet50 vgg16 mobilenet_v1 " == *" $1 "* ]]; }
       echo '```'
     fi
   done
+  if want validate; then
+    echo
+    echo '## validate --device cuda: the simulator (the table in virtual time) against the card, same arrivals'
+    echo '```'
+    n=300; [ "${SMOKE:-0}" = 1 ] && n=30
+    img_args resnet50 "${res[@]}"
+    step "validate resnet50" "$bin" validate --device cuda --model resnet50 "${width[@]}" "${img[@]}" \
+      --load 0.3,0.9 --policies serial,graph:5,graph:25,lazy,oracle --requests "$n" --max-batch "$mb"
+    echo '```'
+  fi
   echo
   echo '## Steps'
   echo '```'

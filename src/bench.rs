@@ -1,13 +1,14 @@
-//! A model on a device, ready to serve: the device (the NPU model, or a real CPU or CUDA
-//! device), its per-node latency table and the slack predictor built on it. One recipe for
-//! every device — lengths → profile → predictor; then per run: policy → engine → summary — and
-//! one run configuration ([`RunConfig`]). The NPU model runs in virtual time and, being a
-//! model, can replay many runs at once ([`Bench::run`] takes `&self`); a real device serves
-//! one run at a time in wall time ([`Bench::serve`]). Traffic is generated as the run asks for
+//! A model on a device, ready to serve: the device (the NPU model, a saved latency table, or a
+//! real CPU or CUDA device), its per-node latency table and the slack predictor built on it.
+//! One recipe for every device — lengths → profile → predictor; then per run: policy → engine
+//! → summary — and one run configuration ([`RunConfig`]). The NPU model and a table run in
+//! virtual time and, being models, can replay many runs at once ([`Bench::run`] takes `&self`);
+//! a real device serves one run at a time in wall time ([`Bench::serve`]). Traffic is generated as the run asks for
 //! it, and the run keeps a fixed-size summary, so a run's memory does not grow with its length.
 
 use crate::device::npu::{Npu, NpuConfig};
 use crate::device::open::Opened;
+use crate::device::table::TableDevice;
 use crate::device::Device;
 use crate::engine::{self, ArrivalSource, Outcome};
 use crate::error::{Error, Result};
@@ -58,12 +59,16 @@ pub struct BenchOptions {
     pub profile: Option<Profile>,
     /// Real devices: runs per measured point of the table (median).
     pub reps: u32,
+    /// Real devices: the order the table's runs take.
+    pub order: crate::profile::Order,
 }
 
 /// The device of a bench.
 pub enum Backend {
     /// The NPU model, and its configuration's name.
     Npu(Npu, String),
+    /// A saved latency table (`--device profile:FILE`), in virtual time.
+    Table(TableDevice),
     /// A real device (behind a lock: it serves one run at a time, and a bench may be shared
     /// between threads that replay NPU runs).
     Real(std::sync::Mutex<Box<dyn Device + Send>>),
@@ -89,6 +94,7 @@ impl Bench {
             coverage,
             profile: None,
             reps: 1,
+            order: crate::profile::Order::Isolated,
         };
         Self::open(model, Opened::Npu(Npu::new(cfg)?, "custom".into()), &opts)
     }
@@ -113,6 +119,17 @@ impl Bench {
                 npu.prepare(&model, opts.max_batch)?;
                 (Backend::Npu(npu, name), profile)
             }
+            Opened::Table(mut table) => {
+                if opts.profile.is_some() {
+                    return Err(Error::invalid(
+                        "--profile",
+                        "applies to real devices; --device profile:FILE is its own table",
+                    ));
+                }
+                table.prepare(&model, opts.max_batch)?;
+                let profile = table.table().clone();
+                (Backend::Table(table), profile)
+            }
             Opened::Real(mut device) => {
                 let profile = match &opts.profile {
                     Some(p) => {
@@ -126,6 +143,7 @@ impl Bench {
                         opts.max_batch,
                         &lens,
                         opts.reps,
+                        opts.order,
                     )?,
                 };
                 (Backend::Real(std::sync::Mutex::new(device)), profile)
@@ -144,19 +162,20 @@ impl Bench {
     pub fn npu(&self) -> Option<&Npu> {
         match &self.backend {
             Backend::Npu(n, _) => Some(n),
-            Backend::Real(_) => None,
+            Backend::Table(_) | Backend::Real(_) => None,
         }
     }
 
-    /// True for the NPU model (virtual time; runs can be replayed in parallel).
+    /// True for the NPU model and a table (virtual time; runs can be replayed in parallel).
     pub fn is_virtual(&self) -> bool {
-        matches!(self.backend, Backend::Npu(..))
+        matches!(self.backend, Backend::Npu(..) | Backend::Table(_))
     }
 
     /// The device in words for reports: `npu (paper)`, `cpu`, `cuda (<GPU>)`.
     pub fn description(&self) -> String {
         match &self.backend {
             Backend::Npu(_, name) => format!("npu ({name})"),
+            Backend::Table(t) => t.description(),
             Backend::Real(d) => d
                 .lock()
                 .map_or_else(|_| "real device".into(), |d| d.description()),
@@ -202,27 +221,28 @@ impl Bench {
     }
 
     /// Runs one configuration on any virtual-time arrival source, on a copy of the NPU model
-    /// (so that many runs can go at once). A real device serves through [`Bench::serve`].
+    /// or the table (so that many runs can go at once). A real device serves through
+    /// [`Bench::serve`].
     pub fn run_source(
         &self,
         cfg: &RunConfig,
         keep: KeepRecords,
         arrivals: &mut dyn ArrivalSource,
     ) -> Result<Outcome> {
-        let Backend::Npu(npu, _) = &self.backend else {
-            return Err(Error::Internal(
-                "a real device serves one run at a time, in wall time (Bench::serve)".into(),
-            ));
-        };
         let setup = setup(&self.model, &self.predictor, cfg, keep)?;
         let mut pol = cfg.policy.build();
-        engine::run_source(
-            &setup,
-            &mut npu.clone(),
-            pol.as_mut(),
-            &mut VirtualClock::new(),
-            arrivals,
-        )
+        let mut clock = VirtualClock::new();
+        match &self.backend {
+            Backend::Npu(npu, _) => {
+                engine::run_source(&setup, &mut npu.clone(), pol.as_mut(), &mut clock, arrivals)
+            }
+            Backend::Table(t) => {
+                engine::run_source(&setup, &mut t.clone(), pol.as_mut(), &mut clock, arrivals)
+            }
+            Backend::Real(_) => Err(Error::Internal(
+                "a real device serves one run at a time, in wall time (Bench::serve)".into(),
+            )),
+        }
     }
 
     /// Serves `traffic` under `cfg` on any device: the NPU model in virtual time, a real
@@ -276,6 +296,10 @@ impl Bench {
         match backend {
             Backend::Npu(npu, _) => {
                 let mut dev = crate::wall::Emulated::new(npu.clone());
+                engine::run_source(&setup, &mut dev, pol.as_mut(), &mut clock, arrivals)
+            }
+            Backend::Table(t) => {
+                let mut dev = crate::wall::Emulated::new(t.clone());
                 engine::run_source(&setup, &mut dev, pol.as_mut(), &mut clock, arrivals)
             }
             Backend::Real(device) => {

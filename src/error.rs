@@ -28,6 +28,17 @@ pub enum Error {
         /// What is wrong.
         msg: String,
     },
+    /// A latency table that does not fit the run it is given to: names the file, the field and
+    /// what was expected.
+    #[error("{file}: {field}: {msg}")]
+    ProfileFile {
+        /// The table's file.
+        file: PathBuf,
+        /// The field (`model`, `max_batch`, `nodes[3].name`, …).
+        field: String,
+        /// What it holds and what was expected.
+        msg: String,
+    },
     /// An ONNX model that cannot be imported: names the file and, where there is one, the node.
     #[error("{file}: {msg}")]
     Onnx {

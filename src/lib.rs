@@ -25,6 +25,7 @@ pub mod runs;
 pub mod runtime;
 pub mod time;
 pub mod traffic;
+pub mod validate;
 pub mod verify;
 pub mod wall;
 

@@ -218,6 +218,13 @@ fn aggregate(
         v["throughput_rps_p25"] = json!(tp25);
         v["throughput_rps_p75"] = json!(tp75);
         let per = per_model(bench, chunk);
+        // the first seed's arrivals, for a replay to check it draws the same (one model)
+        if per.is_empty() {
+            if let Ok(t) = bench.traffic(c0, None) {
+                let drawn: Vec<_> = t.arrivals.collect();
+                v["arrivals_fingerprint"] = json!(lazybatch::validate::fingerprint(&drawn));
+            }
+        }
         if !per.is_empty() {
             v["per_model"] = json!(per
                 .iter()

@@ -36,6 +36,7 @@ mod models;
 mod profile;
 mod reproduce;
 mod serve;
+mod validate;
 mod verify;
 
 use anyhow::{bail, Result};
@@ -112,6 +113,10 @@ enum Cmd {
     Verify(verify::VerifyArgs),
     /// Compile every CUDA kernel in kernels/ through NVRTC (no GPU needed) and list them.
     Kernels(kernels::KernelsArgs),
+    /// Hold the simulator against a real device: serve the same arrivals on the device (wall
+    /// time) and on its latency table (virtual time), per policy and load, and print measured
+    /// against predicted latency, SLA violations, batch and merges with their errors.
+    Validate(validate::ValidateArgs),
 }
 
 /// Parses and runs the command line; the exit code says whether a check found a difference.
@@ -130,6 +135,7 @@ pub fn run() -> Result<std::process::ExitCode> {
         Cmd::NpuConfig { name } => reproduce::npu_config(&name).map(|()| ok),
         Cmd::Verify(a) => verify::run(a),
         Cmd::Kernels(a) => kernels::run(a).map(|()| ok),
+        Cmd::Validate(a) => validate::run(a).map(|()| ok),
     }
 }
 
@@ -259,6 +265,11 @@ struct DeviceArgs {
     /// Real devices: seed of the generated weights and inputs.
     #[arg(long, default_value_t = 1)]
     weights_seed: u64,
+    /// Real devices: how the latency table times the nodes: `model` (whole passes in the
+    /// model's order, as a request runs them) or `isolated` (each node's runs one after
+    /// another, its own data in the caches).
+    #[arg(long, default_value = "model")]
+    profile_order: String,
     /// CUDA: precision of GEMMs and convolutions: f32, f16 (f16 operands, f32 accumulation) or
     /// tf32 (f32 storage, TF32 tensor cores).
     #[arg(long, default_value = "f32")]
@@ -313,6 +324,14 @@ impl DeviceArgs {
             eprintln!("{note}");
         }
         Ok(c)
+    }
+    /// `--profile-order`.
+    fn order(&self) -> Result<lazybatch::profile::Order> {
+        match self.profile_order.as_str() {
+            "isolated" => Ok(lazybatch::profile::Order::Isolated),
+            "model" => Ok(lazybatch::profile::Order::InModelOrder),
+            o => bail!("invalid --profile-order: '{o}' (isolated, model)"),
+        }
     }
     fn saved_profile(&self) -> Result<Option<Profile>> {
         Ok(match &self.profile {
@@ -379,6 +398,7 @@ fn open_bench(model: Model, dev: &DeviceArgs, sv: &Serve) -> Result<Bench> {
         coverage: sv.coverage,
         profile: saved,
         reps,
+        order: dev.order()?,
     };
     Ok(Bench::open(model, opened, &opts)?)
 }

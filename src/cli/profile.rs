@@ -54,8 +54,11 @@ pub(super) fn run(a: ProfileArgs) -> Result<()> {
             }
             p
         }
+        // a table's own table, at these lengths (every size: it answers in O(1))
+        Opened::Table(mut dev) => Profile::measure(&mut dev, &model, max_batch, len)?,
         Opened::Real(mut dev) => {
-            Profile::measure_sampled(dev.as_mut(), &model, max_batch, &[len], reps)?
+            let order = a.dev.order()?;
+            Profile::measure_sampled(dev.as_mut(), &model, max_batch, &[len], reps, order)?
         }
     };
     if let Some(p) = &a.save {
@@ -68,6 +71,7 @@ pub(super) fn run(a: ProfileArgs) -> Result<()> {
         max_batch,
         len,
         reps,
+        order: a.dev.order()?,
         alone,
     };
     if a.json {
@@ -93,6 +97,8 @@ struct Shown<'a> {
     max_batch: u32,
     len: Lengths,
     reps: u32,
+    /// How a real device's nodes were timed.
+    order: lazybatch::profile::Order,
     /// On the NPU model: served alone at these lengths, over WMT 2019's lengths, mean words.
     alone: Option<Alone>,
 }
@@ -138,6 +144,7 @@ fn json_of(sh: &Shown) -> serde_json::Value {
 fn text(o: &mut String, sh: &Shown) {
     let (model, prof, max_batch, len, reps, alone) =
         (sh.model, sh.prof, sh.max_batch, sh.len, sh.reps, sh.alone);
+    let a_order = sh.order;
     let single = prof.single_input_latency(model, len);
     let curve = prof.batch_curve(model, len);
     out!(
@@ -153,7 +160,11 @@ fn text(o: &mut String, sh: &Shown) {
         }
     );
     if prof.device != "npu" {
-        out!(o, "measured: median of {reps} runs at batch 1, 2, 4, …, {max_batch}; sizes in between interpolated");
+        let order = match a_order {
+            lazybatch::profile::Order::InModelOrder => "whole passes in model order",
+            lazybatch::profile::Order::Isolated => "each node's runs one after another",
+        };
+        out!(o, "measured: median of {reps} runs at batch 1, 2, 4, …, {max_batch} ({order}); sizes in between interpolated");
     }
     out!(
         o,

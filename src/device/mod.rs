@@ -10,6 +10,7 @@ pub mod exchange;
 pub mod layout;
 pub mod npu;
 pub mod open;
+pub mod table;
 
 use crate::error::Result;
 use crate::graph::{Lengths, Model, NodeStep};

@@ -1,6 +1,7 @@
 //! Opening a device by name: `npu` (with a named or file NPU configuration), a real device
-//! from [`REAL`] (`cuda`, `cpu`: each declared by its own module as a [`RealDevice`]), or
-//! `auto` (the first real device marked for it that is usable here, else the NPU model), checked
+//! from [`REAL`] (`cuda`, `cpu`: each declared by its own module as a [`RealDevice`]),
+//! `profile:FILE` (a saved latency table in virtual time, [`super::table`]), or `auto` (the
+//! first real device marked for it that is usable here, else the NPU model), checked
 //! once into a [`Choice`] and opened by [`open`]. The CUDA part is a module swapped by the
 //! `cuda` cargo feature (a stub that says the build has no CUDA support when it is off), so
 //! nothing else in the crate needs a `cfg`.
@@ -12,6 +13,7 @@ mod cuda_backend;
 pub use cuda_backend::{compile_kernels, KernelFile};
 
 use super::npu::{Npu, NpuConfig};
+use super::table::TableDevice;
 use super::{Device, RealDevice, RealOptions};
 use crate::error::{Error, Result};
 
@@ -25,6 +27,8 @@ pub enum Kind {
     Npu,
     /// A real device (wall time).
     Real(&'static RealDevice),
+    /// A saved latency table (virtual time); the file is the choice's `table`.
+    Table,
 }
 
 impl std::fmt::Debug for Kind {
@@ -32,6 +36,7 @@ impl std::fmt::Debug for Kind {
         match self {
             Kind::Npu => f.write_str("npu"),
             Kind::Real(d) => f.write_str(d.name),
+            Kind::Table => f.write_str("profile"),
         }
     }
 }
@@ -47,6 +52,8 @@ pub struct Choice {
     pub npu: (String, NpuConfig),
     /// How a real device is opened (checked against the device chosen).
     pub real: RealOptions,
+    /// The latency table of `--device profile:FILE`.
+    pub table: Option<std::path::PathBuf>,
 }
 
 /// The real device named `name`, checked to be usable here.
@@ -57,16 +64,18 @@ fn real(name: &str) -> Option<Result<&'static RealDevice>> {
 }
 
 impl Choice {
-    /// Checks a device name (`auto`, `npu`, or a real device's), an NPU configuration (a
-    /// shipped name or a TOML file; None: `default`) and a real device's options.
+    /// Checks a device name (`auto`, `npu`, `profile:FILE`, or a real device's), an NPU
+    /// configuration (a shipped name or a TOML file; None: `default`) and a real device's
+    /// options.
     pub fn new(device: &str, npu_config: Option<&str>, opts: RealOptions) -> Result<Choice> {
         let (kind, note) = match device {
             "npu" => (Kind::Npu, None),
+            name if name.starts_with("profile:") => (Kind::Table, None),
             "auto" => auto(),
             name => match real(name) {
                 Some(d) => (Kind::Real(d?), None),
                 None => {
-                    let mut known = vec!["auto", "npu"];
+                    let mut known = vec!["auto", "npu", "profile:FILE"];
                     known.extend(REAL.iter().map(|d| d.name));
                     return Err(Error::invalid(
                         "--device",
@@ -76,7 +85,7 @@ impl Choice {
             },
         };
         let accepted: &[&str] = match kind {
-            Kind::Npu => &["f32"],
+            Kind::Npu | Kind::Table => &["f32"],
             Kind::Real(d) => d.precisions,
         };
         check_precision(accepted, &opts.precision)?;
@@ -84,11 +93,22 @@ impl Choice {
         check_conv(kind, &opts)?;
         let name = npu_config.unwrap_or("default").to_string();
         let cfg = NpuConfig::resolve(&name)?;
+        let table = match device.strip_prefix("profile:") {
+            Some("") => {
+                return Err(Error::invalid(
+                    "--device",
+                    "profile:FILE needs the table's file (written by `profile --save FILE`)",
+                ))
+            }
+            Some(f) => Some(std::path::PathBuf::from(f)),
+            None => None,
+        };
         Ok(Choice {
             kind,
             note,
             npu: (name, cfg),
             real: opts,
+            table,
         })
     }
 }
@@ -184,11 +204,13 @@ fn auto() -> (Kind, Option<String>) {
     (Kind::Npu, Some(note))
 }
 
-/// An opened device: the NPU model (kept concrete, so that simulated runs clone it and run in
-/// parallel) or a real device.
+/// An opened device: the NPU model or a latency table (kept concrete, so that simulated runs
+/// clone them and run in parallel), or a real device.
 pub enum Opened {
     /// The NPU model and its configuration's name.
     Npu(Npu, String),
+    /// A saved latency table in virtual time.
+    Table(TableDevice),
     /// A real device.
     Real(Box<dyn Device + Send>),
 }
@@ -198,6 +220,12 @@ pub fn open(choice: &Choice) -> Result<Opened> {
     Ok(match choice.kind {
         Kind::Npu => Opened::Npu(Npu::new(choice.npu.1.clone())?, choice.npu.0.clone()),
         Kind::Real(d) => Opened::Real((d.open)(&choice.real)?),
+        Kind::Table => {
+            let path = choice.table.as_ref().ok_or_else(|| {
+                Error::Internal("a profile device chosen without its file".into())
+            })?;
+            Opened::Table(TableDevice::load(path)?)
+        }
     })
 }
 

@@ -9,6 +9,41 @@ use crate::error::{Error, Result};
 use crate::graph::{Class, Lengths, Model, NodeStep};
 use crate::time::Nanos;
 
+/// The order in which [`Profile::measure_sampled`] runs a real device's nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Order {
+    /// A node's runs one after another: the node measured with its own data in the caches.
+    Isolated,
+    /// Whole passes over the model, each node after the one before it, as a request runs them.
+    InModelOrder,
+}
+
+/// Node `id` as a table measures it at `b` members: at its part's lengths (a decoder node at
+/// its middle step), members in slots 0..b.
+fn unit(
+    model: &Model,
+    lens: &[Lengths],
+    id: crate::graph::NodeId,
+    b: u32,
+) -> (NodeStep, Vec<Member>) {
+    let first = lens.first().copied().unwrap_or_default();
+    let len = lens.get(model.part_of(id)).copied().unwrap_or(first);
+    let step = if model.node(id).class == Class::Decoder {
+        len.dec.saturating_sub(1) / 2
+    } else {
+        0
+    };
+    let members = (0..b)
+        .map(|slot| Member {
+            slot,
+            len,
+            input: u64::from(slot),
+            step,
+        })
+        .collect();
+    (NodeStep { node: id, step }, members)
+}
+
 impl Profile {
     /// Measures every node at every batch size 1..=`max_batch` on `device`, at lengths `len`.
     pub fn measure(
@@ -42,12 +77,16 @@ impl Profile {
     /// of `reps` runs each after one warm-up run, with the sizes in between interpolated
     /// linearly (measuring all 64 sizes of a full network would take minutes for little
     /// information). Nodes of part `p` run at `lens[p]` (the first length for parts beyond).
+    /// `order` says whether a node's runs follow one another ([`Order::Isolated`]) or whole
+    /// passes over the model in its order ([`Order::InModelOrder`]: each node after the one
+    /// before it, as a request runs them).
     pub fn measure_sampled(
         device: &mut dyn Device,
         model: &Model,
         max_batch: u32,
         lens: &[Lengths],
         reps: u32,
+        order: Order,
     ) -> Result<Profile> {
         if max_batch == 0 || reps == 0 {
             return Err(Error::invalid(
@@ -59,20 +98,58 @@ impl Profile {
             .take_while(|&b| b < max_batch)
             .collect();
         sizes.push(max_batch);
-        let mut runs = Vec::with_capacity(reps as usize);
-        Self::measure_at(device, model, max_batch, lens, &sizes, |d, at, members| {
-            // one untimed run first: the first touch of freshly allocated buffers faults pages in
-            d.execute(model, at, members)?;
-            runs.clear();
-            for _ in 0..reps {
-                runs.push(d.execute(model, at, members)?.time.0);
-            }
+        let median = |runs: &mut Vec<u64>| {
             runs.sort_unstable();
-            Ok(Timing {
+            Timing {
                 time: Nanos(runs[runs.len() / 2]),
                 ..Timing::default()
-            })
-        })
+            }
+        };
+        match order {
+            Order::Isolated => {
+                let mut runs = Vec::with_capacity(reps as usize);
+                Self::measure_at(device, model, max_batch, lens, &sizes, |d, at, members| {
+                    // one untimed run first: the first touch of fresh buffers faults pages in
+                    d.execute(model, at, members)?;
+                    runs.clear();
+                    for _ in 0..reps {
+                        runs.push(d.execute(model, at, members)?.time.0);
+                    }
+                    Ok(median(&mut runs))
+                })
+            }
+            Order::InModelOrder => {
+                // every size: one untimed pass, then `reps` timed passes over every node in
+                // order; then each node's median, read back in the node-by-node walk below
+                device.prepare(model, max_batch)?;
+                let mut times: Vec<Vec<Timing>> = vec![Vec::new(); model.nodes.len()];
+                let mut runs: Vec<Vec<u64>> =
+                    vec![Vec::with_capacity(reps as usize); model.nodes.len()];
+                for &b in &sizes {
+                    for r in runs.iter_mut() {
+                        r.clear();
+                    }
+                    for pass in 0..=reps {
+                        for n in &model.nodes {
+                            let (at, members) = unit(model, lens, n.id, b);
+                            let t = device.execute(model, at, &members)?.time.0;
+                            if pass > 0 {
+                                runs[n.id.idx()].push(t);
+                            }
+                        }
+                    }
+                    for (k, r) in runs.iter_mut().enumerate() {
+                        times[k].push(median(r));
+                    }
+                }
+                let mut next = vec![0usize; model.nodes.len()];
+                Self::measure_at(device, model, max_batch, lens, &sizes, |_, at, _| {
+                    let k = at.node.idx();
+                    next[k] += 1;
+                    Ok(times[k][next[k] - 1])
+                })
+            }
+        }
     }
 
     /// Prepares `device` and times every node of `model` with `time` at the batch sizes `sizes`

@@ -4,7 +4,7 @@
 
 mod measure;
 
-pub use measure::{alone_latency, wmt19_mean_alone_latency};
+pub use measure::{alone_latency, wmt19_mean_alone_latency, Order};
 
 use crate::error::{Error, Result};
 use crate::graph::{Lengths, Model, NodeId};
@@ -116,6 +116,72 @@ impl Profile {
                 format!(
                     "the table is for '{}', not for model '{}' (or it is malformed)",
                     self.model, model.name
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Refuses this table (read from `file`) for `model` at `max_batch`, naming the field and
+    /// what was expected: another model (or width, or resolution: they are in its name), nodes
+    /// missing, renamed or reordered, rows of another length than `max_batch` says, a batch
+    /// range that does not reach `max_batch`, or a co-located composition (its parts' lengths are
+    /// not in the table).
+    pub fn check_for(&self, model: &Model, max_batch: u32, file: &std::path::Path) -> Result<()> {
+        let bad = |field: String, msg: String| Error::ProfileFile {
+            file: file.to_path_buf(),
+            field,
+            msg,
+        };
+        if self.model != model.name {
+            return Err(bad(
+                "model".into(),
+                format!(
+                    "the table is for '{}', the run's model is '{}' (profile that model, at that width and resolution)",
+                    self.model, model.name
+                ),
+            ));
+        }
+        if model.parts.len() > 1 {
+            return Err(bad(
+                "model".into(),
+                "a co-located composition: its parts' profiled lengths are not in a table; give each model its own".into(),
+            ));
+        }
+        if self.nodes.len() != model.nodes.len() {
+            return Err(bad(
+                "nodes".into(),
+                format!(
+                    "{} rows, the model has {} nodes",
+                    self.nodes.len(),
+                    model.nodes.len()
+                ),
+            ));
+        }
+        for (k, (p, n)) in self.nodes.iter().zip(&model.nodes).enumerate() {
+            if p.name != n.name {
+                return Err(bad(
+                    format!("nodes[{k}].name"),
+                    format!("'{}' where the model's node {k} is '{}'", p.name, n.name),
+                ));
+            }
+            if p.latency_ns.len() != self.max_batch as usize {
+                return Err(bad(
+                    format!("nodes[{k}].latency_ns"),
+                    format!(
+                        "{} values, max_batch says {}",
+                        p.latency_ns.len(),
+                        self.max_batch
+                    ),
+                ));
+            }
+        }
+        if self.max_batch < max_batch {
+            return Err(bad(
+                "max_batch".into(),
+                format!(
+                    "the table reaches batch {}, the run asks for --max-batch {max_batch} (profile up to it, or lower --max-batch)",
+                    self.max_batch
                 ),
             ));
         }

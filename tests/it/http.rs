@@ -70,6 +70,7 @@ pub(crate) fn cpu_bench(m: lazybatch::graph::Model) -> Bench {
         coverage: 90.0,
         profile: None,
         reps: 1,
+        order: lazybatch::profile::Order::Isolated,
     };
     Bench::open(m, Opened::Real(Box::new(CpuDevice::new(99))), &opts).unwrap()
 }

@@ -17,6 +17,7 @@ mod onnx;
 mod reproduce;
 mod runtime;
 mod statistics;
+mod table;
 
 /// The output of a Python check script, or None (said on stderr as `SKIPPED-<TOOL> what: why`)
 /// when the tool it needs is missing: python3 cannot run, or the script exits 3. A missing tool

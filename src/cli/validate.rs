@@ -1,0 +1,415 @@
+//! `lazybatch validate`: the simulator held against a real run. Profiles the device (or takes
+//! `--profile FILE`), then for every policy × rate × seed serves the same arrivals twice — on
+//! the device in wall time, and on its table in virtual time (`--device profile:FILE`'s
+//! device) — and prints each measured statistic beside its prediction and their relative error
+//! ([`lazybatch::validate`]).
+
+use super::serve::{run_json, RunId};
+use super::{
+    check_load, check_rate, emit, in_range, open_bench, serve_args, DeviceArgs, ModelArgs, Serve,
+    ServeArgs,
+};
+use anyhow::{bail, Result};
+use clap::Args;
+use lazybatch::bench::{Bench, BenchOptions, RunConfig};
+use lazybatch::device::open::Opened;
+use lazybatch::device::table::TableDevice;
+use lazybatch::metrics::Stats;
+use lazybatch::policy::Spec;
+use lazybatch::runs::mean_stats;
+use lazybatch::time::Nanos;
+use lazybatch::validate::{error, fingerprint, pair, Pair};
+use serde_json::json;
+
+/// The requests a run serves when `--requests` is not given: validation serves every point in
+/// wall time.
+const DEFAULT_REQUESTS: i64 = 300;
+
+#[derive(Args, Debug)]
+pub(super) struct ValidateArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    dev: DeviceArgs,
+    /// Policies, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "serial,graph:5,graph:25,lazy,oracle"
+    )]
+    policies: Vec<String>,
+    /// Arrival rates (requests/s), comma-separated.
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
+    rates: Option<Vec<f64>>,
+    /// Rates as multiples of the serial capacity (1 / the table's single-input latency)
+    /// [default: 0.3,0.6,0.9].
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
+    load: Option<Vec<f64>>,
+    #[command(flatten)]
+    serve: ServeArgs,
+    /// The first seed of the arrivals (the same seed draws the same instants, lengths and
+    /// classes on both sides).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Seeds per (policy, rate): --seed, --seed + 1, …
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
+    seeds: i64,
+    /// Print a JSON array: per point the policy, rate, seed, `measured` and `predicted` (each
+    /// shaped like `run --json`) and the relative `error` of each statistic.
+    #[arg(long)]
+    json: bool,
+    /// Replay runs recorded earlier instead of serving: FILE is a `compare --out DIR`'s
+    /// `compare.json` measured on a real device, the device `--device profile:TABLE` with the
+    /// table measured there; each recorded (policy, rate, seeds) is run on the table with the
+    /// arrivals its seeds draw and compared with the record.
+    #[arg(long, value_name = "FILE")]
+    measured: Option<std::path::PathBuf>,
+}
+
+/// One point: its configuration and both runs.
+struct Point {
+    cfg: RunConfig,
+    load: Option<f64>,
+    pair: Pair,
+}
+
+/// Runs the validation and reports it.
+pub(super) fn run(mut a: ValidateArgs) -> Result<()> {
+    let model = a.model.load()?;
+    a.serve.requests.get_or_insert(DEFAULT_REQUESTS);
+    let sv = serve_args(&a.serve, &model, false)?;
+    let seeds = in_range("--seeds", a.seeds, 1, 1000)? as u64;
+    if model.parts.len() > 1 {
+        bail!("validate takes one model (a table holds one model's lengths)");
+    }
+    let specs: Vec<Spec> = a
+        .policies
+        .iter()
+        .map(|p| {
+            let s = Spec::parse(p, sv.max_batch)?;
+            s.check_for(&model)?;
+            Ok(s)
+        })
+        .collect::<lazybatch::Result<_>>()?;
+    let loads = match (&a.rates, &a.load) {
+        (Some(_), Some(_)) => bail!("give --rates or --load, not both"),
+        (Some(rs), None) => {
+            for &r in rs {
+                check_rate("--rates", r)?;
+            }
+            None
+        }
+        (None, l) => {
+            let l = l.clone().unwrap_or_else(|| vec![0.3, 0.6, 0.9]);
+            for &x in &l {
+                check_load("--load", x)?;
+            }
+            Some(l)
+        }
+    };
+    if let Some(file) = &a.measured {
+        return replay(&a, model, &sv, file);
+    }
+    let mut real = open_bench(model.clone(), &a.dev, &sv)?;
+    if real.is_virtual() {
+        bail!(
+            "validate holds the simulator against a real device: give --device cpu or --device cuda (this run would be on {})",
+            real.description()
+        );
+    }
+    // the prediction: the same table, as a device in virtual time, with the same predictor
+    let table = TableDevice::from_profile(real.profile.clone(), "the measured table");
+    let opts = BenchOptions {
+        max_batch: sv.max_batch,
+        coverage: sv.coverage,
+        profile: None,
+        reps: 1,
+        order: lazybatch::profile::Order::Isolated,
+    };
+    let predicted = Bench::open(model, Opened::Table(table), &opts)?;
+    let rates: Vec<(f64, Option<f64>)> = match (&loads, &a.rates) {
+        (Some(ls), _) => ls
+            .iter()
+            .map(|&l| {
+                Ok((
+                    check_rate("--load × serial capacity", l * real.serial_capacity())?,
+                    Some(l),
+                ))
+            })
+            .collect::<Result<_>>()?,
+        (None, Some(rs)) => rs.iter().map(|&r| (r, None)).collect(),
+        (None, None) => Vec::new(),
+    };
+    let mut points = Vec::new();
+    for spec in &specs {
+        for &(rate, load) in &rates {
+            for s in 0..seeds {
+                let cfg = RunConfig {
+                    policy: spec.clone(),
+                    rate,
+                    arrivals: sv.arrivals,
+                    classes: sv.classes.clone(),
+                    shed: sv.shed,
+                    requests: sv.requests,
+                    sla: sv.sla,
+                    seed: a.seed + s,
+                    max_batch: sv.max_batch,
+                    coverage: sv.coverage,
+                    max_pending: sv.max_pending,
+                };
+                eprintln!(
+                    "validate: {} at {rate:.1} req/s, seed {} ({} requests in wall time)…",
+                    spec.text, cfg.seed, cfg.requests
+                );
+                let p = pair(&mut real, &predicted, &cfg)?;
+                points.push(Point { cfg, load, pair: p });
+            }
+        }
+    }
+    if a.json {
+        let arr: Vec<_> = points.iter().map(|p| point_json(&real, &a, p)).collect();
+        return emit(&(serde_json::to_string_pretty(&arr)? + "\n"));
+    }
+    emit(&text(&real, &a, &points))
+}
+
+/// The relative errors of the statistics `validate` compares.
+fn errors(m: &Stats, p: &Stats) -> serde_json::Value {
+    json!({
+        "mean": error(m.latency_ms.mean, p.latency_ms.mean),
+        "p50": error(m.latency_ms.p50, p.latency_ms.p50),
+        "p99": error(m.latency_ms.p99, p.latency_ms.p99),
+        "sla_violation_rate": error(m.sla_violation_rate, p.sla_violation_rate),
+        "mean_batch_size": error(m.mean_batch_size, p.mean_batch_size),
+        "preemptions": error(m.preemptions as f64, p.preemptions as f64),
+        "merges": error(m.merges as f64, p.merges as f64),
+    })
+}
+
+fn point_json(real: &Bench, a: &ValidateArgs, p: &Point) -> serde_json::Value {
+    let (model, measured_on) = (real.model.name.as_str(), real.description());
+    let predicted_on = format!("profile (the table measured on {measured_on})");
+    let id = |device: &'_ str| -> serde_json::Value {
+        let st = if device == measured_on {
+            &p.pair.measured
+        } else {
+            &p.pair.predicted
+        };
+        let id = RunId {
+            model,
+            device,
+            policy: &p.cfg.policy.text,
+            rate: p.cfg.rate,
+            seed: p.cfg.seed,
+            sla_ms: a.serve.sla_ms,
+            traced: false,
+            arrivals: p.cfg.arrivals,
+            classes: None,
+        };
+        run_json(&id, st, 0.0)
+    };
+    json!({
+        "policy": p.cfg.policy.text,
+        "rate_rps": p.cfg.rate,
+        "load": p.load,
+        "seed": p.cfg.seed,
+        "measured": id(&measured_on),
+        "predicted": id(&predicted_on),
+        "error": errors(&p.pair.measured, &p.pair.predicted),
+        "delivery_lag_ms": { "mean": p.pair.lag_mean.as_ms(), "max": p.pair.lag_max.as_ms() },
+    })
+}
+
+/// A percentage with its sign.
+fn pct(x: f64) -> String {
+    if x.is_finite() {
+        format!("{:+.1}%", 100.0 * x)
+    } else {
+        "n/a".into()
+    }
+}
+
+fn text(real: &Bench, a: &ValidateArgs, points: &[Point]) -> String {
+    let mut o = String::new();
+    out!(
+        o,
+        "{} on {} against its table in virtual time: {} requests per run, SLA {} ms, single-input latency {:.3} ms",
+        real.model.name,
+        real.description(),
+        points.first().map_or(0, |p| p.cfg.requests),
+        a.serve.sla_ms,
+        1e3 / real.serial_capacity()
+    );
+    out!(
+        o,
+        "{:<9} {:>8} {:>4} | {:>22} | {:>22} | {:>22} | {:>13} | {:>11} | {:>11} | {:>9}",
+        "policy",
+        "rate/s",
+        "seed",
+        "mean ms meas/pred err",
+        "p50 ms meas/pred err",
+        "p99 ms meas/pred err",
+        "SLA viol m/p",
+        "batch m/p",
+        "merges m/p",
+        "lag ms"
+    );
+    let (mut mean_err, mut p99_err) = (Vec::new(), Vec::new());
+    for p in points {
+        let (m, q) = (&p.pair.measured, &p.pair.predicted);
+        let cell = |x: f64, y: f64| format!("{x:>6.2} {y:>6.2} {:>7}", pct(error(x, y)));
+        out!(
+            o,
+            "{:<9} {:>8.1} {:>4} | {} | {} | {} | {:>5.1}% {:>5.1}% | {:>5.2} {:>5.2} | {:>5} {:>5} | {:>4.2}/{:<4.1}",
+            p.cfg.policy.text,
+            p.cfg.rate,
+            p.cfg.seed,
+            cell(m.latency_ms.mean, q.latency_ms.mean),
+            cell(m.latency_ms.p50, q.latency_ms.p50),
+            cell(m.latency_ms.p99, q.latency_ms.p99),
+            100.0 * m.sla_violation_rate,
+            100.0 * q.sla_violation_rate,
+            m.mean_batch_size,
+            q.mean_batch_size,
+            m.merges,
+            q.merges,
+            p.pair.lag_mean.as_ms(),
+            p.pair.lag_max.as_ms(),
+        );
+        mean_err.push(error(m.latency_ms.mean, q.latency_ms.mean).abs());
+        p99_err.push(error(m.latency_ms.p99, q.latency_ms.p99).abs());
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    out!(
+        o,
+        "median |error| over {} points: mean latency {:.1}%, p99 {:.1}% (goal: 5% and 10%); lag: how late the wall-time run delivered its requests, mean/max",
+        points.len(),
+        100.0 * median(&mut mean_err),
+        100.0 * median(&mut p99_err)
+    );
+    o
+}
+
+/// `--measured FILE`: each recorded run replayed on the table of `--device profile:TABLE`.
+fn replay(
+    a: &ValidateArgs,
+    model: lazybatch::graph::Model,
+    sv: &Serve,
+    file: &std::path::Path,
+) -> Result<()> {
+    let body =
+        std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let rows: Vec<serde_json::Value> = serde_json::from_str(&body).map_err(|e| {
+        anyhow::anyhow!(
+            "{}:{}: not a compare.json array: {e}",
+            file.display(),
+            e.line()
+        )
+    })?;
+    let bench = open_bench(model, &a.dev, sv)?;
+    if !bench.is_virtual() || bench.npu().is_some() {
+        bail!("--measured replays on a table: give --device profile:TABLE (the table measured with the runs)");
+    }
+    let mut points = Vec::new();
+    let mut unchecked = 0;
+    for (k, row) in rows.iter().enumerate() {
+        let field = |f: &str| -> Result<&serde_json::Value> {
+            row.get(f)
+                .ok_or_else(|| anyhow::anyhow!("{}: [{k}].{f}: missing", file.display()))
+        };
+        let model_name = field("model")?.as_str().unwrap_or_default();
+        if model_name != bench.model.name {
+            bail!(
+                "{}: [{k}].model: '{model_name}', the replay's model is '{}'",
+                file.display(),
+                bench.model.name
+            );
+        }
+        let policy = field("policy")?.as_str().unwrap_or_default().to_string();
+        let rate = field("rate_rps")?.as_f64().unwrap_or(0.0);
+        let requests = field("requests")?.as_u64().unwrap_or(0) as usize;
+        let seeds = row
+            .get("seeds")
+            .and_then(|s| s.as_u64())
+            .unwrap_or(1)
+            .max(1);
+        let sla_ms = field("sla_ms")?.as_f64().unwrap_or(a.serve.sla_ms);
+        let measured: Stats = serde_json::from_value(row.clone())
+            .map_err(|e| anyhow::anyhow!("{}: [{k}]: {e}", file.display()))?;
+        let spec = Spec::parse(&policy, sv.max_batch)?;
+        let mut outs = Vec::new();
+        for seed in 1..=seeds {
+            let cfg = RunConfig {
+                policy: spec.clone(),
+                rate,
+                arrivals: sv.arrivals,
+                classes: None,
+                shed: false,
+                requests,
+                sla: Nanos::from_ms(sla_ms),
+                seed,
+                max_batch: sv.max_batch,
+                coverage: sv.coverage,
+                max_pending: sv.max_pending,
+            };
+            if seed == 1 {
+                let drawn: Vec<_> = bench.traffic(&cfg, None)?.arrivals.collect();
+                match row.get("arrivals_fingerprint").and_then(|f| f.as_str()) {
+                    Some(f) if f != fingerprint(&drawn) => bail!(
+                        "{}: [{k}]: the recorded run drew other arrivals (fingerprint {f}, this build draws {}): it cannot be replayed",
+                        file.display(),
+                        fingerprint(&drawn)
+                    ),
+                    Some(_) => {}
+                    None => unchecked += 1,
+                }
+            }
+            outs.push(
+                bench
+                    .run(&cfg, None, lazybatch::metrics::KeepRecords::default())?
+                    .stats(),
+            );
+        }
+        let predicted = mean_stats(&outs.iter().collect::<Vec<_>>());
+        let cfg = RunConfig {
+            policy: spec,
+            rate,
+            arrivals: sv.arrivals,
+            classes: None,
+            shed: false,
+            requests,
+            sla: Nanos::from_ms(sla_ms),
+            seed: 1,
+            max_batch: sv.max_batch,
+            coverage: sv.coverage,
+            max_pending: sv.max_pending,
+        };
+        let pair = Pair {
+            measured,
+            predicted,
+            lag_mean: Nanos::ZERO,
+            lag_max: Nanos::ZERO,
+        };
+        points.push(Point {
+            cfg,
+            load: None,
+            pair,
+        });
+    }
+    if a.json {
+        let arr: Vec<_> = points.iter().map(|p| point_json(&bench, a, p)).collect();
+        return emit(&(serde_json::to_string_pretty(&arr)? + "\n"));
+    }
+    let mut o = text(&bench, a, &points);
+    if unchecked > 0 {
+        out!(
+            o,
+            "{unchecked} of {} recorded runs carry no arrivals fingerprint (recorded before compare wrote one): their replay assumes this build draws the arrivals those runs drew",
+            points.len()
+        );
+    }
+    emit(&o)
+}

@@ -1,0 +1,264 @@
+//! The table device (`--device profile:FILE`) and `validate`: a table measured on the NPU model
+//! reproduces the NPU model's runs (exactly for a CNN, within 1% for sequence models), a table
+//! that does not fit the run is refused naming the file and field, and `validate` serves the
+//! same arrivals on a real device and on its table.
+
+use lazybatch::bench::{Bench, BenchOptions, RunConfig};
+use lazybatch::device::npu::NpuConfig;
+use lazybatch::device::open::Opened;
+use lazybatch::device::table::TableDevice;
+use lazybatch::graph::zoo;
+use lazybatch::metrics::{KeepRecords, Stats};
+use lazybatch::policy;
+use lazybatch::time::Nanos;
+
+fn cfg(policy: &str, rate: f64, n: usize, seed: u64) -> RunConfig {
+    RunConfig {
+        policy: policy::Spec::parse(policy, 64).unwrap(),
+        rate,
+        arrivals: Default::default(),
+        classes: None,
+        shed: false,
+        requests: n,
+        sla: Nanos::from_ms(100.0),
+        seed,
+        max_batch: 64,
+        coverage: 90.0,
+        max_pending: lazybatch::engine::DEFAULT_MAX_PENDING,
+    }
+}
+
+/// The NPU model's bench for `model` and the bench of its own table as a device.
+fn npu_and_table(model: &str) -> (Bench, Bench) {
+    let m = zoo::load(model).unwrap();
+    let npu = Bench::new(m.clone(), NpuConfig::default(), 64, 90.0).unwrap();
+    let table = TableDevice::from_profile(npu.profile.clone(), "the NPU model's table");
+    let opts = BenchOptions {
+        max_batch: 64,
+        coverage: 90.0,
+        profile: None,
+        reps: 1,
+        order: lazybatch::profile::Order::Isolated,
+    };
+    let t = Bench::open(m, Opened::Table(table), &opts).unwrap();
+    (npu, t)
+}
+
+fn run(b: &Bench, c: &RunConfig) -> Stats {
+    b.run(c, None, KeepRecords::default()).unwrap().stats()
+}
+
+#[test]
+fn a_table_of_the_npu_model_reproduces_a_cnns_runs_to_the_nanosecond() {
+    let (npu, table) = npu_and_table("resnet50");
+    assert!(table.is_virtual());
+    for p in ["serial", "graph:5", "graph:25", "lazy", "oracle"] {
+        for rate in [200.0, 2000.0] {
+            let c = cfg(p, rate, 600, 3);
+            let (a, b) = (run(&npu, &c), run(&table, &c));
+            assert_eq!(a, b, "{p} at {rate}: the table drifted from the NPU model");
+        }
+    }
+}
+
+#[test]
+fn a_table_of_the_npu_model_predicts_sequence_models_within_one_percent() {
+    // the NPU model's cost of a length-dependent node is not a function of its work proxy
+    // alone (array folds, per-member fill): the table interpolates between what it measured
+    for model in ["gnmt", "transformer"] {
+        let (npu, table) = npu_and_table(model);
+        for p in ["serial", "graph:5", "lazy"] {
+            for rate in [50.0, 400.0] {
+                let c = cfg(p, rate, 400, 5);
+                let (a, b) = (run(&npu, &c), run(&table, &c));
+                let err = (b.latency_ms.mean - a.latency_ms.mean).abs() / a.latency_ms.mean;
+                eprintln!(
+                    "{model} {p} at {rate}: NPU {:.3} ms, table {:.3} ms mean ({:+.2}%)",
+                    a.latency_ms.mean,
+                    b.latency_ms.mean,
+                    100.0 * err
+                );
+                assert!(err < 0.01, "{model} {p} at {rate}: {err}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_table_that_does_not_fit_the_run_is_refused_naming_the_file_and_field() {
+    let dir = crate::fresh_dir("table-refused");
+    let (npu, _) = npu_and_table("resnet50");
+    let m = npu.model.clone();
+    let good = dir.join("resnet50.json");
+    npu.profile.save(&good).unwrap();
+    let refuse = |p: &lazybatch::profile::Profile, mb: u32, model: &lazybatch::graph::Model| {
+        let f = dir.join("edited.json");
+        p.save(&f).unwrap();
+        let mut d = TableDevice::load(&f).unwrap();
+        use lazybatch::device::Device;
+        d.prepare(model, mb).unwrap_err().to_string()
+    };
+    let e = refuse(&npu.profile, 64, &zoo::load("mobilenet").unwrap());
+    assert!(
+        e.contains(
+            "edited.json: model: the table is for 'resnet50', the run's model is 'mobilenet_v1'"
+        ),
+        "{e}"
+    );
+    let e = refuse(&npu.profile, 128, &m);
+    assert!(
+        e.contains("max_batch: the table reaches batch 64, the run asks for --max-batch 128"),
+        "{e}"
+    );
+    let mut renamed = npu.profile.clone();
+    renamed.nodes[3].name = "other".into();
+    let e = refuse(&renamed, 64, &m);
+    assert!(
+        e.contains("nodes[3].name: 'other' where the model's node 3 is"),
+        "{e}"
+    );
+    let mut short = npu.profile.clone();
+    short.nodes[5].latency_ns.pop();
+    let e = refuse(&short, 64, &m);
+    assert!(
+        e.contains("nodes[5].latency_ns: 63 values, max_batch says 64"),
+        "{e}"
+    );
+    let mut fewer = npu.profile.clone();
+    fewer.nodes.pop();
+    let e = refuse(&fewer, 64, &m);
+    assert!(e.contains("nodes: 73 rows, the model has 74 nodes"), "{e}");
+    // a truncated file: where JSON stops making sense
+    let text = std::fs::read_to_string(&good).unwrap();
+    let cut = dir.join("cut.json");
+    std::fs::write(&cut, &text[..text.len() / 2]).unwrap();
+    let e = TableDevice::load(&cut).unwrap_err().to_string();
+    assert!(e.starts_with(&format!("{}:", cut.display())), "{e}");
+    // and through the command line, naming the flag's file
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lazybatch"))
+        .args(["run", "--model", "gnmt", "--policy", "lazy", "--rate", "10"])
+        .arg("--device")
+        .arg(format!("profile:{}", good.display()))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("model: the table is for 'resnet50', the run's model is 'gnmt'"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn the_command_line_runs_a_saved_table_as_a_device() {
+    let dir = crate::fresh_dir("table-cli");
+    let f = dir.join("resnet50.json");
+    let lb = |args: &[&str]| {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_lazybatch"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let save = format!("{}", f.display());
+    lb(&[
+        "profile", "--device", "npu", "--model", "resnet50", "--save", &save,
+    ]);
+    let device = format!("profile:{save}");
+    let run = |d: &str| {
+        let out = lb(&[
+            "run",
+            "--model",
+            "resnet50",
+            "--device",
+            d,
+            "--policy",
+            "lazy",
+            "--rate",
+            "800",
+            "--requests",
+            "500",
+            "--json",
+        ]);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        (
+            v["latency_ms"].clone(),
+            v["merges"].clone(),
+            v["device"].clone(),
+        )
+    };
+    let (npu, table) = (run("npu"), run(&device));
+    assert_eq!((&npu.0, &npu.1), (&table.0, &table.1));
+    assert!(
+        table
+            .2
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("profile ({save}: npu")),
+        "{table:?}"
+    );
+}
+
+#[test]
+fn validate_serves_the_same_arrivals_on_the_cpu_and_on_its_table() {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lazybatch"))
+        .args([
+            "validate",
+            "--model",
+            "resnet50",
+            "--width",
+            "0.125",
+            "--res",
+            "0.25",
+            "--device",
+            "cpu",
+            "--policies",
+            "serial,lazy",
+            "--load",
+            "0.5",
+            "--requests",
+            "30",
+            "--max-batch",
+            "4",
+            "--reps",
+            "1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let points = v.as_array().unwrap();
+    assert_eq!(points.len(), 2, "{v}");
+    for p in points {
+        for side in ["measured", "predicted"] {
+            // both sides served (and completed) the same 30 requests
+            assert_eq!(p[side]["requests"], 30, "{p}");
+            assert_eq!(p[side]["completed"], 30, "{p}");
+            assert!(p[side]["latency_ms"]["mean"].as_f64().unwrap() > 0.0, "{p}");
+        }
+        assert!(p["measured"]["device"].as_str().unwrap().starts_with("cpu"));
+        assert!(p["predicted"]["device"]
+            .as_str()
+            .unwrap()
+            .starts_with("profile"));
+        let e = p["error"]["mean"].as_f64().unwrap();
+        assert!(e.is_finite() && e > -1.0, "{p}");
+        assert!(p["delivery_lag_ms"]["max"].as_f64().unwrap() < 50.0, "{p}");
+    }
+    // the NPU model is not a real device: validate refuses it
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lazybatch"))
+        .args(["validate", "--model", "resnet50", "--device", "npu"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("--device cpu or --device cuda"), "{err}");
+}
