@@ -44,6 +44,32 @@ fn run_with(extra: &[&str]) -> Vec<&'static str> {
 }
 
 #[test]
+fn device_choices_name_what_is_wrong() {
+    let dir = fresh_dir("hostile-devices");
+    let garbage = write(&dir, "garbage.json", "{ \"model\": ");
+    let rows: &[(&[&str], &str)] = &[
+        (&["run", "--model", "resnet50", "--device", "profile:", "--policy", "lazy", "--rate", "10"], "profile:FILE needs the table's file"),
+        (&["run", "--model", "resnet50", "--device", "profile:/nonexistent/t.json", "--policy", "lazy", "--rate", "10"], "/nonexistent/t.json"),
+        (&["run", "--model", "resnet50", "--device", "npu", "--conv", "fft", "--policy", "lazy", "--rate", "10"], "invalid --conv: unknown convolution path 'fft' (allowed: auto, cudnn, cudnn-legacy, im2col)"),
+        (&["run", "--model", "resnet50", "--device", "npu", "--conv", "cudnn", "--policy", "lazy", "--rate", "10"], "invalid --conv: applies to --device cuda, not npu"),
+        (&["run", "--model", "resnet50", "--device", "npu", "--precision", "tf32", "--policy", "lazy", "--rate", "10"], "tf32 applies to --device cuda"),
+        (&["run", "--model", "resnet50", "--device", "npu", "--profile-order", "sideways", "--policy", "lazy", "--rate", "10"], "invalid --profile-order: 'sideways' (isolated, model)"),
+        (&["validate", "--model", "resnet50", "--device", "npu"], "validate holds the simulator against a real device"),
+        (&["validate", "--model", "resnet50", "--device", "cpu", "--rates", "10", "--load", "0.5"], "give --rates or --load, not both"),
+    ];
+    for (args, needle) in rows {
+        exits(args, 2, needle);
+    }
+    let args = [
+        "run", "--model", "resnet50", "--policy", "lazy", "--rate", "10", "--device",
+    ];
+    let dev = format!("profile:{garbage}");
+    let mut v: Vec<&str> = args.to_vec();
+    v.push(&dev);
+    exits(&v, 2, &format!("{garbage}:1:"));
+}
+
+#[test]
 fn flags_out_of_range_name_the_flag_and_the_range() {
     let rows: &[(&[&str], &str)] = &[
         (&["--policy", "lazy", "--rate", "1000", "--sla-ms", "1e300"], "invalid --sla-ms: must be in (0, 86400000] ms (one day), got 1e300"),
