@@ -57,10 +57,8 @@ pub struct BenchOptions {
     pub coverage: f64,
     /// A table measured earlier on this kind of device, instead of measuring (real devices).
     pub profile: Option<Profile>,
-    /// Real devices: runs per measured point of the table (median).
-    pub reps: u32,
-    /// Real devices: the order the table's runs take.
-    pub order: crate::profile::Order,
+    /// Real devices: how the table is measured (runs per point, their order, progress).
+    pub sampling: crate::profile::Sampling,
 }
 
 /// The device of a bench.
@@ -93,8 +91,7 @@ impl Bench {
             max_batch,
             coverage,
             profile: None,
-            reps: 1,
-            order: crate::profile::Order::Isolated,
+            sampling: crate::profile::Sampling::default(),
         };
         Self::open(model, Opened::Npu(Npu::new(cfg)?, "custom".into()), &opts)
     }
@@ -142,8 +139,7 @@ impl Bench {
                         &model,
                         opts.max_batch,
                         &lens,
-                        opts.reps,
-                        opts.order,
+                        opts.sampling,
                     )?,
                 };
                 (Backend::Real(std::sync::Mutex::new(device)), profile)

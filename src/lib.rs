@@ -20,6 +20,7 @@ pub mod lengths;
 pub mod metrics;
 pub mod policy;
 pub mod profile;
+pub mod progress;
 pub mod report;
 pub mod runs;
 pub mod runtime;

@@ -8,7 +8,9 @@ use crate::bench::{Bench, RunConfig};
 use crate::engine::Outcome;
 use crate::error::Result;
 use crate::metrics::{self, KeepRecords, Stats};
+use crate::progress::{Mode, Progress};
 use crate::time::Nanos;
+use crate::traffic::Traffic;
 use hdrhistogram::Histogram;
 use rayon::prelude::*;
 
@@ -110,31 +112,82 @@ pub(crate) fn run_one(
 }
 
 /// Every configuration of `cfgs` on `bench`, in order: in parallel on the NPU model, one after
-/// another on a real device. `keep(i)` says what to keep of run `i`.
+/// another on a real device. `keep(i)` says what to keep of run `i`. Progress is shown under
+/// `what` (runs done on the NPU model; seconds of traffic delivered on a real device, which
+/// serves in real time).
 pub fn run_all(
     bench: &mut Bench,
     cfgs: &[RunConfig],
     colo: Option<&Colocation>,
     keep: impl Fn(usize) -> Keep + Sync,
+    progress: Mode,
+    what: &str,
 ) -> Result<Vec<RunOut>> {
     if bench.is_virtual() {
         let bench = &*bench;
-        return cfgs
+        let shown = progress.start(what, cfgs.len() as u64, "runs");
+        let outs = cfgs
             .par_iter()
             .enumerate()
-            .map(|(i, c)| run_one(bench, c, colo, keep(i)))
+            .map(|(i, c)| {
+                let out = run_one(bench, c, colo, keep(i));
+                shown.inc(1);
+                out
+            })
             .collect();
+        shown.finish();
+        return outs;
     }
+    let traffic = |bench: &Bench, c: &RunConfig| match colo {
+        Some(co) => bench.traffic(c, Some((&rates(c, co), &co.slas))),
+        None => bench.traffic(c, None),
+    };
+    let total: u64 = cfgs
+        .iter()
+        .map(|c| traffic(bench, c).map(|t| traffic_secs(&t)))
+        .sum::<Result<u64>>()?;
+    let shown = progress.start(what, total, "s of traffic");
     let mut outs = Vec::with_capacity(cfgs.len());
+    let mut base = 0;
     for (i, c) in cfgs.iter().enumerate() {
-        let traffic = match colo {
-            Some(co) => bench.traffic(c, Some((&rates(c, co), &co.slas)))?,
-            None => bench.traffic(c, None)?,
-        };
-        let out = bench.serve(c, records(keep(i)), traffic)?;
+        let t = traffic(bench, c)?;
+        let secs = traffic_secs(&t);
+        shown.set_message(format!(
+            "run {}/{}: {} at {:.1} req/s",
+            i + 1,
+            cfgs.len(),
+            c.policy.text,
+            c.rate
+        ));
+        let out = bench.serve(c, records(keep(i)), delivered(t, &shown, base))?;
+        base += secs;
+        shown.set_position(base);
         outs.push(finish(out, keep(i)));
     }
+    shown.finish();
     Ok(outs)
+}
+
+/// Whole seconds of arrivals in `t`: its count over its rate, rounded up (a real device serves
+/// it in about that much wall time).
+pub fn traffic_secs(t: &Traffic) -> u64 {
+    if t.rate > 0.0 {
+        (t.expected as f64 / t.rate).ceil() as u64
+    } else {
+        0
+    }
+}
+
+/// `t` with `shown` moved to `base` plus the arrival's time (whole seconds) as each arrival is
+/// handed over: the progress of a run in real time.
+pub fn delivered(t: Traffic, shown: &Progress, base: u64) -> Traffic {
+    let shown = shown.clone();
+    Traffic {
+        arrivals: Box::new(t.arrivals.inspect(move |a| {
+            shown.set_position(base + a.time.0 / 1_000_000_000);
+        })),
+        ..t
+    }
 }
 
 /// The mean over runs (seeds) of every statistic, counts rounded.

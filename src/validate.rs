@@ -9,6 +9,7 @@
 use crate::bench::{Bench, RunConfig};
 use crate::error::{Error, Result};
 use crate::metrics::{KeepRecords, Stats};
+use crate::progress::Progress;
 use crate::runtime::Request;
 use crate::time::Nanos;
 use crate::traffic::{Arrival, Traffic};
@@ -32,8 +33,16 @@ pub struct Pair {
     pub lag_max: Nanos,
 }
 
-/// Serves `cfg` on `real` (wall time) and on `table` (virtual time) with the same arrivals.
-pub fn pair(real: &mut Bench, table: &Bench, cfg: &RunConfig) -> Result<Pair> {
+/// Serves `cfg` on `real` (wall time) and on `table` (virtual time) with the same arrivals;
+/// `shown` follows the real run's delivered traffic from `base` seconds on
+/// ([`crate::runs::delivered`]).
+pub fn pair(
+    real: &mut Bench,
+    table: &Bench,
+    cfg: &RunConfig,
+    shown: &Progress,
+    base: u64,
+) -> Result<Pair> {
     if real.is_virtual() || !table.is_virtual() {
         return Err(Error::Internal(
             "validate pairs a real device with a table".into(),
@@ -44,7 +53,8 @@ pub fn pair(real: &mut Bench, table: &Bench, cfg: &RunConfig) -> Result<Pair> {
         requests: true,
         ..KeepRecords::default()
     };
-    let measured = real.serve(cfg, keep.clone(), Traffic::from_list(drawn.clone()))?;
+    let traffic = crate::runs::delivered(Traffic::from_list(drawn.clone()), shown, base);
+    let measured = real.serve(cfg, keep.clone(), traffic)?;
     let predicted = {
         let t = Traffic::from_list(drawn);
         let mut src = crate::engine::Stream::new(t.arrivals, t.expected);

@@ -13,6 +13,7 @@ use lazybatch::bench::{Bench, RunConfig};
 use lazybatch::graph::Model;
 use lazybatch::metrics::{self, Stats};
 use lazybatch::policy::Spec;
+use lazybatch::progress::Mode;
 use lazybatch::report::spectrum;
 use lazybatch::runs::{mean_stats, run_all, Keep, RunOut};
 use serde_json::json;
@@ -40,8 +41,9 @@ pub(super) struct CompareArgs {
     /// Rates as multiples of the serial capacity instead of --rates.
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     load: Option<Vec<f64>>,
-    /// Policies, comma-separated [default: serial,graph:0,graph:5,graph:25,graph:50,graph:95,
-    /// lazy,oracle; co-located models: those that serve several models].
+    /// Policies, comma-separated, of serial, graph:W[:B], cellular:W[:B], continuous[:B], lazy[:strict], lazy:adaptive, oracle[:strict] (docs/policies.md)
+    /// [default: serial,graph:0,graph:5,graph:25,graph:50,graph:95,lazy,oracle; co-located
+    /// models: those of these that serve several models].
     #[arg(long, value_delimiter = ',')]
     policies: Option<Vec<String>>,
     #[command(flatten)]
@@ -70,7 +72,7 @@ struct Row {
 }
 
 /// Runs the grid and reports it.
-pub(super) fn compare(a: CompareArgs) -> Result<()> {
+pub(super) fn compare(a: CompareArgs, progress: Mode) -> Result<()> {
     let model = a.model.load()?;
     let sv = serve_args(&a.serve, &model, false)?;
     let seeds = in_range("--seeds", a.seeds, 1, 1000)? as u64;
@@ -88,7 +90,7 @@ pub(super) fn compare(a: CompareArgs) -> Result<()> {
     if colo.is_some() && a.load.is_some() {
         bail!("co-located models take total --rates (split by --shares), not --load");
     }
-    let mut bench = open_bench(model, &a.dev, &sv)?;
+    let mut bench = open_bench(model, &a.dev, &sv, progress)?;
     let rates: Vec<f64> = match &a.load {
         Some(ls) => ls
             .iter()
@@ -100,10 +102,11 @@ pub(super) fn compare(a: CompareArgs) -> Result<()> {
     let want_hgrm = a.out.is_some();
     let t0 = std::time::Instant::now();
     // the first seed's histogram of every (policy, rate), for the .hgrm files and pictures
-    let results = run_all(&mut bench, &cfgs, colo.as_ref(), |i| Keep {
+    let keep = |i: usize| Keep {
         histogram: want_hgrm && cfgs[i].seed == 1,
         latencies: false,
-    })?;
+    };
+    let results = run_all(&mut bench, &cfgs, colo.as_ref(), keep, progress, "compare")?;
     let wall = t0.elapsed().as_secs_f64();
     let rows = aggregate(&bench, &cfgs, &results, seeds, a.serve.sla_ms, wall);
     let arr: Vec<serde_json::Value> = rows.iter().map(|r| r.json.clone()).collect();

@@ -7,6 +7,7 @@ use clap::Args;
 use lazybatch::bench::RunConfig;
 use lazybatch::http::{start, ServeOptions};
 use lazybatch::policy::Spec;
+use lazybatch::progress::Mode;
 
 #[derive(Args, Debug)]
 pub(super) struct HttpArgs {
@@ -14,7 +15,7 @@ pub(super) struct HttpArgs {
     model: ModelArgs,
     #[command(flatten)]
     dev: DeviceArgs,
-    /// Policy: serial, graph:W[:B], lazy, lazy:adaptive, continuous, ...
+    /// Policy: serial, graph:W[:B], cellular:W[:B], continuous[:B], lazy[:strict], lazy:adaptive, oracle[:strict] (docs/policies.md).
     #[arg(long, default_value = "lazy")]
     policy: String,
     /// Address to listen on (port 0: any free port, printed).
@@ -31,7 +32,7 @@ pub(super) struct HttpArgs {
 }
 
 /// Serves until a signal, then prints what happened.
-pub(super) fn run(a: HttpArgs) -> Result<()> {
+pub(super) fn run(a: HttpArgs, progress: Mode) -> Result<()> {
     let model = a.model.load()?;
     let sv = serve_args(&a.serve, &model, false)?;
     let spec = Spec::parse(&a.policy, sv.max_batch)?;
@@ -39,7 +40,7 @@ pub(super) fn run(a: HttpArgs) -> Result<()> {
     let max_queue = positive("--max-queue", a.max_queue)?.min(1_000_000) as usize;
     let max_body = (positive("--max-body-mib", a.max_body_mib)?.min(1024) as usize) << 20;
     let name = model.name.clone();
-    let bench = open_bench(model, &a.dev, &sv)?;
+    let bench = open_bench(model, &a.dev, &sv, progress)?;
     let device = bench.description();
     let cfg = RunConfig {
         policy: spec,

@@ -53,7 +53,7 @@ pub(super) struct LoadArgs {
     hgrm: Option<PathBuf>,
 }
 
-pub(super) fn run(a: LoadArgs) -> Result<()> {
+pub(super) fn run(a: LoadArgs, progress: lazybatch::progress::Mode) -> Result<()> {
     let model = a.model.load()?;
     if model.parts.len() > 1 {
         bail!("load drives one model (co-located models are not served yet)");
@@ -87,7 +87,19 @@ pub(super) fn run(a: LoadArgs) -> Result<()> {
         seed: a.seed,
         json_tensors: a.json_tensors,
     };
-    let out = drive(&model, gen.traffic(rate), &opts)?;
+    let traffic = gen.traffic(rate);
+    let shown = progress.start(
+        "load",
+        lazybatch::runs::traffic_secs(&traffic),
+        "s of traffic",
+    );
+    let out = drive(
+        &model,
+        lazybatch::runs::delivered(traffic, &shown, 0),
+        &opts,
+    );
+    shown.finish();
+    let out = out?;
     let st = out.record.stats(&out.counters);
     if let Some(p) = &a.hgrm {
         let mut f =

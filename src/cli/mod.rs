@@ -50,7 +50,8 @@ use lazybatch::graph::loader::Scale;
 use lazybatch::graph::loader::MAX_BATCH;
 use lazybatch::graph::op::Op;
 use lazybatch::graph::{zoo, Lengths, Model};
-use lazybatch::profile::Profile;
+use lazybatch::profile::{Profile, Sampling};
+use lazybatch::progress::Mode;
 use lazybatch::runs::Colocation;
 use lazybatch::time::Nanos;
 use lazybatch::traffic::MAX_REQUESTS;
@@ -63,6 +64,15 @@ use std::path::PathBuf;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Progress of long runs on stderr: `auto` (a bar on a terminal, a line every 10 s
+    /// otherwise), `bar`, `lines` or `off`. Results on stdout are the same whatever this says.
+    #[arg(long, global = true, default_value = "auto", value_parser = parse_progress)]
+    progress: Mode,
+}
+
+fn parse_progress(s: &str) -> std::result::Result<Mode, String> {
+    s.parse()
+        .map_err(|_| format!("'{s}' is not one of auto, bar, lines, off"))
 }
 
 #[derive(Subcommand, Debug)]
@@ -123,19 +133,20 @@ enum Cmd {
 pub fn run() -> Result<std::process::ExitCode> {
     let cli = Cli::parse();
     let ok = std::process::ExitCode::SUCCESS;
+    let p = cli.progress;
     match cli.cmd {
         Cmd::Models { model, dims, json } => models::run(&model, &dims, json).map(|()| ok),
-        Cmd::Profile(a) => profile::run(a).map(|()| ok),
-        Cmd::Run(a) => serve::run(a).map(|()| ok),
-        Cmd::Load(a) => load::run(a).map(|()| ok),
-        Cmd::Serve(a) => http::run(a).map(|()| ok),
-        Cmd::Compare(a) => compare::compare(a).map(|()| ok),
-        Cmd::Reproduce(a) => reproduce::run(a).map(|()| ok),
+        Cmd::Profile(a) => profile::run(a, p).map(|()| ok),
+        Cmd::Run(a) => serve::run(a, p).map(|()| ok),
+        Cmd::Load(a) => load::run(a, p).map(|()| ok),
+        Cmd::Serve(a) => http::run(a, p).map(|()| ok),
+        Cmd::Compare(a) => compare::compare(a, p).map(|()| ok),
+        Cmd::Reproduce(a) => reproduce::run(a, p).map(|()| ok),
         Cmd::Calibrate(a) => reproduce::calibrate(a).map(|()| ok),
         Cmd::NpuConfig { name } => reproduce::npu_config(&name).map(|()| ok),
         Cmd::Verify(a) => verify::run(a),
         Cmd::Kernels(a) => kernels::run(a).map(|()| ok),
-        Cmd::Validate(a) => validate::run(a).map(|()| ok),
+        Cmd::Validate(a) => validate::run(a, p).map(|()| ok),
     }
 }
 
@@ -360,8 +371,8 @@ fn say_gpu(d: &(dyn lazybatch::device::Device + Send), o: &RealOptions) {
 
 /// Opens the device of `dev` for `model` and builds its bench: the NPU model profiles itself;
 /// a real device is measured, or takes the table of `--profile` when it was measured on the
-/// same kind of device.
-fn open_bench(model: Model, dev: &DeviceArgs, sv: &Serve) -> Result<Bench> {
+/// same kind of device; `progress` shows the measuring.
+fn open_bench(model: Model, dev: &DeviceArgs, sv: &Serve, progress: Mode) -> Result<Bench> {
     let saved = dev.saved_profile()?;
     let reps = in_range("--reps", dev.reps, 1, 1000)? as u32;
     let opened = open(&dev.choice()?)?;
@@ -397,8 +408,11 @@ fn open_bench(model: Model, dev: &DeviceArgs, sv: &Serve) -> Result<Bench> {
         max_batch: sv.max_batch,
         coverage: sv.coverage,
         profile: saved,
-        reps,
-        order: dev.order()?,
+        sampling: Sampling {
+            reps,
+            order: dev.order()?,
+            progress,
+        },
     };
     Ok(Bench::open(model, opened, &opts)?)
 }
@@ -577,4 +591,41 @@ fn check_load(what: &str, l: f64) -> Result<f64> {
         );
     }
     Ok(l)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn every_command_that_takes_a_policy_lists_every_policy_in_its_help() {
+        let mut cli = Cli::command();
+        for name in ["run", "serve", "compare", "validate"] {
+            let help = cli
+                .find_subcommand_mut(name)
+                .unwrap()
+                .render_long_help()
+                .to_string();
+            for entry in lazybatch::policy::REGISTRY {
+                for usage in entry.usage.split(", ") {
+                    assert!(help.contains(usage), "`{name} --help` lacks {usage}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn progress_takes_its_four_modes_and_names_them_when_refused() {
+        for (s, m) in [
+            ("auto", Mode::Auto),
+            ("bar", Mode::Bar),
+            ("lines", Mode::Lines),
+            ("off", Mode::Off),
+        ] {
+            assert_eq!(parse_progress(s), Ok(m));
+        }
+        let e = parse_progress("loud").unwrap_err();
+        assert!(e.contains("auto, bar, lines, off"), "{e}");
+    }
 }

@@ -35,7 +35,7 @@ pub(super) struct ProfileArgs {
 }
 
 /// The per-node latency table, Algorithm 1 and the batching curve on one device.
-pub(super) fn run(a: ProfileArgs) -> Result<()> {
+pub(super) fn run(a: ProfileArgs, progress: lazybatch::progress::Mode) -> Result<()> {
     let mut o = String::new();
     let model = a.model.load()?;
     let max_batch = super::in_range("--max-batch", a.max_batch, 1, i64::from(MAX_BATCH))? as u32;
@@ -57,8 +57,12 @@ pub(super) fn run(a: ProfileArgs) -> Result<()> {
         // a table's own table, at these lengths (every size: it answers in O(1))
         Opened::Table(mut dev) => Profile::measure(&mut dev, &model, max_batch, len)?,
         Opened::Real(mut dev) => {
-            let order = a.dev.order()?;
-            Profile::measure_sampled(dev.as_mut(), &model, max_batch, &[len], reps, order)?
+            let how = lazybatch::profile::Sampling {
+                reps,
+                order: a.dev.order()?,
+                progress,
+            };
+            Profile::measure_sampled(dev.as_mut(), &model, max_batch, &[len], how)?
         }
     };
     if let Some(p) = &a.save {

@@ -38,7 +38,7 @@ pub(super) struct CalibrateArgs {
 }
 
 /// Runs the evaluation and writes its files.
-pub(super) fn run(a: ReproduceArgs) -> Result<()> {
+pub(super) fn run(a: ReproduceArgs, progress: lazybatch::progress::Mode) -> Result<()> {
     let seeds = a.seeds.map(|s| positive("--seeds", s)).transpose()?;
     let specs = a
         .npu_config
@@ -63,7 +63,7 @@ pub(super) fn run(a: ReproduceArgs) -> Result<()> {
         quick: a.quick,
         seeds,
         figures: a.figures.clone(),
-        progress: true,
+        progress,
         npus,
     };
     let t0 = std::time::Instant::now();

@@ -10,6 +10,8 @@ use clap::Args;
 use lazybatch::bench::RunConfig;
 use lazybatch::metrics::{self, KeepRecords, Stats};
 use lazybatch::policy::Spec;
+use lazybatch::progress::{Mode, Progress};
+use lazybatch::runs;
 use lazybatch::traffic;
 use lazybatch::traffic::Process;
 use serde_json::json;
@@ -22,7 +24,7 @@ pub(super) struct RunArgs {
     model: ModelArgs,
     #[command(flatten)]
     dev: DeviceArgs,
-    /// Policy: serial, graph:W[:B], lazy, oracle.
+    /// Policy: serial, graph:W[:B], cellular:W[:B], continuous[:B], lazy[:strict], lazy:adaptive, oracle[:strict] (docs/policies.md).
     #[arg(long)]
     policy: String,
     /// Arrival rate in requests/s.
@@ -84,7 +86,7 @@ pub(super) fn run_json(id: &RunId, st: &Stats, wall_s: f64) -> serde_json::Value
 }
 
 /// One run: generated (`--rate`, `--load`, `--arrivals`) or traced traffic under one policy.
-pub(super) fn run(a: RunArgs) -> Result<()> {
+pub(super) fn run(a: RunArgs, progress: Mode) -> Result<()> {
     let mut o = String::new();
     let model = a.model.load()?;
     let sv = serve_args(&a.serve, &model, a.trace.is_some())?;
@@ -115,7 +117,7 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
         }
         None => None,
     };
-    let mut bench = open_bench(model, &a.dev, &sv)?;
+    let mut bench = open_bench(model, &a.dev, &sv, progress)?;
     let rate = match (a.rate, a.load, &trace) {
         (Some(r), _, _) => r,
         (None, Some(l), _) => check_rate("--load × serial capacity", l * bench.serial_capacity())?,
@@ -147,9 +149,17 @@ pub(super) fn run(a: RunArgs) -> Result<()> {
         csv: records,
         ..KeepRecords::default()
     };
+    // a real device serves in wall time: its progress is the traffic delivered so far
+    let shown = if bench.is_virtual() {
+        Progress::hidden()
+    } else {
+        progress.start("run", runs::traffic_secs(&traffic), "s of traffic")
+    };
+    let traffic = runs::delivered(traffic, &shown, 0);
     let t0 = std::time::Instant::now();
     let out = bench.serve(&cfg, keep, traffic)?;
     let wall = t0.elapsed().as_secs_f64();
+    shown.finish();
     let st = out.stats();
     let per_model: Vec<(String, Stats)> = if colo.is_some() {
         let names = bench.model.parts.iter().map(|p| p.name.clone());

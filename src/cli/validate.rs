@@ -16,6 +16,7 @@ use lazybatch::device::open::Opened;
 use lazybatch::device::table::TableDevice;
 use lazybatch::metrics::Stats;
 use lazybatch::policy::Spec;
+use lazybatch::progress::Mode;
 use lazybatch::runs::mean_stats;
 use lazybatch::time::Nanos;
 use lazybatch::validate::{error, fingerprint, pair, Pair};
@@ -31,7 +32,7 @@ pub(super) struct ValidateArgs {
     model: ModelArgs,
     #[command(flatten)]
     dev: DeviceArgs,
-    /// Policies, comma-separated.
+    /// Policies, comma-separated, of serial, graph:W[:B], cellular:W[:B], continuous[:B], lazy[:strict], lazy:adaptive, oracle[:strict].
     #[arg(
         long,
         value_delimiter = ',',
@@ -74,7 +75,7 @@ struct Point {
 }
 
 /// Runs the validation and reports it.
-pub(super) fn run(mut a: ValidateArgs) -> Result<()> {
+pub(super) fn run(mut a: ValidateArgs, progress: Mode) -> Result<()> {
     let model = a.model.load()?;
     a.serve.requests.get_or_insert(DEFAULT_REQUESTS);
     let sv = serve_args(&a.serve, &model, false)?;
@@ -108,9 +109,9 @@ pub(super) fn run(mut a: ValidateArgs) -> Result<()> {
         }
     };
     if let Some(file) = &a.measured {
-        return replay(&a, model, &sv, file);
+        return replay(&a, model, &sv, file, progress);
     }
-    let mut real = open_bench(model.clone(), &a.dev, &sv)?;
+    let mut real = open_bench(model.clone(), &a.dev, &sv, progress)?;
     if real.is_virtual() {
         bail!(
             "validate holds the simulator against a real device: give --device cpu or --device cuda (this run would be on {})",
@@ -123,8 +124,7 @@ pub(super) fn run(mut a: ValidateArgs) -> Result<()> {
         max_batch: sv.max_batch,
         coverage: sv.coverage,
         profile: None,
-        reps: 1,
-        order: lazybatch::profile::Order::Isolated,
+        sampling: lazybatch::profile::Sampling::default(),
     };
     let predicted = Bench::open(model, Opened::Table(table), &opts)?;
     let rates: Vec<(f64, Option<f64>)> = match (&loads, &a.rates) {
@@ -140,6 +140,11 @@ pub(super) fn run(mut a: ValidateArgs) -> Result<()> {
         (None, Some(rs)) => rs.iter().map(|&r| (r, None)).collect(),
         (None, None) => Vec::new(),
     };
+    // every real run serves its traffic in wall time: the progress is in seconds of it
+    let secs = |rate: f64| (sv.requests as f64 / rate).ceil() as u64;
+    let total = specs.len() as u64 * seeds * rates.iter().map(|&(r, _)| secs(r)).sum::<u64>();
+    let shown = progress.start("validate", total, "s of traffic");
+    let mut base = 0;
     let mut points = Vec::new();
     for spec in &specs {
         for &(rate, load) in &rates {
@@ -157,15 +162,18 @@ pub(super) fn run(mut a: ValidateArgs) -> Result<()> {
                     coverage: sv.coverage,
                     max_pending: sv.max_pending,
                 };
-                eprintln!(
-                    "validate: {} at {rate:.1} req/s, seed {} ({} requests in wall time)…",
-                    spec.text, cfg.seed, cfg.requests
-                );
-                let p = pair(&mut real, &predicted, &cfg)?;
+                shown.set_message(format!(
+                    "{} at {rate:.1} req/s, seed {}",
+                    spec.text, cfg.seed
+                ));
+                let p = pair(&mut real, &predicted, &cfg, &shown, base)?;
+                base += secs(rate);
+                shown.set_position(base);
                 points.push(Point { cfg, load, pair: p });
             }
         }
     }
+    shown.finish();
     if a.json {
         let arr: Vec<_> = points.iter().map(|p| point_json(&real, &a, p)).collect();
         return emit(&(serde_json::to_string_pretty(&arr)? + "\n"));
@@ -299,6 +307,7 @@ fn replay(
     model: lazybatch::graph::Model,
     sv: &Serve,
     file: &std::path::Path,
+    progress: Mode,
 ) -> Result<()> {
     let body =
         std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
@@ -309,7 +318,7 @@ fn replay(
             e.line()
         )
     })?;
-    let bench = open_bench(model, &a.dev, sv)?;
+    let bench = open_bench(model, &a.dev, sv, progress)?;
     if !bench.is_virtual() || bench.npu().is_some() {
         bail!("--measured replays on a table: give --device profile:TABLE (the table measured with the runs)");
     }

@@ -7,6 +7,7 @@ use super::{NodeProfile, Profile};
 use crate::device::{Device, Member, Timing};
 use crate::error::{Error, Result};
 use crate::graph::{Class, Lengths, Model, NodeStep};
+use crate::progress::Mode;
 use crate::time::Nanos;
 
 /// The order in which [`Profile::measure_sampled`] runs a real device's nodes.
@@ -16,6 +17,28 @@ pub enum Order {
     Isolated,
     /// Whole passes over the model, each node after the one before it, as a request runs them.
     InModelOrder,
+}
+
+/// How a real device's table is measured ([`Profile::measure_sampled`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sampling {
+    /// Timed runs per point (their median), after one untimed run; at least 1.
+    pub reps: u32,
+    /// The order the runs take.
+    pub order: Order,
+    /// How progress is shown (a full table on a CPU takes minutes).
+    pub progress: Mode,
+}
+
+impl Default for Sampling {
+    /// One run per point, node by node, nothing shown.
+    fn default() -> Self {
+        Sampling {
+            reps: 1,
+            order: Order::Isolated,
+            progress: Mode::Off,
+        }
+    }
 }
 
 /// Node `id` as a table measures it at `b` members: at its part's lengths (a decoder node at
@@ -74,20 +97,21 @@ impl Profile {
     }
 
     /// Measures a real device: every node at batch sizes 1, 2, 4, … and `max_batch`, the median
-    /// of `reps` runs each after one warm-up run, with the sizes in between interpolated
+    /// of `how.reps` runs each after one warm-up run, with the sizes in between interpolated
     /// linearly (measuring all 64 sizes of a full network would take minutes for little
     /// information). Nodes of part `p` run at `lens[p]` (the first length for parts beyond).
-    /// `order` says whether a node's runs follow one another ([`Order::Isolated`]) or whole
+    /// `how.order` says whether a node's runs follow one another ([`Order::Isolated`]) or whole
     /// passes over the model in its order ([`Order::InModelOrder`]: each node after the one
-    /// before it, as a request runs them).
+    /// before it, as a request runs them). Progress counts inputs through nodes (a run at
+    /// batch `b` is `b` of them), so its estimate follows the work.
     pub fn measure_sampled(
         device: &mut dyn Device,
         model: &Model,
         max_batch: u32,
         lens: &[Lengths],
-        reps: u32,
-        order: Order,
+        how: Sampling,
     ) -> Result<Profile> {
+        let Sampling { reps, order, .. } = how;
         if max_batch == 0 || reps == 0 {
             return Err(Error::invalid(
                 "max batch / repetitions",
@@ -98,6 +122,14 @@ impl Profile {
             .take_while(|&b| b < max_batch)
             .collect();
         sizes.push(max_batch);
+        let inputs: u64 = sizes.iter().map(|&b| u64::from(b)).sum::<u64>()
+            * model.nodes.len() as u64
+            * u64::from(reps + 1);
+        let shown = how.progress.start(
+            &format!("profiling {} on {}", model.name, device.name()),
+            inputs,
+            "node inputs",
+        );
         let median = |runs: &mut Vec<u64>| {
             runs.sort_unstable();
             Timing {
@@ -105,7 +137,7 @@ impl Profile {
                 ..Timing::default()
             }
         };
-        match order {
+        let table = match order {
             Order::Isolated => {
                 let mut runs = Vec::with_capacity(reps as usize);
                 Self::measure_at(device, model, max_batch, lens, &sizes, |d, at, members| {
@@ -115,6 +147,7 @@ impl Profile {
                     for _ in 0..reps {
                         runs.push(d.execute(model, at, members)?.time.0);
                     }
+                    shown.inc(members.len() as u64 * u64::from(reps + 1));
                     Ok(median(&mut runs))
                 })
             }
@@ -133,6 +166,7 @@ impl Profile {
                         for n in &model.nodes {
                             let (at, members) = unit(model, lens, n.id, b);
                             let t = device.execute(model, at, &members)?.time.0;
+                            shown.inc(u64::from(b));
                             if pass > 0 {
                                 runs[n.id.idx()].push(t);
                             }
@@ -149,7 +183,9 @@ impl Profile {
                     Ok(times[k][next[k] - 1])
                 })
             }
-        }
+        };
+        shown.finish();
+        table
     }
 
     /// Prepares `device` and times every node of `model` with `time` at the batch sizes `sizes`

@@ -56,6 +56,7 @@ use crate::bench::{Bench, RunConfig};
 use crate::device::npu::NpuConfig;
 use crate::error::{Error, Result};
 use crate::graph::zoo;
+use crate::progress::Mode;
 use crate::runs::{run_one, Colocation, Keep};
 use crate::time::Nanos;
 use rayon::prelude::*;
@@ -73,8 +74,9 @@ pub struct Options {
     pub seeds: Option<u32>,
     /// Experiments to run (default: all of [`experiment_names`]).
     pub figures: Option<Vec<String>>,
-    /// Show progress on stderr: a bar on a terminal, else a line per experiment.
-    pub progress: bool,
+    /// Progress on stderr ([`crate::progress`]); unless off, also a line per experiment with
+    /// its run time and write time.
+    pub progress: Mode,
     /// NPU configurations (name, configuration), the first the primary one (its figures head
     /// the report; the ablations run on it).
     pub npus: Vec<(String, NpuConfig)>,
@@ -261,13 +263,14 @@ pub use crate::runs::RunOut;
 /// Results of every job, by job.
 pub(crate) type Results = HashMap<Job, RunOut>;
 
-/// Runs `jobs` in parallel (deterministic: each job depends only on its own key).
+/// Runs `jobs` in parallel (deterministic: each job depends only on its own key); returns the
+/// results and each job's run time in seconds (reported, never part of a result).
 fn run_jobs(
     jobs: &BTreeSet<Job>,
     plan: &Plan,
     npus: &[(String, NpuConfig)],
-    progress: bool,
-) -> Result<Results> {
+    progress: Mode,
+) -> Result<(Results, HashMap<Job, f64>)> {
     // one bench (model, profiled device, predictor) per model, maximum batch and coverage,
     // built in parallel
     type Key = (u8, &'static str, u32, u32);
@@ -299,23 +302,13 @@ fn run_jobs(
             Ok((key, bench))
         })
         .collect::<Result<_>>()?;
-    let bar = if progress && std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        let b = indicatif::ProgressBar::new(jobs.len() as u64);
-        b.set_style(
-            indicatif::ProgressStyle::with_template(
-                "{elapsed_precise} [{bar:40}] {pos}/{len} runs",
-            )
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-        );
-        b
-    } else {
-        indicatif::ProgressBar::hidden()
-    };
+    let bar = progress.start("reproduce", jobs.len() as u64, "runs");
     let list: Vec<&Job> = jobs.iter().collect();
-    let outs: Vec<Result<RunOut>> = list
+    let outs: Vec<Result<(RunOut, f64)>> = list
         .par_iter()
         .with_max_len(1)
         .map(|j| {
+            let t0 = std::time::Instant::now();
             let bench = &benches[&key_of(j)];
             let cfg = RunConfig {
                 policy: crate::policy::Spec::parse(&j.policy, j.max_batch)?,
@@ -346,15 +339,18 @@ fn run_jobs(
             };
             let out = run_one(bench, &cfg, colo.as_ref(), keep)?;
             bar.inc(1);
-            Ok(out)
+            Ok((out, t0.elapsed().as_secs_f64()))
         })
         .collect();
-    bar.finish_and_clear();
+    bar.finish();
     let mut res = HashMap::with_capacity(list.len());
+    let mut secs = HashMap::with_capacity(list.len());
     for (j, o) in list.into_iter().zip(outs) {
-        res.insert(j.clone(), o?);
+        let (out, s) = o?;
+        res.insert(j.clone(), out);
+        secs.insert(j.clone(), s);
     }
-    Ok(res)
+    Ok((res, secs))
 }
 
 /// Runs the selected experiments under every configuration of `opts.npus` and writes
@@ -375,37 +371,59 @@ pub fn reproduce(opts: &Options) -> Result<Vec<String>> {
     let selected: Vec<&'static str> = chosen.iter().map(|e| e.name()).collect();
     std::fs::create_dir_all(&opts.out).map_err(|e| Error::io(&opts.out, e))?;
     let mut jobs = BTreeSet::new();
+    // each experiment's own runs on each configuration, for its run time below
+    let mut own: Vec<Vec<BTreeSet<Job>>> = Vec::with_capacity(opts.npus.len());
     for (i, (_, cfg)) in opts.npus.iter().enumerate() {
-        let mut mine = BTreeSet::new();
+        let mut per = Vec::with_capacity(chosen.len());
         for e in &chosen {
+            let mut mine = BTreeSet::new();
             e.jobs(&plan, cfg, &mut mine)?;
+            let mine: BTreeSet<Job> = mine.into_iter().map(|j| j.on(i as u8)).collect();
+            jobs.extend(mine.iter().cloned());
+            per.push(mine);
         }
-        jobs.extend(mine.into_iter().map(|j| j.on(i as u8)));
+        own.push(per);
     }
     let say = |msg: &str| {
-        if opts.progress && !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        if opts.progress != Mode::Off {
             eprintln!("{msg}");
         }
     };
     say(&format!(
-        "reproduce: {} runs of {} experiments on {} NPU configuration(s)",
+        "reproduce: {} runs of {} experiments on {} NPU configuration(s), on {} threads",
         jobs.len(),
         selected.len(),
-        opts.npus.len()
+        opts.npus.len(),
+        rayon::current_num_threads()
     ));
-    let results = run_jobs(&jobs, &plan, &opts.npus, opts.progress)?;
+    let t_runs = std::time::Instant::now();
+    let (results, secs) = run_jobs(&jobs, &plan, &opts.npus, opts.progress)?;
+    say(&format!(
+        "reproduce: {} runs took {} ({} of run time over all threads)",
+        jobs.len(),
+        crate::progress::human(t_runs.elapsed().as_secs_f64()),
+        crate::progress::human(secs.values().sum::<f64>())
+    ));
     let mut files = Vec::new();
     let mut ctxs = Vec::new();
     for (i, (name, cfg)) in opts.npus.iter().enumerate() {
         let dir = opts.out.join(name);
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
         let mut ctx = experiments::Ctx::new(&plan, &results, dir, cfg, i as u8, name)?;
-        for e in &chosen {
+        for (k, e) in chosen.iter().enumerate() {
             let t0 = std::time::Instant::now();
             e.write(&mut ctx)?;
+            let mine = &own[i][k];
+            let run_s: f64 = mine
+                .iter()
+                .map(|j| secs.get(j).copied().unwrap_or(0.0))
+                .sum::<f64>()
+                .max(0.0);
             say(&format!(
-                "reproduce: {name}: {} written ({:.1} s)",
+                "reproduce: {name}: {}: {} runs, {:.1} s of run time; written in {:.1} s",
                 e.name(),
+                mine.len(),
+                run_s,
                 t0.elapsed().as_secs_f64()
             ));
         }

@@ -69,8 +69,7 @@ pub(crate) fn cpu_bench(m: lazybatch::graph::Model) -> Bench {
         max_batch: 8,
         coverage: 90.0,
         profile: None,
-        reps: 1,
-        order: lazybatch::profile::Order::Isolated,
+        sampling: lazybatch::profile::Sampling::default(),
     };
     Bench::open(m, Opened::Real(Box::new(CpuDevice::new(99))), &opts).unwrap()
 }

@@ -26,7 +26,7 @@ fn quick(dir: &Path) -> Vec<String> {
         quick: true,
         seeds: None,
         figures: None,
-        progress: false,
+        progress: lazybatch::progress::Mode::Off,
         npus: both(),
     })
     .unwrap()
@@ -280,7 +280,7 @@ fn the_sla_figure_counts_each_runs_own_violations() {
         quick: true,
         seeds: Some(1),
         figures: Some(vec!["sla".into()]),
-        progress: false,
+        progress: lazybatch::progress::Mode::Off,
         npus: only_default(),
     };
     reproduce(&opts).unwrap();
@@ -333,7 +333,7 @@ fn figure_data_come_from_the_run_code_path() {
         quick: true,
         seeds: Some(2),
         figures: Some(vec!["eval".into()]),
-        progress: false,
+        progress: lazybatch::progress::Mode::Off,
         npus: only_default(),
     })
     .unwrap();
@@ -387,7 +387,7 @@ fn unknown_experiment_is_an_error() {
         quick: true,
         seeds: None,
         figures: Some(vec!["latency".into()]),
-        progress: false,
+        progress: lazybatch::progress::Mode::Off,
         npus: only_default(),
     })
     .unwrap_err();

@@ -37,8 +37,7 @@ fn npu_and_table(model: &str) -> (Bench, Bench) {
         max_batch: 64,
         coverage: 90.0,
         profile: None,
-        reps: 1,
-        order: lazybatch::profile::Order::Isolated,
+        sampling: lazybatch::profile::Sampling::default(),
     };
     let t = Bench::open(m, Opened::Table(table), &opts).unwrap();
     (npu, t)
