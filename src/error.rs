@@ -93,6 +93,24 @@ pub enum Error {
     /// An internal invariant broke: a bug in lazybatch, never a user error.
     #[error("internal error (please report): {0}")]
     Internal(String),
+    /// A server could not be reached (`load --url`).
+    #[error("cannot connect to {url}: {why}")]
+    Connect {
+        /// The URL tried.
+        url: String,
+        /// What went wrong, in words (connection refused, host not found, ...).
+        why: String,
+    },
+    /// The server could not listen on its address (`serve --listen`).
+    #[error("cannot listen on {addr}: {why}")]
+    Listen {
+        /// The address asked for.
+        addr: String,
+        /// What went wrong, and what to do.
+        why: String,
+        /// The operating system's error.
+        source: std::io::Error,
+    },
     /// Reading or writing a file failed.
     #[error("{path}: {source}")]
     Io {
@@ -112,6 +130,28 @@ impl Error {
         Error::InvalidArgument {
             what: what.into(),
             msg: msg.into(),
+        }
+    }
+
+    /// Why binding `addr` failed, in words that say what to do.
+    pub fn listen(addr: impl ToString, source: std::io::Error) -> Self {
+        use std::io::ErrorKind;
+        let why = match source.kind() {
+            ErrorKind::AddrInUse => {
+                "the address is in use (another server holds the port): pick another with --listen, e.g. --listen 127.0.0.1:0 for any free port".to_string()
+            }
+            ErrorKind::AddrNotAvailable => {
+                "no interface of this machine has that address (use 127.0.0.1 or 0.0.0.0)".to_string()
+            }
+            ErrorKind::PermissionDenied => {
+                "permission denied (ports below 1024 need privileges; pick a higher port)".to_string()
+            }
+            _ => source.to_string(),
+        };
+        Error::Listen {
+            addr: addr.to_string(),
+            why,
+            source,
         }
     }
 

@@ -178,7 +178,8 @@ fn check_precision(accepted: &[&str], precision: &str) -> Result<()> {
 }
 
 /// `auto`: the first real device marked for it that is usable here, else the NPU model; and
-/// why, in words.
+/// why, in one short line (the first missing piece only: `--device cuda` gives every one, with
+/// how to install it).
 fn auto() -> (Kind, Option<String>) {
     let mut why = Vec::new();
     for d in REAL.iter().filter(|d| d.auto) {
@@ -190,15 +191,16 @@ fn auto() -> (Kind, Option<String>) {
                 );
                 return (Kind::Real(d), Some(note));
             }
-            Err(Error::DeviceUnavailable { msg, .. }) => why.push(format!(
-                "no usable {} device ({msg})",
-                d.name.to_uppercase()
-            )),
+            Err(Error::DeviceUnavailable { msg, .. }) => {
+                // "no NVIDIA driver (libcuda.so.1 …); no cuBLAS …" → "no NVIDIA driver"
+                let first = msg.split([';', '(']).next().unwrap_or(&msg).trim();
+                why.push(format!("no usable {} ({first})", d.name.to_uppercase()))
+            }
             Err(other) => why.push(other.to_string()),
         }
     }
     let note = format!(
-        "device auto: {}; using the npu model (virtual time)",
+        "device auto: {}; using the npu model (--device npu skips this check, --device cpu runs real kernels, --device cuda says what is missing)",
         why.join("; ")
     );
     (Kind::Npu, Some(note))

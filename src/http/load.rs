@@ -220,7 +220,10 @@ async fn send(client: &Http, uri: hyper::Uri, (body, json_len): (Bytes, Option<u
 async fn get(client: &Http, uri: &str) -> Result<(hyper::StatusCode, Bytes)> {
     let bad = |e: String| Error::invalid("--url", format!("{uri}: {e}"));
     let u: hyper::Uri = uri.parse().map_err(|e| bad(format!("{e}")))?;
-    let resp = client.get(u).await.map_err(|e| bad(format!("{e:?}")))?;
+    let resp = client.get(u).await.map_err(|e| Error::Connect {
+        url: uri.to_string(),
+        why: unreachable_why(&e),
+    })?;
     let status = resp.status();
     let body = resp
         .into_body()
@@ -228,6 +231,31 @@ async fn get(client: &Http, uri: &str) -> Result<(hyper::StatusCode, Bytes)> {
         .await
         .map_err(|e| bad(e.to_string()))?;
     Ok((status, body.to_bytes()))
+}
+
+/// Why a request got no answer, in words: connection refused, host not found, timed out, or
+/// the deepest cause's own text.
+fn unreachable_why(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut deepest = e.to_string();
+    let mut at: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = at {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            let text = io.to_string();
+            return match io.kind() {
+                std::io::ErrorKind::ConnectionRefused => {
+                    "connection refused: nothing listens there (is `lazybatch serve` running on that address and port?)".into()
+                }
+                std::io::ErrorKind::TimedOut => "timed out".into(),
+                _ if text.contains("lookup address") || text.contains("not known") => {
+                    format!("host not found ({text})")
+                }
+                _ => text,
+            };
+        }
+        deepest = err.to_string();
+        at = err.source();
+    }
+    deepest
 }
 
 /// GET `uri` as JSON (an error unless 200).

@@ -84,8 +84,8 @@ impl Server {
 /// thread, the HTTP front end on another. Returns once the address is bound.
 pub fn start(mut bench: Bench, cfg: RunConfig, opts: &ServeOptions) -> Result<Server> {
     let (input, output, max_dec, default_dec) = front::describe(&bench.model)?;
-    let listener = std::net::TcpListener::bind(opts.listen)
-        .map_err(|e| Error::invalid("--listen", format!("{}: {e}", opts.listen)))?;
+    let listener =
+        std::net::TcpListener::bind(opts.listen).map_err(|e| Error::listen(opts.listen, e))?;
     listener
         .set_nonblocking(true)
         .map_err(|e| Error::io("--listen", e))?;
