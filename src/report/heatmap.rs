@@ -32,7 +32,7 @@ const CELL_W: i32 = 62;
 const CELL_H: i32 = 30;
 const LEFT: i32 = 150;
 const TOP: i32 = 40;
-const BOTTOM: i32 = 50;
+const BOTTOM: i32 = 72;
 
 /// The colour of `v`: green at or under `goal`, white just above it, red at `worst`.
 fn shade(v: f64, goal: f64, worst: f64) -> RGBColor {
@@ -48,6 +48,24 @@ fn shade(v: f64, goal: f64, worst: f64) -> RGBColor {
     let t = ((v - goal) / (worst - goal).max(1e-9)).clamp(0.0, 1.0);
     let g = |a: f64, b: f64| (a + (b - a) * t) as u8;
     RGBColor(g(255.0, 215.0), g(235.0, 60.0), g(200.0, 50.0))
+}
+
+/// A cell's text: two decimals, or as many more as it takes (up to six) for a value on the
+/// other side of the goal than its two-decimal rounding ("1.053" for a miss of 1.0525, not
+/// "1.05", which reads as on goal).
+fn cell_label(v: f64, goal: f64) -> String {
+    if !v.is_finite() {
+        return "–".into();
+    }
+    let miss = v > goal;
+    for digits in 2..=6 {
+        let s = format!("{v:.digits$}");
+        let shown: f64 = s.parse().unwrap_or(v);
+        if (shown > goal) == miss {
+            return s;
+        }
+    }
+    format!("{v:.6}")
 }
 
 impl HeatMap {
@@ -119,11 +137,7 @@ impl HeatMap {
                 .map_err(e)?;
                 root.draw(&Rectangle::new(corners, WHITE.stroke_width(1)))
                     .map_err(e)?;
-                let label = if v.is_finite() {
-                    format!("{v:.2}")
-                } else {
-                    "–".into()
-                };
+                let label = cell_label(v, self.goal);
                 let mid = (x + CELL_W / 2, y + CELL_H / 2);
                 root.draw(&Text::new(label, mid, centred.clone()))
                     .map_err(e)?;
@@ -138,7 +152,20 @@ impl HeatMap {
         root.draw(&Text::new(
             self.x_label.clone(),
             (x0 + LEFT + grid_w / 2, below + 34),
-            centred,
+            centred.clone(),
+        ))
+        .map_err(e)?;
+        // the colour key, in the figure itself
+        root.draw(&Text::new(
+            format!(
+                "green: ≤ {} (goal); orange to red: over it (red at {})",
+                self.goal, self.worst
+            ),
+            (x0 + LEFT + grid_w / 2, below + 56),
+            TextStyle::from(("sans-serif", 11)).pos(text_anchor::Pos::new(
+                text_anchor::HPos::Center,
+                text_anchor::VPos::Center,
+            )),
         ))
         .map_err(e)?;
         Ok(())
@@ -159,6 +186,17 @@ mod tests {
             "red dominates at the worst ratio: {miss:?}"
         );
         assert_eq!(shade(f64::NAN, 1.05, 1.3), RGBColor(230, 230, 230));
+    }
+
+    #[test]
+    fn a_cell_never_reads_as_the_other_side_of_the_goal() {
+        assert_eq!(cell_label(1.0526, 1.05), "1.053");
+        assert_eq!(cell_label(1.0501, 1.05), "1.0501");
+        assert_eq!(cell_label(1.05, 1.05), "1.05");
+        assert_eq!(cell_label(1.049, 1.05), "1.05");
+        assert_eq!(cell_label(0.98, 1.05), "0.98");
+        assert_eq!(cell_label(1.2, 1.05), "1.20");
+        assert_eq!(cell_label(f64::NAN, 1.05), "–");
     }
 
     #[test]

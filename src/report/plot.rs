@@ -1,6 +1,8 @@
 //! SVG charts (plotters, SVG backend only: no system libraries). One [`Figure`] is a row of
 //! [`Panel`]s; a panel holds line [`Series`] with optional error bars and marks, on linear or
-//! logarithmic axes with labels and units.
+//! logarithmic axes with labels and units. No line hides another: a panel's headline series is
+//! drawn last, a series that repeats an earlier one point for point is drawn dashed over it
+//! and its legend says which it equals, and mark labels stay inside their panel.
 
 use crate::error::{Error, Result};
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
@@ -69,6 +71,62 @@ pub(crate) struct Panel {
     /// The x values are 1/(1−p) of percentiles p (HdrHistogram's percentile-spectrum axis,
     /// on a log scale): labelled as percentiles (10 → "90%", 1000 → "99.9%").
     pub x_percentile: bool,
+    /// The series the figure is about (by name): drawn last, on top of the others [default:
+    /// the series named `lazy` or `LazyB`, the policy this project is about].
+    pub headline: Option<String>,
+}
+
+impl Panel {
+    /// The order the series are drawn in: as listed, the headline last.
+    fn draw_order(&self) -> Vec<usize> {
+        let head = match &self.headline {
+            Some(h) => self.series.iter().position(|s| &s.name == h),
+            None => self
+                .series
+                .iter()
+                .position(|s| s.name == "lazy" || s.name == "LazyB"),
+        };
+        let mut order: Vec<usize> = (0..self.series.len())
+            .filter(|&i| Some(i) != head)
+            .collect();
+        order.extend(head);
+        order
+    }
+
+    /// For each series, the one drawn before it whose points it repeats exactly (it is then
+    /// drawn dashed, so that both show), or None.
+    fn repeats(&self) -> Vec<Option<usize>> {
+        let order = self.draw_order();
+        let mut of = vec![None; self.series.len()];
+        for (k, &i) in order.iter().enumerate() {
+            let s = &self.series[i];
+            of[i] = order[..k]
+                .iter()
+                .copied()
+                .find(|&j| !s.points.is_empty() && self.series[j].points == s.points);
+        }
+        of
+    }
+}
+
+/// The legend entry of series `i` of a shared legend: its name, and which series it equals in
+/// the panels where it repeats one ("oracle (= lazy)", or "(= lazy in 2 of 3 panels)").
+fn shared_label(panels: &[Panel], i: usize) -> String {
+    let name = panels[0].series[i].name.clone();
+    let same: Vec<Option<usize>> = panels
+        .iter()
+        .map(|p| p.repeats().get(i).copied().flatten())
+        .collect();
+    let hits = same.iter().flatten().count();
+    let Some(&Some(j)) = same.iter().find(|s| s.is_some()) else {
+        return name;
+    };
+    let other = &panels[0].series[j].name;
+    if hits == panels.len() {
+        format!("{name} (= {other})")
+    } else {
+        format!("{name} (= {other} in {hits} of {} panels)", panels.len())
+    }
 }
 
 /// Several panels side by side, written as one SVG.
@@ -81,7 +139,7 @@ pub(crate) struct Figure {
     pub shared_legend: bool,
 }
 
-/// Width of the shared legend column in pixels.
+/// Width of the shared legend column in pixels (at least; wider for long entries).
 const LEGEND_W: u32 = 205;
 
 fn color(i: usize) -> RGBColor {
@@ -126,7 +184,19 @@ impl Figure {
     /// Writes the figure to `path` (SVG), `width_per_panel` × `height` pixels per panel.
     pub(crate) fn write_svg(&self, path: &Path, width_per_panel: u32, height: u32) -> Result<()> {
         let n = self.panels.len().max(1) as u32;
-        let extra = if self.shared_legend { LEGEND_W } else { 0 };
+        let labels: Vec<String> = match (self.shared_legend, self.panels.first()) {
+            (true, Some(first)) => (0..first.series.len())
+                .map(|i| shared_label(&self.panels, i))
+                .collect(),
+            _ => Vec::new(),
+        };
+        // wide enough for the longest entry (about 8 px a character at 14 px)
+        let longest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0) as u32;
+        let extra = if self.shared_legend {
+            LEGEND_W.max(48 + 8 * longest)
+        } else {
+            0
+        };
         let root = SVGBackend::new(path, (width_per_panel * n + extra, height)).into_drawing_area();
         let err = |e: String| Error::Internal(format!("drawing {}: {e}", path.display()));
         root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
@@ -135,17 +205,15 @@ impl Figure {
         for (p, area) in self.panels.iter().zip(areas.iter()) {
             draw_panel(area, p, !self.shared_legend)?;
         }
-        if let (true, Some(first)) = (self.shared_legend, self.panels.first()) {
-            for (i, s) in first.series.iter().enumerate() {
-                let y = 50 + 22 * i as i32;
-                let c = color(i);
-                legend
-                    .draw(&PathElement::new(vec![(8, y), (34, y)], c.stroke_width(2)))
-                    .map_err(|e| err(e.to_string()))?;
-                legend
-                    .draw(&Text::new(s.name.clone(), (40, y - 7), ("sans-serif", 14)))
-                    .map_err(|e| err(e.to_string()))?;
-            }
+        for (i, label) in labels.into_iter().enumerate() {
+            let y = 50 + 22 * i as i32;
+            let c = color(i);
+            legend
+                .draw(&PathElement::new(vec![(8, y), (34, y)], c.stroke_width(2)))
+                .map_err(|e| err(e.to_string()))?;
+            legend
+                .draw(&Text::new(label, (40, y - 7), ("sans-serif", 14)))
+                .map_err(|e| err(e.to_string()))?;
         }
         root.present().map_err(|e| err(e.to_string()))?;
         Ok(())
@@ -232,19 +300,26 @@ where
         .light_line_style(WHITE.mix(0.0))
         .draw()
         .map_err(|x| e(&x))?;
-    for (i, s) in p.series.iter().enumerate() {
+    let repeats = p.repeats();
+    for i in p.draw_order() {
+        let s = &p.series[i];
         let c = color(i);
-        let style = if s.dashed {
-            c.stroke_width(1)
-        } else {
-            c.stroke_width(2)
+        // a repeat of an earlier line: dashed and wider, so that the line under it shows
+        let (dashed, style, name) = match repeats[i] {
+            Some(j) => (
+                true,
+                c.stroke_width(3),
+                format!("{} (= {})", s.name, p.series[j].name),
+            ),
+            None if s.dashed => (true, c.stroke_width(1), s.name.clone()),
+            None => (false, c.stroke_width(2), s.name.clone()),
         };
         let pts = s.points.clone();
-        if s.dashed {
+        if dashed {
             chart
-                .draw_series(DashedLineSeries::new(pts, 6, 4, style))
+                .draw_series(DashedLineSeries::new(pts, 6, 6, style))
                 .map_err(|x| e(&x))?
-                .label(&s.name)
+                .label(name)
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
                 });
@@ -252,7 +327,7 @@ where
             chart
                 .draw_series(LineSeries::new(pts, style))
                 .map_err(|x| e(&x))?
-                .label(&s.name)
+                .label(name)
                 .legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
                 });
@@ -270,16 +345,28 @@ where
                 .map_err(|x| e(&x))?;
         }
     }
+    // a label right of the panel's middle ends at its mark's x, so that it stays inside
+    let (px, _) = chart.plotting_area().get_pixel_range();
+    let middle = (px.start + px.end) / 2;
     for m in &p.marks {
         let c = color(m.series);
         chart
             .draw_series(std::iter::once(Cross::new(m.at, 6, c.stroke_width(2))))
             .map_err(|x| e(&x))?;
+        let right = chart.backend_coord(&m.at).0 > middle;
+        let anchor = plotters::style::text_anchor::Pos::new(
+            if right {
+                plotters::style::text_anchor::HPos::Right
+            } else {
+                plotters::style::text_anchor::HPos::Left
+            },
+            plotters::style::text_anchor::VPos::Center,
+        );
         chart
             .draw_series(std::iter::once(Text::new(
                 m.label.clone(),
                 (m.at.0, m.text_y),
-                ("sans-serif", 13).into_font().color(&c),
+                ("sans-serif", 13).into_font().color(&c).pos(anchor),
             )))
             .map_err(|x| e(&x))?;
     }
@@ -298,4 +385,74 @@ where
             .map_err(|x| e(&x))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(name: &str, ys: &[f64]) -> Series {
+        Series {
+            name: name.into(),
+            points: ys.iter().enumerate().map(|(i, &y)| (i as f64, y)).collect(),
+            ..Series::default()
+        }
+    }
+
+    fn panel(series: Vec<Series>) -> Panel {
+        Panel {
+            series,
+            ..Panel::default()
+        }
+    }
+
+    #[test]
+    fn lazy_is_drawn_last_and_a_repeat_names_what_it_repeats() {
+        let p = panel(vec![
+            series("serial", &[1.0, 2.0]),
+            series("lazy", &[1.0, 1.5]),
+            series("oracle", &[1.0, 1.5]),
+            series("graph:5", &[2.0, 3.0]),
+        ]);
+        assert_eq!(p.draw_order(), [0, 2, 3, 1]);
+        // oracle is drawn before lazy now, so lazy is the repeat, dashed over it
+        assert_eq!(p.repeats(), [None, Some(2), None, None]);
+        let named = Panel {
+            headline: Some("graph:5".into()),
+            ..p.clone()
+        };
+        assert_eq!(named.draw_order(), [0, 1, 2, 3]);
+        assert_eq!(named.repeats(), [None, None, Some(1), None]);
+    }
+
+    #[test]
+    fn a_shared_legend_says_in_how_many_panels_two_lines_coincide() {
+        let same = panel(vec![series("lazy", &[1.0]), series("oracle", &[1.0])]);
+        let apart = panel(vec![series("lazy", &[1.0]), series("oracle", &[2.0])]);
+        let both = [same.clone(), same.clone()];
+        assert_eq!(shared_label(&both, 0), "lazy (= oracle)");
+        assert_eq!(shared_label(&both, 1), "oracle");
+        let one = [same, apart];
+        assert_eq!(shared_label(&one, 0), "lazy (= oracle in 1 of 2 panels)");
+    }
+
+    #[test]
+    fn a_figure_with_coinciding_lines_draws_both_and_says_so() {
+        let path = std::env::temp_dir().join(format!("lazybatch-plot-{}.svg", std::process::id()));
+        let fig = Figure {
+            panels: vec![panel(vec![
+                series("oracle", &[1.0, 2.0, 3.0]),
+                series("lazy", &[1.0, 2.0, 3.0]),
+            ])],
+            shared_legend: false,
+        };
+        fig.write_svg(&path, 400, 300).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert!(
+            svg.contains("lazy (= oracle)"),
+            "the legend says they coincide"
+        );
+        assert!(svg.contains("\noracle\n"), "oracle keeps its own entry");
+    }
 }
