@@ -378,7 +378,7 @@ fn compare_writes_hgrm_files() {
 }
 
 #[test]
-fn cpu_compare_runs_for_real_and_lazy_does_not_wait_for_a_window() {
+fn cpu_compare_runs_for_real_from_a_saved_table() {
     let dir = fresh_dir("cpu");
     let prof = dir.join("prof.json");
     let model = ["--model", "resnet50", "--width", "0.125", "--res", "0.25"];
@@ -431,15 +431,17 @@ fn cpu_compare_runs_for_real_and_lazy_does_not_wait_for_a_window() {
             .as_f64()
             .unwrap()
     };
-    // at low load graph batching waits up to its 20 ms window; LazyB never waits for one (at
-    // 0.1 of the device's capacity a window rarely fills, whatever the device's speed: at 0.3
-    // the margin shrank as the CPU device got faster and the window filled sooner)
+    // graph batching holds a lone request for its 20 ms window, and at 0.1 of the device's
+    // capacity a window rarely fills: its mean is well above 5 ms on any machine (a busy one
+    // only adds to it). That LazyB does not wait is checked in virtual time, where times are
+    // exact (runtime::a_lone_request_starts_at_once_under_lazy_and_after_the_window_under_graph):
+    // a wall-clock margin between two policies lost on a busy machine
     assert!(
-        mean("lazy", 0) + 5.0 < mean("graph:20", 0),
-        "lazy {} vs graph:20 {}",
-        mean("lazy", 0),
+        mean("graph:20", 0) > 5.0,
+        "graph:20 {}",
         mean("graph:20", 0)
     );
+    assert!(mean("lazy", 0) > 0.0);
     // a table for another model is refused
     let o = lazybatch(&[
         "run",

@@ -32,7 +32,10 @@ fn gpu_or_skip(test: &str) -> bool {
         "{test}: REQUIRE_GPU=1 but no usable GPU: {}",
         p.missing()
     );
-    eprintln!("{SKIP_MARK} {test}: no usable GPU ({})", p.missing());
+    crate::say_skipped(&format!(
+        "{SKIP_MARK} {test}: no usable GPU ({})",
+        p.missing()
+    ));
     false
 }
 
@@ -213,10 +216,10 @@ fn every_shipped_kernel_compiles_with_nvrtc() {
             "REQUIRE_NVRTC=1 but {}",
             nvrtc::nvrtc_search_list()
         );
-        eprintln!(
+        crate::say_skipped(&format!(
             "SKIPPED every_shipped_kernel_compiles_with_nvrtc: no libnvrtc ({})",
             nvrtc::nvrtc_search_list()
-        );
+        ));
         return;
     }
     for arch in ["sm_80", "sm_90"] {

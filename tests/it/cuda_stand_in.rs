@@ -81,7 +81,7 @@ fn required() -> bool {
 
 fn skip(test: &str, why: &str) {
     assert!(!required(), "{test}: {REQUIRE}=1 but {why}");
-    eprintln!("SKIPPED {test}: {why}");
+    crate::say_skipped(&format!("SKIPPED {test}: {why}"));
 }
 
 /// Builds the stand-in once per test process; the directory to put first on `LD_LIBRARY_PATH`.

@@ -19,6 +19,13 @@ mod runtime;
 mod statistics;
 mod table;
 
+/// Says that a test skipped, written to the process's stderr past libtest's capture (which
+/// swallows a passing test's `eprintln!`), so that a skip shows beside its `ok` on every run.
+pub(crate) fn say_skipped(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
 /// The output of a Python check script, or None (said on stderr as `SKIPPED-<TOOL> what: why`)
 /// when the tool it needs is missing: python3 cannot run, or the script exits 3. A missing tool
 /// fails the test instead when the variable `require` is 1 (CI sets it).
@@ -39,7 +46,7 @@ pub(crate) fn python_check(
         "{what}: {require}=1 but {why}"
     );
     let tool = require.trim_start_matches("REQUIRE_");
-    eprintln!("SKIPPED-{tool} {what}: {why}");
+    say_skipped(&format!("SKIPPED-{tool} {what}: {why}"));
     None
 }
 

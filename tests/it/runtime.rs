@@ -121,6 +121,22 @@ fn unit_run(policy: &str, arrivals: &[Arrival]) -> Vec<f64> {
 }
 
 #[test]
+fn a_lone_request_starts_at_once_under_lazy_and_after_the_window_under_graph() {
+    // one request at 1 ms on the unit device (8 ms alone): LazyB starts it on arrival; GraphB
+    // holds it for its whole window first, since no second request comes to fill the batch
+    let one = [Arrival {
+        time: Nanos::from_ms(1.0),
+        len: Lengths { enc: 1, dec: 1 },
+        sla: Some(Nanos::from_ms(100.0)),
+        ..Arrival::default()
+    }];
+    assert_eq!(unit_run("lazy", &one), [9.0]);
+    assert_eq!(unit_run("serial", &one), [9.0]);
+    assert_eq!(unit_run("graph:20", &one), [29.0]);
+    assert_eq!(unit_run("graph:0", &one), [9.0]);
+}
+
+#[test]
 fn the_oracles_estimate_is_the_simulated_finish_time() {
     // Req0 arrives at 0 and has run A, B, C by t = 3 (next D); two newcomers arrived at 2.5.
     // The Oracle's look-ahead: the newcomers catch up to D in 3 ms (A, B, C; the input is
