@@ -2,7 +2,7 @@
 //! SIGINT or SIGTERM; then every admitted request is answered and the run's summary printed.
 
 use super::{open_bench, positive, serve_args, DeviceArgs, ModelArgs, ServeArgs};
-use anyhow::Result;
+use anyhow::{bail, Result};
 use clap::Args;
 use lazybatch::bench::RunConfig;
 use lazybatch::http::{start, ServeOptions};
@@ -33,6 +33,20 @@ pub(super) struct HttpArgs {
 
 /// Serves until a signal, then prints what happened.
 pub(super) fn run(a: HttpArgs, progress: Mode) -> Result<()> {
+    // a server's traffic comes over HTTP: a run's traffic flags would be silently ignored
+    let s = &a.serve;
+    let traffic = [
+        ("--requests", s.requests.is_some()),
+        ("--arrivals", s.arrivals.is_some()),
+        ("--classes", s.classes.is_some()),
+        ("--shares", s.shares.is_some()),
+        ("--slas", s.slas.is_some()),
+    ];
+    if let Some((flag, _)) = traffic.iter().find(|(_, given)| *given) {
+        bail!(
+            "serve takes no {flag}: its traffic comes over HTTP, so it shapes none (`lazybatch load` takes --requests, --arrivals and --classes; a request sets its own SLA with `sla_ms`)"
+        );
+    }
     let model = a.model.load()?;
     let sv = serve_args(&a.serve, &model, false)?;
     let spec = Spec::parse(&a.policy, sv.max_batch)?;

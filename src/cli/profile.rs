@@ -44,8 +44,11 @@ pub(super) fn run(a: ProfileArgs, progress: lazybatch::progress::Mode) -> Result
     // on the NPU model, also the latency of one request served alone: at these lengths, and
     // averaged over WMT 2019's length pairs (Table II's "single-batch latency")
     let mut alone = None;
+    // the NPU model's configuration, for the header ("npu (paper)")
+    let mut config = None;
     let prof = match open(&a.dev.choice()?)? {
-        Opened::Npu(mut dev, _) => {
+        Opened::Npu(mut dev, name) => {
+            config = Some(name);
             let p = Profile::measure(&mut dev, &model, max_batch, len)?;
             if model.parts.len() == 1 {
                 let at = lazybatch::profile::alone_latency(&mut dev, &model, len)?;
@@ -77,6 +80,7 @@ pub(super) fn run(a: ProfileArgs, progress: lazybatch::progress::Mode) -> Result
         reps,
         order: a.dev.order()?,
         alone,
+        config,
     };
     if a.json {
         out!(o, "{}", serde_json::to_string_pretty(&json_of(&shown))?);
@@ -105,6 +109,8 @@ struct Shown<'a> {
     order: lazybatch::profile::Order,
     /// On the NPU model: served alone at these lengths, over WMT 2019's lengths, mean words.
     alone: Option<Alone>,
+    /// On the NPU model: its configuration's name.
+    config: Option<String>,
 }
 
 /// A request served alone: at the profiled lengths, averaged over WMT 2019's lengths, and those
@@ -155,7 +161,10 @@ fn text(o: &mut String, sh: &Shown) {
         o,
         "{} on {}: {} nodes{}",
         model.name,
-        prof.device,
+        match &sh.config {
+            Some(c) => format!("{} ({c})", prof.device),
+            None => prof.device.clone(),
+        },
         model.nodes.len(),
         if model.is_seq2seq() {
             format!(", {} encoder / {} decoder steps", len.enc, len.dec)
@@ -168,7 +177,15 @@ fn text(o: &mut String, sh: &Shown) {
             lazybatch::profile::Order::InModelOrder => "whole passes in model order",
             lazybatch::profile::Order::Isolated => "each node's runs one after another",
         };
-        out!(o, "measured: median of {reps} runs at batch 1, 2, 4, …, {max_batch} ({order}); sizes in between interpolated");
+        let sizes: Vec<String> = lazybatch::profile::sampled_sizes(max_batch)
+            .iter()
+            .map(u32::to_string)
+            .collect();
+        out!(
+            o,
+            "measured: median of {reps} runs at batch {} ({order}); sizes in between interpolated",
+            sizes.join(", ")
+        );
     }
     out!(
         o,

@@ -19,6 +19,15 @@ pub enum Order {
     InModelOrder,
 }
 
+/// The batch sizes a real device's table times: 1, 2, 4, … below `max_batch`, then `max_batch`.
+pub fn sampled_sizes(max_batch: u32) -> Vec<u32> {
+    let mut sizes: Vec<u32> = std::iter::successors(Some(1u32), |b| b.checked_mul(2))
+        .take_while(|&b| b < max_batch)
+        .collect();
+    sizes.push(max_batch);
+    sizes
+}
+
 /// How a real device's table is measured ([`Profile::measure_sampled`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sampling {
@@ -118,10 +127,7 @@ impl Profile {
                 "must be at least 1",
             ));
         }
-        let mut sizes: Vec<u32> = std::iter::successors(Some(1u32), |b| b.checked_mul(2))
-            .take_while(|&b| b < max_batch)
-            .collect();
-        sizes.push(max_batch);
+        let sizes = sampled_sizes(max_batch);
         let inputs: u64 = sizes.iter().map(|&b| u64::from(b)).sum::<u64>()
             * model.nodes.len() as u64
             * u64::from(reps + 1);

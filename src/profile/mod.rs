@@ -4,7 +4,7 @@
 
 mod measure;
 
-pub use measure::{alone_latency, wmt19_mean_alone_latency, Order, Sampling};
+pub use measure::{alone_latency, sampled_sizes, wmt19_mean_alone_latency, Order, Sampling};
 
 use crate::error::{Error, Result};
 use crate::graph::{Lengths, Model, NodeId};

@@ -32,10 +32,10 @@ fn gpu_or_skip(test: &str) -> bool {
         "{test}: REQUIRE_GPU=1 but no usable GPU: {}",
         p.missing()
     );
-    crate::say_skipped(&format!(
-        "{SKIP_MARK} {test}: no usable GPU ({})",
-        p.missing()
-    ));
+    // the first missing piece: one short line per skipped test (`--device cuda` lists them all)
+    let missing = p.missing();
+    let first = missing.split([';', '(']).next().unwrap_or(&missing).trim();
+    crate::say_skipped(&format!("{SKIP_MARK} {test}: no usable GPU ({first})"));
     false
 }
 

@@ -56,6 +56,11 @@ fn device_choices_name_what_is_wrong() {
         (&["run", "--model", "resnet50", "--device", "npu", "--profile-order", "sideways", "--policy", "lazy", "--rate", "10"], "invalid --profile-order: 'sideways' (isolated, model)"),
         (&["validate", "--model", "resnet50", "--device", "npu"], "validate holds the simulator against a real device"),
         (&["validate", "--model", "resnet50", "--device", "cpu", "--rates", "10", "--load", "0.5"], "give --rates or --load, not both"),
+        (&["serve", "--model", "resnet50", "--device", "npu", "--requests", "5"], "serve takes no --requests: its traffic comes over HTTP"),
+        (&["serve", "--model", "resnet50", "--device", "npu", "--arrivals", "gamma:2"], "serve takes no --arrivals"),
+        (&["serve", "--model", "resnet50,gnmt", "--device", "npu", "--shares", "1,1"], "serve takes no --shares"),
+        (&["run", "--model", "resnet50", "--progress", "loud", "--policy", "lazy", "--rate", "10"], "'loud' is not one of auto, bar, lines, off"),
+        (&["load", "--url", "http://127.0.0.1:1", "--model", "resnet50", "--rate", "10", "--requests", "5"], "cannot connect to http://127.0.0.1:1/v2/models/resnet50: connection refused"),
     ];
     for (args, needle) in rows {
         exits(args, 2, needle);
@@ -67,6 +72,21 @@ fn device_choices_name_what_is_wrong() {
     let mut v: Vec<&str> = args.to_vec();
     v.push(&dev);
     exits(&v, 2, &format!("{garbage}:1:"));
+}
+
+#[test]
+fn serve_on_a_busy_port_says_the_address_is_in_use() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = held.local_addr().unwrap().to_string();
+    let args = [
+        "serve", "--model", "resnet50", "--device", "npu", "--listen", &addr,
+    ];
+    exits(
+        &args,
+        2,
+        &format!("cannot listen on {addr}: the address is in use"),
+    );
+    drop(held);
 }
 
 #[test]

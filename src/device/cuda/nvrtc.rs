@@ -60,7 +60,14 @@ pub struct Compiled {
 
 /// Where the NVRTC library is looked for (the file names cudarc tries, on the loader path).
 pub fn nvrtc_search_list() -> String {
-    let names = cudarc::get_lib_name_candidates("nvrtc");
+    // cudarc's candidates repeat names and include Windows' (nvrtc64_130_0 with this OS's
+    // suffix): each Linux name (libnvrtc.so, libnvrtc.so.13, …) once
+    let mut names: Vec<String> = cudarc::get_lib_name_candidates("nvrtc")
+        .into_iter()
+        .filter(|n| n.starts_with("libnvrtc.so"))
+        .collect();
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|n| seen.insert(n.clone()));
     let ld = std::env::var("LD_LIBRARY_PATH").unwrap_or_default();
     format!(
         "looked for {} on the system loader path and LD_LIBRARY_PATH='{}' (pip install nvidia-cuda-nvrtc==13.0.* and add its nvidia/cu13/lib to LD_LIBRARY_PATH)",
