@@ -194,7 +194,10 @@ fn auto() -> (Kind, Option<String>) {
             Err(Error::DeviceUnavailable { msg, .. }) => {
                 // "no NVIDIA driver (libcuda.so.1 …); no cuBLAS …" → "no NVIDIA driver"
                 let first = msg.split([';', '(']).next().unwrap_or(&msg).trim();
-                why.push(format!("no usable {} ({first})", d.name.to_uppercase()))
+                why.push(format!(
+                    "no usable {} device ({first})",
+                    d.name.to_uppercase()
+                ))
             }
             Err(other) => why.push(other.to_string()),
         }
