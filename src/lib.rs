@@ -11,6 +11,7 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod capacity;
 pub mod device;
 pub mod engine;
 pub mod error;

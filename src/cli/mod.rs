@@ -28,6 +28,7 @@ fn emit(s: &str) -> Result<()> {
     }
 }
 
+mod capacity;
 mod compare;
 mod http;
 mod kernels;
@@ -115,6 +116,10 @@ enum Cmd {
     Load(load::LoadArgs),
     /// Run several policies at several rates (and seeds) and print one table.
     Compare(compare::CompareArgs),
+    /// The highest Poisson rate each policy serves within a p99 or SLA-violation bound (a
+    /// bracket-and-bisect search over the rate), as a table, JSON and a latency-throughput
+    /// picture.
+    Capacity(capacity::CapacityArgs),
     /// Regenerate the paper's evaluation: every experiment's data (CSV, JSON), SVG figures and
     /// report.md with the paper's headline claims next to ours.
     Reproduce(reproduce::ReproduceArgs),
@@ -141,6 +146,7 @@ pub fn run() -> Result<std::process::ExitCode> {
         Cmd::Load(a) => load::run(a, p).map(|()| ok),
         Cmd::Serve(a) => http::run(a, p).map(|()| ok),
         Cmd::Compare(a) => compare::compare(a, p).map(|()| ok),
+        Cmd::Capacity(a) => capacity::run(a, p).map(|()| ok),
         Cmd::Reproduce(a) => reproduce::run(a, p).map(|()| ok),
         Cmd::Calibrate(a) => reproduce::calibrate(a).map(|()| ok),
         Cmd::NpuConfig { name } => reproduce::npu_config(&name).map(|()| ok),
@@ -601,7 +607,7 @@ mod tests {
     #[test]
     fn every_command_that_takes_a_policy_lists_every_policy_in_its_help() {
         let mut cli = Cli::command();
-        for name in ["run", "serve", "compare", "validate"] {
+        for name in ["run", "serve", "compare", "validate", "capacity"] {
             let help = cli
                 .find_subcommand_mut(name)
                 .unwrap()

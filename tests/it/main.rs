@@ -1,5 +1,6 @@
 //! The integration test binary: one module per area (see DESIGN: one test binary, tiny fixtures).
 
+mod capacity;
 mod cli;
 mod cpu;
 #[cfg(feature = "cuda")]

@@ -1,0 +1,441 @@
+//! Capacity at a latency bound: the highest Poisson rate at which a policy still meets a p99
+//! latency or an SLA-violation bound — the figure operators size servers by and MLPerf's server
+//! scenario reports. A bracket-and-bisect search over the rate: from the serial capacity, double
+//! (or halve) until one rate meets the bound and another does not, then halve that bracket until
+//! it is narrower than the precision asked for. Each probe is the mean over seeds of runs through
+//! the same runner as `compare`; a probe that rejects a request fails the bound. The search
+//! assumes what a queue does — a higher rate never helps — and reports every probe, so a user
+//! can see where noise made the curve bend.
+
+use crate::bench::{Bench, RunConfig};
+use crate::error::{Error, Result};
+use crate::metrics::Stats;
+use crate::progress::Mode;
+use crate::runs::{mean_stats, run_all, run_one, Colocation, Keep};
+use rayon::prelude::*;
+
+/// What a rate must meet.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Bound {
+    /// The p99 latency at most this many ms.
+    P99Ms(f64),
+    /// The share of requests over their SLA (rejected ones included) at most this fraction.
+    Violations(f64),
+}
+
+impl Bound {
+    /// The measured value this bound reads from a probe's statistics.
+    pub fn value(&self, st: &Stats) -> f64 {
+        match self {
+            Bound::P99Ms(_) => st.latency_ms.p99,
+            Bound::Violations(_) => violation_share(st),
+        }
+    }
+
+    /// Whether `st` meets the bound: within it, and nothing rejected.
+    pub fn met_by(&self, st: &Stats) -> bool {
+        let limit = match *self {
+            Bound::P99Ms(x) | Bound::Violations(x) => x,
+        };
+        st.rejected == 0 && self.value(st) <= limit
+    }
+}
+
+/// The share of offered requests that missed their SLA or were rejected.
+fn violation_share(st: &Stats) -> f64 {
+    if st.requests == 0 {
+        return 0.0;
+    }
+    let late = st.sla_violation_rate * st.completed as f64;
+    (late + st.rejected as f64) / st.requests as f64
+}
+
+/// How the search runs.
+#[derive(Clone, Copy, Debug)]
+pub struct Search {
+    /// The bound.
+    pub bound: Bound,
+    /// The bracket's relative width at which the search stops (0.02: within 2%).
+    pub precision: f64,
+    /// Seeds per probe (1..=seeds; the probe is their mean).
+    pub seeds: u64,
+}
+
+/// One rate tried.
+#[derive(Clone, Debug)]
+pub struct Probe {
+    /// The offered rate (req/s).
+    pub rate: f64,
+    /// The mean over the seeds.
+    pub stats: Stats,
+    /// Whether it met the bound.
+    pub ok: bool,
+}
+
+/// One policy's capacity.
+#[derive(Clone, Debug)]
+pub struct Capacity {
+    /// The policy string.
+    pub policy: String,
+    /// The highest rate found to meet the bound (req/s); None when no bracket was found (then
+    /// `note` says why).
+    pub capacity_rps: Option<f64>,
+    /// Why there is no capacity: no rate tried meets the bound, or every one does.
+    pub note: Option<String>,
+    /// The statistics at that rate.
+    pub at: Stats,
+    /// Every probe, in the order tried.
+    pub probes: Vec<Probe>,
+}
+
+/// How far the bracket may grow past the serial capacity before the search gives up: no policy
+/// serves more than `max_batch` inputs in the time of one, so a bound met far beyond that says
+/// the runs are too short to fill a queue.
+const OVER_SERIAL: f64 = 4.0;
+/// How far below the serial capacity the bracket may shrink.
+const UNDER_SERIAL: f64 = 1.0 / 1024.0;
+
+/// Refuses a bound no rate can meet: a p99 or an SLA below the single-input latency, or a
+/// violation share outside [0, 1).
+pub fn check(bound: Bound, single_ms: f64, sla_ms: f64) -> Result<()> {
+    match bound {
+        Bound::P99Ms(x) if !(x.is_finite() && x > single_ms) => Err(Error::invalid(
+            "--p99-ms",
+            format!(
+                "{x} ms is not above the single-input latency ({single_ms:.3} ms): no rate meets it"
+            ),
+        )),
+        Bound::Violations(v) if !(0.0..1.0).contains(&v) => Err(Error::invalid(
+            "--violations",
+            format!("must be in [0, 100) %, got {}", 100.0 * v),
+        )),
+        Bound::Violations(_) if sla_ms <= single_ms => Err(Error::invalid(
+            "--sla-ms",
+            format!(
+                "{sla_ms} ms is not above the single-input latency ({single_ms:.3} ms): every request violates it"
+            ),
+        )),
+        Bound::P99Ms(_) | Bound::Violations(_) => Ok(()),
+    }
+}
+
+/// The search for one policy: `probe(rate)` gives the mean statistics at `rate`.
+pub fn search_one(
+    policy: &str,
+    serial_rps: f64,
+    max_batch: u32,
+    how: &Search,
+    mut probe: impl FnMut(f64) -> Result<Stats>,
+) -> Result<Capacity> {
+    if !(how.precision > 0.0 && how.precision < 1.0) {
+        return Err(Error::invalid(
+            "--search-precision",
+            format!("must be in (0, 100) %, got {}", 100.0 * how.precision),
+        ));
+    }
+    let mut probes: Vec<Probe> = Vec::new();
+    let mut try_rate = |rate: f64, probes: &mut Vec<Probe>| -> Result<bool> {
+        let stats = probe(rate)?;
+        let ok = how.bound.met_by(&stats);
+        probes.push(Probe { rate, stats, ok });
+        Ok(ok)
+    };
+    let top = serial_rps * f64::from(max_batch) * OVER_SERIAL;
+    let bottom = serial_rps * UNDER_SERIAL;
+    let none = |note: String, probes: Vec<Probe>| Capacity {
+        policy: policy.to_string(),
+        capacity_rps: None,
+        note: Some(note),
+        at: Stats::default(),
+        probes,
+    };
+    // bracket: lo meets the bound, hi does not
+    let (mut lo, mut hi) = if try_rate(serial_rps, &mut probes)? {
+        let mut lo = serial_rps;
+        loop {
+            let r = lo * 2.0;
+            if r > top {
+                let note = format!(
+                    "meets the bound at every rate tried, up to {lo:.1} req/s ({max_batch} × {OVER_SERIAL} × the serial capacity): the runs are too short to fill a queue (raise --requests) or the bound is too loose"
+                );
+                return Ok(none(note, probes));
+            }
+            if try_rate(r, &mut probes)? {
+                lo = r;
+            } else {
+                break (lo, r);
+            }
+        }
+    } else {
+        let mut hi = serial_rps;
+        loop {
+            let r = hi / 2.0;
+            if r < bottom {
+                let note = format!(
+                    "meets the bound at no rate tried, down to {hi:.4} req/s (1/1024 of the serial capacity)"
+                );
+                return Ok(none(note, probes));
+            }
+            if try_rate(r, &mut probes)? {
+                break (r, hi);
+            }
+            hi = r;
+        }
+    };
+    while hi > lo * (1.0 + how.precision) {
+        let mid = 0.5 * (lo + hi);
+        if try_rate(mid, &mut probes)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    let at = probes
+        .iter()
+        .rev()
+        .find(|p| p.rate == lo)
+        .map(|p| p.stats.clone())
+        .unwrap_or_default();
+    Ok(Capacity {
+        policy: policy.to_string(),
+        capacity_rps: Some(lo),
+        note: None,
+        at,
+        probes,
+    })
+}
+
+/// Every policy of `templates` (their rates are ignored; seeds 1..=`how.seeds`) searched on
+/// `bench`: on the NPU model or a table the policies in parallel, each probe's seeds too; on a
+/// real device one run after another. Progress counts finished policies.
+pub fn search_all(
+    bench: &mut Bench,
+    templates: &[RunConfig],
+    colo: Option<&Colocation>,
+    how: &Search,
+    progress: Mode,
+) -> Result<Vec<Capacity>> {
+    let serial = bench.serial_capacity();
+    let shown = progress.start("capacity", templates.len() as u64, "policies");
+    let seeded = |t: &RunConfig, rate: f64| -> Vec<RunConfig> {
+        (1..=how.seeds)
+            .map(|seed| RunConfig {
+                rate,
+                seed,
+                ..t.clone()
+            })
+            .collect()
+    };
+    let out = if bench.is_virtual() {
+        let bench = &*bench;
+        templates
+            .par_iter()
+            .map(|t| {
+                let c = search_one(&t.policy.text, serial, t.max_batch, how, |rate| {
+                    let runs = seeded(t, rate)
+                        .par_iter()
+                        .map(|c| run_one(bench, c, colo, Keep::default()))
+                        .collect::<Result<Vec<_>>>()?;
+                    Ok(mean_stats(
+                        &runs.iter().map(|r| &r.stats).collect::<Vec<_>>(),
+                    ))
+                });
+                shown.inc(1);
+                c
+            })
+            .collect::<Result<Vec<_>>>()
+    } else {
+        let mut all = Vec::with_capacity(templates.len());
+        for t in templates {
+            let c = search_one(&t.policy.text, serial, t.max_batch, how, |rate| {
+                shown.set_message(format!("{} at {rate:.1} req/s", t.policy.text));
+                let cfgs = seeded(t, rate);
+                let runs = run_all(bench, &cfgs, colo, |_| Keep::default(), Mode::Off, "")?;
+                Ok(mean_stats(
+                    &runs.iter().map(|r| &r.stats).collect::<Vec<_>>(),
+                ))
+            })?;
+            shown.inc(1);
+            all.push(c);
+        }
+        Ok(all)
+    };
+    shown.finish();
+    out
+}
+
+/// Draws `caps` as latency (or violation share) against throughput: one line per policy through
+/// its probes in rate order, each capacity marked, the bound dashed (SVG at `path`).
+pub fn write_figure(
+    path: &std::path::Path,
+    title: &str,
+    caps: &[Capacity],
+    bound: Bound,
+) -> Result<()> {
+    use crate::report::plot::{Figure, Mark, Panel, Series};
+    let y_of = |st: &Stats| match bound {
+        Bound::P99Ms(_) => st.latency_ms.p99,
+        Bound::Violations(_) => 100.0 * violation_share(st),
+    };
+    let mut panel = Panel {
+        title: title.to_string(),
+        x_label: "throughput (req/s)".into(),
+        y_label: match bound {
+            Bound::P99Ms(_) => "p99 latency (ms)".into(),
+            Bound::Violations(_) => "requests over their SLA (%)".into(),
+        },
+        log_y: matches!(bound, Bound::P99Ms(_)),
+        ..Panel::default()
+    };
+    let mut max_x: f64 = 0.0;
+    for (i, c) in caps.iter().enumerate() {
+        let mut probes: Vec<&Probe> = c.probes.iter().collect();
+        probes.sort_by(|a, b| a.rate.total_cmp(&b.rate));
+        let points: Vec<(f64, f64)> = probes
+            .iter()
+            .map(|p| (p.stats.throughput_rps, y_of(&p.stats).max(1e-3)))
+            .collect();
+        max_x = points.iter().fold(max_x, |m, p| m.max(p.0));
+        panel.series.push(Series {
+            name: c.policy.clone(),
+            points,
+            markers: true,
+            ..Series::default()
+        });
+        if let Some(cap) = c.capacity_rps {
+            let at = (c.at.throughput_rps, y_of(&c.at).max(1e-3));
+            panel.marks.push(Mark {
+                at,
+                text_y: at.1,
+                label: format!("{cap:.0}/s"),
+                series: i,
+            });
+        }
+    }
+    let limit = match bound {
+        Bound::P99Ms(x) => x,
+        Bound::Violations(v) => 100.0 * v,
+    };
+    panel.series.push(Series {
+        name: "the bound".into(),
+        points: vec![(0.0, limit), (max_x, limit)],
+        dashed: true,
+        ..Series::default()
+    });
+    Figure {
+        panels: vec![panel],
+        shared_legend: true,
+    }
+    .write_svg(path, 720, 460)
+}
+
+/// The probes a search takes at most, for a time estimate: doubling or halving from the serial
+/// capacity to the bracket (at most `log2(max_batch × 4)` up), then halving the bracket to the
+/// precision.
+pub fn probes_at_most(max_batch: u32, precision: f64) -> u32 {
+    let up = (f64::from(max_batch) * OVER_SERIAL).log2().ceil() as u32 + 1;
+    let bisect = (1.0 / precision).log2().ceil() as u32;
+    up + bisect
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stats(p99: f64, viol: f64, rejected: u64) -> Stats {
+        let mut s = Stats {
+            requests: 100,
+            completed: 100 - rejected,
+            rejected,
+            sla_violation_rate: viol,
+            ..Stats::default()
+        };
+        s.latency_ms.p99 = p99;
+        s
+    }
+
+    #[test]
+    fn a_bound_is_met_within_it_and_with_nothing_rejected() {
+        assert!(Bound::P99Ms(10.0).met_by(&stats(10.0, 0.0, 0)));
+        assert!(!Bound::P99Ms(10.0).met_by(&stats(10.1, 0.0, 0)));
+        assert!(!Bound::P99Ms(10.0).met_by(&stats(1.0, 0.0, 1)));
+        // 10% of 90 completed late plus 10 rejected: 19 of 100
+        let s = stats(1.0, 0.1, 10);
+        assert!((Bound::Violations(0.19).value(&s) - 0.19).abs() < 1e-12);
+        assert!(!Bound::Violations(0.5).met_by(&s));
+    }
+
+    /// A server whose p99 is `base / (1 - rate / cap)`: it meets a p99 of `x` up to
+    /// `cap × (1 - base / x)`.
+    fn queue(base: f64, cap: f64) -> impl FnMut(f64) -> Result<Stats> {
+        move |rate| {
+            let p99 = if rate >= cap {
+                1e9
+            } else {
+                base / (1.0 - rate / cap)
+            };
+            Ok(stats(p99, 0.0, 0))
+        }
+    }
+
+    #[test]
+    fn the_search_brackets_then_bisects_to_the_precision() {
+        let how = Search {
+            bound: Bound::P99Ms(40.0),
+            precision: 0.02,
+            seeds: 1,
+        };
+        // true capacity 1000 × (1 − 10/40) = 750 req/s, serial capacity 100: up 100, 200,
+        // 400, 800 (fails), then bisect [400, 800]
+        let c = search_one("p", 100.0, 64, &how, queue(10.0, 1000.0)).unwrap();
+        let cap = c.capacity_rps.unwrap();
+        assert!((750.0 / 1.02..=750.0).contains(&cap), "{cap}");
+        let rates: Vec<f64> = c.probes.iter().take(4).map(|p| p.rate).collect();
+        assert_eq!(rates, [100.0, 200.0, 400.0, 800.0]);
+        assert!(c.probes.len() as u32 <= probes_at_most(64, 0.02));
+        // from above: serial capacity 2000 fails, halves to 1000 (fails), 500 (meets)
+        let c = search_one("p", 2000.0, 64, &how, queue(10.0, 1000.0)).unwrap();
+        let cap = c.capacity_rps.unwrap();
+        assert!((750.0 / 1.02..=750.0).contains(&cap));
+        assert_eq!(c.probes[2].rate, 500.0);
+    }
+
+    #[test]
+    fn bounds_that_no_rate_or_every_rate_meets_end_the_search_with_a_note() {
+        let how = |x| Search {
+            bound: Bound::P99Ms(x),
+            precision: 0.02,
+            seeds: 1,
+        };
+        let never = search_one("p", 100.0, 8, &how(5.0), queue(10.0, 1000.0)).unwrap();
+        assert_eq!(never.capacity_rps, None);
+        let note = never.note.unwrap();
+        assert!(note.contains("at no rate tried, down to"), "{note}");
+        // 100, 50, …, down to the first rate under 100/1024
+        assert_eq!(never.probes.len(), 11);
+        let always = search_one("p", 100.0, 8, &how(5.0), |_| Ok(stats(1.0, 0.0, 0))).unwrap();
+        let note = always.note.unwrap();
+        assert!(
+            note.contains("at every rate tried, up to 3200.0 req/s"),
+            "{note}"
+        );
+        let e = check(Bound::P99Ms(2.0), 3.0, 100.0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--p99-ms") && e.contains("single-input latency"),
+            "{e}"
+        );
+        let e = check(Bound::Violations(0.01), 3.0, 2.0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--sla-ms"), "{e}");
+        assert!(check(Bound::Violations(1.0), 3.0, 100.0).is_err());
+        assert!(check(Bound::P99Ms(30.0), 3.0, 100.0).is_ok());
+        let bad = Search {
+            precision: 0.0,
+            ..how(30.0)
+        };
+        assert!(search_one("p", 1.0, 1, &bad, queue(1.0, 2.0)).is_err());
+    }
+}

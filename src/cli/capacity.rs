@@ -1,0 +1,256 @@
+//! `lazybatch capacity`: for each policy, the highest Poisson rate that meets a p99 or an
+//! SLA-violation bound ([`lazybatch::capacity`]), as a table, JSON, and with `--out` the
+//! latency-against-throughput picture with each capacity marked.
+
+use super::{colocation, emit, in_range, open_bench, serve_args, DeviceArgs, ModelArgs, ServeArgs};
+use anyhow::{Context, Result};
+use clap::Args;
+use lazybatch::bench::RunConfig;
+use lazybatch::capacity::{self, Bound, Capacity, Search};
+use lazybatch::policy::Spec;
+use lazybatch::progress::Mode;
+use serde_json::json;
+use std::path::PathBuf;
+
+/// The policies searched when none are given.
+const DEFAULT_POLICIES: &str = "serial,graph:0,graph:5,graph:25,graph:50,lazy,lazy:adaptive,oracle";
+
+#[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("bound").required(true).args(["p99_ms", "violations"])))]
+pub(super) struct CapacityArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    dev: DeviceArgs,
+    /// Policies, comma-separated, of serial, graph:W[:B], cellular:W[:B], continuous[:B],
+    /// lazy[:strict], lazy:adaptive, oracle[:strict].
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_POLICIES)]
+    policies: Vec<String>,
+    /// The bound: p99 latency at most this many ms (above the single-input latency).
+    #[arg(long, allow_negative_numbers = true)]
+    p99_ms: Option<f64>,
+    /// The bound: at most this share (%) of requests over --sla-ms (rejected ones count), in
+    /// [0, 100).
+    #[arg(long, allow_negative_numbers = true)]
+    violations: Option<f64>,
+    #[command(flatten)]
+    serve: ServeArgs,
+    /// Seeds per probe (each probe is their mean), in [1, 1000].
+    #[arg(long, default_value_t = 2, allow_negative_numbers = true)]
+    seeds: i64,
+    /// Stop when the bracket is narrower than this (%), in (0, 50] (named apart from the CUDA
+    /// device's --precision f32|f16|tf32, which `capacity` takes too).
+    #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
+    search_precision: f64,
+    /// Directory for capacity.json and capacity.svg (p99 against throughput, every probe, each
+    /// capacity marked).
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Print a JSON array (one object per policy) instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Searches every policy's capacity and reports it.
+pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
+    let model = a.model.load()?;
+    // a probe needs enough requests to fill a queue, and stays quick on the NPU model
+    a.serve.requests.get_or_insert(5_000);
+    let sv = serve_args(&a.serve, &model, false)?;
+    let seeds = in_range("--seeds", a.seeds, 1, 1000)? as u64;
+    if !(a.search_precision > 0.0 && a.search_precision <= 50.0) {
+        anyhow::bail!(
+            "invalid --search-precision: must be in (0, 50] %, got {}",
+            a.search_precision
+        );
+    }
+    let bound = match (a.p99_ms, a.violations) {
+        (Some(x), None) => Bound::P99Ms(x),
+        (None, Some(v)) => Bound::Violations(v / 100.0),
+        _ => anyhow::bail!("give one of --p99-ms or --violations"),
+    };
+    let specs = a
+        .policies
+        .iter()
+        .map(|p| {
+            let s = Spec::parse(p, sv.max_batch)?;
+            s.check_for(&model)?;
+            Ok(s)
+        })
+        .collect::<lazybatch::Result<Vec<_>>>()?;
+    let colo = colocation(&model, &a.serve)?;
+    let mut bench = open_bench(model, &a.dev, &sv, progress)?;
+    let single_ms = 1e3 / bench.serial_capacity();
+    capacity::check(bound, single_ms, a.serve.sla_ms)?;
+    let how = Search {
+        bound,
+        precision: a.search_precision / 100.0,
+        seeds,
+    };
+    if !bench.is_virtual() {
+        let probes = capacity::probes_at_most(sv.max_batch, how.precision);
+        let per_probe = seeds as f64 * sv.requests as f64 / bench.serial_capacity();
+        eprintln!(
+            "capacity on a real device serves every probe in real time: up to {probes} probes a policy, each {seeds} × {} requests (about {} at the serial capacity, less at higher rates); {} policies: up to about {}",
+            sv.requests,
+            lazybatch::progress::human(per_probe),
+            specs.len(),
+            lazybatch::progress::human(per_probe * f64::from(probes) * specs.len() as f64)
+        );
+    }
+    let templates: Vec<RunConfig> = specs
+        .into_iter()
+        .map(|policy| RunConfig {
+            policy,
+            rate: 1.0,
+            arrivals: sv.arrivals,
+            classes: sv.classes.clone(),
+            shed: sv.shed,
+            requests: sv.requests,
+            sla: sv.sla,
+            seed: 1,
+            max_batch: sv.max_batch,
+            coverage: sv.coverage,
+            max_pending: sv.max_pending,
+        })
+        .collect();
+    let t0 = std::time::Instant::now();
+    let caps = capacity::search_all(&mut bench, &templates, colo.as_ref(), &how, progress)?;
+    let wall = t0.elapsed().as_secs_f64();
+    if caps.iter().all(|c| c.capacity_rps.is_none()) {
+        let why: Vec<String> = caps
+            .iter()
+            .map(|c| format!("{}: {}", c.policy, c.note.clone().unwrap_or_default()))
+            .collect();
+        anyhow::bail!(
+            "no policy has a capacity at {}: {}",
+            bound_text(bound, a.serve.sla_ms),
+            why.join("; ")
+        );
+    }
+    let serial = bench.serial_capacity();
+    let device = bench.description();
+    let name = bench.model.name.clone();
+    let arr: Vec<serde_json::Value> = caps
+        .iter()
+        .map(|c| cap_json(&name, &device, bound, a.serve.sla_ms, c))
+        .collect();
+    if let Some(dir) = &a.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::write(
+            dir.join("capacity.json"),
+            serde_json::to_string_pretty(&arr)? + "\n",
+        )?;
+        let title = format!("{name} on {device}: {}", bound_text(bound, a.serve.sla_ms));
+        capacity::write_figure(&dir.join("capacity.svg"), &title, &caps, bound)?;
+    }
+    if a.json {
+        return emit(&(serde_json::to_string_pretty(&arr)? + "\n"));
+    }
+    let mut o = String::new();
+    out!(
+        o,
+        "{name} on {device}: capacity at {}; {} requests per probe, {seeds} seed(s), precision {}%, single-input latency {single_ms:.3} ms (serial capacity {serial:.1} req/s)",
+        bound_text(bound, a.serve.sla_ms),
+        sv.requests,
+        a.search_precision
+    );
+    out!(
+        o,
+        "{:<14} {:>12} {:>9} {:>10} {:>10} {:>9} {:>10} {:>7}",
+        "policy",
+        "capacity/s",
+        "× serial",
+        "mean (ms)",
+        "p99 (ms)",
+        "SLA viol",
+        "mean batch",
+        "probes"
+    );
+    for c in &caps {
+        let st = &c.at;
+        match c.capacity_rps {
+            Some(cap) => out!(
+                o,
+                "{:<14} {:>12.1} {:>9.2} {:>10.3} {:>10.3} {:>8.2}% {:>10.2} {:>7}",
+                c.policy,
+                cap,
+                cap / serial,
+                st.latency_ms.mean,
+                st.latency_ms.p99,
+                100.0 * st.sla_violation_rate,
+                st.mean_batch_size,
+                c.probes.len()
+            ),
+            None => out!(
+                o,
+                "{:<14} {:>12} {:>9} {:>10} {:>10} {:>9} {:>10} {:>7}",
+                c.policy,
+                "none",
+                "–",
+                "–",
+                "–",
+                "–",
+                "–",
+                c.probes.len()
+            ),
+        }
+    }
+    for c in caps.iter().filter(|c| c.capacity_rps.is_none()) {
+        out!(o, "  {}: {}", c.policy, c.note.as_deref().unwrap_or(""));
+    }
+    out!(
+        o,
+        "({} probes in {:.2} s wall; each probe's figures are the mean over its seeds)",
+        caps.iter().map(|c| c.probes.len()).sum::<usize>(),
+        wall
+    );
+    emit(&o)
+}
+
+/// The bound in words.
+fn bound_text(bound: Bound, sla_ms: f64) -> String {
+    match bound {
+        Bound::P99Ms(x) => format!("p99 ≤ {x} ms"),
+        Bound::Violations(v) => format!("SLA violations ≤ {}% at {sla_ms} ms", 100.0 * v),
+    }
+}
+
+/// One policy's capacity and its probes, as JSON.
+fn cap_json(
+    model: &str,
+    device: &str,
+    bound: Bound,
+    sla_ms: f64,
+    c: &Capacity,
+) -> serde_json::Value {
+    let st = &c.at;
+    let bound = match bound {
+        Bound::P99Ms(x) => json!({"p99_ms": x}),
+        Bound::Violations(v) => json!({"violations": v, "sla_ms": sla_ms}),
+    };
+    json!({
+        "model": model,
+        "device": device,
+        "policy": c.policy,
+        "bound": bound,
+        "capacity_rps": c.capacity_rps,
+        "note": c.note,
+        "at_capacity": {
+            "latency_ms": st.latency_ms,
+            "throughput_rps": st.throughput_rps,
+            "sla_violation_rate": st.sla_violation_rate,
+            "mean_batch_size": st.mean_batch_size,
+            "rejected": st.rejected,
+        },
+        "probes": c.probes.iter().map(|p| json!({
+            "rate_rps": p.rate,
+            "ok": p.ok,
+            "mean_ms": p.stats.latency_ms.mean,
+            "p99_ms": p.stats.latency_ms.p99,
+            "throughput_rps": p.stats.throughput_rps,
+            "sla_violation_rate": p.stats.sla_violation_rate,
+            "rejected": p.stats.rejected,
+        })).collect::<Vec<_>>(),
+    })
+}
