@@ -303,7 +303,16 @@ fn run_jobs(
         })
         .collect::<Result<_>>()?;
     let bar = progress.start("reproduce", jobs.len() as u64, "runs");
-    let list: Vec<&Job> = jobs.iter().collect();
+    // in a fixed shuffled order: the jobs' costs then arrive evenly over the pool's work, so the
+    // progress estimate holds (in key order the costly experiments came last), and each
+    // result depends only on its own job, so the order changes no byte
+    let mut list: Vec<&Job> = jobs.iter().collect();
+    list.sort_by_cached_key(|j| {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        j.hash(&mut h);
+        h.finish()
+    });
     let outs: Vec<Result<(RunOut, f64)>> = list
         .par_iter()
         .with_max_len(1)
