@@ -23,7 +23,7 @@ pub(super) struct CapacityArgs {
     #[command(flatten)]
     dev: DeviceArgs,
     /// Policies, comma-separated, of serial, graph:W[:B], cellular:W[:B], continuous[:B],
-    /// lazy[:strict], lazy:adaptive, oracle[:strict].
+    /// dva:D:W[:B], lazy[:strict|:no-decoder-preempt|:adaptive], oracle[:strict].
     #[arg(long, value_delimiter = ',', default_value = DEFAULT_POLICIES)]
     policies: Vec<String>,
     /// The bound: p99 latency at most this many ms (above the single-input latency).
@@ -155,9 +155,11 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
         sv.requests,
         a.search_precision
     );
+    // the policy column as wide as its longest name
+    let w = caps.iter().map(|c| c.policy.len()).fold(14, usize::max);
     out!(
         o,
-        "{:<14} {:>12} {:>9} {:>10} {:>10} {:>9} {:>10} {:>7}",
+        "{:<w$} {:>12} {:>9} {:>10} {:>10} {:>9} {:>10} {:>7}",
         "policy",
         "capacity/s",
         "× serial",
@@ -172,7 +174,7 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
         match c.capacity_rps {
             Some(cap) => out!(
                 o,
-                "{:<14} {:>12.1} {:>9.2} {:>10.3} {:>10.3} {:>8.2}% {:>10.2} {:>7}",
+                "{:<w$} {:>12.1} {:>9.2} {:>10.3} {:>10.3} {:>8.2}% {:>10.2} {:>7}",
                 c.policy,
                 cap,
                 cap / serial,
@@ -184,7 +186,7 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
             ),
             None => out!(
                 o,
-                "{:<14} {:>12} {:>9} {:>10} {:>10} {:>9} {:>10} {:>7}",
+                "{:<w$} {:>12} {:>9} {:>10} {:>10} {:>9} {:>10} {:>7}",
                 c.policy,
                 "none",
                 "–",

@@ -41,7 +41,7 @@ pub(super) struct CompareArgs {
     /// Rates as multiples of the serial capacity instead of --rates.
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     load: Option<Vec<f64>>,
-    /// Policies, comma-separated, of serial, graph:W[:B], cellular:W[:B], continuous[:B], lazy[:strict], lazy:adaptive, oracle[:strict] (docs/policies.md)
+    /// Policies, comma-separated, of serial, graph:W[:B], cellular:W[:B], continuous[:B], dva:D:W[:B], lazy[:strict|:no-decoder-preempt|:adaptive], oracle[:strict] (docs/policies.md)
     /// [default: serial,graph:0,graph:5,graph:25,graph:50,graph:95,lazy,oracle; co-located
     /// models: those of these that serve several models].
     #[arg(long, value_delimiter = ',')]
@@ -310,9 +310,11 @@ fn write_out(
 
 /// The table: a row per policy and rate, and under it each co-located model's figures.
 fn table(o: &mut String, rows: &[Row]) {
+    // the policy column as wide as its longest name
+    let w = rows.iter().map(|r| r.policy.len()).fold(12, usize::max);
     out!(
         o,
-        "{:<12} {:>9} {:>11} {:>11} {:>13} {:>9} {:>10}",
+        "{:<w$} {:>9} {:>11} {:>11} {:>13} {:>9} {:>10}",
         "policy",
         "rate/s",
         "mean (ms)",
@@ -325,7 +327,7 @@ fn table(o: &mut String, rows: &[Row]) {
         let st = &r.stats;
         out!(
             o,
-            "{:<12} {:>9.1} {:>11.3} {:>11.3} {:>13.1} {:>8.2}% {:>10.2}",
+            "{:<w$} {:>9.1} {:>11.3} {:>11.3} {:>13.1} {:>8.2}% {:>10.2}",
             r.policy,
             r.rate,
             st.latency_ms.mean,
@@ -338,9 +340,10 @@ fn table(o: &mut String, rows: &[Row]) {
             // under the policy column, aligned with the row above (the full names, with any
             // reduced-size suffix, are in the header)
             let label: String = m.split('@').next().unwrap_or(m).chars().take(20).collect();
+            let lw = w + 8;
             out!(
                 o,
-                "  {:<20} {:>11.3} {:>11.3} {:>13.1} {:>8.2}%",
+                "  {:<lw$} {:>11.3} {:>11.3} {:>13.1} {:>8.2}%",
                 label,
                 x[0],
                 x[1],

@@ -32,7 +32,7 @@ pub(super) struct ValidateArgs {
     model: ModelArgs,
     #[command(flatten)]
     dev: DeviceArgs,
-    /// Policies, comma-separated, of serial, graph:W[:B], cellular:W[:B], continuous[:B], lazy[:strict], lazy:adaptive, oracle[:strict].
+    /// Policies, comma-separated, of serial, graph:W[:B], cellular:W[:B], continuous[:B], dva:D:W[:B], lazy[:strict|:no-decoder-preempt|:adaptive], oracle[:strict].
     #[arg(
         long,
         value_delimiter = ',',
@@ -248,9 +248,14 @@ fn text(real: &Bench, a: &ValidateArgs, points: &[Point]) -> String {
         a.serve.sla_ms,
         1e3 / real.serial_capacity()
     );
+    // the policy column as wide as its longest name
+    let w = points
+        .iter()
+        .map(|p| p.cfg.policy.text.len())
+        .fold(9, usize::max);
     out!(
         o,
-        "{:<9} {:>8} {:>4} | {:>22} | {:>22} | {:>22} | {:>13} | {:>11} | {:>11} | {:>9}",
+        "{:<w$} {:>8} {:>4} | {:>22} | {:>22} | {:>22} | {:>13} | {:>11} | {:>11} | {:>9}",
         "policy",
         "rate/s",
         "seed",
@@ -268,7 +273,7 @@ fn text(real: &Bench, a: &ValidateArgs, points: &[Point]) -> String {
         let cell = |x: f64, y: f64| format!("{x:>6.2} {y:>6.2} {:>7}", pct(error(x, y)));
         out!(
             o,
-            "{:<9} {:>8.1} {:>4} | {} | {} | {} | {:>5.1}% {:>5.1}% | {:>5.2} {:>5.2} | {:>5} {:>5} | {:>4.2}/{:<4.1}",
+            "{:<w$} {:>8.1} {:>4} | {} | {} | {} | {:>5.1}% {:>5.1}% | {:>5.2} {:>5.2} | {:>5} {:>5} | {:>4.2}/{:<4.1}",
             p.cfg.policy.text,
             p.cfg.rate,
             p.cfg.seed,

@@ -57,7 +57,7 @@ const GAP_WEIGHT: f64 = 1.0 / 32.0;
 /// `lazy:adaptive` added: the registry lists this entry in its place.
 pub(crate) const ENTRY: Entry = Entry {
     names: super::lazy::ENTRY.names,
-    usage: "lazy[:strict], lazy:adaptive, oracle[:strict]",
+    usage: "lazy[:strict|:no-decoder-preempt|:adaptive], oracle[:strict|:no-decoder-preempt]",
     parse,
 };
 

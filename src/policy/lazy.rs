@@ -37,6 +37,15 @@
 //! batch finishes at its combined size, running until its slowest member (the one with the most
 //! remaining work) is done. It admits the largest number of newcomers for which every affected
 //! request still meets its deadline (a binary search: a longer prefix never finishes earlier).
+//!
+//! ## `lazy:no-decoder-preempt` (an ablation, not the paper's)
+//!
+//! The same gate, but never while the active sub-batch stands at a decoder node: newcomers wait
+//! until the table drains or the active entry is in an encoder or at a static node. On GNMT the
+//! paper's LazyB lets a short prefix of the queue preempt a batch in its long decoder, run the
+//! encoders in a small group and rejoin with fresh predicted work that closes the gate on the
+//! rest of the queue (`docs/policies.md`, the GNMT ablation); this variant measures that cause.
+//! On models without a decoder it is `lazy`.
 
 use super::spec::{Entry, ParamError, Parsed};
 use super::{Decision, Policy, View};
@@ -49,6 +58,8 @@ use crate::runtime::SubBatch;
 pub struct Lazy {
     oracle: bool,
     strict: bool,
+    /// Never preempt an active sub-batch standing at a decoder node (the ablation).
+    keep_decoder: bool,
     /// The Oracle's scratch: one group per BatchTable entry.
     groups: Vec<Group>,
     /// The entries below the active one, summed once per table generation.
@@ -61,6 +72,7 @@ impl Lazy {
         Lazy {
             oracle: false,
             strict: false,
+            keep_decoder: false,
             groups: Vec::new(),
             below: Below::default(),
         }
@@ -70,6 +82,7 @@ impl Lazy {
         Lazy {
             oracle: true,
             strict: false,
+            keep_decoder: false,
             groups: Vec::new(),
             below: Below::default(),
         }
@@ -79,6 +92,13 @@ impl Lazy {
     pub fn strict(self) -> Self {
         Lazy {
             strict: true,
+            ..self
+        }
+    }
+    /// The same policy never preempting an active sub-batch in its decoder: the GNMT ablation.
+    pub fn keeping_decoder(self) -> Self {
+        Lazy {
+            keep_decoder: true,
             ..self
         }
     }
@@ -327,11 +347,13 @@ fn oracle_admissible(v: &View, k_max: usize, below: &Below, scratch: &mut Vec<Gr
 
 impl Policy for Lazy {
     fn name(&self) -> String {
-        match (self.oracle, self.strict) {
-            (true, false) => "oracle",
-            (true, true) => "oracle:strict",
-            (false, false) => "lazy",
-            (false, true) => "lazy:strict",
+        match (self.oracle, self.strict, self.keep_decoder) {
+            (true, false, false) => "oracle",
+            (true, true, false) => "oracle:strict",
+            (false, false, false) => "lazy",
+            (false, true, false) => "lazy:strict",
+            (true, _, true) => "oracle:no-decoder-preempt",
+            (false, _, true) => "lazy:no-decoder-preempt",
         }
         .into()
     }
@@ -358,6 +380,9 @@ impl Policy for Lazy {
                 pad: false,
             };
         }
+        if self.keep_decoder && in_decoder(v) {
+            return Decision::Run;
+        }
         self.below.refresh(v, self.oracle);
         let k = if self.oracle {
             oracle_admissible(v, k_max, &self.below, &mut self.groups)
@@ -375,12 +400,20 @@ impl Policy for Lazy {
     }
 }
 
-/// `lazy`, `oracle`, `lazy:strict`, `oracle:strict`; `lazy+cell` is the name cross-step
+/// True when the active sub-batch stands at a decoder node.
+fn in_decoder(v: &View) -> bool {
+    v.table
+        .top()
+        .is_some_and(|top| v.model.node(top.next.node).class == crate::graph::Class::Decoder)
+}
+
+/// `lazy`, `oracle`, `lazy:strict`, `oracle:strict`, `lazy:no-decoder-preempt`,
+/// `oracle:no-decoder-preempt`; `lazy+cell` is the name cross-step
 /// merging had while it was an option.
 /// (`lazy:adaptive` extends this grammar in `adaptive.rs`, whose entry the registry lists.)
 pub(crate) const ENTRY: Entry = Entry {
     names: &["lazy", "oracle", "lazy+cell"],
-    usage: "lazy[:strict], oracle[:strict]",
+    usage: "lazy[:strict|:no-decoder-preempt], oracle[:strict|:no-decoder-preempt]",
     parse: parse_lazy,
 };
 
@@ -389,13 +422,16 @@ pub(crate) fn parse_lazy(
     params: &[&str],
     _: u32,
 ) -> std::result::Result<Parsed, ParamError> {
-    let strict = match (name, params) {
-        ("lazy+cell", []) | (_, []) => false,
+    let (strict, keep_decoder) = match (name, params) {
+        ("lazy+cell", []) | (_, []) => (false, false),
         ("lazy+cell", _) => return Err("takes no parameters".into()),
-        (_, ["strict"]) => true,
+        (_, ["strict"]) => (true, false),
+        (_, ["no-decoder-preempt"]) => (false, true),
         _ => {
             return Err(
-                "takes no parameter but 'strict' (lazy:strict) or, for lazy, 'adaptive'".into(),
+                "takes no parameter but 'strict' (lazy:strict), 'no-decoder-preempt' \
+                 or, for lazy, 'adaptive'"
+                    .into(),
             )
         }
     };
@@ -407,7 +443,8 @@ pub(crate) fn parse_lazy(
             } else {
                 Lazy::conservative()
             };
-            Box::new(if strict { l.strict() } else { l })
+            let l = if strict { l.strict() } else { l };
+            Box::new(if keep_decoder { l.keeping_decoder() } else { l })
         }),
         uses_sla: true,
         // the Oracle's look-ahead assumes every entry merges as it catches up: not so for

@@ -1,12 +1,13 @@
 //! Batching policies. Each is a small type behind the [`Policy`] trait: it sees a read-only
 //! [`View`] of the server (time, pending queue, BatchTable, predictor) and returns a
 //! [`Decision`]; it never touches a device. [`Spec`] is a policy string (`serial`,
-//! `graph:W[:B]`, `cellular:W[:B]`, `continuous[:B]`, `lazy`, `oracle`, …) checked once into a typed value that builds a fresh
+//! `graph:W[:B]`, `cellular:W[:B]`, `continuous[:B]`, `dva:D:W[:B]`, `lazy`, `oracle`, …) checked once into a typed value that builds a fresh
 //! policy for every run.
 
 mod adaptive;
 pub(crate) mod cellular;
 mod continuous;
+mod dvabatch;
 mod forced;
 mod graph_batching;
 mod lazy;
@@ -16,6 +17,7 @@ mod spec;
 pub use adaptive::Adaptive;
 pub use cellular::Cellular;
 pub use continuous::Continuous;
+pub use dvabatch::Dva;
 pub use forced::Forced;
 pub use graph_batching::GraphBatching;
 pub use lazy::Lazy;
@@ -33,6 +35,7 @@ pub const REGISTRY: &[&Entry] = &[
     &graph_batching::ENTRY,
     &cellular::ENTRY,
     &continuous::ENTRY,
+    &dvabatch::ENTRY,
     &adaptive::ENTRY,
 ];
 

@@ -229,6 +229,8 @@ const POLICIES: &[&str] = &[
     "lazy:strict",
     "continuous:4",
     "lazy:adaptive",
+    "lazy:no-decoder-preempt",
+    "dva:50:2:4",
 ];
 
 /// A bench of two co-located models (a seq2seq model and a static one).
@@ -251,14 +253,14 @@ proptest! {
     fn every_request_leaves_exactly_once(
         gaps in proptest::collection::vec(0u32..2000, 1..60),
         lens in proptest::collection::vec((1u32..12, 1u32..12, 0u16..2), 60),
-        pi in 0usize..10,
+        pi in 0usize..POLICIES.len(),
         max_pending in 1usize..6,
         colocated in any::<bool>(),
         shed in any::<bool>(),
     ) {
         let policy = POLICIES[pi];
         // the Oracle, cellular and continuous batching serve one model only
-        let colocated = colocated && !matches!(policy, "oracle" | "cellular:2:4" | "continuous:4" | "lazy:adaptive");
+        let colocated = colocated && !matches!(policy, "oracle" | "cellular:2:4" | "continuous:4" | "lazy:adaptive" | "dva:50:2:4");
         let b = if colocated {
             colocated_bench()
         } else {
@@ -324,7 +326,7 @@ proptest! {
     fn nothing_is_lost_and_merges_follow_the_rules(
         gaps in proptest::collection::vec(0u32..3000, 1..40),
         lens in proptest::collection::vec((1u32..12, 1u32..12), 40),
-        pi in 0usize..9,
+        pi in 0usize..POLICIES.len(),
     ) {
         let b = bench(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tiny_seq2seq.toml"), 8);
         let mut t = 0u64;
@@ -362,7 +364,7 @@ pol.as_mut(),
                 prop_assert!(w[0].1 != w[1].1 || w[0].0.len() + w[1].0.len() > 8 || POLICIES[pi].starts_with("graph") || POLICIES[pi] == "serial");
                 // at cells (every loop node, for lazy, oracle and cellular) the same layer at
                 // another step must have merged too
-                if ["cellular:2:4", "lazy", "oracle"].contains(&POLICIES[pi]) {
+                if ["cellular:2:4", "lazy", "oracle", "lazy:no-decoder-preempt", "dva:50:2:4"].contains(&POLICIES[pi]) {
                     prop_assert!(w[0].1.node != w[1].1.node || w[0].0.len() + w[1].0.len() > 8 || b.model.node(w[0].1.node).loop_id.is_none());
                 }
             }

@@ -439,3 +439,38 @@ fn a_co_located_newcomer_is_priced_by_its_own_model() {
         assert_eq!(got, want, "in-flight deadline {deadline0} ms");
     }
 }
+
+#[test]
+fn the_no_decoder_preempt_ablation_waits_only_while_the_active_batch_is_in_its_decoder() {
+    // tiny_seq2seq (src 0, emb 1, enc 2, dec_emb 3 … tok 7), a newcomer with a loose deadline:
+    // LazyB preempts at the encoder and in the decoder, the ablation only at the encoder
+    let rq = |i: u32| {
+        let len = Lengths { enc: 4, dec: 3 };
+        Request::new(RequestId(i), ms(0.0), ms(500.0), len)
+    };
+    let rs = [rq(0), rq(1)];
+    for (node, lazy, ablation) in [(2, 1, 1), (3, 1, 0), (4, 1, 0), (7, 1, 0)] {
+        let run = |pol: &mut Lazy| {
+            admitted(decide_in(
+                setup_of("tiny_seq2seq.toml"),
+                pol,
+                &rs,
+                &[(&[0], node)],
+                &[1],
+                1.0,
+            ))
+        };
+        assert_eq!(run(&mut Lazy::conservative()), lazy, "lazy at node {node}");
+        let mut kept = Lazy::conservative().keeping_decoder();
+        assert_eq!(run(&mut kept), ablation, "ablation at node {node}");
+        assert_eq!(kept.name(), "lazy:no-decoder-preempt");
+    }
+    // its string parses, and the list of known policies names it
+    let spec = crate::policy::Spec::parse("lazy:no-decoder-preempt", 8).unwrap();
+    assert_eq!(spec.build().name(), "lazy:no-decoder-preempt");
+    let err = crate::policy::Spec::parse("lazy:nodec", 8)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("no-decoder-preempt"), "{err}");
+}
