@@ -18,7 +18,8 @@ pub(super) struct ReproduceArgs {
     /// Seeds per configuration (default 20; 2 with --quick).
     #[arg(long, allow_negative_numbers = true)]
     seeds: Option<i64>,
-    /// Experiments to run, comma-separated (default: all; `beyond` = bursts, goodput, adaptive).
+    /// Experiments to run, comma-separated (default: the paper's and capacity; `beyond` = bursts,
+    /// goodput, adaptive, our experiments past the paper; `all` = every one).
     #[arg(long, value_delimiter = ',')]
     figures: Option<Vec<String>>,
     /// NPU configurations, comma-separated: shipped names (`paper`, `default`) or TOML files;

@@ -78,6 +78,10 @@ fn evidence(ctx: &Ctx, kind: Kind) -> Result<String> {
     match kind {
         Kind::LatencyGain(m) | Kind::VsGraph0(m) => latency(ctx, m),
         Kind::ThroughputGain(m) => throughput(ctx, m),
+        Kind::ThroughputAt(m) => overload(ctx, m),
+        Kind::CapacityGain(m) => capacity(ctx, &[m]),
+        Kind::AvgCapacity => capacity(ctx, MAIN),
+        Kind::ColoCapacity => capacity(ctx, &[COLO]),
         Kind::TransformerP99 => tail(ctx),
         Kind::ZeroViolation(m) => zero_violations(ctx, m),
         Kind::AvgLatency | Kind::AvgThroughput => averages(ctx, kind),
@@ -160,10 +164,69 @@ fn throughput(ctx: &Ctx, m: &'static str) -> Result<String> {
         let z = ctx.agg(m, "lazy", high, SLA_MS, COVERAGE, MAX_BATCH)?.tp.0;
         let g = ctx.agg(m, &best, high, SLA_MS, COVERAGE, MAX_BATCH)?.tp.0;
         format!(
-        "Throughput is the offered load for any policy that keeps up: at {high} req/s LazyB completes {z:.0} and {} {g:.0} requests per second; the paper's gain needs graph batching to fall behind the offered load, which it does not here.",
+        "Throughput is the offered load for any policy that keeps up: at {high} req/s LazyB completes {z:.0} and {} {g:.0} requests per second, so averaged over the paper's rates the ratio stays near 1; the rows at 2,000 req/s and at capacity measure it past graph batching's saturation.",
         label(&best)
     )
     })
+}
+
+/// Throughput, mean batch and device busy share at the highest overload rate.
+fn overload(ctx: &Ctx, m: &'static str) -> Result<String> {
+    let high = ctx.plan.overload_rates.iter().copied().fold(0.0, f64::max);
+    let best = ctx.best_graph(m, &ctx.plan.rates, MAX_BATCH)?;
+    let z = ctx.agg(m, "lazy", high, SLA_MS, COVERAGE, MAX_BATCH)?;
+    let g = ctx.agg(m, &best, high, SLA_MS, COVERAGE, MAX_BATCH)?;
+    let (_, zu) = where_time_went(ctx, m, "lazy", high)?;
+    let (_, gu) = where_time_went(ctx, m, &best, high)?;
+    Ok(format!(
+        "At {high} req/s LazyB completes {:.0} requests per second at a mean batch of {:.1} (device busy {:.0}%), {} {:.0} at {:.1} (busy {:.0}%): {}",
+        z.tp.0,
+        z.batch.0,
+        100.0 * zu,
+        label(&best),
+        g.tp.0,
+        g.batch.0,
+        100.0 * gu,
+        if g.tp.0 < 0.95 * high && z.tp.0 >= 0.95 * high {
+            "graph batching has saturated (it pads every member to the longest) and LazyB keeps up, so the ratio is the offered load over graph batching's saturation throughput."
+        } else if g.tp.0 < 0.95 * high && z.tp.0 < 0.95 * high {
+            "both have saturated; the ratio is their saturation throughputs'."
+        } else {
+            "graph batching still keeps up at this rate."
+        }
+    ))
+}
+
+/// Every policy's capacity on each of `models` (zoo names or [`COLO`]).
+fn capacity(ctx: &Ctx, models: &[&str]) -> Result<String> {
+    let mut parts = Vec::new();
+    for &m in models {
+        let Some(mc) = ctx.capacities.iter().find(|c| c.model == m) else {
+            continue;
+        };
+        let each: Vec<String> = mc
+            .caps
+            .iter()
+            .map(|c| match c.capacity_rps {
+                Some(x) => format!("{} {x:.0}", label(&c.policy)),
+                None => format!("{} none", label(&c.policy)),
+            })
+            .collect();
+        let lazy_p99 = mc
+            .caps
+            .iter()
+            .find(|c| c.policy == "lazy")
+            .map_or(f64::NAN, |c| c.at.latency_ms.p99);
+        parts.push(format!(
+            "{}: {} req/s (LazyB's p99 at its capacity {lazy_p99:.1} ms)",
+            if m == COLO { "four co-located" } else { m },
+            each.join(", ")
+        ));
+    }
+    Ok(format!(
+        "Capacity at p99 ≤ {SLA_MS} ms — {}. Where LazyB's gain is below the paper's, its slack gate keeps admitting newcomers while the predictor says the running batch still meets its deadline, which holds LazyB's p99 near the SLA itself from well below its saturation (docs/policies.md, the GNMT ablation); where it is above, graph batching pads every member to the longest.",
+        parts.join("; ")
+    ))
 }
 
 /// The device's busy share at the highest rate, under LazyB and the best GraphB.

@@ -25,6 +25,14 @@ pub(crate) struct HeatMap {
     pub goal: f64,
     /// The ratio drawn fully red.
     pub worst: f64,
+    /// Ratios at or above `goal` are on goal (capacities), instead of at or under it.
+    pub higher_is_better: bool,
+    /// Each cell's text, instead of its ratio (empty: the ratios).
+    pub labels: Vec<Vec<String>>,
+    /// Cell width in pixels (0: [`CELL_W`]).
+    pub cell_w: i32,
+    /// What the colours mean, under the grid (empty: the goal and the worst ratio, in words).
+    pub key: String,
 }
 
 /// Cell size and margins in pixels.
@@ -33,6 +41,16 @@ const CELL_H: i32 = 30;
 const LEFT: i32 = 150;
 const TOP: i32 = 40;
 const BOTTOM: i32 = 72;
+
+/// The colour of `v` (`higher`: on goal at or above `goal`, as the reciprocals are under
+/// theirs).
+fn shade_of(v: f64, goal: f64, worst: f64, higher: bool) -> RGBColor {
+    if higher {
+        shade(1.0 / v, 1.0 / goal, 1.0 / worst)
+    } else {
+        shade(v, goal, worst)
+    }
+}
 
 /// The colour of `v`: green at or under `goal`, white just above it, red at `worst`.
 fn shade(v: f64, goal: f64, worst: f64) -> RGBColor {
@@ -69,8 +87,16 @@ fn cell_label(v: f64, goal: f64) -> String {
 }
 
 impl HeatMap {
+    fn cell_w(&self) -> i32 {
+        if self.cell_w > 0 {
+            self.cell_w
+        } else {
+            CELL_W
+        }
+    }
+
     fn size(&self) -> (u32, u32) {
-        let w = LEFT + CELL_W * self.cols.len() as i32 + 20;
+        let w = LEFT + self.cell_w() * self.cols.len() as i32 + 20;
         let h = TOP + CELL_H * self.rows.len() as i32 + BOTTOM;
         (w as u32, h as u32)
     }
@@ -107,7 +133,8 @@ impl HeatMap {
             text_anchor::HPos::Right,
             text_anchor::VPos::Center,
         ));
-        let grid_w = CELL_W * self.cols.len() as i32;
+        let cell_w = self.cell_w();
+        let grid_w = cell_w * self.cols.len() as i32;
         root.draw(&Text::new(
             self.title.clone(),
             (x0 + LEFT + grid_w / 2, TOP / 2),
@@ -128,24 +155,25 @@ impl HeatMap {
             for c in 0..self.cols.len() {
                 let v = self.values.get(r).and_then(|row| row.get(c)).copied();
                 let v = v.unwrap_or(f64::NAN);
-                let x = x0 + LEFT + CELL_W * c as i32;
-                let corners = [(x, y), (x + CELL_W, y + CELL_H)];
-                root.draw(&Rectangle::new(
-                    corners,
-                    shade(v, self.goal, self.worst).filled(),
-                ))
-                .map_err(e)?;
+                let x = x0 + LEFT + cell_w * c as i32;
+                let corners = [(x, y), (x + cell_w, y + CELL_H)];
+                let colour = shade_of(v, self.goal, self.worst, self.higher_is_better);
+                root.draw(&Rectangle::new(corners, colour.filled()))
+                    .map_err(e)?;
                 root.draw(&Rectangle::new(corners, WHITE.stroke_width(1)))
                     .map_err(e)?;
-                let label = cell_label(v, self.goal);
-                let mid = (x + CELL_W / 2, y + CELL_H / 2);
+                let label = match self.labels.get(r).and_then(|row| row.get(c)) {
+                    Some(text) => text.clone(),
+                    None => cell_label(v, self.goal),
+                };
+                let mid = (x + cell_w / 2, y + CELL_H / 2);
                 root.draw(&Text::new(label, mid, centred.clone()))
                     .map_err(e)?;
             }
         }
         let below = TOP + CELL_H * self.rows.len() as i32;
         for (c, name) in self.cols.iter().enumerate() {
-            let x = x0 + LEFT + CELL_W * c as i32 + CELL_W / 2;
+            let x = x0 + LEFT + cell_w * c as i32 + cell_w / 2;
             root.draw(&Text::new(name.clone(), (x, below + 12), centred.clone()))
                 .map_err(e)?;
         }
@@ -156,11 +184,21 @@ impl HeatMap {
         ))
         .map_err(e)?;
         // the colour key, in the figure itself
-        root.draw(&Text::new(
+        let key = if !self.key.is_empty() {
+            self.key.clone()
+        } else if self.higher_is_better {
+            format!(
+                "green: ≥ {} (goal); orange to red: under it (red at {})",
+                self.goal, self.worst
+            )
+        } else {
             format!(
                 "green: ≤ {} (goal); orange to red: over it (red at {})",
                 self.goal, self.worst
-            ),
+            )
+        };
+        root.draw(&Text::new(
+            key,
             (x0 + LEFT + grid_w / 2, below + 56),
             TextStyle::from(("sans-serif", 11)).pos(text_anchor::Pos::new(
                 text_anchor::HPos::Center,
@@ -186,6 +224,38 @@ mod tests {
             "red dominates at the worst ratio: {miss:?}"
         );
         assert_eq!(shade(f64::NAN, 1.05, 1.3), RGBColor(230, 230, 230));
+        // where more is better (capacities), the sides swap
+        let more = shade_of(2.0, 1.0, 0.5, true);
+        let less = shade_of(0.5, 1.0, 0.5, true);
+        assert!(more.1 > more.0, "green above the goal: {more:?}");
+        assert!(less.0 > less.1, "red at the worst: {less:?}");
+    }
+
+    #[test]
+    fn given_labels_replace_the_ratios() {
+        let path =
+            std::env::temp_dir().join(format!("lazybatch-heat-l-{}.svg", std::process::id()));
+        let h = HeatMap {
+            rows: vec!["a".into()],
+            cols: vec!["x".into(), "y".into()],
+            values: vec![vec![2.0, 0.5]],
+            labels: vec![vec!["1,234".into(), "56".into()]],
+            goal: 1.0,
+            worst: 0.5,
+            higher_is_better: true,
+            cell_w: 90,
+            ..HeatMap::default()
+        };
+        HeatMap::write_svg(&[h], &path).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let texts: Vec<&str> = svg.lines().map(str::trim).collect();
+        assert!(texts.contains(&"1,234") && texts.contains(&"56"), "{svg}");
+        assert!(!svg.contains("2.00"), "the ratio is not printed");
+        assert!(
+            svg.contains("green: ≥ 1 (goal)"),
+            "the key says which side is good"
+        );
     }
 
     #[test]
@@ -210,6 +280,7 @@ mod tests {
             values: vec![vec![0.98, 1.02, 1.2], vec![1.0, f64::NAN, 1.07]],
             goal: 1.05,
             worst: 1.3,
+            ..HeatMap::default()
         };
         HeatMap::write_svg(&[h.clone(), h], &path).unwrap();
         let svg = std::fs::read_to_string(&path).unwrap();

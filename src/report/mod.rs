@@ -25,10 +25,33 @@ pub fn experiment_names() -> Vec<&'static str> {
 /// Names `--figures` accepts for several experiments at once.
 pub const GROUPS: &[(&str, &[&str])] = &[("beyond", &["bursts", "goodput", "adaptive"])];
 
-/// The experiments `names` select (groups expanded), in report order, each once.
-fn select(names: &[String]) -> Result<Vec<&'static dyn experiments::Experiment>> {
+/// The experiments `reproduce` runs unless `--figures` names others: the paper's evaluation and
+/// the capacity at its SLA; [`GROUPS`]' `beyond` (our experiments past the paper, minutes more)
+/// runs when named, or with `all`.
+pub fn default_experiment_names() -> Vec<&'static str> {
+    experiments::ALL
+        .iter()
+        .filter(|e| e.by_default())
+        .map(|e| e.name())
+        .collect()
+}
+
+/// The experiments `names` select (groups expanded; `all`: every one), in report order, each
+/// once; `None`: [`default_experiment_names`].
+fn select(names: Option<&[String]>) -> Result<Vec<&'static dyn experiments::Experiment>> {
+    let Some(names) = names else {
+        return Ok(experiments::ALL
+            .iter()
+            .copied()
+            .filter(|e| e.by_default())
+            .collect());
+    };
     let mut wanted = Vec::new();
     for f in names {
+        if f == "all" {
+            wanted.extend(experiment_names().iter().map(|m| m.to_string()));
+            continue;
+        }
         match GROUPS.iter().find(|(g, _)| g == f) {
             Some((_, members)) => wanted.extend(members.iter().map(|m| m.to_string())),
             None if experiments::find(f).is_some() => wanted.push(f.clone()),
@@ -37,7 +60,7 @@ fn select(names: &[String]) -> Result<Vec<&'static dyn experiments::Experiment>>
                 return Err(Error::invalid(
                     "--figures",
                     format!(
-                        "unknown experiment '{f}' (known: {}; groups: {})",
+                        "unknown experiment '{f}' (known: {}; groups: {}, all)",
                         experiment_names().join(", "),
                         groups.join(", ")
                     ),
@@ -91,8 +114,14 @@ pub struct Plan {
     pub requests_static: usize,
     /// Requests per run for seq2seq models.
     pub requests_seq: usize,
-    /// Arrival rates of the latency/throughput sweep (req/s).
+    /// Arrival rates of the latency/throughput sweep (req/s), the averages' rates.
     pub rates: Vec<f64>,
+    /// Rates past graph batching's saturation (the paper's Fig. 5 reaches 2,000 req/s), drawn
+    /// and tabled beside [`Plan::rates`] but kept out of the averages, where a queue that grows
+    /// without bound would swamp every other rate.
+    pub overload_rates: Vec<f64>,
+    /// The capacity experiment's search.
+    pub capacity: CapacityPlan,
     /// Graph-batching windows of the main evaluation (ms).
     pub windows: Vec<f64>,
     /// Windows of the batch-size-per-traffic sweep (ms).
@@ -117,6 +146,17 @@ pub struct Plan {
     pub lifo_loads: Vec<f64>,
 }
 
+/// How `reproduce` searches capacities (`lazybatch capacity`'s search, smaller).
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct CapacityPlan {
+    /// Requests per probe run.
+    pub requests: usize,
+    /// Seeds per probe (1..=seeds; the probe is their mean).
+    pub seeds: u64,
+    /// The bracket's relative width at which the search stops.
+    pub precision: f64,
+}
+
 impl Plan {
     /// The plan for `opts`.
     pub fn new(opts: &Options) -> Result<Plan> {
@@ -130,6 +170,12 @@ impl Plan {
                 requests_static: 400,
                 requests_seq: 150,
                 rates: vec![16.0, 256.0, 1000.0],
+                overload_rates: vec![2000.0],
+                capacity: CapacityPlan {
+                    requests: 300,
+                    seeds: 1,
+                    precision: 0.1,
+                },
                 windows: vec![5.0, 25.0, 50.0, 75.0, 95.0],
                 traffic_windows: vec![5.0, 25.0, 99.0],
                 traffic_rates: vec![16.0, 250.0, 2000.0],
@@ -148,6 +194,12 @@ impl Plan {
                 requests_static: 2000,
                 requests_seq: 500,
                 rates: vec![16.0, 128.0, 256.0, 512.0, 1000.0],
+                overload_rates: vec![1500.0, 2000.0],
+                capacity: CapacityPlan {
+                    requests: 2000,
+                    seeds: 2,
+                    precision: 0.02,
+                },
                 windows: vec![5.0, 25.0, 50.0, 75.0, 95.0],
                 traffic_windows: vec![5.0, 10.0, 25.0, 50.0, 75.0, 99.0],
                 traffic_rates: vec![16.0, 250.0, 2000.0],
@@ -161,6 +213,19 @@ impl Plan {
                 lifo_loads: vec![0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95],
             }
         })
+    }
+
+    /// The latency/throughput sweep's rates and the overload rates, in order.
+    pub fn all_rates(&self) -> Vec<f64> {
+        let mut v: Vec<f64> = self
+            .rates
+            .iter()
+            .chain(&self.overload_rates)
+            .copied()
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v.dedup();
+        v
     }
 
     /// Requests per run for a model.
@@ -263,6 +328,26 @@ pub use crate::runs::RunOut;
 /// Results of every job, by job.
 pub(crate) type Results = HashMap<Job, RunOut>;
 
+/// The bench of a zoo model, or of the co-location of a comma-separated list of them, on `npu`.
+pub(crate) fn bench_for(
+    model: &str,
+    npu: &NpuConfig,
+    max_batch: u32,
+    coverage: f64,
+) -> Result<Bench> {
+    let model = if model.contains(',') {
+        crate::graph::Model::compose(
+            model
+                .split(',')
+                .map(zoo::load)
+                .collect::<Result<Vec<_>>>()?,
+        )
+    } else {
+        zoo::load(model)?
+    };
+    Bench::new(model, npu.clone(), max_batch, coverage)
+}
+
 /// Runs `jobs` in parallel (deterministic: each job depends only on its own key); returns the
 /// results and each job's run time in seconds (reported, never part of a result).
 fn run_jobs(
@@ -279,27 +364,11 @@ fn run_jobs(
     let benches: BTreeMap<Key, Bench> = keys
         .into_par_iter()
         .map(|key @ (npu, model, max_batch, coverage_tenths)| {
-            // a comma-separated model list is a co-location of those models
-            let model = if model.contains(',') {
-                crate::graph::Model::compose(
-                    model
-                        .split(',')
-                        .map(zoo::load)
-                        .collect::<Result<Vec<_>>>()?,
-                )
-            } else {
-                zoo::load(model)?
-            };
             let cfg = npus
                 .get(usize::from(npu))
                 .ok_or_else(|| Error::Internal(format!("no NPU configuration #{npu}")))?;
-            let bench = Bench::new(
-                model,
-                cfg.1.clone(),
-                max_batch,
-                f64::from(coverage_tenths) / 10.0,
-            )?;
-            Ok((key, bench))
+            let coverage = f64::from(coverage_tenths) / 10.0;
+            Ok((key, bench_for(model, &cfg.1, max_batch, coverage)?))
         })
         .collect::<Result<_>>()?;
     let bar = progress.start("reproduce", jobs.len() as u64, "runs");
@@ -373,10 +442,7 @@ pub fn reproduce(opts: &Options) -> Result<Vec<String>> {
             "give 1 to 255 configurations",
         ));
     }
-    let chosen = match &opts.figures {
-        None => experiments::ALL.to_vec(),
-        Some(list) => select(list)?,
-    };
+    let chosen = select(opts.figures.as_deref())?;
     let selected: Vec<&'static str> = chosen.iter().map(|e| e.name()).collect();
     std::fs::create_dir_all(&opts.out).map_err(|e| Error::io(&opts.out, e))?;
     let mut jobs = BTreeSet::new();
@@ -469,7 +535,11 @@ mod tests {
 
     fn names(list: &[&str]) -> Vec<&'static str> {
         let list: Vec<String> = list.iter().map(|s| s.to_string()).collect();
-        select(&list).unwrap().iter().map(|e| e.name()).collect()
+        select(Some(&list))
+            .unwrap()
+            .iter()
+            .map(|e| e.name())
+            .collect()
     }
 
     #[test]
@@ -479,7 +549,22 @@ mod tests {
             names(&["adaptive", "eval", "beyond"]),
             ["eval", "bursts", "goodput", "adaptive"]
         );
-        let e = select(&["nope".to_string()]).err().unwrap().to_string();
-        assert!(e.contains("groups: beyond"), "{e}");
+        let e = select(Some(&["nope".to_string()]))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("groups: beyond, all"), "{e}");
+    }
+
+    #[test]
+    fn by_default_the_papers_experiments_and_capacity_run_and_all_adds_beyond() {
+        let default: Vec<&str> = select(None).unwrap().iter().map(|e| e.name()).collect();
+        assert_eq!(default, default_experiment_names());
+        assert!(default.contains(&"eval") && default.contains(&"capacity"));
+        for b in ["bursts", "goodput", "adaptive"] {
+            assert!(!default.contains(&b), "{b} is opt-in");
+        }
+        assert_eq!(names(&["all"]), experiment_names());
+        assert_eq!(names(&["all", "eval"]), experiment_names());
     }
 }

@@ -35,6 +35,9 @@ impl Experiment for Adaptive {
     fn name(&self) -> &'static str {
         "adaptive"
     }
+    fn by_default(&self) -> bool {
+        false
+    }
     fn jobs(&self, plan: &Plan, npu: &NpuConfig, jobs: &mut BTreeSet<Job>) -> Result<()> {
         for &m in MODELS {
             for r in rates(m, npu)? {

@@ -33,6 +33,9 @@ impl Experiment for Bursts {
     fn name(&self) -> &'static str {
         "bursts"
     }
+    fn by_default(&self) -> bool {
+        false
+    }
     fn jobs(&self, plan: &Plan, npu: &NpuConfig, jobs: &mut BTreeSet<Job>) -> Result<()> {
         for &m in MODELS {
             let r = rate(m, npu)?;

@@ -34,6 +34,9 @@ impl Experiment for Goodput {
     fn name(&self) -> &'static str {
         "goodput"
     }
+    fn by_default(&self) -> bool {
+        false
+    }
     fn jobs(&self, plan: &Plan, npu: &NpuConfig, jobs: &mut BTreeSet<Job>) -> Result<()> {
         for &m in MODELS {
             let (classes, rates) = setting(m, npu)?;

@@ -6,6 +6,7 @@
 mod adaptive;
 mod batching;
 mod bursts;
+mod capacity;
 mod cdf;
 mod cellular;
 mod colocation;
@@ -18,6 +19,7 @@ mod sensitivity;
 mod sla;
 mod traffic;
 
+pub(crate) use capacity::ModelCapacity;
 pub(crate) use eval::{gains, gains_of, pooled};
 pub(crate) use sla::{sla_curve, zero_from};
 
@@ -40,6 +42,11 @@ pub(super) trait Experiment: Sync {
     fn jobs(&self, plan: &Plan, npu: &NpuConfig, jobs: &mut BTreeSet<Job>) -> Result<()>;
     /// Writes its data, figure and report section from the results.
     fn write(&self, ctx: &mut Ctx) -> Result<()>;
+    /// Whether `reproduce` runs it when `--figures` is not given (the `beyond` experiments,
+    /// past the paper and minutes long, run when named).
+    fn by_default(&self) -> bool {
+        true
+    }
 }
 
 /// Every experiment, in report order: the one registration of an experiment.
@@ -47,6 +54,7 @@ pub(super) const ALL: &[&dyn Experiment] = &[
     &batching::Batching,
     &traffic::Traffic,
     &eval::Eval,
+    &capacity::Capacity,
     &cdf::Cdf,
     &sla::Sla,
     &sensitivity::Sensitivity,
@@ -232,6 +240,8 @@ pub(crate) struct Ctx<'a> {
     pub(super) sections: Vec<(String, String)>,
     /// The co-location experiment's (latency gain, throughput gain, best GraphB), when run.
     pub(super) colo_gains: Option<(f64, f64, String)>,
+    /// The capacity experiment's searches, when run.
+    pub(super) capacities: Vec<ModelCapacity>,
 }
 
 impl<'a> Ctx<'a> {
@@ -254,6 +264,7 @@ impl<'a> Ctx<'a> {
             files: Vec::new(),
             sections: Vec::new(),
             colo_gains: None,
+            capacities: Vec::new(),
         })
     }
 
