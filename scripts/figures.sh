@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates every figure the README and docs/ show (docs/figures/) and prints the README's
-# headline table: the full `reproduce` (both NPU configurations, 20 seeds) and `compare --out`
+# headline table: the full `reproduce` with every experiment (both NPU configurations, 20 seeds,
+# `--figures all`: the default run and the `beyond` experiments) and `compare --out`
 # for ResNet-50 and the Transformer on the paper-calibrated configuration.
 # Usage: scripts/figures.sh [OUT]   (OUT defaults to out/reproduce; builds the release binary)
 set -euo pipefail
@@ -8,8 +9,8 @@ cd "$(dirname "$0")/.."
 cargo build --release --quiet
 bin=target/release/lazybatch
 out=${1:-out/reproduce}
-"$bin" reproduce --out "$out"
-for f in eval_latency sla cdf lifo; do
+"$bin" reproduce --figures all --out "$out"
+for f in eval_latency sla cdf lifo capacity; do
   cp "$out/paper/$f.svg" "docs/figures/$f.svg"
 done
 cp "$out/default/eval_latency.svg" docs/figures/eval_latency_default.svg
