@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::graph::{Class, Lengths, Model, NodeStep};
 use crate::metrics::{KeepRecords, Recorder, Stats};
 use crate::policy::{Decision, Policy, View};
-use crate::runtime::{BatchTable, Ledger, Predictor, Queue, Rejection, Request, RequestId};
+use crate::runtime::{BatchTable, InfQ, Ledger, Predictor, Rejection, Request, RequestId};
 use crate::time::{Clock, Nanos};
 use crate::traffic::Arrival;
 
@@ -173,14 +173,14 @@ pub fn run_source<D: Device + ?Sized, C: Clock, A: ArrivalSource + ?Sized>(
         if setup.shed {
             s.shed_hopeless(now)?;
         }
-        if s.queue.is_empty() && s.table.is_empty() {
+        if s.infq.is_empty() && s.table.is_empty() {
             if arrivals.idle(clock, None) {
                 continue;
             }
             break;
         }
         // with requests in flight and nothing to decide (the policy contract), just run
-        let quiet = !s.table.is_empty() && (s.queue.is_empty() || s.never_preempts);
+        let quiet = !s.table.is_empty() && (s.infq.is_empty() || s.never_preempts);
         let decision = if quiet {
             Decision::Run
         } else {
@@ -232,7 +232,7 @@ pub struct Server<'a> {
     /// The requests in the server (and the account that each leaves once).
     requests: Ledger,
     record: Recorder,
-    queue: Queue,
+    infq: InfQ,
     table: BatchTable,
     free_slots: Vec<u32>,
     counters: Counters,
@@ -264,7 +264,7 @@ impl<'a> Server<'a> {
             setup,
             requests: Ledger::with_capacity(room + mb as usize),
             record: Recorder::new((model.parts.len(), setup.classes), setup.keep.clone())?,
-            queue: Queue::with_capacity(room),
+            infq: InfQ::with_capacity(room),
             table,
             free_slots: (0..mb).rev().collect(),
             counters: Counters::default(),
@@ -284,7 +284,7 @@ impl<'a> Server<'a> {
         View::new(
             now,
             self.setup.model,
-            &self.queue,
+            &self.infq,
             &self.table,
             self.setup.predictor,
             self.setup.max_batch as usize,
@@ -335,7 +335,7 @@ impl<'a> Server<'a> {
                 self.setup.shed && self.setup.predictor.best_completion(&q, now) > q.deadline;
             self.record.arrive(&q);
             self.requests.arrive(q)?;
-            let why = if self.queue.len() >= self.setup.max_pending {
+            let why = if self.infq.len() >= self.setup.max_pending {
                 Some(Rejection::QueueFull)
             } else if hopeless {
                 Some(Rejection::Shed)
@@ -350,7 +350,7 @@ impl<'a> Server<'a> {
                     }
                     self.record.reject(q, why)?;
                 }
-                None => self.queue.push(id),
+                None => self.infq.push(id),
             }
         }
         Ok(())
@@ -360,7 +360,7 @@ impl<'a> Server<'a> {
     /// served alone at once, leave as rejected (as Triton's queue policy drops requests that
     /// timed out while queued).
     fn shed_hopeless(&mut self, now: Nanos) -> Result<()> {
-        while let Some(&id) = self.queue.front() {
+        while let Some(&id) = self.infq.front() {
             if self
                 .setup
                 .predictor
@@ -369,7 +369,7 @@ impl<'a> Server<'a> {
             {
                 break;
             }
-            self.queue.shed_front();
+            self.infq.shed_front();
             let q = self.requests.reject(id)?;
             if let Some(o) = self.setup.observer {
                 o.left(&q, Left::Rejected(Rejection::Shed));
@@ -384,14 +384,14 @@ impl<'a> Server<'a> {
     /// model of the oldest admitted request runs first; `pad`: run as graph batches.
     fn admit(&mut self, count: usize, pad: bool, now: Nanos, policy: &dyn Policy) -> Result<()> {
         if count == 0
-            || count > self.queue.len()
+            || count > self.infq.len()
             || count > self.free_slots.len()
             || count > self.setup.max_batch as usize
         {
             return Err(Error::Internal(format!(
                 "policy {} admitted {count} with {} pending and {} free slots",
                 policy.name(),
-                self.queue.len(),
+                self.infq.len(),
                 self.free_slots.len()
             )));
         }
@@ -399,7 +399,7 @@ impl<'a> Server<'a> {
             self.counters.preemptions += 1;
         }
         self.batch.clear();
-        self.batch.extend(self.queue.next_batch(count));
+        self.batch.extend(self.infq.next_batch(count));
         self.order.clear();
         for r in &self.batch {
             let q = self.requests.get_mut(*r);
@@ -565,7 +565,7 @@ impl<'a> Server<'a> {
                 counters: &self.counters,
                 batch: self.members.len(),
                 depth: self.table.entries().len(),
-                pending: self.queue.len(),
+                pending: self.infq.len(),
             });
         }
         self.snap(done_at);

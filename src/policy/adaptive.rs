@@ -34,7 +34,7 @@
 //! Lengths are the predictor's (each request's encoder length, the coverage decoder length);
 //! the active batch is taken at its first member's; one model only.
 
-use super::lazy::{parse_lazy, Lazy};
+use super::lazy::Lazy;
 use super::spec::{Entry, ParamError, Parsed};
 use super::{Decision, Policy, View};
 use crate::graph::Lengths;
@@ -53,17 +53,18 @@ pub struct Adaptive {
 /// Weight of a new gap in the moving average (about the last 32 arrivals).
 const GAP_WEIGHT: f64 = 1.0 / 32.0;
 
-/// LazyB's grammar (`lazy[:strict]`, `oracle[:strict]`, [`super::lazy::ENTRY`]) with
-/// `lazy:adaptive` added: the registry lists this entry in its place.
+/// `lazy:adaptive`: the `adaptive` variant of `lazy`, whose own entry ([`super::lazy::ENTRY`])
+/// reads every other parameter.
 pub(crate) const ENTRY: Entry = Entry {
-    names: super::lazy::ENTRY.names,
-    usage: "lazy[:strict|:no-decoder-preempt|:adaptive], oracle[:strict|:no-decoder-preempt]",
+    names: &["lazy"],
+    variant: Some("adaptive"),
+    usage: "lazy:adaptive",
     parse,
 };
 
-fn parse(name: &str, params: &[&str], max: u32) -> std::result::Result<Parsed, ParamError> {
-    if (name, params) != ("lazy", &["adaptive"][..]) {
-        return parse_lazy(name, params, max);
+fn parse(_: &str, params: &[&str], _: u32) -> std::result::Result<Parsed, ParamError> {
+    if params != ["adaptive"] {
+        return Err("takes no parameter after 'adaptive'".into());
     }
     // one model only: its test reads one profile's times
     Ok(Parsed {
@@ -85,7 +86,7 @@ impl Adaptive {
 
     /// Folds the arrivals not yet seen into the gap average.
     fn observe(&mut self, v: &View) {
-        let newest = v.pending.iter().rev().map(|&r| v.arrival(r));
+        let newest = v.infq.iter().rev().map(|&r| v.arrival(r));
         let fresh: Vec<Nanos> = newest.take_while(|&a| self.seen < Some(a)).collect();
         for &a in fresh.iter().rev() {
             if let Some(prev) = self.seen {
@@ -112,7 +113,7 @@ impl Adaptive {
 
 /// True when admitting `n` newcomers now lowers the total completion time (module doc).
 pub(crate) fn preemption_pays(v: &View, n: usize, rate: f64) -> bool {
-    let (Some(top), Some(&first)) = (v.table.top(), v.pending.front()) else {
+    let (Some(top), Some(&first)) = (v.table.top(), v.infq.front()) else {
         return true;
     };
     let Some(&running) = top.members.first() else {
@@ -137,7 +138,7 @@ pub(crate) fn preemption_pays(v: &View, n: usize, rate: f64) -> bool {
 /// arrivals at `rate` per ns: the group size that minimises the queued requests' total
 /// completion time plus the delay the plan imposes on arrivals (module doc).
 pub(crate) fn launch_size(v: &View, n: usize, rate: f64) -> usize {
-    let Some(&first) = v.pending.front() else {
+    let Some(&first) = v.infq.front() else {
         return n;
     };
     if n <= 1 {

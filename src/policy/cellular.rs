@@ -68,7 +68,7 @@ impl Policy for Cellular {
     }
 
     fn decide(&mut self, v: &View) -> Decision {
-        if v.pending.is_empty() {
+        if v.infq.is_empty() {
             return Decision::Run;
         }
         let room = v.room(self.max_batch);
@@ -76,7 +76,7 @@ impl Policy for Cellular {
             // an idle device: graph batching, without padding
             None => start_batch(v, self.window, self.max_batch, false),
             Some(top) if room > 0 && joinable(v.model, top.next) => Decision::Admit {
-                count: v.pending.len().min(room),
+                count: v.infq.len().min(room),
                 pad: false,
             },
             Some(_) => Decision::Run,
@@ -87,6 +87,7 @@ impl Policy for Cellular {
 /// `cellular:W[:B]`.
 pub(crate) const ENTRY: Entry = Entry {
     names: &["cellular"],
+    variant: None,
     usage: "cellular:W[:B]",
     parse: parse_cellular,
 };

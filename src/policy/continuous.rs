@@ -58,7 +58,7 @@ impl Policy for Continuous {
     }
 
     fn decide(&mut self, v: &View) -> Decision {
-        if v.pending.is_empty() {
+        if v.infq.is_empty() {
             return Decision::Run;
         }
         let room = v.room(self.max_batch);
@@ -67,7 +67,7 @@ impl Policy for Continuous {
             // a model without loops, and on a seq2seq batch requests leave at their own end)
             None => start_batch(v, Nanos(0), self.max_batch, !v.model.is_seq2seq()),
             Some(top) if room > 0 && at_iteration(v.model, top.next) => Decision::Admit {
-                count: v.pending.len().min(room),
+                count: v.infq.len().min(room),
                 pad: false,
             },
             Some(_) => Decision::Run,
@@ -78,6 +78,7 @@ impl Policy for Continuous {
 /// `continuous[:B]`.
 pub(crate) const ENTRY: Entry = Entry {
     names: &["continuous"],
+    variant: None,
     usage: "continuous[:B]",
     parse: parse_continuous,
 };

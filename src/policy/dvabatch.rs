@@ -76,7 +76,7 @@ impl Policy for Dva {
     }
 
     fn decide(&mut self, v: &View) -> Decision {
-        let Some(&oldest) = v.pending.front() else {
+        let Some(&oldest) = v.infq.front() else {
             return Decision::Run;
         };
         if v.table.is_empty() {
@@ -89,9 +89,9 @@ impl Policy for Dva {
             return Decision::Run;
         }
         let due = v.arrival(oldest) + self.window;
-        if v.pending.len() >= room || v.now >= due {
+        if v.infq.len() >= room || v.now >= due {
             Decision::Admit {
-                count: v.pending.len().min(room),
+                count: v.infq.len().min(room),
                 pad: false,
             }
         } else {
@@ -103,6 +103,7 @@ impl Policy for Dva {
 /// `dva:D:W[:B]`.
 pub(crate) const ENTRY: Entry = Entry {
     names: &["dva"],
+    variant: None,
     usage: "dva:D:W[:B]",
     parse: parse_dva,
 };
@@ -134,7 +135,7 @@ mod tests {
     use super::*;
     use crate::graph::{zoo, Lengths, NodeId};
     use crate::profile::Profile;
-    use crate::runtime::{BatchTable, Ledger, Predictor, Queue, Request, RequestId};
+    use crate::runtime::{BatchTable, InfQ, Ledger, Predictor, Request, RequestId};
 
     fn ms(x: f64) -> Nanos {
         Nanos::from_ms(x)
@@ -163,7 +164,7 @@ mod tests {
             };
             table.push_from([RequestId(0)], at, None);
         }
-        let mut queue = Queue::with_capacity(8);
+        let mut queue = InfQ::with_capacity(8);
         (1..=waiting).for_each(|i| queue.push(RequestId(i)));
         let ledger = Ledger::of(&requests).unwrap();
         let v = View::new(ms(now), &m, &queue, &table, &p, 8, &ledger);

@@ -47,7 +47,7 @@ impl Policy for Forced {
         loop_cells(model)
     }
     fn decide(&mut self, v: &View) -> Decision {
-        if v.pending.is_empty() || v.free_slots() == 0 {
+        if v.infq.is_empty() || v.free_slots() == 0 {
             return Decision::Run;
         }
         if v.table.is_empty() || self.since >= self.gap() {

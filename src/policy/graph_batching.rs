@@ -44,14 +44,14 @@ impl Policy for GraphBatching {
 /// On an idle device: admit up to `max_batch` pending requests once that many wait or the
 /// oldest has waited `window`, padded to their longest lengths when `pad`; else wait.
 pub(super) fn start_batch(v: &View, window: Nanos, max_batch: u32, pad: bool) -> Decision {
-    let Some(&oldest) = v.pending.front() else {
+    let Some(&oldest) = v.infq.front() else {
         return Decision::Run;
     };
     let cap = (max_batch as usize).min(v.free_slots()).max(1);
     let due = v.arrival(oldest) + window;
-    if v.pending.len() >= cap || v.now >= due {
+    if v.infq.len() >= cap || v.now >= due {
         Decision::Admit {
-            count: v.pending.len().min(cap),
+            count: v.infq.len().min(cap),
             pad,
         }
     } else {
@@ -62,6 +62,7 @@ pub(super) fn start_batch(v: &View, window: Nanos, max_batch: u32, pad: bool) ->
 /// `graph:W[:B]`.
 pub(crate) const ENTRY: Entry = Entry {
     names: &["graph"],
+    variant: None,
     usage: "graph:W[:B]",
     parse: parse_graph,
 };
@@ -78,7 +79,7 @@ mod tests {
     use super::*;
     use crate::graph::{zoo, Lengths};
     use crate::profile::Profile;
-    use crate::runtime::{BatchTable, Ledger, Predictor, Queue, Request, RequestId};
+    use crate::runtime::{BatchTable, InfQ, Ledger, Predictor, Request, RequestId};
 
     fn decide(window_ms: f64, max_batch: u32, waiting: u32, now_ms: f64) -> Decision {
         let m = zoo::load(&format!(
@@ -95,7 +96,7 @@ mod tests {
                 Request::new(RequestId(i), at, Nanos::from_ms(100.0), len)
             })
             .collect();
-        let mut queue = Queue::with_capacity(8);
+        let mut queue = InfQ::with_capacity(8);
         requests.iter().for_each(|r| queue.push(r.id));
         let table = BatchTable::new(8);
         let ledger = Ledger::of(&requests).unwrap();

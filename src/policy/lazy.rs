@@ -1,7 +1,8 @@
-//! `lazy` (LazyBatching) and `oracle`. When requests are pending and the slack predictor allows
-//! it, preempt the active sub-batch at the node boundary, push the newcomers on the BatchTable,
-//! let them catch up and merge; otherwise let the active batch run on and start the pending ones
-//! when the table empties. No time window anywhere.
+//! `lazy` (LazyBatching) and its variants. When requests are pending and the slack check
+//! ([`super::slack`], the paper's Eq. 2) allows it, preempt the active sub-batch at the node
+//! boundary, push the newcomers on the BatchTable, let them catch up and merge; otherwise let the
+//! active batch run on and start the pending ones when the table empties. No time window
+//! anywhere. The Oracle ([`super::oracle`]) is the same policy with an exact check.
 //!
 //! ## The merge rule
 //!
@@ -15,29 +16,6 @@
 //! ablation. (`lazy+cell`, the name this rule had as an option, is accepted as an alias of
 //! `lazy`.)
 //!
-//! ## Our reading of Eq. 2 (the paper leaves these details open)
-//!
-//! `Slack = SLA − (T_wait + Σ_i SingleInputExecTime_i)`, evaluated for every request the
-//! decision affects — every request in flight (all BatchTable entries) and every newcomer:
-//! * `T_wait` is the time a request has already spent in the server (`now − arrival`), waiting
-//!   and executing: work already done counts as time spent, not again as work;
-//! * the sum runs over **every** request in flight plus the newcomers, each term the request's
-//!   **remaining** single-input latency (Algorithm 1 from its current node and step; full for
-//!   newcomers, at their own encoder length), because after lazy batching they all finish
-//!   together in one merged batch whose latency the paper conservatively estimates as the sum
-//!   of its members' single-input latencies;
-//! * LazyB admits the largest prefix of the pending queue (FIFO, within free slots) for which
-//!   no affected request's slack is negative. A request already predicted to be late blocks
-//!   lazy batching until the table drains (we first exempted such requests — they are late
-//!   either way — but then nothing is protected under overload and the stack grows into dozens
-//!   of batch-1 entries that never merge: GNMT at 250 req/s fell to batch 1.03).
-//!
-//! The Oracle replaces the conservative sum by the exact batched latencies of the profile: the
-//! newcomers catch up with each stack entry below at their own batch size, merge, and the merged
-//! batch finishes at its combined size, running until its slowest member (the one with the most
-//! remaining work) is done. It admits the largest number of newcomers for which every affected
-//! request still meets its deadline (a binary search: a longer prefix never finishes earlier).
-//!
 //! ## `lazy:no-decoder-preempt` (an ablation, not the paper's)
 //!
 //! The same gate, but never while the active sub-batch stands at a decoder node: newcomers wait
@@ -48,9 +26,8 @@
 //! On models without a decoder it is `lazy`.
 
 use super::spec::{Entry, ParamError, Parsed};
+use super::{oracle, slack};
 use super::{Decision, Policy, View};
-use crate::graph::{Lengths, NodeStep};
-use crate::runtime::SubBatch;
 
 /// LazyBatching with the conservative predictor, or the Oracle; merging at a common loop node
 /// whatever the timestep, or (`strict`) only at an identical (node, timestep).
@@ -61,7 +38,7 @@ pub struct Lazy {
     /// Never preempt an active sub-batch standing at a decoder node (the ablation).
     keep_decoder: bool,
     /// The Oracle's scratch: one group per BatchTable entry.
-    groups: Vec<Group>,
+    groups: Vec<oracle::Group>,
     /// The entries below the active one, summed once per table generation.
     below: Below,
 }
@@ -104,48 +81,15 @@ impl Lazy {
     }
 }
 
-/// Σ over the members of one entry of their remaining single-input latency, and the earliest
-/// deadline among them. Members mostly share a position and lengths: the remaining latency is
-/// computed once per run of equal (lengths, step).
-fn entry_load(v: &View, sb: &SubBatch) -> (u64, u64) {
-    let mut total = 0u64;
-    let mut min_deadline = u64::MAX;
-    let mut last: Option<(Lengths, u32, u64)> = None;
-    for (j, &r) in sb.members.iter().enumerate() {
-        let q = v.request(r);
-        let len = sb.padded.unwrap_or_else(|| v.predicted_len_of(q));
-        let step = sb.steps.get(j).copied().unwrap_or(sb.next.step);
-        let rem = match last {
-            Some((l, s, t)) if l == len && s == step => t,
-            _ => {
-                v.predictor
-                    .remaining(
-                        Some(NodeStep {
-                            node: sb.next.node,
-                            step,
-                        }),
-                        len,
-                        1,
-                    )
-                    .0
-            }
-        };
-        last = Some((len, step, rem));
-        total += rem;
-        min_deadline = min_deadline.min(q.deadline.0);
-    }
-    (total, min_deadline)
-}
-
 /// What the policy remembers of the entries below the active one: they do not move until the
 /// table's generation changes, so their load is summed once per generation, not per decision.
 #[derive(Clone, Debug, Default)]
-struct Below {
+pub(super) struct Below {
     generation: Option<u64>,
     /// Σ remaining single-input latency and earliest deadline of the entries below the top.
-    load: (u64, u64),
+    pub(super) load: (u64, u64),
     /// The Oracle's groups for those entries, bottom first.
-    groups: Vec<Group>,
+    pub(super) groups: Vec<oracle::Group>,
 }
 
 impl Below {
@@ -158,191 +102,16 @@ impl Below {
         let entries = v.table.entries();
         let below = &entries[..entries.len().saturating_sub(1)];
         self.load = below.iter().fold((0, u64::MAX), |(t, d), sb| {
-            let (et, ed) = entry_load(v, sb);
+            let (et, ed) = slack::entry_load(v, sb);
             (t + et, d.min(ed))
         });
         self.groups.clear();
         if oracle {
             self.groups
-                .extend(below.iter().map(|sb| entry_group(v, sb)));
+                .extend(below.iter().map(|sb| oracle::entry_group(v, sb)));
         }
         self.generation = Some(generation);
     }
-}
-
-/// Σ over requests in flight of their remaining single-input latency, and the earliest deadline
-/// among them.
-fn in_flight(v: &View, below: &Below) -> (u64, u64) {
-    match v.table.top() {
-        None => (0, u64::MAX),
-        Some(top) => {
-            let (t, d) = entry_load(v, top);
-            (below.load.0 + t, below.load.1.min(d))
-        }
-    }
-}
-
-/// The number of pending requests LazyB may admit now (0 = do not preempt).
-fn lazy_admissible(v: &View, k_max: usize, below: &Below) -> usize {
-    let (base, mut min_deadline) = in_flight(v, below);
-    let threshold = v.now.0 + base;
-    let mut sum = 0u64;
-    let mut ok = 0;
-    for (i, &r) in v.pending.iter().take(k_max).enumerate() {
-        sum += v.predictor.single_input_of(v.part(r), v.predicted_len(r)).0;
-        min_deadline = min_deadline.min(v.deadline(r).0);
-        if threshold + sum > min_deadline {
-            break;
-        }
-        ok = i + 1;
-    }
-    ok
-}
-
-/// Where a group of requests stands for the Oracle's look-ahead: the position and lengths of
-/// its member with the most work left (a merged group runs until that member is done), and
-/// its size. `at` None: not started.
-#[derive(Clone, Copy, Debug)]
-struct Group {
-    at: Option<NodeStep>,
-    len: Lengths,
-    size: u32,
-}
-
-/// The representative of a BatchTable entry: its member with the most remaining single-input
-/// work (members stand at different steps after cross-step merges).
-fn entry_group(v: &View, sb: &SubBatch) -> Group {
-    let mut best = (0u64, Some(sb.next), v.predicted_len(sb.members[0]));
-    for (j, &r) in sb.members.iter().enumerate() {
-        let q = v.request(r);
-        let len = sb.padded.unwrap_or_else(|| v.predicted_len_of(q));
-        let at = Some(NodeStep {
-            node: sb.next.node,
-            step: sb.steps.get(j).copied().unwrap_or(sb.next.step),
-        });
-        let rem = v.predictor.remaining(at, len, 1).0;
-        if j == 0 || rem > best.0 {
-            best = (rem, at, len);
-        }
-    }
-    Group {
-        at: best.1,
-        len: best.2,
-        size: sb.members.len() as u32,
-    }
-}
-
-/// The unit at which a group standing at `from` first reaches `target`'s node: the target
-/// itself under the strict rule, otherwise the group's own step at that node.
-fn arrival(v: &View, from: Option<NodeStep>, target: NodeStep) -> NodeStep {
-    if !v.table.is_cell(target) {
-        return target;
-    }
-    let model = v.model;
-    let l = model
-        .node(target.node)
-        .loop_id
-        .map(|l| &model.loops[l.0 as usize]);
-    let step = match (from, l) {
-        (Some(f), Some(lp)) if f.node >= lp.first && f.node <= lp.last => {
-            // inside the same loop: this iteration if the node is still ahead, else the next
-            f.step + u32::from(f.node > target.node)
-        }
-        _ => 0,
-    };
-    NodeStep {
-        node: target.node,
-        step,
-    }
-}
-
-/// Exact (profile-table) time until the whole table, plus `extra` newcomers at the first unit,
-/// has finished, if each group catches up with the entry below, merges with it, and the merged
-/// group runs at its combined size until its slowest member is done. `entries` are the
-/// table's entries as groups, bottom first.
-fn oracle_drain(v: &View, entries: &[Group], extra: Option<Group>) -> u64 {
-    let p = v.predictor;
-    // top of the stack first: the newcomers, then the entries from the top down
-    let mut chain = extra.into_iter().chain(entries.iter().rev().copied());
-    let Some(mut top) = chain.next() else {
-        return 0;
-    };
-    let mut t = 0u64;
-    for below in chain {
-        let Some(target) = below.at else { continue };
-        let meet = arrival(v, top.at, target);
-        let from = p.remaining(top.at, top.len, top.size).0;
-        let to = p.remaining(Some(meet), top.len, top.size).0;
-        t += from.saturating_sub(to);
-        // the merged group: whichever side has more work left leads it
-        let mine = p.remaining(Some(meet), top.len, 1).0;
-        let theirs = p.remaining(below.at, below.len, 1).0;
-        top = if mine > theirs {
-            Group {
-                at: Some(meet),
-                len: top.len,
-                size: top.size + below.size,
-            }
-        } else {
-            Group {
-                size: top.size + below.size,
-                ..below
-            }
-        };
-    }
-    t + p.remaining(top.at, top.len, top.size).0
-}
-
-/// The number of pending requests the Oracle may admit now (at most `k_max`, which the caller
-/// bounds by the pending count): the largest k for which every affected request still meets
-/// its deadline. Admitting more never finishes earlier (the batched latencies grow with the
-/// batch) and only adds deadlines, so feasibility is monotone in k and a binary search finds it.
-/// `below` holds the groups of the entries under the active one; `scratch` receives every
-/// entry's group (kept by the policy, so that deciding allocates nothing).
-fn oracle_admissible(v: &View, k_max: usize, below: &Below, scratch: &mut Vec<Group>) -> usize {
-    let now = v.now.0;
-    let inflight_min = in_flight(v, below).1;
-    let Some(&first) = v.pending.front() else {
-        return 0;
-    };
-    scratch.clear();
-    scratch.extend_from_slice(&below.groups);
-    scratch.extend(v.table.top().map(|sb| entry_group(v, sb)));
-    let entries = &scratch[..];
-    // the newcomers run as one sub-batch at the first one's predicted lengths
-    let len = v.predicted_len(first);
-    let feasible = |k: usize| {
-        let extra = Group {
-            at: None,
-            len,
-            size: k as u32,
-        };
-        let with = now + oracle_drain(v, entries, Some(extra));
-        let new_min = v
-            .pending
-            .iter()
-            .take(k)
-            .map(|&r| v.deadline(r).0)
-            .min()
-            .unwrap_or(u64::MAX);
-        inflight_min >= with && new_min >= with
-    };
-    let k_max = k_max.min(v.pending.len());
-    // blocked is the common case under load: one look-ahead says so
-    if k_max == 0 || !feasible(1) {
-        return 0;
-    }
-    // invariant: lo is feasible, everything above hi is not
-    let (mut lo, mut hi) = (1usize, k_max);
-    while lo < hi {
-        let mid = lo + (hi - lo).div_ceil(2);
-        if feasible(mid) {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    lo
 }
 
 impl Policy for Lazy {
@@ -367,10 +136,10 @@ impl Policy for Lazy {
     }
 
     fn decide(&mut self, v: &View) -> Decision {
-        if v.pending.is_empty() {
+        if v.infq.is_empty() {
             return Decision::Run;
         }
-        let k_max = v.pending.len().min(v.free_slots()).min(v.table.max_batch());
+        let k_max = v.infq.len().min(v.free_slots()).min(v.table.max_batch());
         if k_max == 0 {
             return Decision::Run;
         }
@@ -385,9 +154,9 @@ impl Policy for Lazy {
         }
         self.below.refresh(v, self.oracle);
         let k = if self.oracle {
-            oracle_admissible(v, k_max, &self.below, &mut self.groups)
+            oracle::admissible(v, k_max, &self.below, &mut self.groups)
         } else {
-            lazy_admissible(v, k_max, &self.below)
+            slack::admissible(v, k_max, self.below.load)
         };
         if k > 0 {
             Decision::Admit {
@@ -410,18 +179,15 @@ fn in_decoder(v: &View) -> bool {
 /// `lazy`, `oracle`, `lazy:strict`, `oracle:strict`, `lazy:no-decoder-preempt`,
 /// `oracle:no-decoder-preempt`; `lazy+cell` is the name cross-step
 /// merging had while it was an option.
-/// (`lazy:adaptive` extends this grammar in `adaptive.rs`, whose entry the registry lists.)
+/// (`lazy:adaptive` has its own entry, in `adaptive.rs`.)
 pub(crate) const ENTRY: Entry = Entry {
     names: &["lazy", "oracle", "lazy+cell"],
+    variant: None,
     usage: "lazy[:strict|:no-decoder-preempt], oracle[:strict|:no-decoder-preempt]",
     parse: parse_lazy,
 };
 
-pub(crate) fn parse_lazy(
-    name: &str,
-    params: &[&str],
-    _: u32,
-) -> std::result::Result<Parsed, ParamError> {
+fn parse_lazy(name: &str, params: &[&str], _: u32) -> std::result::Result<Parsed, ParamError> {
     let (strict, keep_decoder) = match (name, params) {
         ("lazy+cell", []) | (_, []) => (false, false),
         ("lazy+cell", _) => return Err("takes no parameters".into()),

@@ -11,7 +11,9 @@ mod dvabatch;
 mod forced;
 mod graph_batching;
 mod lazy;
+mod oracle;
 mod serial;
+mod slack;
 mod spec;
 
 pub use adaptive::Adaptive;
@@ -25,7 +27,7 @@ pub use serial::Serial;
 pub use spec::{parse, parse_for, Entry, Parsed, Spec};
 
 use crate::graph::{Lengths, Model};
-use crate::runtime::{BatchTable, Ledger, Predictor, Queue, Request, RequestId};
+use crate::runtime::{BatchTable, InfQ, Ledger, Predictor, Request, RequestId};
 use crate::time::Nanos;
 
 /// Every policy users can name, each declared by its own file: adding a policy is one file,
@@ -36,6 +38,7 @@ pub const REGISTRY: &[&Entry] = &[
     &cellular::ENTRY,
     &continuous::ENTRY,
     &dvabatch::ENTRY,
+    &lazy::ENTRY,
     &adaptive::ENTRY,
 ];
 
@@ -65,8 +68,8 @@ pub struct View<'a> {
     pub now: Nanos,
     /// The model being served.
     pub model: &'a Model,
-    /// Pending requests, oldest first (the paper's InfQ).
-    pub pending: &'a Queue,
+    /// The InfQ: pending requests, oldest first.
+    pub infq: &'a InfQ,
     /// The BatchTable.
     pub table: &'a BatchTable,
     /// The slack predictor.
@@ -81,7 +84,7 @@ impl<'a> View<'a> {
     pub fn new(
         now: Nanos,
         model: &'a Model,
-        pending: &'a Queue,
+        infq: &'a InfQ,
         table: &'a BatchTable,
         predictor: &'a Predictor,
         capacity: usize,
@@ -90,7 +93,7 @@ impl<'a> View<'a> {
         View {
             now,
             model,
-            pending,
+            infq,
             table,
             predictor,
             capacity,

@@ -15,7 +15,7 @@ impl Policy for Serial {
         true
     }
     fn decide(&mut self, v: &View) -> Decision {
-        if v.table.is_empty() && !v.pending.is_empty() {
+        if v.table.is_empty() && !v.infq.is_empty() {
             Decision::Admit {
                 count: 1,
                 pad: true,
@@ -29,6 +29,7 @@ impl Policy for Serial {
 /// `serial`.
 pub(crate) const ENTRY: Entry = Entry {
     names: &["serial"],
+    variant: None,
     usage: "serial",
     parse: parse_serial,
 };

@@ -13,6 +13,9 @@ use std::sync::Arc;
 pub struct Entry {
     /// The names before the first `:` it answers to.
     pub names: &'static [&'static str],
+    /// The first parameter that selects this entry among others with the same name
+    /// (`lazy:adaptive`); None: the name's own entry, for every other parameter.
+    pub variant: Option<&'static str>,
     /// Its grammar, for the list of known policies (`graph:W[:B]`).
     pub usage: &'static str,
     /// Reads the parameters after the name (`name` is the one used); an error message says
@@ -92,9 +95,18 @@ impl Spec {
             msg,
         };
         let parts: Vec<&str> = text.split(':').collect();
+        // a variant's entry (`lazy:adaptive`) before its name's own (`lazy`)
+        let named = |e: &&&Entry| e.names.contains(&parts[0]);
         let entry = super::REGISTRY
             .iter()
-            .find(|e| e.names.contains(&parts[0]))
+            .filter(named)
+            .find(|e| e.variant.is_some() && e.variant == parts.get(1).copied())
+            .or_else(|| {
+                super::REGISTRY
+                    .iter()
+                    .filter(named)
+                    .find(|e| e.variant.is_none())
+            })
             .ok_or_else(|| {
                 let known: Vec<&str> = super::REGISTRY.iter().map(|e| e.usage).collect();
                 bad(format!("unknown policy ({})", known.join(", ")))

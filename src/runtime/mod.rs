@@ -1,15 +1,15 @@
-//! The serving runtime's state: requests ([`request`]), the pending queue ([`queue`], the
+//! The serving runtime's state: requests ([`request`]), the pending queue ([`infq`], the
 //! paper's InfQ), the paper's BatchTable stack ([`batch_table`]), the SLA slack predictor
 //! ([`predictor`]) and the ledger of requests in the server ([`ledger`]).
 
 pub(crate) mod batch_table;
+pub(crate) mod infq;
 pub mod ledger;
 pub mod predictor;
-pub(crate) mod queue;
 pub mod request;
 
 pub use batch_table::{BatchTable, SubBatch};
+pub use infq::InfQ;
 pub use ledger::{Ledger, Rejection};
 pub use predictor::Predictor;
-pub use queue::Queue;
 pub use request::{Request, RequestId};

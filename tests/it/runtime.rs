@@ -999,7 +999,7 @@ impl policy::Policy for Misbehaving {
         if self.waits_for_now > 0 {
             self.waits_for_now -= 1;
             policy::Decision::WaitUntil(v.now)
-        } else if !self.admits.is_empty() && !v.pending.is_empty() {
+        } else if !self.admits.is_empty() && !v.infq.is_empty() {
             policy::Decision::Admit {
                 count: self.admits.remove(0),
                 pad: false,

@@ -1,9 +1,9 @@
 //! LazyB's and the Oracle's decisions on hand-built servers, against hand-computed times.
 
 use super::*;
-use crate::graph::{zoo, Model, NodeId};
+use crate::graph::{zoo, Lengths, Model, NodeId, NodeStep};
 use crate::profile::Profile;
-use crate::runtime::{BatchTable, Ledger, Predictor, Queue, Request, RequestId};
+use crate::runtime::{BatchTable, InfQ, Ledger, Predictor, Request, RequestId};
 use crate::time::Nanos;
 
 /// The paper's eight-node graph, every node 1 ms at any batch size (a request alone: 9 ms,
@@ -64,7 +64,7 @@ fn decide_in(
         };
         table.push_from(members.iter().map(|&i| RequestId(i)), at, None);
     }
-    let mut queue = Queue::with_capacity(16);
+    let mut queue = InfQ::with_capacity(16);
     for &i in pending {
         queue.push(RequestId(i));
     }
@@ -338,7 +338,7 @@ fn admits(mut pol: Lazy, entries: &[(u32, u32, u32, u32)], enc: u32, deadline0: 
         ms(90.0),
         Lengths { enc, dec: 3 },
     ));
-    let mut queue = Queue::with_capacity(4);
+    let mut queue = InfQ::with_capacity(4);
     queue.push(new);
     let ledger = Ledger::of(&rs).unwrap();
     admitted(pol.decide(&View::new(ms(0.0), &m, &queue, &table, &p, 8, &ledger)))

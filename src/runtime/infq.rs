@@ -1,22 +1,22 @@
 //! The paper's InfQ: requests that have arrived and wait to be admitted, oldest first. Policies
 //! read it (through their `View`); the engine appends arrivals and, when a policy admits `count`
-//! requests, takes them from the front with [`Queue::next_batch`]; with `--shed` the engine
-//! also drops a hopeless request from the front ([`Queue::shed_front`]). Those are the only
+//! requests, takes them from the front with [`InfQ::next_batch`]; with `--shed` the engine
+//! also drops a hopeless request from the front ([`InfQ::shed_front`]). Those are the only
 //! ways out, so a request leaves the queue exactly once.
 
 use super::request::RequestId;
 use std::collections::VecDeque;
 
-/// The pending queue.
+/// The InfQ: the pending queue.
 #[derive(Clone, Debug, Default)]
-pub struct Queue {
+pub struct InfQ {
     ids: VecDeque<RequestId>,
 }
 
-impl Queue {
+impl InfQ {
     /// An empty queue with room for `capacity` requests.
     pub fn with_capacity(capacity: usize) -> Self {
-        Queue {
+        InfQ {
             ids: VecDeque::with_capacity(capacity),
         }
     }
@@ -67,7 +67,7 @@ mod tests {
 
     #[test]
     fn batches_leave_from_the_front_once() {
-        let mut q = Queue::with_capacity(4);
+        let mut q = InfQ::with_capacity(4);
         for i in 0..5 {
             q.push(RequestId(i));
         }
