@@ -90,7 +90,7 @@ impl JointLengths {
 }
 
 /// The profiled output-length distribution (German words, newstest 2014–2018).
-pub(crate) fn profiled_output_lengths() -> Result<Vec<(u32, u64)>> {
+pub fn profiled_output_lengths() -> Result<Vec<(u32, u64)>> {
     let rows = parse_rows(
         PROFILE_CSV,
         "data/wmt/newstest2014-2018-ende-lengths.csv",

@@ -176,6 +176,12 @@ impl Predictor {
         }
     }
 
+    /// The decoder length (`dec_timesteps`) it assumes for a request of co-located model
+    /// `part` that has run no decoder step: that model's own coverage percentile.
+    pub fn dec_timesteps_of(&self, part: usize) -> u32 {
+        self.predicted_in(part, 1, 0).dec
+    }
+
     /// The lengths the predictor assumes for a request with encoder length `enc` that has run
     /// `dec_done` decoder steps.
     pub fn predicted(&self, enc: u32, dec_done: u32) -> Lengths {

@@ -1104,3 +1104,106 @@ impl lazybatch::device::Device for Counting {
         run
     }
 }
+
+/// `--coverage` reaches the predictor, as each co-located model's own percentile: GNMT (one
+/// step per word) and LAS (six characters per word) at 16, 50 and 99% coverage; a predictor
+/// that ignored the coverage, or gave every model the first one's decoder length, fails here.
+#[test]
+fn each_model_predicts_its_own_decoder_length_at_the_coverage_asked_for() {
+    let hist = lazybatch::lengths::profiled_output_lengths().unwrap();
+    let mut seen = Vec::new();
+    for coverage in [16.0, 50.0, 99.0] {
+        let words = lazybatch::lengths::percentile(&hist, coverage);
+        let m = Model::compose(vec![zoo::load("gnmt").unwrap(), zoo::load("las").unwrap()]);
+        let b = Bench::new(m, NpuConfig::default(), 8, coverage).unwrap();
+        // each model's own steps per word and cap (models/gnmt.toml, models/las.toml)
+        let gnmt = words.clamp(1, 80);
+        let las = (words * 6).clamp(1, 480);
+        assert_eq!(b.predictor.dec_timesteps_of(0), gnmt, "gnmt at {coverage}%");
+        assert_eq!(b.predictor.dec_timesteps_of(1), las, "las at {coverage}%");
+        // alone, the same model predicts the same length
+        let alone =
+            Bench::new(zoo::load("las").unwrap(), NpuConfig::default(), 8, coverage).unwrap();
+        assert_eq!(alone.predictor.dec_timesteps_of(0), las);
+        assert_eq!(alone.predictor.dec_timesteps, las);
+        seen.push(gnmt);
+    }
+    assert!(
+        seen[0] < seen[1] && seen[1] < seen[2],
+        "the percentile grows with the coverage: {seen:?}"
+    );
+}
+
+/// Co-located models admitted together run the model of the oldest request first: a
+/// tiny_seq2seq request and an eight-node one arrive 0.1 ms apart, GraphB(5) admits both at
+/// 5 ms, and whichever came first completes first, the other exactly its own single-input
+/// latency later (one sub-batch per model, one after the other). Reversing the order, or
+/// ordering by model instead of by arrival, fails one of the two cases.
+#[test]
+fn colocated_models_admitted_together_run_the_oldest_requests_model_first() {
+    let b = colocated_bench();
+    let len = |part: u16| {
+        if part == 0 {
+            Lengths { enc: 3, dec: 2 }
+        } else {
+            Lengths { enc: 1, dec: 1 }
+        }
+    };
+    for first in [0u16, 1] {
+        let second = 1 - first;
+        let arrivals = [
+            Arrival {
+                time: Nanos::from_ms(0.0),
+                len: len(first),
+                part: first,
+                sla: Some(Nanos::from_ms(100.0)),
+                class: 0,
+                key: None,
+            },
+            Arrival {
+                time: Nanos::from_ms(0.1),
+                len: len(second),
+                part: second,
+                sla: Some(Nanos::from_ms(100.0)),
+                class: 0,
+                key: None,
+            },
+        ];
+        let mut pol = policy::parse("graph:5:8", 8).unwrap();
+        let setup = engine::Setup {
+            keep: lazybatch::metrics::KeepRecords {
+                requests: true,
+                ..Default::default()
+            },
+            classes: 1,
+            ..engine::Setup::new(&b.model, &b.predictor, Nanos::from_ms(100.0), 8)
+        };
+        let out = engine::run(
+            &setup,
+            &mut b.npu().unwrap().clone(),
+            pol.as_mut(),
+            &mut VirtualClock::new(),
+            &arrivals,
+        )
+        .unwrap();
+        let (a, z) = (&out.requests[0], &out.requests[1]);
+        assert_eq!(
+            a.first_issue,
+            Some(Nanos::from_ms(5.0)),
+            "admitted when the oldest's window closes"
+        );
+        assert_eq!(z.first_issue, Some(Nanos::from_ms(5.0)));
+        let (ca, cz) = (a.completion.unwrap(), z.completion.unwrap());
+        assert!(
+            ca < cz,
+            "part {first} arrived first and must finish first: {ca:?} vs {cz:?}"
+        );
+        // the second model ran alone after the first: its whole graph at batch 1
+        assert_eq!(
+            cz - ca,
+            b.predictor
+                .single_input_of(usize::from(second), len(second)),
+            "part {second} after part {first}"
+        );
+    }
+}
