@@ -379,3 +379,66 @@ fn split<'b>(
         })?;
     Ok(body.split_at(n))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A front end for the eight-node fixture with nobody behind it.
+    fn front() -> Arc<Front> {
+        let m = crate::graph::zoo::load(&format!(
+            "{}/tests/fixtures/eight_nodes.toml",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        let (input, output, max_dec, default_dec) = describe(&m).unwrap();
+        let exchange = Arc::new(Exchange::new());
+        let metrics = Arc::new(Metrics::new(&m.name, 8));
+        let waiting = Arc::new(Waiting {
+            replies: Mutex::default(),
+            exchange: exchange.clone(),
+            metrics: metrics.clone(),
+            stopped: AtomicBool::new(false),
+            gone: tokio::sync::Notify::new(),
+        });
+        Arc::new(Front {
+            model: m.name.clone(),
+            input,
+            output,
+            max_dec,
+            default_dec,
+            emulated: true,
+            device: "test".into(),
+            policy: "serial".into(),
+            tx: Mutex::new(None),
+            origin: Instant::now(),
+            exchange,
+            waiting,
+            next_key: AtomicU64::new(1),
+            admitted: AtomicUsize::new(0),
+            max_queue: 4,
+            closing: AtomicBool::new(false),
+            metrics,
+        })
+    }
+
+    fn ready_now(f: &Arc<Front>) -> StatusCode {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(ready(State(f.clone())))
+    }
+
+    #[test]
+    fn readiness_is_withdrawn_while_shutting_down_and_after_the_engine_stopped() {
+        let f = front();
+        assert_eq!(ready_now(&f), StatusCode::OK);
+        // a shutdown began: load balancers must stop sending here
+        f.closing.store(true, Ordering::SeqCst);
+        assert_eq!(ready_now(&f), StatusCode::SERVICE_UNAVAILABLE);
+        let g = front();
+        // the engine stopped (an error): nothing would be answered
+        g.waiting.stopped.store(true, Ordering::SeqCst);
+        assert_eq!(ready_now(&g), StatusCode::SERVICE_UNAVAILABLE);
+    }
+}

@@ -20,6 +20,30 @@ mod runtime;
 mod statistics;
 mod table;
 
+/// The seed every property test draws from unless `PROPTEST_RNG_SEED` names another: fixed,
+/// so that a failure recurs on the next run and on every machine.
+pub(crate) const PROPTEST_SEED: u64 = 20_261_127;
+
+/// A property test's configuration: `cases` cases (or `PROPTEST_CASES`, to run more) drawn from
+/// a fixed seed ([`PROPTEST_SEED`], or `PROPTEST_RNG_SEED`), which a failing test's output
+/// names; no failure files (the seed replays a failure).
+pub(crate) fn proptest_config(cases: u32) -> proptest::test_runner::Config {
+    use proptest::test_runner::{Config, RngSeed};
+    let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
+    let seed = env("PROPTEST_RNG_SEED").unwrap_or(PROPTEST_SEED);
+    let cases = env("PROPTEST_CASES").map_or(cases, |c| c as u32);
+    // captured by libtest, shown when the test fails
+    eprintln!(
+        "proptest: {cases} cases from seed {seed} (PROPTEST_RNG_SEED=… PROPTEST_CASES=… to change)"
+    );
+    Config {
+        cases,
+        rng_seed: RngSeed::Fixed(seed),
+        failure_persistence: None,
+        ..Config::default()
+    }
+}
+
 /// Says that a test skipped, written to the process's stderr past libtest's capture (which
 /// swallows a passing test's `eprintln!`), so that a skip shows beside its `ok` on every run.
 pub(crate) fn say_skipped(line: &str) {

@@ -244,7 +244,7 @@ fn colocated_bench() -> Bench {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, .. ProptestConfig::default() })]
+    #![proptest_config(crate::proptest_config(48))]
 
     /// The account of requests: random traffic (bursts included), every policy, one model or
     /// two co-located, a pending queue small enough to reject: every request that arrived
@@ -320,7 +320,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 16, .. ProptestConfig::default() })]
+    #![proptest_config(crate::proptest_config(16))]
 
     #[test]
     fn nothing_is_lost_and_merges_follow_the_rules(
