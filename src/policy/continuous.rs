@@ -110,6 +110,56 @@ mod tests {
     use super::*;
     use crate::graph::{zoo, NodeId};
 
+    /// `continuous:B`'s decision on tiny_seq2seq (its decoder loop starts at node 3):
+    /// requests 0..`in_flight` in flight at `node` (none: idle), `pending` more waiting.
+    fn decide(b: u32, in_flight: u32, node: u32, pending: u32) -> Decision {
+        use crate::profile::Profile;
+        use crate::runtime::{BatchTable, InfQ, Ledger, Predictor, Request, RequestId};
+        use crate::time::Nanos;
+        let m = zoo::load(&format!(
+            "{}/tests/fixtures/tiny_seq2seq.toml",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        let p = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 3);
+        let len = crate::graph::Lengths { enc: 2, dec: 3 };
+        let requests: Vec<Request> = (0..in_flight + pending)
+            .map(|i| Request::new(RequestId(i), Nanos(0), Nanos::from_ms(100.0), len))
+            .collect();
+        let mut table = BatchTable::new(8);
+        table.set_model(&m);
+        if in_flight > 0 {
+            let at = NodeStep {
+                node: NodeId(node),
+                step: 1,
+            };
+            table.push_from((0..in_flight).map(RequestId), at, None);
+        }
+        let mut infq = InfQ::with_capacity(16);
+        (in_flight..in_flight + pending).for_each(|i| infq.push(RequestId(i)));
+        let ledger = Ledger::of(&requests).unwrap();
+        let v = View::new(Nanos(0), &m, &infq, &table, &p, 8, &ledger);
+        crate::policy::parse(&format!("continuous:{b}"), 8)
+            .unwrap()
+            .decide(&v)
+    }
+
+    #[test]
+    fn newcomers_fill_exactly_the_room_under_b_and_only_at_an_iteration() {
+        let admit = |count| Decision::Admit { count, pad: false };
+        // idle: everyone pending up to B, at once
+        assert_eq!(decide(4, 0, 0, 4), admit(4));
+        assert_eq!(decide(4, 0, 0, 5), admit(4));
+        assert_eq!(decide(4, 0, 0, 3), admit(3));
+        // three in flight at the decoder's first node: the room under B
+        assert_eq!(decide(5, 3, 3, 4), admit(2));
+        assert_eq!(decide(4, 3, 3, 4), admit(1));
+        assert_eq!(decide(3, 3, 3, 4), Decision::Run);
+        // anywhere else in the iteration the batch runs on
+        assert_eq!(decide(8, 3, 4, 4), Decision::Run);
+        assert_eq!(decide(8, 3, 2, 4), Decision::Run);
+    }
+
     #[test]
     fn iterations_start_at_the_decoder_loops_first_node_at_any_step() {
         let m = zoo::load("gnmt").unwrap();

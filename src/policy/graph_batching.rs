@@ -115,6 +115,17 @@ mod tests {
         assert_eq!(decide(5.0, 8, 2, 5.0), admit(2));
         // a full batch goes at once, and no more than the maximum
         assert_eq!(decide(5.0, 2, 3, 2.0), admit(2));
+        // exactly B pending is a full batch; one short of B waits for the window
+        assert_eq!(decide(5.0, 3, 3, 2.0), admit(3));
+        assert_eq!(
+            decide(5.0, 4, 3, 2.0),
+            Decision::WaitUntil(Nanos::from_ms(5.0))
+        );
+        // the window closes exactly W after the oldest arrival, not a nanosecond later
+        assert_eq!(
+            decide(5.0, 8, 2, 4.999999),
+            Decision::WaitUntil(Nanos::from_ms(5.0))
+        );
         // graph:0 never waits
         assert_eq!(decide(0.0, 8, 1, 0.0), admit(1));
     }

@@ -439,3 +439,55 @@ fn unknown_experiment_is_an_error() {
         "{e}"
     );
 }
+
+/// A few figures of the quick plan pinned exactly: the NPU model in virtual time is
+/// deterministic, so any change to the simulator, a policy or the statistics that moves a
+/// result shows here — update the pins only with a change that means to move them (and say so
+/// in the CHANGELOG).
+#[test]
+fn quick_figures_are_pinned() {
+    let dir = fresh_dir("repro-pinned");
+    reproduce(&Options {
+        out: dir.clone(),
+        quick: true,
+        seeds: None,
+        figures: Some(vec!["eval".into(), "capacity".into()]),
+        progress: lazybatch::progress::Mode::Off,
+        npus: vec![("paper".into(), NpuConfig::resolve("paper").unwrap())],
+    })
+    .unwrap();
+    let (head, rows) = csv(&dir, "paper/eval.csv");
+    let col = |name: &str| head.iter().position(|h| h == name).unwrap();
+    let cell = |m: &str, p: &str, r: &str, c: &str| -> String {
+        rows.iter()
+            .find(|x| x[0] == m && x[1] == p && x[2] == r)
+            .unwrap_or_else(|| panic!("{m} {p} {r}"))[col(c)]
+        .clone()
+    };
+    // (model, policy, rate, column, value as eval.csv writes it)
+    for (m, p, r, c, want) in [
+        ("resnet50", "serial", "16", "mean_latency_ms", "0.6329939"),
+        ("gnmt", "graph:5", "256", "mean_latency_ms", "19.43773"),
+        ("gnmt", "graph:5", "256", "mean_batch", "3.094254"),
+        (
+            "transformer_base",
+            "lazy",
+            "1000",
+            "mean_latency_ms",
+            "3.981904",
+        ),
+        ("transformer_base", "lazy", "1000", "p99_ms", "9.587"),
+    ] {
+        assert_eq!(cell(m, p, r, c), want, "{m} {p} at {r} req/s: {c}");
+    }
+    let (head, rows) = csv(&dir, "paper/capacity.csv");
+    let cap = head.iter().position(|h| h == "capacity_rps").unwrap();
+    let lazy = rows
+        .iter()
+        .find(|x| x[0] == "transformer_base" && x[1] == "lazy")
+        .unwrap();
+    assert_eq!(
+        lazy[cap], "7952.591",
+        "the Transformer's LazyB capacity (quick search)"
+    );
+}
