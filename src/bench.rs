@@ -42,8 +42,6 @@ pub struct RunConfig {
     pub seed: u64,
     /// Server maximum batch (activation slots).
     pub max_batch: u32,
-    /// Coverage N (%) of the profiled output lengths that sets dec_timesteps.
-    pub coverage: f64,
     /// The most requests waiting in the pending queue; more are rejected and counted.
     pub max_pending: usize,
 }

@@ -110,7 +110,6 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
             sla: sv.sla,
             seed: 1,
             max_batch: sv.max_batch,
-            coverage: sv.coverage,
             max_pending: sv.max_pending,
         })
         .collect();

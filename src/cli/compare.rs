@@ -173,7 +173,6 @@ fn grid(specs: &[Spec], rates: &[f64], seeds: u64, sv: &Serve) -> Vec<RunConfig>
                     sla: sv.sla,
                     seed: s,
                     max_batch: sv.max_batch,
-                    coverage: sv.coverage,
                     max_pending: sv.max_pending,
                 });
             }

@@ -66,7 +66,6 @@ pub(super) fn run(a: HttpArgs, progress: Mode) -> Result<()> {
         sla: sv.sla,
         seed: 1,
         max_batch: sv.max_batch,
-        coverage: sv.coverage,
         max_pending: sv.max_pending,
     };
     let opts = ServeOptions {

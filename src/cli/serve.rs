@@ -134,7 +134,6 @@ pub(super) fn run(a: RunArgs, progress: Mode) -> Result<()> {
         sla: sv.sla,
         seed: a.seed,
         max_batch: sv.max_batch,
-        coverage: sv.coverage,
         max_pending: sv.max_pending,
     };
     let traffic = match (trace, &colo) {

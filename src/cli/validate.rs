@@ -159,7 +159,6 @@ pub(super) fn run(mut a: ValidateArgs, progress: Mode) -> Result<()> {
                     sla: sv.sla,
                     seed: a.seed + s,
                     max_batch: sv.max_batch,
-                    coverage: sv.coverage,
                     max_pending: sv.max_pending,
                 };
                 shown.set_message(format!(
@@ -366,7 +365,6 @@ fn replay(
                 sla: Nanos::from_ms(sla_ms),
                 seed,
                 max_batch: sv.max_batch,
-                coverage: sv.coverage,
                 max_pending: sv.max_pending,
             };
             if seed == 1 {
@@ -398,7 +396,6 @@ fn replay(
             sla: Nanos::from_ms(sla_ms),
             seed: 1,
             max_batch: sv.max_batch,
-            coverage: sv.coverage,
             max_pending: sv.max_pending,
         };
         let pair = Pair {

@@ -401,7 +401,6 @@ fn run_jobs(
                 sla: Nanos(j.sla_us * 1000),
                 seed: j.seed,
                 max_batch: j.max_batch,
-                coverage: f64::from(j.coverage_tenths) / 10.0,
                 max_pending: crate::engine::DEFAULT_MAX_PENDING,
             };
             // co-located models: the rate split evenly, every model at the run's SLA

@@ -88,7 +88,6 @@ fn the_search_finds_an_md1_queues_capacity_within_its_precision_and_the_noise() 
         sla: Nanos::from_ms(100.0),
         seed: 1,
         max_batch: 8,
-        coverage: 90.0,
         max_pending: 100_000,
     };
     let how = Search {

@@ -233,7 +233,6 @@ fn run_json_is_deterministic_and_is_the_library_run() {
         sla: Nanos::from_ms(va["sla_ms"].as_f64().unwrap()),
         seed: va["seed"].as_u64().unwrap(),
         max_batch: 8,
-        coverage: 90.0,
         max_pending: lazybatch::engine::DEFAULT_MAX_PENDING,
     };
     let want = serde_json::to_value(b.run(&c, None, Default::default()).unwrap().stats()).unwrap();

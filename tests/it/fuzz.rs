@@ -181,7 +181,6 @@ fn model_case(text: &str) {
         sla: lazybatch::time::Nanos::from_ms(100.0),
         seed: 1,
         max_batch: mb,
-        coverage: 90.0,
         max_pending: 8,
     };
     match b.run(&cfg, None, Default::default()) {

@@ -58,7 +58,6 @@ pub(crate) fn cfg(policy: &str) -> RunConfig {
         sla: Nanos::from_ms(1000.0),
         seed: 1,
         max_batch: 8,
-        coverage: 90.0,
         max_pending: 1000,
     }
 }

@@ -348,7 +348,6 @@ fn the_sla_figure_counts_each_runs_own_violations() {
             sla: Nanos::from_ms(sla),
             seed: 1,
             max_batch: 64,
-            coverage: 90.0,
             max_pending: lazybatch::engine::DEFAULT_MAX_PENDING,
         };
         let want = b.run(&c, None, Default::default()).unwrap().stats();
@@ -408,7 +407,6 @@ fn figure_data_come_from_the_run_code_path() {
                 sla: Nanos::from_ms(100.0),
                 seed,
                 max_batch: 64,
-                coverage: 90.0,
                 max_pending: lazybatch::engine::DEFAULT_MAX_PENDING,
             };
             b.run(&c, None, Default::default())

@@ -203,7 +203,6 @@ fn cfg_max(policy: &str, rate: f64, n: usize, seed: u64, max_batch: u32) -> RunC
         sla: Nanos::from_ms(100.0),
         seed,
         max_batch,
-        coverage: 90.0,
         max_pending: lazybatch::engine::DEFAULT_MAX_PENDING,
     }
 }

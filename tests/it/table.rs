@@ -23,7 +23,6 @@ fn cfg(policy: &str, rate: f64, n: usize, seed: u64) -> RunConfig {
         sla: Nanos::from_ms(100.0),
         seed,
         max_batch: 64,
-        coverage: 90.0,
         max_pending: lazybatch::engine::DEFAULT_MAX_PENDING,
     }
 }

@@ -106,7 +106,6 @@ fn search(ctx: &Ctx, model: &'static str) -> Result<ModelCapacity> {
             sla,
             seed: 1,
             max_batch: MAX_BATCH,
-            coverage: COVERAGE,
             max_pending: crate::engine::DEFAULT_MAX_PENDING,
         });
     }
