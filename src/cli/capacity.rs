@@ -2,12 +2,13 @@
 //! SLA-violation bound ([`lazybatch::capacity`]), as a table, JSON, and with `--out` the
 //! latency-against-throughput picture with each capacity marked.
 
-use super::{colocation, emit, in_range, open_bench, serve_args, DeviceArgs, ModelArgs, ServeArgs};
+use super::{
+    colocation, emit, in_range, open_bench, serve_args, specs_for, DeviceArgs, ModelArgs, ServeArgs,
+};
 use anyhow::{Context, Result};
 use clap::Args;
 use lazybatch::bench::RunConfig;
 use lazybatch::capacity::{self, Bound, Capacity, Search};
-use lazybatch::policy::Spec;
 use lazybatch::progress::Mode;
 use serde_json::json;
 use std::path::PathBuf;
@@ -69,15 +70,7 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
         (None, Some(v)) => Bound::Violations(v / 100.0),
         _ => anyhow::bail!("give one of --p99-ms or --violations"),
     };
-    let specs = a
-        .policies
-        .iter()
-        .map(|p| {
-            let s = Spec::parse(p, sv.max_batch)?;
-            s.check_for(&model)?;
-            Ok(s)
-        })
-        .collect::<lazybatch::Result<Vec<_>>>()?;
+    let specs = specs_for(&a.policies, sv.max_batch, &model)?;
     let colo = colocation(&model, &a.serve)?;
     let mut bench = open_bench(model, &a.dev, &sv, progress)?;
     let single_ms = 1e3 / bench.serial_capacity();

@@ -4,8 +4,8 @@
 
 use super::serve::{run_json, RunId};
 use super::{
-    check_load, check_rate, colocation, emit, in_range, open_bench, serve_args, DeviceArgs,
-    ModelArgs, Serve, ServeArgs,
+    check_load, check_rate, colocation, emit, in_range, open_bench, serve_args, specs_for,
+    DeviceArgs, ModelArgs, Serve, ServeArgs,
 };
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -147,14 +147,7 @@ fn policies(a: &CompareArgs, model: &Model, sv: &Serve) -> Result<Vec<Spec>> {
             .map(|p| p.to_string())
             .collect(),
     };
-    Ok(names
-        .iter()
-        .map(|p| {
-            let s = Spec::parse(p, sv.max_batch)?;
-            s.check_for(model)?;
-            Ok(s)
-        })
-        .collect::<lazybatch::Result<Vec<_>>>()?)
+    specs_for(&names, sv.max_batch, model)
 }
 
 /// Every run of the grid: policies × rates × seeds 1..=`seeds`, in that order.

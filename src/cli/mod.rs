@@ -51,6 +51,7 @@ use lazybatch::graph::loader::Scale;
 use lazybatch::graph::loader::MAX_BATCH;
 use lazybatch::graph::op::Op;
 use lazybatch::graph::{zoo, Lengths, Model};
+use lazybatch::policy::Spec;
 use lazybatch::profile::{Profile, Sampling};
 use lazybatch::progress::Mode;
 use lazybatch::runs::Colocation;
@@ -466,6 +467,19 @@ struct ServeArgs {
     /// Co-located models: each model's SLA in ms (default: --sla-ms for every model).
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     slas: Option<Vec<f64>>,
+}
+
+/// Policy strings parsed at the server's maximum batch and checked for `model` (one that cannot
+/// serve its co-located models is refused).
+fn specs_for(names: &[String], max_batch: u32, model: &Model) -> Result<Vec<Spec>> {
+    Ok(names
+        .iter()
+        .map(|p| {
+            let s = Spec::parse(p, max_batch)?;
+            s.check_for(model)?;
+            Ok(s)
+        })
+        .collect::<lazybatch::Result<Vec<_>>>()?)
 }
 
 fn positive(what: &str, v: i64) -> Result<u32> {

@@ -55,22 +55,10 @@ pub(super) fn run(names: &[String], dims: &[(String, usize)], json_out: bool) ->
             r["name"].as_str().unwrap_or(""),
             r["class"].as_str().unwrap_or(""),
             r["nodes"].as_u64().unwrap_or(0),
-            group(r["params"].as_u64().unwrap_or(0)),
-            group(r["macs"].as_u64().unwrap_or(0)),
+            lazybatch::report::table::grouped(r["params"].as_u64().unwrap_or(0)),
+            lazybatch::report::table::grouped(r["macs"].as_u64().unwrap_or(0)),
             lens
         );
     }
     emit(&o)
-}
-/// 1234567 -> "1,234,567".
-fn group(v: u64) -> String {
-    let s = v.to_string();
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
 }

@@ -6,8 +6,8 @@
 
 use super::serve::{run_json, RunId};
 use super::{
-    check_load, check_rate, emit, in_range, open_bench, serve_args, DeviceArgs, ModelArgs, Serve,
-    ServeArgs,
+    check_load, check_rate, emit, in_range, open_bench, serve_args, specs_for, DeviceArgs,
+    ModelArgs, Serve, ServeArgs,
 };
 use anyhow::{bail, Result};
 use clap::Args;
@@ -83,15 +83,7 @@ pub(super) fn run(mut a: ValidateArgs, progress: Mode) -> Result<()> {
     if model.parts.len() > 1 {
         bail!("validate takes one model (a table holds one model's lengths)");
     }
-    let specs: Vec<Spec> = a
-        .policies
-        .iter()
-        .map(|p| {
-            let s = Spec::parse(p, sv.max_batch)?;
-            s.check_for(&model)?;
-            Ok(s)
-        })
-        .collect::<lazybatch::Result<_>>()?;
+    let specs = specs_for(&a.policies, sv.max_batch, &model)?;
     let loads = match (&a.rates, &a.load) {
         (Some(_), Some(_)) => bail!("give --rates or --load, not both"),
         (Some(rs), None) => {
@@ -353,20 +345,21 @@ fn replay(
         let measured: Stats = serde_json::from_value(row.clone())
             .map_err(|e| anyhow::anyhow!("{}: [{k}]: {e}", file.display()))?;
         let spec = Spec::parse(&policy, sv.max_batch)?;
+        let cfg_at = |seed| RunConfig {
+            policy: spec.clone(),
+            rate,
+            arrivals: sv.arrivals,
+            classes: None,
+            shed: false,
+            requests,
+            sla: Nanos::from_ms(sla_ms),
+            seed,
+            max_batch: sv.max_batch,
+            max_pending: sv.max_pending,
+        };
         let mut outs = Vec::new();
         for seed in 1..=seeds {
-            let cfg = RunConfig {
-                policy: spec.clone(),
-                rate,
-                arrivals: sv.arrivals,
-                classes: None,
-                shed: false,
-                requests,
-                sla: Nanos::from_ms(sla_ms),
-                seed,
-                max_batch: sv.max_batch,
-                max_pending: sv.max_pending,
-            };
+            let cfg = cfg_at(seed);
             if seed == 1 {
                 let drawn: Vec<_> = bench.traffic(&cfg, None)?.arrivals.collect();
                 match row.get("arrivals_fingerprint").and_then(|f| f.as_str()) {
@@ -386,18 +379,7 @@ fn replay(
             );
         }
         let predicted = mean_stats(&outs.iter().collect::<Vec<_>>());
-        let cfg = RunConfig {
-            policy: spec,
-            rate,
-            arrivals: sv.arrivals,
-            classes: None,
-            shed: false,
-            requests,
-            sla: Nanos::from_ms(sla_ms),
-            seed: 1,
-            max_batch: sv.max_batch,
-            max_pending: sv.max_pending,
-        };
+        let cfg = cfg_at(1);
         let pair = Pair {
             measured,
             predicted,

@@ -3,8 +3,8 @@
 //! (the ablation included).
 
 use super::experiments::{
-    gains_of, geomean, graph_policy, label, pooled, short, sla_curve, zero_from, Ctx, COLO,
-    COVERAGE, MAIN, MAX_BATCH, SLA_MS,
+    gains_of, geomean, graph_policy, label, pooled, short, sla_curve, throughput_at, zero_from,
+    Ctx, COLO, COVERAGE, MAIN, MAX_BATCH, SLA_MS,
 };
 use crate::error::Result;
 use crate::metrics::quantile;
@@ -244,7 +244,7 @@ fn evaluate(ctx: &Ctx, kind: Kind, lazy: &str) -> Result<Value> {
         Kind::ThroughputAt(m) => {
             let high = ctx.plan.overload_rates.iter().copied().fold(0.0, f64::max);
             let best = ctx.best_graph(m, &ctx.plan.rates, MAX_BATCH)?;
-            match throughput_at_of(ctx, m, lazy, &best, high)? {
+            match throughput_at(ctx, m, lazy, &best, high)? {
                 Some((z, g)) => Value {
                     v: Some(z / g),
                     shown: format!("{:.2}× ({z:.0} vs {g:.0} req/s)", z / g),
@@ -344,22 +344,6 @@ fn evaluate(ctx: &Ctx, kind: Kind, lazy: &str) -> Result<Value> {
             }
         }
     })
-}
-
-/// (`lazy`'s, `best`'s) mean throughput at `rate`, when those runs exist.
-fn throughput_at_of(
-    ctx: &Ctx,
-    m: &'static str,
-    lazy: &str,
-    best: &str,
-    rate: f64,
-) -> Result<Option<(f64, f64)>> {
-    if rate <= 0.0 {
-        return Ok(None);
-    }
-    let z = ctx.agg(m, lazy, rate, SLA_MS, COVERAGE, MAX_BATCH)?.tp.0;
-    let g = ctx.agg(m, best, rate, SLA_MS, COVERAGE, MAX_BATCH)?.tp.0;
-    Ok(Some((z, g)))
 }
 
 /// LazyB's capacity gain over the best GraphB on `model` (a zoo name or [`COLO`]).

@@ -45,6 +45,19 @@ pub struct Table {
     pub rows: Vec<Vec<Cell>>,
 }
 
+/// 1234567 -> "1,234,567" (a table's counts and rates, `lazybatch models`' sizes).
+pub fn grouped(v: u64) -> String {
+    let s = v.to_string();
+    let mut out = String::new();
+    for (i, ch) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
 fn fmt_f(x: f64) -> String {
     if x.is_finite() {
         // six significant digits keep the files small and stable

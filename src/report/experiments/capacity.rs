@@ -237,16 +237,7 @@ fn capacity(ctx: &mut Ctx) -> Result<()> {
 
 /// `1234.5` → `1,235`.
 fn thousands(x: f64) -> String {
-    let n = x.round() as u64;
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, ch) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(ch);
-    }
-    out
+    crate::report::table::grouped(x.round() as u64)
 }
 
 #[cfg(test)]

@@ -133,7 +133,7 @@ fn eval(ctx: &mut Ctx) -> Result<()> {
     );
     for &m in MAIN {
         let (best, l, tput) = gains(ctx, m, MAX_BATCH)?;
-        let at = throughput_at(ctx, m, &best, high)?;
+        let at = throughput_at(ctx, m, "lazy", &best, high)?;
         let _ = writeln!(
             text,
             "| {} | {} | {:.2}× | {:.2}× | {} |",
@@ -186,12 +186,18 @@ pub(crate) fn gains_of(
     Ok((best, geomean(&lr), geomean(&tr)))
 }
 
-/// (LazyB's, `best`'s) mean throughput at `rate`, when those runs exist.
-fn throughput_at(ctx: &Ctx, m: &'static str, best: &str, rate: f64) -> Result<Option<(f64, f64)>> {
+/// (`lazy`'s, `best`'s) mean throughput at `rate` (none at a rate of 0: no overload rate).
+pub(crate) fn throughput_at(
+    ctx: &Ctx,
+    m: &'static str,
+    lazy: &str,
+    best: &str,
+    rate: f64,
+) -> Result<Option<(f64, f64)>> {
     if rate <= 0.0 {
         return Ok(None);
     }
-    let z = ctx.agg(m, "lazy", rate, SLA_MS, COVERAGE, MAX_BATCH)?.tp.0;
+    let z = ctx.agg(m, lazy, rate, SLA_MS, COVERAGE, MAX_BATCH)?.tp.0;
     let g = ctx.agg(m, best, rate, SLA_MS, COVERAGE, MAX_BATCH)?.tp.0;
     Ok(Some((z, g)))
 }

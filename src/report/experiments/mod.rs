@@ -20,7 +20,7 @@ mod sla;
 mod traffic;
 
 pub(crate) use capacity::ModelCapacity;
-pub(crate) use eval::{gains, gains_of, pooled};
+pub(crate) use eval::{gains, gains_of, pooled, throughput_at};
 pub(crate) use sla::{sla_curve, zero_from};
 
 use super::heatmap::HeatMap;
