@@ -31,17 +31,20 @@ pub struct Pair {
     pub lag_mean: Nanos,
     /// The largest lag.
     pub lag_max: Nanos,
+    /// With `repeat`: the real device's statistics from serving the same arrivals a second
+    /// time, what the measurement itself spreads by (its own repeatability).
+    pub again: Option<Stats>,
 }
 
-/// Serves `cfg` on `real` (wall time) and on `table` (virtual time) with the same arrivals;
-/// `shown` follows the real run's delivered traffic from `base` seconds on
-/// ([`crate::runs::delivered`]).
+/// Serves `cfg` on `real` (wall time) and on `table` (virtual time) with the same arrivals, and
+/// with `repeat` serves them on `real` a second time; `shown` follows the real runs' delivered
+/// traffic from `base` seconds on ([`crate::runs::delivered`]).
 pub fn pair(
     real: &mut Bench,
     table: &Bench,
     cfg: &RunConfig,
-    shown: &Progress,
-    base: u64,
+    repeat: bool,
+    (shown, base): (&Progress, u64),
 ) -> Result<Pair> {
     if real.is_virtual() || !table.is_virtual() {
         return Err(Error::Internal(
@@ -56,16 +59,26 @@ pub fn pair(
     let traffic = crate::runs::delivered(Traffic::from_list(drawn.clone()), shown, base);
     let measured = real.serve(cfg, keep.clone(), traffic)?;
     let predicted = {
-        let t = Traffic::from_list(drawn);
+        let t = Traffic::from_list(drawn.clone());
         let mut src = crate::engine::Stream::new(t.arrivals, t.expected);
-        table.run_source(cfg, keep, &mut src)?
+        table.run_source(cfg, keep.clone(), &mut src)?
     };
     let (lag_mean, lag_max) = same_arrivals(&measured.requests, &predicted.requests)?;
+    let again = if repeat {
+        let secs = (cfg.requests as f64 / cfg.rate).ceil() as u64;
+        let traffic = crate::runs::delivered(Traffic::from_list(drawn), shown, base + secs);
+        let again = real.serve(cfg, keep, traffic)?;
+        same_arrivals(&again.requests, &predicted.requests)?;
+        Some(again.stats())
+    } else {
+        None
+    };
     Ok(Pair {
         measured: measured.stats(),
         predicted: predicted.stats(),
         lag_mean,
         lag_max,
+        again,
     })
 }
 

@@ -69,6 +69,9 @@ impl<D: Device> Device for Emulated<D> {
     fn prepare(&mut self, model: &crate::graph::Model, max_batch: u32) -> Result<()> {
         self.dev.prepare(model, max_batch)
     }
+    fn resume(&mut self, idle: Nanos) {
+        self.dev.resume(idle)
+    }
     fn execute(
         &mut self,
         model: &crate::graph::Model,

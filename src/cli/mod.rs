@@ -288,6 +288,10 @@ struct DeviceArgs {
     /// another, its own data in the caches).
     #[arg(long, default_value = "model")]
     profile_order: String,
+    /// Real devices: also time a request's pass after the device idled 1, 4, 16 and 64 ms
+    /// (`on`), which the table device adds after such a gap, or not (`off`).
+    #[arg(long, default_value = "on")]
+    profile_idle: String,
     /// CUDA: precision of GEMMs and convolutions: f32, f16 (f16 operands, f32 accumulation) or
     /// tf32 (f32 storage, TF32 tensor cores).
     #[arg(long, default_value = "f32")]
@@ -343,6 +347,15 @@ impl DeviceArgs {
         }
         Ok(c)
     }
+    /// `--profile-idle`.
+    fn idle(&self) -> Result<bool> {
+        match self.profile_idle.as_str() {
+            "on" => Ok(true),
+            "off" => Ok(false),
+            o => bail!("invalid --profile-idle: '{o}' (on, off)"),
+        }
+    }
+
     /// `--profile-order`.
     fn order(&self) -> Result<lazybatch::profile::Order> {
         match self.profile_order.as_str() {
@@ -419,6 +432,7 @@ fn open_bench(model: Model, dev: &DeviceArgs, sv: &Serve, progress: Mode) -> Res
             reps,
             order: dev.order()?,
             progress,
+            idle: dev.idle()?,
         },
     };
     Ok(Bench::open(model, opened, &opts)?)

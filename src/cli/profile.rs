@@ -64,6 +64,7 @@ pub(super) fn run(a: ProfileArgs, progress: lazybatch::progress::Mode) -> Result
                 reps,
                 order: a.dev.order()?,
                 progress,
+                idle: a.dev.idle()?,
             };
             Profile::measure_sampled(dev.as_mut(), &model, max_batch, &[len], how)?
         }

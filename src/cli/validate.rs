@@ -55,6 +55,11 @@ pub(super) struct ValidateArgs {
     /// Seeds per (policy, rate): --seed, --seed + 1, …
     #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     seeds: i64,
+    /// Serve each point's arrivals on the device a second time and report how far the two
+    /// real runs differ (`run_to_run`): the measurement's own repeatability, the floor under
+    /// any prediction's error on this machine.
+    #[arg(long)]
+    repeat: bool,
     /// Print a JSON array: per point the policy, rate, seed, `measured` and `predicted` (each
     /// shaped like `run --json`) and the relative `error` of each statistic.
     #[arg(long)]
@@ -134,7 +139,9 @@ pub(super) fn run(mut a: ValidateArgs, progress: Mode) -> Result<()> {
     };
     // every real run serves its traffic in wall time: the progress is in seconds of it
     let secs = |rate: f64| (sv.requests as f64 / rate).ceil() as u64;
-    let total = specs.len() as u64 * seeds * rates.iter().map(|&(r, _)| secs(r)).sum::<u64>();
+    let runs = if a.repeat { 2 } else { 1 };
+    let total =
+        specs.len() as u64 * seeds * runs * rates.iter().map(|&(r, _)| secs(r)).sum::<u64>();
     let shown = progress.start("validate", total, "s of traffic");
     let mut base = 0;
     let mut points = Vec::new();
@@ -157,8 +164,8 @@ pub(super) fn run(mut a: ValidateArgs, progress: Mode) -> Result<()> {
                     "{} at {rate:.1} req/s, seed {}",
                     spec.text, cfg.seed
                 ));
-                let p = pair(&mut real, &predicted, &cfg, &shown, base)?;
-                base += secs(rate);
+                let p = pair(&mut real, &predicted, &cfg, a.repeat, (&shown, base))?;
+                base += secs(rate) * runs;
                 shown.set_position(base);
                 points.push(Point { cfg, load, pair: p });
             }
@@ -188,12 +195,7 @@ fn errors(m: &Stats, p: &Stats) -> serde_json::Value {
 fn point_json(real: &Bench, a: &ValidateArgs, p: &Point) -> serde_json::Value {
     let (model, measured_on) = (real.model.name.as_str(), real.description());
     let predicted_on = format!("profile (the table measured on {measured_on})");
-    let id = |device: &'_ str| -> serde_json::Value {
-        let st = if device == measured_on {
-            &p.pair.measured
-        } else {
-            &p.pair.predicted
-        };
+    let as_run = |device: &str, st: &Stats| -> serde_json::Value {
         let id = RunId {
             model,
             device,
@@ -207,14 +209,17 @@ fn point_json(real: &Bench, a: &ValidateArgs, p: &Point) -> serde_json::Value {
         };
         run_json(&id, st, 0.0)
     };
+    let (measured, again) = (&p.pair.measured, p.pair.again.as_ref());
     json!({
         "policy": p.cfg.policy.text,
         "rate_rps": p.cfg.rate,
         "load": p.load,
         "seed": p.cfg.seed,
-        "measured": id(&measured_on),
-        "predicted": id(&predicted_on),
-        "error": errors(&p.pair.measured, &p.pair.predicted),
+        "measured": as_run(&measured_on, measured),
+        "predicted": as_run(&predicted_on, &p.pair.predicted),
+        "error": errors(measured, &p.pair.predicted),
+        "repeat": again.map(|st| as_run(&measured_on, st)),
+        "run_to_run": again.map(|st| errors(measured, st)),
         "delivery_lag_ms": { "mean": p.pair.lag_mean.as_ms(), "max": p.pair.lag_max.as_ms() },
     })
 }
@@ -258,6 +263,11 @@ fn text(real: &Bench, a: &ValidateArgs, points: &[Point]) -> String {
         "merges m/p",
         "lag ms"
     );
+    if points.iter().any(|p| p.pair.again.is_some()) {
+        // the header's last column: the second real run's difference from the first
+        o.pop();
+        out!(o, " | again: mean  p99");
+    }
     let (mut mean_err, mut p99_err) = (Vec::new(), Vec::new());
     for p in points {
         let (m, q) = (&p.pair.measured, &p.pair.predicted);
@@ -280,6 +290,15 @@ fn text(real: &Bench, a: &ValidateArgs, points: &[Point]) -> String {
             p.pair.lag_mean.as_ms(),
             p.pair.lag_max.as_ms(),
         );
+        if let Some(r) = &p.pair.again {
+            o.pop();
+            out!(
+                o,
+                " | {:>11} {:>7}",
+                pct(error(m.latency_ms.mean, r.latency_ms.mean)),
+                pct(error(m.latency_ms.p99, r.latency_ms.p99))
+            );
+        }
         mean_err.push(error(m.latency_ms.mean, q.latency_ms.mean).abs());
         p99_err.push(error(m.latency_ms.p99, q.latency_ms.p99).abs());
     }
@@ -294,6 +313,24 @@ fn text(real: &Bench, a: &ValidateArgs, points: &[Point]) -> String {
         100.0 * median(&mut mean_err),
         100.0 * median(&mut p99_err)
     );
+    let (mut mean_rr, mut p99_rr): (Vec<f64>, Vec<f64>) = points
+        .iter()
+        .filter_map(|p| {
+            let (m, r) = (&p.pair.measured, p.pair.again.as_ref()?);
+            Some((
+                error(m.latency_ms.mean, r.latency_ms.mean).abs(),
+                error(m.latency_ms.p99, r.latency_ms.p99).abs(),
+            ))
+        })
+        .unzip();
+    if !mean_rr.is_empty() {
+        out!(
+            o,
+            "the device against itself (--repeat: the same arrivals served twice): median |difference| mean latency {:.1}%, p99 {:.1}% — errors below these are within the measurement's own spread",
+            100.0 * median(&mut mean_rr),
+            100.0 * median(&mut p99_rr)
+        );
+    }
     o
 }
 
@@ -385,6 +422,7 @@ fn replay(
             predicted,
             lag_mean: Nanos::ZERO,
             lag_max: Nanos::ZERO,
+            again: None,
         };
         points.push(Point {
             cfg,

@@ -91,6 +91,10 @@ pub trait Device {
     ) -> Option<(u32, Nanos)> {
         None
     }
+    /// Says the device sat idle for `idle` before the node it executes next
+    /// ([`Nanos::MAX`]: since before the run). A device that models what idling costs (the
+    /// table device's measured after-idle rows) uses it; the others ignore it.
+    fn resume(&mut self, _idle: Nanos) {}
     /// Called when a request completes, before its slot is reused. Model devices ignore it.
     fn complete(&mut self, _member: &Member) {}
     /// Exchanges request data with a front end through `x` (real devices): inputs taken from it

@@ -49,6 +49,10 @@ pub struct TableDevice {
     /// Per node, for the length-dependent ones (empty for the others): (work proxy, latency in
     /// ns) of every point the table measured, by ascending work; made at prepare.
     curves: Arc<Vec<Vec<(f64, f64)>>>,
+    /// After an idle gap: the table's after-idle row it falls in, and per node whether its
+    /// first run since has been charged that row's extra.
+    woken: Option<usize>,
+    charged: Vec<bool>,
 }
 
 impl TableDevice {
@@ -59,6 +63,8 @@ impl TableDevice {
             table: Arc::new(Profile::load(path)?),
             path: path.to_path_buf(),
             curves: Arc::new(Vec::new()),
+            woken: None,
+            charged: Vec::new(),
         })
     }
 
@@ -68,6 +74,8 @@ impl TableDevice {
             table: Arc::new(table),
             path: PathBuf::from(source),
             curves: Arc::new(Vec::new()),
+            woken: None,
+            charged: Vec::new(),
         }
     }
 
@@ -98,6 +106,8 @@ impl Device for TableDevice {
 
     fn prepare(&mut self, model: &Model, max_batch: u32) -> Result<()> {
         self.check_for(model, max_batch)?;
+        self.woken = None;
+        self.charged.clear();
         self.curves = Arc::new(
             model
                 .nodes
@@ -114,7 +124,37 @@ impl Device for TableDevice {
         Ok(())
     }
 
+    fn resume(&mut self, idle: Nanos) {
+        // the longest measured gap the idle time reaches; shorter than every gap: no change
+        let rows = &self.table.after_idle;
+        let Some(k) = rows.iter().rposition(|r| Nanos(r.gap_ns) <= idle) else {
+            return;
+        };
+        self.woken = Some(k);
+        self.charged.clear();
+        self.charged.resize(rows[k].extra_ns.len(), false);
+    }
+
     fn execute(&mut self, model: &Model, at: NodeStep, members: &[Member]) -> Result<Timing> {
+        let t = self.priced(model, at, members)?;
+        // a node's first run since the device woke costs its measured extra
+        let extra = match (self.woken, self.charged.get_mut(at.node.idx())) {
+            (Some(k), Some(charged)) if !*charged => {
+                *charged = true;
+                self.table.after_idle[k].extra_ns[at.node.idx()] as f64
+            }
+            _ => 0.0,
+        };
+        Ok(Timing {
+            time: Nanos((t + extra).max(0.0).round() as u64),
+            ..Timing::default()
+        })
+    }
+}
+
+impl TableDevice {
+    /// Node `at` for `members` as the table prices it, in nanoseconds (the module's rules).
+    fn priced(&self, model: &Model, at: NodeStep, members: &[Member]) -> Result<f64> {
         if members.is_empty() {
             return Err(Error::Internal("execute on an empty sub-batch".into()));
         }
@@ -122,12 +162,7 @@ impl Device for TableDevice {
         let points = match self.curves.get(at.node.idx()) {
             Some(p) if !p.is_empty() => p,
             // length-free (or not prepared for this model: then a plain table read)
-            _ => {
-                return Ok(Timing {
-                    time: self.table.latency(at.node, b),
-                    ..Timing::default()
-                })
-            }
+            _ => return Ok(self.table.latency(at.node, b).0 as f64),
         };
         let row = &self.table.nodes[at.node.idx()];
         let t = if model.node(at.node).cost.attn.is_some() && !row.enc_latency_ns.is_empty() {
@@ -148,10 +183,7 @@ impl Device for TableDevice {
             let w = model.work(at.node, members.iter().map(|m| (m.len, m.step)));
             on_curve(points, model.node(at.node).cost.work_proxy(&w))
         };
-        Ok(Timing {
-            time: Nanos(t.max(0.0).round() as u64),
-            ..Timing::default()
-        })
+        Ok(t)
     }
 }
 
@@ -215,6 +247,54 @@ fn on_curve(points: &[(f64, f64)], w: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::AfterIdle;
+
+    #[test]
+    fn after_a_gap_each_nodes_first_run_costs_its_rows_extra_once() {
+        let model = crate::graph::zoo::load("mobilenet").unwrap();
+        let mut table = Profile::uniform(&model, 4, Nanos(10_000));
+        let n = model.nodes.len();
+        table.after_idle = vec![
+            AfterIdle {
+                gap_ns: 1_000_000,
+                extra_ns: vec![500; n],
+            },
+            AfterIdle {
+                gap_ns: 16_000_000,
+                extra_ns: vec![2_000; n],
+            },
+        ];
+        let mut dev = TableDevice::from_profile(table, "test");
+        dev.prepare(&model, 4).unwrap();
+        let m = Member {
+            slot: 0,
+            len: model.ref_lengths(),
+            input: 0,
+            step: 0,
+        };
+        let time = |dev: &mut TableDevice, k: u32| {
+            let at = NodeStep {
+                node: NodeId(k),
+                step: 0,
+            };
+            dev.execute(&model, at, &[m]).unwrap().time.0
+        };
+        // never idle yet: the plain table
+        assert_eq!(time(&mut dev, 0), 10_000);
+        // shorter than the first row's gap: no charge
+        dev.resume(Nanos(999_999));
+        assert_eq!(time(&mut dev, 0), 10_000);
+        // 5 ms: the 1 ms row, once per node
+        dev.resume(Nanos(5_000_000));
+        assert_eq!(time(&mut dev, 0), 10_500);
+        assert_eq!(time(&mut dev, 0), 10_000);
+        assert_eq!(time(&mut dev, 1), 10_500);
+        // a gap of exactly 16 ms: the longer row, every node charged anew
+        dev.resume(Nanos(16_000_000));
+        assert_eq!(time(&mut dev, 0), 12_000);
+        assert_eq!(time(&mut dev, 1), 12_000);
+        assert_eq!(time(&mut dev, 1), 10_000);
+    }
 
     #[test]
     fn the_curve_interpolates_between_its_points_and_extends_beyond_them() {

@@ -211,10 +211,13 @@ pub fn run_source<D: Device + ?Sized, C: Clock, A: ArrivalSource + ?Sized>(
         }
         stalls = 0;
         s.refresh_members()?;
+        s.wake(device, now);
         if quiet && s.run_ahead(device, clock, arrivals.next_due(), now) {
+            s.free_at = Some(clock.now());
             continue;
         }
         s.execute(device, clock)?;
+        s.free_at = Some(clock.now());
     }
     s.requests.close()?;
     s.record.finish()?;
@@ -246,6 +249,8 @@ pub struct Server<'a> {
     /// The requests being admitted, and their models (parts), oldest request's first.
     batch: Vec<RequestId>,
     order: Vec<u16>,
+    /// When the device last finished a node (`None`: not yet this run).
+    free_at: Option<Nanos>,
 }
 
 impl<'a> Server<'a> {
@@ -276,6 +281,7 @@ impl<'a> Server<'a> {
             finished: Vec::with_capacity(mb as usize),
             batch: Vec::with_capacity(mb as usize),
             order: Vec::with_capacity(model.parts.len()),
+            free_at: None,
         })
     }
 
@@ -496,6 +502,15 @@ impl<'a> Server<'a> {
         clock.advance(t);
         self.counters.merges += u64::from(self.table.advance_straight(k));
         true
+    }
+
+    /// Tells the device how long it sat idle before its next node, when it did
+    /// ([`Device::resume`]: what a table device with after-idle rows charges).
+    fn wake<D: Device + ?Sized>(&self, device: &mut D, now: Nanos) {
+        let idle = self.free_at.map_or(Nanos::MAX, |f| now.saturating_sub(f));
+        if idle > Nanos::ZERO {
+            device.resume(idle);
+        }
     }
 
     /// Executes one node of the active sub-batch, advances the table and completes the

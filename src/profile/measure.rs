@@ -37,15 +37,18 @@ pub struct Sampling {
     pub order: Order,
     /// How progress is shown (a full table on a CPU takes minutes).
     pub progress: Mode,
+    /// Also measure what a pass costs more after the device idled ([`after_idle`]).
+    pub idle: bool,
 }
 
 impl Default for Sampling {
-    /// One run per point, node by node, nothing shown.
+    /// One run per point, node by node, nothing shown, no idle rows.
     fn default() -> Self {
         Sampling {
             reps: 1,
             order: Order::Isolated,
             progress: Mode::Off,
+            idle: false,
         }
     }
 }
@@ -190,8 +193,13 @@ impl Profile {
                 })
             }
         };
+        let mut table = table?;
+        if how.idle {
+            let first = lens.first().copied().unwrap_or_default();
+            table.after_idle = after_idle(device, model, first, IDLE_PASSES, IDLE_GAPS_MS)?;
+        }
         shown.finish();
-        table
+        Ok(table)
     }
 
     /// Prepares `device` and times every node of `model` with `time` at the batch sizes `sizes`
@@ -270,6 +278,7 @@ impl Profile {
             max_batch,
             lengths: len,
             nodes,
+            after_idle: Vec::new(),
         })
     }
 }
@@ -350,4 +359,78 @@ pub fn wmt19_mean_alone_latency(
     }
     let mean = Nanos((sum / count.max(1) as f64).round() as u64);
     Ok((mean, Some(joint.mean_words())))
+}
+
+/// The idle gaps [`Profile::measure_sampled`] measures a pass after, in milliseconds: from
+/// about when the CPU device's helper threads park (their linger is 0.5 ms) to a server at a
+/// few requests a second, four to one.
+pub const IDLE_GAPS_MS: &[u64] = &[1, 4, 16, 64];
+
+/// Passes timed per gap (and back to back) by [`Profile::measure_sampled`]'s idle rows: their
+/// median is what the row holds (a pass after a gap on this project's VM varies by ±10%).
+pub const IDLE_PASSES: u32 = 11;
+
+/// What one request's first pass costs more after the device idled: `passes` passes alone at
+/// lengths `len` back to back, then, for each gap of `gaps_ms`, `passes` passes each after the
+/// device sat idle that long (the calling thread asleep), and per node the median of its first
+/// run after the gap minus its median back to back (a decoder node's first step). One untimed
+/// pass warms up first. The passes run as a request runs alone ([`alone_latency`]'s walk).
+pub fn after_idle(
+    device: &mut dyn Device,
+    model: &Model,
+    len: Lengths,
+    passes: u32,
+    gaps_ms: &[u64],
+) -> Result<Vec<super::AfterIdle>> {
+    let reps = passes.max(1) as usize;
+    let n = model.nodes.len();
+    // each node's first run in one pass alone (0 for a node the pass does not reach)
+    let pass = |device: &mut dyn Device| -> Result<Vec<u64>> {
+        let mut first = vec![None; n];
+        let mut at = Some(model.first_step());
+        while let Some(u) = at {
+            let member = Member {
+                slot: 0,
+                len,
+                input: 0,
+                step: u.step,
+            };
+            let t = device.execute(model, u, &[member])?.time.0;
+            first[u.node.idx()].get_or_insert(t);
+            at = model.next_step(u, len);
+        }
+        Ok(first.into_iter().map(|t| t.unwrap_or(0)).collect())
+    };
+    let medians = |runs: &mut [Vec<u64>]| -> Vec<i64> {
+        runs.iter_mut()
+            .map(|r| {
+                r.sort_unstable();
+                r[r.len() / 2] as i64
+            })
+            .collect()
+    };
+    let timed = |device: &mut dyn Device, gap_ms: u64| -> Result<Vec<i64>> {
+        let mut runs = vec![Vec::with_capacity(reps); n];
+        for _ in 0..reps {
+            if gap_ms > 0 {
+                std::thread::sleep(std::time::Duration::from_millis(gap_ms));
+            }
+            for (k, t) in pass(device)?.into_iter().enumerate() {
+                runs[k].push(t);
+            }
+        }
+        Ok(medians(&mut runs))
+    };
+    timed(device, 0)?;
+    let warm = timed(device, 0)?;
+    gaps_ms
+        .iter()
+        .map(|&g| {
+            let cold = timed(device, g)?;
+            Ok(super::AfterIdle {
+                gap_ns: g * 1_000_000,
+                extra_ns: cold.iter().zip(&warm).map(|(c, w)| c - w).collect(),
+            })
+        })
+        .collect()
 }

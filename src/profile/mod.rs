@@ -4,7 +4,10 @@
 
 mod measure;
 
-pub use measure::{alone_latency, sampled_sizes, wmt19_mean_alone_latency, Order, Sampling};
+pub use measure::{
+    after_idle, alone_latency, sampled_sizes, wmt19_mean_alone_latency, Order, Sampling,
+    IDLE_GAPS_MS, IDLE_PASSES,
+};
 
 use crate::error::{Error, Result};
 use crate::graph::{Lengths, Model, NodeId};
@@ -52,6 +55,23 @@ pub struct Profile {
     pub lengths: Lengths,
     /// One row per node, in model order.
     pub nodes: Vec<NodeProfile>,
+    /// A real device: what a pass costs more after the device idled, at a few measured gaps
+    /// (ascending); empty for a virtual device (and in tables saved before it existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub after_idle: Vec<AfterIdle>,
+}
+
+/// What one request's first pass cost more, node by node, after the device idled for `gap_ns`
+/// than back to back ([`measure::after_idle`]): a real device's helper threads park, its caches
+/// and clocks cool (`docs/validate.md`). The table device adds it to each node's first run
+/// after such a gap.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct AfterIdle {
+    /// The idle gap before the pass, in nanoseconds.
+    pub gap_ns: u64,
+    /// Per node in model order: its first run's median after the gap minus its median back
+    /// to back, at batch 1 (signed: a difference of two medians of noisy runs).
+    pub extra_ns: Vec<i64>,
 }
 
 impl Profile {
@@ -80,6 +100,7 @@ impl Profile {
             device: "uniform".into(),
             max_batch,
             lengths: model.ref_lengths(),
+            after_idle: Vec::new(),
             nodes: model
                 .nodes
                 .iter()
@@ -172,6 +193,28 @@ impl Profile {
                         "{} values, max_batch says {}",
                         p.latency_ns.len(),
                         self.max_batch
+                    ),
+                ));
+            }
+        }
+        for (k, row) in self.after_idle.iter().enumerate() {
+            if row.extra_ns.len() != self.nodes.len() {
+                return Err(bad(
+                    format!("after_idle[{k}].extra_ns"),
+                    format!(
+                        "{} values, the table has {} nodes",
+                        row.extra_ns.len(),
+                        self.nodes.len()
+                    ),
+                ));
+            }
+            if k > 0 && row.gap_ns <= self.after_idle[k - 1].gap_ns {
+                return Err(bad(
+                    format!("after_idle[{k}].gap_ns"),
+                    format!(
+                        "{} after {}: the gaps must ascend",
+                        row.gap_ns,
+                        self.after_idle[k - 1].gap_ns
                     ),
                 ));
             }

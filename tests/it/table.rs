@@ -59,6 +59,54 @@ fn a_table_of_the_npu_model_reproduces_a_cnns_runs_to_the_nanosecond() {
     }
 }
 
+/// `table`'s device with one after-idle row: node `k` costs `1000 (k + 1)` ns more on its first
+/// run after an idle gap of at least `gap`.
+fn with_idle_row(table: &Bench, gap: Nanos) -> (Bench, Nanos) {
+    let mut t = table.profile.clone();
+    let extra: Vec<i64> = (0..t.nodes.len() as i64).map(|k| 1000 * (k + 1)).collect();
+    let sum = Nanos(extra.iter().sum::<i64>() as u64);
+    t.after_idle = vec![lazybatch::profile::AfterIdle {
+        gap_ns: gap.0,
+        extra_ns: extra,
+    }];
+    let opts = BenchOptions {
+        max_batch: 64,
+        coverage: 90.0,
+        profile: None,
+        sampling: lazybatch::profile::Sampling::default(),
+    };
+    let dev = TableDevice::from_profile(t, "a table with an after-idle row");
+    let m = table.model.clone();
+    (Bench::open(m, Opened::Table(dev), &opts).unwrap(), sum)
+}
+
+#[test]
+fn a_table_charges_its_after_idle_row_once_per_node_after_a_gap_that_long() {
+    let (_, table) = npu_and_table("resnet50");
+    let keep = KeepRecords {
+        requests: true,
+        ..KeepRecords::default()
+    };
+    // at 2 requests a second every request finds the device idle for far longer than 1 ms
+    // (a pass takes a few ms): each one's latency is the plain table's plus the whole row, to
+    // the nanosecond; the first request's too (the device idled since before the run)
+    let c = cfg("serial", 2.0, 40, 7);
+    let plain = table.run(&c, None, keep.clone()).unwrap().requests;
+    let (woken, sum) = with_idle_row(&table, Nanos::from_ms(1.0));
+    let charged = woken.run(&c, None, keep.clone()).unwrap().requests;
+    assert_eq!(plain.len(), 40);
+    for (p, q) in plain.iter().zip(&charged) {
+        let lat = |r: &lazybatch::runtime::Request| r.completion.unwrap() - r.arrival;
+        assert_eq!(lat(q), lat(p) + sum, "request {}", p.id.0);
+    }
+    // a row for gaps longer than any in the run is charged to the first request only (the
+    // device idled since before the run)
+    let (rarely, _) = with_idle_row(&table, Nanos::from_ms(60_000.0));
+    let once = rarely.run(&c, None, keep).unwrap().requests;
+    assert_eq!(once[0].completion, charged[0].completion);
+    assert!(plain[1..] == once[1..], "a later request was charged");
+}
+
 #[test]
 fn a_table_of_the_npu_model_predicts_sequence_models_within_one_percent() {
     // the NPU model's cost of a length-dependent node is not a function of its work proxy
@@ -126,6 +174,23 @@ fn a_table_that_does_not_fit_the_run_is_refused_naming_the_file_and_field() {
     fewer.nodes.pop();
     let e = refuse(&fewer, 64, &m);
     assert!(e.contains("nodes: 73 rows, the model has 74 nodes"), "{e}");
+    let idle = |gap_ns: u64, n: usize| lazybatch::profile::AfterIdle {
+        gap_ns,
+        extra_ns: vec![0; n],
+    };
+    let mut rows = npu.profile.clone();
+    rows.after_idle = vec![idle(1_000_000, 74), idle(4_000_000, 70)];
+    let e = refuse(&rows, 64, &m);
+    assert!(
+        e.contains("after_idle[1].extra_ns: 70 values, the table has 74 nodes"),
+        "{e}"
+    );
+    rows.after_idle = vec![idle(4_000_000, 74), idle(4_000_000, 74)];
+    let e = refuse(&rows, 64, &m);
+    assert!(
+        e.contains("after_idle[1].gap_ns: 4000000 after 4000000: the gaps must ascend"),
+        "{e}"
+    );
     // a truncated file: where JSON stops making sense
     let text = std::fs::read_to_string(&good).unwrap();
     let cut = dir.join("cut.json");
@@ -226,6 +291,7 @@ fn validate_serves_the_same_arrivals_on_the_cpu_and_on_its_table() {
             "4",
             "--reps",
             "1",
+            "--repeat",
             "--json",
         ])
         .output()
@@ -236,8 +302,8 @@ fn validate_serves_the_same_arrivals_on_the_cpu_and_on_its_table() {
     let points = v.as_array().unwrap();
     assert_eq!(points.len(), 2, "{v}");
     for p in points {
-        for side in ["measured", "predicted"] {
-            // both sides served (and completed) the same 30 requests
+        for side in ["measured", "predicted", "repeat"] {
+            // every side served (and completed) the same 30 requests
             assert_eq!(p[side]["requests"], 30, "{p}");
             assert_eq!(p[side]["completed"], 30, "{p}");
             assert!(p[side]["latency_ms"]["mean"].as_f64().unwrap() > 0.0, "{p}");
@@ -249,6 +315,10 @@ fn validate_serves_the_same_arrivals_on_the_cpu_and_on_its_table() {
             .starts_with("profile"));
         let e = p["error"]["mean"].as_f64().unwrap();
         assert!(e.is_finite() && e > -1.0, "{p}");
+        // the second real run, against the first
+        assert!(p["repeat"]["device"].as_str().unwrap().starts_with("cpu"));
+        let r = p["run_to_run"]["mean"].as_f64().unwrap();
+        assert!(r.is_finite() && r > -1.0, "{p}");
         assert!(p["delivery_lag_ms"]["max"].as_f64().unwrap() < 50.0, "{p}");
     }
     // the NPU model is not a real device: validate refuses it
@@ -259,4 +329,38 @@ fn validate_serves_the_same_arrivals_on_the_cpu_and_on_its_table() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "{err}");
     assert!(err.contains("--device cpu or --device cuda"), "{err}");
+}
+
+#[test]
+fn a_real_devices_table_measures_a_pass_after_each_idle_gap() {
+    use lazybatch::profile::{Order, Profile, Sampling, IDLE_GAPS_MS};
+    let m = crate::small("mobilenet");
+    let mut dev = lazybatch::device::cpu::CpuDevice::new(1);
+    let how = Sampling {
+        reps: 1,
+        order: Order::InModelOrder,
+        progress: lazybatch::progress::Mode::Off,
+        idle: true,
+    };
+    let t = Profile::measure_sampled(&mut dev, &m, 2, &[m.ref_lengths()], how).unwrap();
+    let gaps: Vec<u64> = t.after_idle.iter().map(|r| r.gap_ns).collect();
+    let want: Vec<u64> = IDLE_GAPS_MS.iter().map(|g| g * 1_000_000).collect();
+    assert_eq!(gaps, want);
+    for r in &t.after_idle {
+        assert_eq!(r.extra_ns.len(), m.nodes.len());
+        // a difference of two medians of a node's runs, each far below a second
+        assert!(r.extra_ns.iter().all(|e| e.abs() < 1_000_000_000), "{r:?}");
+    }
+    // what the table device reads back: the file fits the model
+    let dir = crate::fresh_dir("table-idle");
+    let f = dir.join("t.json");
+    t.save(&f).unwrap();
+    let mut d = TableDevice::load(&f).unwrap();
+    use lazybatch::device::Device;
+    d.prepare(&m, 2).unwrap();
+    assert_eq!(d.table().after_idle, t.after_idle);
+    // without idle rows asked for, none
+    let how = Sampling { idle: false, ..how };
+    let t = Profile::measure_sampled(&mut dev, &m, 2, &[m.ref_lengths()], how).unwrap();
+    assert!(t.after_idle.is_empty());
 }
