@@ -238,7 +238,8 @@ has_conv() { [[ " resnet50 vgg16 mobilenet_v1 " == *" $1 "* ]]; }
     n=300; [ "${SMOKE:-0}" = 1 ] && n=30
     img_args resnet50 "${res[@]}"
     step "validate resnet50" "$bin" validate --device cuda --model resnet50 "${width[@]}" "${img[@]}" \
-      --load 0.3,0.9 --policies serial,graph:5,graph:25,lazy,oracle --requests "$n" --max-batch "$mb"
+      --load 0.3,0.9 --policies serial,graph:5,graph:25,lazy,oracle --requests "$n" --max-batch "$mb" \
+      --repeat --out "$out/validate-resnet50"
     echo '```'
   fi
   echo

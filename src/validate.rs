@@ -151,6 +151,78 @@ pub fn error(measured: f64, predicted: f64) -> f64 {
     }
 }
 
+/// One point of a validation as [`write_figure`] draws it: the policy, and its measured and
+/// predicted statistics.
+pub type FigurePoint<'a> = (&'a str, &'a Stats, &'a Stats);
+
+/// Writes `path` (SVG): predicted against measured latency, one panel each for the mean, the
+/// median and the 99th percentile, a line per policy through its points (in the order given:
+/// by rate), with the line where they agree and lines 10% to either side of it.
+pub fn write_figure(points: &[FigurePoint<'_>], path: &std::path::Path) -> Result<()> {
+    use crate::report::plot::{Figure, Panel, Series};
+    let mut policies: Vec<&str> = Vec::new();
+    for (p, _, _) in points {
+        if !policies.contains(p) {
+            policies.push(p);
+        }
+    }
+    type Pick = fn(&Stats) -> f64;
+    let stats: [(&str, Pick); 3] = [
+        ("mean", |s| s.latency_ms.mean),
+        ("p50", |s| s.latency_ms.p50),
+        ("p99", |s| s.latency_ms.p99),
+    ];
+    let panels = stats
+        .iter()
+        .map(|&(name, pick)| {
+            let hi = points
+                .iter()
+                .flat_map(|(_, m, p)| [pick(m), pick(p)])
+                .filter(|v| v.is_finite())
+                .fold(1.0f64, f64::max)
+                * 1.05;
+            let bound = |name: &str, k: f64| Series {
+                name: name.into(),
+                // within the panel's range: to its top or its right edge
+                points: vec![(0.0, 0.0), (hi.min(hi / k), (hi * k).min(hi))],
+                // the ±10% band dashed; where they agree, a solid line
+                dashed: k != 1.0,
+                ..Series::default()
+            };
+            let mut series = vec![
+                bound("predicted = measured", 1.0),
+                bound("+10%", 1.1),
+                bound("−10%", 0.9),
+            ];
+            series.extend(policies.iter().map(|&pol| {
+                Series {
+                    name: pol.to_string(),
+                    points: points
+                        .iter()
+                        .filter(|(p, _, _)| *p == pol)
+                        .map(|(_, m, p)| (pick(m), pick(p)))
+                        .collect(),
+                    markers: true,
+                    ..Series::default()
+                }
+            }));
+            Panel {
+                title: format!("{name} latency"),
+                x_label: "measured (ms)".into(),
+                y_label: "predicted (ms)".into(),
+                y_range: Some((0.0, hi)),
+                series,
+                ..Panel::default()
+            }
+        })
+        .collect();
+    Figure {
+        panels,
+        shared_legend: true,
+    }
+    .write_svg(path, 380, 380)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -288,10 +288,11 @@ struct DeviceArgs {
     /// another, its own data in the caches).
     #[arg(long, default_value = "model")]
     profile_order: String,
-    /// Real devices: also time a request's pass after the device idled 1, 4, 16 and 64 ms
-    /// (`on`), which the table device adds after such a gap, or not (`off`).
+    /// Real devices: also measure how the device's time varies (`on`): a request's pass after
+    /// the device idled 1, 4, 16 and 64 ms, which the table device adds after such a gap, and
+    /// up to 101 passes back to back, whose spread it draws from; or not (`off`).
     #[arg(long, default_value = "on")]
-    profile_idle: String,
+    profile_variation: String,
     /// CUDA: precision of GEMMs and convolutions: f32, f16 (f16 operands, f32 accumulation) or
     /// tf32 (f32 storage, TF32 tensor cores).
     #[arg(long, default_value = "f32")]
@@ -347,12 +348,12 @@ impl DeviceArgs {
         }
         Ok(c)
     }
-    /// `--profile-idle`.
-    fn idle(&self) -> Result<bool> {
-        match self.profile_idle.as_str() {
+    /// `--profile-variation`.
+    fn variation(&self) -> Result<bool> {
+        match self.profile_variation.as_str() {
             "on" => Ok(true),
             "off" => Ok(false),
-            o => bail!("invalid --profile-idle: '{o}' (on, off)"),
+            o => bail!("invalid --profile-variation: '{o}' (on, off)"),
         }
     }
 
@@ -432,7 +433,7 @@ fn open_bench(model: Model, dev: &DeviceArgs, sv: &Serve, progress: Mode) -> Res
             reps,
             order: dev.order()?,
             progress,
-            idle: dev.idle()?,
+            variation: dev.variation()?,
         },
     };
     Ok(Bench::open(model, opened, &opts)?)

@@ -64,7 +64,7 @@ pub(super) fn run(a: ProfileArgs, progress: lazybatch::progress::Mode) -> Result
                 reps,
                 order: a.dev.order()?,
                 progress,
-                idle: a.dev.idle()?,
+                variation: a.dev.variation()?,
             };
             Profile::measure_sampled(dev.as_mut(), &model, max_batch, &[len], how)?
         }
@@ -120,8 +120,9 @@ type Alone = (Nanos, Nanos, Option<(f64, f64)>);
 
 fn json_of(sh: &Shown) -> serde_json::Value {
     let (model, prof, max_batch, len, alone) = (sh.model, sh.prof, sh.max_batch, sh.len, sh.alone);
-    let single = prof.single_input_latency(model, len);
-    let curve = prof.batch_curve(model, len);
+    let algorithm1 = lazybatch::runtime::Predictor::new(model, prof, len.dec);
+    let single = algorithm1.single_input(len);
+    let curve = algorithm1.batch_curve(len);
     let nodes: Vec<_> = prof
         .nodes
         .iter()
@@ -156,8 +157,9 @@ fn text(o: &mut String, sh: &Shown) {
     let (model, prof, max_batch, len, reps, alone) =
         (sh.model, sh.prof, sh.max_batch, sh.len, sh.reps, sh.alone);
     let a_order = sh.order;
-    let single = prof.single_input_latency(model, len);
-    let curve = prof.batch_curve(model, len);
+    let algorithm1 = lazybatch::runtime::Predictor::new(model, prof, len.dec);
+    let single = algorithm1.single_input(len);
+    let curve = algorithm1.batch_curve(len);
     out!(
         o,
         "{} on {}: {} nodes{}",

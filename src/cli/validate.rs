@@ -9,7 +9,7 @@ use super::{
     check_load, check_rate, emit, in_range, open_bench, serve_args, specs_for, DeviceArgs,
     ModelArgs, Serve, ServeArgs,
 };
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use lazybatch::bench::{Bench, BenchOptions, RunConfig};
 use lazybatch::device::open::Opened;
@@ -64,6 +64,10 @@ pub(super) struct ValidateArgs {
     /// shaped like `run --json`) and the relative `error` of each statistic.
     #[arg(long)]
     json: bool,
+    /// Also write DIR/validate.txt (the table), DIR/validate.json (what --json prints) and
+    /// DIR/validate.svg (predicted against measured mean, p50 and p99 latency, every point).
+    #[arg(long, value_name = "DIR")]
+    out: Option<std::path::PathBuf>,
     /// Replay runs recorded earlier instead of serving: FILE is a `compare --out DIR`'s
     /// `compare.json` measured on a real device, the device `--device profile:TABLE` with the
     /// table measured there; each recorded (policy, rate, seeds) is run on the table with the
@@ -172,11 +176,7 @@ pub(super) fn run(mut a: ValidateArgs, progress: Mode) -> Result<()> {
         }
     }
     shown.finish();
-    if a.json {
-        let arr: Vec<_> = points.iter().map(|p| point_json(&real, &a, p)).collect();
-        return emit(&(serde_json::to_string_pretty(&arr)? + "\n"));
-    }
-    emit(&text(&real, &a, &points))
+    finish(&real, &a, &points, String::new())
 }
 
 /// The relative errors of the statistics `validate` compares.
@@ -430,17 +430,46 @@ fn replay(
             pair,
         });
     }
-    if a.json {
-        let arr: Vec<_> = points.iter().map(|p| point_json(&bench, a, p)).collect();
-        return emit(&(serde_json::to_string_pretty(&arr)? + "\n"));
-    }
-    let mut o = text(&bench, a, &points);
+    let mut note = String::new();
     if unchecked > 0 {
         out!(
-            o,
+            note,
             "{unchecked} of {} recorded runs carry no arrivals fingerprint (recorded before compare wrote one): their replay assumes this build draws the arrivals those runs drew",
             points.len()
         );
     }
-    emit(&o)
+    finish(&bench, a, &points, note)
+}
+
+/// Prints the points (the table and `note`, or JSON) and with `--out` writes them and their
+/// figure.
+fn finish(bench: &Bench, a: &ValidateArgs, points: &[Point], note: String) -> Result<()> {
+    let arr: Vec<_> = points.iter().map(|p| point_json(bench, a, p)).collect();
+    let json = serde_json::to_string_pretty(&arr)? + "\n";
+    let table = text(bench, a, points) + &note;
+    if let Some(dir) = &a.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("--out {}", dir.display()))?;
+        let write = |name: &str, body: &str| {
+            let f = dir.join(name);
+            std::fs::write(&f, body).with_context(|| format!("writing {}", f.display()))
+        };
+        write("validate.txt", &table)?;
+        write("validate.json", &json)?;
+        let fig: Vec<_> = points
+            .iter()
+            .map(|p| {
+                (
+                    p.cfg.policy.text.as_str(),
+                    &p.pair.measured,
+                    &p.pair.predicted,
+                )
+            })
+            .collect();
+        lazybatch::validate::write_figure(&fig, &dir.join("validate.svg"))?;
+        eprintln!(
+            "wrote validate.txt, validate.json and validate.svg to {}",
+            dir.display()
+        );
+    }
+    emit(if a.json { &json } else { &table })
 }

@@ -37,18 +37,19 @@ pub struct Sampling {
     pub order: Order,
     /// How progress is shown (a full table on a CPU takes minutes).
     pub progress: Mode,
-    /// Also measure what a pass costs more after the device idled ([`after_idle`]).
-    pub idle: bool,
+    /// Also measure how a real device's time varies: what a pass costs more after the device
+    /// idled ([`after_idle`]) and how long passes back to back take ([`pass_times`]).
+    pub variation: bool,
 }
 
 impl Default for Sampling {
-    /// One run per point, node by node, nothing shown, no idle rows.
+    /// One run per point, node by node, nothing shown, no variation measured.
     fn default() -> Self {
         Sampling {
             reps: 1,
             order: Order::Isolated,
             progress: Mode::Off,
-            idle: false,
+            variation: false,
         }
     }
 }
@@ -194,9 +195,10 @@ impl Profile {
             }
         };
         let mut table = table?;
-        if how.idle {
+        if how.variation {
             let first = lens.first().copied().unwrap_or_default();
             table.after_idle = after_idle(device, model, first, IDLE_PASSES, IDLE_GAPS_MS)?;
+            table.passes_ns = pass_times(device, model, first, PASSES, PASSES_BUDGET)?;
         }
         shown.finish();
         Ok(table)
@@ -279,6 +281,7 @@ impl Profile {
             lengths: len,
             nodes,
             after_idle: Vec::new(),
+            passes_ns: Vec::new(),
         })
     }
 }
@@ -433,4 +436,35 @@ pub fn after_idle(
             })
         })
         .collect()
+}
+
+/// Passes back to back [`Profile::measure_sampled`] times for the table's spread: enough for
+/// the tail of their distribution (the slowest 1% is one pass), within [`PASSES_BUDGET`].
+pub const PASSES: usize = 101;
+
+/// The longest [`Profile::measure_sampled`] spends timing passes back to back (at least 21 are
+/// timed whatever they take: a full-size sequence model's pass on a CPU takes a few hundred ms).
+pub const PASSES_BUDGET: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How long whole passes of one request alone at lengths `len` take back to back: up to
+/// `count` of them within `budget` (and at least 21), after one untimed; sorted. Each is the
+/// sum of its nodes' times as the device reports them. A real device's passes spread (on this
+/// project's 2-core VM MobileNet's 400 passes ran 7.4 ms at the median, 12.4 ms at the 99th
+/// percentile, 37 ms at most), which the table's medians do not show and the table device
+/// draws from ([`crate::device::table`]).
+pub fn pass_times(
+    device: &mut dyn Device,
+    model: &Model,
+    len: Lengths,
+    count: usize,
+    budget: std::time::Duration,
+) -> Result<Vec<u64>> {
+    alone_latency(device, model, len)?;
+    let start = std::time::Instant::now();
+    let mut times = Vec::with_capacity(count);
+    while times.len() < count && (times.len() < 21 || start.elapsed() < budget) {
+        times.push(alone_latency(device, model, len)?.0);
+    }
+    times.sort_unstable();
+    Ok(times)
 }

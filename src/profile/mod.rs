@@ -1,6 +1,7 @@
 //! The per-node latency table (node × batch size) that the slack predictor and the Oracle read:
-//! its data, lookups, saving and loading, the graph-wide single-input latency of the paper's
-//! Algorithm 1 and the whole-graph batching curve. Measuring it on a device is [`measure`].
+//! its data, lookups, saving and loading. Measuring it on a device is [`measure`]; the paper's
+//! Algorithm 1 over it (a request's single-input latency, the whole-graph batching curve) is the
+//! predictor's, [`crate::runtime::Predictor`], the one place it is computed.
 
 mod measure;
 
@@ -59,6 +60,11 @@ pub struct Profile {
     /// (ascending); empty for a virtual device (and in tables saved before it existed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after_idle: Vec<AfterIdle>,
+    /// A real device: how long a request's whole pass alone at `lengths` took, back to back,
+    /// sorted ([`measure::pass_times`]): the spread of its time that the table's medians do
+    /// not show; empty for a virtual device (and in tables saved before it existed).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passes_ns: Vec<u64>,
 }
 
 /// What one request's first pass cost more, node by node, after the device idled for `gap_ns`
@@ -101,6 +107,7 @@ impl Profile {
             max_batch,
             lengths: model.ref_lengths(),
             after_idle: Vec::new(),
+            passes_ns: Vec::new(),
             nodes: model
                 .nodes
                 .iter()
@@ -246,43 +253,5 @@ impl Profile {
         let row = &self.nodes[node.idx()].latency_ns;
         let b = batch.clamp(1, self.max_batch) as usize;
         Nanos(row[b - 1])
-    }
-
-    /// Whole-graph latency of a batch of `batch` requests of lengths `len`, every node at
-    /// `batch` (Algorithm 1 with the batched table). A node that depends on the encoder length
-    /// takes its encoder-length curve's time at `len.enc`, scaled at batch b by its batch-b to
-    /// batch-1 ratio at the profiled length.
-    pub fn graph_latency(&self, model: &Model, batch: u32, len: Lengths) -> Nanos {
-        model
-            .nodes
-            .iter()
-            .map(|n| {
-                let at_b = self.latency(n.id, batch).0;
-                let t = if self.nodes[n.id.idx()].enc_latency_ns.is_empty() {
-                    at_b
-                } else {
-                    let one = self.latency(n.id, 1).0.max(1) as f64;
-                    let own = self.latency_at_enc(n.id, len.enc).0 as f64;
-                    (at_b as f64 * own / one).round() as u64
-                };
-                Nanos(t * u64::from(model.repeats(n.id, len)))
-            })
-            .sum()
-    }
-
-    /// The paper's Algorithm 1: single-input latency, STATIC nodes once, ENCODER nodes ×
-    /// enc_timesteps, DECODER nodes × dec_timesteps.
-    pub fn single_input_latency(&self, model: &Model, len: Lengths) -> Nanos {
-        self.graph_latency(model, 1, len)
-    }
-
-    /// The batching curve: (batch, whole-graph latency, throughput in requests/s).
-    pub fn batch_curve(&self, model: &Model, len: Lengths) -> Vec<(u32, Nanos, f64)> {
-        (1..=self.max_batch)
-            .map(|b| {
-                let t = self.graph_latency(model, b, len);
-                (b, t, f64::from(b) / t.as_secs().max(1e-12))
-            })
-            .collect()
     }
 }

@@ -90,7 +90,8 @@ pub fn calibrate(configs: &[(String, NpuConfig)]) -> Result<Calibration> {
         let model = zoo::load("resnet50")?;
         let mut npu = Npu::new(cfg.clone())?;
         let len = model.ref_lengths();
-        let curve = Profile::measure(&mut npu, &model, 64, len)?.batch_curve(&model, len);
+        let table = Profile::measure(&mut npu, &model, 64, len)?;
+        let curve = crate::runtime::Predictor::new(&model, &table, len.dec).batch_curve(len);
         let tp = |b: usize| curve[b - 1].2;
         saturation.push(Saturation {
             batch_95: curve

@@ -298,6 +298,26 @@ impl Predictor {
     pub fn single_input(&self, len: Lengths) -> Nanos {
         self.remaining(None, len, 1)
     }
+
+    /// Algorithm 1 for a batch of `batch` requests of lengths `len`, every node at `batch`:
+    /// the whole graph (every co-located model's, one after another).
+    pub fn graph_latency(&self, batch: u32, len: Lengths) -> Nanos {
+        self.part_first
+            .iter()
+            .map(|&node| self.remaining(Some(NodeStep { node, step: 0 }), len, batch))
+            .sum()
+    }
+
+    /// The batching curve: (batch, whole-graph latency, throughput in requests/s) for every
+    /// batch size the table holds.
+    pub fn batch_curve(&self, len: Lengths) -> Vec<(u32, Nanos, f64)> {
+        (1..=self.max_batch)
+            .map(|b| {
+                let t = self.graph_latency(b, len);
+                (b, t, f64::from(b) / t.as_secs().max(1e-12))
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]

@@ -54,7 +54,7 @@ fn device_choices_name_what_is_wrong() {
         (&["run", "--model", "resnet50", "--device", "npu", "--conv", "cudnn", "--policy", "lazy", "--rate", "10"], "invalid --conv: applies to --device cuda, not npu"),
         (&["run", "--model", "resnet50", "--device", "npu", "--precision", "tf32", "--policy", "lazy", "--rate", "10"], "tf32 applies to --device cuda"),
         (&["run", "--model", "resnet50", "--device", "npu", "--profile-order", "sideways", "--policy", "lazy", "--rate", "10"], "invalid --profile-order: 'sideways' (isolated, model)"),
-        (&["run", "--model", "resnet50", "--device", "npu", "--profile-idle", "maybe", "--policy", "lazy", "--rate", "10"], "invalid --profile-idle: 'maybe' (on, off)"),
+        (&["run", "--model", "resnet50", "--device", "npu", "--profile-variation", "maybe", "--policy", "lazy", "--rate", "10"], "invalid --profile-variation: 'maybe' (on, off)"),
         (&["validate", "--model", "resnet50", "--device", "npu"], "validate holds the simulator against a real device"),
         (&["validate", "--model", "resnet50", "--device", "cpu", "--rates", "10", "--load", "0.5"], "give --rates or --load, not both"),
         (&["serve", "--model", "resnet50", "--device", "npu", "--requests", "5"], "serve takes no --requests: its traffic comes over HTTP"),

@@ -129,7 +129,8 @@ fn curve(model: &str, npu: Npu) -> Vec<f64> {
     let m = zoo::load(model).unwrap();
     let mut d = npu;
     let p = Profile::measure(&mut d, &m, 64, m.ref_lengths()).unwrap();
-    p.batch_curve(&m, m.ref_lengths())
+    lazybatch::runtime::Predictor::new(&m, &p, m.ref_lengths().dec)
+        .batch_curve(m.ref_lengths())
         .iter()
         .map(|c| c.2)
         .collect()
@@ -224,8 +225,9 @@ fn profiles_are_deterministic_and_lookups_match_execute() {
             }
         }
         // Algorithm 1 over the table: the whole graph alone is the sum of its lookups
-        let alone = p1.single_input_latency(&m, len);
-        assert!(alone < p1.graph_latency(&m, 8, len), "{name}");
+        let algorithm1 = lazybatch::runtime::Predictor::new(&m, &p1, len.dec);
+        let alone = algorithm1.single_input(len);
+        assert!(alone < algorithm1.graph_latency(8, len), "{name}");
     }
 }
 

@@ -866,10 +866,28 @@ fn the_slack_check_protects_other_models() {
 
 #[test]
 fn predictor_matches_the_direct_sum_over_nodes() {
-    // Algorithm 1 two ways: the predictor's suffix sums and the profile's node-by-node sum
+    // Algorithm 1 (the predictor's suffix sums) against a sum written here node by node: at
+    // batch 1 every node at its own encoder length (its curve), at batch b every node's
+    // batch-b entry at the profiled lengths, each times the steps its loop runs
     for name in zoo::all_names() {
         let b = bench(name, 8);
-        let profiled = b.profile.lengths.enc;
+        let (p, m) = (&b.profile, &b.model);
+        let profiled = p.lengths.enc;
+        let direct = |len: Lengths, batch: u32| -> u64 {
+            m.nodes
+                .iter()
+                .map(|n| {
+                    let row = &p.nodes[n.id.idx()];
+                    let t = if batch == 1 && !row.enc_latency_ns.is_empty() {
+                        let k = (len.enc.max(1) as usize).min(row.enc_latency_ns.len());
+                        row.enc_latency_ns[k - 1]
+                    } else {
+                        p.latency(n.id, batch).0
+                    };
+                    t * u64::from(m.repeats(n.id, len))
+                })
+                .sum()
+        };
         for (enc, dec) in [
             (1, 1),
             (2, 5),
@@ -883,23 +901,13 @@ fn predictor_matches_the_direct_sum_over_nodes() {
             (profiled, 9),
         ] {
             let len = Lengths { enc, dec };
-            for batch in [1, 3, 8] {
-                let pred = b.predictor.remaining(None, len, batch).0 as f64;
-                let direct = b.profile.graph_latency(&b.model, batch, len).0 as f64;
-                if batch == 1 || enc == profiled {
-                    assert_eq!(pred, direct, "{name} {len:?} batch {batch}");
-                } else {
-                    // batched, at another encoder length: the predictor scales whole sums, the
-                    // direct sum node by node
-                    // batched, at another encoder length: the predictor scales the dependent
-                    // nodes' sum, the direct sum scales node by node (7% apart at worst, at
-                    // a one-word sentence)
-                    let err = pred / direct - 1.0;
-                    assert!(
-                        err.abs() < 0.08,
-                        "{name} {len:?} batch {batch}: {pred} vs {direct}"
-                    );
-                }
+            let at_1 = b.predictor.remaining(None, len, 1).0;
+            assert_eq!(at_1, direct(len, 1), "{name} {len:?} batch 1");
+            assert_eq!(b.predictor.graph_latency(1, len).0, at_1, "{name} {len:?}");
+            for batch in [3, 8] {
+                let len = Lengths { enc: profiled, dec };
+                let pred = b.predictor.remaining(None, len, batch).0;
+                assert_eq!(pred, direct(len, batch), "{name} {len:?} batch {batch}");
             }
         }
     }
@@ -994,8 +1002,8 @@ fn lazy_beats_the_best_graph_batching_at_high_load_where_batching_pays() {
     let single = b.predictor.single_input(b.model.ref_lengths());
     let rate = 0.9e3 / single.as_ms();
     let (curve_1, curve_16) = (
-        b.profile.graph_latency(&b.model, 1, b.model.ref_lengths()),
-        b.profile.graph_latency(&b.model, 16, b.model.ref_lengths()),
+        b.predictor.graph_latency(1, b.model.ref_lengths()),
+        b.predictor.graph_latency(16, b.model.ref_lengths()),
     );
     assert!(
         6 * curve_16.0 < 5 * 16 * curve_1.0,

@@ -108,6 +108,32 @@ fn a_table_charges_its_after_idle_row_once_per_node_after_a_gap_that_long() {
 }
 
 #[test]
+fn a_table_with_a_spread_gives_one_run_per_seed_and_a_slower_mean_than_its_median() {
+    let (_, table) = npu_and_table("resnet50");
+    let mut t = table.profile.clone();
+    // a measured spread: 80 passes at the median, 20 at twice it (the median pass is the
+    // table's own single-input latency, so the draws scale the table by 1 or 2)
+    let median = t.nodes.iter().map(|n| n.latency_ns[0]).sum::<u64>();
+    t.passes_ns = [vec![median; 80], vec![2 * median; 20]].concat();
+    let opts = BenchOptions {
+        max_batch: 64,
+        coverage: 90.0,
+        profile: None,
+        sampling: lazybatch::profile::Sampling::default(),
+    };
+    let dev = TableDevice::from_profile(t, "a table with a spread");
+    let spread = Bench::open(table.model.clone(), Opened::Table(dev), &opts).unwrap();
+    let c = cfg("serial", 20.0, 400, 11);
+    let (a, b) = (run(&spread, &c), run(&spread, &c));
+    assert_eq!(a, b, "the same seed, another run");
+    let plain = run(&table, &c);
+    // at 20 req/s a pass is rarely queued: about a fifth of the requests take twice as long
+    let ratio = a.latency_ms.mean / plain.latency_ms.mean;
+    assert!((1.1..1.35).contains(&ratio), "{ratio}");
+    assert!(a.latency_ms.p50 >= plain.latency_ms.p50);
+}
+
+#[test]
 fn a_table_of_the_npu_model_predicts_sequence_models_within_one_percent() {
     // the NPU model's cost of a length-dependent node is not a function of its work proxy
     // alone (array folds, per-member fill): the table interpolates between what it measured
@@ -332,7 +358,7 @@ fn validate_serves_the_same_arrivals_on_the_cpu_and_on_its_table() {
 }
 
 #[test]
-fn a_real_devices_table_measures_a_pass_after_each_idle_gap() {
+fn a_real_devices_table_measures_a_pass_after_each_idle_gap_and_passes_back_to_back() {
     use lazybatch::profile::{Order, Profile, Sampling, IDLE_GAPS_MS};
     let m = crate::small("mobilenet");
     let mut dev = lazybatch::device::cpu::CpuDevice::new(1);
@@ -340,7 +366,7 @@ fn a_real_devices_table_measures_a_pass_after_each_idle_gap() {
         reps: 1,
         order: Order::InModelOrder,
         progress: lazybatch::progress::Mode::Off,
-        idle: true,
+        variation: true,
     };
     let t = Profile::measure_sampled(&mut dev, &m, 2, &[m.ref_lengths()], how).unwrap();
     let gaps: Vec<u64> = t.after_idle.iter().map(|r| r.gap_ns).collect();
@@ -351,6 +377,11 @@ fn a_real_devices_table_measures_a_pass_after_each_idle_gap() {
         // a difference of two medians of a node's runs, each far below a second
         assert!(r.extra_ns.iter().all(|e| e.abs() < 1_000_000_000), "{r:?}");
     }
+    // passes back to back, sorted: at least 21, at most 101
+    let n = t.passes_ns.len();
+    assert!((21..=101).contains(&n), "{n} passes");
+    assert!(t.passes_ns.windows(2).all(|w| w[0] <= w[1]));
+    assert!(t.passes_ns[0] > 0);
     // what the table device reads back: the file fits the model
     let dir = crate::fresh_dir("table-idle");
     let f = dir.join("t.json");
@@ -360,7 +391,10 @@ fn a_real_devices_table_measures_a_pass_after_each_idle_gap() {
     d.prepare(&m, 2).unwrap();
     assert_eq!(d.table().after_idle, t.after_idle);
     // without idle rows asked for, none
-    let how = Sampling { idle: false, ..how };
+    let how = Sampling {
+        variation: false,
+        ..how
+    };
     let t = Profile::measure_sampled(&mut dev, &m, 2, &[m.ref_lengths()], how).unwrap();
-    assert!(t.after_idle.is_empty());
+    assert!(t.after_idle.is_empty() && t.passes_ns.is_empty());
 }

@@ -6,6 +6,7 @@ use crate::graph::zoo;
 use crate::profile::Profile;
 use crate::report::plot::{Figure, Panel, Series};
 use crate::report::table::Table;
+use crate::runtime::Predictor;
 use std::fmt::Write as _;
 
 /// Batching impact (paper Fig.
@@ -56,7 +57,7 @@ fn batching(ctx: &mut Ctx) -> Result<()> {
         let mut npu = Npu::new(ctx.npu.clone())?;
         let len = m.ref_lengths();
         let p = Profile::measure(&mut npu, &m, MAX_BATCH, len)?;
-        let curve = p.batch_curve(&m, len);
+        let curve = Predictor::new(&m, &p, len.dec).batch_curve(len);
         let base = curve[0].2;
         let mut s1 = Series {
             name: short(name).into(),

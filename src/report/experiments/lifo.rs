@@ -207,7 +207,7 @@ fn batching_gain(cfg: &NpuConfig, model: &Model) -> Result<f64> {
     let mut npu = Npu::new(cfg.clone())?;
     let len = model.ref_lengths();
     let p = crate::profile::Profile::measure(&mut npu, model, MAX_BATCH, len)?;
-    let c = p.batch_curve(model, len);
+    let c = crate::runtime::Predictor::new(model, &p, len.dec).batch_curve(len);
     Ok(c[c.len() - 1].2 / c[0].2)
 }
 
