@@ -6,7 +6,7 @@
 
 use crate::device::{Device, Member};
 use crate::error::{Error, Result};
-use crate::graph::{Class, Lengths, Model, NodeStep};
+use crate::graph::{Class, Lengths, Model, NodeId, NodeStep};
 use crate::metrics::{KeepRecords, Recorder, Stats};
 use crate::policy::{Decision, Policy, View};
 use crate::runtime::{BatchTable, InfQ, Ledger, Predictor, Rejection, Request, RequestId};
@@ -97,6 +97,8 @@ pub enum Left {
 /// The server's state after a node execution, for a front end's live metrics.
 #[derive(Clone, Copy, Debug)]
 pub struct Progress<'c> {
+    /// The node that just ran.
+    pub node: NodeId,
     /// The run's counters so far (executions, preemptions, merges, ...).
     pub counters: &'c Counters,
     /// The sub-batch that just ran.
@@ -577,6 +579,7 @@ impl<'a> Server<'a> {
         }
         if let Some(o) = self.setup.observer {
             o.executed(&Progress {
+                node: at.node,
                 counters: &self.counters,
                 batch: self.members.len(),
                 depth: self.table.entries().len(),

@@ -17,6 +17,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use prometheus_client::encoding::text::encode;
 use serde_json::json;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Instant;
@@ -44,6 +45,13 @@ pub(super) struct Front {
     pub max_queue: usize,
     pub closing: AtomicBool,
     pub metrics: Arc<Metrics>,
+    /// The server's maximum batch (activation slots).
+    pub max_batch: u32,
+    /// The largest body accepted, also once inflated (bytes).
+    pub max_body: usize,
+    /// The input's and output's variable-axis lengths at the model's reference lengths (what
+    /// the model configuration's dims give for a -1).
+    pub reference: (i64, i64),
 }
 
 /// The model's input and output in the protocol's terms (one request: batch 1), and its
@@ -114,6 +122,7 @@ pub(super) fn describe(m: &Model) -> Result<(Io, Io, u32, u32)> {
         shape: in_shape,
         vocab: if *tokens { vocab } else { None },
         max_len: max_enc as usize,
+        finite: true,
     };
     let output = Io {
         name: last.name.clone(),
@@ -121,6 +130,7 @@ pub(super) fn describe(m: &Model) -> Result<(Io, Io, u32, u32)> {
         shape: out_shape,
         vocab: None,
         max_len: max_dec as usize,
+        finite: true,
     };
     Ok((input, output, max_dec, ref_dec))
 }
@@ -133,24 +143,39 @@ pub(super) async fn ready(State(f): State<Arc<Front>>) -> StatusCode {
     }
 }
 
-fn unknown(f: &Front, name: &str) -> Option<Response> {
-    (name != f.model).then(|| {
-        error(
+/// The version every model is served at (the protocol's `/versions/{v}/` URLs name it).
+pub(super) const VERSION: &str = "1";
+
+/// A model route's path parameters: `name`, and `version` in the `/versions/{version}/` form.
+pub(super) type ModelPath = Path<HashMap<String, String>>;
+
+/// A 404 naming what is wrong when the path's model (or version) is not the one served.
+pub(super) fn unknown(f: &Front, path: &HashMap<String, String>) -> Option<Response> {
+    let name = path.get("name").map_or("", String::as_str);
+    if name != f.model {
+        return Some(error(
             StatusCode::NOT_FOUND,
             format!("unknown model '{name}' (this server serves '{}')", f.model),
-        )
-    })
+        ));
+    }
+    match path.get("version") {
+        Some(v) if v != VERSION => Some(error(
+            StatusCode::NOT_FOUND,
+            format!("unknown version '{v}' of model '{name}' (it has version {VERSION} only)"),
+        )),
+        _ => None,
+    }
 }
 
-pub(super) async fn model_ready(State(f): State<Arc<Front>>, Path(name): Path<String>) -> Response {
-    if let Some(r) = unknown(&f, &name) {
+pub(super) async fn model_ready(State(f): State<Arc<Front>>, Path(path): ModelPath) -> Response {
+    if let Some(r) = unknown(&f, &path) {
         return r;
     }
     ready(State(f)).await.into_response()
 }
 
-pub(super) async fn metadata(State(f): State<Arc<Front>>, Path(name): Path<String>) -> Response {
-    if let Some(r) = unknown(&f, &name) {
+pub(super) async fn metadata(State(f): State<Arc<Front>>, Path(path): ModelPath) -> Response {
+    if let Some(r) = unknown(&f, &path) {
         return r;
     }
     let io = |t: &Io| json!({"name": t.name, "datatype": t.datatype, "shape": t.shape});
@@ -165,7 +190,7 @@ pub(super) async fn metadata(State(f): State<Arc<Front>>, Path(name): Path<Strin
     }
     axum::Json(json!({
         "name": f.model,
-        "versions": ["1"],
+        "versions": [VERSION],
         "platform": "lazybatch",
         "inputs": [io(&f.input)],
         "outputs": [io(&f.output)],
@@ -211,13 +236,20 @@ fn unavailable(f: &Front, outcome: &str, msg: String) -> Response {
 
 pub(super) async fn infer(
     State(f): State<Arc<Front>>,
-    Path(name): Path<String>,
+    Path(path): ModelPath,
     headers: axum::http::HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
-    if let Some(r) = unknown(&f, &name) {
+    if let Some(r) = unknown(&f, &path) {
         return r;
     }
+    let body = match decoded(&headers, body, f.max_body) {
+        Ok(b) => b,
+        Err((status, msg)) => {
+            f.metrics.count(outcome::BAD_REQUEST);
+            return error(status, msg);
+        }
+    };
     let mut req = match split(&headers, &body).and_then(|(json, binary)| {
         serde_json::from_slice::<InferRequest>(json)
             .map_err(|e| format!("malformed request body: {e}"))
@@ -277,8 +309,9 @@ pub(super) async fn infer(
         let msg = "the server is shutting down".into();
         return unavailable(&f, outcome::SHUTTING_DOWN, msg);
     }
+    let id = req.id.take().unwrap_or_else(|| key.to_string());
     match answer.await {
-        Ok(heard) => respond(&f, (key, dec, req.binary_output), heard),
+        Ok(heard) => respond(&f, (&id, dec, req.binary_output), (key, heard)),
         Err(_) => error(
             StatusCode::INTERNAL_SERVER_ERROR,
             "the engine stopped before answering".into(),
@@ -286,7 +319,13 @@ pub(super) async fn infer(
     }
 }
 
-fn respond(f: &Front, (key, dec, binary): (u64, u32, bool), (how, latency): Heard) -> Response {
+/// The answer to request `key` (`id` to the client) as the engine left it.
+fn respond(
+    f: &Front,
+    (id, dec, binary): (&str, u32, bool),
+    (key, heard): (u64, Heard),
+) -> Response {
+    let (how, latency) = heard;
     if let Left::Rejected(why) = how {
         let o = rejected(why);
         let msg = if o == outcome::SHED {
@@ -334,7 +373,8 @@ fn respond(f: &Front, (key, dec, binary): (u64, u32, bool), (how, latency): Hear
     let (t, bytes) = tensor(&f.output, &shape, &data, binary);
     let head = json!({
         "model_name": f.model,
-        "id": key.to_string(),
+        "model_version": VERSION,
+        "id": id,
         "outputs": [t],
         "parameters": parameters,
     });
@@ -355,6 +395,49 @@ fn respond(f: &Front, (key, dec, binary): (u64, u32, bool), (how, latency): Hear
         body,
     )
         .into_response()
+}
+
+/// The body as sent, or inflated when its `Content-Encoding` is `gzip` or `deflate` (zlib, as
+/// HTTP means it): at most `max` bytes once inflated (`--max-body-mib`; a body that inflates
+/// past it is refused with 413, so a small bomb cannot take the memory a large body may not).
+fn decoded(
+    headers: &axum::http::HeaderMap,
+    body: axum::body::Bytes,
+    max: usize,
+) -> std::result::Result<axum::body::Bytes, (StatusCode, String)> {
+    use std::io::Read;
+    let Some(enc) = headers.get(axum::http::header::CONTENT_ENCODING) else {
+        return Ok(body);
+    };
+    let enc = enc.to_str().unwrap_or("").trim().to_ascii_lowercase();
+    let mut reader: Box<dyn Read + '_> = match enc.as_str() {
+        "identity" | "" => return Ok(body),
+        "gzip" | "x-gzip" => Box::new(flate2::read::GzDecoder::new(&body[..])),
+        "deflate" => Box::new(flate2::read::ZlibDecoder::new(&body[..])),
+        other => {
+            return Err((
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!("Content-Encoding '{other}': this server takes gzip, deflate or identity"),
+            ))
+        }
+    };
+    let mut out = Vec::new();
+    (&mut reader)
+        .take(max as u64 + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| {
+            (
+                StatusCode::BAD_REQUEST,
+                format!("Content-Encoding {enc}: the body does not inflate: {e}"),
+            )
+        })?;
+    if out.len() > max {
+        return Err((
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("the body inflates past {max} bytes (--max-body-mib)"),
+        ));
+    }
+    Ok(out.into())
 }
 
 /// The body's JSON part and its binary part (the binary tensor extension: the JSON's length
@@ -419,6 +502,9 @@ mod tests {
             max_queue: 4,
             closing: AtomicBool::new(false),
             metrics,
+            max_batch: 8,
+            max_body: 1 << 20,
+            reference: (1, 1),
         })
     }
 
@@ -427,6 +513,47 @@ mod tests {
             .build()
             .unwrap()
             .block_on(ready(State(f.clone())))
+    }
+
+    #[test]
+    fn gzip_and_deflate_bodies_inflate_within_the_body_limit() {
+        use std::io::Write;
+        let headers = |enc: &str| {
+            let mut h = axum::http::HeaderMap::new();
+            h.insert(axum::http::header::CONTENT_ENCODING, enc.parse().unwrap());
+            h
+        };
+        let text = br#"{"inputs": []}"#.repeat(50);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(&text).unwrap();
+        let gz = gz.finish().unwrap();
+        let mut zl = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        zl.write_all(&text).unwrap();
+        let zl = zl.finish().unwrap();
+        for (enc, body) in [("gzip", &gz), ("deflate", &zl), ("GZIP", &gz)] {
+            let got = decoded(&headers(enc), body.clone().into(), 1 << 20).unwrap();
+            assert_eq!(&got[..], &text[..], "{enc}");
+        }
+        // none, or identity: as sent
+        let plain = decoded(&axum::http::HeaderMap::new(), text.clone().into(), 10).unwrap();
+        assert_eq!(plain.len(), text.len());
+        // a body that inflates past the limit: 413, however small it was sent
+        let bomb = {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+            e.write_all(&vec![0u8; 8 << 20]).unwrap();
+            e.finish().unwrap()
+        };
+        assert!(bomb.len() < 64 << 10);
+        let (st, msg) = decoded(&headers("gzip"), bomb.into(), 1 << 20).unwrap_err();
+        assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE, "{msg}");
+        assert!(msg.contains("inflates past 1048576 bytes"), "{msg}");
+        // not gzip at all, and an encoding this server does not take
+        let (st, msg) = decoded(&headers("gzip"), text.clone().into(), 1 << 20).unwrap_err();
+        assert_eq!(st, StatusCode::BAD_REQUEST, "{msg}");
+        assert!(msg.contains("does not inflate"), "{msg}");
+        let (st, msg) = decoded(&headers("br"), text.into(), 1 << 20).unwrap_err();
+        assert_eq!(st, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{msg}");
+        assert!(msg.contains("'br'"), "{msg}");
     }
 
     #[test]

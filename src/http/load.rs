@@ -270,6 +270,18 @@ async fn get_json(client: &Http, uri: &str) -> Result<Value> {
     serde_json::from_slice(&body).map_err(|e| Error::invalid("--url", format!("{uri}: {e}")))
 }
 
+/// Whether a server's input shape `served` takes requests of this model's shape `ours`: the
+/// same, except that a server batching along the first axis (Triton's, `max_batch_size` > 0)
+/// says -1 there, and each request is sent with a batch of 1 as `ours` says.
+fn shape_fits(served: &[i64], ours: &[i64]) -> bool {
+    served.len() == ours.len()
+        && served
+            .iter()
+            .zip(ours)
+            .enumerate()
+            .all(|(k, (&s, &o))| s == o || (k == 0 && s == -1 && o == 1))
+}
+
 /// The server serves `name` with the input `input` describes; its device and policy.
 async fn check_metadata(
     client: &Http,
@@ -282,7 +294,7 @@ async fn check_metadata(
     let shape: Vec<i64> = serde_json::from_value(served["shape"].clone()).unwrap_or_default();
     if served["name"] != input.name.as_str()
         || served["datatype"] != input.datatype
-        || shape != input.shape
+        || !shape_fits(&shape, &input.shape)
     {
         return Err(Error::invalid(
             "--model",
@@ -437,5 +449,17 @@ mod tests {
         assert_eq!(sample(text, "lazybatch_batch_size_sum"), Some(40.0));
         assert_eq!(sample(text, "lazybatch_requests_total"), None);
         assert_eq!(sample(text, "lazybatch_preemptions_total"), None);
+    }
+
+    #[test]
+    fn a_servers_batch_axis_of_minus_one_takes_one_request_per_call() {
+        assert!(shape_fits(&[1, 3, 224, 224], &[1, 3, 224, 224]));
+        assert!(shape_fits(&[-1, 3, 224, 224], &[1, 3, 224, 224]));
+        // a variable length past the batch axis is the same -1 on both sides
+        assert!(shape_fits(&[-1, -1], &[1, -1]));
+        // -1 elsewhere than the batch axis, another size or another rank: not this model
+        assert!(!shape_fits(&[1, -1, 224, 224], &[1, 3, 224, 224]));
+        assert!(!shape_fits(&[2, 3, 224, 224], &[1, 3, 224, 224]));
+        assert!(!shape_fits(&[-1, 3, 224], &[1, 3, 224, 224]));
     }
 }

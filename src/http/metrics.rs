@@ -55,6 +55,27 @@ pub(crate) struct Metrics {
     pub misfits: Gauge,
     /// The engine's totals already exported (its counters only grow).
     seen: [AtomicU64; 4],
+    /// What the statistics extension reports (`/v2/models/{m}/stats`).
+    pub totals: Totals,
+}
+
+/// Cumulative counts and durations for the statistics extension, in Triton's terms: kept beside
+/// the histograms of `/metrics` from the same observations, so that the two agree.
+#[derive(Debug, Default)]
+pub(crate) struct Totals {
+    /// Completed requests, and the sum of their end-to-end latencies (ns).
+    pub success: (AtomicU64, AtomicU64),
+    /// Requests turned away or malformed (every outcome but completed and abandoned).
+    pub fail: AtomicU64,
+    /// The sum of completed requests' queueing (arrival to first node) and compute (first node
+    /// to completion) times (ns).
+    pub queue_ns: AtomicU64,
+    pub compute_ns: AtomicU64,
+    /// Executions of the model's first node: batches that entered the model (a sub-batch is
+    /// admitted with it), so that inferences over executions is the admitted batch's size.
+    pub executions: AtomicU64,
+    /// When the last request completed, in ms since the Unix epoch (0: none yet).
+    pub last_ms: AtomicU64,
 }
 
 impl Metrics {
@@ -81,6 +102,7 @@ impl Metrics {
             held: Family::default(),
             misfits: Gauge::default(),
             seen: Default::default(),
+            totals: Totals::default(),
         };
         m.registry.register(
             "requests",
@@ -171,15 +193,32 @@ impl Metrics {
             ("outcome".to_string(), outcome.to_string()),
         ];
         self.requests.get_or_create(&labels).inc();
+        if outcome != outcome::COMPLETED && outcome != outcome::ABANDONED {
+            self.totals.fail.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// A completed request's latencies and whether it met its deadline.
     fn completed(&self, q: &Request, at: Nanos) {
         let s = |d: Nanos| d.as_secs();
-        self.latency.observe(s(at.saturating_sub(q.arrival)));
         let first = q.first_issue.unwrap_or(q.arrival);
-        self.queue.observe(s(first.saturating_sub(q.arrival)));
-        self.compute.observe(s(at.saturating_sub(first)));
+        let (all, queue, compute) = (
+            at.saturating_sub(q.arrival),
+            first.saturating_sub(q.arrival),
+            at.saturating_sub(first),
+        );
+        self.latency.observe(s(all));
+        self.queue.observe(s(queue));
+        self.compute.observe(s(compute));
+        let t = &self.totals;
+        t.success.0.fetch_add(1, Ordering::Relaxed);
+        t.success.1.fetch_add(all.0, Ordering::Relaxed);
+        t.queue_ns.fetch_add(queue.0, Ordering::Relaxed);
+        t.compute_ns.fetch_add(compute.0, Ordering::Relaxed);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        t.last_ms.store(now, Ordering::Relaxed);
         if at > q.deadline {
             self.violations.inc();
         }
@@ -188,6 +227,9 @@ impl Metrics {
     /// The engine's state after a node execution.
     fn executed(&self, p: &Progress) {
         self.batch.observe(p.batch as f64);
+        if p.node.0 == 0 {
+            self.totals.executions.fetch_add(1, Ordering::Relaxed);
+        }
         let c = p.counters;
         for (seen, (total, counter)) in self.seen.iter().zip([
             (c.executions, &self.executions),

@@ -9,6 +9,7 @@
 //! modelled latency and carries no computed values (said so in the response's parameters).
 //! [`load`] is the other side: an open-loop load generator.
 
+mod extensions;
 mod front;
 pub mod load;
 mod metrics;
@@ -83,7 +84,9 @@ impl Server {
 /// Starts serving `bench` under `cfg` (its policy, SLA, maximum batch): the engine on one
 /// thread, the HTTP front end on another. Returns once the address is bound.
 pub fn start(mut bench: Bench, cfg: RunConfig, opts: &ServeOptions) -> Result<Server> {
-    let (input, output, max_dec, default_dec) = front::describe(&bench.model)?;
+    let (mut input, output, max_dec, default_dec) = front::describe(&bench.model)?;
+    // a model device computes nothing on the values: any bits are taken
+    input.finite = !bench.is_virtual();
     let listener =
         std::net::TcpListener::bind(opts.listen).map_err(|e| Error::listen(opts.listen, e))?;
     listener
@@ -121,6 +124,12 @@ pub fn start(mut bench: Bench, cfg: RunConfig, opts: &ServeOptions) -> Result<Se
         max_queue: opts.max_queue,
         closing: AtomicBool::new(false),
         metrics,
+        max_batch: cfg.max_batch,
+        max_body: opts.max_body,
+        reference: {
+            let r = bench.model.ref_lengths();
+            (i64::from(r.enc), i64::from(r.dec))
+        },
     });
     let held = exchange.clone();
     let engine = std::thread::spawn(move || {
@@ -197,13 +206,23 @@ async fn signal() {
 }
 
 fn router(front: Arc<Front>, max_body: usize) -> Router {
-    Router::new()
+    let mut r = Router::new()
+        .route("/v2", get(extensions::server_metadata))
         .route("/v2/health/live", get(|| async { StatusCode::OK }))
         .route("/v2/health/ready", get(front::ready))
-        .route("/v2/models/{name}", get(front::metadata))
-        .route("/v2/models/{name}/ready", get(front::model_ready))
-        .route("/v2/models/{name}/infer", post(front::infer))
-        .route("/metrics", get(front::metrics))
+        .route("/v2/models/stats", get(extensions::all_stats));
+    // every model route, also under /versions/{version}/ (a version other than 1 is a 404)
+    for base in ["/v2/models/{name}", "/v2/models/{name}/versions/{version}"] {
+        r = r
+            .route(base, get(front::metadata))
+            .route(&format!("{base}/ready"), get(front::model_ready))
+            .route(&format!("{base}/infer"), post(front::infer))
+            .route(&format!("{base}/config"), get(extensions::config))
+            .route(&format!("{base}/stats"), get(extensions::stats));
+    }
+    r.route("/metrics", get(front::metrics))
+        .fallback(extensions::no_route)
+        .method_not_allowed_fallback(extensions::wrong_method)
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
         .with_state(front)
 }

@@ -20,11 +20,17 @@ pub(crate) struct Io {
     pub vocab: Option<usize>,
     /// The longest variable axis accepted.
     pub max_len: usize,
+    /// Binary values must be finite 32-bit floats: a device computes on them (a model device,
+    /// which computes nothing, takes NaN and infinities too, as tools send at random).
+    pub finite: bool,
 }
 
 /// An inference request's body (its JSON part, with the binary tensor extension).
 #[derive(Debug, Deserialize)]
 pub(crate) struct InferRequest {
+    /// The client's identifier, echoed in the response (clients match answers by it).
+    #[serde(default)]
+    id: Option<String>,
     inputs: Vec<InputTensor>,
     #[serde(default)]
     parameters: Option<serde_json::Map<String, Value>>,
@@ -67,6 +73,8 @@ pub(crate) struct Checked {
     pub decode_steps: Option<u32>,
     /// Answer with the output in the binary part of the body.
     pub binary_output: bool,
+    /// The request's `id`, to echo.
+    pub id: Option<String>,
 }
 
 impl InferRequest {
@@ -104,7 +112,7 @@ impl InferRequest {
                 return Err("both data and binary_data_size: give the values once".into())
             }
             (Some(Numbers(v)), None) => v.clone(),
-            (None, Some(n)) => from_binary(n, binary, io.datatype)?,
+            (None, Some(n)) => from_binary(n, binary, io)?,
             (None, None) => return Err(format!("input '{name}' without data")),
         };
         if values.len() != want {
@@ -163,6 +171,7 @@ impl InferRequest {
             sla,
             decode_steps,
             binary_output,
+            id: self.id,
         })
     }
 }
@@ -196,8 +205,10 @@ fn check_shape(got: &[usize], io: &Io) -> Result<usize, String> {
         .map_or(1, |(&g, _)| g))
 }
 
-/// Values from the binary part: `size` bytes of little-endian FP32 or INT64.
-fn from_binary(size: &Value, binary: &[u8], datatype: &str) -> Result<Vec<f32>, String> {
+/// Values from the binary part: `size` bytes of little-endian FP32 or INT64 (`io`'s datatype),
+/// finite unless `io` says otherwise.
+fn from_binary(size: &Value, binary: &[u8], io: &Io) -> Result<Vec<f32>, String> {
+    let datatype = io.datatype;
     let n = size
         .as_u64()
         .ok_or_else(|| format!("binary_data_size {size}: a number of bytes"))?;
@@ -224,7 +235,11 @@ fn from_binary(size: &Value, binary: &[u8], datatype: &str) -> Result<Vec<f32>, 
             } else {
                 f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             };
-            finite(x)
+            if io.finite {
+                finite(x)
+            } else {
+                Ok(x as f32)
+            }
         })
         .collect()
 }
@@ -345,6 +360,7 @@ mod tests {
             shape: vec![1, -1],
             vocab: Some(100),
             max_len: 8,
+            finite: true,
         }
     }
 
@@ -419,6 +435,7 @@ mod tests {
             shape: vec![1, 2],
             vocab: None,
             max_len: 1,
+            finite: true,
         };
         let f: Vec<u8> = [0.5f32, -2.0]
             .iter()
@@ -435,5 +452,23 @@ mod tests {
             e.contains("8 bytes after the JSON header that no input claims"),
             "{e}"
         );
+        // NaN and infinities: refused where a device computes on them, taken where not
+        let odd: Vec<u8> = [f32::NAN, f32::INFINITY]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let body = || {
+            req(
+                serde_json::json!({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "parameters": {"binary_data_size": 8}}]}),
+            )
+        };
+        let e = body().check(&image, 0, &odd).unwrap_err();
+        assert!(e.contains("not a finite 32-bit float"), "{e}");
+        let emulated = Io {
+            finite: false,
+            ..image
+        };
+        let c = body().check(&emulated, 0, &odd).unwrap();
+        assert!(c.values[0].is_nan() && c.values[1].is_infinite());
     }
 }

@@ -192,6 +192,109 @@ fn the_npu_model_answers_after_its_modelled_latency_and_says_so() {
 }
 
 #[test]
+fn the_server_speaks_what_tritons_tools_ask_for() {
+    // GET /v2, the request id echoed, /versions/1/ forms, the model configuration and the
+    // statistics extensions, and JSON errors on every unknown route or method
+    let m = lazybatch::graph::zoo::load("resnet50").unwrap();
+    let bench = Bench::new(m, Default::default(), 8, 90.0).unwrap();
+    let serve = ServeOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        max_queue: 64,
+        max_body: 4 << 20,
+    };
+    let server = start(bench, cfg("graph:5"), &serve).unwrap();
+    let a = server.addr;
+    let json = |(st, body): (u16, String)| -> (u16, serde_json::Value) {
+        let v = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+        (st, v)
+    };
+    let (st, v) = json(call(a, "GET", "/v2", ""));
+    assert_eq!(st, 200);
+    assert_eq!(v["name"], "lazybatch");
+    assert!(v["version"].as_str().is_some_and(|s| !s.is_empty()));
+    let ext: Vec<&str> = v["extensions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_str().unwrap())
+        .collect();
+    assert!(ext.contains(&"model_configuration") && ext.contains(&"statistics"));
+    // the versioned forms answer as the plain ones; another version is a 404 naming it
+    for path in ["/v2/models/resnet50", "/v2/models/resnet50/versions/1"] {
+        assert_eq!(call(a, "GET", path, "").0, 200, "{path}");
+        assert_eq!(
+            call(a, "GET", &format!("{path}/ready"), "").0,
+            200,
+            "{path}"
+        );
+    }
+    let (st, v) = json(call(a, "GET", "/v2/models/resnet50/versions/2/ready", ""));
+    assert_eq!(st, 404);
+    assert!(v["error"].as_str().unwrap().contains("version '2'"), "{v}");
+    // the configuration: a request's whole shape, one per call, the policy named
+    let (st, c) = json(call(a, "GET", "/v2/models/resnet50/config", ""));
+    assert_eq!(st, 200, "{c}");
+    assert_eq!(c["name"], "resnet50");
+    assert_eq!(c["max_batch_size"], 0);
+    assert_eq!(c["input"][0]["name"], "image");
+    assert_eq!(c["input"][0]["data_type"], "TYPE_FP32");
+    assert_eq!(c["input"][0]["dims"], serde_json::json!([1, 3, 224, 224]));
+    assert_eq!(c["parameters"]["server_max_batch"]["string_value"], "8");
+    assert!(c["parameters"]["policy"]["string_value"]
+        .as_str()
+        .unwrap()
+        .contains('5'));
+    // two inferences, one with an id (echoed) and one without (the server's own)
+    let image = vec![0.5f32; 3 * 224 * 224];
+    let body = |id: Option<&str>| {
+        let mut b = serde_json::json!({"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 3, 224, 224], "data": image}]});
+        if let Some(id) = id {
+            b["id"] = serde_json::json!(id);
+        }
+        b.to_string()
+    };
+    let infer = "/v2/models/resnet50/versions/1/infer";
+    let (st, v) = json(call(a, "POST", infer, &body(Some("client-7"))));
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["id"], "client-7");
+    assert_eq!(v["model_version"], "1");
+    let (st, v) = json(call(a, "POST", "/v2/models/resnet50/infer", &body(None)));
+    assert_eq!(st, 200, "{v}");
+    assert!(v["id"].as_str().is_some_and(|s| !s.is_empty()));
+    // one malformed request: a failure in the statistics
+    assert_eq!(call(a, "POST", infer, "{").0, 400);
+    for path in ["/v2/models/stats", "/v2/models/resnet50/stats"] {
+        let (st, s) = json(call(a, "GET", path, ""));
+        assert_eq!(st, 200, "{s}");
+        let m = &s["model_stats"][0];
+        assert_eq!(m["name"], "resnet50");
+        assert_eq!(m["inference_count"], 2, "{s}");
+        let i = &m["inference_stats"];
+        assert_eq!(i["success"]["count"], 2);
+        assert_eq!(i["fail"]["count"], 1);
+        // the two requests' latencies, split into their queueing and compute times
+        let ns = |k: &str| i[k]["ns"].as_u64().unwrap();
+        assert!(ns("success") > 0);
+        assert_eq!(ns("success"), ns("queue") + ns("compute_infer"), "{s}");
+        let execs = m["execution_count"].as_u64().unwrap();
+        assert!((1..=2).contains(&execs), "{s}");
+        assert!(m["last_inference"].as_u64().unwrap() > 0);
+    }
+    // unknown routes and methods: the protocol's error object
+    for (method, path, status) in [
+        ("GET", "/v2/nothing", 404),
+        ("GET", "/v2/repository/index", 404),
+        ("GET", "/v2/models/resnet50/infer", 405),
+        ("DELETE", "/v2/models/resnet50", 405),
+    ] {
+        let (st, v) = json(call(a, method, path, ""));
+        assert_eq!(st, status, "{method} {path}: {v}");
+        assert!(v["error"].as_str().is_some_and(|e| !e.is_empty()), "{v}");
+    }
+    assert_eq!(server.shutdown().unwrap().stats().completed, 2);
+}
+
+#[test]
 fn a_full_queue_answers_503_and_a_shutdown_answers_everyone_admitted() {
     // VGG-16 on the NPU model takes milliseconds a request: with room for one request in the
     // server, of six sent at once some are turned away with 503 and the rest complete; the
