@@ -26,6 +26,20 @@ pub(super) struct ReproduceArgs {
     /// the first is the primary one (the ablations run on it). Default: both shipped ones.
     #[arg(long, value_delimiter = ',', value_name = "NAME|FILE")]
     npu_config: Option<Vec<String>>,
+    /// Also hold the simulator against this machine's CPU: MobileNet-v1's table against its
+    /// real runs, 5 policies × 0.3/0.6/0.9 of Serial's capacity, 200 requests each (30 with
+    /// --quick), each point served twice (`validate --repeat`), into OUT/validation/. It runs
+    /// in wall time (about 2 minutes; seconds with --quick), so unlike the rest its figures
+    /// change from run to run.
+    #[arg(long)]
+    validate_cpu: bool,
+}
+
+/// The validation `reproduce --validate-cpu` runs, as `validate`'s arguments.
+#[derive(clap::Parser, Debug)]
+struct CpuValidation {
+    #[command(flatten)]
+    args: super::validate::ValidateArgs,
 }
 
 #[derive(Args, Debug)]
@@ -76,6 +90,32 @@ pub(super) fn run(a: ReproduceArgs, progress: lazybatch::progress::Mode) -> Resu
         t0.elapsed().as_secs_f64(),
         a.out.join("report.md").display()
     );
+    if a.validate_cpu {
+        let dir = a.out.join("validation");
+        let requests = if a.quick { "30" } else { "200" };
+        let argv = [
+            "validate",
+            "--model",
+            "mobilenet",
+            "--device",
+            "cpu",
+            "--load",
+            "0.3,0.6,0.9",
+            "--requests",
+            requests,
+            "--repeat",
+            "--out",
+        ];
+        let dir_arg = dir.to_string_lossy().into_owned();
+        let v = <CpuValidation as clap::Parser>::try_parse_from(
+            argv.iter().copied().chain([dir_arg.as_str()]),
+        )?;
+        eprintln!(
+            "holding the simulator against this machine's CPU (MobileNet-v1) into {}",
+            dir.display()
+        );
+        super::validate::run(v.args, progress)?;
+    }
     Ok(())
 }
 

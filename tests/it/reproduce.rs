@@ -489,3 +489,42 @@ fn quick_figures_are_pinned() {
         "the Transformer's LazyB capacity (quick search)"
     );
 }
+
+#[test]
+fn reproduce_holds_the_simulator_against_the_cpu_when_asked() {
+    // wall time on this machine's CPU: what it says varies, its shape does not
+    let dir = crate::fresh_dir("reproduce-validate-cpu");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lazybatch"))
+        .args([
+            "reproduce",
+            "--quick",
+            "--figures",
+            "batching",
+            "--validate-cpu",
+        ])
+        .arg("--out")
+        .arg(&dir)
+        .args(["--progress", "off"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    let v: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("validation/validate.json")).unwrap(),
+    )
+    .unwrap();
+    let points = v.as_array().unwrap();
+    // 5 policies × 3 loads, each served twice for real and once on the table
+    assert_eq!(points.len(), 15, "{v}");
+    for p in points {
+        for side in ["measured", "repeat", "predicted"] {
+            assert_eq!(p[side]["completed"], 30, "{p}");
+        }
+        assert!(p["run_to_run"]["mean"].as_f64().unwrap().is_finite(), "{p}");
+    }
+    let svg = std::fs::read_to_string(dir.join("validation/validate.svg")).unwrap();
+    roxmltree::Document::parse(&svg).unwrap();
+    assert!(std::fs::read_to_string(dir.join("validation/validate.txt"))
+        .unwrap()
+        .contains("the device against itself"));
+}
