@@ -176,7 +176,8 @@ pub(super) fn run(mut a: ValidateArgs, progress: Mode) -> Result<()> {
         }
     }
     shown.finish();
-    finish(&real, &a, &points, String::new())
+    let note = drift(&mut real)?;
+    finish(&real, &a, &points, note)
 }
 
 /// The relative errors of the statistics `validate` compares.
@@ -439,6 +440,39 @@ fn replay(
         );
     }
     finish(&bench, a, &points, note)
+}
+
+/// How far the device's speed moved while it was validated: its median pass alone, timed again
+/// now, against the one its table holds (empty when the table timed no passes).
+fn drift(real: &mut Bench) -> Result<String> {
+    let before = &real.profile.passes_ns;
+    let Some(&then) = before.get(before.len() / 2) else {
+        return Ok(String::new());
+    };
+    let len = real.model.ref_lengths();
+    let lazybatch::bench::Backend::Real(device) = &mut real.backend else {
+        return Ok(String::new());
+    };
+    let device = device
+        .get_mut()
+        .map_err(|_| anyhow::anyhow!("the device's run panicked"))?;
+    let now = lazybatch::profile::pass_times(
+        device.as_mut(),
+        &real.model,
+        len,
+        lazybatch::profile::PASSES,
+        lazybatch::profile::PASSES_BUDGET,
+    )?;
+    let now = now[now.len() / 2];
+    let mut o = String::new();
+    out!(
+        o,
+        "the device's median pass alone: {:.3} ms when its table was measured, {:.3} ms after the runs ({}): the table is one moment's device",
+        then as f64 / 1e6,
+        now as f64 / 1e6,
+        pct(now as f64 / then.max(1) as f64 - 1.0)
+    );
+    Ok(o)
 }
 
 /// Prints the points (the table and `note`, or JSON) and with `--out` writes them and their

@@ -6,8 +6,8 @@
 mod measure;
 
 pub use measure::{
-    after_idle, alone_latency, sampled_sizes, wmt19_mean_alone_latency, Order, Sampling,
-    IDLE_GAPS_MS, IDLE_PASSES,
+    after_idle, alone_latency, pass_times, sampled_sizes, wmt19_mean_alone_latency, Order,
+    Sampling, IDLE_GAPS_MS, IDLE_PASSES, PASSES, PASSES_BUDGET,
 };
 
 use crate::error::{Error, Result};
