@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Calls a running `lazybatch serve` with Triton's own Python client (tritonclient[http]):
-liveness, readiness, metadata, and one inference twice, with the tensors as JSON and with the
-binary tensor extension (tritonclient's default); prints one JSON object with what it got.
+liveness, readiness (also of version 1), the server's metadata, the model's metadata and
+configuration, one inference twice, with the tensors as JSON and with the binary tensor
+extension (tritonclient's default), four asynchronous inferences with their own ids, and the
+inference statistics; prints one JSON object with what it got.
 Given an ONNX file, it also compares the answer with onnxruntime's for the same input
 (onnxruntime imported in this Python or, failing that, in `python3`).
 
@@ -45,9 +47,12 @@ def main():
     p.add_argument("--onnx")
     p.add_argument("--input")
     a = p.parse_args()
-    c = http.InferenceServerClient(url=a.url)
+    c = http.InferenceServerClient(url=a.url, concurrency=4)
     out = {"live": c.is_server_live(), "ready": c.is_server_ready(),
-           "model_ready": c.is_model_ready(a.model)}
+           "model_ready": c.is_model_ready(a.model),
+           "model_ready_v1": c.is_model_ready(a.model, "1"),
+           "server_metadata": c.get_server_metadata(),
+           "config": c.get_model_config(a.model)}
     meta = c.get_model_metadata(a.model)
     out["metadata"] = meta
     i, o = meta["inputs"][0], meta["outputs"][0]
@@ -65,6 +70,12 @@ def main():
         y = r.as_numpy(o["name"])
         out["outputs"]["binary" if binary else "json"] = y.astype(np.float64).ravel().tolist()
         out["shape"] = list(y.shape)
+    # asynchronous requests, each with its own id: answers matched by it
+    inp = http.InferInput(i["name"], list(x.shape), i["datatype"])
+    inp.set_data_from_numpy(x)
+    pending = [c.async_infer(a.model, [inp], request_id=f"req-{k}") for k in range(4)]
+    out["async_ids"] = [p.get_result().get_response()["id"] for p in pending]
+    out["statistics"] = c.get_inference_statistics(a.model)
     if a.onnx:
         ref = onnxruntime_output(a.onnx, x).reshape(y.shape)
         out["rel_diff_onnxruntime"] = float(np.abs(ref - y).max() / np.abs(ref).max())

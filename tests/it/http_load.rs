@@ -291,9 +291,24 @@ fn tritonclient_gets_the_in_process_outputs_as_json_and_as_binary() {
         String::from_utf8_lossy(&out.stderr)
     );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    for k in ["live", "ready", "model_ready"] {
+    for k in ["live", "ready", "model_ready", "model_ready_v1"] {
         assert_eq!(v[k], true, "{k}: {v}");
     }
+    assert_eq!(v["server_metadata"]["name"], "lazybatch", "{v}");
+    assert_eq!(v["config"]["max_batch_size"], 0, "{v}");
+    assert_eq!(
+        v["config"]["input"][0]["dims"],
+        v["metadata"]["inputs"][0]["shape"]
+    );
+    // each asynchronous answer carries its own request's id
+    assert_eq!(
+        v["async_ids"],
+        serde_json::json!(["req-0", "req-1", "req-2", "req-3"]),
+        "{v}"
+    );
+    // the two inferences and the four asynchronous ones, counted by the server
+    let stats = &v["statistics"]["model_stats"][0];
+    assert_eq!(stats["inference_count"], 6, "{v}");
     for how in ["json", "binary"] {
         let got: Vec<f32> = serde_json::from_value::<Vec<f64>>(v["outputs"][how].clone())
             .unwrap()
