@@ -1,6 +1,11 @@
 //! Attention: additive and dot attention over a sequence, multi-head self-attention (two GEMMs per head), decoder self-attention over a per-slot key/value cache, cross-attention.
 
-use super::*;
+use super::aligned::Aligned;
+use super::{kernels, numel, par, CpuDevice};
+use crate::device::layout::Layout;
+use crate::device::Member;
+use crate::graph::op::AttnMode;
+use crate::graph::{Class, Model};
 use kernels::Strided;
 /// The scratch buffers attention works in (taken from the device for the node's run).
 struct AttnScratch {

@@ -17,12 +17,19 @@
 //! one fused pass, or — read only by a 1×1 convolution — computed by that convolution a block
 //! of rows at a time just before its GEMM ([`separable`], [`Conv::pair`]).
 
+use super::aligned::Aligned;
 use super::direct::{self, Direct};
+use super::kernels::{self, ActK, Window};
+use super::panels::Panels;
 use super::residual::Residual;
 use super::separable;
 use super::team;
+use super::weights::Weights;
 use super::winograd::Winograd;
-use super::*;
+use super::{act_k, activation, hwc, par, rowgemm, window, CpuDevice, NO_MEMBER, SMALL_IMAGE};
+use crate::device::Member;
+use crate::graph::op::Op;
+use crate::graph::Model;
 use std::sync::{Mutex, MutexGuard};
 
 mod order;

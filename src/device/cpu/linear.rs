@@ -4,7 +4,11 @@
 //! in both buffers; other rows (a decoder step's, one per request) are gathered first and
 //! scattered after.
 
-use super::*;
+use super::kernels::{self, ActK};
+use super::{CpuDevice, NodeRt};
+use crate::device::layout::Layout;
+use crate::device::Member;
+use crate::graph::Model;
 
 /// Rows a member needs before its input and output are used in place: below this, gathering a
 /// sub-batch's single rows into one GEMM is worth more than the copies it costs (BERT's pass
@@ -136,8 +140,9 @@ impl CpuDevice {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::super::testing;
     use crate::device::capture::CaptureMode;
+    use crate::graph::NodeStep;
     use crate::device::Device;
 
     /// A sequence of 16 rows through two linear layers (read and written in place), the second

@@ -44,7 +44,7 @@ mod winograd;
 use super::layout::{Layout, NodeLayout, Seg, Src};
 use super::{Device, Member, Timing};
 use crate::error::{Error, Result};
-use crate::graph::op::{AttnMode, Op, PoolKind, PosEnc};
+use crate::graph::op::{AttnMode, Op};
 use crate::graph::{Class, Input, Model, Node, NodeStep, Rows};
 use crate::time::Nanos;
 use aligned::Aligned;
@@ -373,7 +373,17 @@ impl CpuDevice {
             Op::Linear { act, .. } => self.linear(model, i, members, act_k(*act)),
             Op::Lstm { hidden, .. } => self.lstm(model, i, members, *hidden),
             Op::Attention { mode, heads } => self.attention(model, i, members, *mode, *heads),
-            _ => self.rowwise(model, i, members),
+            // every other op, named: a new op is a compile error here, not a silent row copy
+            Op::Flatten
+            | Op::Add { .. }
+            | Op::Concat
+            | Op::Activation { .. }
+            | Op::BatchNorm
+            | Op::LayerNorm { .. }
+            | Op::Softmax
+            | Op::Embedding { .. }
+            | Op::Argmax
+            | Op::Take { .. } => self.rowwise(model, i, members),
         }
         if self.capture.is_on() {
             self.capture_outputs(model, i, members);

@@ -1,7 +1,10 @@
 //! Pooling over channels-last images ([`super::hwc::pool`], [`super::hwc::global_avg`]), image by
 //! image, reading the producer's output in place.
 
-use super::*;
+use super::{hwc, window, CpuDevice};
+use crate::device::Member;
+use crate::graph::op::{Op, PoolKind};
+use crate::graph::Model;
 
 impl CpuDevice {
     /// Pooling, image by image, reading the producer's output in place.

@@ -1,6 +1,9 @@
 //! LSTM cells: the gate GEMM over [x, h] and the pointwise update, cell states by slot.
 
-use super::*;
+use super::kernels::{self, ActK};
+use super::CpuDevice;
+use crate::device::Member;
+use crate::graph::Model;
 
 impl CpuDevice {
     pub(super) fn lstm(&mut self, model: &Model, i: usize, members: &[Member], h: usize) {

@@ -1,7 +1,12 @@
 //! Row-wise ops: add, concat, activations, batch and layer norm, softmax, argmax, embeddings, take,
 //! and `Flatten`, which turns a channels-last image back into the graph's `[C, H, W]` order.
 
-use super::*;
+use super::kernels::{self, ActK};
+use super::{act_k, hwc, image, numel, par, CpuDevice};
+use crate::device::layout::Layout;
+use crate::device::Member;
+use crate::graph::op::{Op, PosEnc};
+use crate::graph::Model;
 
 impl CpuDevice {
     /// Ops that work row by row on their (concatenated) inputs.
@@ -117,7 +122,15 @@ impl CpuDevice {
                             }
                         }
                     }
-                    _ => y.copy_from_slice(&x[..fo]),
+                    // run_node sends these to their own kernels, never here
+                    Op::Input { .. }
+                    | Op::Conv2d { .. }
+                    | Op::Pool { .. }
+                    | Op::Linear { .. }
+                    | Op::Lstm { .. }
+                    | Op::Attention { .. } => {
+                        unreachable!("{} is not a row-wise op", node.op.kind_name())
+                    }
                 }
                 let pos = self.layout.out_pos(model, i, step, r, m.len);
                 let src = &c[..fo];
@@ -204,7 +217,7 @@ impl CpuDevice {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::super::testing;
 
     /// Each member's argmax, read in place (alone, or members shared between the cores), is the
     /// first largest value's index of its row.

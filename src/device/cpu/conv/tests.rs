@@ -1,6 +1,7 @@
 //! The convolutions' tests: residual sums fused into the convolution that completes them, and
 //! outputs stored around the caches.
 
+use super::super::testing;
 use super::*;
 use crate::device::capture::CaptureMode;
 use crate::device::Device;

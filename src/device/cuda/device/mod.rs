@@ -622,7 +622,18 @@ impl CudaDevice {
                 self.stage_attention(model, i, members, *mode, *heads)?
             }
             Op::Embedding { .. } => self.stage_embedding(model, i, members)?,
-            _ => self.stage_gather(model, i, members)?,
+            Op::Conv2d { .. }
+            | Op::Pool { .. }
+            | Op::Flatten
+            | Op::Linear { .. }
+            | Op::Add { .. }
+            | Op::Concat
+            | Op::Activation { .. }
+            | Op::BatchNorm
+            | Op::LayerNorm { .. }
+            | Op::Softmax
+            | Op::Argmax
+            | Op::Take { .. } => self.stage_gather(model, i, members)?,
         }
         if self.staged.direct_out.is_none() {
             self.stage_scatter(model, i, members)?;
@@ -642,7 +653,16 @@ impl CudaDevice {
             Op::Lstm { .. } => self.lstm(model, i, members),
             Op::Attention { mode, heads } => self.attention(i, *mode, *heads),
             Op::Embedding { .. } => self.embedding(model, i),
-            _ => self.rowwise(model, i),
+            // every other op, named: a new op is a compile error here
+            Op::Flatten
+            | Op::Add { .. }
+            | Op::Concat
+            | Op::Activation { .. }
+            | Op::BatchNorm
+            | Op::LayerNorm { .. }
+            | Op::Softmax
+            | Op::Argmax
+            | Op::Take { .. } => self.rowwise(model, i),
         }
     }
 }

@@ -172,7 +172,16 @@ impl CudaDevice {
                 unsafe { b.launch(elems(rows * feat)) }.map_err(cuda_err)?;
                 return self.scatter(i, Buf::A);
             }
-            _ => {}
+            // the kernels below
+            Op::Add { .. } | Op::BatchNorm | Op::LayerNorm { .. } | Op::Softmax | Op::Argmax => {}
+            // run_node sends these to their own methods
+            Op::Input { .. }
+            | Op::Conv2d { .. }
+            | Op::Pool { .. }
+            | Op::Linear { .. }
+            | Op::Lstm { .. }
+            | Op::Attention { .. }
+            | Op::Embedding { .. } => return Err(not_rowwise(&node.op)),
         }
         let CudaDevice {
             stream,
@@ -250,13 +259,27 @@ impl CudaDevice {
                 // SAFETY: one block of 1024 threads per row (the kernel's shared arrays).
                 unsafe { b.launch(blocks(rows, 1024, 0)) }.map_err(cuda_err)?;
             }
-            other => {
-                return Err(Error::Internal(format!(
-                    "cuda device: no kernel for op {}",
-                    other.kind_name()
-                )))
-            }
+            // answered above, or not row-wise
+            Op::Flatten
+            | Op::Concat
+            | Op::Take { .. }
+            | Op::Activation { .. }
+            | Op::Input { .. }
+            | Op::Conv2d { .. }
+            | Op::Pool { .. }
+            | Op::Linear { .. }
+            | Op::Lstm { .. }
+            | Op::Attention { .. }
+            | Op::Embedding { .. } => return Err(not_rowwise(&node.op)),
         }
         self.scatter(i, Buf::C)
     }
+}
+
+/// The error of an op that reached the row-wise path without being one of its ops.
+fn not_rowwise(op: &Op) -> Error {
+    Error::Internal(format!(
+        "cuda device: {} is not a row-wise op (run_node dispatches it elsewhere)",
+        op.kind_name()
+    ))
 }
