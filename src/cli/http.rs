@@ -5,7 +5,7 @@ use super::{open_bench, positive, serve_args, DeviceArgs, ModelArgs, ServeArgs};
 use anyhow::{bail, Result};
 use clap::Args;
 use lazybatch::bench::RunConfig;
-use lazybatch::http::{start, ServeOptions};
+use lazybatch::http::{start, ServeOptions, Timeouts};
 use lazybatch::policy::Spec;
 use lazybatch::progress::Mode;
 
@@ -27,6 +27,18 @@ pub(super) struct HttpArgs {
     /// The largest request body accepted, in MiB (more: 413), in [1, 1024].
     #[arg(long, default_value_t = 64, allow_negative_numbers = true)]
     max_body_mib: i64,
+    /// The most seconds a client may take to send a request's headers, from when the server
+    /// waits for them (an idle keep-alive connection too; then it is closed), in (0, 3600].
+    #[arg(long, default_value_t = 10.0, allow_negative_numbers = true)]
+    header_timeout_s: f64,
+    /// The most seconds a request's body may take to arrive once its headers are in (more:
+    /// 408), in (0, 3600].
+    #[arg(long, default_value_t = 30.0, allow_negative_numbers = true)]
+    body_timeout_s: f64,
+    /// After SIGINT or SIGTERM, the most seconds the server waits for the requests in flight
+    /// and its open connections before it drops them and exits, in (0, 3600].
+    #[arg(long, default_value_t = 30.0, allow_negative_numbers = true)]
+    shutdown_timeout_s: f64,
     #[command(flatten)]
     serve: ServeArgs,
 }
@@ -53,6 +65,17 @@ pub(super) fn run(a: HttpArgs, progress: Mode) -> Result<()> {
     spec.check_for(&model)?;
     let max_queue = positive("--max-queue", a.max_queue)?.min(1_000_000) as usize;
     let max_body = (positive("--max-body-mib", a.max_body_mib)?.min(1024) as usize) << 20;
+    let seconds = |flag: &str, s: f64| -> Result<std::time::Duration> {
+        if !(s > 0.0 && s <= 3600.0) {
+            bail!("invalid {flag}: {s} (seconds, in (0, 3600])");
+        }
+        Ok(std::time::Duration::from_secs_f64(s))
+    };
+    let timeouts = Timeouts {
+        header: seconds("--header-timeout-s", a.header_timeout_s)?,
+        body: seconds("--body-timeout-s", a.body_timeout_s)?,
+        shutdown: seconds("--shutdown-timeout-s", a.shutdown_timeout_s)?,
+    };
     let name = model.name.clone();
     let bench = open_bench(model, &a.dev, &sv, progress)?;
     let device = bench.description();
@@ -72,6 +95,7 @@ pub(super) fn run(a: HttpArgs, progress: Mode) -> Result<()> {
         listen: a.listen,
         max_queue,
         max_body,
+        timeouts,
     };
     let server = start(bench, cfg, &opts)?;
     eprintln!(

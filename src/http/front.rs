@@ -49,6 +49,8 @@ pub(super) struct Front {
     pub max_batch: u32,
     /// The largest body accepted, also once inflated (bytes).
     pub max_body: usize,
+    /// The most a body may take to arrive once its headers are in.
+    pub body_timeout: std::time::Duration,
     /// The input's and output's variable-axis lengths at the model's reference lengths (what
     /// the model configuration's dims give for a -1).
     pub reference: (i64, i64),
@@ -238,15 +240,22 @@ pub(super) async fn infer(
     State(f): State<Arc<Front>>,
     Path(path): ModelPath,
     headers: axum::http::HeaderMap,
-    body: axum::body::Bytes,
+    body: axum::body::Body,
 ) -> Response {
     if let Some(r) = unknown(&f, &path) {
         return r;
     }
-    let body = match decoded(&headers, body, f.max_body) {
+    let body = match received(&f, body)
+        .await
+        .and_then(|b| decoded(&headers, b, f.max_body))
+    {
         Ok(b) => b,
         Err((status, msg)) => {
-            f.metrics.count(outcome::BAD_REQUEST);
+            f.metrics.count(match status {
+                StatusCode::REQUEST_TIMEOUT => outcome::TIMED_OUT,
+                StatusCode::PAYLOAD_TOO_LARGE => outcome::TOO_LARGE,
+                _ => outcome::BAD_REQUEST,
+            });
             return error(status, msg);
         }
     };
@@ -397,6 +406,37 @@ fn respond(
         .into_response()
 }
 
+/// The request's body, read within the body timeout and up to `--max-body-mib` (408 and 413
+/// with the protocol's error object otherwise; a connection that fails mid-body, 400).
+async fn received(
+    f: &Front,
+    body: axum::body::Body,
+) -> std::result::Result<axum::body::Bytes, (StatusCode, String)> {
+    use http_body_util::BodyExt;
+    let limited = http_body_util::Limited::new(body, f.max_body);
+    match tokio::time::timeout(f.body_timeout, limited.collect()).await {
+        Err(_) => Err((
+            StatusCode::REQUEST_TIMEOUT,
+            format!(
+                "the body did not arrive within {} s (--body-timeout-s)",
+                f.body_timeout.as_secs_f64()
+            ),
+        )),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err((
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "the body is larger than {} bytes (--max-body-mib)",
+                f.max_body
+            ),
+        )),
+        Ok(Err(e)) => Err((
+            StatusCode::BAD_REQUEST,
+            format!("the body could not be read: {e}"),
+        )),
+        Ok(Ok(c)) => Ok(c.to_bytes()),
+    }
+}
+
 /// The body as sent, or inflated when its `Content-Encoding` is `gzip` or `deflate` (zlib, as
 /// HTTP means it): at most `max` bytes once inflated (`--max-body-mib`; a body that inflates
 /// past it is refused with 413, so a small bomb cannot take the memory a large body may not).
@@ -504,6 +544,7 @@ mod tests {
             metrics,
             max_batch: 8,
             max_body: 1 << 20,
+            body_timeout: std::time::Duration::from_secs(30),
             reference: (1, 1),
         })
     }

@@ -32,6 +32,10 @@ pub(crate) mod outcome {
     pub const SHED: &str = "shed";
     /// Arrived while the server was shutting down.
     pub const SHUTTING_DOWN: &str = "shutting_down";
+    /// Its body did not arrive within the body timeout (`--body-timeout-s`): 408.
+    pub const TIMED_OUT: &str = "timed_out";
+    /// Its body was larger than `--max-body-mib` (also once inflated): 413.
+    pub const TOO_LARGE: &str = "too_large";
 }
 
 /// The exported metrics.

@@ -11,6 +11,7 @@
 
 mod extensions;
 mod front;
+mod listen;
 pub mod load;
 mod metrics;
 mod protocol;
@@ -22,7 +23,6 @@ use crate::error::{Error, Result};
 use crate::wall::ChannelArrivals;
 use axum::http::StatusCode;
 use axum::routing::{get, post};
-use axum::serve::ListenerExt;
 use axum::Router;
 use front::Front;
 use metrics::{Metrics, OnEngineExit, Waiting};
@@ -31,6 +31,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::oneshot;
+
+pub use listen::Timeouts;
 
 /// How the server listens and admits.
 #[derive(Clone, Debug)]
@@ -41,6 +43,8 @@ pub struct ServeOptions {
     pub max_queue: usize,
     /// The largest request body accepted (bytes); more get 413.
     pub max_body: usize,
+    /// Header, body and shutdown time limits.
+    pub timeouts: Timeouts,
 }
 
 /// A running server: its address, and how to stop it.
@@ -126,6 +130,7 @@ pub fn start(mut bench: Bench, cfg: RunConfig, opts: &ServeOptions) -> Result<Se
         metrics,
         max_batch: cfg.max_batch,
         max_body: opts.max_body,
+        body_timeout: opts.timeouts.body,
         reference: {
             let r = bench.model.ref_lengths();
             (i64::from(r.enc), i64::from(r.dec))
@@ -138,7 +143,7 @@ pub fn start(mut bench: Bench, cfg: RunConfig, opts: &ServeOptions) -> Result<Se
         bench.serve_front_end(&cfg, waiting.as_ref(), exchange, &mut src)
     });
     let (stop, stopped) = oneshot::channel::<()>();
-    let max_body = opts.max_body;
+    let (max_body, timeouts) = (opts.max_body, opts.timeouts);
     let http = std::thread::spawn(move || -> Result<()> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -147,11 +152,7 @@ pub fn start(mut bench: Bench, cfg: RunConfig, opts: &ServeOptions) -> Result<Se
             .map_err(|e| Error::io("the HTTP runtime", e))?;
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::from_std(listener)
-                .map_err(|e| Error::io("--listen", e))?
-                // answers leave at once (no Nagle delay behind the client's delayed ACK)
-                .tap_io(|tcp| {
-                    let _ = tcp.set_nodelay(true);
-                });
+                .map_err(|e| Error::io("--listen", e))?;
             let app = router(front.clone(), max_body);
             let closing = front.clone();
             let shutdown = async move {
@@ -163,13 +164,17 @@ pub fn start(mut bench: Bench, cfg: RunConfig, opts: &ServeOptions) -> Result<Se
                 // new requests get 503 while the admitted ones finish
                 closing.closing.store(true, Ordering::SeqCst);
             };
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(shutdown)
-                .await
-                .map_err(|e| Error::io("serving HTTP", e));
-            // every handler has answered: closing the channel lets the engine drain and end
+            let finished = listen::serve(listener, app, timeouts, shutdown).await;
+            if !finished {
+                eprintln!(
+                    "serve: connections still open {:.0} s after the shutdown began were dropped (--shutdown-timeout-s)",
+                    timeouts.shutdown.as_secs_f64()
+                );
+            }
+            // every handler has answered or is gone: closing the channel lets the engine
+            // drain and end
             front.tx.lock().map(|mut t| t.take()).ok();
-            served
+            Ok(())
         })
     });
     Ok(Server {

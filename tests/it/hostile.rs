@@ -60,6 +60,9 @@ fn device_choices_name_what_is_wrong() {
         (&["serve", "--model", "resnet50", "--device", "npu", "--requests", "5"], "serve takes no --requests: its traffic comes over HTTP"),
         (&["serve", "--model", "resnet50", "--device", "npu", "--arrivals", "gamma:2"], "serve takes no --arrivals"),
         (&["serve", "--model", "resnet50,gnmt", "--device", "npu", "--shares", "1,1"], "serve takes no --shares"),
+        (&["serve", "--model", "resnet50", "--device", "npu", "--header-timeout-s", "0"], "invalid --header-timeout-s: 0 (seconds, in (0, 3600])"),
+        (&["serve", "--model", "resnet50", "--device", "npu", "--body-timeout-s", "nan"], "invalid --body-timeout-s: NaN"),
+        (&["serve", "--model", "resnet50", "--device", "npu", "--shutdown-timeout-s", "1e9"], "invalid --shutdown-timeout-s: 1000000000"),
         (&["run", "--model", "resnet50", "--progress", "loud", "--policy", "lazy", "--rate", "10"], "'loud' is not one of auto, bar, lines, off"),
         (&["load", "--url", "http://127.0.0.1:1", "--model", "resnet50", "--rate", "10", "--requests", "5"], "cannot connect to http://127.0.0.1:1/v2/models/resnet50: connection refused"),
     ];

@@ -87,6 +87,7 @@ fn the_front_end_answers_the_protocol_with_the_devices_outputs() {
         listen: "127.0.0.1:0".parse().unwrap(),
         max_queue: 64,
         max_body: 1 << 20,
+        timeouts: Default::default(),
     };
     let server = start(bench, cfg("lazy"), &serve).unwrap();
     let a = server.addr;
@@ -170,6 +171,7 @@ fn the_npu_model_answers_after_its_modelled_latency_and_says_so() {
         listen: "127.0.0.1:0".parse().unwrap(),
         max_queue: 64,
         max_body: 4 << 20,
+        timeouts: Default::default(),
     };
     let server = start(bench, cfg("lazy"), &serve).unwrap();
     let image = vec![0.5f32; 3 * 224 * 224];
@@ -201,6 +203,7 @@ fn the_server_speaks_what_tritons_tools_ask_for() {
         listen: "127.0.0.1:0".parse().unwrap(),
         max_queue: 64,
         max_body: 4 << 20,
+        timeouts: Default::default(),
     };
     let server = start(bench, cfg("graph:5"), &serve).unwrap();
     let a = server.addr;
@@ -305,6 +308,7 @@ fn a_full_queue_answers_503_and_a_shutdown_answers_everyone_admitted() {
         listen: "127.0.0.1:0".parse().unwrap(),
         max_queue: 1,
         max_body: 4 << 20,
+        timeouts: Default::default(),
     };
     let server = start(bench, cfg("lazy"), &serve).unwrap();
     let a = server.addr;
@@ -325,4 +329,99 @@ fn a_full_queue_answers_503_and_a_shutdown_answers_everyone_admitted() {
         "{text}"
     );
     assert_eq!(server.shutdown().unwrap().stats().completed, ok as u64);
+}
+
+/// A server of ResNet-50 on the NPU model with the time limits `t`.
+fn npu_server(t: lazybatch::http::Timeouts, max_body: usize) -> lazybatch::http::Server {
+    let m = lazybatch::graph::zoo::load("resnet50").unwrap();
+    let bench = Bench::new(m, Default::default(), 8, 90.0).unwrap();
+    let serve = ServeOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        max_queue: 64,
+        max_body,
+        timeouts: t,
+    };
+    start(bench, cfg("lazy"), &serve).unwrap()
+}
+
+#[test]
+fn half_sent_headers_do_not_hold_a_shutdown_and_slow_clients_are_timed_out() {
+    use std::time::{Duration, Instant};
+    let ms = Duration::from_millis;
+    // headers: a connection that sends part of them is closed after the header timeout
+    let server = npu_server(
+        lazybatch::http::Timeouts {
+            header: ms(300),
+            body: ms(300),
+            shutdown: ms(500),
+        },
+        1 << 20,
+    );
+    let a = server.addr;
+    let mut half = TcpStream::connect(a).unwrap();
+    half.write_all(b"POST /v2/models/resnet50/infer HTTP/1.1\r\nHost: t\r\n")
+        .unwrap();
+    half.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let t0 = Instant::now();
+    let mut got = Vec::new();
+    let _ = half.read_to_end(&mut got);
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    // a body that stops arriving: 408 with the protocol's error object, counted
+    let mut slow = TcpStream::connect(a).unwrap();
+    slow.write_all(b"POST /v2/models/resnet50/infer HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"inputs\":")
+        .unwrap();
+    slow.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut resp = String::new();
+    let _ = slow.read_to_string(&mut resp);
+    assert!(resp.starts_with("HTTP/1.1 408"), "{resp}");
+    assert!(resp.contains("--body-timeout-s"), "{resp}");
+    let (_, metrics) = call(a, "GET", "/metrics", "");
+    assert!(
+        metrics.contains("outcome=\"timed_out\"} 1"),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("requests_total"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // a body over the limit: 413 with the protocol's error object, counted
+    let (st, e) = call(
+        a,
+        "POST",
+        "/v2/models/resnet50/infer",
+        &"x".repeat((1 << 20) + 1),
+    );
+    assert_eq!(st, 413, "{e}");
+    assert!(
+        e.contains("\"error\"") && e.contains("--max-body-mib"),
+        "{e}"
+    );
+    let (_, metrics) = call(a, "GET", "/metrics", "");
+    assert!(metrics.contains("outcome=\"too_large\"} 1"), "{metrics}");
+    // a shutdown with a client holding half-sent headers open (and a header timeout too long
+    // to close it first): the server still stops within its shutdown deadline
+    server.shutdown().unwrap();
+    let server = npu_server(
+        lazybatch::http::Timeouts {
+            header: Duration::from_secs(600),
+            body: Duration::from_secs(600),
+            shutdown: ms(500),
+        },
+        1 << 20,
+    );
+    let mut hold = TcpStream::connect(server.addr).unwrap();
+    hold.write_all(
+        b"POST /v2/models/resnet50/infer HTTP/1.1\r\nHost: t\r\nContent-Length: 50\r\n\r\n{",
+    )
+    .unwrap();
+    let mut idle = TcpStream::connect(server.addr).unwrap();
+    idle.write_all(b"GET /v2/heal").unwrap();
+    std::thread::sleep(ms(100));
+    let t0 = Instant::now();
+    let out = server.shutdown().unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
+    assert_eq!(out.stats().completed, 0);
 }

@@ -33,6 +33,7 @@ fn options() -> ServeOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         max_queue: 64,
         max_body: 4 << 20,
+        timeouts: Default::default(),
     }
 }
 

@@ -142,8 +142,8 @@ impl CpuDevice {
 mod tests {
     use super::super::testing;
     use crate::device::capture::CaptureMode;
-    use crate::graph::NodeStep;
     use crate::device::Device;
+    use crate::graph::NodeStep;
 
     /// A sequence of 16 rows through two linear layers (read and written in place), the second
     /// with a GELU.
