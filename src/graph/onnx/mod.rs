@@ -79,12 +79,23 @@ pub fn import(path: &Path, dims: &Dims) -> Result<Model> {
     Ok(m)
 }
 
+/// The largest external data file read (bytes): more than any model this project imports.
+const MAX_EXTERNAL: u64 = 16 << 30;
+
 /// Reads the initializers an exporter stored in external files (`torch.onnx.export` does
 /// for large models: `model.onnx.data` beside `model.onnx`) into the tensors themselves. A
-/// location must be a relative path inside the model's directory, as the ONNX spec requires.
+/// location must be a relative path inside the model's directory, as the ONNX spec requires,
+/// and stay there once links are followed (a symlink out of the directory is refused: the
+/// class of `onnx`'s CVE-2024-27318); it must name a regular file of at most [`MAX_EXTERNAL`]
+/// bytes, its size checked before it is read.
 fn load_external(g: &mut GraphProto, model: &Path) -> std::result::Result<(), String> {
     use proto::pb::tensor_proto::DataLocation;
     let dir = model.parent().unwrap_or(Path::new("."));
+    let dir = if dir.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        dir
+    };
     let mut files: HashMap<String, Vec<u8>> = HashMap::new();
     for t in &mut g.initializer {
         if t.data_location != Some(DataLocation::External as i32) {
@@ -118,8 +129,31 @@ fn load_external(g: &mut GraphProto, model: &Path) -> std::result::Result<(), St
             ));
         }
         if !files.contains_key(&loc) {
-            let data = std::fs::read(dir.join(rel))
-                .map_err(|e| format!("initializer '{name}': {}: {e}", dir.join(rel).display()))?;
+            let path = dir.join(rel);
+            let shown = |e: &dyn std::fmt::Display| {
+                format!("initializer '{name}': {}: {e}", path.display())
+            };
+            let (real_dir, real) = (
+                dir.canonicalize().map_err(|e| shown(&e))?,
+                path.canonicalize().map_err(|e| shown(&e))?,
+            );
+            if !real.starts_with(&real_dir) {
+                return Err(shown(&format!(
+                    "external data location '{loc}' leads outside the model's directory (to {}): refused",
+                    real.display()
+                )));
+            }
+            let meta = std::fs::metadata(&real).map_err(|e| shown(&e))?;
+            if !meta.is_file() {
+                return Err(shown(&"external data must be a regular file"));
+            }
+            if meta.len() > MAX_EXTERNAL {
+                return Err(shown(&format!(
+                    "{} bytes of external data, more than the {MAX_EXTERNAL} read",
+                    meta.len()
+                )));
+            }
+            let data = std::fs::read(&real).map_err(|e| shown(&e))?;
             files.insert(loc.clone(), data);
         }
         let data = &files[&loc];
@@ -397,4 +431,91 @@ fn check_sizes(m: &Model) -> std::result::Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proto::pb::tensor_proto::DataLocation;
+    use proto::pb::StringStringEntryProto;
+
+    /// A fresh directory of its own under the system's temporary one.
+    fn dir(name: &str) -> std::path::PathBuf {
+        let d = std::env::temp_dir().join(format!("lazybatch-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// `mobilenet_style.onnx` with its largest initializer moved to the file `location` beside
+    /// it, written into `d`; returns the model's path and the moved bytes.
+    fn with_external(d: &Path, location: &str) -> (std::path::PathBuf, Vec<u8>) {
+        let src = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/onnx/mobilenet_style.onnx"
+        );
+        let mut m = ModelProto::decode(&std::fs::read(src).unwrap()[..]).unwrap();
+        let g = m.graph.as_mut().unwrap();
+        let t = g
+            .initializer
+            .iter_mut()
+            .max_by_key(|t| t.raw_data.as_ref().map_or(0, Vec::len))
+            .unwrap();
+        let bytes = t.raw_data.take().unwrap();
+        t.data_location = Some(DataLocation::External as i32);
+        t.external_data = vec![StringStringEntryProto {
+            key: Some("location".into()),
+            value: Some(location.into()),
+        }];
+        let path = d.join("model.onnx");
+        std::fs::write(&path, m.encode_to_vec()).unwrap();
+        (path, bytes)
+    }
+
+    #[test]
+    fn external_data_is_read_from_the_models_directory_and_never_through_a_link_out_of_it() {
+        let d = dir("onnx-external");
+        let (path, bytes) = with_external(&d, "weights.bin");
+        std::fs::write(d.join("weights.bin"), &bytes).unwrap();
+        let plain = import(
+            Path::new(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/fixtures/onnx/mobilenet_style.onnx"
+            )),
+            &[],
+        )
+        .unwrap();
+        let external = import(&path, &[]).unwrap();
+        for n in &plain.nodes {
+            assert_eq!(
+                plain.imported.of(n),
+                external.imported.of(n),
+                "{}: the same weights either way",
+                n.name
+            );
+        }
+        // the same file reached through a link that leaves the directory: refused
+        let outside = dir("onnx-external-outside");
+        std::fs::write(outside.join("secret.bin"), &bytes).unwrap();
+        std::fs::remove_file(d.join("weights.bin")).unwrap();
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(outside.join("secret.bin"), d.join("weights.bin")).unwrap();
+            let e = import(&path, &[]).unwrap_err().to_string();
+            assert!(e.contains("leads outside the model's directory"), "{e}");
+            std::fs::remove_file(d.join("weights.bin")).unwrap();
+        }
+        // not a regular file
+        std::fs::create_dir(d.join("weights.bin")).unwrap();
+        let e = import(&path, &[]).unwrap_err().to_string();
+        assert!(e.contains("must be a regular file"), "{e}");
+        // `..` and absolute locations, refused before anything is read
+        for loc in ["../secret.bin", "/etc/passwd"] {
+            let (path, _) = with_external(&d, loc);
+            let e = import(&path, &[]).unwrap_err().to_string();
+            assert!(e.contains("must be a relative path"), "{loc}: {e}");
+        }
+        let _ = std::fs::remove_dir_all(&d);
+        let _ = std::fs::remove_dir_all(&outside);
+    }
 }
