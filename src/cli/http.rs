@@ -1,7 +1,7 @@
 //! `lazybatch serve`: the engine behind an HTTP front end (Open Inference Protocol), until
 //! SIGINT or SIGTERM; then every admitted request is answered and the run's summary printed.
 
-use super::{open_bench, positive, serve_args, DeviceArgs, ModelArgs, ServeArgs};
+use super::{emit, open_bench, positive, serve_args, DeviceArgs, ModelArgs, ServeArgs};
 use anyhow::{bail, Result};
 use clap::Args;
 use lazybatch::bench::RunConfig;
@@ -102,11 +102,24 @@ pub(super) fn run(a: HttpArgs, progress: Mode) -> Result<()> {
         "serving {name} on {device} under {} at http://{} (Open Inference Protocol: /v2/models/{name}/infer; /metrics); Ctrl-C stops",
         a.policy, server.addr
     );
+    let tally = server.tally();
     let out = server.wait()?;
     let st = out.stats();
-    eprintln!(
-        "stopped: {} requests completed, {} rejected; mean {:.3} ms, p99 {:.3} ms, mean batch {:.2}",
-        st.completed, st.rejected, st.latency_ms.mean, st.latency_ms.p99, st.mean_batch_size
+    // every request the server heard, by how it left (the front end's turn-aways included,
+    // which the engine never saw)
+    let by: Vec<String> = tally
+        .by_outcome()
+        .iter()
+        .map(|(o, n)| format!("{o} {n}"))
+        .collect();
+    let mut o = String::new();
+    out!(
+        o,
+        "stopped: {}; the engine's completed requests: mean {:.3} ms, p99 {:.3} ms, mean batch {:.2}",
+        by.join(", "),
+        st.latency_ms.mean,
+        st.latency_ms.p99,
+        st.mean_batch_size
     );
-    Ok(())
+    emit(&o)
 }

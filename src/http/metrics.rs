@@ -36,6 +36,17 @@ pub(crate) mod outcome {
     pub const TIMED_OUT: &str = "timed_out";
     /// Its body was larger than `--max-body-mib` (also once inflated): 413.
     pub const TOO_LARGE: &str = "too_large";
+    /// Every outcome, in the order the server's summary lists them.
+    pub const ALL: &[&str] = &[
+        COMPLETED,
+        ABANDONED,
+        BAD_REQUEST,
+        TIMED_OUT,
+        TOO_LARGE,
+        QUEUE_FULL,
+        SHED,
+        SHUTTING_DOWN,
+    ];
 }
 
 /// The exported metrics.
@@ -188,6 +199,20 @@ impl Metrics {
             self.held.get_or_create(&labels).set(n as i64);
         }
         self.misfits.set(x.misfits() as i64);
+    }
+
+    /// How many requests left under each outcome, every outcome listed (zeros included).
+    pub fn by_outcome(&self) -> Vec<(&'static str, u64)> {
+        outcome::ALL
+            .iter()
+            .map(|&o| {
+                let labels = vec![
+                    ("model".to_string(), self.model.clone()),
+                    ("outcome".to_string(), o.to_string()),
+                ];
+                (o, self.requests.get_or_create(&labels).get())
+            })
+            .collect()
     }
 
     /// Counts a request under `outcome` (one of [`outcome`]).

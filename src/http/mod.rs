@@ -55,6 +55,20 @@ pub struct Server {
     http: Option<std::thread::JoinHandle<Result<()>>>,
     engine: Option<std::thread::JoinHandle<Result<Outcome>>>,
     exchange: Arc<Exchange>,
+    metrics: Arc<Metrics>,
+}
+
+/// How many requests a server answered under each outcome (`lazybatch_requests_total`'s
+/// counts), readable after it stopped.
+#[derive(Clone, Debug)]
+pub struct Tally(Arc<Metrics>);
+
+impl Tally {
+    /// Each outcome (`completed`, `abandoned`, `bad_request`, `timed_out`, `too_large`,
+    /// `queue_full`, `shed`, `shutting_down`) and its count.
+    pub fn by_outcome(&self) -> Vec<(&'static str, u64)> {
+        self.0.by_outcome()
+    }
 }
 
 impl Server {
@@ -64,6 +78,11 @@ impl Server {
             let _ = s.send(());
         }
         self.wait()
+    }
+
+    /// The server's counts by outcome, readable after it stopped.
+    pub fn tally(&self) -> Tally {
+        Tally(self.metrics.clone())
     }
 
     /// Requests whose inputs and outputs the device exchange still holds (none once every
@@ -103,6 +122,7 @@ pub fn start(mut bench: Bench, cfg: RunConfig, opts: &ServeOptions) -> Result<Se
     let origin = Instant::now();
     let exchange = Arc::new(Exchange::new());
     let metrics = Arc::new(Metrics::new(&bench.model.name, cfg.max_batch));
+    let tally = metrics.clone();
     let waiting = Arc::new(Waiting {
         replies: Mutex::default(),
         exchange: exchange.clone(),
@@ -183,6 +203,7 @@ pub fn start(mut bench: Bench, cfg: RunConfig, opts: &ServeOptions) -> Result<Se
         http: Some(http),
         engine: Some(engine),
         exchange: held,
+        metrics: tally,
     })
 }
 

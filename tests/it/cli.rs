@@ -927,9 +927,11 @@ fn serve_and_load_end_to_end_with_a_graceful_sigint() {
         .args(["serve", "--model", "mobilenet", "--device", "npu"])
         .args(["--listen", "127.0.0.1:0"])
         .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut stdout = child.stdout.take().unwrap();
     let mut line = String::new();
     let addr = loop {
         line.clear();
@@ -959,6 +961,14 @@ fn serve_and_load_end_to_end_with_a_graceful_sigint() {
     assert_eq!(v["policy"], "lazy");
     assert!(v["server_mean_ms"].as_f64().unwrap() > 0.0, "{v}");
     assert!(v["mean_batch_size"].as_f64().unwrap() >= 1.0, "{v}");
+    // one malformed request, turned away by the front end before the engine sees it
+    let (st, _) = crate::http::call(
+        addr.parse().unwrap(),
+        "POST",
+        "/v2/models/mobilenet_v1/infer",
+        "{",
+    );
+    assert_eq!(st, 400);
     let pid = child.id().to_string();
     assert!(Command::new("kill")
         .args(["-INT", &pid])
@@ -969,5 +979,11 @@ fn serve_and_load_end_to_end_with_a_graceful_sigint() {
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
     assert!(status.success(), "{status:?}: {rest}");
-    assert!(rest.contains("stopped: 50 requests completed"), "{rest}");
+    // the summary, on stdout: every request by how it left, the front end's turn-aways too
+    let mut summary = String::new();
+    std::io::Read::read_to_string(&mut stdout, &mut summary).unwrap();
+    assert!(
+        summary.contains("stopped: completed 50, abandoned 0, bad_request 1, timed_out 0"),
+        "{summary}"
+    );
 }
