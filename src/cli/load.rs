@@ -45,6 +45,14 @@ pub(super) struct LoadArgs {
     /// Send tensors as JSON numbers instead of the binary tensor extension.
     #[arg(long)]
     json_tensors: bool,
+    /// The most seconds a request may take, from sending to its whole answer (more: counted
+    /// as timed out), in (0, 3600].
+    #[arg(long, default_value_t = 60.0, allow_negative_numbers = true)]
+    timeout_s: f64,
+    /// The largest answer read, in MiB (more: counted as too large, the rest not read), in
+    /// [1, 1024].
+    #[arg(long, default_value_t = 64, allow_negative_numbers = true)]
+    max_response_mib: i64,
     /// Print one JSON object.
     #[arg(long)]
     json: bool,
@@ -86,6 +94,16 @@ pub(super) fn run(a: LoadArgs, progress: lazybatch::progress::Mode) -> Result<()
         classes: classes.as_ref().map_or(1, |c| c.names.len()),
         seed: a.seed,
         json_tensors: a.json_tensors,
+        timeout: {
+            if !(a.timeout_s > 0.0 && a.timeout_s <= 3600.0) {
+                bail!(
+                    "invalid --timeout-s: {} (seconds, in (0, 3600])",
+                    a.timeout_s
+                );
+            }
+            std::time::Duration::from_secs_f64(a.timeout_s)
+        },
+        max_response: (in_range("--max-response-mib", a.max_response_mib, 1, 1024)? as usize) << 20,
     };
     let traffic = gen.traffic(rate);
     let shown = progress.start(
@@ -133,7 +151,14 @@ pub(super) fn run(a: LoadArgs, progress: lazybatch::progress::Mode) -> Result<()
         let mut v = run_json(&id, &st, out.wall_s);
         v["server_mean_ms"] = out.server_mean_ms.into();
         v["not_sent"] = out.not_sent.into();
-        v["errors"] = out.errors.into();
+        v["errors"] = out.failed.total().into();
+        v["failed"] = serde_json::json!({
+            "timed_out": out.failed.timed_out,
+            "transport": out.failed.transport,
+            "http_4xx": out.failed.http_4xx,
+            "http_5xx": out.failed.http_5xx,
+            "too_large": out.failed.too_large,
+        });
         v["first_error"] = out.first_error.clone().into();
         v["measured_by"] = "client: scheduled arrival to answer".into();
         out!(o, "{}", serde_json::to_string_pretty(&v)?);
@@ -142,11 +167,16 @@ pub(super) fn run(a: LoadArgs, progress: lazybatch::progress::Mode) -> Result<()
     text(&mut o, &id, &st, out.wall_s, &per_class);
     out!(
         o,
-        "  measured by the client (scheduled arrival to answer){}; not sent (--concurrency full) {}; errors {}{}",
+        "  measured by the client (scheduled arrival to answer){}; not sent (--concurrency full) {}; no usable answer {} (timed out {}, transport {}, 4xx {}, 5xx {}, too large {}){}",
         out.server_mean_ms
             .map_or(String::new(), |m| format!("; the server's own mean {m:.3} ms")),
         out.not_sent,
-        out.errors,
+        out.failed.total(),
+        out.failed.timed_out,
+        out.failed.transport,
+        out.failed.http_4xx,
+        out.failed.http_5xx,
+        out.failed.too_large,
         out.first_error
             .as_ref()
             .map_or(String::new(), |e| format!(" (first: {e})"))

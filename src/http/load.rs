@@ -44,6 +44,34 @@ pub struct LoadOptions {
     pub seed: u64,
     /// Send tensors as JSON numbers instead of the binary tensor extension.
     pub json_tensors: bool,
+    /// The most a request may take, from sending to its whole answer (then: `timed_out`).
+    pub timeout: Duration,
+    /// The largest answer read (bytes; more: `too_large`, the rest not read).
+    pub max_response: usize,
+}
+
+/// Requests that got no usable answer, by why (each counted once, none in the latency
+/// statistics: the server never answered them, or answered with an error).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Failures {
+    /// No answer within `--timeout-s`.
+    pub timed_out: u64,
+    /// The connection failed (refused, reset, closed mid-answer).
+    pub transport: u64,
+    /// Answered 4xx (a malformed request, or another model).
+    pub http_4xx: u64,
+    /// Answered 5xx other than the server's own turn-aways (its 503s for a full queue or a
+    /// shed request, which are counted as the server's rejections).
+    pub http_5xx: u64,
+    /// An answer larger than `--max-response-mib`.
+    pub too_large: u64,
+}
+
+impl Failures {
+    /// All of them.
+    pub fn total(&self) -> u64 {
+        self.timed_out + self.transport + self.http_4xx + self.http_5xx + self.too_large
+    }
 }
 
 /// What the load generator saw.
@@ -57,11 +85,10 @@ pub struct LoadOutcome {
     /// The server's own mean latency over the run (arrival in its engine to completion), from
     /// `/metrics`; the difference from the client's is the network and HTTP's share.
     pub server_mean_ms: Option<f64>,
-    /// Arrivals not sent: `concurrency` requests were already in flight.
+    /// Arrivals not sent: `concurrency` requests were already in flight (not in `record`).
     pub not_sent: u64,
-    /// Requests answered with an error other than 503 (400, 404, 500) or not answered at all
-    /// (connection refused or reset), with the first such error's text.
-    pub errors: u64,
+    /// Requests sent that got no usable answer, by why (not in `record`).
+    pub failed: Failures,
     /// The first error, if any.
     pub first_error: Option<String>,
     /// The server's device (and address), from its metadata.
@@ -76,8 +103,18 @@ pub struct LoadOutcome {
 enum Seen {
     Answered,
     Refused(Rejection),
-    Failed(String),
+    Failed(Failure, String),
     NotSent,
+}
+
+/// Why a sent request got no usable answer ([`Failures`]' kinds).
+#[derive(Clone, Copy, Debug)]
+enum Failure {
+    TimedOut,
+    Transport,
+    Http4xx,
+    Http5xx,
+    TooLarge,
 }
 
 /// Sends `traffic` for `model` to the server at `opts.url`, open loop, and waits for every
@@ -95,8 +132,31 @@ pub fn drive(model: &Model, traffic: Traffic, opts: &LoadOptions) -> Result<Load
         .pool_max_idle_per_host(opts.concurrency)
         .build(connector);
     let base = opts.url.trim_end_matches('/').to_string();
-    let (device, policy) = rt.block_on(check_metadata(&client, &base, &model.name, &input))?;
-    let before = rt.block_on(scrape(&client, &base));
+    // the server's metadata and metrics within the request timeout too (a silent server
+    // is said so, not waited on)
+    let within = |what: &str| {
+        Error::invalid(
+            "--url",
+            format!(
+                "{base}: no {what} within {} s (--timeout-s)",
+                opts.timeout.as_secs_f64()
+            ),
+        )
+    };
+    let (device, policy) = rt
+        .block_on(async {
+            tokio::time::timeout(
+                opts.timeout,
+                check_metadata(&client, &base, &model.name, &input),
+            )
+            .await
+        })
+        .map_err(|_| within("metadata"))??;
+    let scraped = |rt: &tokio::runtime::Runtime| {
+        rt.block_on(async { tokio::time::timeout(opts.timeout, scrape(&client, &base)).await })
+            .unwrap_or_default()
+    };
+    let before = scraped(&rt);
     let uri: hyper::Uri = format!("{base}/v2/models/{}/infer", model.name)
         .parse()
         .map_err(|e| Error::invalid("--url", format!("{base}: {e}")))?;
@@ -122,9 +182,16 @@ pub fn drive(model: &Model, traffic: Traffic, opts: &LoadOptions) -> Result<Load
         let body = bodies.body(i as u64, &a);
         let (client, uri, seen, in_flight) =
             (client.clone(), uri.clone(), seen.clone(), in_flight.clone());
+        let (timeout, cap) = (opts.timeout, opts.max_response);
         tasks.spawn_on(
             async move {
-                let how = send(&client, uri, body).await;
+                let how = match tokio::time::timeout(timeout, send(&client, uri, body, cap)).await {
+                    Ok(how) => how,
+                    Err(_) => Seen::Failed(
+                        Failure::TimedOut,
+                        format!("no answer within {} s (--timeout-s)", timeout.as_secs_f64()),
+                    ),
+                };
                 let at = Nanos(origin.elapsed().as_nanos() as u64);
                 in_flight.fetch_sub(1, Ordering::SeqCst);
                 lock(&seen).push((a, how, at));
@@ -134,7 +201,7 @@ pub fn drive(model: &Model, traffic: Traffic, opts: &LoadOptions) -> Result<Load
     }
     rt.block_on(async { while tasks.join_next().await.is_some() {} });
     let wall_s = origin.elapsed().as_secs_f64();
-    let after = rt.block_on(scrape(&client, &base));
+    let after = scraped(&rt);
     let seen = std::mem::take(&mut *lock(&seen));
     let mut out = tally(seen, opts)?;
     out.counters = delta(&before.0, &after.0);
@@ -149,27 +216,42 @@ pub fn drive(model: &Model, traffic: Traffic, opts: &LoadOptions) -> Result<Load
 fn tally(mut seen: Vec<(Arrival, Seen, Nanos)>, opts: &LoadOptions) -> Result<LoadOutcome> {
     seen.sort_by_key(|(a, _, _)| a.time);
     let mut record = Recorder::new((1, opts.classes.max(1)), KeepRecords::default())?;
-    let (mut not_sent, mut errors, mut first_error) = (0, 0, None);
-    for (i, (a, how, at)) in seen.into_iter().enumerate() {
-        let id = RequestId(u32::try_from(i).map_err(|_| Error::invalid("--requests", "too many"))?);
-        let mut q = Request::new(id, a.time, a.sla.unwrap_or(opts.sla), a.len);
+    let (mut not_sent, mut failed, mut first_error) = (0, Failures::default(), None);
+    let mut id = 0u32;
+    for (a, how, at) in seen {
+        // what the server answered goes into the record; what was never sent, or got no
+        // usable answer, is counted under its own name
+        let answered = match how {
+            Seen::Answered => Ok(true),
+            Seen::Refused(why) => Err(why),
+            Seen::NotSent => {
+                not_sent += 1;
+                continue;
+            }
+            Seen::Failed(kind, e) => {
+                *match kind {
+                    Failure::TimedOut => &mut failed.timed_out,
+                    Failure::Transport => &mut failed.transport,
+                    Failure::Http4xx => &mut failed.http_4xx,
+                    Failure::Http5xx => &mut failed.http_5xx,
+                    Failure::TooLarge => &mut failed.too_large,
+                } += 1;
+                first_error.get_or_insert(e);
+                continue;
+            }
+        };
+        let mut q = Request::new(RequestId(id), a.time, a.sla.unwrap_or(opts.sla), a.len);
+        id = id
+            .checked_add(1)
+            .ok_or_else(|| Error::invalid("--requests", "too many"))?;
         q.class = a.class;
         record.arrive(&q);
-        match how {
-            Seen::Answered => {
+        match answered {
+            Ok(_) => {
                 q.completion = Some(at.max(a.time));
                 record.complete(q)?;
             }
-            Seen::Refused(why) => record.reject(q, why)?,
-            Seen::NotSent => {
-                not_sent += 1;
-                record.reject(q, Rejection::QueueFull)?;
-            }
-            Seen::Failed(e) => {
-                errors += 1;
-                first_error.get_or_insert(e);
-                record.reject(q, Rejection::QueueFull)?;
-            }
+            Err(why) => record.reject(q, why)?,
         }
     }
     record.finish()?;
@@ -178,7 +260,7 @@ fn tally(mut seen: Vec<(Arrival, Seen, Nanos)>, opts: &LoadOptions) -> Result<Lo
         counters: Counters::default(),
         server_mean_ms: None,
         not_sent,
-        errors,
+        failed,
         first_error,
         device: String::new(),
         policy: String::new(),
@@ -186,8 +268,13 @@ fn tally(mut seen: Vec<(Arrival, Seen, Nanos)>, opts: &LoadOptions) -> Result<Lo
     })
 }
 
-/// One inference call.
-async fn send(client: &Http, uri: hyper::Uri, (body, json_len): (Bytes, Option<usize>)) -> Seen {
+/// One inference call; an answer longer than `cap` bytes is not read past it.
+async fn send(
+    client: &Http,
+    uri: hyper::Uri,
+    (body, json_len): (Bytes, Option<usize>),
+    cap: usize,
+) -> Seen {
     let req = match json_len {
         Some(n) => hyper::Request::post(uri)
             .header("content-type", "application/octet-stream")
@@ -197,22 +284,34 @@ async fn send(client: &Http, uri: hyper::Uri, (body, json_len): (Bytes, Option<u
     let req = req.body(Full::new(body));
     let req = match req {
         Ok(r) => r,
-        Err(e) => return Seen::Failed(e.to_string()),
+        Err(e) => return Seen::Failed(Failure::Transport, e.to_string()),
     };
     let resp = match client.request(req).await {
         Ok(r) => r,
-        Err(e) => return Seen::Failed(format!("{e:?}")),
+        Err(e) => return Seen::Failed(Failure::Transport, unreachable_why(&e)),
     };
     let status = resp.status().as_u16();
-    let body = match resp.into_body().collect().await {
+    let body = match http_body_util::Limited::new(resp.into_body(), cap)
+        .collect()
+        .await
+    {
         Ok(b) => b.to_bytes(),
-        Err(e) => return Seen::Failed(e.to_string()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+            return Seen::Failed(
+                Failure::TooLarge,
+                format!("{status}: an answer over {cap} bytes (--max-response-mib)"),
+            )
+        }
+        Err(e) => return Seen::Failed(Failure::Transport, e.to_string()),
     };
+    // the start of an error's body is enough to say what it was
+    let text = || String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
     match status {
         200 => Seen::Answered,
         503 if body.starts_with(br#"{"error":"shed"#) => Seen::Refused(Rejection::Shed),
         503 if body.starts_with(br#"{"error":"queue full"#) => Seen::Refused(Rejection::QueueFull),
-        s => Seen::Failed(format!("{s}: {}", String::from_utf8_lossy(&body))),
+        s @ 400..=499 => Seen::Failed(Failure::Http4xx, format!("{s}: {}", text())),
+        s => Seen::Failed(Failure::Http5xx, format!("{s}: {}", text())),
     }
 }
 

@@ -334,10 +334,12 @@ fn the_load_generator_counts_what_the_server_counts() {
         classes: 1,
         seed: 1,
         json_tensors: false,
+        timeout: std::time::Duration::from_secs(60),
+        max_response: 1 << 20,
     };
     let out = drive(&m, traffic, &opts).unwrap();
     let st = out.record.stats(&out.counters);
-    assert_eq!((st.requests, st.completed, out.errors), (40, 40, 0));
+    assert_eq!((st.requests, st.completed, out.failed.total()), (40, 40, 0));
     assert!(out.counters.executions >= 40 * m.nodes.len() as u64 / 8);
     assert_eq!(out.policy, "lazy");
     // nothing of the requests stays behind
@@ -361,4 +363,100 @@ fn the_load_generator_counts_what_the_server_counts() {
     let e = drive(&m, traffic, &opts).unwrap_err().to_string();
     assert!(e.contains("unknown model 'resnet50'"), "{e}");
     other.shutdown().unwrap();
+}
+
+/// A server that answers `/v2/models/resnet50`'s metadata, and then for each inference either
+/// never answers (`silent`) or answers 200 with an endless body: what `load` must not wait on or
+/// buffer for ever.
+fn bad_server(silent: bool) -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            std::thread::spawn(move || loop {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if s.read(&mut b).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(b[0]);
+                }
+                let text = String::from_utf8_lossy(&head).into_owned();
+                let len: usize = text
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().parse().unwrap_or(0))
+                    })
+                    .unwrap_or(0);
+                let mut body = vec![0u8; len];
+                if s.read_exact(&mut body).is_err() {
+                    return;
+                }
+                if text.starts_with("GET /v2/models/resnet50 ") {
+                    let meta = r#"{"name":"resnet50","inputs":[{"name":"image","datatype":"FP32","shape":[-1,3,224,224]}],"outputs":[],"parameters":{"device":"fake","policy":"none"}}"#;
+                    let r = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{meta}", meta.len());
+                    if s.write_all(r.as_bytes()).is_err() {
+                        return;
+                    }
+                } else if text.starts_with("GET ") {
+                    if s.write_all(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                        .is_err()
+                    {
+                        return;
+                    }
+                } else if silent {
+                    std::thread::sleep(std::time::Duration::from_secs(30));
+                    return;
+                } else {
+                    // an answer that never ends
+                    let _ = s.write_all(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n");
+                    let chunk = format!("{:x}\r\n{}\r\n", 1 << 16, "x".repeat(1 << 16));
+                    while s.write_all(chunk.as_bytes()).is_ok() {}
+                    return;
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn load_times_out_a_silent_server_and_caps_an_endless_answer_each_counted_by_name() {
+    let m = zoo::load("resnet50").unwrap();
+    for silent in [true, false] {
+        let addr = bad_server(silent);
+        let traffic = lazybatch::traffic::generate(&m, (Default::default(), 200.0), 3, 3)
+            .unwrap()
+            .traffic(200.0);
+        let opts = LoadOptions {
+            url: format!("http://{addr}"),
+            concurrency: 64,
+            sla: Nanos::from_ms(100.0),
+            classes: 1,
+            seed: 1,
+            json_tensors: false,
+            timeout: std::time::Duration::from_millis(500),
+            max_response: 1 << 20,
+        };
+        let t0 = std::time::Instant::now();
+        // a -1 batch axis in the server's metadata (Triton's) is taken as one request a call
+        let out = drive(&m, traffic, &opts).unwrap();
+        assert!(t0.elapsed() < std::time::Duration::from_secs(20));
+        let st = out.record.stats(&out.counters);
+        // none of the three reached the record as a rejection by the server
+        assert_eq!((st.requests, st.rejected, out.not_sent), (0, 0, 0));
+        let want = if silent { (3, 0) } else { (0, 3) };
+        assert_eq!(
+            (out.failed.timed_out, out.failed.too_large),
+            want,
+            "{:?} {:?}",
+            out.failed,
+            out.first_error
+        );
+    }
 }
