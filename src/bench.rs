@@ -333,17 +333,16 @@ fn setup<'a>(
 
 /// Checks an SLA against (0, [`MAX_SLA`]]; `what` names the flag.
 pub fn check_sla_ms(what: &str, ms: f64) -> Result<Nanos> {
-    if !(ms > 0.0 && ms <= MAX_SLA.as_ms()) {
-        return Err(Error::invalid(
+    crate::time::sla_from_ms(ms).ok_or_else(|| {
+        Error::invalid(
             what,
             format!(
-                "must be in (0, {}] ms (one day), got {}",
-                MAX_SLA.as_ms(),
+                "must be in {}, got {}",
+                crate::time::SLA_RANGE,
                 crate::error::num(ms)
             ),
-        ));
-    }
-    Ok(Nanos::from_ms(ms))
+        )
+    })
 }
 
 fn check_sla(cfg: &RunConfig) -> Result<()> {

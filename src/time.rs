@@ -13,6 +13,41 @@ use std::ops::{Add, AddAssign, Sub};
 /// The longest SLA (and graph-batching window) a run accepts: one day.
 pub const MAX_SLA: Nanos = Nanos(86_400_000_000_000);
 
+/// An SLA given in milliseconds, if it is one: in (0, one day] and at least 1 ns once rounded
+/// to nanoseconds (every place that takes an SLA checks it here: `--sla-ms`, `--slas`,
+/// `--classes`, a request's `sla_ms`).
+pub fn sla_from_ms(ms: f64) -> Option<Nanos> {
+    let t = Nanos::from_ms(ms);
+    (ms > 0.0 && ms <= MAX_SLA.as_ms() && t.0 > 0).then_some(t)
+}
+
+/// What [`sla_from_ms`] accepts, in words.
+pub const SLA_RANGE: &str = "(0, 86400000] ms (one day), at least 1 ns (1e-6 ms)";
+
+#[cfg(test)]
+mod sla_tests {
+    use super::*;
+
+    #[test]
+    fn an_sla_is_positive_at_most_a_day_and_at_least_a_nanosecond() {
+        assert_eq!(sla_from_ms(100.0), Some(Nanos(100_000_000)));
+        assert_eq!(sla_from_ms(1e-6), Some(Nanos(1)));
+        assert_eq!(sla_from_ms(MAX_SLA.as_ms()), Some(MAX_SLA));
+        for bad in [
+            0.0,
+            -1.0,
+            1e-7,
+            MAX_SLA.as_ms() + 0.1,
+            f64::NAN,
+            f64::INFINITY,
+        ] {
+            assert_eq!(sla_from_ms(bad), None, "{bad}");
+        }
+        // the words say what the check does
+        assert!(SLA_RANGE.starts_with(&format!("(0, {}] ms", MAX_SLA.as_ms())));
+    }
+}
+
 /// A point in time or a duration, in integer nanoseconds.
 #[derive(
     Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,

@@ -30,14 +30,9 @@ pub(super) struct CompareArgs {
     model: ModelArgs,
     #[command(flatten)]
     dev: DeviceArgs,
-    /// Arrival rates (requests/s), comma-separated.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        allow_negative_numbers = true,
-        default_value = "16,250,1000"
-    )]
-    rates: Vec<f64>,
+    /// Arrival rates (requests/s), comma-separated [default: 16,250,1000].
+    #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
+    rates: Option<Vec<f64>>,
     /// Rates as multiples of the serial capacity instead of --rates.
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     load: Option<Vec<f64>>,
@@ -77,12 +72,16 @@ pub(super) fn compare(a: CompareArgs, progress: Mode) -> Result<()> {
     let sv = serve_args(&a.serve, &model, false)?;
     let seeds = in_range("--seeds", a.seeds, 1, 1000)? as u64;
     let specs = policies(&a, &model, &sv)?;
+    if a.load.is_some() && a.rates.is_some() {
+        bail!("give --rates or --load, not both");
+    }
+    let given_rates = a.rates.clone().unwrap_or_else(|| vec![16.0, 250.0, 1000.0]);
     if let Some(ls) = &a.load {
         for &l in ls {
             check_load("--load", l)?;
         }
     } else {
-        for &r in &a.rates {
+        for &r in &given_rates {
             check_rate("--rates", r)?;
         }
     }
@@ -96,7 +95,7 @@ pub(super) fn compare(a: CompareArgs, progress: Mode) -> Result<()> {
             .iter()
             .map(|&l| check_rate("--load × serial capacity", l * bench.serial_capacity()))
             .collect::<Result<_>>()?,
-        None => a.rates.clone(),
+        None => given_rates,
     };
     let cfgs = grid(&specs, &rates, seeds, &sv);
     let want_hgrm = a.out.is_some();

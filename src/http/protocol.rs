@@ -3,7 +3,7 @@
 //! parameters (`sla_ms`, `decode_steps`), and the protocol's error object.
 
 use crate::time::Nanos;
-use crate::time::MAX_SLA;
+
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -300,14 +300,14 @@ impl<'de> serde::de::Visitor<'de> for Sink<'_> {
 
 /// `parameters.sla_ms`, checked against (0, one day].
 fn sla_ms(v: &Value) -> Result<Nanos, String> {
-    let ms = v.as_f64().unwrap_or(f64::NAN);
-    if !(ms > 0.0 && ms <= MAX_SLA.as_ms()) {
-        return Err(format!(
-            "parameter sla_ms {v}: a number of ms in (0, {}]",
-            MAX_SLA.as_ms()
-        ));
-    }
-    Ok(Nanos::from_ms(ms))
+    v.as_f64()
+        .and_then(crate::time::sla_from_ms)
+        .ok_or_else(|| {
+            format!(
+                "parameter sla_ms {v}: a number in {}",
+                crate::time::SLA_RANGE
+            )
+        })
 }
 
 /// An output tensor in the protocol's JSON (token ids written as integers), or, `binary`,

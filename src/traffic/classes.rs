@@ -4,7 +4,7 @@
 //! request's own deadline; the run reports every class apart.
 
 use crate::error::{num, Error, Result};
-use crate::time::{Nanos, MAX_SLA};
+use crate::time::Nanos;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -47,14 +47,14 @@ impl std::str::FromStr for Classes {
                     "class names are distinct, non-empty letters, digits, '_' or '-', got '{name}'"
                 )));
             }
-            let day = MAX_SLA.as_ms();
-            let sla_ms: f64 = sla
+            let sla_ns = sla
                 .parse()
                 .ok()
-                .filter(|x: &f64| *x > 0.0 && *x <= day)
+                .and_then(crate::time::sla_from_ms)
                 .ok_or_else(|| {
                     bad(format!(
-                        "{name}'s SLA must be in (0, {day}] ms, got '{sla}'"
+                        "{name}'s SLA must be in {}, got '{sla}'",
+                        crate::time::SLA_RANGE
                     ))
                 })?;
             let w: f64 = share
@@ -67,7 +67,7 @@ impl std::str::FromStr for Classes {
                     ))
                 })?;
             c.names.push((*name).to_string());
-            c.slas.push(Nanos::from_ms(sla_ms));
+            c.slas.push(sla_ns);
             c.shares.push(w);
         }
         if c.names.len() > MAX_CLASSES {
@@ -76,6 +76,9 @@ impl std::str::FromStr for Classes {
                 c.names.len()
             )));
         }
+        // scaled by the largest first, so that shares near f64's limit do not sum to infinity
+        let largest = c.shares.iter().copied().fold(0.0, f64::max);
+        c.shares.iter_mut().for_each(|w| *w /= largest);
         let total: f64 = c.shares.iter().sum();
         c.shares.iter_mut().for_each(|w| *w /= total);
         Ok(c)
@@ -158,6 +161,12 @@ mod tests {
         }
         let many: Vec<String> = (0..17).map(|k| format!("c{k}:10:1")).collect();
         assert!(many.join(",").parse::<Classes>().is_err());
+        // shares near f64's limit: equal shares, not every request to the last class
+        let c: Classes = "a:50:1e308,b:50:1e308".parse().unwrap();
+        assert_eq!(c.shares, [0.5, 0.5]);
+        let mut p = ClassPicker::new(&c, 5);
+        let a = (0..10_000).filter(|_| p.pick().0 == 0).count();
+        assert!((4_500..5_500).contains(&a), "{a}");
     }
 
     #[test]

@@ -96,7 +96,10 @@ fn serve_on_a_busy_port_says_the_address_is_in_use() {
 #[test]
 fn flags_out_of_range_name_the_flag_and_the_range() {
     let rows: &[(&[&str], &str)] = &[
-        (&["--policy", "lazy", "--rate", "1000", "--sla-ms", "1e300"], "invalid --sla-ms: must be in (0, 86400000] ms (one day), got 1e300"),
+        (&["--policy", "lazy", "--rate", "1000", "--sla-ms", "1e300"], "invalid --sla-ms: must be in (0, 86400000] ms (one day), at least 1 ns (1e-6 ms), got 1e300"),
+        // an SLA that rounds to 0 ns is refused wherever an SLA is given
+        (&["--policy", "lazy", "--rate", "1000", "--sla-ms", "1e-7"], "invalid --sla-ms: must be in (0, 86400000] ms (one day), at least 1 ns"),
+        (&["--policy", "lazy", "--rate", "1000", "--classes", "a:1e-7:1"], "a's SLA must be in (0, 86400000] ms (one day), at least 1 ns"),
         (&["--policy", "graph:1e300", "--rate", "1000"], "the window must be in [0, 86400000] ms (one day), got 1e300"),
         (&["--policy", "lazy", "--rate", "1e-300"], "invalid --rate: must be in [1e-6, 1e9] requests/s, got 1e-300"),
         (&["--policy", "lazy", "--rate", "1e10"], "invalid --rate"),
@@ -122,6 +125,14 @@ fn flags_out_of_range_name_the_flag_and_the_range() {
         ],
         2,
         "--res scales image inputs, and 'gnmt' has none",
+    );
+    // both ways of giving the rates: one would be dropped, so neither is taken
+    exits(
+        &[
+            "compare", "--device", "npu", "--model", "resnet50", "--rates", "1000", "--load", "0.5",
+        ],
+        2,
+        "give --rates or --load, not both",
     );
     exits(
         &[
