@@ -3,11 +3,19 @@
 //! arrival to its completion or rejection, in a window from the oldest request still in the
 //! server to the newest — so memory follows what is in the server, not the length of the run.
 //! Completing or rejecting an id that is not in the server (twice, or never arrived) is an
-//! error that names it, and [`Ledger::close`] names the first id that never left.
+//! error that names it, and [`Ledger::close`] names the first id that never left. When the
+//! window holds far more holes than requests — an old request stays while many later ones
+//! come and go, as under a flood of rejections — its oldest requests move to a map of their own
+//! and the window closes up behind them, so memory stays with what is in the server at any
+//! arrival rate.
 
 use super::request::{Request, RequestId};
 use crate::error::{Error, Result};
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
+
+/// The most holes the window keeps beyond twice the requests in it before its oldest requests
+/// move out to [`Ledger`]'s map of stragglers.
+const SLACK_HOLES: usize = 1024;
 
 /// Why a request was turned away.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,6 +33,8 @@ pub struct Ledger {
     base: u64,
     /// Requests from `base` on; `None` once they left.
     live: VecDeque<Option<Request>>,
+    /// Requests older than `base` still in the server (moved out of a window of holes).
+    old: BTreeMap<u64, Request>,
     /// Requests in the server (the `Some`s of `live`).
     in_server: usize,
     arrived: u64,
@@ -38,6 +48,7 @@ impl Ledger {
         Ledger {
             base: 0,
             live: VecDeque::with_capacity(capacity),
+            old: BTreeMap::new(),
             in_server: 0,
             arrived: 0,
             completed: 0,
@@ -84,16 +95,20 @@ impl Ledger {
     /// # Panics
     /// When it is not: a policy or the engine holds an id it should not (a bug, never input).
     pub fn get(&self, r: RequestId) -> &Request {
-        self.slot(r)
-            .and_then(|s| self.live[s].as_ref())
-            .unwrap_or_else(|| panic!("request {} is not in the server", r.0))
+        let found = match self.slot(r) {
+            Some(s) => self.live[s].as_ref(),
+            None => self.old.get(&u64::from(r.0)),
+        };
+        found.unwrap_or_else(|| panic!("request {} is not in the server", r.0))
     }
 
     /// The request `r`, mutably (see [`Ledger::get`]).
     pub fn get_mut(&mut self, r: RequestId) -> &mut Request {
-        let s = self.slot(r);
-        s.and_then(|s| self.live[s].as_mut())
-            .unwrap_or_else(|| panic!("request {} is not in the server", r.0))
+        let found = match self.slot(r) {
+            Some(s) => self.live[s].as_mut(),
+            None => self.old.get_mut(&u64::from(r.0)),
+        };
+        found.unwrap_or_else(|| panic!("request {} is not in the server", r.0))
     }
 
     fn slot(&self, r: RequestId) -> Option<usize> {
@@ -117,10 +132,11 @@ impl Ledger {
     }
 
     fn leave(&mut self, r: RequestId, how: &str) -> Result<Request> {
-        let q = self
-            .slot(r)
-            .and_then(|s| self.live[s].take())
-            .ok_or_else(|| {
+        let q = match self.slot(r) {
+            Some(s) => self.live[s].take(),
+            None => self.old.remove(&u64::from(r.0)),
+        };
+        let q = q.ok_or_else(|| {
                 Error::Internal(format!(
                     "request {} {how} but it is not in the server (it left before, or never arrived)",
                     r.0
@@ -130,6 +146,18 @@ impl Ledger {
         while matches!(self.live.front(), Some(None)) {
             self.live.pop_front();
             self.base += 1;
+        }
+        // too many holes for the requests in the window: its oldest move out
+        let in_window = self.in_server - self.old.len();
+        while self.live.len() > 2 * in_window + SLACK_HOLES {
+            if let Some(Some(old)) = self.live.pop_front() {
+                self.old.insert(self.base, old);
+            }
+            self.base += 1;
+            while matches!(self.live.front(), Some(None)) {
+                self.live.pop_front();
+                self.base += 1;
+            }
         }
         Ok(q)
     }
@@ -146,7 +174,7 @@ impl Ledger {
 
     /// Checks the account at the end of a run: every request that arrived left exactly once.
     pub fn close(&self) -> Result<()> {
-        if let Some(q) = self.live.iter().flatten().next() {
+        if let Some(q) = self.old.values().chain(self.live.iter().flatten()).next() {
             return Err(Error::Internal(format!(
                 "request {} never completed ({} of {} requests still in the server)",
                 q.id.0, self.in_server, self.arrived
@@ -191,6 +219,36 @@ mod tests {
         l.complete(RequestId(3)).unwrap();
         assert_eq!((l.live.len(), l.counts()), (0, (4, 3, 1)));
         l.close().unwrap();
+    }
+
+    #[test]
+    fn memory_follows_the_requests_in_the_server_under_a_flood_of_rejections() {
+        let mut l = Ledger::with_capacity(4);
+        // one request stays in the server while a million later ones arrive and are turned away
+        let q = req(&l);
+        l.arrive(q).unwrap();
+        for _ in 0..1_000_000 {
+            let q = req(&l);
+            let id = q.id;
+            l.arrive(q).unwrap();
+            l.reject(id).unwrap();
+            assert!(l.live.len() <= 2 + SLACK_HOLES, "{}", l.live.len());
+        }
+        // and one arrives that stays too: both still there, by id
+        let q = req(&l);
+        l.arrive(q).unwrap();
+        assert_eq!(l.in_server(), 2);
+        assert_eq!(l.get(RequestId(0)).id, RequestId(0));
+        assert_eq!(l.get(RequestId(1_000_001)).id, RequestId(1_000_001));
+        l.get_mut(RequestId(0)).dec_done = 3;
+        let e = l.close().unwrap_err().to_string();
+        assert!(e.contains("request 0 never completed"), "{e}");
+        assert_eq!(l.complete(RequestId(0)).unwrap().dec_done, 3);
+        assert!(l.complete(RequestId(0)).is_err(), "it left already");
+        l.complete(RequestId(1_000_001)).unwrap();
+        assert_eq!(l.counts(), (1_000_002, 2, 1_000_000));
+        l.close().unwrap();
+        assert!(l.old.is_empty() && l.live.is_empty());
     }
 
     #[test]
