@@ -137,11 +137,11 @@ impl Ledger {
             None => self.old.remove(&u64::from(r.0)),
         };
         let q = q.ok_or_else(|| {
-                Error::Internal(format!(
-                    "request {} {how} but it is not in the server (it left before, or never arrived)",
-                    r.0
-                ))
-            })?;
+            Error::Internal(format!(
+                "request {} {how} but it is not in the server (it left before, or never arrived)",
+                r.0
+            ))
+        })?;
         self.in_server -= 1;
         while matches!(self.live.front(), Some(None)) {
             self.live.pop_front();
