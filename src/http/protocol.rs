@@ -346,7 +346,31 @@ pub(crate) const HEADER_LENGTH: &str = "inference-header-content-length";
 
 /// The protocol's error object with its status.
 pub(super) fn error(status: StatusCode, msg: String) -> Response {
-    (status, axum::Json(serde_json::json!({ "error": msg }))).into_response()
+    (
+        status,
+        axum::Json(serde_json::json!({ "error": capped(msg) })),
+    )
+        .into_response()
+}
+
+/// The longest error message answered (bytes): a message that quotes the request (a value, a
+/// field) says what is wrong in its first line, and a 94 MB body must not come back as a
+/// 94 MB error.
+const MAX_ERROR: usize = 1024;
+
+/// `msg` cut to [`MAX_ERROR`] bytes at a character boundary, saying how much was left out.
+fn capped(mut msg: String) -> String {
+    if msg.len() <= MAX_ERROR {
+        return msg;
+    }
+    let mut cut = MAX_ERROR;
+    while !msg.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let more = msg.len() - cut;
+    msg.truncate(cut);
+    msg.push_str(&format!("… ({more} bytes more)"));
+    msg
 }
 
 #[cfg(test)]
@@ -470,5 +494,18 @@ mod tests {
         };
         let c = body().check(&emulated, 0, &odd).unwrap();
         assert!(c.values[0].is_nan() && c.values[1].is_infinite());
+    }
+
+    #[test]
+    fn error_messages_are_capped_at_a_character_boundary() {
+        assert_eq!(capped("short".into()), "short");
+        let long = "é".repeat(5000);
+        let c = capped(long.clone());
+        assert!(c.len() < MAX_ERROR + 40, "{}", c.len());
+        assert!(c.starts_with(&"é".repeat(MAX_ERROR / 2)));
+        assert!(
+            c.ends_with(&format!("({} bytes more)", long.len() - MAX_ERROR)),
+            "{c}"
+        );
     }
 }
