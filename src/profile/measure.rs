@@ -326,6 +326,18 @@ fn enc_curve(
 /// measures; Algorithm 1 over a profile estimates it.
 pub fn alone_latency(device: &mut dyn Device, model: &Model, len: Lengths) -> Result<Nanos> {
     let mut t = Nanos::ZERO;
+    walk_alone(device, model, len, |_, took| t += took)?;
+    Ok(t)
+}
+
+/// Runs one request alone at lengths `len` through every unit it executes, at batch 1, telling
+/// `each` the unit and its time.
+fn walk_alone(
+    device: &mut dyn Device,
+    model: &Model,
+    len: Lengths,
+    mut each: impl FnMut(NodeStep, Nanos),
+) -> Result<()> {
     let mut at = Some(model.first_step());
     while let Some(u) = at {
         let member = Member {
@@ -334,10 +346,10 @@ pub fn alone_latency(device: &mut dyn Device, model: &Model, len: Lengths) -> Re
             input: 0,
             step: u.step,
         };
-        t += device.execute(model, u, &[member])?.time;
+        each(u, device.execute(model, u, &[member])?.time);
         at = model.next_step(u, len);
     }
-    Ok(t)
+    Ok(())
 }
 
 /// [`alone_latency`] averaged over the WMT 2019 newstest En→De length pairs (each pair's
@@ -390,18 +402,9 @@ pub fn after_idle(
     // each node's first run in one pass alone (0 for a node the pass does not reach)
     let pass = |device: &mut dyn Device| -> Result<Vec<u64>> {
         let mut first = vec![None; n];
-        let mut at = Some(model.first_step());
-        while let Some(u) = at {
-            let member = Member {
-                slot: 0,
-                len,
-                input: 0,
-                step: u.step,
-            };
-            let t = device.execute(model, u, &[member])?.time.0;
-            first[u.node.idx()].get_or_insert(t);
-            at = model.next_step(u, len);
-        }
+        walk_alone(device, model, len, |u, t| {
+            first[u.node.idx()].get_or_insert(t.0);
+        })?;
         Ok(first.into_iter().map(|t| t.unwrap_or(0)).collect())
     };
     let medians = |runs: &mut [Vec<u64>]| -> Vec<i64> {

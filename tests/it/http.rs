@@ -197,15 +197,7 @@ fn the_npu_model_answers_after_its_modelled_latency_and_says_so() {
 fn the_server_speaks_what_tritons_tools_ask_for() {
     // GET /v2, the request id echoed, /versions/1/ forms, the model configuration and the
     // statistics extensions, and JSON errors on every unknown route or method
-    let m = lazybatch::graph::zoo::load("resnet50").unwrap();
-    let bench = Bench::new(m, Default::default(), 8, 90.0).unwrap();
-    let serve = ServeOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        max_queue: 64,
-        max_body: 4 << 20,
-        timeouts: Default::default(),
-    };
-    let server = start(bench, cfg("graph:5"), &serve).unwrap();
+    let server = npu_server("graph:5", Default::default(), 4 << 20);
     let a = server.addr;
     let json = |(st, body): (u16, String)| -> (u16, serde_json::Value) {
         let v = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
@@ -331,8 +323,12 @@ fn a_full_queue_answers_503_and_a_shutdown_answers_everyone_admitted() {
     assert_eq!(server.shutdown().unwrap().stats().completed, ok as u64);
 }
 
-/// A server of ResNet-50 on the NPU model with the time limits `t`.
-fn npu_server(t: lazybatch::http::Timeouts, max_body: usize) -> lazybatch::http::Server {
+/// A server of ResNet-50 on the NPU model under `policy`, with the time limits `t`.
+fn npu_server(
+    policy: &str,
+    t: lazybatch::http::Timeouts,
+    max_body: usize,
+) -> lazybatch::http::Server {
     let m = lazybatch::graph::zoo::load("resnet50").unwrap();
     let bench = Bench::new(m, Default::default(), 8, 90.0).unwrap();
     let serve = ServeOptions {
@@ -341,7 +337,7 @@ fn npu_server(t: lazybatch::http::Timeouts, max_body: usize) -> lazybatch::http:
         max_body,
         timeouts: t,
     };
-    start(bench, cfg("lazy"), &serve).unwrap()
+    start(bench, cfg(policy), &serve).unwrap()
 }
 
 #[test]
@@ -350,6 +346,7 @@ fn half_sent_headers_do_not_hold_a_shutdown_and_slow_clients_are_timed_out() {
     let ms = Duration::from_millis;
     // headers: a connection that sends part of them is closed after the header timeout
     let server = npu_server(
+        "lazy",
         lazybatch::http::Timeouts {
             header: ms(300),
             body: ms(300),
@@ -405,6 +402,7 @@ fn half_sent_headers_do_not_hold_a_shutdown_and_slow_clients_are_timed_out() {
     // to close it first): the server still stops within its shutdown deadline
     server.shutdown().unwrap();
     let server = npu_server(
+        "lazy",
         lazybatch::http::Timeouts {
             header: Duration::from_secs(600),
             body: Duration::from_secs(600),
