@@ -6,29 +6,23 @@
 //! profile and slack predictor, the batching policies (Serial, GraphB, LazyB, Oracle) and one
 //! engine loop that serves Poisson or traced traffic.
 //!
-//! Start with [`graph::zoo::load`], [`bench::Bench`] and [`engine::run`].
+//! Start with [`graph::zoo::load`], [`run::Testbed`] and [`engine::run`].
 
 #![warn(missing_docs)]
 
-pub mod bench;
-pub mod capacity;
 pub mod device;
 pub mod engine;
 pub mod error;
 pub mod graph;
 pub mod http;
-pub mod lengths;
 pub mod metrics;
 pub mod policy;
 pub mod profile;
 pub mod progress;
 pub mod report;
-pub mod runs;
+pub mod run;
 pub mod runtime;
 pub mod time;
 pub mod traffic;
-pub mod validate;
-pub mod verify;
-pub mod wall;
 
 pub use error::{Error, Result};

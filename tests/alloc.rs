@@ -104,7 +104,12 @@ fn steady_state_allocations(
     ALLOCS.store(0, Ordering::Relaxed);
     GEMM_ALLOCS.store(0, Ordering::Relaxed);
     let out = engine::run_source(
-        &engine::Setup::new(&m, &pred, Nanos::from_secs(10.0), 8),
+        &engine::Setup::new(
+            &m,
+            &pred,
+            lazybatch::time::Sla::from_ms(10.0 * 1e3).unwrap(),
+            lazybatch::runtime::MaxBatch::new(8).unwrap(),
+        ),
         &mut dev,
         pol.as_mut(),
         &mut VirtualClock::new(),

@@ -52,7 +52,12 @@ pub fn scheduler_cost(model: &str, rate: f64, policy: &str) -> (u64, f64) {
                 requests: true,
                 ..Default::default()
             },
-            ..engine::Setup::new(&m, &pred, Nanos::from_ms(100.0), 64)
+            ..engine::Setup::new(
+                &m,
+                &pred,
+                lazybatch::time::Sla::from_ms(100.0).unwrap(),
+                lazybatch::runtime::MaxBatch::new(64).unwrap(),
+            )
         },
         &mut Null(Nanos::from_us(100.0)),
         pol.as_mut(),

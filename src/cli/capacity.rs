@@ -2,14 +2,12 @@
 //! SLA-violation bound ([`lazybatch::capacity`]), as a table, JSON, and with `--out` the
 //! latency-against-throughput picture with each capacity marked.
 
-use super::{
-    colocation, emit, in_range, open_bench, serve_args, specs_for, DeviceArgs, ModelArgs, ServeArgs,
-};
+use super::{emit, in_range, open_bench, serve_args, specs_for, DeviceArgs, ModelArgs, ServeArgs};
 use anyhow::{Context, Result};
 use clap::Args;
-use lazybatch::bench::RunConfig;
-use lazybatch::capacity::{self, Bound, Capacity, Search};
 use lazybatch::progress::Mode;
+use lazybatch::run::capacity::{self, Bound, Capacity, Search};
+use lazybatch::run::RunSpec;
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -70,9 +68,8 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
         (None, Some(v)) => Bound::Violations(v / 100.0),
         _ => anyhow::bail!("give one of --p99-ms or --violations"),
     };
-    let specs = specs_for(&a.policies, sv.max_batch, &model)?;
-    let colo = colocation(&model, &a.serve)?;
-    let mut bench = open_bench(model, &a.dev, &sv, progress)?;
+    let specs = specs_for(&a.policies, sv.max_batch(), &model)?;
+    let bench = open_bench(model, &a.dev, &sv, progress)?;
     let single_ms = 1e3 / bench.serial_capacity();
     capacity::check(bound, single_ms, a.serve.sla_ms)?;
     let how = Search {
@@ -81,33 +78,22 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
         seeds,
     };
     if !bench.is_virtual() {
-        let probes = capacity::probes_at_most(sv.max_batch, how.precision);
-        let per_probe = seeds as f64 * sv.requests as f64 / bench.serial_capacity();
+        let probes = capacity::probes_at_most(sv.max_batch(), how.precision);
+        let per_probe = seeds as f64 * sv.requests() as f64 / bench.serial_capacity();
         eprintln!(
             "capacity on a real device serves every probe in real time: up to {probes} probes a policy, each {seeds} × {} requests (about {} at the serial capacity, less at higher rates); {} policies: up to about {}",
-            sv.requests,
+            sv.requests(),
             lazybatch::progress::human(per_probe),
             specs.len(),
             lazybatch::progress::human(per_probe * f64::from(probes) * specs.len() as f64)
         );
     }
-    let templates: Vec<RunConfig> = specs
+    let templates: Vec<RunSpec> = specs
         .into_iter()
-        .map(|policy| RunConfig {
-            policy,
-            rate: 1.0,
-            arrivals: sv.arrivals,
-            classes: sv.classes.clone(),
-            shed: sv.shed,
-            requests: sv.requests,
-            sla: sv.sla,
-            seed: 1,
-            max_batch: sv.max_batch,
-            max_pending: sv.max_pending,
-        })
+        .map(|policy| sv.spec(policy, 1.0, 1))
         .collect();
     let t0 = std::time::Instant::now();
-    let caps = capacity::search_all(&mut bench, &templates, colo.as_ref(), &how, progress)?;
+    let caps = capacity::search_all(&bench, &templates, &how, progress)?;
     let wall = t0.elapsed().as_secs_f64();
     if caps.iter().all(|c| c.capacity_rps.is_none()) {
         let why: Vec<String> = caps
@@ -144,7 +130,7 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
         o,
         "{name} on {device}: capacity at {}; {} requests per probe, {seeds} seed(s), precision {}%, single-input latency {single_ms:.3} ms (serial capacity {serial:.1} req/s)",
         bound_text(bound, a.serve.sla_ms),
-        sv.requests,
+        sv.requests(),
         a.search_precision
     );
     // the policy column as wide as its longest name

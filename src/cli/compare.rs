@@ -4,18 +4,18 @@
 
 use super::serve::{run_json, RunId};
 use super::{
-    check_load, check_rate, colocation, emit, in_range, open_bench, serve_args, specs_for,
-    DeviceArgs, ModelArgs, Serve, ServeArgs,
+    check_load, check_rate, emit, in_range, open_bench, serve_args, specs_for, DeviceArgs,
+    ModelArgs, Serve, ServeArgs,
 };
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use lazybatch::bench::{Bench, RunConfig};
 use lazybatch::graph::Model;
 use lazybatch::metrics::{self, Stats};
 use lazybatch::policy::Spec;
 use lazybatch::progress::Mode;
 use lazybatch::report::spectrum;
-use lazybatch::runs::{mean_stats, run_all, Keep, RunOut};
+use lazybatch::run::grid::{mean_stats, run_all, Keep, RunOut};
+use lazybatch::run::{RunSpec, Testbed};
 use serde_json::json;
 use std::path::{Path, PathBuf};
 
@@ -85,11 +85,10 @@ pub(super) fn compare(a: CompareArgs, progress: Mode) -> Result<()> {
             check_rate("--rates", r)?;
         }
     }
-    let colo = colocation(&model, &a.serve)?;
-    if colo.is_some() && a.load.is_some() {
+    if sv.spec.colocated.is_some() && a.load.is_some() {
         bail!("co-located models take total --rates (split by --shares), not --load");
     }
-    let mut bench = open_bench(model, &a.dev, &sv, progress)?;
+    let bench = open_bench(model, &a.dev, &sv, progress)?;
     let rates: Vec<f64> = match &a.load {
         Some(ls) => ls
             .iter()
@@ -105,7 +104,7 @@ pub(super) fn compare(a: CompareArgs, progress: Mode) -> Result<()> {
         histogram: want_hgrm && cfgs[i].seed == 1,
         latencies: false,
     };
-    let results = run_all(&mut bench, &cfgs, colo.as_ref(), keep, progress, "compare")?;
+    let results = run_all(&bench, &cfgs, keep, progress, "compare")?;
     let wall = t0.elapsed().as_secs_f64();
     let rows = aggregate(&bench, &cfgs, &results, seeds, a.serve.sla_ms, wall);
     let arr: Vec<serde_json::Value> = rows.iter().map(|r| r.json.clone()).collect();
@@ -121,14 +120,14 @@ pub(super) fn compare(a: CompareArgs, progress: Mode) -> Result<()> {
         "{} on {}: {} requests per run{}, {} seed(s), SLA {} ms, max batch {}, single-input latency {:.3} ms",
         bench.model.name,
         bench.description(),
-        sv.requests,
-        match sv.arrivals {
+        sv.requests(),
+        match sv.spec.arrivals {
             lazybatch::traffic::Process::Poisson => String::new(),
             p => format!(" ({p} arrivals)"),
         },
         seeds,
         a.serve.sla_ms,
-        sv.max_batch,
+        sv.max_batch(),
         1e3 / bench.serial_capacity()
     );
     table(&mut o, &rows);
@@ -142,31 +141,20 @@ fn policies(a: &CompareArgs, model: &Model, sv: &Serve) -> Result<Vec<Spec>> {
         Some(p) => p.clone(),
         None => DEFAULT_POLICIES
             .iter()
-            .filter(|p| Spec::parse(p, sv.max_batch).is_ok_and(|s| s.check_for(model).is_ok()))
+            .filter(|p| Spec::parse(p, sv.max_batch()).is_ok_and(|s| s.check_for(model).is_ok()))
             .map(|p| p.to_string())
             .collect(),
     };
-    specs_for(&names, sv.max_batch, model)
+    specs_for(&names, sv.max_batch(), model)
 }
 
 /// Every run of the grid: policies × rates × seeds 1..=`seeds`, in that order.
-fn grid(specs: &[Spec], rates: &[f64], seeds: u64, sv: &Serve) -> Vec<RunConfig> {
+fn grid(specs: &[Spec], rates: &[f64], seeds: u64, sv: &Serve) -> Vec<RunSpec> {
     let mut cfgs = Vec::new();
     for p in specs {
         for &r in rates {
             for s in 1..=seeds {
-                cfgs.push(RunConfig {
-                    policy: p.clone(),
-                    rate: r,
-                    arrivals: sv.arrivals,
-                    classes: sv.classes.clone(),
-                    shed: sv.shed,
-                    requests: sv.requests,
-                    sla: sv.sla,
-                    seed: s,
-                    max_batch: sv.max_batch,
-                    max_pending: sv.max_pending,
-                });
+                cfgs.push(sv.spec(p.clone(), r, s));
             }
         }
     }
@@ -175,8 +163,8 @@ fn grid(specs: &[Spec], rates: &[f64], seeds: u64, sv: &Serve) -> Vec<RunConfig>
 
 /// Each (policy, rate) averaged over its seeds.
 fn aggregate(
-    bench: &Bench,
-    cfgs: &[RunConfig],
+    bench: &Testbed,
+    cfgs: &[RunSpec],
     results: &[RunOut],
     seeds: u64,
     sla_ms: f64,
@@ -214,9 +202,9 @@ fn aggregate(
         let per = per_model(bench, chunk);
         // the first seed's arrivals, for a replay to check it draws the same (one model)
         if per.is_empty() {
-            if let Ok(t) = bench.traffic(c0, None) {
+            if let Ok(t) = bench.traffic(c0) {
                 let drawn: Vec<_> = t.arrivals.collect();
-                v["arrivals_fingerprint"] = json!(lazybatch::validate::fingerprint(&drawn));
+                v["arrivals_fingerprint"] = json!(lazybatch::run::validate::fingerprint(&drawn));
             }
         }
         if !per.is_empty() {
@@ -237,7 +225,7 @@ fn aggregate(
 }
 
 /// Co-located models: each model's figures, averaged over the seeds (empty for one model).
-fn per_model(bench: &Bench, chunk: &[RunOut]) -> Vec<(String, [f64; 4])> {
+fn per_model(bench: &Testbed, chunk: &[RunOut]) -> Vec<(String, [f64; 4])> {
     (0..chunk[0].parts.len())
         .map(|k| {
             let avg = |f: &dyn Fn(&Stats) -> f64| {
@@ -260,7 +248,7 @@ fn per_model(bench: &Bench, chunk: &[RunOut]) -> Vec<(String, [f64; 4])> {
 /// policy's percentile spectrum per rate, mean and p99 against rate).
 fn write_out(
     dir: &Path,
-    bench: &Bench,
+    bench: &Testbed,
     rows: &[Row],
     results: &[RunOut],
     seeds: u64,

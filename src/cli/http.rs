@@ -4,7 +4,6 @@
 use super::{emit, open_bench, positive, serve_args, DeviceArgs, ModelArgs, ServeArgs};
 use anyhow::{bail, Result};
 use clap::Args;
-use lazybatch::bench::RunConfig;
 use lazybatch::http::{start, ServeOptions, Timeouts};
 use lazybatch::policy::Spec;
 use lazybatch::progress::Mode;
@@ -61,7 +60,7 @@ pub(super) fn run(a: HttpArgs, progress: Mode) -> Result<()> {
     }
     let model = a.model.load()?;
     let sv = serve_args(&a.serve, &model, false)?;
-    let spec = Spec::parse(&a.policy, sv.max_batch)?;
+    let spec = Spec::parse(&a.policy, sv.max_batch())?;
     spec.check_for(&model)?;
     let max_queue = positive("--max-queue", a.max_queue)?.min(1_000_000) as usize;
     let max_body = (positive("--max-body-mib", a.max_body_mib)?.min(1024) as usize) << 20;
@@ -79,18 +78,8 @@ pub(super) fn run(a: HttpArgs, progress: Mode) -> Result<()> {
     let name = model.name.clone();
     let bench = open_bench(model, &a.dev, &sv, progress)?;
     let device = bench.description();
-    let cfg = RunConfig {
-        policy: spec,
-        rate: 1.0,
-        arrivals: sv.arrivals,
-        classes: None,
-        shed: sv.shed,
-        requests: 1,
-        sla: sv.sla,
-        seed: 1,
-        max_batch: sv.max_batch,
-        max_pending: sv.max_pending,
-    };
+    // the traffic comes over HTTP: the spec's rate, seed and request count shape none of it
+    let cfg = sv.spec(spec, 1.0, 1);
     let opts = ServeOptions {
         listen: a.listen,
         max_queue,

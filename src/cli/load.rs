@@ -6,7 +6,6 @@ use super::serve::{run_json, text, RunId};
 use super::{check_rate, emit, in_range, ModelArgs};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use lazybatch::bench::check_sla_ms;
 use lazybatch::http::load::{drive, LoadOptions};
 use lazybatch::metrics;
 use lazybatch::traffic::{self, Classes, Process, MAX_REQUESTS};
@@ -73,7 +72,9 @@ pub(super) fn run(a: LoadArgs, progress: lazybatch::progress::Mode) -> Result<()
         1,
         (MAX_REQUESTS as i64).min(10_000_000),
     )?;
-    let sla = check_sla_ms("--sla-ms", a.sla_ms)?;
+    let sla = lazybatch::time::Sla::from_ms(a.sla_ms)
+        .map_err(super::flag("--sla-ms"))?
+        .nanos();
     let process: Process = a.arrivals.parse()?;
     let classes: Option<Classes> = a.classes.as_deref().map(str::parse).transpose()?;
     if !a.url.starts_with("http://") {
@@ -108,12 +109,12 @@ pub(super) fn run(a: LoadArgs, progress: lazybatch::progress::Mode) -> Result<()
     let traffic = gen.traffic(rate);
     let shown = progress.start(
         "load",
-        lazybatch::runs::traffic_secs(&traffic),
+        lazybatch::run::grid::traffic_secs(&traffic),
         "s of traffic",
     );
     let out = drive(
         &model,
-        lazybatch::runs::delivered(traffic, &shown, 0),
+        lazybatch::run::grid::delivered(traffic, &shown, 0),
         &opts,
     );
     shown.finish();

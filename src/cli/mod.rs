@@ -42,10 +42,8 @@ mod verify;
 
 use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand};
-use lazybatch::bench::{check_sla_ms, Bench, BenchOptions};
 use lazybatch::device::open::{open, Choice, Opened};
 use lazybatch::device::RealOptions;
-use lazybatch::engine::DEFAULT_MAX_PENDING;
 use lazybatch::error::num;
 use lazybatch::graph::loader::Scale;
 use lazybatch::graph::loader::MAX_BATCH;
@@ -54,8 +52,10 @@ use lazybatch::graph::{zoo, Lengths, Model};
 use lazybatch::policy::Spec;
 use lazybatch::profile::{Profile, Sampling};
 use lazybatch::progress::Mode;
-use lazybatch::runs::Colocation;
-use lazybatch::time::Nanos;
+use lazybatch::run::spec::Colocation;
+use lazybatch::run::{RunSpec, Testbed, TestbedOptions};
+use lazybatch::runtime::{MaxBatch, MaxPending};
+use lazybatch::time::Sla;
 use lazybatch::traffic::MAX_REQUESTS;
 use std::path::PathBuf;
 
@@ -140,7 +140,7 @@ pub fn run() -> Result<std::process::ExitCode> {
     let cli = Cli::parse();
     let ok = std::process::ExitCode::SUCCESS;
     let p = cli.progress;
-    match cli.cmd {
+    let done = match cli.cmd {
         Cmd::Models { model, dims, json } => models::run(&model, &dims, json).map(|()| ok),
         Cmd::Profile(a) => profile::run(a, p).map(|()| ok),
         Cmd::Run(a) => serve::run(a, p).map(|()| ok),
@@ -154,6 +154,44 @@ pub fn run() -> Result<std::process::ExitCode> {
         Cmd::Verify(a) => verify::run(a),
         Cmd::Kernels(a) => kernels::run(a).map(|()| ok),
         Cmd::Validate(a) => validate::run(a, p).map(|()| ok),
+    };
+    done.map_err(in_flag_words)
+}
+
+/// The flag that sets each run setting the library names in its errors.
+const FLAGS: [(&str, &str); 17] = [
+    ("SLA", "--sla-ms"),
+    ("SLAs", "--slas"),
+    ("arrivals", "--arrivals"),
+    ("classes", "--classes"),
+    ("coverage", "--coverage"),
+    ("figures", "--figures"),
+    ("max batch", "--max-batch"),
+    ("max pending", "--max-pending"),
+    ("NPU configurations", "--npu-config"),
+    ("p99 bound", "--p99-ms"),
+    ("profile", "--profile"),
+    ("rate", "--rate"),
+    ("requests", "--requests"),
+    ("search precision", "--search-precision"),
+    ("seeds", "--seeds"),
+    ("shares", "--shares"),
+    ("violation bound", "--violations"),
+];
+
+/// A library error about a run setting, said with the flag that sets it (the library speaks
+/// of "the SLA", the command line of `--sla-ms`); any other error as it is.
+fn in_flag_words(e: anyhow::Error) -> anyhow::Error {
+    let flag = match e.downcast_ref::<lazybatch::Error>() {
+        Some(lazybatch::Error::InvalidArgument { what, msg }) if e.chain().count() == 1 => FLAGS
+            .iter()
+            .find(|(setting, _)| setting == what)
+            .map(|(_, flag)| (*flag, msg.clone())),
+        _ => None,
+    };
+    match flag {
+        Some((flag, msg)) => anyhow::anyhow!("invalid {flag}: {msg}"),
+        None => e,
     }
 }
 
@@ -230,10 +268,17 @@ impl ModelArgs {
     }
 }
 
-/// Each co-located model's share of the rate and SLA (None for a single model).
-type Colo = Option<Colocation>;
+/// A library error about a setting, said in the words of the flag that gave it (the library
+/// names the setting, "SLA" or "max batch"; the command line knows which flag that was).
+fn flag(name: &'static str) -> impl Fn(lazybatch::Error) -> anyhow::Error {
+    move |e| match e {
+        lazybatch::Error::InvalidArgument { msg, .. } => anyhow::anyhow!("invalid {name}: {msg}"),
+        other => other.into(),
+    }
+}
 
-fn colocation(model: &Model, s: &ServeArgs) -> Result<Colo> {
+/// Co-located models' shares of the rate and SLAs (`--shares`, `--slas`), None for one model.
+fn colocation(model: &Model, s: &ServeArgs, sla: Sla) -> Result<Option<Colocation>> {
     let n = model.parts.len();
     if n == 1 {
         if s.shares.is_some() || s.slas.is_some() {
@@ -241,26 +286,20 @@ fn colocation(model: &Model, s: &ServeArgs) -> Result<Colo> {
         }
         return Ok(None);
     }
-    let shares = match &s.shares {
-        Some(v) if v.len() != n => bail!("--shares has {} values for {n} models", v.len()),
-        Some(v) if v.iter().any(|x| !(*x > 0.0 && x.is_finite())) => {
-            bail!("invalid --shares: every share must be positive")
-        }
-        Some(v) => {
-            let t: f64 = v.iter().sum();
-            v.iter().map(|x| x / t).collect()
-        }
-        None => vec![1.0 / n as f64; n],
-    };
     let slas = match &s.slas {
-        Some(v) if v.len() != n => bail!("--slas has {} values for {n} models", v.len()),
-        Some(v) => v
-            .iter()
-            .map(|&x| Ok(check_sla_ms("--slas", x)?))
-            .collect::<Result<Vec<_>>>()?,
-        None => vec![check_sla_ms("--sla-ms", s.sla_ms)?; n],
+        Some(v) => Some(
+            v.iter()
+                .map(|&x| Sla::from_ms(x).map_err(flag("--slas")))
+                .collect::<Result<Vec<_>>>()?,
+        ),
+        None => None,
     };
-    Ok(Some(Colocation { shares, slas }))
+    let shares = s.shares.as_deref();
+    let c = Colocation::new(n, shares, slas.as_deref(), sla);
+    Ok(Some(c.map_err(|e| match &e {
+        lazybatch::Error::InvalidArgument { what, .. } if what == "shares" => flag("--shares")(e),
+        _ => flag("--slas")(e),
+    })?))
 }
 
 #[derive(Args, Debug, Clone)]
@@ -393,7 +432,7 @@ fn say_gpu(d: &(dyn lazybatch::device::Device + Send), o: &RealOptions) {
 /// Opens the device of `dev` for `model` and builds its bench: the NPU model profiles itself;
 /// a real device is measured, or takes the table of `--profile` when it was measured on the
 /// same kind of device; `progress` shows the measuring.
-fn open_bench(model: Model, dev: &DeviceArgs, sv: &Serve, progress: Mode) -> Result<Bench> {
+fn open_bench(model: Model, dev: &DeviceArgs, sv: &Serve, progress: Mode) -> Result<Testbed> {
     let saved = dev.saved_profile()?;
     let reps = in_range("--reps", dev.reps, 1, 1000)? as u32;
     let opened = open(&dev.choice()?)?;
@@ -425,8 +464,8 @@ fn open_bench(model: Model, dev: &DeviceArgs, sv: &Serve, progress: Mode) -> Res
             ),
         }
     }
-    let opts = BenchOptions {
-        max_batch: sv.max_batch,
+    let opts = TestbedOptions {
+        max_batch: sv.spec.max_batch,
         coverage: sv.coverage,
         profile: saved,
         sampling: Sampling {
@@ -436,7 +475,7 @@ fn open_bench(model: Model, dev: &DeviceArgs, sv: &Serve, progress: Mode) -> Res
             variation: dev.variation()?,
         },
     };
-    Ok(Bench::open(model, opened, &opts)?)
+    Ok(Testbed::open(model, opened, &opts)?)
 }
 
 #[derive(Args, Debug, Clone)]
@@ -460,7 +499,7 @@ struct ServeArgs {
     coverage: Option<f64>,
     /// The most requests waiting to be admitted; an arrival beyond it is rejected (and
     /// counted), in [1, 10⁷].
-    #[arg(long, default_value_t = DEFAULT_MAX_PENDING as i64, allow_negative_numbers = true)]
+    #[arg(long, default_value_t = MaxPending::DEFAULT.get() as i64, allow_negative_numbers = true)]
     max_pending: i64,
     /// Arrival process at the mean rate: poisson, gamma:CV (gamma gaps with coefficient of
     /// variation CV, in [0.1, 10]; above 1 is burstier than Poisson) or onoff:ON_MS:OFF_MS (an
@@ -540,16 +579,32 @@ fn lengths_for(model: &Model, enc: Option<i64>, dec: Option<i64>) -> Result<Leng
     Ok(len)
 }
 
-/// The serving flags, checked against their ranges and against the model.
+/// The serving flags, checked against their ranges and against the model: a run spec every
+/// run of the command starts from (its policy, rate and seed set per run by [`Serve::spec`]),
+/// and the testbed's decoder coverage.
 struct Serve {
-    requests: usize,
-    sla: Nanos,
-    max_batch: u32,
+    spec: RunSpec,
     coverage: f64,
-    max_pending: usize,
-    arrivals: lazybatch::traffic::Process,
-    classes: Option<lazybatch::traffic::Classes>,
-    shed: bool,
+}
+
+impl Serve {
+    /// The run of `policy` at `rate` requests/s with traffic seed `seed`.
+    fn spec(&self, policy: Spec, rate: f64, seed: u64) -> RunSpec {
+        RunSpec {
+            policy,
+            rate,
+            seed,
+            ..self.spec.clone()
+        }
+    }
+    /// The requests of a run.
+    fn requests(&self) -> usize {
+        self.spec.requests
+    }
+    /// The server's maximum batch.
+    fn max_batch(&self) -> u32 {
+        self.spec.max_batch.get()
+    }
 }
 
 /// Checks the serving flags for `model`; `traced`: the requests come from a trace (which gives
@@ -581,15 +636,21 @@ fn serve_args(s: &ServeArgs, model: &Model, traced: bool) -> Result<Serve> {
         1,
         MAX_REQUESTS as i64,
     )?;
-    let sla = check_sla_ms("--sla-ms", s.sla_ms)?;
+    let sla = Sla::from_ms(s.sla_ms).map_err(flag("--sla-ms"))?;
     let model_max = i64::from(model.max_batch.clamp(1, MAX_BATCH));
     let max_batch = match s.max_batch {
         None => 64.min(model_max),
         Some(b) if b > model_max && !s.force_max_batch => bail!(
             "invalid --max-batch: {b} exceeds the model's own max_batch {model_max} (--force-max-batch allows up to {MAX_BATCH})"
         ),
-        Some(b) => in_range("--max-batch", b, 1, i64::from(MAX_BATCH))?,
+        Some(b) => b,
     };
+    // the flag's own range (a negative or huge number) is the library's: MaxBatch says it
+    let max_batch = MaxBatch::new(u32::try_from(max_batch).unwrap_or(0)).map_err(|_| {
+        anyhow::anyhow!(
+            "invalid --max-batch: must be an integer in [1, {MAX_BATCH}], got {max_batch}"
+        )
+    })?;
     let coverage = match s.coverage {
         Some(_) if !model.is_seq2seq() => bail!(
             "--coverage sets the decoder length the predictor assumes, and '{}' has no decoder",
@@ -601,16 +662,29 @@ fn serve_args(s: &ServeArgs, model: &Model, traced: bool) -> Result<Serve> {
         Some(c) => c,
         None => 90.0,
     };
-    Ok(Serve {
-        requests: requests as usize,
-        sla,
-        max_batch: max_batch as u32,
-        coverage,
-        max_pending: in_range("--max-pending", s.max_pending, 1, 10_000_000)? as usize,
+    let max_pending =
+        MaxPending::new(usize::try_from(s.max_pending).unwrap_or(0)).map_err(|_| {
+            anyhow::anyhow!(
+                "invalid --max-pending: must be an integer in [1, {}], got {}",
+                MaxPending::MAX,
+                s.max_pending
+            )
+        })?;
+    let spec = RunSpec {
+        // a placeholder: every run sets its own policy, rate and seed (Serve::spec)
+        policy: Spec::parse("serial", 1)?,
+        rate: 1.0,
+        seed: 1,
         arrivals,
         classes,
         shed: s.shed,
-    })
+        requests: requests as usize,
+        sla,
+        max_batch,
+        max_pending,
+        colocated: colocation(model, s, sla)?,
+    };
+    Ok(Serve { spec, coverage })
 }
 
 fn check_rate(what: &str, r: f64) -> Result<f64> {
@@ -648,6 +722,21 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_library_setting_is_named_by_its_flag_and_other_errors_pass_unchanged() {
+        for (setting, flag) in FLAGS {
+            let e = in_flag_words(lazybatch::Error::invalid(setting, "why").into());
+            assert_eq!(e.to_string(), format!("invalid {flag}: why"));
+        }
+        let e = in_flag_words(lazybatch::Error::invalid("--listen", "why").into());
+        assert_eq!(e.to_string(), "invalid --listen: why");
+        let e = in_flag_words(anyhow::anyhow!("plain"));
+        assert_eq!(e.to_string(), "plain");
+        // an error with context keeps it
+        let e = anyhow::Error::from(lazybatch::Error::invalid("SLA", "why")).context("in a.json");
+        assert_eq!(in_flag_words(e).to_string(), "in a.json");
     }
 
     #[test]

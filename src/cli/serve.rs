@@ -2,16 +2,16 @@
 //! happened.
 
 use super::{
-    check_load, check_rate, colocation, emit, open_bench, serve_args, DeviceArgs, ModelArgs,
-    ServeArgs,
+    check_load, check_rate, emit, open_bench, serve_args, DeviceArgs, ModelArgs, ServeArgs,
 };
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use lazybatch::bench::RunConfig;
 use lazybatch::metrics::{self, KeepRecords, Stats};
 use lazybatch::policy::Spec;
 use lazybatch::progress::{Mode, Progress};
-use lazybatch::runs;
+use lazybatch::run::drive::Arrivals;
+use lazybatch::run::grid;
+use lazybatch::run::RunSpec;
 use lazybatch::traffic;
 use lazybatch::traffic::Process;
 use serde_json::json;
@@ -90,7 +90,7 @@ pub(super) fn run(a: RunArgs, progress: Mode) -> Result<()> {
     let mut o = String::new();
     let model = a.model.load()?;
     let sv = serve_args(&a.serve, &model, a.trace.is_some())?;
-    let spec = Spec::parse(&a.policy, sv.max_batch)?;
+    let spec = Spec::parse(&a.policy, sv.max_batch())?;
     spec.check_for(&model)?;
     let trace = match &a.trace {
         Some(p) => Some(traffic::load_trace(p, &model, a.seed)?),
@@ -103,8 +103,8 @@ pub(super) fn run(a: RunArgs, progress: Mode) -> Result<()> {
     } else if trace.is_none() {
         bail!("give one of --rate R, --load X or --trace FILE");
     }
-    let colo = colocation(&model, &a.serve)?;
-    if colo.is_some() && (a.load.is_some() || trace.is_some()) {
+    let colocated = sv.spec.colocated.is_some();
+    if colocated && (a.load.is_some() || trace.is_some()) {
         bail!("co-located models take a total --rate (split by --shares), not --load or --trace");
     }
     let records = match &a.keep_records {
@@ -117,32 +117,20 @@ pub(super) fn run(a: RunArgs, progress: Mode) -> Result<()> {
         }
         None => None,
     };
-    let mut bench = open_bench(model, &a.dev, &sv, progress)?;
+    let bench = open_bench(model, &a.dev, &sv, progress)?;
     let rate = match (a.rate, a.load, &trace) {
         (Some(r), _, _) => r,
         (None, Some(l), _) => check_rate("--load × serial capacity", l * bench.serial_capacity())?,
         (None, None, Some(t)) => t.rate,
         (None, None, None) => 0.0,
     };
-    let cfg = RunConfig {
-        policy: spec,
-        rate,
-        arrivals: sv.arrivals,
-        classes: sv.classes.clone(),
-        shed: sv.shed,
-        requests: trace.as_ref().map_or(sv.requests, |t| t.expected),
-        sla: sv.sla,
-        seed: a.seed,
-        max_batch: sv.max_batch,
-        max_pending: sv.max_pending,
+    let cfg = RunSpec {
+        requests: trace.as_ref().map_or(sv.requests(), |t| t.expected),
+        ..sv.spec(spec, rate, a.seed)
     };
-    let traffic = match (trace, &colo) {
-        (Some(t), _) => t,
-        (None, Some(c)) => {
-            let rates: Vec<f64> = c.shares.iter().map(|s| s * rate).collect();
-            bench.traffic(&cfg, Some((&rates, &c.slas)))?
-        }
-        (None, None) => bench.traffic(&cfg, None)?,
+    let traffic = match trace {
+        Some(t) => t,
+        None => bench.traffic(&cfg)?,
     };
     let keep = KeepRecords {
         csv: records,
@@ -152,15 +140,15 @@ pub(super) fn run(a: RunArgs, progress: Mode) -> Result<()> {
     let shown = if bench.is_virtual() {
         Progress::hidden()
     } else {
-        progress.start("run", runs::traffic_secs(&traffic), "s of traffic")
+        progress.start("run", grid::traffic_secs(&traffic), "s of traffic")
     };
-    let traffic = runs::delivered(traffic, &shown, 0);
+    let traffic = grid::delivered(traffic, &shown, 0);
     let t0 = std::time::Instant::now();
-    let out = bench.serve(&cfg, keep, traffic)?;
+    let out = bench.drive(&cfg, keep, Arrivals::Scheduled(traffic))?;
     let wall = t0.elapsed().as_secs_f64();
     shown.finish();
     let st = out.stats();
-    let per_model: Vec<(String, Stats)> = if colo.is_some() {
+    let per_model: Vec<(String, Stats)> = if colocated {
         let names = bench.model.parts.iter().map(|p| p.name.clone());
         names.zip(out.part_stats()).collect()
     } else {

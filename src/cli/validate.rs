@@ -11,15 +11,15 @@ use super::{
 };
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use lazybatch::bench::{Bench, BenchOptions, RunConfig};
 use lazybatch::device::open::Opened;
 use lazybatch::device::table::TableDevice;
 use lazybatch::metrics::Stats;
 use lazybatch::policy::Spec;
 use lazybatch::progress::Mode;
-use lazybatch::runs::mean_stats;
-use lazybatch::time::Nanos;
-use lazybatch::validate::{error, fingerprint, pair, Pair};
+use lazybatch::run::grid::mean_stats;
+use lazybatch::run::validate::{error, fingerprint, pair, Pair};
+use lazybatch::run::{RunSpec, Testbed, TestbedOptions};
+use lazybatch::time::{Nanos, Sla};
 use serde_json::json;
 
 /// The requests a run serves when `--requests` is not given: validation serves every point in
@@ -78,7 +78,7 @@ pub(super) struct ValidateArgs {
 
 /// One point: its configuration and both runs.
 struct Point {
-    cfg: RunConfig,
+    cfg: RunSpec,
     load: Option<f64>,
     pair: Pair,
 }
@@ -92,7 +92,7 @@ pub(super) fn run(mut a: ValidateArgs, progress: Mode) -> Result<()> {
     if model.parts.len() > 1 {
         bail!("validate takes one model (a table holds one model's lengths)");
     }
-    let specs = specs_for(&a.policies, sv.max_batch, &model)?;
+    let specs = specs_for(&a.policies, sv.max_batch(), &model)?;
     let loads = match (&a.rates, &a.load) {
         (Some(_), Some(_)) => bail!("give --rates or --load, not both"),
         (Some(rs), None) => {
@@ -121,13 +121,13 @@ pub(super) fn run(mut a: ValidateArgs, progress: Mode) -> Result<()> {
     }
     // the prediction: the same table, as a device in virtual time, with the same predictor
     let table = TableDevice::from_profile(real.profile.clone(), "the measured table");
-    let opts = BenchOptions {
-        max_batch: sv.max_batch,
+    let opts = TestbedOptions {
+        max_batch: sv.spec.max_batch,
         coverage: sv.coverage,
         profile: None,
         sampling: lazybatch::profile::Sampling::default(),
     };
-    let predicted = Bench::open(model, Opened::Table(table), &opts)?;
+    let predicted = Testbed::open(model, Opened::Table(table), &opts)?;
     let rates: Vec<(f64, Option<f64>)> = match (&loads, &a.rates) {
         (Some(ls), _) => ls
             .iter()
@@ -142,7 +142,7 @@ pub(super) fn run(mut a: ValidateArgs, progress: Mode) -> Result<()> {
         (None, None) => Vec::new(),
     };
     // every real run serves its traffic in wall time: the progress is in seconds of it
-    let secs = |rate: f64| (sv.requests as f64 / rate).ceil() as u64;
+    let secs = |rate: f64| (sv.requests() as f64 / rate).ceil() as u64;
     let runs = if a.repeat { 2 } else { 1 };
     let total =
         specs.len() as u64 * seeds * runs * rates.iter().map(|&(r, _)| secs(r)).sum::<u64>();
@@ -152,18 +152,7 @@ pub(super) fn run(mut a: ValidateArgs, progress: Mode) -> Result<()> {
     for spec in &specs {
         for &(rate, load) in &rates {
             for s in 0..seeds {
-                let cfg = RunConfig {
-                    policy: spec.clone(),
-                    rate,
-                    arrivals: sv.arrivals,
-                    classes: sv.classes.clone(),
-                    shed: sv.shed,
-                    requests: sv.requests,
-                    sla: sv.sla,
-                    seed: a.seed + s,
-                    max_batch: sv.max_batch,
-                    max_pending: sv.max_pending,
-                };
+                let cfg = sv.spec(spec.clone(), rate, a.seed + s);
                 shown.set_message(format!(
                     "{} at {rate:.1} req/s, seed {}",
                     spec.text, cfg.seed
@@ -193,7 +182,7 @@ fn errors(m: &Stats, p: &Stats) -> serde_json::Value {
     })
 }
 
-fn point_json(real: &Bench, a: &ValidateArgs, p: &Point) -> serde_json::Value {
+fn point_json(real: &Testbed, a: &ValidateArgs, p: &Point) -> serde_json::Value {
     let (model, measured_on) = (real.model.name.as_str(), real.description());
     let predicted_on = format!("profile (the table measured on {measured_on})");
     let as_run = |device: &str, st: &Stats| -> serde_json::Value {
@@ -234,7 +223,7 @@ fn pct(x: f64) -> String {
     }
 }
 
-fn text(real: &Bench, a: &ValidateArgs, points: &[Point]) -> String {
+fn text(real: &Testbed, a: &ValidateArgs, points: &[Point]) -> String {
     let mut o = String::new();
     out!(
         o,
@@ -382,24 +371,21 @@ fn replay(
         let sla_ms = field("sla_ms")?.as_f64().unwrap_or(a.serve.sla_ms);
         let measured: Stats = serde_json::from_value(row.clone())
             .map_err(|e| anyhow::anyhow!("{}: [{k}]: {e}", file.display()))?;
-        let spec = Spec::parse(&policy, sv.max_batch)?;
-        let cfg_at = |seed| RunConfig {
-            policy: spec.clone(),
-            rate,
-            arrivals: sv.arrivals,
+        let spec = Spec::parse(&policy, sv.max_batch())?;
+        let sla = Sla::from_ms(sla_ms)
+            .map_err(|e| anyhow::anyhow!("{}: [{k}].sla_ms: {e}", file.display()))?;
+        let cfg_at = |seed| RunSpec {
             classes: None,
             shed: false,
             requests,
-            sla: Nanos::from_ms(sla_ms),
-            seed,
-            max_batch: sv.max_batch,
-            max_pending: sv.max_pending,
+            sla,
+            ..sv.spec(spec.clone(), rate, seed)
         };
         let mut outs = Vec::new();
         for seed in 1..=seeds {
             let cfg = cfg_at(seed);
             if seed == 1 {
-                let drawn: Vec<_> = bench.traffic(&cfg, None)?.arrivals.collect();
+                let drawn: Vec<_> = bench.traffic(&cfg)?.arrivals.collect();
                 match row.get("arrivals_fingerprint").and_then(|f| f.as_str()) {
                     Some(f) if f != fingerprint(&drawn) => bail!(
                         "{}: [{k}]: the recorded run drew other arrivals (fingerprint {f}, this build draws {}): it cannot be replayed",
@@ -412,7 +398,7 @@ fn replay(
             }
             outs.push(
                 bench
-                    .run(&cfg, None, lazybatch::metrics::KeepRecords::default())?
+                    .run(&cfg, lazybatch::metrics::KeepRecords::default())?
                     .stats(),
             );
         }
@@ -444,21 +430,18 @@ fn replay(
 
 /// How far the device's speed moved while it was validated: its median pass alone, timed again
 /// now, against the one its table holds (empty when the table timed no passes).
-fn drift(real: &mut Bench) -> Result<String> {
+fn drift(real: &mut Testbed) -> Result<String> {
     let before = &real.profile.passes_ns;
     let Some(&then) = before.get(before.len() / 2) else {
         return Ok(String::new());
     };
     let len = real.model.ref_lengths();
-    let lazybatch::bench::Backend::Real(device) = &mut real.backend else {
+    let Some((device, model)) = real.real_device()? else {
         return Ok(String::new());
     };
-    let device = device
-        .get_mut()
-        .map_err(|_| anyhow::anyhow!("the device's run panicked"))?;
     let now = lazybatch::profile::pass_times(
-        device.as_mut(),
-        &real.model,
+        device,
+        model,
         len,
         lazybatch::profile::PASSES,
         lazybatch::profile::PASSES_BUDGET,
@@ -477,7 +460,7 @@ fn drift(real: &mut Bench) -> Result<String> {
 
 /// Prints the points (the table and `note`, or JSON) and with `--out` writes them and their
 /// figure.
-fn finish(bench: &Bench, a: &ValidateArgs, points: &[Point], note: String) -> Result<()> {
+fn finish(bench: &Testbed, a: &ValidateArgs, points: &[Point], note: String) -> Result<()> {
     let arr: Vec<_> = points.iter().map(|p| point_json(bench, a, p)).collect();
     let json = serde_json::to_string_pretty(&arr)? + "\n";
     let table = text(bench, a, points) + &note;
@@ -499,7 +482,7 @@ fn finish(bench: &Bench, a: &ValidateArgs, points: &[Point], note: String) -> Re
                 )
             })
             .collect();
-        lazybatch::validate::write_figure(&fig, &dir.join("validate.svg"))?;
+        lazybatch::run::validate::write_figure(&fig, &dir.join("validate.svg"))?;
         eprintln!(
             "wrote validate.txt, validate.json and validate.svg to {}",
             dir.display()

@@ -88,14 +88,20 @@ pub(super) fn run(a: VerifyArgs) -> Result<ExitCode> {
     let t0 = std::time::Instant::now();
     // the CPU must be bit-identical; a GPU's BLAS reorders sums by batch: a stated tolerance
     let gpu = dev.name() == "cuda";
-    let tol = gpu.then(|| lazybatch::verify::tolerance(&model, &a.precision));
-    let r = lazybatch::verify::verify(&model, dev.as_mut(), n, mb, a.seed, tol)?;
+    let tol = gpu.then(|| lazybatch::run::verify::tolerance(&model, &a.precision));
+    let r = lazybatch::run::verify::verify(&model, dev.as_mut(), n, mb, a.seed, tol)?;
     // on a GPU, also compare with the CPU reference (same weights and inputs)
     let vs_cpu = if gpu {
         let mut cpu = lazybatch::device::cpu::CpuDevice::new(a.seed);
-        let (g, c) =
-            lazybatch::verify::output_steps_both(&model, dev.as_mut(), &mut cpu, n, mb, a.seed)?;
-        Some(lazybatch::verify::compare_outputs(&model, &g, &c))
+        let (g, c) = lazybatch::run::verify::output_steps_both(
+            &model,
+            dev.as_mut(),
+            &mut cpu,
+            n,
+            mb,
+            a.seed,
+        )?;
+        Some(lazybatch::run::verify::compare_outputs(&model, &g, &c))
     } else {
         None
     };
@@ -105,7 +111,7 @@ pub(super) fn run(a: VerifyArgs) -> Result<ExitCode> {
         _ => true,
     };
     if let Some(path) = &a.io_json {
-        let io = lazybatch::verify::inputs_and_outputs(&model, dev.as_mut(), n, mb, a.seed)?;
+        let io = lazybatch::run::verify::inputs_and_outputs(&model, dev.as_mut(), n, mb, a.seed)?;
         let v = json!({
             "model": model.name,
             "inputs": io.iter().map(|r| &r.input).collect::<Vec<_>>(),
@@ -116,9 +122,15 @@ pub(super) fn run(a: VerifyArgs) -> Result<ExitCode> {
     }
     let ops = if a.ops {
         let mut cpu = lazybatch::device::cpu::CpuDevice::new(a.seed);
-        let (g, c) =
-            lazybatch::verify::trace_both(&model, dev.as_mut(), &mut cpu, n.min(2), mb, a.seed)?;
-        Some(lazybatch::verify::compare_traces(
+        let (g, c) = lazybatch::run::verify::trace_both(
+            &model,
+            dev.as_mut(),
+            &mut cpu,
+            n.min(2),
+            mb,
+            a.seed,
+        )?;
+        Some(lazybatch::run::verify::compare_traces(
             &model,
             &g,
             &c,

@@ -27,7 +27,7 @@ pub enum CaptureMode {
     /// a front end answers.
     Answers,
     /// The final outputs, and each execution of an output node as a trace entry (to compare
-    /// two devices' decoded tokens step by step: [`crate::verify::compare_outputs`]).
+    /// two devices' decoded tokens step by step: [`crate::run::verify::compare_outputs`]).
     OutputSteps,
 }
 

@@ -6,6 +6,7 @@ pub mod capture;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod emulated;
 pub mod exchange;
 pub mod layout;
 pub mod npu;

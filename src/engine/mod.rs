@@ -9,12 +9,15 @@ use crate::error::{Error, Result};
 use crate::graph::{Class, Lengths, Model, NodeId, NodeStep};
 use crate::metrics::{KeepRecords, Recorder, Stats};
 use crate::policy::{Decision, Policy, View};
-use crate::runtime::{BatchTable, InfQ, Ledger, Predictor, Rejection, Request, RequestId};
-use crate::time::{Clock, Nanos};
+use crate::runtime::{
+    BatchTable, InfQ, Ledger, MaxBatch, MaxPending, Predictor, Rejection, Request, RequestId,
+};
+use crate::time::{Clock, Nanos, Sla};
 use crate::traffic::Arrival;
 
 pub use crate::metrics::record::{ClassCounters, Counters};
-pub use source::{ArrivalSource, Predrawn, Stream};
+pub(crate) use source::ThreadArrivals;
+pub use source::{stamped, ArrivalSource, ChannelArrivals, Predrawn, Stream};
 
 mod source;
 
@@ -50,10 +53,6 @@ impl Outcome {
     }
 }
 
-/// The most requests that wait in the pending queue by default; more are rejected (and
-/// counted), so that an overloaded run's memory stays bounded.
-pub const DEFAULT_MAX_PENDING: usize = 100_000;
-
 /// What a run serves and under which rules.
 #[derive(Clone, Debug)]
 pub struct Setup<'a> {
@@ -62,13 +61,14 @@ pub struct Setup<'a> {
     /// The slack predictor the policies read.
     pub predictor: &'a Predictor,
     /// The SLA of requests that carry none of their own.
-    pub sla: Nanos,
+    pub sla: Sla,
     /// Activation slots: the most requests in flight.
-    pub max_batch: u32,
+    pub max_batch: MaxBatch,
     /// Record a BatchTable snapshot after every admission and execution (tests, traces).
     pub snapshots: bool,
-    /// The most requests waiting in the pending queue; an arrival beyond it is rejected.
-    pub max_pending: usize,
+    /// The most requests waiting in the pending queue; an arrival beyond it is rejected (and
+    /// counted), so that an overloaded run's memory stays bounded.
+    pub max_pending: MaxPending,
     /// What to keep per request besides the run's summary.
     pub keep: KeepRecords,
     /// Check the BatchTable's invariants after every admission and execution, stopping with
@@ -120,15 +120,15 @@ pub trait Observer: Sync + std::fmt::Debug {
 
 impl<'a> Setup<'a> {
     /// A run of `model` at SLA `sla` and `max_batch` slots: no snapshots, at most
-    /// [`DEFAULT_MAX_PENDING`] pending, nothing kept per request.
-    pub fn new(model: &'a Model, predictor: &'a Predictor, sla: Nanos, max_batch: u32) -> Self {
+    /// [`MaxPending::DEFAULT`] pending, nothing kept per request.
+    pub fn new(model: &'a Model, predictor: &'a Predictor, sla: Sla, max_batch: MaxBatch) -> Self {
         Setup {
             model,
             predictor,
             sla,
             max_batch,
             snapshots: false,
-            max_pending: DEFAULT_MAX_PENDING,
+            max_pending: MaxPending::DEFAULT,
             keep: KeepRecords::default(),
             check_invariants: cfg!(debug_assertions),
             classes: 1,
@@ -257,16 +257,15 @@ pub struct Server<'a> {
 
 impl<'a> Server<'a> {
     fn new(setup: &'a Setup<'a>, policy: &dyn Policy, expected: usize) -> Result<Self> {
-        let (model, mb) = (setup.model, setup.max_batch);
-        if mb == 0 {
-            return Err(Error::invalid("max batch", "must be at least 1"));
-        }
+        let (model, mb) = (setup.model, setup.max_batch.get());
         let mut table = BatchTable::new(mb);
         table.set_cells(policy.cell_nodes(model));
         table.set_model(model);
         // room for the expected backlog up front (no allocation while serving), bounded so that
         // a long run does not reserve memory for all its requests
-        let room = expected.clamp(64, 1 << 16).min(setup.max_pending.max(64));
+        let room = expected
+            .clamp(64, 1 << 16)
+            .min(setup.max_pending.get().max(64));
         Ok(Server {
             setup,
             requests: Ledger::with_capacity(room + mb as usize),
@@ -295,7 +294,7 @@ impl<'a> Server<'a> {
             &self.infq,
             &self.table,
             self.setup.predictor,
-            self.setup.max_batch as usize,
+            self.setup.max_batch.get() as usize,
             &self.requests,
         )
     }
@@ -334,7 +333,7 @@ impl<'a> Server<'a> {
                     ),
                 ));
             }
-            let mut q = Request::new(id, a.time, a.sla.unwrap_or(self.setup.sla), a.len);
+            let mut q = Request::new(id, a.time, a.sla.unwrap_or(self.setup.sla.nanos()), a.len);
             (q.part, q.class) = (a.part, a.class);
             if let Some(k) = a.key {
                 q.key = k;
@@ -343,7 +342,7 @@ impl<'a> Server<'a> {
                 self.setup.shed && self.setup.predictor.best_completion(&q, now) > q.deadline;
             self.record.arrive(&q);
             self.requests.arrive(q)?;
-            let why = if self.infq.len() >= self.setup.max_pending {
+            let why = if self.infq.len() >= self.setup.max_pending.get() {
                 Some(Rejection::QueueFull)
             } else if hopeless {
                 Some(Rejection::Shed)
@@ -394,7 +393,7 @@ impl<'a> Server<'a> {
         if count == 0
             || count > self.infq.len()
             || count > self.free_slots.len()
-            || count > self.setup.max_batch as usize
+            || count > self.setup.max_batch.get() as usize
         {
             return Err(Error::Internal(format!(
                 "policy {} admitted {count} with {} pending and {} free slots",
@@ -674,7 +673,12 @@ mod tests {
                         requests: true,
                         ..Default::default()
                     },
-                    ..Setup::new(&m, &pred, Nanos::from_ms(100.0), 8)
+                    ..Setup::new(
+                        &m,
+                        &pred,
+                        Sla::from_ms(100.0).unwrap(),
+                        MaxBatch::new(8).unwrap(),
+                    )
                 },
                 &mut npu,
                 &mut pol,

@@ -1,9 +1,14 @@
 //! Where the engine's requests come from ([`ArrivalSource`]): pre-drawn arrivals on a virtual
-//! clock ([`Predrawn`]), arrivals generated as the run asks for them ([`Stream`]), or (in
-//! `wall.rs`) a generator thread delivering them at their real instants.
+//! clock ([`Predrawn`]), arrivals generated as the run asks for them ([`Stream`]), requests
+//! sent through a channel as they happen and stamped by their sender ([`ChannelArrivals`]: a
+//! network front end's handlers), and a generator thread delivering them at their real
+//! instants through such a channel ([`ThreadArrivals`]).
 
 use crate::time::{Clock, Nanos};
-use crate::traffic::Arrival;
+use crate::traffic::{Arrival, Traffic};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// Where requests come from: pre-drawn arrival times on a virtual clock, or a generator thread
 /// delivering them at their real instants on the wall clock.
@@ -91,5 +96,183 @@ impl<I: Iterator<Item = Arrival>> ArrivalSource for Stream<I> {
     }
     fn next_due(&mut self) -> Option<Nanos> {
         Some(self.it.peek().map_or(Nanos::MAX, |a| a.time))
+    }
+}
+
+/// Requests delivered through a channel as they happen (a generator thread, or a network
+/// front end's handlers), each stamped by its sender with the instant it arrived (time since
+/// `origin`, [`stamped`]), so that time the engine spends running a node before it reads the
+/// channel counts in the request's latency: the wall-clock [`ArrivalSource`]. When every sender is gone and nothing is waiting, the engine loop ends
+/// once the requests in the server have left — a front end's graceful shutdown.
+pub struct ChannelArrivals {
+    rx: Receiver<Arrival>,
+    peeked: Option<Arrival>,
+    total: usize,
+    origin: Instant,
+}
+
+impl ChannelArrivals {
+    /// A source over `rx` on a clock whose zero is `origin`; `expected` requests in all, if
+    /// known (0: unknown; it only sizes the queue up front).
+    pub fn new(rx: Receiver<Arrival>, origin: Instant, expected: usize) -> Self {
+        ChannelArrivals {
+            rx,
+            peeked: None,
+            total: expected,
+            origin,
+        }
+    }
+
+    /// The instant its senders stamp from.
+    pub fn origin(&self) -> Instant {
+        self.origin
+    }
+}
+
+/// `a` stamped with the instant it arrived on a clock whose zero is `origin`.
+pub fn stamped(a: Arrival, origin: Instant) -> Arrival {
+    Arrival {
+        time: Nanos(origin.elapsed().as_nanos() as u64),
+        ..a
+    }
+}
+
+impl ArrivalSource for ChannelArrivals {
+    fn poll(&mut self, _now: Nanos) -> Option<Arrival> {
+        self.peeked.take().or_else(|| self.rx.try_recv().ok())
+    }
+    fn idle(&mut self, clock: &mut dyn Clock, until: Option<Nanos>) -> bool {
+        if self.peeked.is_some() {
+            return true;
+        }
+        let got = match until {
+            None => self.rx.recv().ok(),
+            Some(t) => {
+                let now = Nanos(self.origin.elapsed().as_nanos() as u64);
+                match self
+                    .rx
+                    .recv_timeout(Duration::from_nanos(t.saturating_sub(now).0))
+                {
+                    Ok(a) => Some(a),
+                    Err(RecvTimeoutError::Timeout) => return true,
+                    Err(RecvTimeoutError::Disconnected) => {
+                        clock.idle_until(t);
+                        return true;
+                    }
+                }
+            }
+        };
+        match got {
+            Some(a) => {
+                self.peeked = Some(a);
+                true
+            }
+            None => until.is_some(),
+        }
+    }
+    fn expected(&self) -> usize {
+        self.total
+    }
+}
+
+/// Requests delivered by a generator thread at `origin + arrival.time` (Poisson or a trace),
+/// through a [`ChannelArrivals`].
+pub(crate) struct ThreadArrivals {
+    channel: ChannelArrivals,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl ThreadArrivals {
+    /// Starts the generator thread for `schedule` (sorted by time), relative to `origin`.
+    pub(crate) fn spawn(schedule: Traffic, origin: Instant) -> Self {
+        let (tx, rx) = mpsc::channel();
+        let total = schedule.expected;
+        let handle = std::thread::spawn(move || {
+            for a in schedule.arrivals {
+                let due = origin + Duration::from_nanos(a.time.0);
+                let now = Instant::now();
+                if due > now {
+                    std::thread::sleep(due - now);
+                }
+                if tx.send(stamped(a, origin)).is_err() {
+                    return;
+                }
+            }
+        });
+        ThreadArrivals {
+            channel: ChannelArrivals::new(rx, origin, total),
+            handle: Some(handle),
+        }
+    }
+}
+
+impl Drop for ThreadArrivals {
+    fn drop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl ArrivalSource for ThreadArrivals {
+    fn poll(&mut self, now: Nanos) -> Option<Arrival> {
+        self.channel.poll(now)
+    }
+    fn idle(&mut self, clock: &mut dyn Clock, until: Option<Nanos>) -> bool {
+        self.channel.idle(clock, until)
+    }
+    fn expected(&self) -> usize {
+        self.channel.expected()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::Lengths;
+    use crate::time::WallClock;
+
+    fn arrival(ms: f64) -> Arrival {
+        Arrival {
+            time: Nanos::from_ms(ms),
+            len: Lengths { enc: 1, dec: 1 },
+            ..Arrival::default()
+        }
+    }
+
+    #[test]
+    fn arrivals_are_stamped_when_delivered_never_when_scheduled() {
+        // an origin 50 ms in the past: arrivals scheduled at 0 and 10 ms are already due and
+        // are delivered at once, so their stamps are the real delivery instants (≥ 50 ms)
+        let origin = Instant::now() - Duration::from_millis(50);
+        let t = Traffic::from_list(vec![arrival(0.0), arrival(10.0), arrival(70.0)]);
+        let mut src = ThreadArrivals::spawn(t, origin);
+        let mut clock = WallClock::starting_at(origin);
+        let mut got = Vec::new();
+        while src.idle(&mut clock, None) {
+            while let Some(a) = src.poll(clock.now()) {
+                got.push(a.time);
+            }
+        }
+        assert_eq!(got.len(), 3);
+        assert!(
+            got[0] >= Nanos::from_ms(50.0) && got[1] >= got[0],
+            "{got:?}"
+        );
+        assert!(got[2] >= Nanos::from_ms(70.0), "never early: {got:?}");
+    }
+
+    #[test]
+    fn idle_wakes_at_its_timeout_without_an_arrival() {
+        let t = Traffic::from_list(vec![arrival(200.0)]);
+        let mut clock = WallClock::start();
+        let mut src = ThreadArrivals::spawn(t, clock.origin());
+        let until = Nanos::from_ms(20.0);
+        assert!(src.idle(&mut clock, Some(until)));
+        assert!(clock.now() >= until, "woke early at {:?}", clock.now());
+        assert!(
+            src.poll(clock.now()).is_none(),
+            "the arrival is 200 ms away"
+        );
     }
 }

@@ -6,12 +6,12 @@
 use super::metrics::{outcome, rejected, Heard, Metrics, Waiting};
 use super::protocol::{error, tensor, InferRequest, Io, HEADER_LENGTH};
 use crate::device::exchange::Exchange;
+use crate::engine::stamped;
 use crate::engine::Left;
 use crate::error::{Error, Result};
 use crate::graph::op::Op;
 use crate::graph::{Lengths, Model, Rows};
 use crate::traffic::Arrival;
-use crate::wall::stamped;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};

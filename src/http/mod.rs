@@ -16,11 +16,12 @@ pub mod load;
 mod metrics;
 mod protocol;
 
-use crate::bench::{Bench, RunConfig};
 use crate::device::exchange::Exchange;
-use crate::engine::Outcome;
+use crate::engine::{ChannelArrivals, Outcome};
 use crate::error::{Error, Result};
-use crate::wall::ChannelArrivals;
+use crate::metrics::KeepRecords;
+use crate::run::drive::Arrivals;
+use crate::run::{RunSpec, Testbed};
 use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
@@ -106,7 +107,7 @@ impl Server {
 
 /// Starts serving `bench` under `cfg` (its policy, SLA, maximum batch): the engine on one
 /// thread, the HTTP front end on another. Returns once the address is bound.
-pub fn start(mut bench: Bench, cfg: RunConfig, opts: &ServeOptions) -> Result<Server> {
+pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server> {
     let (mut input, output, max_dec, default_dec) = front::describe(&bench.model)?;
     // a model device computes nothing on the values: any bits are taken
     input.finite = !bench.is_virtual();
@@ -121,7 +122,7 @@ pub fn start(mut bench: Bench, cfg: RunConfig, opts: &ServeOptions) -> Result<Se
     let (tx, rx) = mpsc::channel();
     let origin = Instant::now();
     let exchange = Arc::new(Exchange::new());
-    let metrics = Arc::new(Metrics::new(&bench.model.name, cfg.max_batch));
+    let metrics = Arc::new(Metrics::new(&bench.model.name, cfg.max_batch.get()));
     let tally = metrics.clone();
     let waiting = Arc::new(Waiting {
         replies: Mutex::default(),
@@ -148,7 +149,7 @@ pub fn start(mut bench: Bench, cfg: RunConfig, opts: &ServeOptions) -> Result<Se
         max_queue: opts.max_queue,
         closing: AtomicBool::new(false),
         metrics,
-        max_batch: cfg.max_batch,
+        max_batch: cfg.max_batch.get(),
         max_body: opts.max_body,
         body_timeout: opts.timeouts.body,
         reference: {
@@ -160,7 +161,12 @@ pub fn start(mut bench: Bench, cfg: RunConfig, opts: &ServeOptions) -> Result<Se
     let engine = std::thread::spawn(move || {
         let _exit = OnEngineExit(waiting.clone());
         let mut src = ChannelArrivals::new(rx, origin, 0);
-        bench.serve_front_end(&cfg, waiting.as_ref(), exchange, &mut src)
+        let arrivals = Arrivals::FrontEnd {
+            channel: &mut src,
+            observer: waiting.as_ref(),
+            exchange,
+        };
+        bench.drive(&cfg, KeepRecords::default(), arrivals)
     });
     let (stop, stopped) = oneshot::channel::<()>();
     let (max_body, timeouts) = (opts.max_body, opts.timeouts);

@@ -95,7 +95,7 @@ fn parse_continuous(
             .ok()
             .filter(|&b| (1..=default_max).contains(&b))
             .ok_or_else(|| {
-                format!("the max batch must be an integer in [1, {default_max}] (--max-batch)")
+                format!("the max batch must be an integer in [1, {default_max}] (the server's max batch)")
             })?,
         _ => return Err("use continuous or continuous:B (B max batch)".into()),
     };

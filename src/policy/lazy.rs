@@ -84,12 +84,12 @@ impl Lazy {
 /// What the policy remembers of the entries below the active one: they do not move until the
 /// table's generation changes, so their load is summed once per generation, not per decision.
 #[derive(Clone, Debug, Default)]
-pub(super) struct Below {
+struct Below {
     generation: Option<u64>,
     /// Σ remaining single-input latency and earliest deadline of the entries below the top.
-    pub(super) load: (u64, u64),
+    load: (u64, u64),
     /// The Oracle's groups for those entries, bottom first.
-    pub(super) groups: Vec<oracle::Group>,
+    groups: Vec<oracle::Group>,
 }
 
 impl Below {
@@ -154,7 +154,8 @@ impl Policy for Lazy {
         }
         self.below.refresh(v, self.oracle);
         let k = if self.oracle {
-            oracle::admissible(v, k_max, &self.below, &mut self.groups)
+            let below = (self.below.load, &self.below.groups[..]);
+            oracle::admissible(v, k_max, below, &mut self.groups)
         } else {
             slack::admissible(v, k_max, self.below.load)
         };

@@ -110,21 +110,23 @@ fn drain(v: &View, entries: &[Group], extra: Option<Group>) -> u64 {
 /// bounds by the pending count): the largest k for which every affected request still meets
 /// its deadline. Admitting more never finishes earlier (the batched latencies grow with the
 /// batch) and only adds deadlines, so feasibility is monotone in k and a binary search finds it.
-/// `below` holds the groups of the entries under the active one; `scratch` receives every
-/// entry's group (kept by the policy, so that deciding allocates nothing).
+/// `below` gives the entries under the active one: their load (Σ remaining single-input
+/// latency, earliest deadline) and their groups; `scratch` receives every entry's group (kept
+/// by the policy, so that deciding allocates nothing).
 pub(super) fn admissible(
     v: &View,
     k_max: usize,
-    below: &super::lazy::Below,
+    below: ((u64, u64), &[Group]),
     scratch: &mut Vec<Group>,
 ) -> usize {
     let now = v.now.0;
-    let inflight_min = in_flight(v, below.load).1;
+    let (below_load, below_groups) = below;
+    let inflight_min = in_flight(v, below_load).1;
     let Some(&first) = v.infq.front() else {
         return 0;
     };
     scratch.clear();
-    scratch.extend_from_slice(&below.groups);
+    scratch.extend_from_slice(below_groups);
     scratch.extend(v.table.top().map(|sb| entry_group(v, sb)));
     let entries = &scratch[..];
     // the newcomers run as one sub-batch at the first one's predicted lengths

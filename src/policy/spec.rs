@@ -191,7 +191,7 @@ pub(crate) fn window_and_batch(
             .ok_or_else(|| "the max batch must be a positive integer".to_string())?,
     };
     if b > default_max {
-        return Err(format!("max batch {b} exceeds the server's --max-batch {default_max}").into());
+        return Err(format!("max batch {b} exceeds the server's max batch {default_max}").into());
     }
     Ok((Nanos::from_ms(w), b))
 }

@@ -230,7 +230,7 @@ impl Profile {
             return Err(bad(
                 "max_batch".into(),
                 format!(
-                    "the table reaches batch {}, the run asks for --max-batch {max_batch} (profile up to it, or lower --max-batch)",
+                    "the table reaches batch {}, the run asks for max batch {max_batch} (profile up to it, or lower the max batch)",
                     self.max_batch
                 ),
             ));

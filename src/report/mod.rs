@@ -1,6 +1,6 @@
 //! `lazybatch reproduce`: every experiment of the paper's evaluation on the NPU model, under
 //! one or several NPU configurations (by default the paper-calibrated one and Table I taken
-//! literally), each run through the same [`Bench::run`](crate::bench::Bench::run) path as `run`
+//! literally), each run through the same [`Testbed::run`](crate::run::Testbed::run) path as `run`
 //! and `compare`, in parallel (rayon), over seeds. Each configuration's experiments write their
 //! data (CSV and JSON), SVG figures and a report into a directory of their own; the top-level
 //! `report.md` puts the paper's headline claims next to every configuration's, with the
@@ -58,7 +58,7 @@ fn select(names: Option<&[String]>) -> Result<Vec<&'static dyn experiments::Expe
             None => {
                 let groups: Vec<&str> = GROUPS.iter().map(|g| g.0).collect();
                 return Err(Error::invalid(
-                    "--figures",
+                    "figures",
                     format!(
                         "unknown experiment '{f}' (known: {}; groups: {}, all)",
                         experiment_names().join(", "),
@@ -75,13 +75,15 @@ fn select(names: Option<&[String]>) -> Result<Vec<&'static dyn experiments::Expe
         .collect())
 }
 
-use crate::bench::{Bench, RunConfig};
 use crate::device::npu::NpuConfig;
 use crate::error::{Error, Result};
 use crate::graph::zoo;
 use crate::progress::Mode;
-use crate::runs::{run_one, Colocation, Keep};
-use crate::time::Nanos;
+use crate::run::grid::{run_one, Keep};
+use crate::run::spec::Colocation;
+use crate::run::{RunSpec, Testbed};
+use crate::runtime::{MaxBatch, MaxPending};
+use crate::time::{Nanos, Sla};
 use rayon::prelude::*;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -162,7 +164,7 @@ impl Plan {
     pub fn new(opts: &Options) -> Result<Plan> {
         let seeds = opts.seeds.unwrap_or(if opts.quick { 2 } else { 20 });
         if seeds == 0 {
-            return Err(Error::invalid("--seeds", "must be at least 1"));
+            return Err(Error::invalid("seeds", "must be at least 1"));
         }
         Ok(if opts.quick {
             Plan {
@@ -323,7 +325,7 @@ impl Job {
     }
 }
 
-pub use crate::runs::RunOut;
+pub use crate::run::grid::RunOut;
 
 /// Results of every job, by job.
 pub(crate) type Results = HashMap<Job, RunOut>;
@@ -334,7 +336,7 @@ pub(crate) fn bench_for(
     npu: &NpuConfig,
     max_batch: u32,
     coverage: f64,
-) -> Result<Bench> {
+) -> Result<Testbed> {
     let model = if model.contains(',') {
         crate::graph::Model::compose(
             model
@@ -345,7 +347,7 @@ pub(crate) fn bench_for(
     } else {
         zoo::load(model)?
     };
-    Bench::new(model, npu.clone(), max_batch, coverage)
+    Testbed::new(model, npu.clone(), MaxBatch::new(max_batch)?, coverage)
 }
 
 /// Runs `jobs` in parallel (deterministic: each job depends only on its own key); returns the
@@ -361,7 +363,7 @@ fn run_jobs(
     type Key = (u8, &'static str, u32, u32);
     let key_of = |j: &Job| (j.npu, j.model, j.max_batch, j.coverage_tenths);
     let keys: BTreeSet<Key> = jobs.iter().map(key_of).collect();
-    let benches: BTreeMap<Key, Bench> = keys
+    let benches: BTreeMap<Key, Testbed> = keys
         .into_par_iter()
         .map(|key @ (npu, model, max_batch, coverage_tenths)| {
             let cfg = npus
@@ -388,7 +390,14 @@ fn run_jobs(
         .map(|j| {
             let t0 = std::time::Instant::now();
             let bench = &benches[&key_of(j)];
-            let cfg = RunConfig {
+            let sla = Sla::new(Nanos(j.sla_us * 1000))?;
+            // co-located models: the rate split evenly, every model at the run's SLA
+            let nparts = bench.model.parts.len();
+            let colocated = match nparts {
+                1 => None,
+                n => Some(Colocation::new(n, None, None, sla)?),
+            };
+            let cfg = RunSpec {
                 policy: crate::policy::Spec::parse(&j.policy, j.max_batch)?,
                 rate: j.rate(),
                 arrivals: j.arrivals.parse()?,
@@ -398,23 +407,18 @@ fn run_jobs(
                 },
                 shed: j.shed,
                 requests: plan.requests(j.model),
-                sla: Nanos(j.sla_us * 1000),
+                sla,
                 seed: j.seed,
-                max_batch: j.max_batch,
-                max_pending: crate::engine::DEFAULT_MAX_PENDING,
+                max_batch: MaxBatch::new(j.max_batch)?,
+                max_pending: MaxPending::DEFAULT,
+                colocated,
             };
-            // co-located models: the rate split evenly, every model at the run's SLA
-            let nparts = bench.model.parts.len();
-            let colo = (nparts > 1).then(|| Colocation {
-                shares: vec![1.0 / nparts as f64; nparts],
-                slas: vec![cfg.sla; nparts],
-            });
             // the latencies feed the CDFs and the SLA sweeps
             let keep = Keep {
                 latencies: true,
                 ..Keep::default()
             };
-            let out = run_one(bench, &cfg, colo.as_ref(), keep)?;
+            let out = run_one(bench, &cfg, keep)?;
             bar.inc(1);
             Ok((out, t0.elapsed().as_secs_f64()))
         })
@@ -437,7 +441,7 @@ pub fn reproduce(opts: &Options) -> Result<Vec<String>> {
     let plan = Plan::new(opts)?;
     if opts.npus.is_empty() || opts.npus.len() > usize::from(u8::MAX) {
         return Err(Error::invalid(
-            "--npu-config",
+            "NPU configurations",
             "give 1 to 255 configurations",
         ));
     }

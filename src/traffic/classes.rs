@@ -27,7 +27,7 @@ impl std::str::FromStr for Classes {
 
     /// Parses `NAME:SLA_MS:SHARE[,NAME:SLA_MS:SHARE...]`; shares are normalised to sum to 1.
     fn from_str(s: &str) -> Result<Classes> {
-        let bad = |msg: String| Error::invalid("--classes", msg);
+        let bad = |msg: String| Error::invalid("classes", msg);
         let mut c = Classes {
             names: Vec::new(),
             slas: Vec::new(),
@@ -157,7 +157,10 @@ mod tests {
             (":50:1", "non-empty"),
         ] {
             let e = s.parse::<Classes>().unwrap_err().to_string();
-            assert!(e.contains("--classes") && e.contains(says), "{s}: {e}");
+            assert!(
+                e.starts_with("invalid classes: ") && e.contains(says),
+                "{s}: {e}"
+            );
         }
         let many: Vec<String> = (0..17).map(|k| format!("c{k}:10:1")).collect();
         assert!(many.join(",").parse::<Classes>().is_err());

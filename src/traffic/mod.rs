@@ -4,12 +4,13 @@
 //! (`--trace`).
 
 pub mod classes;
+pub mod lengths;
 pub mod process;
 
 use crate::error::{Error, Result};
 use crate::graph::{Lengths, Model, SeqConfig};
-use crate::lengths::{draw, JointLengths};
 use crate::time::Nanos;
+use crate::traffic::lengths::{draw, JointLengths};
 use classes::ClassPicker;
 pub use classes::Classes;
 use process::Gaps;
@@ -172,10 +173,10 @@ impl Iterator for Generated {
 impl Generated {
     /// `n` arrivals of `process` at `rate`, deterministic for `seed`, each completed by `fill`.
     fn new(process: Process, rate: f64, n: usize, seed: u64, fill: Fill) -> Result<Generated> {
-        check_rate("--rate", rate)?;
+        check_rate("rate", rate)?;
         if n == 0 || n > MAX_REQUESTS {
             return Err(Error::invalid(
-                "--requests",
+                "requests",
                 format!("must be in [1, {MAX_REQUESTS}], got {n}"),
             ));
         }
@@ -184,7 +185,7 @@ impl Generated {
         let span = n as f64 / rate;
         if span > Nanos::HORIZON.as_secs() / 2.0 {
             return Err(Error::invalid(
-                "--requests",
+                "requests",
                 format!(
                     "{n} requests at {rate} req/s take {:.3e} s, longer than lazybatch measures ({:.3e} s): raise the rate or lower the count",
                     span,
@@ -221,7 +222,7 @@ impl Generated {
     }
 }
 
-/// Checks an arrival rate against [`RATE_RANGE`]; `what` names the flag.
+/// Checks an arrival rate against [`RATE_RANGE`]; `what` names the setting.
 pub fn check_rate(what: &str, rate: f64) -> Result<f64> {
     let (lo, hi) = RATE_RANGE;
     if !(rate >= lo && rate <= hi) {
@@ -277,7 +278,7 @@ pub fn generate_parts(
         ));
     }
     for &r in rates {
-        check_rate("--rate", r)?;
+        check_rate("rate", r)?;
     }
     let total: f64 = rates.iter().sum();
     let fill = Fill::Parts(Box::new(PartsFill {

@@ -56,7 +56,7 @@ impl std::str::FromStr for Process {
 
     /// Parses `poisson`, `gamma:CV` or `onoff:ON_MS:OFF_MS`.
     fn from_str(s: &str) -> Result<Process> {
-        let bad = |msg: String| Error::invalid("--arrivals", msg);
+        let bad = |msg: String| Error::invalid("arrivals", msg);
         let field = |name: &str, v: &str, (lo, hi): (f64, f64)| {
             let x: f64 = v
                 .trim()
@@ -113,19 +113,19 @@ impl Gaps {
             Exp::new(r).map_err(|err| Error::invalid(what, format!("{err} (rate {})", num(r))))
         };
         Ok(match process {
-            Process::Poisson => Gaps::Exp(e("--rate", rate)?),
+            Process::Poisson => Gaps::Exp(e("rate", rate)?),
             Process::Gamma { cv } => {
                 let shape = 1.0 / (cv * cv);
                 let g = Gamma::new(shape, 1.0 / (rate * shape))
-                    .map_err(|err| Error::invalid("--arrivals", err.to_string()))?;
+                    .map_err(|err| Error::invalid("arrivals", err.to_string()))?;
                 Gaps::Gamma(g)
             }
             Process::OnOff { on_ms, off_ms } => {
                 let (on, off) = (on_ms / 1e3, off_ms / 1e3);
                 Gaps::OnOff(Box::new(OnOff {
-                    on: e("--arrivals", 1.0 / on)?,
-                    off: e("--arrivals", 1.0 / off)?,
-                    burst: e("--rate", rate * (on + off) / on)?,
+                    on: e("arrivals", 1.0 / on)?,
+                    off: e("arrivals", 1.0 / off)?,
+                    burst: e("rate", rate * (on + off) / on)?,
                     end: None,
                     is_on: true,
                 }))
@@ -244,7 +244,10 @@ mod tests {
             ("bursty", "expected poisson"),
         ] {
             let e = s.parse::<Process>().unwrap_err().to_string();
-            assert!(e.contains("--arrivals") && e.contains(says), "{s}: {e}");
+            assert!(
+                e.starts_with("invalid arrivals: ") && e.contains(says),
+                "{s}: {e}"
+            );
         }
     }
 }

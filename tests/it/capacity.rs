@@ -1,14 +1,14 @@
 //! `capacity`: the search against a queue whose answer is known in closed form, and the command
 //! line's table, JSON, picture and refusals.
 
-use lazybatch::bench::{Bench, BenchOptions, RunConfig};
-use lazybatch::capacity::{search_all, Bound, Search};
 use lazybatch::device::open::Opened;
 use lazybatch::device::table::TableDevice;
 use lazybatch::graph::zoo;
 use lazybatch::policy::Spec;
 use lazybatch::profile::{Profile, Sampling};
 use lazybatch::progress::Mode;
+use lazybatch::run::capacity::{search_all, Bound, Search};
+use lazybatch::run::{RunSpec, Testbed, TestbedOptions};
 use lazybatch::time::Nanos;
 use std::process::Command;
 
@@ -71,31 +71,32 @@ fn the_search_finds_an_md1_queues_capacity_within_its_precision_and_the_noise() 
         Profile::uniform(&m, 8, Nanos::from_ms(1.0)),
         "one ms a node",
     );
-    let opts = BenchOptions {
-        max_batch: 8,
+    let opts = TestbedOptions {
+        max_batch: crate::mb(8),
         coverage: 90.0,
         profile: None,
         sampling: Sampling::default(),
     };
-    let mut bench = Bench::open(m, Opened::Table(table), &opts).unwrap();
-    let template = RunConfig {
+    let bench = Testbed::open(m, Opened::Table(table), &opts).unwrap();
+    let template = RunSpec {
         policy: Spec::parse("serial", 8).unwrap(),
         rate: 1.0,
         arrivals: lazybatch::traffic::Process::Poisson,
         classes: None,
         shed: false,
         requests: 20_000,
-        sla: Nanos::from_ms(100.0),
+        sla: crate::sla(100.0),
         seed: 1,
-        max_batch: 8,
-        max_pending: 100_000,
+        max_batch: crate::mb(8),
+        max_pending: lazybatch::runtime::MaxPending::new(100_000).unwrap(),
+        colocated: None,
     };
     let how = Search {
         bound: Bound::P99Ms(45.0),
         precision: 0.02,
         seeds: 4,
     };
-    let caps = search_all(&mut bench, &[template], None, &how, Mode::Off).unwrap();
+    let caps = search_all(&bench, &[template], &how, Mode::Off).unwrap();
     let want = md1_capacity(9.0, 45.0);
     assert!((want - 62.3).abs() < 0.1, "{want}");
     let got = caps[0].capacity_rps.unwrap();

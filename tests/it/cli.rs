@@ -1,10 +1,9 @@
 //! The binary: bad input gets a one-line error and a non-zero exit, never a panic.
 
 use crate::fresh_dir;
-use lazybatch::bench::{Bench, RunConfig};
 use lazybatch::device::npu::NpuConfig;
 use lazybatch::graph::zoo;
-use lazybatch::time::Nanos;
+use lazybatch::run::{RunSpec, Testbed};
 use std::process::{Command, Output};
 
 fn lazybatch(args: &[&str]) -> Output {
@@ -222,20 +221,27 @@ fn run_json_is_deterministic_and_is_the_library_run() {
     }
     assert_eq!(va["device"], "npu (default)");
     // every statistic the command prints is the library's run of the same configuration
-    let b = Bench::new(zoo::load("gnmt").unwrap(), NpuConfig::default(), 8, 90.0).unwrap();
-    let c = RunConfig {
+    let b = Testbed::new(
+        zoo::load("gnmt").unwrap(),
+        NpuConfig::default(),
+        crate::mb(8),
+        90.0,
+    )
+    .unwrap();
+    let c = RunSpec {
         policy: lazybatch::policy::Spec::parse("lazy", 8).unwrap(),
         rate: 100.0,
         arrivals: Default::default(),
         classes: None,
         shed: false,
         requests: 300,
-        sla: Nanos::from_ms(va["sla_ms"].as_f64().unwrap()),
+        sla: crate::sla(va["sla_ms"].as_f64().unwrap()),
         seed: va["seed"].as_u64().unwrap(),
-        max_batch: 8,
-        max_pending: lazybatch::engine::DEFAULT_MAX_PENDING,
+        max_batch: crate::mb(8),
+        max_pending: lazybatch::runtime::MaxPending::DEFAULT,
+        colocated: None,
     };
-    let want = serde_json::to_value(b.run(&c, None, Default::default()).unwrap().stats()).unwrap();
+    let want = serde_json::to_value(b.run(&c, Default::default()).unwrap().stats()).unwrap();
     for (k, v) in want.as_object().unwrap() {
         same_json(&va[k], v, k);
     }
@@ -544,7 +550,7 @@ fn colocation_arguments_are_checked() {
             "--shares",
             "1,2,3",
         ],
-        "--shares has 3 values for 2 models",
+        "invalid --shares: 3 values for 2 models",
     );
     fails_with(
         &[
@@ -558,7 +564,7 @@ fn colocation_arguments_are_checked() {
             "--slas",
             "50",
         ],
-        "--slas has 1 values for 2 models",
+        "invalid --slas: 1 value for 2 models",
     );
     fails_with(
         &[

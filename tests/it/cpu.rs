@@ -3,7 +3,7 @@
 
 use crate::small;
 use lazybatch::graph::zoo;
-use lazybatch::verify::verify_cpu;
+use lazybatch::run::verify::verify_cpu;
 
 #[test]
 fn verify_every_reduced_model() {
@@ -27,7 +27,7 @@ fn verify_every_reduced_model() {
 #[test]
 fn traces_cover_every_node_and_name_the_first_divergence() {
     use lazybatch::device::cpu::CpuDevice;
-    use lazybatch::verify::{compare_traces, trace_both};
+    use lazybatch::run::verify::{compare_traces, trace_both};
     let m = small("gnmt");
     let (a, mut b) =
         trace_both(&m, &mut CpuDevice::new(2), &mut CpuDevice::new(2), 2, 2, 5).unwrap();

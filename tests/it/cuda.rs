@@ -14,7 +14,7 @@ use lazybatch::device::cpu::CpuDevice;
 use lazybatch::device::cuda::device::{ConvChoice, ConvPath, Precision};
 use lazybatch::device::cuda::{self, nvrtc, CudaDevice, Probe};
 use lazybatch::graph::{zoo, Model};
-use lazybatch::verify::{compare_traces, max_diff, serve_both, trace_both, verify};
+use lazybatch::run::verify::{compare_traces, max_diff, serve_both, trace_both, verify};
 
 /// What `gpu_or_skip` prints on stderr, before the test's name, when it skips one; the stand-in
 /// run counts these in its child's output and requires none.
@@ -484,7 +484,8 @@ fn cuda_exchanges_inputs_and_outputs_with_a_front_end() {
     // a front end's inputs in, outputs out: what the CPU computes on the same inputs, within
     // f32 reduction-order noise (relative 1e-4 of the output's scale)
     let m = crate::onnx::import("mobilenet_style");
-    let io = lazybatch::verify::inputs_and_outputs(&m, &mut CpuDevice::new(3), 3, 8, 7).unwrap();
+    let io =
+        lazybatch::run::verify::inputs_and_outputs(&m, &mut CpuDevice::new(3), 3, 8, 7).unwrap();
     let inputs: Vec<Vec<f32>> = io.iter().map(|r| r.input.clone()).collect();
     let mut gpu = CudaDevice::new(0, 99, Precision::F32).unwrap();
     let (outs, misfits) = crate::onnx::through_an_exchange(&m, &mut gpu, &inputs);
@@ -571,7 +572,7 @@ fn cuda_serving_allocates_no_device_memory() {
                         requests: true,
                         ..Default::default()
                     },
-                    ..lazybatch::engine::Setup::new(&m, &pred, Nanos::from_secs(60.0), 4)
+                    ..lazybatch::engine::Setup::new(&m, &pred, crate::sla(60.0 * 1e3), crate::mb(4))
                 },
                 &mut gpu,
                 pol.as_mut(),
@@ -619,7 +620,7 @@ fn cuda_batched_convolutions_match_one_by_one() {
                 // the libraries may pick another kernel for a batch: close, not necessarily
                 // identical, within the per-precision tolerance `verify` uses (its derivation:
                 // verify::tolerance)
-                let tol = lazybatch::verify::tolerance(&m, precision.name());
+                let tol = lazybatch::run::verify::tolerance(&m, precision.name());
                 eprintln!(
                     "{} {path:?} {precision:?}: batched vs alone, max relative difference {rel:e} (tolerance {tol:e})",
                     m.name
@@ -648,7 +649,7 @@ fn cuda_preemption_and_merging_keep_results() {
             6,
             4,
             5,
-            Some(lazybatch::verify::tolerance(&m, "f32")),
+            Some(lazybatch::run::verify::tolerance(&m, "f32")),
         )
         .unwrap();
         eprintln!("{name}: {r:?}");
@@ -677,7 +678,7 @@ fn cuda_f16_storage_stays_close_to_the_cpu() {
                 let (g, c) = serve_both(&m, &mut gpu, &mut cpu, 4, 4, 3).unwrap();
                 let (abs, rel, n) = max_diff(&g, &c).unwrap();
                 // see verify::tolerance
-                let tol = lazybatch::verify::tolerance(&m, precision.name());
+                let tol = lazybatch::run::verify::tolerance(&m, precision.name());
                 eprintln!(
                     "{name} {path:?} {precision:?}: {n} values, max abs diff {abs:e}, max rel diff {rel:e} (tolerance {tol:e})"
                 );
@@ -701,9 +702,10 @@ fn cuda_f16_greedy_decoders_match_the_cpu_up_to_a_near_tie() {
     let m = small("gnmt");
     let mut gpu = CudaDevice::new(0, 1, Precision::F16).unwrap();
     let mut cpu = CpuDevice::new(1);
-    let (g, c) = lazybatch::verify::output_steps_both(&m, &mut gpu, &mut cpu, 8, 8, 1).unwrap();
-    let cmp = lazybatch::verify::compare_outputs(&m, &g, &c).expect("the runs part");
-    let tol = lazybatch::verify::tolerance(&m, "f16");
+    let (g, c) =
+        lazybatch::run::verify::output_steps_both(&m, &mut gpu, &mut cpu, 8, 8, 1).unwrap();
+    let cmp = lazybatch::run::verify::compare_outputs(&m, &g, &c).expect("the runs part");
+    let tol = lazybatch::run::verify::tolerance(&m, "f16");
     eprintln!(
         "gnmt f16: {} values, max rel diff {:e}, {} flipped tokens {:?} (tolerance {tol:e})",
         cmp.values,
@@ -751,7 +753,7 @@ fn cuda_colocated_models_keep_their_own_outputs() {
                     requests: true,
                     ..Default::default()
                 },
-                ..engine::Setup::new(m, &pred, Nanos::from_secs(60.0), MAX_BATCH)
+                ..engine::Setup::new(m, &pred, crate::sla(60.0 * 1e3), crate::mb(MAX_BATCH))
             },
             &mut gpu,
             pol.as_mut(),
@@ -1141,7 +1143,7 @@ fn cuda_graphs_replay_exactly_what_runs_without_them() {
             plain.graph_stats().replayed + plain.graph_stats().captured,
             0
         );
-        let tol = Some(lazybatch::verify::tolerance(&m, "f32"));
+        let tol = Some(lazybatch::run::verify::tolerance(&m, "f32"));
         let mut plain = CudaDevice::new(0, 5, Precision::F32).unwrap();
         let mut with = graphed();
         let want = verify(&m, &mut plain, 6, 4, 5, tol).unwrap();
@@ -1152,7 +1154,7 @@ fn cuda_graphs_replay_exactly_what_runs_without_them() {
         // twins by 1.3e-5 instead of 7.3e-5 while the serial trace above stayed bit-identical
         // (cuBLAS's choice of algorithm under capture, not established). On the stand-in,
         // which computes the same either way, the reports must be equal.
-        let schedule = |r: &lazybatch::verify::VerifyReport| {
+        let schedule = |r: &lazybatch::run::verify::VerifyReport| {
             (
                 r.requests,
                 r.values,

@@ -8,11 +8,11 @@
 //! `scripts/fuzz.sh` runs the long campaign. What a campaign found is kept below as regression
 //! tests.
 
-use lazybatch::bench::{Bench, RunConfig};
 use lazybatch::device::npu::{Npu, NpuConfig};
 use lazybatch::graph::loader::parse_model;
 use lazybatch::graph::zoo;
 use lazybatch::profile::Profile;
+use lazybatch::run::{RunSpec, Testbed};
 use lazybatch::traffic::parse_trace;
 use proptest::prelude::*;
 use std::path::Path;
@@ -168,22 +168,23 @@ fn model_case(text: &str) {
         return;
     };
     let mb = m.max_batch.clamp(1, 4);
-    let Ok(b) = Bench::new(m, NpuConfig::default(), mb, 90.0) else {
+    let Ok(b) = Testbed::new(m, NpuConfig::default(), crate::mb(mb), 90.0) else {
         return;
     };
-    let cfg = RunConfig {
+    let cfg = RunSpec {
         policy: lazybatch::policy::Spec::parse("lazy", mb).unwrap(),
         rate: 1e5,
         arrivals: Default::default(),
         classes: None,
         shed: false,
         requests: 12,
-        sla: lazybatch::time::Nanos::from_ms(100.0),
+        sla: crate::sla(100.0),
         seed: 1,
-        max_batch: mb,
-        max_pending: 8,
+        max_batch: crate::mb(mb),
+        max_pending: lazybatch::runtime::MaxPending::new(8).unwrap(),
+        colocated: None,
     };
-    match b.run(&cfg, None, Default::default()) {
+    match b.run(&cfg, Default::default()) {
         Ok(out) => {
             let st = out.stats();
             assert_eq!(st.completed + st.rejected, 12);

@@ -3,12 +3,11 @@
 //! inputs), the protocol's errors, metrics, the bounded queue, and a shutdown that answers
 //! every admitted request.
 
-use lazybatch::bench::{Bench, BenchOptions, RunConfig};
 use lazybatch::device::cpu::CpuDevice;
 use lazybatch::device::open::Opened;
 use lazybatch::http::{start, ServeOptions};
-use lazybatch::time::Nanos;
-use lazybatch::verify::inputs_and_outputs;
+use lazybatch::run::verify::inputs_and_outputs;
+use lazybatch::run::{RunSpec, Testbed, TestbedOptions};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 
@@ -47,30 +46,31 @@ pub(crate) fn call(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u
     (status, body)
 }
 
-pub(crate) fn cfg(policy: &str) -> RunConfig {
-    RunConfig {
+pub(crate) fn cfg(policy: &str) -> RunSpec {
+    RunSpec {
         policy: lazybatch::policy::Spec::parse(policy, 8).unwrap(),
         rate: 1.0,
         arrivals: Default::default(),
         classes: None,
         shed: false,
         requests: 1,
-        sla: Nanos::from_ms(1000.0),
+        sla: crate::sla(1000.0),
         seed: 1,
-        max_batch: 8,
-        max_pending: 1000,
+        max_batch: crate::mb(8),
+        max_pending: lazybatch::runtime::MaxPending::new(1000).unwrap(),
+        colocated: None,
     }
 }
 
 /// `m` on the CPU device (seed 99), 8 slots, profiled once.
-pub(crate) fn cpu_bench(m: lazybatch::graph::Model) -> Bench {
-    let opts = BenchOptions {
-        max_batch: 8,
+pub(crate) fn cpu_bench(m: lazybatch::graph::Model) -> Testbed {
+    let opts = TestbedOptions {
+        max_batch: crate::mb(8),
         coverage: 90.0,
         profile: None,
         sampling: lazybatch::profile::Sampling::default(),
     };
-    Bench::open(m, Opened::Real(Box::new(CpuDevice::new(99))), &opts).unwrap()
+    Testbed::open(m, Opened::Real(Box::new(CpuDevice::new(99))), &opts).unwrap()
 }
 
 fn infer_body(input: &[f32]) -> String {
@@ -166,7 +166,7 @@ fn the_front_end_answers_the_protocol_with_the_devices_outputs() {
 #[test]
 fn the_npu_model_answers_after_its_modelled_latency_and_says_so() {
     let m = lazybatch::graph::zoo::load("resnet50").unwrap();
-    let bench = Bench::new(m, Default::default(), 8, 90.0).unwrap();
+    let bench = Testbed::new(m, Default::default(), crate::mb(8), 90.0).unwrap();
     let serve = ServeOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         max_queue: 64,
@@ -295,7 +295,7 @@ fn a_full_queue_answers_503_and_a_shutdown_answers_everyone_admitted() {
     // server, of six sent at once some are turned away with 503 and the rest complete; the
     // shutdown returns once every admitted one was answered
     let m = lazybatch::graph::zoo::load("vgg16").unwrap();
-    let bench = Bench::new(m, Default::default(), 8, 90.0).unwrap();
+    let bench = Testbed::new(m, Default::default(), crate::mb(8), 90.0).unwrap();
     let serve = ServeOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         max_queue: 1,
@@ -330,7 +330,7 @@ fn npu_server(
     max_body: usize,
 ) -> lazybatch::http::Server {
     let m = lazybatch::graph::zoo::load("resnet50").unwrap();
-    let bench = Bench::new(m, Default::default(), 8, 90.0).unwrap();
+    let bench = Testbed::new(m, Default::default(), crate::mb(8), 90.0).unwrap();
     let serve = ServeOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         max_queue: 64,

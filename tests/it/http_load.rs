@@ -6,14 +6,14 @@
 //! (`lazybatch::http::load`), whose count of requests must match the server's.
 
 use crate::http::{call, cfg, cpu_bench};
-use lazybatch::bench::Bench;
 use lazybatch::device::cpu::CpuDevice;
 use lazybatch::graph::loader::Scale;
 use lazybatch::graph::{zoo, Model, Op};
 use lazybatch::http::load::{drive, sample, LoadOptions};
 use lazybatch::http::{start, ServeOptions, Server};
+use lazybatch::run::verify::inputs_and_outputs;
+use lazybatch::run::Testbed;
 use lazybatch::time::Nanos;
-use lazybatch::verify::inputs_and_outputs;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
@@ -24,7 +24,13 @@ fn on_cpu(m: Model, policy: &str) -> Server {
 }
 
 fn on_npu(name: &str, policy: &str) -> Server {
-    let bench = Bench::new(zoo::load(name).unwrap(), Default::default(), 8, 90.0).unwrap();
+    let bench = Testbed::new(
+        zoo::load(name).unwrap(),
+        Default::default(),
+        crate::mb(8),
+        90.0,
+    )
+    .unwrap();
     start(bench, cfg(policy), &options()).unwrap()
 }
 

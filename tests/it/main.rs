@@ -27,6 +27,16 @@ pub(crate) const PROPTEST_SEED: u64 = 20_261_127;
 /// A property test's configuration: `cases` cases (or `PROPTEST_CASES`, to run more) drawn from
 /// a fixed seed ([`PROPTEST_SEED`], or `PROPTEST_RNG_SEED`), which a failing test's output
 /// names; no failure files (the seed replays a failure).
+/// An SLA of `ms` milliseconds (a test's own, in range).
+pub(crate) fn sla(ms: f64) -> lazybatch::time::Sla {
+    lazybatch::time::Sla::from_ms(ms).unwrap()
+}
+
+/// A maximum batch of `n` (a test's own, in range).
+pub(crate) fn mb(n: u32) -> lazybatch::runtime::MaxBatch {
+    lazybatch::runtime::MaxBatch::new(n).unwrap()
+}
+
 pub(crate) fn proptest_config(cases: u32) -> proptest::test_runner::Config {
     use proptest::test_runner::{Config, RngSeed};
     let env = |name: &str| std::env::var(name).ok().and_then(|v| v.parse::<u64>().ok());
@@ -167,7 +177,7 @@ pub fn batched_vs_alone(
     let together = run(vec![&members[..]]);
     let alone = run(members.chunks(1).collect());
     assert_eq!(together.len(), b as usize);
-    lazybatch::verify::max_diff(&together, &alone)
+    lazybatch::run::verify::max_diff(&together, &alone)
         .expect("the same requests and output sizes")
         .1
 }

@@ -7,7 +7,7 @@
 use lazybatch::device::cpu::CpuDevice;
 use lazybatch::device::Device;
 use lazybatch::graph::{zoo, Model, Op};
-use lazybatch::verify::{inputs_and_outputs, verify_cpu};
+use lazybatch::run::verify::{inputs_and_outputs, verify_cpu};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -338,7 +338,7 @@ pub(crate) fn through_an_exchange(
     dev.prepare(m, 8).unwrap();
     dev.set_exchange(Some(x.clone()));
     let pred = Predictor::new(m, &Profile::uniform(m, 8, Nanos(1)), 1);
-    let setup = engine::Setup::new(m, &pred, Nanos::from_secs(1.0), 8);
+    let setup = engine::Setup::new(m, &pred, crate::sla(1.0 * 1e3), crate::mb(8));
     let arrivals: Vec<Arrival> = (0..=n)
         .map(|k| Arrival {
             key: Some(1000 + k),

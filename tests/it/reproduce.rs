@@ -2,11 +2,10 @@
 //! come from the same code path as `run`; rerunning gives identical files.
 
 use crate::fresh_dir;
-use lazybatch::bench::{Bench, RunConfig};
 use lazybatch::device::npu::NpuConfig;
 use lazybatch::graph::zoo;
 use lazybatch::report::{experiment_names, reproduce, Options, Plan};
-use lazybatch::time::Nanos;
+use lazybatch::run::{RunSpec, Testbed};
 use std::path::Path;
 
 fn both() -> Vec<(String, NpuConfig)> {
@@ -336,21 +335,28 @@ fn the_sla_figure_counts_each_runs_own_violations() {
         let (model, policy) = (r[0].as_str(), r[1].as_str());
         let (sla, v): (f64, f64) = (r[2].parse().unwrap(), r[3].parse().unwrap());
         let b = benches.entry(model.to_string()).or_insert_with(|| {
-            Bench::new(zoo::load(model).unwrap(), NpuConfig::default(), 64, 90.0).unwrap()
+            Testbed::new(
+                zoo::load(model).unwrap(),
+                NpuConfig::default(),
+                crate::mb(64),
+                90.0,
+            )
+            .unwrap()
         });
-        let c = RunConfig {
+        let c = RunSpec {
             policy: lazybatch::policy::Spec::parse(policy, 64).unwrap(),
             rate: plan.high_rate,
             arrivals: Default::default(),
             classes: None,
             shed: false,
             requests: plan.requests(model),
-            sla: Nanos::from_ms(sla),
+            sla: crate::sla(sla),
             seed: 1,
-            max_batch: 64,
-            max_pending: lazybatch::engine::DEFAULT_MAX_PENDING,
+            max_batch: crate::mb(64),
+            max_pending: lazybatch::runtime::MaxPending::DEFAULT,
+            colocated: None,
         };
-        let want = b.run(&c, None, Default::default()).unwrap().stats();
+        let want = b.run(&c, Default::default()).unwrap().stats();
         // the CSV keeps 7 significant digits; one request is at least 1/400
         assert!(
             (v - want.sla_violation_rate).abs() < 1e-6,
@@ -388,28 +394,29 @@ fn figure_data_come_from_the_run_code_path() {
         .iter()
         .find(|r| r["model"] == "resnet50" && r["policy"] == "lazy" && r["rate_rps"] == 256.0)
         .unwrap();
-    let b = Bench::new(
+    let b = Testbed::new(
         zoo::load("resnet50").unwrap(),
         NpuConfig::default(),
-        64,
+        crate::mb(64),
         90.0,
     )
     .unwrap();
     let mean: f64 = (1..=2)
         .map(|seed| {
-            let c = RunConfig {
+            let c = RunSpec {
                 policy: lazybatch::policy::Spec::parse("lazy", 64).unwrap(),
                 rate: 256.0,
                 arrivals: Default::default(),
                 classes: None,
                 shed: false,
                 requests: 400,
-                sla: Nanos::from_ms(100.0),
+                sla: crate::sla(100.0),
                 seed,
-                max_batch: 64,
-                max_pending: lazybatch::engine::DEFAULT_MAX_PENDING,
+                max_batch: crate::mb(64),
+                max_pending: lazybatch::runtime::MaxPending::DEFAULT,
+                colocated: None,
             };
-            b.run(&c, None, Default::default())
+            b.run(&c, Default::default())
                 .unwrap()
                 .stats()
                 .latency_ms

@@ -1,14 +1,15 @@
 //! The serving runtime: nothing lost, merge rules, the paper's worked example, policy
 //! equivalences, determinism, and the slack predictor's veto.
 
-use lazybatch::bench::{Bench, RunConfig};
 use lazybatch::device::npu::NpuConfig;
 use lazybatch::engine;
 use lazybatch::graph::{zoo, Lengths, Model};
 use lazybatch::policy;
 use lazybatch::profile::Profile;
+use lazybatch::run::spec::Colocation;
+use lazybatch::run::{RunSpec, Testbed};
 use lazybatch::runtime::Predictor;
-use lazybatch::time::{Nanos, VirtualClock};
+use lazybatch::time::{Nanos, Sla, VirtualClock};
 use lazybatch::traffic::Arrival;
 use proptest::prelude::*;
 
@@ -43,7 +44,7 @@ fn the_papers_worked_example_step_by_step() {
                 requests: true,
                 ..Default::default()
             },
-            ..engine::Setup::new(&m, &pred, Nanos::from_ms(30.0), 8)
+            ..engine::Setup::new(&m, &pred, crate::sla(30.0), crate::mb(8))
         },
         &mut dev,
         pol.as_mut(),
@@ -104,7 +105,7 @@ fn unit_run(policy: &str, arrivals: &[Arrival]) -> Vec<f64> {
             requests: true,
             ..Default::default()
         },
-        ..engine::Setup::new(&m, &pred, Nanos::from_ms(100.0), 8)
+        ..engine::Setup::new(&m, &pred, crate::sla(100.0), crate::mb(8))
     };
     let out = engine::run(
         &setup,
@@ -171,49 +172,50 @@ fn the_oracles_estimate_is_the_simulated_finish_time() {
     assert_eq!(unit_run("lazy", &with(15.999)), [8.0, 16.0, 16.0]);
 }
 
-fn bench(model: &str, max_batch: u32) -> Bench {
-    Bench::new(
+fn bench(model: &str, max_batch: u32) -> Testbed {
+    Testbed::new(
         zoo::load(model).unwrap(),
         NpuConfig::default(),
-        max_batch,
+        crate::mb(max_batch),
         90.0,
     )
     .unwrap()
 }
 
 /// `c` with server maximum batch `mb` (the policy's default maximum batch follows it).
-fn with_max(mut c: RunConfig, mb: u32) -> RunConfig {
-    c.max_batch = mb;
+fn with_max(mut c: RunSpec, mb: u32) -> RunSpec {
+    c.max_batch = crate::mb(mb);
     c.policy = policy::Spec::parse(&c.policy.text, mb).unwrap();
     c
 }
 
-fn cfg(policy: &str, rate: f64, n: usize, seed: u64) -> RunConfig {
+fn cfg(policy: &str, rate: f64, n: usize, seed: u64) -> RunSpec {
     cfg_max(policy, rate, n, seed, 8)
 }
 
-fn cfg_max(policy: &str, rate: f64, n: usize, seed: u64, max_batch: u32) -> RunConfig {
-    RunConfig {
+fn cfg_max(policy: &str, rate: f64, n: usize, seed: u64, max_batch: u32) -> RunSpec {
+    RunSpec {
         policy: policy::Spec::parse(policy, max_batch).unwrap(),
         rate,
         arrivals: Default::default(),
         classes: None,
         shed: false,
         requests: n,
-        sla: Nanos::from_ms(100.0),
+        sla: crate::sla(100.0),
         seed,
-        max_batch,
-        max_pending: lazybatch::engine::DEFAULT_MAX_PENDING,
+        max_batch: crate::mb(max_batch),
+        max_pending: lazybatch::runtime::MaxPending::DEFAULT,
+        colocated: None,
     }
 }
 
 /// One run keeping every request's record: its statistics and its outcome.
-fn run(b: &Bench, c: &RunConfig) -> (lazybatch::metrics::Stats, lazybatch::engine::Outcome) {
+fn run(b: &Testbed, c: &RunSpec) -> (lazybatch::metrics::Stats, lazybatch::engine::Outcome) {
     let keep = lazybatch::metrics::KeepRecords {
         requests: true,
         ..Default::default()
     };
-    let out = b.run(c, None, keep).unwrap();
+    let out = b.run(c, keep).unwrap();
     (out.stats(), out)
 }
 
@@ -233,13 +235,13 @@ const POLICIES: &[&str] = &[
 ];
 
 /// A bench of two co-located models (a seq2seq model and a static one).
-fn colocated_bench() -> Bench {
+fn colocated_bench() -> Testbed {
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
     let m = Model::compose(vec![
         zoo::load(&format!("{dir}/tiny_seq2seq.toml")).unwrap(),
         zoo::load(&format!("{dir}/eight_nodes.toml")).unwrap(),
     ]);
-    Bench::new(m, NpuConfig::default(), 8, 90.0).unwrap()
+    Testbed::new(m, NpuConfig::default(), crate::mb(8), 90.0).unwrap()
 }
 
 proptest! {
@@ -277,12 +279,12 @@ proptest! {
         }).collect();
         let mut pol = policy::parse(policy, 8).unwrap();
         let setup = engine::Setup {
-            max_pending,
+            max_pending: lazybatch::runtime::MaxPending::new(max_pending).unwrap(),
             check_invariants: true,
             keep: lazybatch::metrics::KeepRecords { requests: true, ..Default::default() },
             classes: if colocated { 1 } else { 3 },
             shed,
-            ..engine::Setup::new(&b.model, &b.predictor, Nanos::from_ms(100.0), 8)
+            ..engine::Setup::new(&b.model, &b.predictor, crate::sla(100.0), crate::mb(8))
         };
         let out = engine::run(&setup, &mut b.npu().unwrap().clone(), pol.as_mut(), &mut VirtualClock::new(), &arrivals).unwrap();
         let st = out.stats();
@@ -336,7 +338,7 @@ proptest! {
         let mut pol = policy::parse(POLICIES[pi], 8).unwrap();
         let mut dev = b.npu().unwrap().clone();
         let out = engine::run(
-&engine::Setup { snapshots: true, check_invariants: true, keep: lazybatch::metrics::KeepRecords { requests: true, ..Default::default() }, ..engine::Setup::new(&b.model, &b.predictor, Nanos::from_ms(100.0), 8) },
+&engine::Setup { snapshots: true, check_invariants: true, keep: lazybatch::metrics::KeepRecords { requests: true, ..Default::default() }, ..engine::Setup::new(&b.model, &b.predictor, crate::sla(100.0), crate::mb(8)) },
 &mut dev,
 pol.as_mut(),
 &mut VirtualClock::new(),
@@ -400,7 +402,7 @@ fn lazy_never_preempts_when_its_predictor_forbids_it() {
     let single = b.predictor.single_input(b.model.ref_lengths());
     for p in ["lazy", "oracle"] {
         let mut c = cfg(p, 2000.0, 400, 1);
-        c.sla = Nanos(single.0 / 2);
+        c.sla = Sla::new(Nanos(single.0 / 2)).unwrap();
         let (st, _) = run(&b, &c);
         assert_eq!(st.preemptions, 0, "{p}");
         assert_eq!(st.completed, 400);
@@ -471,11 +473,11 @@ fn violations_are_the_requests_over_the_sla_and_only_lazy_reads_it() {
         let mut last = 1.0f64;
         for sla in [8.0, 20.0, 40.0, 100.0] {
             let mut c = with_max(cfg(p, 1000.0, n, 1), 64);
-            c.sla = Nanos::from_ms(sla);
+            c.sla = crate::sla(sla);
             let (st, out) = run(&b, &c);
             let lat: Vec<Nanos> = out.requests.iter().map(|r| r.latency().unwrap()).collect();
             assert_eq!(lat.len(), n, "{p}");
-            let over = lat.iter().filter(|&&l| l > c.sla).count();
+            let over = lat.iter().filter(|&&l| l > c.sla.nanos()).count();
             assert_eq!(
                 st.sla_violation_rate,
                 over as f64 / n as f64,
@@ -521,20 +523,20 @@ fn cellular_is_graph_batching_on_resnet() {
 fn cellular_batches_requests_of_different_timesteps_on_a_pure_rnn_model() {
     let b = bench("lstm_stack", 64);
     let mut c = cfg("cellular:5", 400.0, 600, 2);
-    c.max_batch = 64;
+    c.max_batch = crate::mb(64);
     let (st, out) = run(&b, &c);
     assert_eq!(st.completed, 600);
     assert!(out.counters.cross_step > 0, "no execution mixed timesteps");
     // requests that arrived at different times ran together: some execution batched a request
     // with one that had already advanced further through the loop (cross-step batch)
     let mut g = cfg("graph:5", 400.0, 600, 2);
-    g.max_batch = 64;
+    g.max_batch = crate::mb(64);
     let (_, og) = run(&b, &g);
     assert_eq!(og.counters.cross_step, 0);
     // and it does not help a model whose first layer is not a cell (GNMT starts with an embedding)
     let gn = bench("gnmt", 64);
     let mut c2 = cfg("cellular:5", 100.0, 300, 2);
-    c2.max_batch = 64;
+    c2.max_batch = crate::mb(64);
     let (_, o2) = run(&gn, &c2);
     assert_eq!(
         o2.counters.preemptions, 0,
@@ -548,7 +550,7 @@ fn sla_classes_are_accounted_exactly_once_under_overload() {
     // 30: many are rejected; every request leaves once, in its class, with its own deadline
     let b = bench("gnmt", 8);
     let mut c = cfg("lazy", 30.0 * b.serial_capacity(), 3000, 4);
-    c.max_pending = 30;
+    c.max_pending = lazybatch::runtime::MaxPending::new(30).unwrap();
     c.classes = Some("gold:1:1,bronze:86400000:3".parse().unwrap());
     let (st, mut out) = run(&b, &c);
     let per = out.class_stats();
@@ -650,7 +652,7 @@ fn continuous_admits_newcomers_at_decoder_iterations() {
 
 /// The most requests in the BatchTable at once over a run of `n` Poisson arrivals at `rate`
 /// (every snapshot the engine takes).
-fn largest_in_flight(b: &Bench, policy: &str, rate: f64, n: usize, seed: u64) -> usize {
+fn largest_in_flight(b: &Testbed, policy: &str, rate: f64, n: usize, seed: u64) -> usize {
     let arrivals: Vec<Arrival> = lazybatch::traffic::generate_parts(
         &b.model,
         Default::default(),
@@ -664,7 +666,7 @@ fn largest_in_flight(b: &Bench, policy: &str, rate: f64, n: usize, seed: u64) ->
     let out = engine::run(
         &engine::Setup {
             snapshots: true,
-            ..engine::Setup::new(&b.model, &b.predictor, Nanos::from_ms(100.0), 8)
+            ..engine::Setup::new(&b.model, &b.predictor, crate::sla(100.0), crate::mb(8))
         },
         &mut b.npu().unwrap().clone(),
         pol.as_mut(),
@@ -718,7 +720,7 @@ fn colocated_models_complete_once_and_never_share_a_sub_batch() {
         fixture("tiny_seq2seq.toml"),
         zoo::load("transformer").unwrap(),
     ]);
-    let b = Bench::new(m, NpuConfig::default(), 8, 90.0).unwrap();
+    let b = Testbed::new(m, NpuConfig::default(), crate::mb(8), 90.0).unwrap();
     let slas = [
         Nanos::from_ms(20.0),
         Nanos::from_ms(100.0),
@@ -742,7 +744,7 @@ fn colocated_models_complete_once_and_never_share_a_sub_batch() {
                     requests: true,
                     ..Default::default()
                 },
-                ..engine::Setup::new(&b.model, &b.predictor, Nanos::from_ms(100.0), 8)
+                ..engine::Setup::new(&b.model, &b.predictor, crate::sla(100.0), crate::mb(8))
             },
             &mut b.npu().unwrap().clone(),
             pol.as_mut(),
@@ -773,23 +775,37 @@ fn colocated_models_complete_once_and_never_share_a_sub_batch() {
         );
     }
     // policies that assume one model refuse
+    let sla3: Vec<_> = slas.iter().map(|&t| Sla::new(t).unwrap()).collect();
+    let colo =
+        |shares: &[f64]| Colocation::new(shares.len(), Some(shares), None, crate::sla(100.0));
     for p in ["oracle", "cellular:5"] {
-        let e = b
-            .run(
-                &cfg(p, 100.0, 50, 1),
-                Some((&[50.0, 30.0, 20.0], &slas)),
-                Default::default(),
-            )
-            .unwrap_err();
+        let spec = RunSpec {
+            colocated: Some(
+                Colocation::new(3, Some(&[50.0, 30.0, 20.0]), Some(&sla3), crate::sla(100.0))
+                    .unwrap(),
+            ),
+            ..cfg(p, 100.0, 50, 1)
+        };
+        let e = b.run(&spec, Default::default()).unwrap_err();
         assert!(e.to_string().contains("co-located"), "{e}");
     }
-    assert!(b
-        .run(
-            &cfg("lazy", 100.0, 50, 1),
-            Some((&[50.0, 30.0], &slas)),
-            Default::default()
-        )
-        .is_err());
+    // shares that do not match the SLAs, or a co-location of another number of models
+    assert!(Colocation::new(3, Some(&[50.0, 30.0]), Some(&sla3), crate::sla(100.0)).is_err());
+    let two = RunSpec {
+        colocated: Some(colo(&[50.0, 30.0]).unwrap()),
+        ..cfg("lazy", 100.0, 50, 1)
+    };
+    let e = b.run(&two, Default::default()).unwrap_err().to_string();
+    assert!(
+        e.contains("the spec has 2, the model") && e.contains(" 3"),
+        "{e}"
+    );
+    // and a co-located model run as if it were one
+    let e = b
+        .run(&cfg("lazy", 100.0, 50, 1), Default::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("has 3 parts"), "{e}");
 }
 
 #[test]
@@ -799,7 +815,7 @@ fn the_slack_check_protects_other_models() {
         zoo::load("vgg16").unwrap(),
         zoo::load("resnet50").unwrap(),
     ]);
-    let b = Bench::new(m, NpuConfig::default(), 8, 90.0).unwrap();
+    let b = Testbed::new(m, NpuConfig::default(), crate::mb(8), 90.0).unwrap();
     let vgg = b.predictor.single_input_of(0, b.model.ref_lengths_of(0));
     let tight = Nanos(vgg.0 + vgg.0 / 10);
     let arrivals = [
@@ -824,7 +840,7 @@ fn the_slack_check_protects_other_models() {
                 requests: true,
                 ..Default::default()
             },
-            ..engine::Setup::new(&b.model, &b.predictor, Nanos::from_ms(100.0), 8)
+            ..engine::Setup::new(&b.model, &b.predictor, crate::sla(100.0), crate::mb(8))
         },
         &mut b.npu().unwrap().clone(),
         pol.as_mut(),
@@ -853,7 +869,7 @@ fn the_slack_check_protects_other_models() {
                 requests: true,
                 ..Default::default()
             },
-            ..engine::Setup::new(&b.model, &b.predictor, Nanos::from_ms(100.0), 8)
+            ..engine::Setup::new(&b.model, &b.predictor, crate::sla(100.0), crate::mb(8))
         },
         &mut b.npu().unwrap().clone(),
         pol.as_mut(),
@@ -945,7 +961,12 @@ fn timing_runs_of_nodes_at_once_changes_nothing() {
                             requests: true,
                             ..Default::default()
                         },
-                        ..engine::Setup::new(&b.model, &b.predictor, Nanos::from_ms(100.0), 8)
+                        ..engine::Setup::new(
+                            &b.model,
+                            &b.predictor,
+                            crate::sla(100.0),
+                            crate::mb(8),
+                        )
                     },
                     &mut dev,
                     pol.as_mut(),
@@ -1065,7 +1086,7 @@ fn a_policy_that_breaks_the_contract_is_an_error_not_a_hang() {
     let pred = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 1);
     let run_with = |waits_for_now: u32, behaves: bool, admits: &[usize], arrivals: usize| {
         engine::run(
-            &engine::Setup::new(&m, &pred, Nanos::from_ms(100.0), 8),
+            &engine::Setup::new(&m, &pred, crate::sla(100.0), crate::mb(8)),
             &mut UnitDevice,
             &mut Misbehaving {
                 waits_for_now,
@@ -1151,20 +1172,25 @@ impl lazybatch::device::Device for Counting {
 /// that ignored the coverage, or gave every model the first one's decoder length, fails here.
 #[test]
 fn each_model_predicts_its_own_decoder_length_at_the_coverage_asked_for() {
-    let hist = lazybatch::lengths::profiled_output_lengths().unwrap();
+    let hist = lazybatch::traffic::lengths::profiled_output_lengths().unwrap();
     let mut seen = Vec::new();
     for coverage in [16.0, 50.0, 99.0] {
-        let words = lazybatch::lengths::percentile(&hist, coverage);
+        let words = lazybatch::traffic::lengths::percentile(&hist, coverage);
         let m = Model::compose(vec![zoo::load("gnmt").unwrap(), zoo::load("las").unwrap()]);
-        let b = Bench::new(m, NpuConfig::default(), 8, coverage).unwrap();
+        let b = Testbed::new(m, NpuConfig::default(), crate::mb(8), coverage).unwrap();
         // each model's own steps per word and cap (models/gnmt.toml, models/las.toml)
         let gnmt = words.clamp(1, 80);
         let las = (words * 6).clamp(1, 480);
         assert_eq!(b.predictor.dec_timesteps_of(0), gnmt, "gnmt at {coverage}%");
         assert_eq!(b.predictor.dec_timesteps_of(1), las, "las at {coverage}%");
         // alone, the same model predicts the same length
-        let alone =
-            Bench::new(zoo::load("las").unwrap(), NpuConfig::default(), 8, coverage).unwrap();
+        let alone = Testbed::new(
+            zoo::load("las").unwrap(),
+            NpuConfig::default(),
+            crate::mb(8),
+            coverage,
+        )
+        .unwrap();
         assert_eq!(alone.predictor.dec_timesteps_of(0), las);
         assert_eq!(alone.predictor.dec_timesteps, las);
         seen.push(gnmt);
@@ -1217,7 +1243,7 @@ fn colocated_models_admitted_together_run_the_oldest_requests_model_first() {
                 ..Default::default()
             },
             classes: 1,
-            ..engine::Setup::new(&b.model, &b.predictor, Nanos::from_ms(100.0), 8)
+            ..engine::Setup::new(&b.model, &b.predictor, crate::sla(100.0), crate::mb(8))
         };
         let out = engine::run(
             &setup,

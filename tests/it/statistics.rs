@@ -30,7 +30,7 @@ fn serve(policy: &str, arrivals: &[Arrival]) -> Stats {
     let mut pol = policy::parse(policy, 8).unwrap();
     let setup = engine::Setup {
         keep: KeepRecords::default(),
-        ..engine::Setup::new(&m, &pred, Nanos::from_ms(1e4), 8)
+        ..engine::Setup::new(&m, &pred, crate::sla(1e4), crate::mb(8))
     };
     engine::run(
         &setup,
@@ -181,7 +181,7 @@ fn serve_linear(policy: &str, arrivals: &[Arrival]) -> engine::Outcome {
     prof.nodes[0].latency_ns = vec![0; 8];
     let pred = Predictor::new(&m, &prof, 1);
     let mut pol = policy::parse(policy, 8).unwrap();
-    let setup = engine::Setup::new(&m, &pred, Nanos::from_ms(1e4), 8);
+    let setup = engine::Setup::new(&m, &pred, crate::sla(1e4), crate::mb(8));
     engine::run(
         &setup,
         &mut LinearDevice,
@@ -289,10 +289,10 @@ fn the_observer_hears_of_every_request_once_completed_or_rejected_with_its_reaso
     let pred = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 1);
     let heard = Departures::default();
     let setup = engine::Setup {
-        max_pending: 20,
+        max_pending: lazybatch::runtime::MaxPending::new(20).unwrap(),
         shed: true,
         observer: Some(&heard),
-        ..engine::Setup::new(&m, &pred, Nanos::from_ms(30.0), 8)
+        ..engine::Setup::new(&m, &pred, crate::sla(30.0), crate::mb(8))
     };
     let burst: Vec<Arrival> = (0..100).map(|_| Arrival::default()).collect();
     let mut pol = policy::parse("serial", 8).unwrap();

@@ -3,47 +3,48 @@
 //! that does not fit the run is refused naming the file and field, and `validate` serves the
 //! same arrivals on a real device and on its table.
 
-use lazybatch::bench::{Bench, BenchOptions, RunConfig};
 use lazybatch::device::npu::NpuConfig;
 use lazybatch::device::open::Opened;
 use lazybatch::device::table::TableDevice;
 use lazybatch::graph::zoo;
 use lazybatch::metrics::{KeepRecords, Stats};
 use lazybatch::policy;
+use lazybatch::run::{RunSpec, Testbed, TestbedOptions};
 use lazybatch::time::Nanos;
 
-fn cfg(policy: &str, rate: f64, n: usize, seed: u64) -> RunConfig {
-    RunConfig {
+fn cfg(policy: &str, rate: f64, n: usize, seed: u64) -> RunSpec {
+    RunSpec {
         policy: policy::Spec::parse(policy, 64).unwrap(),
         rate,
         arrivals: Default::default(),
         classes: None,
         shed: false,
         requests: n,
-        sla: Nanos::from_ms(100.0),
+        sla: crate::sla(100.0),
         seed,
-        max_batch: 64,
-        max_pending: lazybatch::engine::DEFAULT_MAX_PENDING,
+        max_batch: crate::mb(64),
+        max_pending: lazybatch::runtime::MaxPending::DEFAULT,
+        colocated: None,
     }
 }
 
 /// The NPU model's bench for `model` and the bench of its own table as a device.
-fn npu_and_table(model: &str) -> (Bench, Bench) {
+fn npu_and_table(model: &str) -> (Testbed, Testbed) {
     let m = zoo::load(model).unwrap();
-    let npu = Bench::new(m.clone(), NpuConfig::default(), 64, 90.0).unwrap();
+    let npu = Testbed::new(m.clone(), NpuConfig::default(), crate::mb(64), 90.0).unwrap();
     let table = TableDevice::from_profile(npu.profile.clone(), "the NPU model's table");
-    let opts = BenchOptions {
-        max_batch: 64,
+    let opts = TestbedOptions {
+        max_batch: crate::mb(64),
         coverage: 90.0,
         profile: None,
         sampling: lazybatch::profile::Sampling::default(),
     };
-    let t = Bench::open(m, Opened::Table(table), &opts).unwrap();
+    let t = Testbed::open(m, Opened::Table(table), &opts).unwrap();
     (npu, t)
 }
 
-fn run(b: &Bench, c: &RunConfig) -> Stats {
-    b.run(c, None, KeepRecords::default()).unwrap().stats()
+fn run(b: &Testbed, c: &RunSpec) -> Stats {
+    b.run(c, KeepRecords::default()).unwrap().stats()
 }
 
 #[test]
@@ -61,7 +62,7 @@ fn a_table_of_the_npu_model_reproduces_a_cnns_runs_to_the_nanosecond() {
 
 /// `table`'s device with one after-idle row: node `k` costs `1000 (k + 1)` ns more on its first
 /// run after an idle gap of at least `gap`.
-fn with_idle_row(table: &Bench, gap: Nanos) -> (Bench, Nanos) {
+fn with_idle_row(table: &Testbed, gap: Nanos) -> (Testbed, Nanos) {
     let mut t = table.profile.clone();
     let extra: Vec<i64> = (0..t.nodes.len() as i64).map(|k| 1000 * (k + 1)).collect();
     let sum = Nanos(extra.iter().sum::<i64>() as u64);
@@ -69,15 +70,15 @@ fn with_idle_row(table: &Bench, gap: Nanos) -> (Bench, Nanos) {
         gap_ns: gap.0,
         extra_ns: extra,
     }];
-    let opts = BenchOptions {
-        max_batch: 64,
+    let opts = TestbedOptions {
+        max_batch: crate::mb(64),
         coverage: 90.0,
         profile: None,
         sampling: lazybatch::profile::Sampling::default(),
     };
     let dev = TableDevice::from_profile(t, "a table with an after-idle row");
     let m = table.model.clone();
-    (Bench::open(m, Opened::Table(dev), &opts).unwrap(), sum)
+    (Testbed::open(m, Opened::Table(dev), &opts).unwrap(), sum)
 }
 
 #[test]
@@ -91,9 +92,9 @@ fn a_table_charges_its_after_idle_row_once_per_node_after_a_gap_that_long() {
     // (a pass takes a few ms): each one's latency is the plain table's plus the whole row, to
     // the nanosecond; the first request's too (the device idled since before the run)
     let c = cfg("serial", 2.0, 40, 7);
-    let plain = table.run(&c, None, keep.clone()).unwrap().requests;
+    let plain = table.run(&c, keep.clone()).unwrap().requests;
     let (woken, sum) = with_idle_row(&table, Nanos::from_ms(1.0));
-    let charged = woken.run(&c, None, keep.clone()).unwrap().requests;
+    let charged = woken.run(&c, keep.clone()).unwrap().requests;
     assert_eq!(plain.len(), 40);
     for (p, q) in plain.iter().zip(&charged) {
         let lat = |r: &lazybatch::runtime::Request| r.completion.unwrap() - r.arrival;
@@ -102,7 +103,7 @@ fn a_table_charges_its_after_idle_row_once_per_node_after_a_gap_that_long() {
     // a row for gaps longer than any in the run is charged to the first request only (the
     // device idled since before the run)
     let (rarely, _) = with_idle_row(&table, Nanos::from_ms(60_000.0));
-    let once = rarely.run(&c, None, keep).unwrap().requests;
+    let once = rarely.run(&c, keep).unwrap().requests;
     assert_eq!(once[0].completion, charged[0].completion);
     assert!(plain[1..] == once[1..], "a later request was charged");
 }
@@ -115,14 +116,14 @@ fn a_table_with_a_spread_gives_one_run_per_seed_and_a_slower_mean_than_its_media
     // table's own single-input latency, so the draws scale the table by 1 or 2)
     let median = t.nodes.iter().map(|n| n.latency_ns[0]).sum::<u64>();
     t.passes_ns = [vec![median; 80], vec![2 * median; 20]].concat();
-    let opts = BenchOptions {
-        max_batch: 64,
+    let opts = TestbedOptions {
+        max_batch: crate::mb(64),
         coverage: 90.0,
         profile: None,
         sampling: lazybatch::profile::Sampling::default(),
     };
     let dev = TableDevice::from_profile(t, "a table with a spread");
-    let spread = Bench::open(table.model.clone(), Opened::Table(dev), &opts).unwrap();
+    let spread = Testbed::open(table.model.clone(), Opened::Table(dev), &opts).unwrap();
     let c = cfg("serial", 20.0, 400, 11);
     let (a, b) = (run(&spread, &c), run(&spread, &c));
     assert_eq!(a, b, "the same seed, another run");
@@ -179,7 +180,7 @@ fn a_table_that_does_not_fit_the_run_is_refused_naming_the_file_and_field() {
     );
     let e = refuse(&npu.profile, 128, &m);
     assert!(
-        e.contains("max_batch: the table reaches batch 64, the run asks for --max-batch 128"),
+        e.contains("max_batch: the table reaches batch 64, the run asks for max batch 128"),
         "{e}"
     );
     let mut renamed = npu.profile.clone();

@@ -7,12 +7,13 @@
 //! parallel.
 
 use super::*;
-use crate::bench::RunConfig;
-use crate::capacity::{search_all, Bound, Search};
 use crate::progress::Mode;
 use crate::report::table::Table;
-use crate::runs::Colocation;
-use crate::time::Nanos;
+use crate::run::capacity::{search_all, Bound, Search};
+use crate::run::spec::Colocation;
+use crate::run::RunSpec;
+use crate::runtime::{MaxBatch, MaxPending};
+use crate::time::Sla;
 use std::fmt::Write as _;
 
 /// The capacity experiment.
@@ -40,7 +41,7 @@ pub(crate) struct ModelCapacity {
     /// Zoo model name, or [`COLO`].
     pub model: &'static str,
     /// Every policy searched, in [`POLICIES`] order.
-    pub caps: Vec<crate::capacity::Capacity>,
+    pub caps: Vec<crate::run::capacity::Capacity>,
 }
 
 impl ModelCapacity {
@@ -83,20 +84,20 @@ impl Experiment for Capacity {
 /// Searches one model's (or the co-location's) capacities on this configuration.
 fn search(ctx: &Ctx, model: &'static str) -> Result<ModelCapacity> {
     let plan = ctx.plan.capacity;
-    let mut bench = crate::report::bench_for(model, ctx.npu(), MAX_BATCH, COVERAGE)?;
-    let sla = Nanos::from_ms(SLA_MS);
+    let bench = crate::report::bench_for(model, ctx.npu(), MAX_BATCH, COVERAGE)?;
+    let sla = Sla::from_ms(SLA_MS)?;
     let parts = bench.model.parts.len();
-    let colo = (parts > 1).then(|| Colocation {
-        shares: vec![1.0 / parts as f64; parts],
-        slas: vec![sla; parts],
-    });
+    let colocated = match parts {
+        1 => None,
+        n => Some(Colocation::new(n, None, None, sla)?),
+    };
     let mut templates = Vec::new();
     for p in POLICIES {
         let spec = crate::policy::Spec::parse(p, MAX_BATCH)?;
         if spec.check_for(&bench.model).is_err() {
             continue;
         }
-        templates.push(RunConfig {
+        templates.push(RunSpec {
             policy: spec,
             rate: 0.0,
             arrivals: "poisson".parse()?,
@@ -105,8 +106,9 @@ fn search(ctx: &Ctx, model: &'static str) -> Result<ModelCapacity> {
             requests: plan.requests,
             sla,
             seed: 1,
-            max_batch: MAX_BATCH,
-            max_pending: crate::engine::DEFAULT_MAX_PENDING,
+            max_batch: MaxBatch::new(MAX_BATCH)?,
+            max_pending: MaxPending::DEFAULT,
+            colocated: colocated.clone(),
         });
     }
     let how = Search {
@@ -114,7 +116,7 @@ fn search(ctx: &Ctx, model: &'static str) -> Result<ModelCapacity> {
         precision: plan.precision,
         seeds: plan.seeds,
     };
-    let caps = search_all(&mut bench, &templates, colo.as_ref(), &how, Mode::Off)?;
+    let caps = search_all(&bench, &templates, &how, Mode::Off)?;
     Ok(ModelCapacity { model, caps })
 }
 

@@ -2,9 +2,9 @@
 
 use super::*;
 use crate::graph::zoo;
-use crate::lengths::dec_timesteps;
 use crate::report::plot::{Figure, Panel, Series};
 use crate::report::table::Table;
+use crate::traffic::lengths::dec_timesteps;
 
 /// Sensitivity to dec_timesteps (paper §VI): LazyB's violations and throughput against the coverage of the profiled output lengths.
 pub(super) struct DecTimesteps;

@@ -6,7 +6,7 @@
 use super::*;
 use crate::report::plot::{Figure, Panel, Series};
 use crate::report::table::Table;
-use crate::runs::CLASS_QUANTILES;
+use crate::run::grid::CLASS_QUANTILES;
 use std::fmt::Write as _;
 
 /// Goodput under overload.

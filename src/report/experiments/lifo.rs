@@ -13,12 +13,12 @@ use crate::device::npu::{Npu, NpuConfig};
 use crate::device::Device;
 use crate::error::Result;
 use crate::graph::{zoo, Lengths, Model};
-use crate::lengths::{to_steps, JointLengths};
 use crate::metrics::spread;
 use crate::profile::alone_latency;
 use crate::report::plot::{Figure, Panel, Series};
 use crate::report::table::Table;
 use crate::report::{Job, Plan};
+use crate::traffic::lengths::{to_steps, JointLengths};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 

@@ -98,7 +98,8 @@ pub(super) const COVERAGE: f64 = 90.0;
 /// `model`'s serial capacity on `npu` (1 / single-input latency, requests/s).
 pub(super) fn serial_capacity(model: &'static str, npu: &NpuConfig) -> Result<f64> {
     let m = crate::graph::zoo::load(model)?;
-    Ok(crate::bench::Bench::new(m, npu.clone(), MAX_BATCH, COVERAGE)?.serial_capacity())
+    let mb = crate::runtime::MaxBatch::new(MAX_BATCH)?;
+    Ok(crate::run::Testbed::new(m, npu.clone(), mb, COVERAGE)?.serial_capacity())
 }
 
 /// The arrival rate at `load` times a serial capacity `cap`, rounded to 0.1 req/s so that an

@@ -7,11 +7,11 @@
 //! assumes what a queue does — a higher rate never helps — and reports every probe, so a user
 //! can see where noise made the curve bend.
 
-use crate::bench::{Bench, RunConfig};
 use crate::error::{Error, Result};
 use crate::metrics::Stats;
 use crate::progress::Mode;
-use crate::runs::{mean_stats, run_all, run_one, Colocation, Keep};
+use crate::run::grid::{mean_stats, run_all, run_one, Keep};
+use crate::run::{RunSpec, Testbed};
 use rayon::prelude::*;
 
 /// What a rate must meet.
@@ -100,17 +100,17 @@ const UNDER_SERIAL: f64 = 1.0 / 1024.0;
 pub fn check(bound: Bound, single_ms: f64, sla_ms: f64) -> Result<()> {
     match bound {
         Bound::P99Ms(x) if !(x.is_finite() && x > single_ms) => Err(Error::invalid(
-            "--p99-ms",
+            "p99 bound",
             format!(
                 "{x} ms is not above the single-input latency ({single_ms:.3} ms): no rate meets it"
             ),
         )),
         Bound::Violations(v) if !(0.0..1.0).contains(&v) => Err(Error::invalid(
-            "--violations",
+            "violation bound",
             format!("must be in [0, 100) %, got {}", 100.0 * v),
         )),
         Bound::Violations(_) if sla_ms <= single_ms => Err(Error::invalid(
-            "--sla-ms",
+            "SLA",
             format!(
                 "{sla_ms} ms is not above the single-input latency ({single_ms:.3} ms): every request violates it"
             ),
@@ -129,7 +129,7 @@ pub fn search_one(
 ) -> Result<Capacity> {
     if !(how.precision > 0.0 && how.precision < 1.0) {
         return Err(Error::invalid(
-            "--search-precision",
+            "search precision",
             format!("must be in (0, 100) %, got {}", 100.0 * how.precision),
         ));
     }
@@ -209,17 +209,16 @@ pub fn search_one(
 /// `bench`: on the NPU model or a table the policies in parallel, each probe's seeds too; on a
 /// real device one run after another. Progress counts finished policies.
 pub fn search_all(
-    bench: &mut Bench,
-    templates: &[RunConfig],
-    colo: Option<&Colocation>,
+    bench: &Testbed,
+    templates: &[RunSpec],
     how: &Search,
     progress: Mode,
 ) -> Result<Vec<Capacity>> {
     let serial = bench.serial_capacity();
     let shown = progress.start("capacity", templates.len() as u64, "policies");
-    let seeded = |t: &RunConfig, rate: f64| -> Vec<RunConfig> {
+    let seeded = |t: &RunSpec, rate: f64| -> Vec<RunSpec> {
         (1..=how.seeds)
-            .map(|seed| RunConfig {
+            .map(|seed| RunSpec {
                 rate,
                 seed,
                 ..t.clone()
@@ -227,14 +226,13 @@ pub fn search_all(
             .collect()
     };
     let out = if bench.is_virtual() {
-        let bench = &*bench;
         templates
             .par_iter()
             .map(|t| {
-                let c = search_one(&t.policy.text, serial, t.max_batch, how, |rate| {
+                let c = search_one(&t.policy.text, serial, t.max_batch.get(), how, |rate| {
                     let runs = seeded(t, rate)
                         .par_iter()
-                        .map(|c| run_one(bench, c, colo, Keep::default()))
+                        .map(|c| run_one(bench, c, Keep::default()))
                         .collect::<Result<Vec<_>>>()?;
                     Ok(mean_stats(
                         &runs.iter().map(|r| &r.stats).collect::<Vec<_>>(),
@@ -247,10 +245,10 @@ pub fn search_all(
     } else {
         let mut all = Vec::with_capacity(templates.len());
         for t in templates {
-            let c = search_one(&t.policy.text, serial, t.max_batch, how, |rate| {
+            let c = search_one(&t.policy.text, serial, t.max_batch.get(), how, |rate| {
                 shown.set_message(format!("{} at {rate:.1} req/s", t.policy.text));
                 let cfgs = seeded(t, rate);
-                let runs = run_all(bench, &cfgs, colo, |_| Keep::default(), Mode::Off, "")?;
+                let runs = run_all(bench, &cfgs, |_| Keep::default(), Mode::Off, "")?;
                 Ok(mean_stats(
                     &runs.iter().map(|r| &r.stats).collect::<Vec<_>>(),
                 ))
@@ -423,13 +421,13 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            e.contains("--p99-ms") && e.contains("single-input latency"),
+            e.contains("invalid p99 bound") && e.contains("single-input latency"),
             "{e}"
         );
         let e = check(Bound::Violations(0.01), 3.0, 2.0)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("--sla-ms"), "{e}");
+        assert!(e.contains("invalid SLA"), "{e}");
         assert!(check(Bound::Violations(1.0), 3.0, 100.0).is_err());
         assert!(check(Bound::P99Ms(30.0), 3.0, 100.0).is_ok());
         let bad = Search {

@@ -6,8 +6,8 @@ use crate::error::{Error, Result};
 use crate::graph::{Lengths, Model, SeqConfig};
 use rand::Rng;
 
-const PROFILE_CSV: &str = include_str!("../data/wmt/newstest2014-2018-ende-lengths.csv");
-const TEST_JOINT_CSV: &str = include_str!("../data/wmt/newstest2019-ende-joint.csv");
+const PROFILE_CSV: &str = include_str!("../../data/wmt/newstest2014-2018-ende-lengths.csv");
+const TEST_JOINT_CSV: &str = include_str!("../../data/wmt/newstest2019-ende-joint.csv");
 
 /// A discrete distribution of (source words, target words) pairs.
 #[derive(Clone, Debug)]
@@ -123,7 +123,7 @@ pub(crate) fn to_steps(words: u32, scale: f64, max: u32) -> u32 {
 pub fn dec_timesteps(seq: &SeqConfig, coverage: f64) -> Result<u32> {
     if !(coverage > 0.0 && coverage <= 100.0) {
         return Err(Error::invalid(
-            "--coverage",
+            "coverage",
             format!("must be in (0, 100], got {coverage}"),
         ));
     }

@@ -4,24 +4,15 @@
 //! [`run_one`]. The NPU model replays runs in parallel; a real device serves them one after
 //! another in wall time.
 
-use crate::bench::{Bench, RunConfig};
+use super::drive::Arrivals;
+use super::{RunSpec, Testbed};
 use crate::engine::Outcome;
 use crate::error::Result;
 use crate::metrics::{self, KeepRecords, Stats};
 use crate::progress::{Mode, Progress};
-use crate::time::Nanos;
 use crate::traffic::Traffic;
 use hdrhistogram::Histogram;
 use rayon::prelude::*;
-
-/// Co-located models' traffic: each model's share of the rate and its SLA.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Colocation {
-    /// Shares of the total rate (summing to 1).
-    pub shares: Vec<f64>,
-    /// Each model's SLA.
-    pub slas: Vec<Nanos>,
-}
 
 /// What to keep of a run besides its statistics.
 #[derive(Clone, Copy, Debug, Default)]
@@ -75,10 +66,6 @@ impl RunOut {
     }
 }
 
-fn rates(cfg: &RunConfig, colo: &Colocation) -> Vec<f64> {
-    colo.shares.iter().map(|s| s * cfg.rate).collect()
-}
-
 fn records(keep: Keep) -> KeepRecords {
     KeepRecords {
         latencies: keep.latencies,
@@ -98,17 +85,8 @@ fn finish(mut out: Outcome, keep: Keep) -> RunOut {
 }
 
 /// One run on the NPU model (any number of these can go at once).
-pub(crate) fn run_one(
-    bench: &Bench,
-    cfg: &RunConfig,
-    colo: Option<&Colocation>,
-    keep: Keep,
-) -> Result<RunOut> {
-    let out = match colo {
-        Some(c) => bench.run(cfg, Some((&rates(cfg, c), &c.slas)), records(keep))?,
-        None => bench.run(cfg, None, records(keep))?,
-    };
-    Ok(finish(out, keep))
+pub(crate) fn run_one(bench: &Testbed, spec: &RunSpec, keep: Keep) -> Result<RunOut> {
+    Ok(finish(bench.run(spec, records(keep))?, keep))
 }
 
 /// Every configuration of `cfgs` on `bench`, in order: in parallel on the NPU model, one after
@@ -116,21 +94,19 @@ pub(crate) fn run_one(
 /// `what` (runs done on the NPU model; seconds of traffic delivered on a real device, which
 /// serves in real time).
 pub fn run_all(
-    bench: &mut Bench,
-    cfgs: &[RunConfig],
-    colo: Option<&Colocation>,
+    bench: &Testbed,
+    cfgs: &[RunSpec],
     keep: impl Fn(usize) -> Keep + Sync,
     progress: Mode,
     what: &str,
 ) -> Result<Vec<RunOut>> {
     if bench.is_virtual() {
-        let bench = &*bench;
         let shown = progress.start(what, cfgs.len() as u64, "runs");
         let outs = cfgs
             .par_iter()
             .enumerate()
             .map(|(i, c)| {
-                let out = run_one(bench, c, colo, keep(i));
+                let out = run_one(bench, c, keep(i));
                 shown.inc(1);
                 out
             })
@@ -138,10 +114,7 @@ pub fn run_all(
         shown.finish();
         return outs;
     }
-    let traffic = |bench: &Bench, c: &RunConfig| match colo {
-        Some(co) => bench.traffic(c, Some((&rates(c, co), &co.slas))),
-        None => bench.traffic(c, None),
-    };
+    let traffic = |bench: &Testbed, c: &RunSpec| bench.traffic(c);
     let total: u64 = cfgs
         .iter()
         .map(|c| traffic(bench, c).map(|t| traffic_secs(&t)))
@@ -159,7 +132,8 @@ pub fn run_all(
             c.policy.text,
             c.rate
         ));
-        let out = bench.serve(c, records(keep(i)), delivered(t, &shown, base))?;
+        let t = Arrivals::Scheduled(delivered(t, &shown, base));
+        let out = bench.drive(c, records(keep(i)), t)?;
         base += secs;
         shown.set_position(base);
         outs.push(finish(out, keep(i)));

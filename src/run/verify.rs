@@ -14,8 +14,8 @@ use crate::error::{Error, Result};
 use crate::graph::Model;
 use crate::policy::{Forced, Policy, Serial};
 use crate::profile::Profile;
-use crate::runtime::Predictor;
-use crate::time::{Nanos, VirtualClock};
+use crate::runtime::{MaxBatch, Predictor};
+use crate::time::{Nanos, Sla, VirtualClock, MAX_SLA};
 use crate::traffic::Process;
 use crate::traffic::{self, Arrival};
 
@@ -64,7 +64,7 @@ fn serve(
     let pred = Predictor::new(model, &profile, 1);
     dev.set_capture(mode);
     let out = engine::run(
-        &engine::Setup::new(model, &pred, Nanos::from_secs(1e6), max_batch),
+        &engine::Setup::new(model, &pred, Sla::new(MAX_SLA)?, MaxBatch::new(max_batch)?),
         dev,
         policy,
         &mut VirtualClock::new(),
@@ -88,7 +88,7 @@ pub fn verify_cpu(
 
 fn arrivals_at_zero(model: &Model, requests: usize, seed: u64) -> Result<Vec<Arrival>> {
     if requests == 0 {
-        return Err(Error::invalid("--requests", "must be at least 1"));
+        return Err(Error::invalid("requests", "must be at least 1"));
     }
     // co-located models: requests spread over every model (the SLA plays no part here)
     let parts = model.parts.len();

@@ -1,10 +1,15 @@
 //! Time in the engine: integer nanoseconds ([`Nanos`]), so that virtual-time runs are exact and
-//! deterministic, and the [`Clock`] trait behind which the engine sees either a simulated clock
-//! (the NPU model) or the wall clock (real devices).
+//! deterministic, and (in `clock.rs`) the [`Clock`] trait behind which the engine sees either a
+//! simulated clock (the NPU model) or the wall clock (real devices).
 //!
 //! Arithmetic on [`Nanos`] saturates instead of wrapping, and a run's time is bounded by
 //! [`Nanos::HORIZON`] (100 years): inputs are checked against it where they enter, and the
 //! engine stops with an error should a run ever reach it.
+
+mod clock;
+
+pub(crate) use clock::WallClock;
+pub use clock::{Clock, VirtualClock};
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -23,6 +28,43 @@ pub fn sla_from_ms(ms: f64) -> Option<Nanos> {
 
 /// What [`sla_from_ms`] accepts, in words.
 pub const SLA_RANGE: &str = "(0, 86400000] ms (one day), at least 1 ns (1e-6 ms)";
+
+/// A run's SLA target, in (0, [`MAX_SLA`]]: checked when it is made, so that whatever holds
+/// one (a [`crate::run::RunSpec`], the engine's setup) never checks it again. Errors name the
+/// setting ("SLA"); a command line maps that to its own flag.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Sla(Nanos);
+
+impl Sla {
+    /// An SLA of `ms` milliseconds, if [`sla_from_ms`] takes it.
+    pub fn from_ms(ms: f64) -> crate::Result<Sla> {
+        sla_from_ms(ms).map(Sla).ok_or_else(|| {
+            crate::Error::invalid(
+                "SLA",
+                format!("must be in {SLA_RANGE}, got {}", crate::error::num(ms)),
+            )
+        })
+    }
+    /// An SLA of `t`, if it is in (0, [`MAX_SLA`]].
+    pub fn new(t: Nanos) -> crate::Result<Sla> {
+        if t.0 > 0 && t <= MAX_SLA {
+            Ok(Sla(t))
+        } else {
+            Err(crate::Error::invalid(
+                "SLA",
+                format!("must be in {SLA_RANGE}, got {} ns", t.0),
+            ))
+        }
+    }
+    /// The SLA as a duration.
+    pub fn nanos(self) -> Nanos {
+        self.0
+    }
+    /// The SLA in milliseconds.
+    pub fn as_ms(self) -> f64 {
+        self.0.as_ms()
+    }
+}
 
 #[cfg(test)]
 mod sla_tests {
@@ -45,6 +87,22 @@ mod sla_tests {
         }
         // the words say what the check does
         assert!(SLA_RANGE.starts_with(&format!("(0, {}] ms", MAX_SLA.as_ms())));
+    }
+
+    #[test]
+    fn an_sla_value_holds_only_what_the_check_takes() {
+        assert_eq!(Sla::from_ms(100.0).unwrap().nanos(), Nanos(100_000_000));
+        assert_eq!(Sla::new(Nanos(1)).unwrap().nanos(), Nanos(1));
+        assert_eq!(Sla::new(MAX_SLA).unwrap().nanos(), MAX_SLA);
+        for bad in [Nanos(0), Nanos(MAX_SLA.0 + 1), Nanos(u64::MAX)] {
+            let e = Sla::new(bad).unwrap_err().to_string();
+            assert!(
+                e.starts_with("invalid SLA: must be in (0, 86400000] ms"),
+                "{e}"
+            );
+        }
+        let e = Sla::from_ms(0.0).unwrap_err().to_string();
+        assert!(e.ends_with("got 0"), "{e}");
     }
 }
 
@@ -119,43 +177,5 @@ impl std::iter::Sum for Nanos {
 impl fmt::Display for Nanos {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{:.3} ms", self.as_ms())
-    }
-}
-
-/// The engine's view of time. A virtual clock is advanced by the engine by the duration the
-/// device model returns; a wall clock advances by itself and `advance` only records.
-pub trait Clock {
-    /// The current time.
-    fn now(&self) -> Nanos;
-    /// Account for `d` of device time that has just elapsed (a virtual clock jumps by it).
-    fn advance(&mut self, d: Nanos);
-    /// Idle until `t` (a virtual clock jumps; a wall clock sleeps or waits for an arrival).
-    fn idle_until(&mut self, t: Nanos);
-}
-
-/// A simulated clock: time moves only when the engine says so.
-#[derive(Debug, Default, Clone)]
-pub struct VirtualClock {
-    now: Nanos,
-}
-
-impl VirtualClock {
-    /// A clock at time zero.
-    pub fn new() -> Self {
-        Self::default()
-    }
-}
-
-impl Clock for VirtualClock {
-    fn now(&self) -> Nanos {
-        self.now
-    }
-    fn advance(&mut self, d: Nanos) {
-        self.now += d;
-    }
-    fn idle_until(&mut self, t: Nanos) {
-        if t > self.now {
-            self.now = t;
-        }
     }
 }

@@ -6,7 +6,8 @@
 //! and a pair whose requests differ in number, lengths or class, or whose arrivals differ by
 //! more than the wall clock's delivery allows ([`MAX_DELIVERY_LAG`]), is refused.
 
-use crate::bench::{Bench, RunConfig};
+use super::drive::Arrivals;
+use super::{RunSpec, Testbed};
 use crate::error::{Error, Result};
 use crate::metrics::{KeepRecords, Stats};
 use crate::progress::Progress;
@@ -38,11 +39,11 @@ pub struct Pair {
 
 /// Serves `cfg` on `real` (wall time) and on `table` (virtual time) with the same arrivals, and
 /// with `repeat` serves them on `real` a second time; `shown` follows the real runs' delivered
-/// traffic from `base` seconds on ([`crate::runs::delivered`]).
+/// traffic from `base` seconds on ([`crate::run::grid::delivered`]).
 pub fn pair(
-    real: &mut Bench,
-    table: &Bench,
-    cfg: &RunConfig,
+    real: &mut Testbed,
+    table: &Testbed,
+    cfg: &RunSpec,
     repeat: bool,
     (shown, base): (&Progress, u64),
 ) -> Result<Pair> {
@@ -51,23 +52,22 @@ pub fn pair(
             "validate pairs a real device with a table".into(),
         ));
     }
-    let drawn: Vec<_> = real.traffic(cfg, None)?.arrivals.collect();
+    let drawn: Vec<_> = real.traffic(cfg)?.arrivals.collect();
     let keep = KeepRecords {
         requests: true,
         ..KeepRecords::default()
     };
-    let traffic = crate::runs::delivered(Traffic::from_list(drawn.clone()), shown, base);
-    let measured = real.serve(cfg, keep.clone(), traffic)?;
+    let traffic = crate::run::grid::delivered(Traffic::from_list(drawn.clone()), shown, base);
+    let measured = real.drive(cfg, keep.clone(), Arrivals::Scheduled(traffic))?;
     let predicted = {
         let t = Traffic::from_list(drawn.clone());
-        let mut src = crate::engine::Stream::new(t.arrivals, t.expected);
-        table.run_source(cfg, keep.clone(), &mut src)?
+        table.drive(cfg, keep.clone(), Arrivals::Scheduled(t))?
     };
     let (lag_mean, lag_max) = same_arrivals(&measured.requests, &predicted.requests)?;
     let again = if repeat {
         let secs = (cfg.requests as f64 / cfg.rate).ceil() as u64;
-        let traffic = crate::runs::delivered(Traffic::from_list(drawn), shown, base + secs);
-        let again = real.serve(cfg, keep, traffic)?;
+        let traffic = crate::run::grid::delivered(Traffic::from_list(drawn), shown, base + secs);
+        let again = real.drive(cfg, keep, Arrivals::Scheduled(traffic))?;
         same_arrivals(&again.requests, &predicted.requests)?;
         Some(again.stats())
     } else {
