@@ -9,7 +9,7 @@ fn main() {
     let model = lazybatch::graph::zoo::load_scaled(&args[1], s).unwrap();
     let mut dev = CpuDevice::new(1);
     dev.prepare(&model, 4).unwrap();
-    let rows = lazybatch::profile::after_idle(
+    let rows = lazybatch::device::measure::after_idle(
         &mut dev,
         &model,
         model.ref_lengths(),
@@ -17,7 +17,8 @@ fn main() {
         &[1, 4, 16, 64, 256, 1000],
     )
     .unwrap();
-    let alone = lazybatch::profile::alone_latency(&mut dev, &model, model.ref_lengths()).unwrap();
+    let alone =
+        lazybatch::device::measure::alone_latency(&mut dev, &model, model.ref_lengths()).unwrap();
     println!("alone {:.3} ms", alone.as_ms());
     for r in rows {
         println!(

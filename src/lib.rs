@@ -16,6 +16,7 @@ pub mod error;
 pub mod graph;
 pub mod http;
 pub mod metrics;
+pub(crate) mod plot;
 pub mod policy;
 pub mod profile;
 pub mod progress;

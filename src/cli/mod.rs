@@ -42,6 +42,7 @@ mod verify;
 
 use anyhow::{bail, Result};
 use clap::{Args, Parser, Subcommand};
+use lazybatch::device::measure::Sampling;
 use lazybatch::device::open::{open, Choice, Opened};
 use lazybatch::device::RealOptions;
 use lazybatch::error::num;
@@ -50,7 +51,7 @@ use lazybatch::graph::loader::MAX_BATCH;
 use lazybatch::graph::op::Op;
 use lazybatch::graph::{zoo, Lengths, Model};
 use lazybatch::policy::Spec;
-use lazybatch::profile::{Profile, Sampling};
+use lazybatch::profile::Profile;
 use lazybatch::progress::Mode;
 use lazybatch::run::spec::Colocation;
 use lazybatch::run::{RunSpec, Testbed, TestbedOptions};
@@ -397,10 +398,10 @@ impl DeviceArgs {
     }
 
     /// `--profile-order`.
-    fn order(&self) -> Result<lazybatch::profile::Order> {
+    fn order(&self) -> Result<lazybatch::device::measure::Order> {
         match self.profile_order.as_str() {
-            "isolated" => Ok(lazybatch::profile::Order::Isolated),
-            "model" => Ok(lazybatch::profile::Order::InModelOrder),
+            "isolated" => Ok(lazybatch::device::measure::Order::Isolated),
+            "model" => Ok(lazybatch::device::measure::Order::InModelOrder),
             o => bail!("invalid --profile-order: '{o}' (isolated, model)"),
         }
     }

@@ -51,8 +51,9 @@ pub(super) fn run(a: ProfileArgs, progress: lazybatch::progress::Mode) -> Result
             config = Some(name);
             let p = Profile::measure(&mut dev, &model, max_batch, len)?;
             if model.parts.len() == 1 {
-                let at = lazybatch::profile::alone_latency(&mut dev, &model, len)?;
-                let (mean, words) = lazybatch::profile::wmt19_mean_alone_latency(&mut dev, &model)?;
+                let at = lazybatch::device::measure::alone_latency(&mut dev, &model, len)?;
+                let (mean, words) =
+                    lazybatch::device::measure::wmt19_mean_alone_latency(&mut dev, &model)?;
                 alone = Some((at, mean, words));
             }
             p
@@ -60,7 +61,7 @@ pub(super) fn run(a: ProfileArgs, progress: lazybatch::progress::Mode) -> Result
         // a table's own table, at these lengths (every size: it answers in O(1))
         Opened::Table(mut dev) => Profile::measure(&mut dev, &model, max_batch, len)?,
         Opened::Real(mut dev) => {
-            let how = lazybatch::profile::Sampling {
+            let how = lazybatch::device::measure::Sampling {
                 reps,
                 order: a.dev.order()?,
                 progress,
@@ -107,7 +108,7 @@ struct Shown<'a> {
     len: Lengths,
     reps: u32,
     /// How a real device's nodes were timed.
-    order: lazybatch::profile::Order,
+    order: lazybatch::device::measure::Order,
     /// On the NPU model: served alone at these lengths, over WMT 2019's lengths, mean words.
     alone: Option<Alone>,
     /// On the NPU model: its configuration's name.
@@ -177,10 +178,10 @@ fn text(o: &mut String, sh: &Shown) {
     );
     if prof.device != "npu" {
         let order = match a_order {
-            lazybatch::profile::Order::InModelOrder => "whole passes in model order",
-            lazybatch::profile::Order::Isolated => "each node's runs one after another",
+            lazybatch::device::measure::Order::InModelOrder => "whole passes in model order",
+            lazybatch::device::measure::Order::Isolated => "each node's runs one after another",
         };
-        let sizes: Vec<String> = lazybatch::profile::sampled_sizes(max_batch)
+        let sizes: Vec<String> = lazybatch::device::measure::sampled_sizes(max_batch)
             .iter()
             .map(u32::to_string)
             .collect();

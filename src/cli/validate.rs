@@ -125,7 +125,7 @@ pub(super) fn run(mut a: ValidateArgs, progress: Mode) -> Result<()> {
         max_batch: sv.spec.max_batch,
         coverage: sv.coverage,
         profile: None,
-        sampling: lazybatch::profile::Sampling::default(),
+        sampling: lazybatch::device::measure::Sampling::default(),
     };
     let predicted = Testbed::open(model, Opened::Table(table), &opts)?;
     let rates: Vec<(f64, Option<f64>)> = match (&loads, &a.rates) {
@@ -439,12 +439,12 @@ fn drift(real: &mut Testbed) -> Result<String> {
     let Some((device, model)) = real.real_device()? else {
         return Ok(String::new());
     };
-    let now = lazybatch::profile::pass_times(
+    let now = lazybatch::device::measure::pass_times(
         device,
         model,
         len,
-        lazybatch::profile::PASSES,
-        lazybatch::profile::PASSES_BUDGET,
+        lazybatch::device::measure::PASSES,
+        lazybatch::device::measure::PASSES_BUDGET,
     )?;
     let now = now[now.len() / 2];
     let mut o = String::new();

@@ -9,6 +9,7 @@ pub mod cuda;
 pub mod emulated;
 pub mod exchange;
 pub mod layout;
+pub mod measure;
 pub mod npu;
 pub mod open;
 pub mod table;

@@ -1,14 +1,8 @@
 //! The per-node latency table (node × batch size) that the slack predictor and the Oracle read:
-//! its data, lookups, saving and loading. Measuring it on a device is [`measure`]; the paper's
+//! its data, lookups, saving and loading. Measuring it on a device is
+//! [`crate::device::measure`]'s; the paper's
 //! Algorithm 1 over it (a request's single-input latency, the whole-graph batching curve) is the
 //! predictor's, [`crate::runtime::Predictor`], the one place it is computed.
-
-mod measure;
-
-pub use measure::{
-    after_idle, alone_latency, pass_times, sampled_sizes, wmt19_mean_alone_latency, Order,
-    Sampling, IDLE_GAPS_MS, IDLE_PASSES, PASSES, PASSES_BUDGET,
-};
 
 use crate::error::{Error, Result};
 use crate::graph::{Lengths, Model, NodeId};
@@ -61,14 +55,14 @@ pub struct Profile {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub after_idle: Vec<AfterIdle>,
     /// A real device: how long a request's whole pass alone at `lengths` took, back to back,
-    /// sorted ([`measure::pass_times`]): the spread of its time that the table's medians do
+    /// sorted ([`crate::device::measure::pass_times`]): the spread of its time that the table's medians do
     /// not show; empty for a virtual device (and in tables saved before it existed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub passes_ns: Vec<u64>,
 }
 
 /// What one request's first pass cost more, node by node, after the device idled for `gap_ns`
-/// than back to back ([`measure::after_idle`]): a real device's helper threads park, its caches
+/// than back to back ([`crate::device::measure::after_idle`]): a real device's helper threads park, its caches
 /// and clocks cool (`docs/validate.md`). The table device adds it to each node's first run
 /// after such a gap.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]

@@ -3,11 +3,12 @@
 //! configurations side by side: `lazybatch calibrate`, the README's calibration table and
 //! `reproduce`'s report all print this.
 
+use crate::device::measure::{alone_latency, wmt19_mean_alone_latency};
 use crate::device::npu::{Npu, NpuConfig};
 use crate::device::Device;
 use crate::error::Result;
 use crate::graph::{zoo, Lengths};
-use crate::profile::{alone_latency, wmt19_mean_alone_latency, Profile};
+use crate::profile::Profile;
 use std::fmt::Write as _;
 
 /// Table II's single-batch latencies (ms).

@@ -8,7 +8,6 @@
 
 pub mod calibration;
 pub(crate) mod heatmap;
-pub(crate) mod plot;
 pub mod spectrum;
 pub mod table;
 

@@ -2,8 +2,8 @@
 //! spectrum on HdrHistogram's 1/(1−p) axis (the picture people draw from `.hgrm` files), and,
 //! with several rates, mean and p99 latency against the rate.
 
-use super::plot::{Figure, Panel, Series};
 use crate::error::Result;
+use crate::plot::{Figure, Panel, Series};
 use hdrhistogram::Histogram;
 use std::path::{Path, PathBuf};
 

@@ -270,7 +270,7 @@ pub fn write_figure(
     caps: &[Capacity],
     bound: Bound,
 ) -> Result<()> {
-    use crate::report::plot::{Figure, Mark, Panel, Series};
+    use crate::plot::{Figure, Mark, Panel, Series};
     let y_of = |st: &Stats| match bound {
         Bound::P99Ms(_) => st.latency_ms.p99,
         Bound::Violations(_) => 100.0 * violation_share(st),

@@ -43,6 +43,13 @@ pub enum Arrivals<'a> {
 }
 
 impl Testbed {
+    /// Serves `spec` on its own traffic ([`Testbed::traffic`]) through the driver: in virtual
+    /// time on a model device (any number of these can go at once: each runs on a copy), in
+    /// wall time on a real device (one at a time).
+    pub fn run(&self, spec: &RunSpec, keep: KeepRecords) -> Result<engine::Outcome> {
+        self.drive(spec, keep, Arrivals::Generated)
+    }
+
     /// Serves `arrivals` under `spec` and returns what happened: the one entry point of every
     /// run, whatever the device and the clock.
     pub fn drive(

@@ -29,7 +29,7 @@ pub struct TestbedOptions {
     /// A table measured earlier on this kind of device, instead of measuring (real devices).
     pub profile: Option<Profile>,
     /// Real devices: how the table is measured (runs per point, their order, progress).
-    pub sampling: crate::profile::Sampling,
+    pub sampling: crate::device::measure::Sampling,
 }
 
 /// The device of a testbed.
@@ -69,7 +69,7 @@ impl Testbed {
             max_batch,
             coverage,
             profile: None,
-            sampling: crate::profile::Sampling::default(),
+            sampling: crate::device::measure::Sampling::default(),
         };
         Self::open(model, Opened::Npu(Npu::new(cfg)?, "custom".into()), &opts)
     }
@@ -182,13 +182,6 @@ impl Testbed {
             None => p,
         };
         Ok(p.traffic(spec.rate))
-    }
-
-    /// Serves `spec` on its own traffic ([`Testbed::traffic`]) through the driver: in virtual
-    /// time on a model device (any number of these can go at once: each runs on a copy), in
-    /// wall time on a real device (one at a time).
-    pub fn run(&self, spec: &RunSpec, keep: KeepRecords) -> Result<engine::Outcome> {
-        self.drive(spec, keep, super::drive::Arrivals::Generated)
     }
 
     /// The engine's rules for `spec` on this testbed: the spec is checked against the model and

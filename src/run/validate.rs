@@ -159,7 +159,7 @@ pub type FigurePoint<'a> = (&'a str, &'a Stats, &'a Stats);
 /// median and the 99th percentile, a line per policy through its points (in the order given:
 /// by rate), with the line where they agree and lines 10% to either side of it.
 pub fn write_figure(points: &[FigurePoint<'_>], path: &std::path::Path) -> Result<()> {
-    use crate::report::plot::{Figure, Panel, Series};
+    use crate::plot::{Figure, Panel, Series};
     let mut policies: Vec<&str> = Vec::new();
     for (p, _, _) in points {
         if !policies.contains(p) {

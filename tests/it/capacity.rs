@@ -1,11 +1,12 @@
 //! `capacity`: the search against a queue whose answer is known in closed form, and the command
 //! line's table, JSON, picture and refusals.
 
+use lazybatch::device::measure::Sampling;
 use lazybatch::device::open::Opened;
 use lazybatch::device::table::TableDevice;
 use lazybatch::graph::zoo;
 use lazybatch::policy::Spec;
-use lazybatch::profile::{Profile, Sampling};
+use lazybatch::profile::Profile;
 use lazybatch::progress::Mode;
 use lazybatch::run::capacity::{search_all, Bound, Search};
 use lazybatch::run::{RunSpec, Testbed, TestbedOptions};

@@ -68,7 +68,7 @@ pub(crate) fn cpu_bench(m: lazybatch::graph::Model) -> Testbed {
         max_batch: crate::mb(8),
         coverage: 90.0,
         profile: None,
-        sampling: lazybatch::profile::Sampling::default(),
+        sampling: lazybatch::device::measure::Sampling::default(),
     };
     Testbed::open(m, Opened::Real(Box::new(CpuDevice::new(99))), &opts).unwrap()
 }

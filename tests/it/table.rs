@@ -37,7 +37,7 @@ fn npu_and_table(model: &str) -> (Testbed, Testbed) {
         max_batch: crate::mb(64),
         coverage: 90.0,
         profile: None,
-        sampling: lazybatch::profile::Sampling::default(),
+        sampling: lazybatch::device::measure::Sampling::default(),
     };
     let t = Testbed::open(m, Opened::Table(table), &opts).unwrap();
     (npu, t)
@@ -74,7 +74,7 @@ fn with_idle_row(table: &Testbed, gap: Nanos) -> (Testbed, Nanos) {
         max_batch: crate::mb(64),
         coverage: 90.0,
         profile: None,
-        sampling: lazybatch::profile::Sampling::default(),
+        sampling: lazybatch::device::measure::Sampling::default(),
     };
     let dev = TableDevice::from_profile(t, "a table with an after-idle row");
     let m = table.model.clone();
@@ -120,7 +120,7 @@ fn a_table_with_a_spread_gives_one_run_per_seed_and_a_slower_mean_than_its_media
         max_batch: crate::mb(64),
         coverage: 90.0,
         profile: None,
-        sampling: lazybatch::profile::Sampling::default(),
+        sampling: lazybatch::device::measure::Sampling::default(),
     };
     let dev = TableDevice::from_profile(t, "a table with a spread");
     let spread = Testbed::open(table.model.clone(), Opened::Table(dev), &opts).unwrap();
@@ -360,7 +360,8 @@ fn validate_serves_the_same_arrivals_on_the_cpu_and_on_its_table() {
 
 #[test]
 fn a_real_devices_table_measures_a_pass_after_each_idle_gap_and_passes_back_to_back() {
-    use lazybatch::profile::{Order, Profile, Sampling, IDLE_GAPS_MS};
+    use lazybatch::device::measure::{Order, Sampling, IDLE_GAPS_MS};
+    use lazybatch::profile::Profile;
     let m = crate::small("mobilenet");
     let mut dev = lazybatch::device::cpu::CpuDevice::new(1);
     let how = Sampling {

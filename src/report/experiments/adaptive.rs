@@ -4,7 +4,7 @@
 //! within 1.05× and 5%).
 
 use super::*;
-use crate::report::plot::{Figure, Panel, Series};
+use crate::plot::{Figure, Panel, Series};
 use crate::report::table::Table;
 
 /// The adaptive LazyB's grid.

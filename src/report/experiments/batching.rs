@@ -3,8 +3,8 @@
 use super::*;
 use crate::device::npu::Npu;
 use crate::graph::zoo;
+use crate::plot::{Figure, Panel, Series};
 use crate::profile::Profile;
-use crate::report::plot::{Figure, Panel, Series};
 use crate::report::table::Table;
 use crate::runtime::Predictor;
 use std::fmt::Write as _;

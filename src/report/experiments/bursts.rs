@@ -3,7 +3,7 @@
 //! of variation of 1 (Poisson), 2 and 4, at 0.7 of each model's serial capacity.
 
 use super::*;
-use crate::report::plot::{Figure, Panel, Series};
+use crate::plot::{Figure, Panel, Series};
 use crate::report::table::Table;
 use std::fmt::Write as _;
 

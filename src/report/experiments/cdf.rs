@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::metrics::quantile as q;
-use crate::report::plot::{Figure, Mark, Panel, Series};
+use crate::plot::{Figure, Mark, Panel, Series};
 use crate::report::table::Table;
 use std::fmt::Write as _;
 

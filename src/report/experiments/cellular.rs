@@ -1,7 +1,7 @@
 //! Cellular batching against graph batching, and LazyB's merge rule against its strict ablation.
 
 use super::*;
-use crate::report::plot::{Figure, Panel, Series};
+use crate::plot::{Figure, Panel, Series};
 use crate::report::table::Table;
 use std::fmt::Write as _;
 

@@ -1,7 +1,7 @@
 //! Four co-located models on one NPU (paper §VI): LazyB against graph batching.
 
 use super::*;
-use crate::report::plot::{Figure, Panel, Series};
+use crate::plot::{Figure, Panel, Series};
 use crate::report::table::{Cell, Table};
 
 /// Four co-located models on one NPU (paper §VI): LazyB against graph batching.

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::graph::zoo;
-use crate::report::plot::{Figure, Panel, Series};
+use crate::plot::{Figure, Panel, Series};
 use crate::report::table::Table;
 use crate::traffic::lengths::dec_timesteps;
 

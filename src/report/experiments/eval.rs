@@ -1,7 +1,7 @@
 //! Latency and throughput against arrival rate (paper Figs. 11, 12), and the gains over the best graph batching.
 
 use super::*;
-use crate::report::plot::{Figure, Panel, Series};
+use crate::plot::{Figure, Panel, Series};
 use crate::report::table::Table;
 use std::fmt::Write as _;
 

@@ -4,7 +4,7 @@
 //! Orca-style `continuous`, each with and without `--shed`.
 
 use super::*;
-use crate::report::plot::{Figure, Panel, Series};
+use crate::plot::{Figure, Panel, Series};
 use crate::report::table::Table;
 use crate::run::grid::CLASS_QUANTILES;
 use std::fmt::Write as _;

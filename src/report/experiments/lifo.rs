@@ -9,13 +9,13 @@
 //! served alone at its own WMT 2019 lengths).
 
 use super::{short, Ctx, Experiment, COVERAGE, MAX_BATCH, SLA_MS};
+use crate::device::measure::alone_latency;
 use crate::device::npu::{Npu, NpuConfig};
 use crate::device::Device;
 use crate::error::Result;
 use crate::graph::{zoo, Lengths, Model};
 use crate::metrics::spread;
-use crate::profile::alone_latency;
-use crate::report::plot::{Figure, Panel, Series};
+use crate::plot::{Figure, Panel, Series};
 use crate::report::table::Table;
 use crate::report::{Job, Plan};
 use crate::traffic::lengths::{to_steps, JointLengths};

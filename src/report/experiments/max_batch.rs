@@ -1,7 +1,7 @@
 //! Graph batching's maximum batch (paper §VI): LazyB's gains with 16, 32 and 64.
 
 use super::*;
-use crate::report::plot::{Figure, Panel, Series};
+use crate::plot::{Figure, Panel, Series};
 use crate::report::table::Table;
 use std::fmt::Write as _;
 

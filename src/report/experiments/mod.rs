@@ -24,12 +24,12 @@ pub(crate) use eval::{gains, gains_of, pooled, throughput_at};
 pub(crate) use sla::{sla_curve, zero_from};
 
 use super::heatmap::HeatMap;
-use super::plot::Figure;
 use super::table::Table;
 use super::{Job, Plan, Results, RunOut};
 use crate::device::npu::NpuConfig;
 use crate::error::{Error, Result};
 use crate::metrics::spread;
+use crate::plot::Figure;
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 

@@ -1,7 +1,7 @@
 //! SLA violations against the SLA target at high load (paper Fig. 14).
 
 use super::*;
-use crate::report::plot::{Figure, Panel, Series};
+use crate::plot::{Figure, Panel, Series};
 use crate::report::table::Table;
 use std::fmt::Write as _;
 

@@ -1,7 +1,7 @@
 //! Graph batching's batch size per traffic (paper Fig. 5): ResNet-50 under each window at a low, medium and high rate.
 
 use super::*;
-use crate::report::plot::{Figure, Panel, Series};
+use crate::plot::{Figure, Panel, Series};
 use crate::report::table::Table;
 
 /// Graph batching's batch size per traffic (paper Fig.

@@ -3,10 +3,10 @@
 //! depends on the encoder length also over every encoder length; and the latency of one request
 //! served alone, also averaged over WMT 2019's lengths.
 
-use super::{NodeProfile, Profile};
-use crate::device::{Device, Member, Timing};
+use super::{Device, Member, Timing};
 use crate::error::{Error, Result};
 use crate::graph::{Class, Lengths, Model, NodeStep};
+use crate::profile::{NodeProfile, Profile};
 use crate::progress::Mode;
 use crate::time::Nanos;
 
@@ -396,7 +396,7 @@ pub fn after_idle(
     len: Lengths,
     passes: u32,
     gaps_ms: &[u64],
-) -> Result<Vec<super::AfterIdle>> {
+) -> Result<Vec<crate::profile::AfterIdle>> {
     let reps = passes.max(1) as usize;
     let n = model.nodes.len();
     // each node's first run in one pass alone (0 for a node the pass does not reach)
@@ -433,7 +433,7 @@ pub fn after_idle(
         .iter()
         .map(|&g| {
             let cold = timed(device, g)?;
-            Ok(super::AfterIdle {
+            Ok(crate::profile::AfterIdle {
                 gap_ns: g * 1_000_000,
                 extra_ns: cold.iter().zip(&warm).map(|(c, w)| c - w).collect(),
             })
