@@ -13,6 +13,7 @@ pub mod measure;
 pub mod npu;
 pub mod open;
 pub mod table;
+pub mod weights;
 
 use crate::error::Result;
 use crate::graph::{Lengths, Model, NodeStep};

@@ -145,6 +145,46 @@ impl Node {
         let d = |i: usize| self.out.feat.get(i).copied().unwrap_or(1);
         (d(1), d(2))
     }
+
+    /// What the node keeps for each request slot from one of the request's steps to the next,
+    /// which every device allocates for its maximum batch. Every op is named: a new op must
+    /// say what it carries.
+    pub(crate) fn carried(&self) -> Carried {
+        match (&self.op, self.keys) {
+            (Op::Lstm { hidden, .. }, _) => Carried::Hidden(*hidden),
+            (Op::Attention { .. }, Keys::Cache) => Carried::KeysValues,
+            (Op::Attention { .. }, Keys::None | Keys::OwnRows | Keys::Seq(_))
+            | (
+                Op::Input { .. }
+                | Op::Conv2d { .. }
+                | Op::Pool { .. }
+                | Op::Flatten
+                | Op::Linear { .. }
+                | Op::Add { .. }
+                | Op::Concat
+                | Op::Activation { .. }
+                | Op::BatchNorm
+                | Op::LayerNorm { .. }
+                | Op::Softmax
+                | Op::Embedding { .. }
+                | Op::Argmax
+                | Op::Take { .. },
+                _,
+            ) => Carried::Nothing,
+        }
+    }
+}
+
+/// What a node keeps per request slot across the request's steps ([`Node::carried`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Carried {
+    /// Nothing: a step reads only its inputs.
+    Nothing,
+    /// An LSTM cell's hidden state, this many values.
+    Hidden(usize),
+    /// A decoder self-attention's keys and values of every step so far (its KV cache): two
+    /// rows of the node's width a step, up to the model's longest decoder.
+    KeysValues,
 }
 
 /// Where an attention node's key count comes from.
@@ -551,5 +591,36 @@ impl Model {
             at = self.next_step(s, len);
         }
         total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_lstm_cells_and_decoder_self_attention_carry_state_between_steps() {
+        let mut seen = (0, 0);
+        for name in ["gnmt", "transformer", "resnet50", "bert", "mobilenet"] {
+            for n in &zoo::load(name).unwrap().nodes {
+                // the definition, from the op and the node's class
+                let want = match &n.op {
+                    Op::Lstm { hidden, .. } => Carried::Hidden(*hidden),
+                    Op::Attention {
+                        mode: op::AttnMode::SelfAttn,
+                        ..
+                    } if n.class == Class::Decoder => Carried::KeysValues,
+                    _ => Carried::Nothing,
+                };
+                assert_eq!(n.carried(), want, "{name}: {}", n.name);
+                match want {
+                    Carried::Hidden(_) => seen.0 += 1,
+                    Carried::KeysValues => seen.1 += 1,
+                    Carried::Nothing => {}
+                }
+            }
+        }
+        // GNMT's LSTM layers and the Transformer's decoder self-attentions were among them
+        assert!(seen.0 >= 8 && seen.1 >= 6, "{seen:?}");
     }
 }

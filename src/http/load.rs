@@ -9,7 +9,7 @@
 
 use super::front::describe;
 use super::protocol::{le_bytes, tensor, Io, HEADER_LENGTH};
-use crate::device::cpu::weights::fill_input;
+use crate::device::weights::fill_input;
 use crate::device::exchange::lock;
 use crate::engine::Counters;
 use crate::error::{Error, Result};

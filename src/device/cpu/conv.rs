@@ -24,7 +24,7 @@ use super::panels::Panels;
 use super::residual::Residual;
 use super::separable;
 use super::team;
-use super::weights::Weights;
+use crate::device::weights::Weights;
 use super::winograd::Winograd;
 use super::{act_k, activation, hwc, par, rowgemm, window, CpuDevice, NO_MEMBER, SMALL_IMAGE};
 use crate::device::Member;

@@ -28,7 +28,7 @@ pub mod hwc;
 pub mod kernels;
 mod linear;
 pub mod panels;
-mod par;
+pub(crate) mod par;
 mod pool;
 mod prepared;
 mod recurrent;
@@ -38,20 +38,19 @@ mod rowgemm;
 mod rows;
 mod separable;
 pub mod team;
-pub mod weights;
 mod winograd;
 
 use super::layout::{Layout, NodeLayout, Seg, Src};
 use super::{Device, Member, Timing};
 use crate::error::{Error, Result};
-use crate::graph::op::{AttnMode, Op};
-use crate::graph::{Class, Input, Model, Node, NodeStep, Rows};
+use crate::graph::op::Op;
+use crate::graph::{Carried, Input, Model, Node, NodeStep, Rows};
 use crate::time::Nanos;
 use aligned::Aligned;
 use kernels::{ActK, Window};
 use panels::Panels;
 use std::time::Instant;
-use weights::Weights;
+use super::weights::{self, Weights};
 
 #[derive(Debug)]
 struct NodeRt {
@@ -148,7 +147,20 @@ fn window(node: &Node) -> Option<Window> {
             padding,
             ..
         } => ((*kernel, *kernel), *stride, *padding),
-        _ => return None,
+        Op::Input { .. }
+        | Op::Flatten
+        | Op::Linear { .. }
+        | Op::Add { .. }
+        | Op::Concat
+        | Op::Activation { .. }
+        | Op::BatchNorm
+        | Op::LayerNorm { .. }
+        | Op::Softmax
+        | Op::Embedding { .. }
+        | Op::Lstm { .. }
+        | Op::Attention { .. }
+        | Op::Argmax
+        | Op::Take { .. } => return None,
     };
     let out = node.out_hw();
     Some(Window {
@@ -469,13 +481,10 @@ impl Device for CpuDevice {
             let rows = if n.loop_id.is_some() { 1 } else { cap };
             let tied = model.tied_owner(n)?;
             let w = prepared::cpu_weights(n, weights::of(model, n, self.seed));
-            let state = match &n.op {
-                Op::Lstm { hidden, .. } => vec![0.0; mb * hidden],
-                Op::Attention {
-                    mode: AttnMode::SelfAttn,
-                    ..
-                } if n.class == Class::Decoder => vec![0.0; mb * max_dec * 2 * feat],
-                _ => Vec::new(),
+            let state = match n.carried() {
+                Carried::Hidden(hidden) => vec![0.0; mb * hidden],
+                Carried::KeysValues => vec![0.0; mb * max_dec * 2 * feat],
+                Carried::Nothing => Vec::new(),
             };
             let max_in_rows = n
                 .in_shapes
@@ -526,7 +535,20 @@ impl Device for CpuDevice {
                     let all_heads = heads.max(&1) * rows * rows;
                     need_scores = need_scores.max(max_in_rows.max(max_dec).max(all_heads));
                 }
-                _ => {
+                (
+                    Op::Pool { .. }
+                    | Op::Flatten
+                    | Op::Add { .. }
+                    | Op::Concat
+                    | Op::Activation { .. }
+                    | Op::BatchNorm
+                    | Op::LayerNorm { .. }
+                    | Op::Softmax
+                    | Op::Embedding { .. }
+                    | Op::Argmax
+                    | Op::Take { .. },
+                    _,
+                ) => {
                     need_a = need_a.max(in_feat);
                     need_c = need_c.max(feat);
                 }

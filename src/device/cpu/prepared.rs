@@ -4,7 +4,7 @@
 //! — a 3×3 convolution at stride 1 — transformed for Winograd's algorithm ([`winograd`]).
 
 use super::panels::Panels;
-use super::weights::Weights;
+use crate::device::weights::Weights;
 use super::{hwc, winograd};
 use crate::graph::op::Op;
 use crate::graph::Node;
@@ -51,7 +51,23 @@ pub(super) fn weight_panels(
             groups: 1,
             ..
         } => (w.w.len() / out_channels, *out_channels),
-        _ => return (w, Panels::default(), None),
+        // no packed panels: a tied linear reads its embedding table, a grouped convolution
+        // runs group by group, and the other ops have no GEMM
+        Op::Linear { tied: Some(_), .. }
+        | Op::Conv2d { .. }
+        | Op::Input { .. }
+        | Op::Pool { .. }
+        | Op::Flatten
+        | Op::Add { .. }
+        | Op::Concat
+        | Op::Activation { .. }
+        | Op::BatchNorm
+        | Op::LayerNorm { .. }
+        | Op::Softmax
+        | Op::Embedding { .. }
+        | Op::Attention { .. }
+        | Op::Argmax
+        | Op::Take { .. } => return (w, Panels::default(), None),
     };
     if let Some((c, co)) = winograd_channels(n) {
         let wino = winograd::Winograd::new(&w.w, (c, co), n.out_hw());

@@ -5,7 +5,7 @@
 //! nothing on the device.
 
 use super::*;
-use crate::graph::Node;
+use crate::graph::{Carried, Node};
 use cudarc::driver::{DeviceRepr, ValidAsZeroBits};
 
 /// Scratch sizes, in elements, that a model needs at the maximum batch.
@@ -260,15 +260,31 @@ impl CudaDevice {
                 w = Weights::default();
                 Some(plan)
             }
-            _ => None,
+            // the im2col path: the convolution runs as a GEMM over its unfolding
+            (Op::Conv2d { .. }, _) => None,
+            (
+                Op::Input { .. }
+                | Op::Pool { .. }
+                | Op::Flatten
+                | Op::Linear { .. }
+                | Op::Add { .. }
+                | Op::Concat
+                | Op::Activation { .. }
+                | Op::BatchNorm
+                | Op::LayerNorm { .. }
+                | Op::Softmax
+                | Op::Embedding { .. }
+                | Op::Lstm { .. }
+                | Op::Attention { .. }
+                | Op::Argmax
+                | Op::Take { .. },
+                _,
+            ) => None,
         };
-        let state = match &n.op {
-            Op::Lstm { hidden, .. } => Some(self.zeros(mb * hidden)?),
-            Op::Attention {
-                mode: AttnMode::SelfAttn,
-                ..
-            } if n.class == Class::Decoder => Some(self.zeros(mb * self.max_dec * 2 * feat)?),
-            _ => None,
+        let state = match n.carried() {
+            Carried::Hidden(hidden) => Some(self.zeros(mb * hidden)?),
+            Carried::KeysValues => Some(self.zeros(mb * self.max_dec * 2 * feat)?),
+            Carried::Nothing => None,
         };
         // GEMM weights (and tables read by tied GEMMs) also in f16 at f16 precision
         let gemm = matches!(

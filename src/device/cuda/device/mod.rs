@@ -53,7 +53,7 @@ pub use dnn::{ConvChoice, ConvPath};
 
 use super::nvrtc;
 use crate::device::capture::{Capture, CaptureMode};
-use crate::device::cpu::weights::{self, Weights};
+use crate::device::weights::{self, Weights};
 use crate::device::layout::{Layout, Seg, Src};
 use crate::device::{Device, Member, Timing};
 use crate::error::{Error, Result};

@@ -130,7 +130,18 @@ pub(crate) fn generate(_model: &Model, n: &Node, seed: u64) -> Weights {
             w.w = v.iter().map(|x| g * x / norm).collect();
             w.bias = uniform(&mut rng, d, 0.05);
         }
-        _ => {}
+        // no parameters of their own (a tied linear reads its embedding table; dot-product
+        // and multi-head attention read only their inputs)
+        Op::Input { .. }
+        | Op::Pool { .. }
+        | Op::Flatten
+        | Op::Add { .. }
+        | Op::Concat
+        | Op::Activation { .. }
+        | Op::Softmax
+        | Op::Attention { .. }
+        | Op::Argmax
+        | Op::Take { .. } => {}
     }
     w
 }
@@ -194,7 +205,7 @@ fn fill_hashed(
     for (t, at) in first.iter_mut().enumerate().take(per * c) {
         *at = ((t % c) * p + t / c) as u32;
     }
-    super::par::split_rows(&mut out[..p * c], w * c, p * c, |y0, rows| {
+    super::cpu::par::split_rows(&mut out[..p * c], w * c, p * c, |y0, rows| {
         let px0 = y0 * w;
         for (k, run) in rows.chunks_mut(per * c).enumerate() {
             let start = px0 + k * per;
@@ -225,7 +236,7 @@ fn hashed(i: u32, (k1, k2): (u32, u32), tokens: bool) -> f32 {
     }
 }
 
-super::par::vectorized_fn! {
+super::cpu::par::vectorized_fn! {
     /// Values `at[t] + shift` of the hashed sequence (not token ids) into `out[t]`.
     fn hashed_at(out: &mut [f32], keys: (u32, u32), at: &[u32], shift: u32) {
         for (v, &i) in out.iter_mut().zip(at) {
@@ -234,7 +245,7 @@ super::par::vectorized_fn! {
     }
 }
 
-super::par::vectorized_fn! {
+super::cpu::par::vectorized_fn! {
     /// Values `first..first + out.len()` of the hashed sequence.
     fn hashed_run(out: &mut [f32], keys: (u32, u32), tokens: bool, first: usize) {
         for (i, v) in out.iter_mut().enumerate() {
