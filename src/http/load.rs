@@ -9,8 +9,8 @@
 
 use super::front::describe;
 use super::protocol::{le_bytes, tensor, Io, HEADER_LENGTH};
-use crate::device::weights::fill_input;
 use crate::device::exchange::lock;
+use crate::device::weights::fill_input;
 use crate::engine::Counters;
 use crate::error::{Error, Result};
 use crate::graph::Model;

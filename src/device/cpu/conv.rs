@@ -24,9 +24,9 @@ use super::panels::Panels;
 use super::residual::Residual;
 use super::separable;
 use super::team;
-use crate::device::weights::Weights;
 use super::winograd::Winograd;
 use super::{act_k, activation, hwc, par, rowgemm, window, CpuDevice, NO_MEMBER, SMALL_IMAGE};
+use crate::device::weights::Weights;
 use crate::device::Member;
 use crate::graph::op::Op;
 use crate::graph::Model;
@@ -635,10 +635,10 @@ impl CpuDevice {
         let count = occupied().count();
         let order = Serpentine {
             count,
-            threads: count.min(par::team().threads()).max(1),
+            threads: count.min(team::team().threads()).max(1),
             reverse: n.reversed,
         };
-        par::team().run(count, &|k| {
+        team::team().run(count, &|k| {
             let Some((slot, &j)) = occupied().nth(order.image(k)) else {
                 return;
             };

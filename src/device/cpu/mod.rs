@@ -41,6 +41,7 @@ pub mod team;
 mod winograd;
 
 use super::layout::{Layout, NodeLayout, Seg, Src};
+use super::weights::{self, Weights};
 use super::{Device, Member, Timing};
 use crate::error::{Error, Result};
 use crate::graph::op::Op;
@@ -50,7 +51,6 @@ use aligned::Aligned;
 use kernels::{ActK, Window};
 use panels::Panels;
 use std::time::Instant;
-use super::weights::{self, Weights};
 
 #[derive(Debug)]
 struct NodeRt {

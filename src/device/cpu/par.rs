@@ -5,32 +5,14 @@
 //! arithmetic: `f32::mul_add` is exactly rounded with or without the FMA unit, and a row is
 //! computed by one thread whatever the split.
 
-pub(crate) use super::team::team;
 use std::cell::Cell;
 
 thread_local! {
     static IN_LIBRARY: Cell<bool> = const { Cell::new(false) };
-    static IN_SHARE: Cell<bool> = const { Cell::new(false) };
 }
 
-/// True while this thread runs a share of a parallel job (a GEMM's columns, a kernel's rows, a
-/// sub-batch's images, attention's heads): the work is then already split, and stays on it.
-pub(crate) fn in_share() -> bool {
-    IN_SHARE.with(|g| g.get())
-}
-
-/// Runs `f` as a share of a parallel job ([`in_share`]).
-pub(crate) fn as_share<R>(f: impl FnOnce() -> R) -> R {
-    /// Puts the flag back, also when `f` panics.
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            IN_SHARE.with(|g| g.set(self.0));
-        }
-    }
-    let _restore = Restore(IN_SHARE.with(|g| g.replace(true)));
-    f()
-}
+pub(crate) use super::team::in_share;
+use super::team::team;
 
 /// Whether work may be split over the team from here: two threads or more, and not already
 /// inside a share.

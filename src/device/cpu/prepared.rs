@@ -4,8 +4,8 @@
 //! — a 3×3 convolution at stride 1 — transformed for Winograd's algorithm ([`winograd`]).
 
 use super::panels::Panels;
-use crate::device::weights::Weights;
 use super::{hwc, winograd};
+use crate::device::weights::Weights;
 use crate::graph::op::Op;
 use crate::graph::Node;
 

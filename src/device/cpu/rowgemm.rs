@@ -26,6 +26,7 @@ use super::activation::{self, ActK};
 use super::aligned::Aligned;
 use super::panels::Panels;
 use super::par::{self, avx512, vectorized_fn};
+use super::team;
 
 /// GEMMs with at least this many multiply-adds split their columns over the threads: from
 /// 2¹⁸, a batch-1 decoder step's 512 × 512 projections (1 MB of weights each, from memory)
@@ -206,7 +207,7 @@ fn split_columns(n: usize, macs: usize, c: *mut f32, f: &(dyn Fn(usize, usize, C
     if macs < PARALLEL_MACS || n < 32 || !par::may_split() {
         return f(0, n, c);
     }
-    let team = par::team();
+    let team = team::team();
     // a multiple of NR: a panel of packed weights is never split
     let per = n.div_ceil(team.threads()).div_ceil(NR) * NR;
     team.run(n.div_ceil(per), &|i| f(i * per, ((i + 1) * per).min(n), c));

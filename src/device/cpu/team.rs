@@ -20,6 +20,7 @@
 //! shares itself, one after the other). The team has as many threads as rayon's pool
 //! (`--threads`, `RAYON_NUM_THREADS`, else one per core), the caller included.
 
+use std::cell::Cell;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock, TryLockError};
@@ -91,6 +92,29 @@ pub fn index() -> usize {
     INDEX.with(|i| i.get())
 }
 
+thread_local! {
+    static IN_SHARE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// True while this thread runs a share of a parallel job (a GEMM's columns, a kernel's rows, a
+/// sub-batch's images, attention's heads): the work is then already split, and stays on it.
+pub(crate) fn in_share() -> bool {
+    IN_SHARE.with(|g| g.get())
+}
+
+/// Runs `f` as a share of a parallel job ([`in_share`]).
+pub(crate) fn as_share<R>(f: impl FnOnce() -> R) -> R {
+    /// Puts the flag back, also when `f` panics.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            IN_SHARE.with(|g| g.set(self.0));
+        }
+    }
+    let _restore = Restore(IN_SHARE.with(|g| g.replace(true)));
+    f()
+}
+
 /// The process's team, started at its first use.
 pub fn team() -> &'static Team {
     static TEAM: OnceLock<&'static Team> = OnceLock::new();
@@ -140,7 +164,7 @@ impl Team {
     /// yet claimed of theirs: the same thread usually computes the same rows node after node
     /// (they stay in its cache), and a helper slow to wake (one that had parked) leaves its
     /// shares to the others instead of holding the caller up. Each share runs as
-    /// [`super::par::as_share`] (work inside it is not split again). When another job holds the
+    /// [`as_share`] (work inside it is not split again). When another job holds the
     /// team, the caller runs every share itself, in order. A share's panic is passed on to the
     /// caller once every share has finished.
     pub fn run(&self, shares: usize, f: &(dyn Fn(usize) + Sync)) {
@@ -155,7 +179,7 @@ impl Team {
             false => None,
         };
         let Some(_guard) = guard else {
-            return super::par::as_share(|| (0..shares).for_each(f));
+            return as_share(|| (0..shares).for_each(f));
         };
         // SAFETY: a helper reads the pointer only after claiming a share, and this call waits
         // for every share (below), so the borrow outlives every use; lifetimes are erased to
@@ -223,9 +247,7 @@ impl Team {
         // SAFETY: share `i` is claimed and not done, so the job's caller is waiting for it and
         // the closure is alive.
         if let Some(f) = unsafe { (*self.job.get()).map(|j| &*j) } {
-            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                super::par::as_share(|| f(i))
-            }));
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| as_share(|| f(i))));
             if ran.is_err() {
                 self.panicked.store(true, Ordering::SeqCst);
             }
@@ -296,7 +318,7 @@ mod tests {
             let runs: Vec<AtomicU32> = (0..shares).map(|_| AtomicU32::new(0)).collect();
             let on: Vec<AtomicUsize> = (0..shares).map(|_| AtomicUsize::new(99)).collect();
             team.run(shares, &|i| {
-                assert!(super::super::par::in_share());
+                assert!(crate::device::cpu::team::in_share());
                 runs[i].fetch_add(1, Ordering::SeqCst);
                 on[i].store(index(), Ordering::SeqCst);
             });
@@ -305,7 +327,10 @@ mod tests {
                 assert!(on[i].load(Ordering::SeqCst) < 3, "share {i} of {shares}");
             }
         }
-        assert!(!super::super::par::in_share(), "the caller is itself again");
+        assert!(
+            !crate::device::cpu::team::in_share(),
+            "the caller is itself again"
+        );
     }
 
     /// Helpers that parked after [`LINGER`] wake for the next job.

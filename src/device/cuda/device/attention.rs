@@ -59,20 +59,26 @@ impl CudaDevice {
         let shape = self.attn_rows(model, i, members, mode, heads)?;
         self.stage_gather_first_input(model, i, members)?;
         let (ka, kb, counts) = (
-            std::mem::take(&mut self.host_i64),
-            std::mem::take(&mut self.host_i64b),
-            std::mem::take(&mut self.host_i32),
+            std::mem::take(&mut self.host.host_i64),
+            std::mem::take(&mut self.host.host_i64b),
+            std::mem::take(&mut self.host.host_i32),
         );
-        self.staged.i64a = self.stage_i64(&ka);
-        self.staged.i64b = self.stage_i64(&kb);
-        self.staged.i32a = self.stage_i32(&counts);
+        self.host.staged.i64a = self.stage_i64(&ka);
+        self.host.staged.i64b = self.stage_i64(&kb);
+        self.host.staged.i32a = self.stage_i32(&counts);
         let max_keys = counts.iter().copied().max().unwrap_or(1).max(1) as u32;
-        (self.host_i64, self.host_i64b, self.host_i32) = (ka, kb, counts);
+        (self.host.host_i64, self.host.host_i64b, self.host.host_i32) = (ka, kb, counts);
         if shape.kv_node.is_none() {
             // this step's keys and values: columns d..3d of the gathered Q|K|V rows, into each
             // member's slot of the cache (max_dec steps per slot)
-            let d = self.layout.as_ref().ok_or_else(|| missing("layout"))?.nodes[i].feat;
-            let max_dec = self.max_dec;
+            let d = self
+                .mem
+                .layout
+                .as_ref()
+                .ok_or_else(|| missing("layout"))?
+                .nodes[i]
+                .feat;
+            let max_dec = self.mem.max_dec;
             let segs: Vec<[i64; 3]> = members
                 .iter()
                 .enumerate()
@@ -84,9 +90,9 @@ impl CudaDevice {
                     ]
                 })
                 .collect();
-            self.staged.cache = Some(self.stage_copy(&segs));
+            self.host.staged.cache = Some(self.stage_copy(&segs));
         }
-        self.staged.attn = Some((shape, max_keys));
+        self.host.staged.attn = Some((shape, max_keys));
         Ok(())
     }
 
@@ -108,12 +114,22 @@ impl CudaDevice {
         if distinct.len() > MAX_GROUPS {
             return Ok(false);
         }
-        let d = self.layout.as_ref().ok_or_else(|| missing("layout"))?.nodes[i].feat;
+        let d = self
+            .mem
+            .layout
+            .as_ref()
+            .ok_or_else(|| missing("layout"))?
+            .nodes[i]
+            .feat;
         let dh = d / heads;
         self.stage_gather_first_input(model, i, members)?;
-        let sc = self.scratch.as_ref().ok_or_else(|| missing("scratch"))?;
+        let sc = self
+            .mem
+            .scratch
+            .as_ref()
+            .ok_or_else(|| missing("scratch"))?;
         // addresses of element 0 of scratch A (Q|K|V rows), the scores and scratch C (outputs)
-        let base = |s: &CudaSlice<f32>| s.device_ptr(&self.stream).0 as i64;
+        let base = |s: &CudaSlice<f32>| s.device_ptr(&self.lib.stream).0 as i64;
         let (a, scores, c) = (base(&sc.a), base(&sc.scores), base(&sc.c));
         // each member's first row in A and C, in gather order
         let mut first = Vec::with_capacity(members.len());
@@ -150,12 +166,12 @@ impl CudaDevice {
                     count += 1;
                 }
             }
-            let ptrs = self.staged.host.len();
+            let ptrs = self.host.staged.host.len();
             for arr in &arrays {
-                self.staged.host.extend_from_slice(arr);
+                self.host.staged.host.extend_from_slice(arr);
             }
             score_at += count * l * l;
-            self.staged.attn_gemm.push(GemmGroup {
+            self.host.staged.attn_gemm.push(GemmGroup {
                 count,
                 ptrs,
                 ..group
@@ -166,18 +182,30 @@ impl CudaDevice {
 
     /// Encoder self-attention as staged by [`Self::stage_attention_gemm`].
     fn attention_gemm(&mut self, i: usize, heads: usize) -> Result<()> {
-        let d = self.layout.as_ref().ok_or_else(|| missing("layout"))?.nodes[i].feat;
+        let d = self
+            .mem
+            .layout
+            .as_ref()
+            .ok_or_else(|| missing("layout"))?
+            .nodes[i]
+            .feat;
         let dh = d / heads;
         self.gather()?;
         let CudaDevice {
-            stream,
-            funcs,
-            scratch,
-            staged,
-            blas,
+            lib,
+            mem,
+            host,
             precision,
             ..
         } = self;
+        let Libs {
+            stream,
+            funcs,
+            blas,
+            ..
+        } = lib;
+        let Memory { scratch, .. } = mem;
+        let Host { staged, .. } = host;
         let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
         let groups = &staged.attn_gemm;
         let compute = match precision {
@@ -222,10 +250,10 @@ impl CudaDevice {
 
     /// Attention over the staged query rows, keys and values (see [`Self::stage_attention`]).
     pub(super) fn attention(&mut self, i: usize, mode: AttnMode, heads: usize) -> Result<()> {
-        if !self.staged.attn_gemm.is_empty() {
+        if !self.host.staged.attn_gemm.is_empty() {
             return self.attention_gemm(i, heads);
         }
-        let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
+        let layout = self.mem.layout.as_ref().ok_or_else(|| missing("layout"))?;
         let d = layout.nodes[i].feat;
         let (
             AttnShape {
@@ -239,18 +267,15 @@ impl CudaDevice {
             },
             max_keys,
         ) = self
+            .host
             .staged
             .attn
             .ok_or_else(|| missing("attention tables"))?;
         let qrows = self.gather()?;
-        let CudaDevice {
-            stream,
-            funcs,
-            nodes,
-            scratch,
-            staged,
-            ..
-        } = self;
+        let CudaDevice { lib, mem, host, .. } = self;
+        let Libs { stream, funcs, .. } = lib;
+        let Memory { nodes, scratch, .. } = mem;
+        let Host { staged, .. } = host;
         let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
         if let Some(g) = staged.cache {
             let cache = nodes[i].state.as_mut().ok_or_else(|| missing("kv cache"))?;
@@ -331,21 +356,24 @@ impl CudaDevice {
         heads: usize,
     ) -> Result<AttnShape> {
         let node = &model.nodes[i];
-        let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
+        let layout = self.mem.layout.as_ref().ok_or_else(|| missing("layout"))?;
         let d = layout.nodes[i].feat;
-        let max_dec = self.max_dec;
-        self.host_i64.clear();
-        self.host_i64b.clear();
-        self.host_i32.clear();
+        let max_dec = self.mem.max_dec;
+        self.host.host_i64.clear();
+        self.host.host_i64b.clear();
+        self.host.host_i32.clear();
         // per query row: key and value base offsets and key counts; then the strides
         Ok(match mode {
             AttnMode::Additive | AttnMode::Dot => {
                 let kp = node.inputs[1].node.idx();
                 let vp = node.inputs[2].node.idx();
                 for m in members {
-                    self.host_i64.push(layout.offset(kp, m.slot, 0) as i64);
-                    self.host_i64b.push(layout.offset(vp, m.slot, 0) as i64);
-                    self.host_i32
+                    self.host.host_i64.push(layout.offset(kp, m.slot, 0) as i64);
+                    self.host
+                        .host_i64b
+                        .push(layout.offset(vp, m.slot, 0) as i64);
+                    self.host
+                        .host_i32
                         .push(Layout::valid_rows(model, kp, m.len) as i32);
                 }
                 let qstride = node.in_shapes[0].feat[0];
@@ -363,9 +391,9 @@ impl CudaDevice {
                 for m in members {
                     let step = m.step;
                     let base = m.slot as usize * max_dec * 2 * d;
-                    self.host_i64.push(base as i64);
-                    self.host_i64b.push((base + d) as i64);
-                    self.host_i32.push(step as i32 + 1);
+                    self.host.host_i64.push(base as i64);
+                    self.host.host_i64b.push((base + d) as i64);
+                    self.host.host_i32.push(step as i32 + 1);
                 }
                 AttnShape::multi_head(3 * d, None, 2 * d, d / heads)
             }
@@ -374,10 +402,13 @@ impl CudaDevice {
                 for m in members {
                     let rows = Layout::rows(node, m.len);
                     for _ in 0..rows {
-                        self.host_i64.push((layout.offset(p, m.slot, 0) + d) as i64);
-                        self.host_i64b
+                        self.host
+                            .host_i64
+                            .push((layout.offset(p, m.slot, 0) + d) as i64);
+                        self.host
+                            .host_i64b
                             .push((layout.offset(p, m.slot, 0) + 2 * d) as i64);
-                        self.host_i32.push(rows as i32);
+                        self.host.host_i32.push(rows as i32);
                     }
                 }
                 AttnShape::multi_head(3 * d, Some((p, p)), 3 * d, d / heads)
@@ -386,10 +417,14 @@ impl CudaDevice {
                 let kvp = node.inputs[1].node.idx();
                 for m in members {
                     for _ in 0..Layout::rows(node, m.len) {
-                        self.host_i64.push(layout.offset(kvp, m.slot, 0) as i64);
-                        self.host_i64b
+                        self.host
+                            .host_i64
+                            .push(layout.offset(kvp, m.slot, 0) as i64);
+                        self.host
+                            .host_i64b
                             .push((layout.offset(kvp, m.slot, 0) + d) as i64);
-                        self.host_i32
+                        self.host
+                            .host_i32
                             .push(Layout::valid_rows(model, kvp, m.len) as i32);
                     }
                 }

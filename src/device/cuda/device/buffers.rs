@@ -162,23 +162,23 @@ impl CudaDevice {
     /// Allocates everything `model` needs to serve up to `mb` requests at once.
     pub(super) fn allocate(&mut self, model: &Model, mb: usize) -> Result<()> {
         // free the previous model's buffers first: a re-prepare must not need both sets
-        self.stream.synchronize().map_err(cuda_err)?;
+        self.lib.stream.synchronize().map_err(cuda_err)?;
         self.graphs.clear();
-        self.lt.clear();
-        if let Some(d) = self.dnn.as_mut() {
+        self.lib.lt.clear();
+        if let Some(d) = self.lib.dnn.as_mut() {
             d.clear();
         }
-        self.nodes.clear();
-        (self.scratch, self.s16, self.layout) = (None, None, None);
-        self.model_name.clear();
+        self.mem.nodes.clear();
+        (self.mem.scratch, self.mem.s16, self.mem.layout) = (None, None, None);
+        self.mem.model_name.clear();
         let Plan {
             layout,
             needs,
             in_feats,
             segs,
             tables,
-        } = Plan::new(model, mb, self.conv_path)?;
-        self.max_dec = model.seq.as_ref().map_or(1, |s| s.max_dec as usize);
+        } = Plan::new(model, mb, self.lib.conv_path)?;
+        self.mem.max_dec = model.seq.as_ref().map_or(1, |s| s.max_dec as usize);
         let mut nodes = Vec::with_capacity(model.nodes.len());
         for (n, &in_feat) in model.nodes.iter().zip(&in_feats) {
             nodes.push(self.node_buffers(model, n, &layout, in_feat)?);
@@ -187,17 +187,17 @@ impl CudaDevice {
             .iter()
             .filter_map(|g| g.conv.as_ref().map(|c| c.workspace()))
             .max();
-        if let (Some(bytes), Some(d)) = (workspace, self.dnn.as_mut()) {
-            d.allocate_workspace(&self.stream, bytes)?;
+        if let (Some(bytes), Some(d)) = (workspace, self.lib.dnn.as_mut()) {
+            d.allocate_workspace(&self.lib.stream, bytes)?;
         }
-        self.scratch = Some(Scratch {
+        self.mem.scratch = Some(Scratch {
             a: self.zeros(needs.a)?,
             c: self.zeros(needs.c)?,
             cols: self.zeros(needs.cols)?,
             scores: self.zeros(needs.scores)?,
             tables: self.zeros(tables)?,
         });
-        self.s16 = if self.precision == Precision::F16 {
+        self.mem.s16 = if self.precision == Precision::F16 {
             let n16 = needs.a.max(needs.c).max(needs.cols);
             Some(Scratch16 {
                 a: self.zeros(n16)?,
@@ -207,14 +207,14 @@ impl CudaDevice {
         } else {
             None
         };
-        self.segs = Vec::with_capacity(segs);
-        self.staged.host = Vec::with_capacity(tables);
-        self.host_i32 = Vec::with_capacity(needs.rows);
-        self.host_i64 = Vec::with_capacity(needs.rows);
-        self.host_i64b = Vec::with_capacity(needs.rows);
-        self.nodes = nodes;
-        self.layout = Some(layout);
-        self.model_name = model.name.clone();
+        self.host.segs = Vec::with_capacity(segs);
+        self.host.staged.host = Vec::with_capacity(tables);
+        self.host.host_i32 = Vec::with_capacity(needs.rows);
+        self.host.host_i64 = Vec::with_capacity(needs.rows);
+        self.host.host_i64b = Vec::with_capacity(needs.rows);
+        self.mem.nodes = nodes;
+        self.mem.layout = Some(layout);
+        self.mem.model_name = model.name.clone();
         Ok(())
     }
 
@@ -231,7 +231,7 @@ impl CudaDevice {
         let mb = layout.max_batch;
         let feat = layout.nodes[n.id.idx()].feat;
         let mut w = weights::of(model, n, self.seed);
-        let conv = match (&n.op, &self.dnn) {
+        let conv = match (&n.op, &self.lib.dnn) {
             (
                 Op::Conv2d {
                     kernel,
@@ -242,7 +242,7 @@ impl CudaDevice {
                     ..
                 },
                 Some(d),
-            ) if self.conv_path.cudnn() => {
+            ) if self.lib.conv_path.cudnn() => {
                 let (ho, wo) = n.out_hw();
                 let spec = dnn::ConvSpec {
                     name: &n.name,
@@ -255,8 +255,8 @@ impl CudaDevice {
                     act: *act,
                     weights: &w,
                 };
-                let how = (self.precision, self.conv_path);
-                let plan = dnn::ConvPlan::new(d, &self.stream, &spec, mb, how)?;
+                let how = (self.precision, self.lib.conv_path);
+                let plan = dnn::ConvPlan::new(d, &self.lib.stream, &spec, mb, how)?;
                 w = Weights::default();
                 Some(plan)
             }
@@ -283,7 +283,7 @@ impl CudaDevice {
         };
         let state = match n.carried() {
             Carried::Hidden(hidden) => Some(self.zeros(mb * hidden)?),
-            Carried::KeysValues => Some(self.zeros(mb * self.max_dec * 2 * feat)?),
+            Carried::KeysValues => Some(self.zeros(mb * self.mem.max_dec * 2 * feat)?),
             Carried::Nothing => None,
         };
         // GEMM weights (and tables read by tied GEMMs) also in f16 at f16 precision
@@ -303,21 +303,21 @@ impl CudaDevice {
 
     /// `n` zeroed elements on the device.
     fn zeros<T: DeviceRepr + ValidAsZeroBits>(&self, n: usize) -> Result<CudaSlice<T>> {
-        self.stream.alloc_zeros::<T>(n).map_err(cuda_err)
+        self.lib.stream.alloc_zeros::<T>(n).map_err(cuda_err)
     }
 
     fn upload(&self, v: &[f32]) -> Result<Option<CudaSlice<f32>>> {
         if v.is_empty() {
             Ok(None)
         } else {
-            Ok(Some(self.stream.clone_htod(v).map_err(cuda_err)?))
+            Ok(Some(self.lib.stream.clone_htod(v).map_err(cuda_err)?))
         }
     }
 
     fn upload_weights(&self, w: &Weights, gemm: bool) -> Result<GpuWeights> {
         let w16 = if gemm && self.precision == Precision::F16 && !w.w.is_empty() {
             let h: Vec<half::f16> = w.w.iter().map(|&x| half::f16::from_f32(x)).collect();
-            Some(self.stream.clone_htod(&h).map_err(cuda_err)?)
+            Some(self.lib.stream.clone_htod(&h).map_err(cuda_err)?)
         } else {
             None
         };

@@ -7,7 +7,7 @@ impl CudaDevice {
     /// else im2col (or depthwise) over every image, one strided-batched GEMM, the channel
     /// epilogue.
     pub(super) fn conv(&mut self, model: &Model, i: usize) -> Result<()> {
-        if self.nodes.get(i).is_some_and(|g| g.conv.is_some()) {
+        if self.mem.nodes.get(i).is_some_and(|g| g.conv.is_some()) {
             return self.conv_cudnn(i);
         }
         let node = &model.nodes[i];
@@ -47,16 +47,20 @@ impl CudaDevice {
         // their columns in `cols` (kk·p apart), outputs in C (co·p apart)
         let nimg = self.gather()?;
         let nimg_i = nimg as i32;
-        let CudaDevice {
+        let CudaDevice { lib, mem, host, .. } = self;
+        let Libs {
             stream,
             funcs,
+            blas,
+            ..
+        } = lib;
+        let Memory {
             nodes,
             scratch,
-            staged,
-            blas,
             s16,
             ..
-        } = self;
+        } = mem;
+        let Host { staged, .. } = host;
         let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
         // the input images in scratch A or the producer's rows, the outputs in scratch C or
         // the node's own rows
@@ -145,17 +149,21 @@ impl CudaDevice {
         let nimg = self.gather()?;
         // the raw cuDNN calls need the context current on this thread (cudarc's own calls
         // make it so themselves)
-        self.ctx.bind_to_thread().map_err(cuda_err)?;
-        let CudaDevice {
+        self.lib.ctx.bind_to_thread().map_err(cuda_err)?;
+        let CudaDevice { lib, mem, host, .. } = self;
+        let Libs {
             stream,
             funcs,
+            dnn: cudnn,
+            ..
+        } = lib;
+        let Memory {
             nodes,
             scratch,
-            staged,
-            dnn: cudnn,
             s16,
             ..
-        } = self;
+        } = mem;
+        let Host { staged, .. } = host;
         let (c, h, w, co, p) = {
             let plan = nodes[i]
                 .conv
@@ -200,14 +208,10 @@ impl CudaDevice {
             PoolKind::Avg => (*kernel, *stride, *padding, 1),
         };
         let nimg = self.gather()?;
-        let CudaDevice {
-            stream,
-            funcs,
-            nodes,
-            scratch,
-            staged,
-            ..
-        } = self;
+        let CudaDevice { lib, mem, host, .. } = self;
+        let Libs { stream, funcs, .. } = lib;
+        let Memory { nodes, scratch, .. } = mem;
+        let Host { staged, .. } = host;
         let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
         let Operands { x, mut y, .. } =
             Self::operands(nodes, sc, staged, i, nimg * c * h * w, nimg * c * ho * wo)?;

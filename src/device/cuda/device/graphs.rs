@@ -83,7 +83,7 @@ impl CudaDevice {
             self.graphs.stats.direct += 1;
             return self.run_node(model, at, members);
         }
-        let key = shape_key(i, members.len(), &self.staged);
+        let key = shape_key(i, members.len(), &self.host.staged);
         if let Some(Graph(g)) = self.graphs.cache.get(&key) {
             g.launch().map_err(cuda_err)?;
             self.graphs.stats.replayed += 1;
@@ -102,12 +102,13 @@ impl CudaDevice {
 
     /// Records what [`CudaDevice::run_node`] enqueues into a graph, without running it.
     fn capture(&mut self, model: &Model, at: NodeStep, members: &[Member]) -> Result<CudaGraph> {
-        self.stream
+        self.lib
+            .stream
             .begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
             .map_err(cuda_err)?;
         let ran = self.run_node(model, at, members);
         // end the capture whatever happened, so that the stream works again
-        let graph = self.stream.end_capture(CUgraphInstantiate_flags(0));
+        let graph = self.lib.stream.end_capture(CUgraphInstantiate_flags(0));
         ran?;
         graph
             .map_err(cuda_err)?

@@ -8,24 +8,31 @@ impl CudaDevice {
     /// a ReLU or GELU fused; another activation as one kernel after it.
     pub(super) fn linear(&mut self, model: &Model, i: usize) -> Result<()> {
         let node = &model.nodes[i];
-        let feat = self.layout.as_ref().ok_or_else(|| missing("layout"))?.nodes[i].feat;
+        let feat = self
+            .mem
+            .layout
+            .as_ref()
+            .ok_or_else(|| missing("layout"))?
+            .nodes[i]
+            .feat;
         let Op::Linear { act, .. } = &node.op else {
             return Err(Error::Internal(format!("linear on node '{}'", node.name)));
         };
         let rows = self.gather()?;
-        let k = self.nodes[i].in_feat;
+        let k = self.mem.nodes[i].in_feat;
         // the raw cuBLASLt calls need the context current on this thread
-        self.ctx.bind_to_thread().map_err(cuda_err)?;
-        let CudaDevice {
-            stream,
-            funcs,
+        self.lib.ctx.bind_to_thread().map_err(cuda_err)?;
+        let CudaDevice { lib, mem, host, .. } = self;
+        let Libs {
+            stream, funcs, lt, ..
+        } = lib;
+        let Memory {
             nodes,
             scratch,
-            staged,
             s16,
-            lt,
             ..
-        } = self;
+        } = mem;
+        let Host { staged, .. } = host;
         let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
         let tied = nodes[i].tied;
         {

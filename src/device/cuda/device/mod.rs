@@ -53,8 +53,8 @@ pub use dnn::{ConvChoice, ConvPath};
 
 use super::nvrtc;
 use crate::device::capture::{Capture, CaptureMode};
-use crate::device::weights::{self, Weights};
 use crate::device::layout::{Layout, Seg, Src};
+use crate::device::weights::{self, Weights};
 use crate::device::{Device, Member, Timing};
 use crate::error::{Error, Result};
 use crate::graph::op::{Act, AttnMode, Op, PoolKind, PosEnc};
@@ -432,9 +432,27 @@ impl CudaDevice {
     }
 }
 
-/// The CUDA device.
+/// The CUDA device: its state by concern, so that an op borrows the part it reads (the
+/// library handles, the prepared model's device memory, the host's staging of rows) apart
+/// from the part it writes.
 pub struct CudaDevice {
     seed: u64,
+    name: String,
+    precision: Precision,
+    /// Library handles and compiled kernels, fixed once the device is open.
+    lib: Libs,
+    /// Device memory for the prepared model.
+    mem: Memory,
+    /// The host side of each execution: its rows, staged, reused.
+    host: Host,
+    /// Outputs captured for a comparison, or handed to a front end's exchange.
+    capture: Capture,
+    /// CUDA graphs of repeated node executions.
+    graphs: Graphs,
+}
+
+/// The CUDA libraries' handles and the compiled kernels.
+struct Libs {
     /// Held so the context outlives every buffer (the stream holds it too); made current on
     /// the calling thread before the raw cuDNN and cuBLASLt calls.
     ctx: Arc<CudaContext>,
@@ -450,23 +468,26 @@ pub struct CudaDevice {
     /// Why `--conv auto` chose im2col, when it did.
     conv_note: Option<String>,
     funcs: HashMap<String, CudaFunction>,
-    name: String,
+}
+
+/// The prepared model's device memory: its layout, every node's buffers, the scratch.
+struct Memory {
     layout: Option<Layout>,
     model_name: String,
     nodes: Vec<NodeGpu>,
     scratch: Option<Scratch>,
     s16: Option<Scratch16>,
-    precision: Precision,
     max_dec: usize,
-    // host-side scratch, reused
+}
+
+/// Host-side staging, reused from one execution to the next.
+struct Host {
     segs: Vec<Seg>,
     staged: Staged,
     host_i32: Vec<i32>,
     host_i64: Vec<i64>,
     host_i64b: Vec<i64>,
     host_in: Vec<f32>,
-    capture: Capture,
-    graphs: Graphs,
 }
 
 impl CudaDevice {
@@ -526,29 +547,35 @@ impl CudaDevice {
         let name = ctx.name().map_err(cuda_err)?;
         Ok(CudaDevice {
             seed,
-            ctx,
-            stream,
-            blas,
-            _blas_workspace: blas_workspace,
-            lt,
-            dnn,
-            conv_path,
-            conv_note,
-            funcs,
             name,
-            layout: None,
-            model_name: String::new(),
-            nodes: Vec::new(),
-            scratch: None,
-            s16: None,
             precision,
-            max_dec: 1,
-            segs: Vec::new(),
-            staged: Staged::default(),
-            host_i32: Vec::new(),
-            host_i64: Vec::new(),
-            host_i64b: Vec::new(),
-            host_in: Vec::new(),
+            lib: Libs {
+                ctx,
+                stream,
+                blas,
+                _blas_workspace: blas_workspace,
+                lt,
+                dnn,
+                conv_path,
+                conv_note,
+                funcs,
+            },
+            mem: Memory {
+                layout: None,
+                model_name: String::new(),
+                nodes: Vec::new(),
+                scratch: None,
+                s16: None,
+                max_dec: 1,
+            },
+            host: Host {
+                segs: Vec::new(),
+                staged: Staged::default(),
+                host_i32: Vec::new(),
+                host_i64: Vec::new(),
+                host_i64b: Vec::new(),
+                host_in: Vec::new(),
+            },
             capture: Capture::default(),
             graphs: Graphs::default(),
         })
@@ -566,22 +593,22 @@ impl CudaDevice {
         match choice {
             ConvChoice::Auto => {}
             ConvChoice::Path(ConvPath::Im2col) => {
-                self.dnn = None;
-                self.conv_path = ConvPath::Im2col;
-                self.conv_note = None;
+                self.lib.dnn = None;
+                self.lib.conv_path = ConvPath::Im2col;
+                self.lib.conv_note = None;
             }
             ConvChoice::Path(p @ (ConvPath::Cudnn | ConvPath::CudnnLegacy)) => {
-                if self.dnn.is_none() {
+                if self.lib.dnn.is_none() {
                     return Err(Error::invalid(
                         "--conv",
                         format!(
                             "{} needs the cuDNN library: {}",
                             p.name(),
-                            self.conv_note.as_deref().unwrap_or("cuDNN not loaded")
+                            self.lib.conv_note.as_deref().unwrap_or("cuDNN not loaded")
                         ),
                     ));
                 }
-                self.conv_path = p;
+                self.lib.conv_path = p;
             }
         }
         Ok(self)
@@ -589,29 +616,29 @@ impl CudaDevice {
 
     /// How convolutions run.
     pub fn conv_path(&self) -> ConvPath {
-        self.conv_path
+        self.lib.conv_path
     }
 
     /// Why convolutions run as im2col although `--conv` was `auto` (cuDNN missing), if so.
     pub fn conv_note(&self) -> Option<&str> {
-        self.conv_note.as_deref()
+        self.lib.conv_note.as_deref()
     }
 
     /// The cuDNN algorithm chosen for node `node` at `n` images (cuDNN path, after prepare).
     pub fn conv_algorithm(&self, node: usize, n: usize) -> Option<String> {
-        self.nodes.get(node)?.conv.as_ref()?.algorithm(n)
+        self.mem.nodes.get(node)?.conv.as_ref()?.algorithm(n)
     }
 
     /// cuBLASLt plans made so far (one per linear node, row count and operand alignment).
     pub fn linear_plans(&self) -> usize {
-        self.lt.plans()
+        self.lib.lt.plans()
     }
 
     /// Stages node `i`'s index tables for the sub-batch (see [`Staged`]) and uploads them in
     /// one copy, before any of its launches.
     fn stage(&mut self, model: &Model, at: NodeStep, members: &[Member]) -> Result<()> {
         let i = at.node.idx();
-        self.staged.clear();
+        self.host.staged.clear();
         if in_place(&model.nodes[i].op) {
             self.stage_direct_out(model, i, members)?;
         }
@@ -635,7 +662,7 @@ impl CudaDevice {
             | Op::Argmax
             | Op::Take { .. } => self.stage_gather(model, i, members)?,
         }
-        if self.staged.direct_out.is_none() {
+        if self.host.staged.direct_out.is_none() {
             self.stage_scatter(model, i, members)?;
         }
         self.upload_tables()
@@ -717,12 +744,12 @@ impl Device for CudaDevice {
     }
 
     fn notice(&self) -> Option<String> {
-        let why = self.conv_note.as_deref()?;
+        let why = self.lib.conv_note.as_deref()?;
         Some(format!("{why}: convolutions run as im2col + cuBLAS"))
     }
 
     fn description(&self) -> String {
-        let conv = match (self.conv_path, &self.dnn) {
+        let conv = match (self.lib.conv_path, &self.lib.dnn) {
             (ConvPath::Cudnn, Some(d)) => format!("cuDNN {} convolutions", d.version_string()),
             (ConvPath::CudnnLegacy, Some(d)) => {
                 format!("cuDNN {} legacy-API convolutions", d.version_string())
@@ -743,7 +770,7 @@ impl Device for CudaDevice {
             return Err(Error::invalid("max batch", "must be at least 1"));
         }
         self.allocate(model, max_batch as usize)?;
-        self.stream.synchronize().map_err(cuda_err)?;
+        self.lib.stream.synchronize().map_err(cuda_err)?;
         Ok(())
     }
 
@@ -752,13 +779,13 @@ impl Device for CudaDevice {
         // uploading its index tables, every launch and enqueue, and the GPU's work. One
         // blocking sync per node, at its end; nothing inside the node waits.
         let t0 = Instant::now();
-        if model.name != self.model_name {
+        if model.name != self.mem.model_name {
             return Err(Error::Internal(format!(
                 "cuda device prepared for {}, asked to run {}",
-                self.model_name, model.name
+                self.mem.model_name, model.name
             )));
         }
-        let mb = self.layout.as_ref().map_or(0, |l| l.max_batch);
+        let mb = self.mem.layout.as_ref().map_or(0, |l| l.max_batch);
         if members.is_empty() || members.len() > mb || members.iter().any(|m| m.slot as usize >= mb)
         {
             return Err(Error::Internal(
@@ -767,6 +794,7 @@ impl Device for CudaDevice {
         }
         if at.step as usize
             >= self
+                .mem
                 .max_dec
                 .max(model.seq.as_ref().map_or(1, |s| s.max_enc as usize))
         {
@@ -776,7 +804,7 @@ impl Device for CudaDevice {
         }
         self.stage(model, at, members)?;
         self.run_staged(model, at, members)?;
-        self.stream.synchronize().map_err(cuda_err)?;
+        self.lib.stream.synchronize().map_err(cuda_err)?;
         let time = Nanos(t0.elapsed().as_nanos() as u64);
         if self.capture.is_on() {
             self.capture_outputs(model, at.node.idx(), members)?;
@@ -790,6 +818,10 @@ impl Device for CudaDevice {
 
 impl std::fmt::Debug for CudaDevice {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CudaDevice({}, model {})", self.name, self.model_name)
+        write!(
+            f,
+            "CudaDevice({}, model {})",
+            self.name, self.mem.model_name
+        )
     }
 }

@@ -12,16 +12,16 @@ use super::*;
 impl CudaDevice {
     /// Appends `v` to the node's staged tables; returns where it starts (in i64s).
     pub(super) fn stage_i64(&mut self, v: &[i64]) -> usize {
-        let at = self.staged.host.len();
-        self.staged.host.extend_from_slice(v);
+        let at = self.host.staged.host.len();
+        self.host.staged.host.extend_from_slice(v);
         at
     }
 
     /// Appends `v` to the node's staged tables, two i32 to an i64 (little-endian, as the GPU
     /// reads them); returns where it starts (in i64s).
     pub(super) fn stage_i32(&mut self, v: &[i32]) -> usize {
-        let at = self.staged.host.len();
-        self.staged.host.extend(v.chunks(2).map(|p| {
+        let at = self.host.staged.host.len();
+        self.host.staged.host.extend(v.chunks(2).map(|p| {
             let lo = u64::from(p[0] as u32);
             let hi = p.get(1).map_or(0, |&x| u64::from(x as u32));
             (lo | hi << 32) as i64
@@ -29,10 +29,11 @@ impl CudaDevice {
         at
     }
 
-    /// Stages the copies in `self.segs`: one `copy_segments` launch per source buffer (node
+    /// Stages the copies in `self.host.segs`: one `copy_segments` launch per source buffer (node
     /// buffers, or fills), each with its segment table.
     pub(super) fn stage_segs(&mut self) {
-        let CudaDevice { segs, staged, .. } = self;
+        let CudaDevice { host, .. } = self;
+        let Host { segs, staged, .. } = host;
         let mut done = vec![false; segs.len()];
         for s0 in 0..segs.len() {
             if done[s0] {
@@ -71,15 +72,15 @@ impl CudaDevice {
         members: &[Member],
     ) -> Result<()> {
         let node = &model.nodes[i];
-        let width = self.nodes[i].in_feat;
-        let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
+        let width = self.mem.nodes[i].in_feat;
+        let layout = self.mem.layout.as_ref().ok_or_else(|| missing("layout"))?;
         let mut rows = 0;
         for m in members {
             for r in 0..Layout::rows(node, m.len) {
                 let mut off = rows * width;
                 for (k, inp) in node.inputs.iter().enumerate() {
                     layout.input_segs(model, node, inp, m, r, |s| {
-                        self.segs.push(Seg {
+                        self.host.segs.push(Seg {
                             dst: s.dst + off,
                             ..s
                         })
@@ -89,21 +90,22 @@ impl CudaDevice {
                 rows += 1;
             }
         }
-        self.staged.rows = rows;
+        self.host.staged.rows = rows;
         let feat = layout.nodes[i].feat;
         if let (Op::Flatten | Op::Concat | Op::Take { .. }, Some(off)) =
-            (&node.op, self.staged.direct_out)
+            (&node.op, self.host.staged.direct_out)
         {
             // a row copy writing in place gathers straight into its rows, unless it reads
             // its own buffer
             let own = self
+                .host
                 .segs
                 .iter()
                 .any(|s| matches!(s.src, Src::Node { node, .. } if node == i));
             if own || width != feat {
-                self.staged.direct_out = None;
+                self.host.staged.direct_out = None;
             } else {
-                self.staged.gather_into = Some((i, off));
+                self.host.staged.gather_into = Some((i, off));
             }
             self.stage_segs();
             return Ok(());
@@ -125,23 +127,23 @@ impl CudaDevice {
                     .map(|s| s.feat.iter().product())
                     .collect();
                 self.input_runs(model, i, members, &ws)?;
-                match self.staged.runs[..] {
+                match self.host.staged.runs[..] {
                     [Some(r0), Some(r1)] if ws == [feat, feat] => Some(DirectIn::Pair([r0, r1])),
                     _ => None,
                 }
             }
             (true, None) => None,
         };
-        self.staged.direct_in = direct;
+        self.host.staged.direct_in = direct;
         if direct.is_some() {
-            self.segs.clear();
+            self.host.segs.clear();
         } else {
             self.stage_segs();
         }
         Ok(())
     }
 
-    /// The producer and offset when the gather in `self.segs` (of `len` elements into scratch
+    /// The producer and offset when the gather in `self.host.segs` (of `len` elements into scratch
     /// A) reads one contiguous run of one producer's buffer (not node `i`'s) in order: every
     /// segment from that buffer, each at the same distance from its destination, together
     /// covering all `len` elements (the segments never overlap). Then that run is what the
@@ -149,7 +151,7 @@ impl CudaDevice {
     fn whole_run(&self, i: usize, len: usize) -> Option<(usize, usize)> {
         let mut run = None;
         let mut covered = 0;
-        for s in &self.segs {
+        for s in &self.host.segs {
             let Src::Node { node, off } = s.src else {
                 return None;
             };
@@ -174,8 +176,8 @@ impl CudaDevice {
         ws: &[usize],
     ) -> Result<()> {
         let node = &model.nodes[i];
-        let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
-        let runs = &mut self.staged.runs;
+        let layout = self.mem.layout.as_ref().ok_or_else(|| missing("layout"))?;
+        let runs = &mut self.host.staged.runs;
         runs.clear();
         for (k, inp) in node.inputs.iter().enumerate() {
             let w = ws[k];
@@ -213,7 +215,7 @@ impl CudaDevice {
         members: &[Member],
     ) -> Result<()> {
         let node = &model.nodes[i];
-        let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
+        let layout = self.mem.layout.as_ref().ok_or_else(|| missing("layout"))?;
         let feat = layout.nodes[i].feat;
         let (mut first, mut r_at) = (None, 0);
         for m in members {
@@ -226,7 +228,7 @@ impl CudaDevice {
                 r_at += 1;
             }
         }
-        self.staged.direct_out = first;
+        self.host.staged.direct_out = first;
         Ok(())
     }
 
@@ -239,13 +241,13 @@ impl CudaDevice {
     ) -> Result<()> {
         let node = &model.nodes[i];
         let width: usize = node.in_shapes[0].feat.iter().product();
-        let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
+        let layout = self.mem.layout.as_ref().ok_or_else(|| missing("layout"))?;
         let mut rows = 0;
         for m in members {
             for r in 0..Layout::rows(node, m.len) {
                 let off = rows * width;
                 layout.input_segs(model, node, &node.inputs[0], m, r, |s| {
-                    self.segs.push(Seg {
+                    self.host.segs.push(Seg {
                         dst: s.dst + off,
                         ..s
                     })
@@ -253,7 +255,7 @@ impl CudaDevice {
                 rows += 1;
             }
         }
-        self.staged.rows = rows;
+        self.host.staged.rows = rows;
         self.stage_segs();
         Ok(())
     }
@@ -261,10 +263,10 @@ impl CudaDevice {
     /// Stages the copies of `rows` computed rows (stored as the explicit segments `segs`) as
     /// one launch; returns it.
     pub(super) fn stage_copy(&mut self, segs: &[[i64; 3]]) -> SegCopy {
-        let at = self.staged.host.len();
+        let at = self.host.staged.host.len();
         let mut max_len = 0;
         for s in segs {
-            self.staged.host.extend_from_slice(s);
+            self.host.staged.host.extend_from_slice(s);
             max_len = max_len.max(s[2] as usize);
         }
         SegCopy {
@@ -284,14 +286,14 @@ impl CudaDevice {
         members: &[Member],
     ) -> Result<()> {
         let node = &model.nodes[i];
-        let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
+        let layout = self.mem.layout.as_ref().ok_or_else(|| missing("layout"))?;
         let feat = layout.nodes[i].feat;
-        let at = self.staged.host.len();
+        let at = self.host.staged.host.len();
         let mut r_at = 0;
         for m in members {
             for r in 0..Layout::rows(node, m.len) {
                 let pos = layout.out_pos(model, i, m.step, r, m.len);
-                self.staged.host.extend_from_slice(&[
+                self.host.staged.host.extend_from_slice(&[
                     (r_at * feat) as i64,
                     layout.offset(i, m.slot, pos) as i64,
                     feat as i64,
@@ -299,7 +301,7 @@ impl CudaDevice {
                 r_at += 1;
             }
         }
-        self.staged.scatter = Some(SegCopy {
+        self.host.staged.scatter = Some(SegCopy {
             src: Src::Fill(0.0),
             at,
             nseg: r_at,
@@ -310,33 +312,34 @@ impl CudaDevice {
 
     /// Uploads the node's staged tables to the device in one copy (none when it has none).
     pub(super) fn upload_tables(&mut self) -> Result<()> {
-        let n = self.staged.host.len();
+        let n = self.host.staged.host.len();
         if n == 0 {
             return Ok(());
         }
-        let sc = self.scratch.as_mut().ok_or_else(|| missing("scratch"))?;
+        let sc = self
+            .mem
+            .scratch
+            .as_mut()
+            .ok_or_else(|| missing("scratch"))?;
         if n > sc.tables.len() {
             return Err(Error::Internal(format!(
                 "cuda device: {n} index-table entries, room for {}",
                 sc.tables.len()
             )));
         }
-        self.stream
-            .memcpy_htod(&self.staged.host[..], &mut sc.tables.slice_mut(..n))
+        self.lib
+            .stream
+            .memcpy_htod(&self.host.staged.host[..], &mut sc.tables.slice_mut(..n))
             .map_err(cuda_err)
     }
 
     /// Runs the staged gather into scratch A (or a row copy's own output rows, see
     /// [`Staged::gather_into`]); returns the row count.
     pub(super) fn gather(&mut self) -> Result<usize> {
-        let CudaDevice {
-            stream,
-            funcs,
-            nodes,
-            scratch,
-            staged,
-            ..
-        } = self;
+        let CudaDevice { lib, mem, host, .. } = self;
+        let Libs { stream, funcs, .. } = lib;
+        let Memory { nodes, scratch, .. } = mem;
+        let Host { staged, .. } = host;
         let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
         for g in &staged.gathers {
             let fill = match g.src {
@@ -375,14 +378,10 @@ impl CudaDevice {
     /// computed into them in place. Scratch A's rows come from the producer's run when the op
     /// reads its input in place.
     pub(super) fn scatter(&mut self, i: usize, from: Buf) -> Result<()> {
-        let CudaDevice {
-            stream,
-            funcs,
-            nodes,
-            scratch,
-            staged,
-            ..
-        } = self;
+        let CudaDevice { lib, mem, host, .. } = self;
+        let Libs { stream, funcs, .. } = lib;
+        let Memory { nodes, scratch, .. } = mem;
+        let Host { staged, .. } = host;
         if staged.direct_out.is_some() {
             return Ok(());
         }
@@ -424,10 +423,10 @@ impl CudaDevice {
         if !self.capture.wants(model, i) {
             return Ok(());
         }
-        let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
+        let layout = self.mem.layout.as_ref().ok_or_else(|| missing("layout"))?;
         let feat = layout.nodes[i].feat;
         let node = &model.nodes[i];
-        let out = &self.nodes[i].out;
+        let out = &self.mem.nodes[i].out;
         let mut rows = Vec::with_capacity(members.len());
         for m in members {
             let n = Layout::rows(node, m.len);
@@ -435,11 +434,11 @@ impl CudaDevice {
             for (r, dst) in v.chunks_exact_mut(feat.max(1)).enumerate() {
                 let o = layout.offset(i, m.slot, layout.out_pos(model, i, m.step, r, m.len));
                 let src = out.slice(o..o + feat);
-                self.stream.memcpy_dtoh(&src, dst).map_err(cuda_err)?;
+                self.lib.stream.memcpy_dtoh(&src, dst).map_err(cuda_err)?;
             }
             rows.push((m.step, m.input, v));
         }
-        self.stream.synchronize().map_err(cuda_err)?;
+        self.lib.stream.synchronize().map_err(cuda_err)?;
         for (step, input, v) in rows {
             self.capture.record(model, i, step, input, v);
         }

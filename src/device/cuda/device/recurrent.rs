@@ -11,14 +11,14 @@ impl CudaDevice {
             return Err(Error::Internal(format!("lstm on node '{}'", node.name)));
         };
         let h = *hidden;
-        let k = self.nodes[i].in_feat + h;
-        let layout = self.layout.as_ref().ok_or_else(|| missing("layout"))?;
+        let k = self.mem.nodes[i].in_feat + h;
+        let layout = self.mem.layout.as_ref().ok_or_else(|| missing("layout"))?;
         for (r, m) in members.iter().enumerate() {
             let step = m.step;
             let mut off = r * k;
             for (q, inp) in node.inputs.iter().enumerate() {
                 layout.input_segs(model, node, inp, m, 0, |s| {
-                    self.segs.push(Seg {
+                    self.host.segs.push(Seg {
                         dst: s.dst + off,
                         ..s
                     })
@@ -33,18 +33,18 @@ impl CudaDevice {
                     off: layout.offset(i, m.slot, layout.pos(model, i, step - 1, m.len)),
                 }
             };
-            self.segs.push(Seg {
+            self.host.segs.push(Seg {
                 src,
                 dst: off,
                 len: h,
             });
         }
-        self.staged.rows = members.len();
+        self.host.staged.rows = members.len();
         self.stage_segs();
         let slots: Vec<i32> = members.iter().map(|m| m.slot as i32).collect();
         let reset: Vec<i32> = members.iter().map(|m| i32::from(m.step == 0)).collect();
-        self.staged.i32a = self.stage_i32(&slots);
-        self.staged.i32b = self.stage_i32(&reset);
+        self.host.staged.i32a = self.stage_i32(&slots);
+        self.host.staged.i32b = self.stage_i32(&reset);
         Ok(())
     }
 
@@ -55,19 +55,23 @@ impl CudaDevice {
             return Err(Error::Internal(format!("lstm on node '{}'", node.name)));
         };
         let h = *hidden;
-        let k = self.nodes[i].in_feat + h;
+        let k = self.mem.nodes[i].in_feat + h;
         self.gather()?;
         let rows = members.len();
-        let CudaDevice {
+        let CudaDevice { lib, mem, host, .. } = self;
+        let Libs {
             stream,
             funcs,
+            blas,
+            ..
+        } = lib;
+        let Memory {
             nodes,
             scratch,
-            blas,
             s16,
-            staged,
             ..
-        } = self;
+        } = mem;
+        let Host { staged, .. } = host;
         let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
         {
             let av = sc.a.slice(..rows * k);

@@ -14,25 +14,31 @@ impl CudaDevice {
         for m in members {
             let rows = Layout::rows(node, m.len);
             let off = self
+                .mem
                 .layout
                 .as_ref()
                 .ok_or_else(|| missing("layout"))?
                 .offset(i, m.slot, 0);
-            self.host_in.resize(rows * f, 0.0);
+            self.host.host_in.resize(rows * f, 0.0);
             match self
                 .capture
                 .exchange()
                 .and_then(|x| x.input_for(m.input, rows * f, f))
             {
-                Some(v) => self.host_in.copy_from_slice(&v),
-                None => {
-                    weights::fill_input(&mut self.host_in, self.seed, m.input, i as u64, *tokens)
-                }
+                Some(v) => self.host.host_in.copy_from_slice(&v),
+                None => weights::fill_input(
+                    &mut self.host.host_in,
+                    self.seed,
+                    m.input,
+                    i as u64,
+                    *tokens,
+                ),
             }
-            self.stream
+            self.lib
+                .stream
                 .memcpy_htod(
-                    &self.host_in[..],
-                    &mut self.nodes[i].out.slice_mut(off..off + rows * f),
+                    &self.host.host_in[..],
+                    &mut self.mem.nodes[i].out.slice_mut(off..off + rows * f),
                 )
                 .map_err(cuda_err)?;
         }
@@ -48,19 +54,19 @@ impl CudaDevice {
     ) -> Result<()> {
         let node = &model.nodes[i];
         self.stage_gather(model, i, members)?;
-        self.host_i32.clear();
+        self.host.host_i32.clear();
         for m in members {
             for r in 0..Layout::rows(node, m.len) {
-                self.host_i32.push(if node.loop_id.is_some() {
+                self.host.host_i32.push(if node.loop_id.is_some() {
                     m.step as i32
                 } else {
                     r as i32
                 });
             }
         }
-        let positions = std::mem::take(&mut self.host_i32);
-        self.staged.i32a = self.stage_i32(&positions);
-        self.host_i32 = positions;
+        let positions = std::mem::take(&mut self.host.host_i32);
+        self.host.staged.i32a = self.stage_i32(&positions);
+        self.host.host_i32 = positions;
         Ok(())
     }
 
@@ -82,16 +88,12 @@ impl CudaDevice {
             )));
         };
         let rows = self.gather()?;
-        let kin = self.nodes[i].in_feat;
-        let tied = self.nodes[i].tied;
-        let CudaDevice {
-            stream,
-            funcs,
-            nodes,
-            scratch,
-            staged,
-            ..
-        } = self;
+        let kin = self.mem.nodes[i].in_feat;
+        let tied = self.mem.nodes[i].tied;
+        let CudaDevice { lib, mem, host, .. } = self;
+        let Libs { stream, funcs, .. } = lib;
+        let Memory { nodes, scratch, .. } = mem;
+        let Host { staged, .. } = host;
         let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
         // the token ids in scratch A or the producer's rows, the outputs in scratch C or the
         // node's own rows
@@ -149,20 +151,23 @@ impl CudaDevice {
     pub(super) fn rowwise(&mut self, model: &Model, i: usize) -> Result<()> {
         let node = &model.nodes[i];
         let rows = self.gather()?;
-        let kin = self.nodes[i].in_feat;
-        let feat = self.layout.as_ref().ok_or_else(|| missing("layout"))?.nodes[i].feat;
+        let kin = self.mem.nodes[i].in_feat;
+        let feat = self
+            .mem
+            .layout
+            .as_ref()
+            .ok_or_else(|| missing("layout"))?
+            .nodes[i]
+            .feat;
         let null = 0u64;
         let (r_i, n_i) = (rows as i32, feat as i32);
         match &node.op {
             // row copies: the scatter copies the gathered (or the producer's) rows
             Op::Flatten | Op::Concat | Op::Take { .. } => return self.scatter(i, Buf::A),
             Op::Activation { kind } => {
-                let CudaDevice {
-                    stream,
-                    funcs,
-                    scratch,
-                    ..
-                } = self;
+                let CudaDevice { lib, mem, .. } = self;
+                let Libs { stream, funcs, .. } = lib;
+                let Memory { scratch, .. } = mem;
                 let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
                 let f = funcs.get("bias_act").ok_or_else(|| missing("bias_act"))?;
                 let a_i = act_code(*kind);
@@ -183,14 +188,10 @@ impl CudaDevice {
             | Op::Attention { .. }
             | Op::Embedding { .. } => return Err(not_rowwise(&node.op)),
         }
-        let CudaDevice {
-            stream,
-            funcs,
-            nodes,
-            scratch,
-            staged,
-            ..
-        } = self;
+        let CudaDevice { lib, mem, host, .. } = self;
+        let Libs { stream, funcs, .. } = lib;
+        let Memory { nodes, scratch, .. } = mem;
+        let Host { staged, .. } = host;
         let sc = scratch.as_mut().ok_or_else(|| missing("scratch"))?;
         // the input rows in scratch A or the producers' rows, the outputs in scratch C or the
         // node's own rows
