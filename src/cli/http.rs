@@ -1,7 +1,7 @@
 //! `lazybatch serve`: the engine behind an HTTP front end (Open Inference Protocol), until
 //! SIGINT or SIGTERM; then every admitted request is answered and the run's summary printed.
 
-use super::{emit, open_bench, positive, serve_args, DeviceArgs, ModelArgs, ServeArgs};
+use super::{emit, in_range, open_bench, positive, serve_args, DeviceArgs, ModelArgs, ServeArgs};
 use anyhow::{bail, Result};
 use clap::Args;
 use lazybatch::http::{start, ServeOptions, Timeouts};
@@ -26,6 +26,14 @@ pub(super) struct HttpArgs {
     /// The largest request body accepted, in MiB (more: 413), in [1, 1024].
     #[arg(long, default_value_t = 64, allow_negative_numbers = true)]
     max_body_mib: i64,
+    /// The most memory the request bodies in flight may take, in MiB, in [1, 65536]: each
+    /// reserves its declared length (`--max-body-mib` when it declares none) times 5 (a JSON
+    /// body's parse) before it is read; one that does not fit is answered 503, unread.
+    #[arg(long, default_value_t = 1024, allow_negative_numbers = true)]
+    max_inflight_mib: i64,
+    /// The most connections open at once, in [1, 65536]; one more is answered 503 and closed.
+    #[arg(long, default_value_t = 1024, allow_negative_numbers = true)]
+    max_connections: i64,
     /// The most seconds a client may take to send a request's headers, from when the server
     /// waits for them (an idle keep-alive connection too; then it is closed), in (0, 3600].
     #[arg(long, default_value_t = 10.0, allow_negative_numbers = true)]
@@ -64,6 +72,9 @@ pub(super) fn run(a: HttpArgs, progress: Mode) -> Result<()> {
     spec.check_for(&model)?;
     let max_queue = positive("--max-queue", a.max_queue)?.min(1_000_000) as usize;
     let max_body = (positive("--max-body-mib", a.max_body_mib)?.min(1024) as usize) << 20;
+    let max_inflight =
+        (in_range("--max-inflight-mib", a.max_inflight_mib, 1, 65536)? as usize) << 20;
+    let max_connections = in_range("--max-connections", a.max_connections, 1, 65536)? as usize;
     let seconds = |flag: &str, s: f64| -> Result<std::time::Duration> {
         if !(s > 0.0 && s <= 3600.0) {
             bail!("invalid {flag}: {s} (seconds, in (0, 3600])");
@@ -84,6 +95,8 @@ pub(super) fn run(a: HttpArgs, progress: Mode) -> Result<()> {
         listen: a.listen,
         max_queue,
         max_body,
+        max_inflight,
+        max_connections,
         timeouts,
     };
     let server = start(bench, cfg, &opts)?;

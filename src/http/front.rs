@@ -41,8 +41,13 @@ pub(super) struct Front {
     pub exchange: Arc<Exchange>,
     pub waiting: Arc<Waiting>,
     pub next_key: AtomicU64,
+    /// Requests taken in (from before their body is read) and not yet answered.
     pub admitted: AtomicUsize,
     pub max_queue: usize,
+    /// Bytes reserved by the bodies being read, parsed and served ([`Reserved`]).
+    pub inflight: AtomicUsize,
+    /// The most bytes the bodies in flight may reserve (`--max-inflight-mib`).
+    pub max_inflight: usize,
     pub closing: AtomicBool,
     pub metrics: Arc<Metrics>,
     /// The server's maximum batch (activation slots).
@@ -217,8 +222,76 @@ pub(super) async fn metrics(State(f): State<Arc<Front>>) -> Response {
     }
 }
 
-/// Counts a request admitted until its handler returns (also when the client goes away, and
-/// then the handler's reply slot goes too, so the observer hears nobody is waiting).
+/// Holds a request's place among the `--max-queue` admitted from before its body is read until
+/// its handler returns (also when the client goes away).
+struct Taken<'a>(&'a Front);
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        self.0.admitted.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A body's reservation of `--max-inflight-mib`, held until its handler returns.
+struct Reserved<'a>(&'a Front, usize);
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        self.0.inflight.fetch_sub(self.1, Ordering::SeqCst);
+    }
+}
+
+/// What a body reserves: its declared length (the largest body when it declares none, chunked)
+/// times [`PARSE_FACTOR`], at most the whole budget (so that one large request alone is served).
+fn reservation(f: &Front, headers: &axum::http::HeaderMap) -> usize {
+    let declared = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
+        .unwrap_or(f.max_body)
+        .min(f.max_body);
+    declared.saturating_mul(PARSE_FACTOR).min(f.max_inflight)
+}
+
+/// How much memory a body takes while it is parsed, as a multiple of its size: a JSON tensor's
+/// text becomes `serde_json` values and then `f32`s (the reliability probe measured 8 → 316 MB
+/// resident for one 60 MB JSON body, about 5×).
+pub(super) const PARSE_FACTOR: usize = 5;
+
+/// Takes a place for a request before its body is read, or says why not (the outcome it is
+/// counted under, and the message of its 503): the server is shutting down, `--max-queue`
+/// requests are in, or the bodies in flight hold `--max-inflight-mib`.
+fn take_in<'a>(
+    f: &'a Front,
+    headers: &axum::http::HeaderMap,
+) -> std::result::Result<(Taken<'a>, Reserved<'a>), (&'static str, String)> {
+    if f.closing.load(Ordering::SeqCst) || f.waiting.stopped.load(Ordering::SeqCst) {
+        let msg = "the server is shutting down".into();
+        return Err((outcome::SHUTTING_DOWN, msg));
+    }
+    if f.admitted.fetch_add(1, Ordering::SeqCst) >= f.max_queue {
+        f.admitted.fetch_sub(1, Ordering::SeqCst);
+        let msg = format!(
+            "queue full: {} requests are in the server (--max-queue)",
+            f.max_queue
+        );
+        return Err((outcome::QUEUE_FULL, msg));
+    }
+    let taken = Taken(f);
+    let need = reservation(f, headers);
+    let before = f.inflight.fetch_add(need, Ordering::SeqCst);
+    if before + need > f.max_inflight {
+        f.inflight.fetch_sub(need, Ordering::SeqCst);
+        let msg = format!(
+            "overloaded: the request bodies in flight hold {} of {} bytes (--max-inflight-mib); this one would reserve {need}",
+            before, f.max_inflight
+        );
+        return Err((outcome::OVERLOADED, msg));
+    }
+    Ok((taken, Reserved(f, need)))
+}
+
+/// Counts a request in the server until its handler returns (also when the client goes away,
+/// and then the handler's reply slot goes too, so the observer hears nobody is waiting).
 struct Admitted<'a>(&'a Front, u64);
 
 impl Drop for Admitted<'_> {
@@ -226,7 +299,6 @@ impl Drop for Admitted<'_> {
         if let Ok(mut w) = self.0.waiting.replies.lock() {
             w.remove(&self.1);
         }
-        self.0.admitted.fetch_sub(1, Ordering::SeqCst);
         self.0.metrics.in_server.dec();
     }
 }
@@ -245,6 +317,10 @@ pub(super) async fn infer(
     if let Some(r) = unknown(&f, &path) {
         return r;
     }
+    let _held = match take_in(&f, &headers) {
+        Ok(held) => held,
+        Err((why, msg)) => return unavailable(&f, why, msg),
+    };
     let body = match received(&f, body)
         .await
         .and_then(|b| decoded(&headers, b, f.max_body))
@@ -273,14 +349,6 @@ pub(super) async fn infer(
     if f.closing.load(Ordering::SeqCst) || f.waiting.stopped.load(Ordering::SeqCst) {
         let msg = "the server is shutting down".into();
         return unavailable(&f, outcome::SHUTTING_DOWN, msg);
-    }
-    if f.admitted.fetch_add(1, Ordering::SeqCst) >= f.max_queue {
-        f.admitted.fetch_sub(1, Ordering::SeqCst);
-        let msg = format!(
-            "queue full: {} requests are in the server (--max-queue)",
-            f.max_queue
-        );
-        return unavailable(&f, outcome::QUEUE_FULL, msg);
     }
     f.metrics.in_server.inc();
     let key = f.next_key.fetch_add(1, Ordering::SeqCst);
@@ -540,6 +608,8 @@ mod tests {
             next_key: AtomicU64::new(1),
             admitted: AtomicUsize::new(0),
             max_queue: 4,
+            inflight: AtomicUsize::new(0),
+            max_inflight: 64 << 20,
             closing: AtomicBool::new(false),
             metrics,
             max_batch: 8,
@@ -547,6 +617,57 @@ mod tests {
             body_timeout: std::time::Duration::from_secs(30),
             reference: (1, 1),
         })
+    }
+
+    #[test]
+    fn a_request_is_taken_in_or_refused_before_its_body_is_read() {
+        let f = front();
+        let declared = |n: usize| {
+            let mut h = axum::http::HeaderMap::new();
+            h.insert(axum::http::header::CONTENT_LENGTH, n.into());
+            h
+        };
+        // a declared body reserves its length times the parse factor; none declared (chunked)
+        // reserves the largest body; neither more than the whole budget
+        assert_eq!(reservation(&f, &declared(1000)), 1000 * PARSE_FACTOR);
+        let none = axum::http::HeaderMap::new();
+        assert_eq!(reservation(&f, &none), f.max_body * PARSE_FACTOR);
+        assert_eq!(
+            reservation(&f, &declared(usize::MAX)),
+            f.max_body * PARSE_FACTOR
+        );
+        // --max-queue (4) places, each taken before a byte is read; the fifth is refused
+        let held: Vec<_> = (0..4)
+            .map(|_| take_in(&f, &declared(10)).ok().unwrap())
+            .collect();
+        assert_eq!(f.admitted.load(Ordering::SeqCst), 4);
+        let refused = take_in(&f, &declared(10)).err().unwrap();
+        assert_eq!(refused.0, outcome::QUEUE_FULL);
+        drop(held);
+        assert_eq!(
+            (
+                f.admitted.load(Ordering::SeqCst),
+                f.inflight.load(Ordering::SeqCst)
+            ),
+            (0, 0)
+        );
+        // the bytes: 64 MiB hold twelve bodies of 1 MiB (5 MiB each), not thirteen
+        let big = declared(1 << 20);
+        let f = Arc::new(Front {
+            max_queue: 100,
+            ..Arc::try_unwrap(front()).ok().unwrap()
+        });
+        let held: Vec<_> = (0..12).map(|_| take_in(&f, &big).ok().unwrap()).collect();
+        let refused = take_in(&f, &big).err().unwrap();
+        assert_eq!(refused.0, outcome::OVERLOADED);
+        assert!(refused.1.contains("--max-inflight-mib"), "{}", refused.1);
+        assert_eq!(
+            f.admitted.load(Ordering::SeqCst),
+            12,
+            "the refused one gave its place back"
+        );
+        drop(held);
+        assert_eq!(f.inflight.load(Ordering::SeqCst), 0);
     }
 
     fn ready_now(f: &Arc<Front>) -> StatusCode {

@@ -3,7 +3,9 @@
 //! for them (an idle keep-alive connection included), and its body within [`Timeouts::body`]
 //! (the infer handler reads it) — and a shutdown that stops accepting, lets the requests in
 //! flight finish, and after [`Timeouts::shutdown`] drops whatever connections remain (a client
-//! holding half-sent headers or a stalled body no longer keeps the server alive).
+//! holding half-sent headers or a stalled body no longer keeps the server alive). At most
+//! [`Limits::connections`] connections are open at once: one more is answered 503 with the
+//! protocol's error object and closed before anything of it is read.
 
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -36,15 +38,56 @@ impl Default for Timeouts {
     }
 }
 
-/// Serves `app` on `listener` until `stop` completes, then shuts down within `limits.shutdown`.
-/// Returns whether the shutdown finished every connection in time (`false`: some were dropped).
+/// The server's limits on time and on connections.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Limits {
+    pub times: Timeouts,
+    /// The most connections open at once.
+    pub connections: usize,
+}
+
+/// What a connection beyond [`Limits::connections`] is told before it is closed.
+const TOO_MANY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\ncontent-length: 68\r\nconnection: close\r\n\r\n{\"error\":\"too many connections are open (--max-connections): retry\"}";
+
+/// Connections being told "too many" at once; beyond them a refused connection is closed
+/// without a word.
+const REFUSING: usize = 64;
+
+/// Tells a connection beyond the limit so (503, the protocol's error object) and closes it:
+/// the answer is written, the request the client may already have sent is read and dropped
+/// for up to a second (closing a socket with unread bytes resets it, and the client would see
+/// a reset instead of the answer), then the socket closes. At most [`REFUSING`] at once.
+fn refuse(tcp: tokio::net::TcpStream, refusing: &std::sync::Arc<tokio::sync::Semaphore>) {
+    let Ok(slot) = refusing.clone().try_acquire_owned() else {
+        return;
+    };
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut tcp = tcp;
+        let told = async {
+            tcp.write_all(TOO_MANY).await?;
+            tcp.shutdown().await?;
+            let mut sink = [0u8; 4096];
+            while tcp.read(&mut sink).await? > 0 {}
+            Ok::<(), std::io::Error>(())
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(1), told).await;
+        drop(slot);
+    });
+}
+
+/// Serves `app` on `listener` until `stop` completes, then shuts down within the shutdown
+/// limit; `refused` is told of every connection turned away. Returns whether the shutdown
+/// finished every connection in time (`false`: some were dropped).
 pub(super) async fn serve(
     listener: tokio::net::TcpListener,
     app: Router,
-    limits: Timeouts,
-    stop: impl Future<Output = ()>,
+    limits: Limits,
+    (stop, refused): (impl Future<Output = ()>, impl Fn()),
 ) -> bool {
     let graceful = GracefulShutdown::new();
+    let open = std::sync::Arc::new(tokio::sync::Semaphore::new(limits.connections));
+    let refusing = std::sync::Arc::new(tokio::sync::Semaphore::new(REFUSING));
     let mut stop = std::pin::pin!(stop);
     loop {
         tokio::select! {
@@ -52,16 +95,22 @@ pub(super) async fn serve(
                 // a failed accept (a connection reset before it was taken, too many files)
                 // costs that connection only
                 let Ok((tcp, _)) = accepted else { continue };
+                let Ok(permit) = open.clone().try_acquire_owned() else {
+                    refused();
+                    refuse(tcp, &refusing);
+                    continue;
+                };
                 // answers leave at once (no Nagle delay behind the client's delayed ACK)
                 let _ = tcp.set_nodelay(true);
                 let service = TowerToHyperService::new(app.clone());
                 let conn = hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())
-                    .header_read_timeout(limits.header)
+                    .header_read_timeout(limits.times.header)
                     .serve_connection(TokioIo::new(tcp), service);
                 let conn = graceful.watch(conn);
                 tokio::spawn(async move {
                     let _ = conn.await;
+                    drop(permit);
                 });
             }
             () = &mut stop => break,
@@ -70,6 +119,6 @@ pub(super) async fn serve(
     drop(listener);
     tokio::select! {
         () = graceful.shutdown() => true,
-        () = tokio::time::sleep(limits.shutdown) => false,
+        () = tokio::time::sleep(limits.times.shutdown) => false,
     }
 }

@@ -36,6 +36,11 @@ pub(crate) mod outcome {
     pub const TIMED_OUT: &str = "timed_out";
     /// Its body was larger than `--max-body-mib` (also once inflated): 413.
     pub const TOO_LARGE: &str = "too_large";
+    /// Turned away before its body was read: the bodies already in flight hold
+    /// `--max-inflight-mib` (503).
+    pub const OVERLOADED: &str = "overloaded";
+    /// Its connection was refused at once: `--max-connections` were open (503).
+    pub const TOO_MANY_CONNECTIONS: &str = "too_many_connections";
     /// Every outcome, in the order the server's summary lists them.
     pub const ALL: &[&str] = &[
         COMPLETED,
@@ -43,6 +48,8 @@ pub(crate) mod outcome {
         BAD_REQUEST,
         TIMED_OUT,
         TOO_LARGE,
+        TOO_MANY_CONNECTIONS,
+        OVERLOADED,
         QUEUE_FULL,
         SHED,
         SHUTTING_DOWN,

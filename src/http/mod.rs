@@ -44,6 +44,11 @@ pub struct ServeOptions {
     pub max_queue: usize,
     /// The largest request body accepted (bytes); more get 413.
     pub max_body: usize,
+    /// The most bytes the request bodies in flight may reserve before they are read (each its
+    /// declared length times the parse's amplification); a request beyond it gets 503 unread.
+    pub max_inflight: usize,
+    /// The most connections open at once; one more is answered 503 and closed at once.
+    pub max_connections: usize,
     /// Header, body and shutdown time limits.
     pub timeouts: Timeouts,
 }
@@ -146,6 +151,8 @@ pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server
         waiting: waiting.clone(),
         next_key: AtomicU64::new(1),
         admitted: AtomicUsize::new(0),
+        inflight: AtomicUsize::new(0),
+        max_inflight: opts.max_inflight,
         max_queue: opts.max_queue,
         closing: AtomicBool::new(false),
         metrics,
@@ -170,6 +177,7 @@ pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server
     });
     let (stop, stopped) = oneshot::channel::<()>();
     let (max_body, timeouts) = (opts.max_body, opts.timeouts);
+    let max_connections = opts.max_connections;
     let http = std::thread::spawn(move || -> Result<()> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -190,7 +198,15 @@ pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server
                 // new requests get 503 while the admitted ones finish
                 closing.closing.store(true, Ordering::SeqCst);
             };
-            let finished = listen::serve(listener, app, timeouts, shutdown).await;
+            let refused = {
+                let m = front.metrics.clone();
+                move || m.count(metrics::outcome::TOO_MANY_CONNECTIONS)
+            };
+            let limits = listen::Limits {
+                times: timeouts,
+                connections: max_connections,
+            };
+            let finished = listen::serve(listener, app, limits, (shutdown, refused)).await;
             if !finished {
                 eprintln!(
                     "serve: connections still open {:.0} s after the shutdown began were dropped (--shutdown-timeout-s)",

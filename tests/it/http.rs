@@ -87,6 +87,8 @@ fn the_front_end_answers_the_protocol_with_the_devices_outputs() {
         listen: "127.0.0.1:0".parse().unwrap(),
         max_queue: 64,
         max_body: 1 << 20,
+        max_inflight: 1 << 30,
+        max_connections: 1024,
         timeouts: Default::default(),
     };
     let server = start(bench, cfg("lazy"), &serve).unwrap();
@@ -171,6 +173,8 @@ fn the_npu_model_answers_after_its_modelled_latency_and_says_so() {
         listen: "127.0.0.1:0".parse().unwrap(),
         max_queue: 64,
         max_body: 4 << 20,
+        max_inflight: 1 << 30,
+        max_connections: 1024,
         timeouts: Default::default(),
     };
     let server = start(bench, cfg("lazy"), &serve).unwrap();
@@ -300,6 +304,8 @@ fn a_full_queue_answers_503_and_a_shutdown_answers_everyone_admitted() {
         listen: "127.0.0.1:0".parse().unwrap(),
         max_queue: 1,
         max_body: 4 << 20,
+        max_inflight: 1 << 30,
+        max_connections: 1024,
         timeouts: Default::default(),
     };
     let server = start(bench, cfg("lazy"), &serve).unwrap();
@@ -329,15 +335,105 @@ fn npu_server(
     t: lazybatch::http::Timeouts,
     max_body: usize,
 ) -> lazybatch::http::Server {
+    npu_server_with(
+        policy,
+        ServeOptions {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            max_queue: 64,
+            max_body,
+            max_inflight: 1 << 30,
+            max_connections: 1024,
+            timeouts: t,
+        },
+    )
+}
+
+fn npu_server_with(policy: &str, serve: ServeOptions) -> lazybatch::http::Server {
     let m = lazybatch::graph::zoo::load("resnet50").unwrap();
     let bench = Testbed::new(m, Default::default(), crate::mb(8), 90.0).unwrap();
-    let serve = ServeOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        max_queue: 64,
-        max_body,
-        timeouts: t,
-    };
     start(bench, cfg(policy), &serve).unwrap()
+}
+
+/// The count of `outcome` in the server's `/metrics`.
+fn counted(addr: SocketAddr, outcome: &str) -> u64 {
+    let (_, text) = call(addr, "GET", "/metrics", "");
+    let key = format!("outcome=\"{outcome}\"");
+    text.lines()
+        .find(|l| l.starts_with("lazybatch_requests_total") && l.contains(&key))
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn admission_comes_before_buffering_connections_and_bodies_in_flight_are_bounded() {
+    use std::time::Duration;
+    let long = Duration::from_secs(600);
+    let server = npu_server_with(
+        "lazy",
+        ServeOptions {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            max_queue: 64,
+            max_body: 1 << 20,
+            // one declared 1 MiB body reserves 5 MiB: room for one, not two
+            max_inflight: 8 << 20,
+            max_connections: 2,
+            timeouts: lazybatch::http::Timeouts {
+                header: long,
+                body: long,
+                shutdown: Duration::from_millis(500),
+            },
+        },
+    );
+    let a = server.addr;
+    // a stalled body that declared 1 MiB holds 5 MiB of the 8
+    let mut first = TcpStream::connect(a).unwrap();
+    first
+        .write_all(b"POST /v2/models/resnet50/infer HTTP/1.1\r\nHost: t\r\nContent-Length: 1048576\r\n\r\n{")
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    // a second such body is answered 503 before a byte of it is read
+    let mut second = TcpStream::connect(a).unwrap();
+    second
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    second
+        .write_all(b"POST /v2/models/resnet50/infer HTTP/1.1\r\nHost: t\r\nContent-Length: 1048576\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    second.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("--max-inflight-mib"), "{answer}");
+    assert!(
+        answer.contains("\"error\""),
+        "a JSON error object: {answer}"
+    );
+    // two connections are open (the stalled one, and one more): a third is refused at once
+    // with the protocol's error object, before anything of it is read
+    let mut hold = TcpStream::connect(a).unwrap();
+    hold.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    hold.write_all(b"GET /v2/health/live HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let n = hold.read(&mut buf).unwrap();
+    assert!(String::from_utf8_lossy(&buf[..n]).starts_with("HTTP/1.1 200"));
+    let mut over = TcpStream::connect(a).unwrap();
+    over.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    over.write_all(b"GET /v2/health/live HTTP/1.1\r\nHost: t\r\n\r\n")
+        .unwrap();
+    let mut refused = String::new();
+    over.read_to_string(&mut refused).unwrap();
+    assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+    assert!(refused.contains("too many connections"), "{refused}");
+    // the counts, read once a connection is free again
+    drop(hold);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(counted(a, "overloaded"), 1);
+    assert_eq!(counted(a, "too_many_connections"), 1);
+    drop(first);
+    let out = server.shutdown().unwrap();
+    assert_eq!(out.stats().completed, 0);
 }
 
 #[test]

@@ -39,6 +39,8 @@ fn options() -> ServeOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         max_queue: 64,
         max_body: 4 << 20,
+        max_inflight: 1 << 30,
+        max_connections: 1024,
         timeouts: Default::default(),
     }
 }
