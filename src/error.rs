@@ -90,6 +90,17 @@ pub enum Error {
         /// The failing call's own error (a cudarc driver or cuBLAS error, typed).
         source: Box<dyn std::error::Error + Send + Sync>,
     },
+    /// A device's plan needs more memory than the machine has available: refused before it is
+    /// allocated.
+    #[error("{what} needs {need} bytes ({}), more than the {have} bytes ({}) this machine has available: lower the max batch, or use a machine with more memory", human_bytes(*need), human_bytes(*have))]
+    OutOfMemory {
+        /// The plan (its device, model and maximum batch).
+        what: String,
+        /// Bytes it needs.
+        need: u64,
+        /// Bytes available.
+        have: u64,
+    },
     /// An internal invariant broke: a bug in lazybatch, never a user error.
     #[error("internal error (please report): {0}")]
     Internal(String),
@@ -161,6 +172,21 @@ impl Error {
             path: path.into(),
             source,
         }
+    }
+}
+
+/// Bytes in words: `1.5 GiB`, `12 B`.
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut x = b as f64;
+    let mut u = 0;
+    while x >= 1024.0 && u + 1 < UNITS.len() {
+        x /= 1024.0;
+        u += 1;
+    }
+    match u {
+        0 => format!("{b} B"),
+        _ => format!("{x:.1} {}", UNITS[u]),
     }
 }
 

@@ -13,6 +13,7 @@
 pub mod device;
 pub mod engine;
 pub mod error;
+pub mod files;
 pub mod graph;
 pub mod http;
 pub mod metrics;

@@ -332,8 +332,7 @@ fn replay(
     file: &std::path::Path,
     progress: Mode,
 ) -> Result<()> {
-    let body =
-        std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let body = lazybatch::files::read_text(file, lazybatch::files::MEASURED)?;
     let rows: Vec<serde_json::Value> = serde_json::from_str(&body).map_err(|e| {
         anyhow::anyhow!(
             "{}:{}: not a compare.json array: {e}",

@@ -10,6 +10,7 @@ pub mod emulated;
 pub mod exchange;
 pub mod layout;
 pub mod measure;
+pub(crate) mod memory;
 pub mod npu;
 pub mod open;
 pub mod table;

@@ -84,7 +84,7 @@ impl Profile {
 
     /// Reads a table written by [`Profile::save`].
     pub fn load(path: &std::path::Path) -> Result<Profile> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text = crate::files::read_text(path, crate::files::PROFILE)?;
         serde_json::from_str(&text).map_err(|e| Error::ConfigFile {
             file: path.to_path_buf(),
             line: e.line(),

@@ -297,7 +297,7 @@ pub fn generate_parts(
 /// the model's maxima; drawn from WMT19 with `seed` when absent); `#` starts a comment. Times
 /// must not decrease and must lie within the engine's horizon ([`Nanos::HORIZON`]).
 pub fn load_trace(path: &Path, model: &Model, seed: u64) -> Result<Traffic> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let text = crate::files::read_text(path, crate::files::TRACE)?;
     parse_trace(&text, path, model, seed)
 }
 

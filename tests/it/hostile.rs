@@ -323,3 +323,118 @@ fn request_records_stream_to_a_file() {
     assert!(rows.iter().any(|r| r.ends_with("rejected:queue_full")));
     assert!(rows.iter().any(|r| r.ends_with(",completed")));
 }
+
+/// Bytes of memory this machine has available, from `/proc/meminfo` (None: not Linux).
+fn available_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+}
+
+#[test]
+fn a_plan_larger_than_the_machine_is_refused_before_it_is_allocated() {
+    // ResNet-50 on the CPU at batch 4096: 73.6 GiB of activations and scratch; a linear layer
+    // of 2^32 weights: 16 GiB drawn and packed, 32 GiB at the peak (each aborted the process)
+    let dir = fresh_dir("hostile-plan-too-large");
+    let huge = write(
+        &dir,
+        "huge.toml",
+        "name = \"huge\"\nmax_batch = 8\n\n[[node]]\nname = \"x\"\nop = \"input\"\nshape = [65536]\n\n[[node]]\nname = \"fc\"\nop = \"linear\"\ninputs = [\"x\"]\nout_features = 65536\n",
+    );
+    let cases: [(&[&str], u64); 2] = [
+        (
+            &[
+                "profile",
+                "--model",
+                "resnet50",
+                "--device",
+                "cpu",
+                "--max-batch",
+                "4096",
+            ],
+            79 << 30,
+        ),
+        (
+            &[
+                "verify",
+                "--model",
+                &huge,
+                "--device",
+                "cpu",
+                "--requests",
+                "1",
+            ],
+            32 << 30,
+        ),
+    ];
+    for (args, need) in cases {
+        match available_bytes() {
+            Some(have) if have < need => {
+                exits(args, 2, "this machine has available: lower the max batch");
+            }
+            Some(_) | None => crate::say_skipped(&format!(
+                "skipped {args:?}: this machine has {:?} bytes available, enough for the plan",
+                available_bytes()
+            )),
+        }
+    }
+}
+
+#[test]
+fn input_files_must_be_regular_files_below_their_kinds_limit() {
+    // a device file or a directory was read forever, or into all memory
+    let dir = fresh_dir("hostile-not-files");
+    let d = dir.to_str().unwrap();
+    let big = write(&dir, "big.toml", &"#".repeat((1 << 20) + 1));
+    let cases: [(Vec<&str>, &str); 5] = [
+        (
+            run_with(&[
+                "--policy",
+                "lazy",
+                "--rate",
+                "10",
+                "--npu-config",
+                "/dev/zero",
+            ]),
+            "/dev/zero: not a regular file (an NPU configuration must be one)",
+        ),
+        (
+            run_with(&["--policy", "lazy", "--rate", "10", "--npu-config", d]),
+            "not a regular file (an NPU configuration must be one)",
+        ),
+        (
+            run_with(&["--policy", "lazy", "--rate", "10", "--npu-config", &big]),
+            "1048577 bytes, larger than an NPU configuration may be (1048576 bytes, 1.0 MiB)",
+        ),
+        (
+            run_with(&["--policy", "lazy", "--trace", "/dev/zero"]),
+            "/dev/zero: not a regular file (a trace must be one)",
+        ),
+        (
+            vec![
+                "run",
+                "--device",
+                "cpu",
+                "--model",
+                "resnet50",
+                "--width",
+                "0.25",
+                "--res",
+                "0.25",
+                "--policy",
+                "lazy",
+                "--rate",
+                "10",
+                "--profile",
+                d,
+            ],
+            "not a regular file (a latency table must be one)",
+        ),
+    ];
+    for (args, needle) in cases {
+        if args.contains(&"/dev/zero") && !Path::new("/dev/zero").exists() {
+            continue;
+        }
+        exits(&args, 2, needle);
+    }
+}

@@ -202,7 +202,7 @@ impl NpuConfig {
 
     /// Reads a configuration file.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        let text = crate::files::read_text(path, crate::files::NPU_CONFIG)?;
         Self::from_toml(&text, path)
     }
 }

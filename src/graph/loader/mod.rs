@@ -44,7 +44,7 @@ pub(crate) fn parse_model_scaled(text: &str, file: &Path, scale: Scale) -> Resul
 
 /// Reads and parses a model file, scaled.
 pub(crate) fn load_model_file_scaled(path: &Path, scale: Scale) -> Result<Model> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+    let text = crate::files::read_text(path, crate::files::MODEL_TOML)?;
     parse_model_scaled(&text, path, scale)
 }
 

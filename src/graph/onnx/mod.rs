@@ -45,7 +45,7 @@ pub fn is_onnx(path: &str) -> bool {
 
 /// Imports the ONNX model at `path`, fixing named axes by `dims`.
 pub fn import(path: &Path, dims: &Dims) -> Result<Model> {
-    let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+    let bytes = crate::files::read(path, crate::files::MODEL_ONNX)?;
     let err = |msg: String| Error::Onnx {
         file: path.to_path_buf(),
         msg,
