@@ -371,6 +371,19 @@ impl DeviceArgs {
         Ok(())
     }
     /// The real device's options.
+    /// The first flag given that only a real device reads (its value other than the default),
+    /// if any: a model device would ignore it.
+    fn real_only_given(&self) -> Option<&'static str> {
+        [
+            ("--reps", self.reps != 3),
+            ("--weights-seed", self.weights_seed != 1),
+            ("--profile-order", self.profile_order != "model"),
+            ("--profile-variation", self.profile_variation != "on"),
+        ]
+        .into_iter()
+        .find_map(|(flag, given)| given.then_some(flag))
+    }
+
     fn real(&self) -> RealOptions {
         RealOptions {
             seed: self.weights_seed,
@@ -436,7 +449,15 @@ fn say_gpu(d: &(dyn lazybatch::device::Device + Send), o: &RealOptions) {
 fn open_bench(model: Model, dev: &DeviceArgs, sv: &Serve, progress: Mode) -> Result<Testbed> {
     let saved = dev.saved_profile()?;
     let reps = in_range("--reps", dev.reps, 1, 1000)? as u32;
+    // every value checked before whether it applies
+    let (order, variation) = (dev.order()?, dev.variation()?);
     let opened = open(&dev.choice()?)?;
+    if let (Opened::Npu(..) | Opened::Table(_), Some(flag)) = (&opened, dev.real_only_given()) {
+        bail!(
+            "{flag} applies to real devices (cpu, cuda); this run is on a model device ({}), which ignores it",
+            dev.device
+        );
+    }
     if let Opened::Real(d) = &opened {
         say_gpu(d.as_ref(), &dev.real());
         match &saved {
@@ -471,9 +492,9 @@ fn open_bench(model: Model, dev: &DeviceArgs, sv: &Serve, progress: Mode) -> Res
         profile: saved,
         sampling: Sampling {
             reps,
-            order: dev.order()?,
+            order,
             progress,
-            variation: dev.variation()?,
+            variation,
         },
     };
     Ok(Testbed::open(model, opened, &opts)?)

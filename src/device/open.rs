@@ -91,6 +91,12 @@ impl Choice {
         check_precision(accepted, &opts.precision)?;
         check_graphs(kind, &opts)?;
         check_conv(kind, &opts)?;
+        if let (Some(_), Kind::Real(_) | Kind::Table) = (npu_config, kind) {
+            return Err(Error::invalid(
+                "--npu-config",
+                format!("applies to --device npu (the NPU model), not {kind:?}"),
+            ));
+        }
         let name = npu_config.unwrap_or("default").to_string();
         let cfg = NpuConfig::resolve(&name)?;
         let table = match device.strip_prefix("profile:") {

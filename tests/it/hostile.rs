@@ -438,3 +438,24 @@ fn input_files_must_be_regular_files_below_their_kinds_limit() {
         exits(&args, 2, needle);
     }
 }
+
+#[test]
+fn flags_a_device_would_ignore_are_refused() {
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["run", "--device", "npu", "--model", "resnet50", "--policy", "lazy", "--rate", "10", "--reps", "5"],
+            "--reps applies to real devices (cpu, cuda); this run is on a model device (npu), which ignores it",
+        ),
+        (
+            &["run", "--device", "npu", "--model", "resnet50", "--policy", "lazy", "--rate", "10", "--profile-variation", "off"],
+            "--profile-variation applies to real devices",
+        ),
+        (
+            &["run", "--device", "cpu", "--model", "resnet50", "--policy", "lazy", "--rate", "10", "--npu-config", "paper"],
+            "invalid --npu-config: applies to --device npu (the NPU model), not cpu",
+        ),
+    ];
+    for (args, needle) in cases {
+        exits(args, 2, needle);
+    }
+}
