@@ -52,25 +52,58 @@ pub struct Traffic {
     pub arrivals: Box<dyn Iterator<Item = Arrival> + Send>,
     /// How many it yields.
     pub expected: usize,
-    /// Its mean rate (requests/s): the generated traffic's, or a trace's count over its last
-    /// arrival time (0 when every arrival is at time 0).
+    /// Its mean rate (requests/s): the generated traffic's, or a list's gaps' (its arrivals
+    /// after the first over the time from the first to the last; 0 when they all arrive at
+    /// once).
     pub rate: f64,
 }
 
 impl Traffic {
     /// Traffic from a list of arrivals sorted by time (a trace).
     pub fn from_list(list: Vec<Arrival>) -> Traffic {
-        let last = list.last().map_or(0.0, |a| a.time.as_secs());
+        let span = match (list.first(), list.last()) {
+            (Some(a), Some(b)) => (b.time - a.time).as_secs(),
+            (None, _) | (_, None) => 0.0,
+        };
         let expected = list.len();
         Traffic {
-            rate: if last > 0.0 {
-                expected as f64 / last
+            // a trace that starts late is not slow: the rate is its gaps', not n / last
+            rate: if span > 0.0 {
+                (expected - 1) as f64 / span
             } else {
                 0.0
             },
             arrivals: Box::new(list.into_iter()),
             expected,
         }
+    }
+}
+
+#[cfg(test)]
+mod rate_tests {
+    use super::*;
+
+    #[test]
+    fn a_lists_rate_is_its_gaps_whenever_it_starts() {
+        let at = |s: &[f64]| {
+            let list = s
+                .iter()
+                .map(|&t| Arrival {
+                    time: Nanos::from_secs(t),
+                    ..Arrival::default()
+                })
+                .collect();
+            Traffic::from_list(list).rate
+        };
+        // 11 arrivals 0.1 s apart: 10 req/s, from time 0 or from an hour in
+        let tenth: Vec<f64> = (0..11).map(|i| f64::from(i) / 10.0).collect();
+        assert!((at(&tenth) - 10.0).abs() < 1e-9, "{}", at(&tenth));
+        let late: Vec<f64> = tenth.iter().map(|t| t + 3600.0).collect();
+        assert!((at(&late) - 10.0).abs() < 1e-6, "{}", at(&late));
+        // one arrival, or all at once: no rate
+        assert_eq!(at(&[5.0]), 0.0);
+        assert_eq!(at(&[2.0, 2.0]), 0.0);
+        assert_eq!(at(&[]), 0.0);
     }
 }
 
