@@ -79,34 +79,6 @@ impl Traffic {
     }
 }
 
-#[cfg(test)]
-mod rate_tests {
-    use super::*;
-
-    #[test]
-    fn a_lists_rate_is_its_gaps_whenever_it_starts() {
-        let at = |s: &[f64]| {
-            let list = s
-                .iter()
-                .map(|&t| Arrival {
-                    time: Nanos::from_secs(t),
-                    ..Arrival::default()
-                })
-                .collect();
-            Traffic::from_list(list).rate
-        };
-        // 11 arrivals 0.1 s apart: 10 req/s, from time 0 or from an hour in
-        let tenth: Vec<f64> = (0..11).map(|i| f64::from(i) / 10.0).collect();
-        assert!((at(&tenth) - 10.0).abs() < 1e-9, "{}", at(&tenth));
-        let late: Vec<f64> = tenth.iter().map(|t| t + 3600.0).collect();
-        assert!((at(&late) - 10.0).abs() < 1e-6, "{}", at(&late));
-        // one arrival, or all at once: no rate
-        assert_eq!(at(&[5.0]), 0.0);
-        assert_eq!(at(&[2.0, 2.0]), 0.0);
-        assert_eq!(at(&[]), 0.0);
-    }
-}
-
 /// How each arrival gets its lengths, and for co-located models its model and SLA.
 enum Fill {
     /// Static models: {1, 1}.
@@ -421,4 +393,32 @@ pub fn parse_trace(text: &str, path: &Path, model: &Model, seed: u64) -> Result<
         });
     }
     Ok(Traffic::from_list(out))
+}
+
+#[cfg(test)]
+mod rate_tests {
+    use super::*;
+
+    #[test]
+    fn a_lists_rate_is_its_gaps_whenever_it_starts() {
+        let at = |s: &[f64]| {
+            let list = s
+                .iter()
+                .map(|&t| Arrival {
+                    time: Nanos::from_secs(t),
+                    ..Arrival::default()
+                })
+                .collect();
+            Traffic::from_list(list).rate
+        };
+        // 11 arrivals 0.1 s apart: 10 req/s, from time 0 or from an hour in
+        let tenth: Vec<f64> = (0..11).map(|i| f64::from(i) / 10.0).collect();
+        assert!((at(&tenth) - 10.0).abs() < 1e-9, "{}", at(&tenth));
+        let late: Vec<f64> = tenth.iter().map(|t| t + 3600.0).collect();
+        assert!((at(&late) - 10.0).abs() < 1e-6, "{}", at(&late));
+        // one arrival, or all at once: no rate
+        assert_eq!(at(&[5.0]), 0.0);
+        assert_eq!(at(&[2.0, 2.0]), 0.0);
+        assert_eq!(at(&[]), 0.0);
+    }
 }
