@@ -236,6 +236,13 @@ impl ModelArgs {
             resolution: self.res.unwrap_or(1.0),
         };
         let names: Vec<&str> = self.model.split(',').map(str::trim).collect();
+        let onnx = names.iter().any(|n| lazybatch::graph::onnx::is_onnx(n));
+        if let (Some((name, _)), false) = (self.dims.first(), onnx) {
+            bail!(
+                "invalid --dim: names an ONNX model's input axis ('{name}'); '{}' is not an ONNX model, and its shapes are fixed by its file",
+                self.model
+            );
+        }
         if names.len() == 1 {
             let m = zoo::load_with(names[0], scale, &self.dims)?;
             self.check_res(&m)?;

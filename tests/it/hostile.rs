@@ -446,7 +446,7 @@ fn input_files_must_be_regular_files_below_their_kinds_limit() {
 
 #[test]
 fn flags_a_device_would_ignore_are_refused() {
-    let cases: [(&[&str], &str); 3] = [
+    let cases: [(&[&str], &str); 4] = [
         (
             &["run", "--device", "npu", "--model", "resnet50", "--policy", "lazy", "--rate", "10", "--reps", "5"],
             "--reps applies to real devices (cpu, cuda); this run is on a model device (npu), which ignores it",
@@ -458,6 +458,10 @@ fn flags_a_device_would_ignore_are_refused() {
         (
             &["run", "--device", "cpu", "--model", "resnet50", "--policy", "lazy", "--rate", "10", "--npu-config", "paper"],
             "invalid --npu-config: applies to --device npu (the NPU model), not cpu",
+        ),
+        (
+            &["run", "--device", "npu", "--model", "resnet50", "--policy", "lazy", "--rate", "10", "--dim", "seq=128"],
+            "invalid --dim: names an ONNX model's input axis ('seq'); 'resnet50' is not an ONNX model",
         ),
     ];
     for (args, needle) in cases {
