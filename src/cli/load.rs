@@ -72,9 +72,7 @@ pub(super) fn run(a: LoadArgs, progress: lazybatch::progress::Mode) -> Result<()
         1,
         (MAX_REQUESTS as i64).min(10_000_000),
     )?;
-    let sla = lazybatch::time::Sla::from_ms(a.sla_ms)
-        .map_err(super::flag("--sla-ms"))?
-        .nanos();
+    let sla = lazybatch::time::Sla::from_ms(a.sla_ms)?.nanos();
     let process: Process = a.arrivals.parse()?;
     let classes: Option<Classes> = a.classes.as_deref().map(str::parse).transpose()?;
     if !a.url.starts_with("http://") {

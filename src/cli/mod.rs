@@ -302,12 +302,9 @@ fn colocation(model: &Model, s: &ServeArgs, sla: Sla) -> Result<Option<Colocatio
         ),
         None => None,
     };
+    // its errors name "shares" and "SLAs", which the command line's edge says as flags
     let shares = s.shares.as_deref();
-    let c = Colocation::new(n, shares, slas.as_deref(), sla);
-    Ok(Some(c.map_err(|e| match &e {
-        lazybatch::Error::InvalidArgument { what, .. } if what == "shares" => flag("--shares")(e),
-        _ => flag("--slas")(e),
-    })?))
+    Ok(Some(Colocation::new(n, shares, slas.as_deref(), sla)?))
 }
 
 #[derive(Args, Debug, Clone)]
@@ -665,7 +662,7 @@ fn serve_args(s: &ServeArgs, model: &Model, traced: bool) -> Result<Serve> {
         1,
         MAX_REQUESTS as i64,
     )?;
-    let sla = Sla::from_ms(s.sla_ms).map_err(flag("--sla-ms"))?;
+    let sla = Sla::from_ms(s.sla_ms)?;
     let model_max = i64::from(model.max_batch.clamp(1, MAX_BATCH));
     let max_batch = match s.max_batch {
         None => 64.min(model_max),

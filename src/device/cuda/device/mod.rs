@@ -48,6 +48,7 @@ mod linear;
 mod movement;
 mod recurrent;
 mod rows;
+mod state;
 
 pub use dnn::{ConvChoice, ConvPath};
 
@@ -69,6 +70,7 @@ use cudarc::driver::{
 use gemm::Units;
 pub use graphs::GraphStats;
 use graphs::Graphs;
+use state::{blas_workspace, Host, Libs, Memory};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -451,45 +453,6 @@ pub struct CudaDevice {
     graphs: Graphs,
 }
 
-/// The CUDA libraries' handles and the compiled kernels.
-struct Libs {
-    /// Held so the context outlives every buffer (the stream holds it too); made current on
-    /// the calling thread before the raw cuDNN and cuBLASLt calls.
-    ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
-    blas: CudaBlas,
-    /// cuBLAS's workspace (declared after `blas`, so that it outlives the handle).
-    _blas_workspace: CudaSlice<u8>,
-    /// cuBLASLt, for linear layers.
-    lt: blaslt::Lt,
-    /// cuDNN, on the cuDNN convolution path (None on the im2col path).
-    dnn: Option<dnn::Dnn>,
-    conv_path: ConvPath,
-    /// Why `--conv auto` chose im2col, when it did.
-    conv_note: Option<String>,
-    funcs: HashMap<String, CudaFunction>,
-}
-
-/// The prepared model's device memory: its layout, every node's buffers, the scratch.
-struct Memory {
-    layout: Option<Layout>,
-    model_name: String,
-    nodes: Vec<NodeGpu>,
-    scratch: Option<Scratch>,
-    s16: Option<Scratch16>,
-    max_dec: usize,
-}
-
-/// Host-side staging, reused from one execution to the next.
-struct Host {
-    segs: Vec<Seg>,
-    staged: Staged,
-    host_i32: Vec<i32>,
-    host_i64: Vec<i64>,
-    host_i64b: Vec<i64>,
-    host_in: Vec<f32>,
-}
-
 impl CudaDevice {
     /// Opens device `ordinal` (after [`super::require`]) and compiles the kernels for its
     /// architecture.
@@ -692,30 +655,6 @@ impl CudaDevice {
             | Op::Take { .. } => self.rowwise(model, i),
         }
     }
-}
-
-/// Gives cuBLAS a workspace of its own, allocated once (its API reference recommends 32 MiB on
-/// Hopper, 4 MiB before). Without one, cuBLAS releases before 12.2 allocate one per CUDA-graph
-/// capture (PyTorch #83461), which would be device memory allocated while serving. Runs with
-/// and without CUDA graphs get the same workspace, since it bounds which algorithms cuBLAS may
-/// pick.
-fn blas_workspace(blas: &CudaBlas, stream: &Arc<CudaStream>, major: i32) -> Result<CudaSlice<u8>> {
-    let bytes = if major >= 9 { 32 << 20 } else { 4 << 20 };
-    let ws = stream.alloc_zeros::<u8>(bytes).map_err(cuda_err)?;
-    let (ptr, guard) = ws.device_ptr(stream);
-    // SAFETY: the workspace is a live device allocation of `bytes` bytes, kept by the device
-    // as long as the handle that uses it.
-    unsafe {
-        cudarc::cublas::sys::cublasSetWorkspace_v2(
-            *blas.handle(),
-            ptr as *mut std::ffi::c_void,
-            bytes,
-        )
-    }
-    .result()
-    .map_err(cuda_err)?;
-    drop(guard);
-    Ok(ws)
 }
 
 impl Device for CudaDevice {
