@@ -315,11 +315,11 @@ pub(super) async fn infer(
     body: axum::body::Body,
 ) -> Response {
     if let Some(r) = unknown(&f, &path) {
-        return r;
+        return lingering(&f, body, r);
     }
     let _held = match take_in(&f, &headers) {
         Ok(held) => held,
-        Err((why, msg)) => return unavailable(&f, why, msg),
+        Err((why, msg)) => return lingering(&f, body, unavailable(&f, why, msg)),
     };
     let body = match received(&f, body)
         .await
@@ -476,6 +476,29 @@ fn respond(
 
 /// The request's body, read within the body timeout and up to `--max-body-mib` (408 and 413
 /// with the protocol's error object otherwise; a connection that fails mid-body, 400).
+/// How long a refused request's unread body may pause before the connection is closed (nginx's
+/// `lingering_timeout` is the same idea, 5 s by default; shorter here, as a connection that
+/// lingers holds one of `--max-connections`).
+const LINGER_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Answers a request refused before its body was read with `answer` at once, and reads the body
+/// behind the answer, keeping none of it (at most `--max-body-mib`, within `--body-timeout-s`, and
+/// until it pauses for [`LINGER_IDLE`]), then closes the connection: a client still sending its
+/// body then reads the answer instead of a reset connection and a broken pipe.
+fn lingering(f: &Front, body: axum::body::Body, mut answer: Response) -> Response {
+    use http_body_util::BodyExt;
+    let mut rest = http_body_util::Limited::new(body, f.max_body);
+    let deadline = f.body_timeout;
+    tokio::spawn(tokio::time::timeout(deadline, async move {
+        while let Ok(Some(Ok(_))) = tokio::time::timeout(LINGER_IDLE, rest.frame()).await {}
+    }));
+    answer.headers_mut().insert(
+        axum::http::header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    answer
+}
+
 async fn received(
     f: &Front,
     body: axum::body::Body,
