@@ -13,6 +13,7 @@
 //! implement, a missing initializer, a shape we cannot fix — is an error naming the file and
 //! the node.
 
+mod checker;
 mod dense;
 mod fold;
 mod patterns;
@@ -59,6 +60,7 @@ pub fn import(path: &Path, dims: &Dims) -> Result<Model> {
         .graph
         .take()
         .ok_or_else(|| err("the file holds no graph".into()))?;
+    checker::structure(&model, &graph).map_err(err)?;
     load_external(&mut graph, path).map_err(err)?;
     let graph = &graph;
     check_ops(graph).map_err(err)?;
