@@ -12,10 +12,10 @@ echo "## Shipped configurations"
 echo
 "$bin" calibrate --npu-config default,paper
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-printf 'overlap_weight_load = true\n' > "$tmp/tpu-row.toml"
-printf 'overlap_weight_load = true\nweight_fill_gbps = 360\n' > "$tmp/tpu-dram.toml"
-printf 'overlap_weight_load = false\n' > "$tmp/scalesim-row.toml"
-printf 'overlap_weight_load = false\nweight_fill_gbps = 360\n' > "$tmp/scalesim-dram.toml"
+printf 'base = "default"\noverlap_weight_load = true\n' > "$tmp/tpu-row.toml"
+printf 'base = "default"\noverlap_weight_load = true\nweight_fill_gbps = 360\n' > "$tmp/tpu-dram.toml"
+printf 'base = "default"\noverlap_weight_load = false\n' > "$tmp/scalesim-row.toml"
+printf 'base = "default"\noverlap_weight_load = false\nweight_fill_gbps = 360\n' > "$tmp/scalesim-dram.toml"
 echo
 echo "## Candidates (columns: fold timing - weight fill)"
 echo

@@ -19,11 +19,11 @@ pub enum Error {
         msg: String,
     },
     /// A configuration file (NPU config, profile, trace) is malformed.
-    #[error("{file}:{line}: {msg}")]
+    #[error("{file}{}: {msg}", at_line(*line))]
     ConfigFile {
         /// The file being read.
         file: PathBuf,
-        /// 1-based line number (0 when unknown).
+        /// 1-based line number (0: the whole file, or unknown; not printed).
         line: usize,
         /// What is wrong.
         msg: String,
@@ -198,5 +198,14 @@ pub fn num(x: f64) -> String {
         format!("{x:e}")
     } else {
         format!("{x}")
+    }
+}
+
+/// `:LINE` after a file's name, or nothing for line 0 (the whole file).
+fn at_line(line: usize) -> String {
+    if line == 0 {
+        String::new()
+    } else {
+        format!(":{line}")
     }
 }

@@ -57,7 +57,7 @@ fn bad_input_is_a_clear_error() {
 fn bad_npu_config_names_the_line() {
     let dir = fresh_dir("cli");
     let f = dir.join("npu.toml");
-    std::fs::write(&f, "rows = 128\nfrequency = 9\n").unwrap();
+    std::fs::write(&f, "base = \"default\"\nrows = 128\nfrequency = 9\n").unwrap();
     fails_with(
         &[
             "profile",
@@ -68,7 +68,7 @@ fn bad_npu_config_names_the_line() {
             "--npu-config",
             f.to_str().unwrap(),
         ],
-        "npu.toml:2:",
+        "npu.toml:3:",
     );
 }
 

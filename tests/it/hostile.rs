@@ -180,11 +180,15 @@ fn files_out_of_range_name_the_file_line_field_and_range() {
         "--requests does not apply to --trace",
     );
     // an NPU configuration that would make the device five times faster by underflow
-    let npu = write(&dir, "slow.toml", "rows = 128\ndram_gbps = 1e-300\n");
+    let npu = write(
+        &dir,
+        "slow.toml",
+        "base = \"default\"\nrows = 128\ndram_gbps = 1e-300\n",
+    );
     exits(
         &run_with(&["--policy", "lazy", "--rate", "10", "--npu-config", &npu]),
         2,
-        "slow.toml:2: dram_gbps: must be in [0.001, 1000000], got 1e-300",
+        "slow.toml:3: dram_gbps: must be in [0.001, 1000000], got 1e-300",
     );
     // a model whose element count overflows, and one whose max_batch does not fit
     let head = "name = \"big\"\n[[node]]\nname = \"x\"\nop = \"input\"\n";

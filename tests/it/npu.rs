@@ -236,11 +236,15 @@ fn npu_config_round_trips_and_rejects_unknown_keys() {
     let d = NpuConfig::default();
     let text = lazybatch::device::npu::config::NpuConfig::named_text("default").unwrap();
     assert_eq!(NpuConfig::from_toml(text, Path::new("x.toml")).unwrap(), d);
-    let e = NpuConfig::from_toml("rows = 64\ncolumns = 9\n", Path::new("c.toml")).unwrap_err();
-    assert!(e.to_string().starts_with("c.toml:2:"), "{e}");
-    assert!(NpuConfig::from_toml("rows = 0\n", Path::new("c.toml")).is_err());
+    let e = NpuConfig::from_toml(
+        "base = \"default\"\nrows = 64\ncolumns = 9\n",
+        Path::new("c.toml"),
+    )
+    .unwrap_err();
+    assert!(e.to_string().starts_with("c.toml:3:"), "{e}");
+    assert!(NpuConfig::from_toml("base = \"default\"\nrows = 0\n", Path::new("c.toml")).is_err());
     assert_eq!(
-        NpuConfig::from_toml("rows = 64\n", Path::new("c.toml"))
+        NpuConfig::from_toml("base = \"default\"\nrows = 64\n", Path::new("c.toml"))
             .unwrap()
             .rows,
         64

@@ -172,30 +172,84 @@ impl NpuConfig {
         }
     }
 
-    /// Parses a TOML configuration; absent keys keep their defaults, unknown keys are errors,
-    /// and a value out of range names its line and field.
+    /// Parses a TOML configuration: every field named, or `base = "NAME"` (a shipped
+    /// configuration) and the fields that differ from it. Unknown keys are errors, a missing
+    /// field is an error naming every one missing (an empty or cut-short file is not silently
+    /// the default), and a value out of range names its line and field.
     pub fn from_toml(text: &str, file: &Path) -> Result<Self> {
         let line_of = |offset: usize| text[..offset.min(text.len())].matches('\n').count() + 1;
-        let cfg: NpuConfig = toml::from_str(text).map_err(|e| Error::ConfigFile {
+        // an error on the line that sets `key`
+        let bad = |key: &str, msg: String| Error::ConfigFile {
+            file: file.to_path_buf(),
+            line: text.lines().position(|l| sets(l, key)).map_or(0, |i| i + 1),
+            msg,
+        };
+        let syntax = |e: toml::de::Error| Error::ConfigFile {
             file: file.to_path_buf(),
             line: e.span().map_or(0, |s| line_of(s.start)),
-            msg: e.message().trim().to_string(),
-        })?;
+            // the parser says nothing of a value cut off at the end of the file
+            msg: match e.message().trim() {
+                "" => "malformed TOML here (a value missing, or the file cut short)".into(),
+                m => m.to_string(),
+            },
+        };
+        let keys: toml::Table = toml::from_str(text).map_err(syntax)?;
+        let base = match keys.get("base") {
+            None => None,
+            Some(toml::Value::String(name)) => Some(name.clone()),
+            Some(other) => {
+                return Err(bad(
+                    "base",
+                    format!(
+                        "base: a shipped configuration's name ({}), not {other}",
+                        names()
+                    ),
+                ))
+            }
+        };
+        // the typed fields, read from the text with `base`'s line blanked (offsets kept, so an
+        // error still names its line)
+        let typed = match base {
+            None => text.to_string(),
+            Some(_) => blank_key(text, "base"),
+        };
+        let given: NpuConfig = toml::from_str(&typed).map_err(syntax)?;
+        let cfg = match base {
+            Some(name) => {
+                let Some(from) = Self::named(&name) else {
+                    return Err(bad(
+                        "base",
+                        format!(
+                            "base: no shipped configuration is named '{name}' ({})",
+                            names()
+                        ),
+                    ));
+                };
+                overlay(from?, &given, &keys)?
+            }
+            None => {
+                let missing: Vec<&str> = FIELDS
+                    .iter()
+                    .copied()
+                    .filter(|f| !keys.contains_key(*f))
+                    .collect();
+                if !missing.is_empty() {
+                    return Err(Error::ConfigFile {
+                        file: file.to_path_buf(),
+                        line: 0,
+                        msg: format!(
+                            "missing {}: name every field, or start from a shipped configuration with `base = \"default\"` ({})",
+                            missing.join(", "),
+                            names()
+                        ),
+                    });
+                }
+                given
+            }
+        };
         if let Some((field, msg)) = cfg.out_of_range() {
-            // the line that sets it (0: the default, out of range only if the code is wrong)
-            let line = text
-                .lines()
-                .position(|l| {
-                    l.trim_start()
-                        .strip_prefix(field)
-                        .is_some_and(|r| r.trim_start().starts_with('='))
-                })
-                .map_or(0, |i| i + 1);
-            return Err(Error::ConfigFile {
-                file: file.to_path_buf(),
-                line,
-                msg: format!("{field}: {msg}"),
-            });
+            // (line 0: from the base, out of range only if the code is wrong)
+            return Err(bad(field, format!("{field}: {msg}")));
         }
         Ok(cfg)
     }
@@ -207,29 +261,167 @@ impl NpuConfig {
     }
 }
 
+/// Every field's TOML key, in the order of the shipped files.
+const FIELDS: &[&str] = &[
+    "rows",
+    "cols",
+    "freq_mhz",
+    "act_sram_kib",
+    "weight_sram_kib",
+    "channels",
+    "dram_latency_cycles",
+    "dram_gbps",
+    "bytes_per_element",
+    "dataflow",
+    "overlap_weight_load",
+    "weight_fill_gbps",
+    "vector_lanes",
+    "vector_transcendental_cycles",
+    "interleave_bytes",
+];
+
+/// The shipped configurations' names, for messages.
+fn names() -> String {
+    let n: Vec<&str> = NAMED.iter().map(|(n, _)| *n).collect();
+    format!("shipped: {}", n.join(", "))
+}
+
+/// True when `line` sets `key`.
+fn sets(line: &str, key: &str) -> bool {
+    line.trim_start()
+        .strip_prefix(key)
+        .is_some_and(|r| r.trim_start().starts_with('='))
+}
+
+/// `text` with the top-level line that sets `key` turned to spaces.
+fn blank_key(text: &str, key: &str) -> String {
+    text.split_inclusive('\n')
+        .map(|line| {
+            if sets(line, key) {
+                line.chars()
+                    .map(|c| if c == '\n' { c } else { ' ' })
+                    .collect()
+            } else {
+                line.to_string()
+            }
+        })
+        .collect()
+}
+
+/// `base` with the fields the file names (`keys`) taken from `given`.
+fn overlay(base: NpuConfig, given: &NpuConfig, keys: &toml::Table) -> Result<NpuConfig> {
+    let internal = |e: &dyn std::fmt::Display| Error::Internal(format!("npu config overlay: {e}"));
+    let mut merged = toml::Table::try_from(base).map_err(|e| internal(&e))?;
+    let given = toml::Table::try_from(given).map_err(|e| internal(&e))?;
+    for k in keys.keys().filter(|k| *k != "base") {
+        if let Some(v) = given.get(k) {
+            merged.insert(k.clone(), v.clone());
+        }
+    }
+    merged.try_into().map_err(|e| internal(&e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_value_out_of_range_names_its_line_field_and_range() {
-        let e = NpuConfig::from_toml("rows = 64\ndram_gbps = 1e-300\n", Path::new("x.toml"))
-            .unwrap_err()
-            .to_string();
+        let e = NpuConfig::from_toml(
+            "base = \"default\"\nrows = 64\ndram_gbps = 1e-300\n",
+            Path::new("x.toml"),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(
-            e.starts_with("x.toml:2: dram_gbps: must be in [0.001, 1000000]"),
+            e.starts_with("x.toml:3: dram_gbps: must be in [0.001, 1000000]"),
             "{e}"
         );
-        let e = NpuConfig::from_toml("freq_mhz = inf\n", Path::new("x.toml"));
+        let e = NpuConfig::from_toml("base = \"default\"\nfreq_mhz = inf\n", Path::new("x.toml"));
         assert!(e.is_err());
-        let e = NpuConfig::from_toml("weight_fill_gbps = 1e-9\n", Path::new("x.toml"))
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains(":1: weight_fill_gbps"), "{e}");
+        let e = NpuConfig::from_toml(
+            "base = \"default\"\nweight_fill_gbps = 1e-9\n",
+            Path::new("x.toml"),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains(":2: weight_fill_gbps"), "{e}");
         // every shipped value is within its range
         for (n, _) in NAMED {
             NpuConfig::named(n).unwrap().unwrap();
         }
+    }
+
+    #[test]
+    fn a_file_names_every_field_or_the_shipped_configuration_it_starts_from() {
+        let file = Path::new("x.toml");
+        let fields: Vec<String> = toml::Table::try_from(NpuConfig::default())
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        let mut sorted: Vec<&str> = FIELDS.to_vec();
+        sorted.sort_unstable();
+        assert_eq!(sorted, fields, "FIELDS lists every field once");
+        // an empty, a cut-short and a one-field file are refused, naming what is missing
+        let default = NpuConfig::named_text("default").unwrap();
+        let cut_short: String = default.split_inclusive('\n').take(12).collect();
+        for (text, missing) in [
+            ("", "missing rows, cols, freq_mhz"),
+            ("rows = 64\n", "missing cols, freq_mhz"),
+            (&cut_short, "interleave_bytes"),
+        ] {
+            let e = NpuConfig::from_toml(text, file).unwrap_err().to_string();
+            assert!(
+                e.contains(missing) && e.contains("base = \"default\""),
+                "{e}"
+            );
+        }
+        // a file cut mid-value says what is wrong there
+        let e = NpuConfig::from_toml("base = \"default\"\nfreq_mhz = 700.\n", file)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("x.toml:2: ") && e.len() > "x.toml:2: ".len() + 5,
+            "{e}"
+        );
+        // from a shipped one: its values, with the file's on top
+        let c = NpuConfig::from_toml(
+            "# c\nbase = \"paper\"  # Table II's reading\nrows = 64\n",
+            file,
+        )
+        .unwrap();
+        let paper = NpuConfig::named("paper").unwrap().unwrap();
+        assert_eq!(c, NpuConfig { rows: 64, ..paper });
+        assert_eq!(
+            NpuConfig::from_toml("base = \"default\"\n", file).unwrap(),
+            NpuConfig::default()
+        );
+        // errors keep their lines with a base; a bad base names itself
+        let e = NpuConfig::from_toml("base = \"default\"\nrows = 64\ncolumns = 9\n", file)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("x.toml:3:"), "{e}");
+        let e = NpuConfig::from_toml("base = \"default\"\nrows = 0\n", file)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("x.toml:2: rows: must be in [1, 65536]"),
+            "{e}"
+        );
+        let e = NpuConfig::from_toml("rows = 64\nbase = \"fastest\"\n", file)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("x.toml:2:")
+                && e.contains("'fastest'")
+                && e.contains("shipped: default, paper"),
+            "{e}"
+        );
+        let e = NpuConfig::from_toml("base = 3\n", file)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("base: a shipped configuration's name"), "{e}");
     }
 
     #[test]
