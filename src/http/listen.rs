@@ -7,6 +7,7 @@
 //! [`Limits::connections`] connections are open at once: one more is answered 503 with the
 //! protocol's error object and closed before anything of it is read.
 
+use super::metrics::outcome;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -76,14 +77,26 @@ fn refuse(tcp: tokio::net::TcpStream, refusing: &std::sync::Arc<tokio::sync::Sem
     });
 }
 
+/// The outcome a connection that ended in `e` is counted under, if it was a request: a request
+/// head hyper could not parse (hyper has answered it 400, 414 or 431). A header timeout is not
+/// counted: hyper's header timer also runs while a kept-alive connection idles between requests.
+fn failed(e: &hyper::Error) -> Option<&'static str> {
+    (e.is_parse() || e.is_parse_too_large()).then_some(outcome::MALFORMED)
+}
+
 /// Serves `app` on `listener` until `stop` completes, then shuts down within the shutdown
-/// limit; `refused` is told of every connection turned away. Returns whether the shutdown
-/// finished every connection in time (`false`: some were dropped).
+/// limit; `count` is told the outcome of every connection turned away
+/// (`too_many_connections`) and of every request hyper refused before a handler saw it
+/// (`malformed`). Returns whether the shutdown finished every connection in time (`false`:
+/// some were dropped).
 pub(super) async fn serve(
     listener: tokio::net::TcpListener,
     app: Router,
     limits: Limits,
-    (stop, refused): (impl Future<Output = ()>, impl Fn()),
+    (stop, count): (
+        impl Future<Output = ()>,
+        impl Fn(&'static str) + Clone + Send + 'static,
+    ),
 ) -> bool {
     let graceful = GracefulShutdown::new();
     let open = std::sync::Arc::new(tokio::sync::Semaphore::new(limits.connections));
@@ -96,7 +109,7 @@ pub(super) async fn serve(
                 // costs that connection only
                 let Ok((tcp, _)) = accepted else { continue };
                 let Ok(permit) = open.clone().try_acquire_owned() else {
-                    refused();
+                    count(outcome::TOO_MANY_CONNECTIONS);
                     refuse(tcp, &refusing);
                     continue;
                 };
@@ -108,8 +121,11 @@ pub(super) async fn serve(
                     .header_read_timeout(limits.times.header)
                     .serve_connection(TokioIo::new(tcp), service);
                 let conn = graceful.watch(conn);
+                let count = count.clone();
                 tokio::spawn(async move {
-                    let _ = conn.await;
+                    if let Some(o) = conn.await.err().as_ref().and_then(failed) {
+                        count(o);
+                    }
                     drop(permit);
                 });
             }

@@ -41,10 +41,14 @@ pub(crate) mod outcome {
     pub const OVERLOADED: &str = "overloaded";
     /// Its connection was refused at once: `--max-connections` were open (503).
     pub const TOO_MANY_CONNECTIONS: &str = "too_many_connections";
+    /// Its request line or headers did not parse as HTTP/1.1, or were too large: answered by
+    /// hyper before any handler (400, 414 or 431, without a body) and the connection closed.
+    pub const MALFORMED: &str = "malformed";
     /// Every outcome, in the order the server's summary lists them.
     pub const ALL: &[&str] = &[
         COMPLETED,
         ABANDONED,
+        MALFORMED,
         BAD_REQUEST,
         TIMED_OUT,
         TOO_LARGE,

@@ -198,15 +198,15 @@ pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server
                 // new requests get 503 while the admitted ones finish
                 closing.closing.store(true, Ordering::SeqCst);
             };
-            let refused = {
+            let count = {
                 let m = front.metrics.clone();
-                move || m.count(metrics::outcome::TOO_MANY_CONNECTIONS)
+                move |outcome: &'static str| m.count(outcome)
             };
             let limits = listen::Limits {
                 times: timeouts,
                 connections: max_connections,
             };
-            let finished = listen::serve(listener, app, limits, (shutdown, refused)).await;
+            let finished = listen::serve(listener, app, limits, (shutdown, count)).await;
             if !finished {
                 eprintln!(
                     "serve: connections still open {:.0} s after the shutdown began were dropped (--shutdown-timeout-s)",

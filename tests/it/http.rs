@@ -471,6 +471,36 @@ fn admission_comes_before_buffering_connections_and_bodies_in_flight_are_bounded
 }
 
 #[test]
+fn a_request_that_is_not_http_is_answered_400_and_counted() {
+    let server = npu_server("lazy", Default::default(), 1 << 20);
+    let a = server.addr;
+    for junk in [
+        &b"NOT HTTP AT ALL\r\n\r\n"[..],
+        b"GET /v2 HTTP/1.1\r\nBad Header Without Colon\r\n\r\n",
+    ] {
+        let mut s = TcpStream::connect(a).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        s.write_all(junk).unwrap();
+        let mut answer = String::new();
+        s.read_to_string(&mut answer).unwrap();
+        assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    }
+    // the counts are those of the connections' ends: read them once both are seen
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let (text, _) = metrics_text(a);
+        let n = count_in(&text, "malformed");
+        if n == 2 || std::time::Instant::now() > deadline {
+            assert_eq!(n, 2, "{text}");
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(server.shutdown().unwrap().stats().completed, 0);
+}
+
+#[test]
 fn half_sent_headers_do_not_hold_a_shutdown_and_slow_clients_are_timed_out() {
     use std::time::{Duration, Instant};
     let ms = Duration::from_millis;
