@@ -92,7 +92,7 @@ pub enum Error {
     },
     /// A device's plan needs more memory than the machine has available: refused before it is
     /// allocated.
-    #[error("{what} needs {need} bytes ({}), more than the {have} bytes ({}) this machine has available: lower the max batch, or use a machine with more memory", human_bytes(*need), human_bytes(*have))]
+    #[error("{what} needs {need} bytes ({}), more than the {have} bytes ({}) {pool}: lower the max batch, or use a machine with more memory", human_bytes(*need), human_bytes(*have))]
     OutOfMemory {
         /// The plan (its device, model and maximum batch).
         what: String,
@@ -100,6 +100,9 @@ pub enum Error {
         need: u64,
         /// Bytes available.
         have: u64,
+        /// Where from, as the message says it ("this machine has available", "free on the
+        /// GPU").
+        pool: &'static str,
     },
     /// An internal invariant broke: a bug in lazybatch, never a user error.
     #[error("internal error (please report): {0}")]

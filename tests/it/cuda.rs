@@ -603,6 +603,49 @@ fn cuda_serving_allocates_no_device_memory() {
 }
 
 #[test]
+fn cuda_a_plan_larger_than_the_gpus_free_memory_is_refused_before_allocating() {
+    use lazybatch::device::Device;
+    if !gpu_or_skip("cuda_a_plan_larger_than_the_gpus_free_memory_is_refused_before_allocating") {
+        return;
+    }
+    // 256 activations of 65,536 values keep 64 MiB a request (every node's output is kept):
+    // the smallest power-of-two max batch over the GPU's free memory is refused with both
+    // numbers, before a byte of it is allocated (each buffer stays far under what one launch
+    // can index); the device then still prepares and runs at max batch 1
+    let mut text = String::from(
+        "name = \"wide\"\nmax_batch = 4096\n[[node]]\nname = \"n0\"\nop = \"input\"\nshape = [65536]\n",
+    );
+    for i in 1..=256 {
+        text.push_str(&format!(
+            "[[node]]\nname = \"n{i}\"\nop = \"act\"\nkind = \"relu\"\ninputs = [\"n{}\"]\n",
+            i - 1
+        ));
+    }
+    let m =
+        lazybatch::graph::loader::parse_model(&text, std::path::Path::new("wide.toml")).unwrap();
+    let mut gpu = CudaDevice::new(0, 1, Precision::F32).unwrap();
+    let (free, _) = cudarc::driver::result::mem_get_info().unwrap();
+    let mb = (free as u64 / (64 << 20) + 1).next_power_of_two() as u32;
+    assert!(
+        mb <= 4096,
+        "a GPU with more than 256 GiB free: {free} bytes"
+    );
+    let allocs = stand_in_allocations();
+    let e = gpu.prepare(&m, mb).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("the CUDA plan of 'wide' at max batch {mb} needs"))
+            && e.contains("free on the GPU"),
+        "{e}"
+    );
+    let (after, _) = cudarc::driver::result::mem_get_info().unwrap();
+    assert_eq!(after, free, "memory was allocated for a refused plan");
+    if let (Some(a), Some(b)) = (allocs, stand_in_allocations()) {
+        assert_eq!(a, b, "{} device allocations for a refused plan", b - a);
+    }
+    gpu.prepare(&small("resnet50"), 1).unwrap();
+}
+
+#[test]
 fn cuda_batched_convolutions_match_one_by_one() {
     if !gpu_or_skip("cuda_batched_convolutions_match_one_by_one") {
         return;

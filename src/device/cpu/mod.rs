@@ -41,8 +41,9 @@ pub mod team;
 mod winograd;
 
 use super::layout::{Layout, NodeLayout, Seg, Src};
+use super::memory::{self, Pool};
 use super::weights::{self, Weights};
-use super::{memory, Device, Member, Timing};
+use super::{Device, Member, Timing};
 use crate::error::{Error, Result};
 use crate::graph::op::Op;
 use crate::graph::{Carried, Input, Model, Node, NodeStep, Rows};
@@ -475,24 +476,18 @@ impl Device for CpuDevice {
         let what = format!("the CPU plan of '{}' at max batch {mb}", model.name);
         // before a weight is drawn: every weight, and the largest twice (drawn, then packed),
         // and every node's state across steps
-        let states: u64 = model
-            .nodes
-            .iter()
-            .map(|n| match n.carried() {
-                Carried::Hidden(hidden) => (mb * hidden) as u64,
-                Carried::KeysValues => {
-                    let feat = layout.nodes[n.id.idx()].feat;
-                    (mb as u64).saturating_mul((max_dec * 2 * feat) as u64)
-                }
-                Carried::Nothing => 0,
-            })
-            .fold(0, u64::saturating_add);
+        let states = memory::carried_elements(model, &layout, max_dec);
         let largest = model.nodes.iter().map(|n| n.cost.params).max().unwrap_or(0);
         let first = model
             .params()
             .saturating_add(largest)
             .saturating_add(states);
-        memory::check(&what, memory::f32_bytes(first), memory::available())?;
+        memory::check(
+            Pool::Host,
+            &what,
+            memory::f32_bytes(first),
+            memory::available(),
+        )?;
         let mut nodes = Vec::with_capacity(model.nodes.len());
         let (mut need_a, mut need_c, mut need_cols, mut need_scores) =
             (1usize, 1usize, 1usize, 1usize);
@@ -626,7 +621,12 @@ impl Device for CpuDevice {
                 (need_cols as u64).saturating_mul(threads as u64),
                 u64::saturating_add,
             );
-        memory::check(&what, memory::f32_bytes(rest), memory::available())?;
+        memory::check(
+            Pool::Host,
+            &what,
+            memory::f32_bytes(rest),
+            memory::available(),
+        )?;
         let (arena, bufs) = plan.allocate();
         for (n, buf) in nodes.iter_mut().zip(bufs) {
             n.out = buf;

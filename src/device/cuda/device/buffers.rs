@@ -5,6 +5,7 @@
 //! nothing on the device.
 
 use super::*;
+use crate::device::memory::{self, Pool};
 use crate::graph::{Carried, Node};
 use cudarc::driver::{DeviceRepr, ValidAsZeroBits};
 
@@ -158,8 +159,54 @@ fn fits_one_launch(model: &Model, layout: &Layout, needs: &Needs, seg: usize) ->
     Ok(())
 }
 
+/// The device bytes `allocate` takes for `model` at `layout`'s maximum batch, at `precision`
+/// (f16 copies of the GEMM weights and f16 scratch), decoders running `max_dec` steps: every
+/// node's output, weights and carried state, and the scratch. cuDNN's and cuBLAS's workspaces
+/// are not counted (cuDNN's is known only once its plans are made; cuBLAS's is 32 MiB, taken
+/// when the device opens). Saturating.
+fn device_bytes(
+    model: &Model,
+    layout: &Layout,
+    needs: &Needs,
+    tables: usize,
+    (precision, max_dec): (Precision, usize),
+) -> u64 {
+    let f16 = precision == Precision::F16;
+    let outputs = (0..model.nodes.len())
+        .map(|i| layout.buffer_len(i).max(1) as u64)
+        .fold(0, u64::saturating_add);
+    let weights = model
+        .nodes
+        .iter()
+        .map(|n| {
+            let gemm = matches!(
+                n.op,
+                Op::Conv2d { .. } | Op::Linear { .. } | Op::Lstm { .. } | Op::Embedding { .. }
+            );
+            // f32 (4 bytes), and an f16 copy (2 more) of a GEMM's at f16
+            let per = if gemm && f16 { 6 } else { 4 };
+            n.cost.params.saturating_mul(per)
+        })
+        .fold(0, u64::saturating_add);
+    let states = memory::carried_elements(model, layout, max_dec);
+    let scratch = [needs.a, needs.c, needs.cols, needs.scores]
+        .iter()
+        .map(|&n| n as u64)
+        .fold(0, u64::saturating_add);
+    let n16 = if f16 {
+        needs.a.max(needs.c).max(needs.cols) as u64
+    } else {
+        0
+    };
+    memory::f32_bytes(outputs.saturating_add(states).saturating_add(scratch))
+        .saturating_add(weights)
+        .saturating_add((tables as u64).saturating_mul(8))
+        .saturating_add(n16.saturating_mul(3 * 2))
+}
+
 impl CudaDevice {
-    /// Allocates everything `model` needs to serve up to `mb` requests at once.
+    /// Allocates everything `model` needs to serve up to `mb` requests at once, once the GPU
+    /// is known to have the memory for it.
     pub(super) fn allocate(&mut self, model: &Model, mb: usize) -> Result<()> {
         // free the previous model's buffers first: a re-prepare must not need both sets
         self.lib.stream.synchronize().map_err(cuda_err)?;
@@ -179,6 +226,21 @@ impl CudaDevice {
             tables,
         } = Plan::new(model, mb, self.lib.conv_path)?;
         self.mem.max_dec = model.seq.as_ref().map_or(1, |s| s.max_dec as usize);
+        // the previous model's memory is free once its frees have run
+        self.lib.stream.synchronize().map_err(cuda_err)?;
+        let need = device_bytes(
+            model,
+            &layout,
+            &needs,
+            tables,
+            (self.precision, self.mem.max_dec),
+        );
+        let what = format!("the CUDA plan of '{}' at max batch {mb}", model.name);
+        self.lib.ctx.bind_to_thread().map_err(cuda_err)?;
+        let free = cudarc::driver::result::mem_get_info()
+            .ok()
+            .map(|(free, _)| free as u64);
+        memory::check(Pool::Gpu, &what, need, free)?;
         let mut nodes = Vec::with_capacity(model.nodes.len());
         for (n, &in_feat) in model.nodes.iter().zip(&in_feats) {
             nodes.push(self.node_buffers(model, n, &layout, in_feat)?);
