@@ -20,6 +20,11 @@ pub(super) struct HttpArgs {
     /// Address to listen on (port 0: any free port, printed).
     #[arg(long, default_value = "127.0.0.1:8000")]
     listen: std::net::SocketAddr,
+    /// Also serve the protocol over gRPC (KServe v2's GRPCInferenceService, with Triton's
+    /// ModelConfig and ModelStatistics) on this address (port 0: any free port, printed), e.g.
+    /// 127.0.0.1:8001.
+    #[arg(long)]
+    grpc_listen: Option<std::net::SocketAddr>,
     /// The most requests admitted and not yet answered; more are answered 503, in [1, 10⁶].
     #[arg(long, default_value_t = 1024, allow_negative_numbers = true)]
     max_queue: i64,
@@ -93,6 +98,7 @@ pub(super) fn run(a: HttpArgs, progress: Mode) -> Result<()> {
     let cfg = sv.spec(spec, 1.0, 1);
     let opts = ServeOptions {
         listen: a.listen,
+        grpc: a.grpc_listen,
         max_queue,
         max_body,
         max_inflight,
@@ -100,8 +106,11 @@ pub(super) fn run(a: HttpArgs, progress: Mode) -> Result<()> {
         timeouts,
     };
     let server = start(bench, cfg, &opts)?;
+    let grpc = server
+        .grpc_addr
+        .map_or(String::new(), |g| format!(", and gRPC at {g}"));
     eprintln!(
-        "serving {name} on {device} under {} at http://{} (Open Inference Protocol: /v2/models/{name}/infer; /metrics); Ctrl-C stops",
+        "serving {name} on {device} under {} at http://{}{grpc} (Open Inference Protocol: /v2/models/{name}/infer; /metrics); Ctrl-C stops",
         a.policy, server.addr
     );
     let tally = server.tally();

@@ -15,6 +15,7 @@ pub(crate) enum Pool {
     /// The machine's memory (`MemAvailable`).
     Host,
     /// The GPU's (its free bytes).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     Gpu,
 }
 

@@ -32,16 +32,33 @@ fn data_type(io: &Io) -> String {
     format!("TYPE_{}", io.datatype)
 }
 
-/// An input's or output's entry: its dims with a variable axis at the length a request of the
-/// model's reference lengths has (`dims` must be concrete for clients that generate inputs;
-/// any length in [1, `max_len`] is accepted, as the metadata's -1 says).
-fn entry(io: &Io, reference: i64) -> Value {
-    let dims: Vec<i64> = io
-        .shape
+/// An input's or output's dims in the model configuration: a variable axis at the length a
+/// request of the model's reference lengths has (`dims` must be concrete for clients that
+/// generate inputs; any length in [1, `max_len`] is accepted, as the metadata's -1 says).
+pub(super) fn dims(io: &Io, reference: i64) -> Vec<i64> {
+    io.shape
         .iter()
         .map(|&d| if d < 0 { reference } else { d })
-        .collect();
-    json!({ "name": io.name, "data_type": data_type(io), "dims": dims })
+        .collect()
+}
+
+fn entry(io: &Io, reference: i64) -> Value {
+    json!({ "name": io.name, "data_type": data_type(io), "dims": dims(io, reference) })
+}
+
+/// The model configuration's parameters: the policy, the device and the limits a client may
+/// want to know.
+pub(super) fn config_parameters(f: &Front) -> Vec<(&'static str, String)> {
+    let mut p = vec![
+        ("policy", f.policy.clone()),
+        ("device", f.device.clone()),
+        ("server_max_batch", f.max_batch.to_string()),
+        ("max_input_length", f.input.max_len.to_string()),
+    ];
+    if f.max_dec > 0 {
+        p.push(("max_decode_steps", f.max_dec.to_string()));
+    }
+    p
 }
 
 /// `GET /v2/models/{m}/config`: the model configuration as Triton writes it. One request per
@@ -51,16 +68,10 @@ pub(super) async fn config(State(f): State<Arc<Front>>, Path(path): ModelPath) -
     if let Some(r) = unknown(&f, &path) {
         return r;
     }
-    let string = |v: String| json!({ "string_value": v });
-    let mut parameters = json!({
-        "policy": string(f.policy.clone()),
-        "device": string(f.device.clone()),
-        "server_max_batch": string(f.max_batch.to_string()),
-        "max_input_length": string(f.input.max_len.to_string()),
-    });
-    if f.max_dec > 0 {
-        parameters["max_decode_steps"] = string(f.max_dec.to_string());
-    }
+    let parameters: serde_json::Map<String, Value> = config_parameters(&f)
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), json!({ "string_value": v })))
+        .collect();
     axum::Json(json!({
         "name": f.model,
         "platform": "lazybatch",
@@ -79,23 +90,50 @@ fn duration(count: u64, ns: u64) -> Value {
     json!({ "count": count, "ns": ns })
 }
 
-/// The model's statistics in Triton's `model_stats` form.
-fn model_stats(f: &Front) -> Value {
+/// The model's statistics as Triton reports them: counts and cumulative nanoseconds.
+pub(super) struct Stats {
+    /// Milliseconds since the epoch of the last completed request (0: none yet).
+    pub last_ms: u64,
+    /// Completed requests, and their total time in the server.
+    pub success: (u64, u64),
+    /// Failed ones.
+    pub fail: u64,
+    /// Total queueing and computing time of the completed ones.
+    pub queue_ns: u64,
+    pub compute_ns: u64,
+    /// Node executions.
+    pub executions: u64,
+}
+
+pub(super) fn stats_of(f: &Front) -> Stats {
     let t = &f.metrics.totals;
     let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
-    let done = get(&t.success.0);
+    Stats {
+        last_ms: get(&t.last_ms),
+        success: (get(&t.success.0), get(&t.success.1)),
+        fail: get(&t.fail),
+        queue_ns: get(&t.queue_ns),
+        compute_ns: get(&t.compute_ns),
+        executions: get(&t.executions),
+    }
+}
+
+/// The model's statistics in Triton's `model_stats` form.
+fn model_stats(f: &Front) -> Value {
+    let s = stats_of(f);
+    let done = s.success.0;
     json!({
         "name": f.model,
         "version": VERSION,
-        "last_inference": get(&t.last_ms),
+        "last_inference": s.last_ms,
         "inference_count": done,
-        "execution_count": get(&t.executions),
+        "execution_count": s.executions,
         "inference_stats": {
-            "success": duration(done, get(&t.success.1)),
-            "fail": duration(get(&t.fail), 0),
-            "queue": duration(done, get(&t.queue_ns)),
+            "success": duration(done, s.success.1),
+            "fail": duration(s.fail, 0),
+            "queue": duration(done, s.queue_ns),
             "compute_input": duration(0, 0),
-            "compute_infer": duration(done, get(&t.compute_ns)),
+            "compute_infer": duration(done, s.compute_ns),
             "compute_output": duration(0, 0),
         },
     })

@@ -3,14 +3,13 @@
 //! device's exchange, sends its arrival down the engine's channel and waits for the engine's
 //! observer to answer it.
 
-use super::metrics::{outcome, rejected, Heard, Metrics, Waiting};
+use super::metrics::{outcome, Metrics, Waiting};
 use super::protocol::{error, tensor, InferRequest, Io, HEADER_LENGTH};
+use super::served::{self, Served};
 use crate::device::exchange::Exchange;
-use crate::engine::stamped;
-use crate::engine::Left;
 use crate::error::{Error, Result};
 use crate::graph::op::Op;
-use crate::graph::{Lengths, Model, Rows};
+use crate::graph::{Model, Rows};
 use crate::traffic::Arrival;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -21,7 +20,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Instant;
-use tokio::sync::oneshot;
 
 /// The handlers' shared state.
 pub(super) struct Front {
@@ -224,7 +222,7 @@ pub(super) async fn metrics(State(f): State<Arc<Front>>) -> Response {
 
 /// Holds a request's place among the `--max-queue` admitted from before its body is read until
 /// its handler returns (also when the client goes away).
-struct Taken<'a>(&'a Front);
+pub(super) struct Taken<'a>(&'a Front);
 
 impl Drop for Taken<'_> {
     fn drop(&mut self) {
@@ -233,7 +231,7 @@ impl Drop for Taken<'_> {
 }
 
 /// A body's reservation of `--max-inflight-mib`, held until its handler returns.
-struct Reserved<'a>(&'a Front, usize);
+pub(super) struct Reserved<'a>(&'a Front, usize);
 
 impl Drop for Reserved<'_> {
     fn drop(&mut self) {
@@ -260,10 +258,10 @@ pub(super) const PARSE_FACTOR: usize = 5;
 /// Takes a place for a request before its body is read, or says why not (the outcome it is
 /// counted under, and the message of its 503): the server is shutting down, `--max-queue`
 /// requests are in, or the bodies in flight hold `--max-inflight-mib`.
-fn take_in<'a>(
-    f: &'a Front,
-    headers: &axum::http::HeaderMap,
-) -> std::result::Result<(Taken<'a>, Reserved<'a>), (&'static str, String)> {
+pub(super) fn take_in(
+    f: &Front,
+    need: usize,
+) -> std::result::Result<(Taken<'_>, Reserved<'_>), (&'static str, String)> {
     if f.closing.load(Ordering::SeqCst) || f.waiting.stopped.load(Ordering::SeqCst) {
         let msg = "the server is shutting down".into();
         return Err((outcome::SHUTTING_DOWN, msg));
@@ -277,7 +275,6 @@ fn take_in<'a>(
         return Err((outcome::QUEUE_FULL, msg));
     }
     let taken = Taken(f);
-    let need = reservation(f, headers);
     let before = f.inflight.fetch_add(need, Ordering::SeqCst);
     if before + need > f.max_inflight {
         f.inflight.fetch_sub(need, Ordering::SeqCst);
@@ -288,19 +285,6 @@ fn take_in<'a>(
         return Err((outcome::OVERLOADED, msg));
     }
     Ok((taken, Reserved(f, need)))
-}
-
-/// Counts a request in the server until its handler returns (also when the client goes away,
-/// and then the handler's reply slot goes too, so the observer hears nobody is waiting).
-struct Admitted<'a>(&'a Front, u64);
-
-impl Drop for Admitted<'_> {
-    fn drop(&mut self) {
-        if let Ok(mut w) = self.0.waiting.replies.lock() {
-            w.remove(&self.1);
-        }
-        self.0.metrics.in_server.dec();
-    }
 }
 
 fn unavailable(f: &Front, outcome: &str, msg: String) -> Response {
@@ -317,7 +301,7 @@ pub(super) async fn infer(
     if let Some(r) = unknown(&f, &path) {
         return lingering(&f, body, r);
     }
-    let _held = match take_in(&f, &headers) {
+    let _held = match take_in(&f, reservation(&f, &headers)) {
         Ok(held) => held,
         Err((why, msg)) => return lingering(&f, body, unavailable(&f, why, msg)),
     };
@@ -346,108 +330,35 @@ pub(super) async fn infer(
             return error(StatusCode::BAD_REQUEST, msg);
         }
     };
-    if f.closing.load(Ordering::SeqCst) || f.waiting.stopped.load(Ordering::SeqCst) {
-        let msg = "the server is shutting down".into();
-        return unavailable(&f, outcome::SHUTTING_DOWN, msg);
-    }
-    f.metrics.in_server.inc();
-    let key = f.next_key.fetch_add(1, Ordering::SeqCst);
-    let _admitted = Admitted(&f, key);
-    let (reply, answer) = oneshot::channel();
-    if let Ok(mut w) = f.waiting.replies.lock() {
-        w.insert(key, reply);
-    }
-    let dec = if f.max_dec > 0 {
-        req.decode_steps.unwrap_or(f.default_dec)
-    } else {
-        1
-    };
-    if !f.emulated {
-        // the device computes on it (a model device computes nothing)
-        f.exchange.put_input(key, std::mem::take(&mut req.values));
-    }
-    let arrival = Arrival {
-        key: Some(key),
-        sla: req.sla,
-        len: Lengths {
-            enc: req.len as u32,
-            dec,
-        },
-        ..Arrival::default()
-    };
-    let arrival = stamped(arrival, f.origin);
-    let sent =
-        f.tx.lock()
-            .ok()
-            .and_then(|t| t.as_ref().map(|t| t.send(arrival).is_ok()))
-            .unwrap_or(false);
-    if !sent {
-        f.exchange.take_input(key);
-        let msg = "the server is shutting down".into();
-        return unavailable(&f, outcome::SHUTTING_DOWN, msg);
-    }
-    let id = req.id.take().unwrap_or_else(|| key.to_string());
-    match answer.await {
-        Ok(heard) => respond(&f, (&id, dec, req.binary_output), (key, heard)),
-        Err(_) => error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "the engine stopped before answering".into(),
-        ),
+    let id = req.id.take();
+    let binary = req.binary_output;
+    let (served, key) = served::serve(&f, req).await;
+    match served {
+        Served::Done {
+            values,
+            shape,
+            latency,
+        } => {
+            let id = id.unwrap_or_else(|| key.to_string());
+            respond(&f, (&id, binary), (&shape, &values, latency))
+        }
+        Served::Refused(msg) => error(StatusCode::SERVICE_UNAVAILABLE, msg),
+        Served::Failed(msg) => error(StatusCode::INTERNAL_SERVER_ERROR, msg),
     }
 }
 
-/// The answer to request `key` (`id` to the client) as the engine left it.
+/// The answer to a completed request (`id` to the client) in JSON, or with its output in the
+/// binary part of the body.
 fn respond(
     f: &Front,
-    (id, dec, binary): (&str, u32, bool),
-    (key, heard): (u64, Heard),
+    (id, binary): (&str, bool),
+    (shape, data, latency): (&[usize], &[f32], std::time::Duration),
 ) -> Response {
-    let (how, latency) = heard;
-    if let Left::Rejected(why) = how {
-        let o = rejected(why);
-        let msg = if o == outcome::SHED {
-            "shed: its deadline could no longer be met (--shed)"
-        } else {
-            "queue full: the engine's pending queue is full (--max-pending)"
-        };
-        return unavailable(f, o, msg.into());
-    }
-    f.metrics.count(outcome::COMPLETED);
-    let shape: Vec<usize> = f
-        .output
-        .shape
-        .iter()
-        .map(|&d| if d < 0 { dec as usize } else { d as usize })
-        .collect();
-    let n: usize = shape.iter().product();
-    let data = match (f.emulated, f.exchange.take_output(key)) {
-        (true, _) => vec![0.0; n],
-        (false, Some(v)) if v.len() == n => v,
-        // the decoder ran padded steps (graph batching pads to the longest member's length):
-        // the request's own steps come first
-        (false, Some(mut v))
-            if f.max_dec > 0 && v.len() > n && v.len().is_multiple_of(n / dec as usize) =>
-        {
-            v.truncate(n);
-            v
-        }
-        (false, got) => {
-            return error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!(
-                    "the device handed over {} output values for shape {shape:?} ({n})",
-                    got.map_or(0, |v| v.len())
-                ),
-            )
-        }
-    };
     let mut parameters = json!({"latency_ms": latency.as_secs_f64() * 1e3});
     if f.emulated {
-        parameters["timing_emulation"] = json!(
-            "the NPU model's latency for the batch this request ran in; no values computed (zeros)"
-        );
+        parameters["timing_emulation"] = json!(served::EMULATED);
     }
-    let (t, bytes) = tensor(&f.output, &shape, &data, binary);
+    let (t, bytes) = tensor(&f.output, shape, data, binary);
     let head = json!({
         "model_name": f.model,
         "model_version": VERSION,
@@ -474,8 +385,6 @@ fn respond(
         .into_response()
 }
 
-/// The request's body, read within the body timeout and up to `--max-body-mib` (408 and 413
-/// with the protocol's error object otherwise; a connection that fails mid-body, 400).
 /// How long a refused request's unread body may pause before the connection is closed (nginx's
 /// `lingering_timeout` is the same idea, 5 s by default; shorter here, as a connection that
 /// lingers holds one of `--max-connections`).
@@ -499,6 +408,8 @@ fn lingering(f: &Front, body: axum::body::Body, mut answer: Response) -> Respons
     answer
 }
 
+/// The request's body, read within the body timeout and up to `--max-body-mib` (408 and 413
+/// with the protocol's error object otherwise; a connection that fails mid-body, 400).
 async fn received(
     f: &Front,
     body: axum::body::Body,
@@ -661,10 +572,10 @@ mod tests {
         );
         // --max-queue (4) places, each taken before a byte is read; the fifth is refused
         let held: Vec<_> = (0..4)
-            .map(|_| take_in(&f, &declared(10)).ok().unwrap())
+            .map(|_| take_in(&f, reservation(&f, &declared(10))).ok().unwrap())
             .collect();
         assert_eq!(f.admitted.load(Ordering::SeqCst), 4);
-        let refused = take_in(&f, &declared(10)).err().unwrap();
+        let refused = take_in(&f, reservation(&f, &declared(10))).err().unwrap();
         assert_eq!(refused.0, outcome::QUEUE_FULL);
         drop(held);
         assert_eq!(
@@ -680,8 +591,10 @@ mod tests {
             max_queue: 100,
             ..Arc::try_unwrap(front()).ok().unwrap()
         });
-        let held: Vec<_> = (0..12).map(|_| take_in(&f, &big).ok().unwrap()).collect();
-        let refused = take_in(&f, &big).err().unwrap();
+        let held: Vec<_> = (0..12)
+            .map(|_| take_in(&f, reservation(&f, &big)).ok().unwrap())
+            .collect();
+        let refused = take_in(&f, reservation(&f, &big)).err().unwrap();
         assert_eq!(refused.0, outcome::OVERLOADED);
         assert!(refused.1.contains("--max-inflight-mib"), "{}", refused.1);
         assert_eq!(

@@ -11,10 +11,12 @@
 
 mod extensions;
 mod front;
+pub mod grpc;
 mod listen;
 pub mod load;
 mod metrics;
 mod protocol;
+mod served;
 
 use crate::device::exchange::Exchange;
 use crate::engine::{ChannelArrivals, Outcome};
@@ -40,6 +42,8 @@ pub use listen::Timeouts;
 pub struct ServeOptions {
     /// Address to listen on (port 0: any free port).
     pub listen: SocketAddr,
+    /// Where to serve the protocol over gRPC too (port 0: any free port), if anywhere.
+    pub grpc: Option<SocketAddr>,
     /// The most requests admitted and not yet answered; more get 503.
     pub max_queue: usize,
     /// The largest request body accepted (bytes); more get 413.
@@ -57,6 +61,8 @@ pub struct ServeOptions {
 pub struct Server {
     /// Where it listens.
     pub addr: SocketAddr,
+    /// Where it serves gRPC, if it does.
+    pub grpc_addr: Option<SocketAddr>,
     stop: Option<oneshot::Sender<()>>,
     http: Option<std::thread::JoinHandle<Result<()>>>,
     engine: Option<std::thread::JoinHandle<Result<Outcome>>>,
@@ -124,6 +130,19 @@ pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server
     let addr = listener
         .local_addr()
         .map_err(|e| Error::io("--listen", e))?;
+    let grpc_listener = match opts.grpc {
+        None => None,
+        Some(at) => {
+            let l = std::net::TcpListener::bind(at).map_err(|e| Error::listen(at, e))?;
+            l.set_nonblocking(true)
+                .map_err(|e| Error::io("--grpc-listen", e))?;
+            Some(l)
+        }
+    };
+    let grpc_addr = match &grpc_listener {
+        None => None,
+        Some(l) => Some(l.local_addr().map_err(|e| Error::io("--grpc-listen", e))?),
+    };
     let (tx, rx) = mpsc::channel();
     let origin = Instant::now();
     let exchange = Arc::new(Exchange::new());
@@ -189,6 +208,7 @@ pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server
                 .map_err(|e| Error::io("--listen", e))?;
             let app = router(front.clone(), max_body);
             let closing = front.clone();
+            let (closed, on_close) = tokio::sync::watch::channel(false);
             let shutdown = async move {
                 tokio::select! {
                     _ = stopped => {}
@@ -197,6 +217,16 @@ pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server
                 }
                 // new requests get 503 while the admitted ones finish
                 closing.closing.store(true, Ordering::SeqCst);
+                let _ = closed.send(true);
+            };
+            let grpc = match grpc_listener {
+                None => None,
+                Some(l) => {
+                    let l = tokio::net::TcpListener::from_std(l)
+                        .map_err(|e| Error::io("--grpc-listen", e))?;
+                    let serving = grpc_serve(front.clone(), l, (max_body, timeouts), on_close);
+                    Some(tokio::spawn(serving))
+                }
             };
             let count = {
                 let m = front.metrics.clone();
@@ -206,7 +236,10 @@ pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server
                 times: timeouts,
                 connections: max_connections,
             };
-            let finished = listen::serve(listener, app, limits, (shutdown, count)).await;
+            let mut finished = listen::serve(listener, app, limits, (shutdown, count)).await;
+            if let Some(g) = grpc {
+                finished &= g.await.unwrap_or(false);
+            }
             if !finished {
                 eprintln!(
                     "serve: connections still open {:.0} s after the shutdown began were dropped (--shutdown-timeout-s)",
@@ -221,12 +254,46 @@ pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server
     });
     Ok(Server {
         addr,
+        grpc_addr,
         stop: Some(stop),
         http: Some(http),
         engine: Some(engine),
         exchange: held,
         metrics: tally,
     })
+}
+
+/// Serves gRPC on `listener` until `closing` turns true, then lets the calls in flight finish
+/// within the shutdown limit. Returns whether they did (`false`: some were dropped).
+async fn grpc_serve(
+    front: Arc<Front>,
+    listener: tokio::net::TcpListener,
+    (max_body, timeouts): (usize, Timeouts),
+    mut closing: tokio::sync::watch::Receiver<bool>,
+) -> bool {
+    let service = grpc::GrpcInferenceServiceServer::new(grpc::Grpc(front))
+        .max_decoding_message_size(max_body)
+        .max_encoding_message_size(usize::MAX);
+    let (told, heard) = tokio::sync::oneshot::channel::<()>();
+    let server = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(timeouts.header))
+        .add_service(service)
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener),
+            async move {
+                let _ = heard.await;
+            },
+        );
+    let mut server = std::pin::pin!(server);
+    tokio::select! {
+        _ = &mut server => return true,
+        _ = closing.wait_for(|c| *c) => {}
+    }
+    let _ = told.send(());
+    tokio::select! {
+        done = server => done.is_ok(),
+        () = tokio::time::sleep(timeouts.shutdown) => false,
+    }
 }
 
 /// SIGINT or SIGTERM.

@@ -30,34 +30,34 @@ pub(crate) struct Io {
 pub(crate) struct InferRequest {
     /// The client's identifier, echoed in the response (clients match answers by it).
     #[serde(default)]
-    id: Option<String>,
-    inputs: Vec<InputTensor>,
+    pub(super) id: Option<String>,
+    pub(super) inputs: Vec<InputTensor>,
     #[serde(default)]
-    parameters: Option<serde_json::Map<String, Value>>,
+    pub(super) parameters: Option<serde_json::Map<String, Value>>,
     #[serde(default)]
-    outputs: Option<Vec<RequestedOutput>>,
+    pub(super) outputs: Option<Vec<RequestedOutput>>,
 }
 
 /// One input tensor: its values in `data` (flat or nested), or in the binary part of the
 /// body (`parameters.binary_data_size` bytes).
 #[derive(Debug, Deserialize)]
-struct InputTensor {
-    name: String,
-    datatype: String,
-    shape: Vec<usize>,
+pub(super) struct InputTensor {
+    pub(super) name: String,
+    pub(super) datatype: String,
+    pub(super) shape: Vec<usize>,
     #[serde(default)]
-    data: Option<Numbers>,
+    pub(super) data: Option<Numbers>,
     #[serde(default)]
-    parameters: Option<serde_json::Map<String, Value>>,
+    pub(super) parameters: Option<serde_json::Map<String, Value>>,
 }
 
 /// An output the client asks for (`parameters.binary_data`: in the binary part).
 #[derive(Debug, Deserialize)]
-struct RequestedOutput {
+pub(super) struct RequestedOutput {
     #[allow(dead_code)]
-    name: String,
+    pub(super) name: String,
     #[serde(default)]
-    parameters: Option<serde_json::Map<String, Value>>,
+    pub(super) parameters: Option<serde_json::Map<String, Value>>,
 }
 
 /// A request's input, checked.
@@ -254,7 +254,7 @@ fn finite(x: f64) -> Result<f32, String> {
 /// Numbers, flat or nested lists, deserialized straight into one vector (no JSON tree: an
 /// image's 150,528 values parse in a few milliseconds).
 #[derive(Debug, Default)]
-struct Numbers(Vec<f32>);
+pub(super) struct Numbers(pub(super) Vec<f32>);
 
 impl<'de> Deserialize<'de> for Numbers {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

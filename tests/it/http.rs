@@ -85,6 +85,7 @@ fn the_front_end_answers_the_protocol_with_the_devices_outputs() {
     let bench = cpu_bench(m);
     let serve = ServeOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
+        grpc: None,
         max_queue: 64,
         max_body: 1 << 20,
         max_inflight: 1 << 30,
@@ -171,6 +172,7 @@ fn the_npu_model_answers_after_its_modelled_latency_and_says_so() {
     let bench = Testbed::new(m, Default::default(), crate::mb(8), 90.0).unwrap();
     let serve = ServeOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
+        grpc: None,
         max_queue: 64,
         max_body: 4 << 20,
         max_inflight: 1 << 30,
@@ -302,6 +304,7 @@ fn a_full_queue_answers_503_and_a_shutdown_answers_everyone_admitted() {
     let bench = Testbed::new(m, Default::default(), crate::mb(8), 90.0).unwrap();
     let serve = ServeOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
+        grpc: None,
         max_queue: 1,
         max_body: 4 << 20,
         max_inflight: 1 << 30,
@@ -339,6 +342,7 @@ fn npu_server(
         policy,
         ServeOptions {
             listen: "127.0.0.1:0".parse().unwrap(),
+            grpc: None,
             max_queue: 64,
             max_body,
             max_inflight: 1 << 30,
@@ -389,6 +393,7 @@ fn admission_comes_before_buffering_connections_and_bodies_in_flight_are_bounded
         "lazy",
         ServeOptions {
             listen: "127.0.0.1:0".parse().unwrap(),
+            grpc: None,
             max_queue: 64,
             max_body: 1 << 20,
             // one declared 1 MiB body reserves 5 MiB: room for one, not two

@@ -37,6 +37,7 @@ fn on_npu(name: &str, policy: &str) -> Server {
 fn options() -> ServeOptions {
     ServeOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
+        grpc: Some("127.0.0.1:0".parse().unwrap()),
         max_queue: 64,
         max_body: 4 << 20,
         max_inflight: 1 << 30,
@@ -289,7 +290,7 @@ fn the_exchange_holds_nothing_once_every_request_is_answered() {
 }
 
 #[test]
-fn tritonclient_gets_the_in_process_outputs_as_json_and_as_binary() {
+fn tritonclient_gets_the_in_process_outputs_as_json_binary_and_over_grpc() {
     let m = crate::onnx::import("mobilenet_style");
     let io = inputs_and_outputs(&m, &mut CpuDevice::new(3), 1, 8, 7).unwrap();
     let server = on_cpu(m, "lazy");
@@ -305,6 +306,8 @@ fn tritonclient_gets_the_in_process_outputs_as_json_and_as_binary() {
         .arg("mobilenet_style")
         .arg("--input")
         .arg(&input)
+        .arg("--grpc")
+        .arg(server.grpc_addr.unwrap().to_string())
         .output();
     std::fs::remove_file(&input).ok();
     server.shutdown().unwrap();
@@ -333,9 +336,46 @@ fn tritonclient_gets_the_in_process_outputs_as_json_and_as_binary() {
         serde_json::json!(["req-0", "req-1", "req-2", "req-3"]),
         "{v}"
     );
-    // the two inferences and the four asynchronous ones, counted by the server
+    // over gRPC: the same answers, ids echoed, a wrong input INVALID_ARGUMENT
+    let g = &v["grpc"];
+    for k in ["live", "ready", "model_ready", "model_ready_v1"] {
+        assert_eq!(g[k], true, "grpc {k}: {v}");
+    }
+    assert_eq!(g["server_metadata"]["name"], "lazybatch", "{g}");
+    // the same tensors and dims over both (protobuf's JSON writes 64-bit integers as strings)
+    let text = |v: &serde_json::Value| v.to_string().replace('"', "");
+    for k in ["inputs", "outputs"] {
+        assert_eq!(text(&g["metadata"][k]), text(&v["metadata"][k]), "{k}");
+    }
+    assert_eq!(
+        text(&g["config"]["input"][0]["dims"]),
+        text(&v["config"]["input"][0]["dims"]),
+        "{g}"
+    );
+    assert_eq!(g["id"], "one", "{g}");
+    assert_eq!(
+        g["async_ids"],
+        serde_json::json!(["req-0", "req-1", "req-2", "req-3"]),
+        "{g}"
+    );
+    assert_eq!(
+        g["wrong_input"]["status"], "StatusCode.INVALID_ARGUMENT",
+        "{g}"
+    );
+    let got: Vec<f32> = serde_json::from_value::<Vec<f64>>(g["output"].clone())
+        .unwrap()
+        .into_iter()
+        .map(|x| x as f32)
+        .collect();
+    assert_eq!(got, io[0].output, "grpc");
+    // the two inferences and the four asynchronous ones over HTTP, counted by the server (the
+    // five over gRPC came after); over gRPC, all eleven
     let stats = &v["statistics"]["model_stats"][0];
     assert_eq!(stats["inference_count"], 6, "{v}");
+    assert_eq!(
+        g["statistics"]["model_stats"][0]["inference_count"], "11",
+        "{g}"
+    );
     for how in ["json", "binary"] {
         let got: Vec<f32> = serde_json::from_value::<Vec<f64>>(v["outputs"][how].clone())
             .unwrap()

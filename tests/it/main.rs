@@ -9,6 +9,7 @@ mod cuda;
 mod cuda_stand_in;
 mod fuzz;
 mod graph;
+mod grpc;
 mod hostile;
 mod http;
 mod http_load;

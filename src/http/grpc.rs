@@ -1,0 +1,347 @@
+//! The Open Inference Protocol over gRPC (KServe v2's `inference.GRPCInferenceService`, with
+//! Triton's `ModelConfig` and `ModelStatistics`; `proto/grpc_service.proto`), served by tonic on
+//! `serve --grpc-listen` beside HTTP: the same front ([`Front`]), engine and policy, the same
+//! limits and the same counts. A request is turned into the JSON protocol's request (its typed
+//! `contents` as values, its `raw_input_contents` as the binary part, its parameters as JSON
+//! values) and checked by the same code, so both protocols accept and refuse alike; outputs
+//! come back in `raw_output_contents`, as Triton sends them.
+//!
+//! Errors map to gRPC's codes: an unknown model or version `NOT_FOUND`, a request that does not
+//! fit the model `INVALID_ARGUMENT`, a refusal (queue full, overloaded, shed, shutting down)
+//! `UNAVAILABLE`, a failure `INTERNAL`.
+
+use super::extensions::{config_parameters, dims, stats_of, EXTENSIONS};
+use super::front::{take_in, Front, VERSION};
+use super::metrics::outcome;
+use super::protocol::{tensor, InferRequest, InputTensor, Io, Numbers, RequestedOutput};
+use super::served::{self, Served};
+use serde_json::Value;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use tonic::{Request, Response, Status};
+
+/// The generated protocol types, server and client (tests and tools use the client).
+#[allow(
+    clippy::all,
+    clippy::pedantic,
+    missing_docs,
+    rustdoc::all,
+    unreachable_pub
+)]
+pub mod pb {
+    tonic::include_proto!("inference");
+}
+
+use pb::grpc_inference_service_server::GrpcInferenceService;
+pub use pb::grpc_inference_service_server::GrpcInferenceServiceServer;
+
+/// The service: the HTTP front end's state, shared.
+pub(super) struct Grpc(pub(super) Arc<Front>);
+
+/// How much a gRPC request reserves of `--max-inflight-mib`: its encoded size twice (the message
+/// as received, and its values once checked). tonic has decoded it (at most `--max-body-mib`)
+/// before a handler runs, so gRPC admits after reading, not before.
+const GRPC_FACTOR: usize = 2;
+
+/// `NOT_FOUND` unless `name` (and `version`, when given) is the model served.
+fn known(f: &Front, name: &str, version: &str) -> Result<(), Status> {
+    if name != f.model {
+        return Err(Status::not_found(format!(
+            "unknown model '{name}' (this server serves '{}')",
+            f.model
+        )));
+    }
+    if !version.is_empty() && version != VERSION {
+        return Err(Status::not_found(format!(
+            "unknown version '{version}' of model '{name}' (it has version {VERSION} only)"
+        )));
+    }
+    Ok(())
+}
+
+/// A parameter as the JSON protocol's value.
+fn value(p: &pb::InferParameter) -> Value {
+    use pb::infer_parameter::ParameterChoice as P;
+    match &p.parameter_choice {
+        None => Value::Null,
+        Some(P::BoolParam(b)) => Value::Bool(*b),
+        Some(P::Int64Param(i)) => Value::from(*i),
+        Some(P::StringParam(s)) => Value::from(s.as_str()),
+        Some(P::DoubleParam(d)) => Value::from(*d),
+        Some(P::Uint64Param(u)) => Value::from(*u),
+    }
+}
+
+fn parameters(
+    p: &std::collections::HashMap<String, pb::InferParameter>,
+) -> Option<serde_json::Map<String, Value>> {
+    (!p.is_empty()).then(|| p.iter().map(|(k, v)| (k.clone(), value(v))).collect())
+}
+
+/// `req` as the JSON protocol's request and its binary part: typed contents become the input's
+/// values (FP32 and INT64, the datatypes models take; any other is refused by the check that
+/// follows), raw contents the binary part.
+fn as_json_request(req: pb::ModelInferRequest) -> Result<(InferRequest, Vec<u8>), String> {
+    let raw = req.raw_input_contents;
+    if !raw.is_empty() && raw.len() != req.inputs.len() {
+        return Err(format!(
+            "{} raw_input_contents for {} inputs: give one per input, or none",
+            raw.len(),
+            req.inputs.len()
+        ));
+    }
+    let mut binary = Vec::new();
+    let mut inputs = Vec::with_capacity(req.inputs.len());
+    for (i, t) in req.inputs.into_iter().enumerate() {
+        let shape = t
+            .shape
+            .iter()
+            .map(|&d| {
+                usize::try_from(d).map_err(|_| format!("input '{}': shape {:?}", t.name, t.shape))
+            })
+            .collect::<Result<Vec<usize>, String>>()?;
+        let mut params = parameters(&t.parameters).unwrap_or_default();
+        let data = match (t.contents, raw.get(i)) {
+            (Some(_), Some(_)) => {
+                return Err(format!(
+                    "input '{}': both contents and raw_input_contents: give the values once",
+                    t.name
+                ))
+            }
+            (Some(c), None) => Some(Numbers(if !c.int64_contents.is_empty() {
+                c.int64_contents.iter().map(|&v| v as f32).collect()
+            } else {
+                c.fp32_contents
+            })),
+            (None, Some(bytes)) => {
+                params.insert("binary_data_size".into(), Value::from(bytes.len()));
+                binary.extend_from_slice(bytes);
+                None
+            }
+            (None, None) => None,
+        };
+        inputs.push(InputTensor {
+            name: t.name,
+            datatype: t.datatype,
+            shape,
+            data,
+            parameters: (!params.is_empty()).then_some(params),
+        });
+    }
+    let outputs = req
+        .outputs
+        .into_iter()
+        .map(|o| RequestedOutput {
+            name: o.name,
+            parameters: None,
+        })
+        .collect::<Vec<_>>();
+    let r = InferRequest {
+        id: (!req.id.is_empty()).then_some(req.id),
+        inputs,
+        parameters: parameters(&req.parameters),
+        outputs: (!outputs.is_empty()).then_some(outputs),
+    };
+    Ok((r, binary))
+}
+
+fn tensor_metadata(io: &Io) -> pb::model_metadata_response::TensorMetadata {
+    pb::model_metadata_response::TensorMetadata {
+        name: io.name.clone(),
+        datatype: io.datatype.to_string(),
+        shape: io.shape.clone(),
+    }
+}
+
+fn data_type(io: &Io) -> i32 {
+    match io.datatype {
+        "INT64" => pb::DataType::TypeInt64 as i32,
+        _ => pb::DataType::TypeFp32 as i32,
+    }
+}
+
+#[tonic::async_trait]
+impl GrpcInferenceService for Grpc {
+    async fn server_live(
+        &self,
+        _: Request<pb::ServerLiveRequest>,
+    ) -> Result<Response<pb::ServerLiveResponse>, Status> {
+        Ok(Response::new(pb::ServerLiveResponse { live: true }))
+    }
+
+    async fn server_ready(
+        &self,
+        _: Request<pb::ServerReadyRequest>,
+    ) -> Result<Response<pb::ServerReadyResponse>, Status> {
+        let f = &self.0;
+        let ready = !(f.closing.load(Ordering::SeqCst) || f.waiting.stopped.load(Ordering::SeqCst));
+        Ok(Response::new(pb::ServerReadyResponse { ready }))
+    }
+
+    async fn model_ready(
+        &self,
+        r: Request<pb::ModelReadyRequest>,
+    ) -> Result<Response<pb::ModelReadyResponse>, Status> {
+        let r = r.into_inner();
+        known(&self.0, &r.name, &r.version)?;
+        let ready = self
+            .server_ready(Request::new(pb::ServerReadyRequest {}))
+            .await?
+            .into_inner()
+            .ready;
+        Ok(Response::new(pb::ModelReadyResponse { ready }))
+    }
+
+    async fn server_metadata(
+        &self,
+        _: Request<pb::ServerMetadataRequest>,
+    ) -> Result<Response<pb::ServerMetadataResponse>, Status> {
+        Ok(Response::new(pb::ServerMetadataResponse {
+            name: "lazybatch".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            extensions: EXTENSIONS.iter().map(|e| e.to_string()).collect(),
+        }))
+    }
+
+    async fn model_metadata(
+        &self,
+        r: Request<pb::ModelMetadataRequest>,
+    ) -> Result<Response<pb::ModelMetadataResponse>, Status> {
+        let r = r.into_inner();
+        let f = &self.0;
+        known(f, &r.name, &r.version)?;
+        Ok(Response::new(pb::ModelMetadataResponse {
+            name: f.model.clone(),
+            versions: vec![VERSION.into()],
+            platform: "lazybatch".into(),
+            inputs: vec![tensor_metadata(&f.input)],
+            outputs: vec![tensor_metadata(&f.output)],
+        }))
+    }
+
+    async fn model_config(
+        &self,
+        r: Request<pb::ModelConfigRequest>,
+    ) -> Result<Response<pb::ModelConfigResponse>, Status> {
+        let r = r.into_inner();
+        let f = &self.0;
+        known(f, &r.name, &r.version)?;
+        let config = pb::ModelConfig {
+            name: f.model.clone(),
+            platform: "lazybatch".into(),
+            backend: "lazybatch".into(),
+            max_batch_size: 0,
+            input: vec![pb::ModelInput {
+                name: f.input.name.clone(),
+                data_type: data_type(&f.input),
+                dims: dims(&f.input, f.reference.0),
+            }],
+            output: vec![pb::ModelOutput {
+                name: f.output.name.clone(),
+                data_type: data_type(&f.output),
+                dims: dims(&f.output, f.reference.1),
+            }],
+            dynamic_batching: None,
+            parameters: config_parameters(f)
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), pb::ModelParameter { string_value: v }))
+                .collect(),
+        };
+        Ok(Response::new(pb::ModelConfigResponse {
+            config: Some(config),
+        }))
+    }
+
+    async fn model_statistics(
+        &self,
+        r: Request<pb::ModelStatisticsRequest>,
+    ) -> Result<Response<pb::ModelStatisticsResponse>, Status> {
+        let r = r.into_inner();
+        let f = &self.0;
+        // no name: every model's (this server's one)
+        if !r.name.is_empty() {
+            known(f, &r.name, &r.version)?;
+        }
+        let s = stats_of(f);
+        let done = s.success.0;
+        let d = |count, ns| Some(pb::StatisticDuration { count, ns });
+        Ok(Response::new(pb::ModelStatisticsResponse {
+            model_stats: vec![pb::ModelStatistics {
+                name: f.model.clone(),
+                version: VERSION.into(),
+                last_inference: s.last_ms,
+                inference_count: done,
+                execution_count: s.executions,
+                inference_stats: Some(pb::InferStatistics {
+                    success: d(done, s.success.1),
+                    fail: d(s.fail, 0),
+                    queue: d(done, s.queue_ns),
+                    compute_input: d(0, 0),
+                    compute_infer: d(done, s.compute_ns),
+                    compute_output: d(0, 0),
+                }),
+            }],
+        }))
+    }
+
+    async fn model_infer(
+        &self,
+        r: Request<pb::ModelInferRequest>,
+    ) -> Result<Response<pb::ModelInferResponse>, Status> {
+        let f = &self.0;
+        let r = r.into_inner();
+        known(f, &r.model_name, &r.model_version)?;
+        let need = prost::Message::encoded_len(&r).saturating_mul(GRPC_FACTOR);
+        let _held = take_in(f, need).map_err(|(why, msg)| {
+            f.metrics.count(why);
+            Status::unavailable(msg)
+        })?;
+        let req =
+            as_json_request(r).and_then(|(req, binary)| req.check(&f.input, f.max_dec, &binary));
+        let mut req = req.map_err(|msg| {
+            f.metrics.count(outcome::BAD_REQUEST);
+            Status::invalid_argument(msg)
+        })?;
+        let id = req.id.take();
+        let (served, key) = served::serve(f, req).await;
+        let (values, shape, latency) = match served {
+            Served::Done {
+                values,
+                shape,
+                latency,
+            } => (values, shape, latency),
+            Served::Refused(msg) => return Err(Status::unavailable(msg)),
+            Served::Failed(msg) => return Err(Status::internal(msg)),
+        };
+        let (_, raw) = tensor(&f.output, &shape, &values, true);
+        let param = |p| pb::InferParameter {
+            parameter_choice: Some(p),
+        };
+        use pb::infer_parameter::ParameterChoice as P;
+        let mut parameters = std::collections::HashMap::new();
+        parameters.insert(
+            "latency_ms".to_string(),
+            param(P::DoubleParam(latency.as_secs_f64() * 1e3)),
+        );
+        if f.emulated {
+            parameters.insert(
+                "timing_emulation".to_string(),
+                param(P::StringParam(served::EMULATED.into())),
+            );
+        }
+        Ok(Response::new(pb::ModelInferResponse {
+            model_name: f.model.clone(),
+            model_version: VERSION.into(),
+            id: id.unwrap_or_else(|| key.to_string()),
+            parameters,
+            outputs: vec![pb::model_infer_response::InferOutputTensor {
+                name: f.output.name.clone(),
+                datatype: f.output.datatype.to_string(),
+                shape: shape.iter().map(|&d| d as i64).collect(),
+                parameters: Default::default(),
+                contents: None,
+            }],
+            raw_output_contents: vec![raw],
+        }))
+    }
+}

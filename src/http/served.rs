@@ -1,0 +1,150 @@
+//! One checked request through the engine, whichever protocol brought it (HTTP/JSON or gRPC):
+//! its input goes into the device's exchange, its arrival down the engine's channel, and the
+//! engine's observer answers it as it leaves — with its outputs shaped as the model's output,
+//! or turned away with the outcome it is counted under. Each request is counted here exactly
+//! once (completed or refused), so both protocols count alike.
+
+use super::front::Front;
+use super::metrics::{outcome, rejected};
+use super::protocol::Checked;
+use crate::engine::{stamped, Left};
+use crate::graph::Lengths;
+use crate::traffic::Arrival;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// What an answer from a model device (which computes nothing) says of its outputs, in its
+/// parameter `timing_emulation`.
+pub(super) const EMULATED: &str =
+    "the NPU model's latency for the batch this request ran in; no values computed (zeros)";
+
+/// What became of a request.
+pub(super) enum Served {
+    /// Completed: its output's values (zeros on a model device, which computes none), their
+    /// shape, and its latency in the engine.
+    Done {
+        values: Vec<f32>,
+        shape: Vec<usize>,
+        latency: Duration,
+    },
+    /// Turned away, and counted so (503, or gRPC's UNAVAILABLE): why.
+    Refused(String),
+    /// The server failed it (500, or INTERNAL): why.
+    Failed(String),
+}
+
+/// Counts a request in the server until it is answered (also when its client goes away, and
+/// then its reply slot goes too, so the observer hears nobody is waiting).
+struct Admitted<'a>(&'a Front, u64);
+
+impl Drop for Admitted<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut w) = self.0.waiting.replies.lock() {
+            w.remove(&self.1);
+        }
+        self.0.metrics.in_server.dec();
+    }
+}
+
+/// Refuses with `outcome`, counted.
+fn refused(f: &Front, outcome: &'static str, msg: &str) -> Served {
+    f.metrics.count(outcome);
+    Served::Refused(msg.to_string())
+}
+
+/// Serves `req` and says how it left, with the key it was served under (the default `id` of
+/// its answer).
+pub(super) async fn serve(f: &Front, mut req: Checked) -> (Served, u64) {
+    let key = f.next_key.fetch_add(1, Ordering::SeqCst);
+    if f.closing.load(Ordering::SeqCst) || f.waiting.stopped.load(Ordering::SeqCst) {
+        let msg = "the server is shutting down";
+        return (refused(f, outcome::SHUTTING_DOWN, msg), key);
+    }
+    f.metrics.in_server.inc();
+    let _admitted = Admitted(f, key);
+    let (reply, answer) = oneshot::channel();
+    if let Ok(mut w) = f.waiting.replies.lock() {
+        w.insert(key, reply);
+    }
+    let dec = if f.max_dec > 0 {
+        req.decode_steps.unwrap_or(f.default_dec)
+    } else {
+        1
+    };
+    if !f.emulated {
+        // the device computes on it (a model device computes nothing)
+        f.exchange.put_input(key, std::mem::take(&mut req.values));
+    }
+    let arrival = Arrival {
+        key: Some(key),
+        sla: req.sla,
+        len: Lengths {
+            enc: req.len as u32,
+            dec,
+        },
+        ..Arrival::default()
+    };
+    let arrival = stamped(arrival, f.origin);
+    let sent =
+        f.tx.lock()
+            .ok()
+            .and_then(|t| t.as_ref().map(|t| t.send(arrival).is_ok()))
+            .unwrap_or(false);
+    if !sent {
+        f.exchange.take_input(key);
+        let msg = "the server is shutting down";
+        return (refused(f, outcome::SHUTTING_DOWN, msg), key);
+    }
+    let Ok((how, latency)) = answer.await else {
+        let msg = "the engine stopped before answering".to_string();
+        return (Served::Failed(msg), key);
+    };
+    if let Left::Rejected(why) = how {
+        let o = rejected(why);
+        let msg = if o == outcome::SHED {
+            "shed: its deadline could no longer be met (--shed)"
+        } else {
+            "queue full: the engine's pending queue is full (--max-pending)"
+        };
+        return (refused(f, o, msg), key);
+    }
+    (output(f, key, dec, latency), key)
+}
+
+/// Request `key`'s output as the device handed it over, shaped as the model's output for
+/// `dec` decoder steps. It is counted completed, as the engine counts it, also when the device
+/// handed over values that do not fit (a failure then, 500).
+fn output(f: &Front, key: u64, dec: u32, latency: Duration) -> Served {
+    f.metrics.count(outcome::COMPLETED);
+    let shape: Vec<usize> = f
+        .output
+        .shape
+        .iter()
+        .map(|&d| if d < 0 { dec as usize } else { d as usize })
+        .collect();
+    let n: usize = shape.iter().product();
+    let values = match (f.emulated, f.exchange.take_output(key)) {
+        (true, _) => vec![0.0; n],
+        (false, Some(v)) if v.len() == n => v,
+        // the decoder ran padded steps (graph batching pads to the longest member's length):
+        // the request's own steps come first
+        (false, Some(mut v))
+            if f.max_dec > 0 && v.len() > n && v.len().is_multiple_of(n / dec as usize) =>
+        {
+            v.truncate(n);
+            v
+        }
+        (false, got) => {
+            return Served::Failed(format!(
+                "the device handed over {} output values for shape {shape:?} ({n})",
+                got.map_or(0, |v| v.len())
+            ))
+        }
+    };
+    Served::Done {
+        values,
+        shape,
+        latency,
+    }
+}

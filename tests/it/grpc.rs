@@ -1,0 +1,208 @@
+//! `lazybatch serve --grpc-listen`: the Open Inference Protocol over gRPC, called with the
+//! generated tonic client: outputs equal the in-process ones for raw and typed tensors, the
+//! request's id and parameters are honoured, and each bad request gets its gRPC code and is
+//! counted as HTTP counts it. (Triton's own gRPC client is in `http_load.rs`.)
+
+use crate::http::{cfg, cpu_bench};
+use lazybatch::device::cpu::CpuDevice;
+use lazybatch::http::grpc::pb;
+use lazybatch::http::{start, ServeOptions};
+use lazybatch::run::verify::inputs_and_outputs;
+use pb::grpc_inference_service_client::GrpcInferenceServiceClient as Client;
+use tonic::Code;
+
+fn options(max_queue: usize) -> ServeOptions {
+    ServeOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        grpc: Some("127.0.0.1:0".parse().unwrap()),
+        max_queue,
+        max_body: 4 << 20,
+        max_inflight: 1 << 30,
+        max_connections: 1024,
+        timeouts: Default::default(),
+    }
+}
+
+async fn client(addr: std::net::SocketAddr) -> Client<tonic::transport::Channel> {
+    let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    Client::new(channel)
+}
+
+fn input(name: &str, shape: &[i64]) -> pb::model_infer_request::InferInputTensor {
+    pb::model_infer_request::InferInputTensor {
+        name: name.into(),
+        datatype: "FP32".into(),
+        shape: shape.to_vec(),
+        parameters: Default::default(),
+        contents: None,
+    }
+}
+
+fn le_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn from_le(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+#[test]
+fn grpc_answers_the_devices_outputs_and_each_bad_request_its_code() {
+    let m = crate::onnx::import("mobilenet_style");
+    let io = inputs_and_outputs(&m, &mut CpuDevice::new(3), 2, 8, 7).unwrap();
+    let server = start(cpu_bench(m), cfg("lazy"), &options(64)).unwrap();
+    let addr = server.grpc_addr.unwrap();
+    let shape = [1, 3, 32, 32];
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut c = client(addr).await;
+        // raw tensors (Triton's default), with an id and an SLA parameter
+        let sla = pb::InferParameter {
+            parameter_choice: Some(pb::infer_parameter::ParameterChoice::DoubleParam(60_000.0)),
+        };
+        let req = pb::ModelInferRequest {
+            model_name: "mobilenet_style".into(),
+            id: "mine".into(),
+            parameters: [("sla_ms".to_string(), sla)].into(),
+            inputs: vec![input("input", &shape)],
+            raw_input_contents: vec![le_bytes(&io[0].input)],
+            ..Default::default()
+        };
+        let r = c.model_infer(req.clone()).await.unwrap().into_inner();
+        assert_eq!(r.id, "mine");
+        assert_eq!(from_le(&r.raw_output_contents[0]), io[0].output);
+        // typed contents, no id: the server's key
+        let mut typed = input("input", &shape);
+        typed.contents = Some(pb::InferTensorContents {
+            fp32_contents: io[1].input.clone(),
+            ..Default::default()
+        });
+        let r = c
+            .model_infer(pb::ModelInferRequest {
+                model_name: "mobilenet_style".into(),
+                model_version: "1".into(),
+                inputs: vec![typed.clone()],
+                ..Default::default()
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(!r.id.is_empty());
+        assert_eq!(from_le(&r.raw_output_contents[0]), io[1].output);
+        // the bad ones: each its code and a message that says what is wrong
+        let mut both = req.clone();
+        both.inputs = vec![typed];
+        let mut nan = req.clone();
+        nan.raw_input_contents = vec![le_bytes(&vec![f32::NAN; io[0].input.len()])];
+        let mut short = req.clone();
+        short.raw_input_contents = vec![le_bytes(&io[0].input[..100])];
+        let mut bad_sla = req.clone();
+        bad_sla.parameters.insert(
+            "sla_ms".into(),
+            pb::InferParameter {
+                parameter_choice: Some(pb::infer_parameter::ParameterChoice::DoubleParam(-1.0)),
+            },
+        );
+        let mut other_model = req.clone();
+        other_model.model_name = "resnet50".into();
+        let mut other_version = req.clone();
+        other_version.model_version = "2".into();
+        for (r, code, says) in [
+            (both, Code::InvalidArgument, "give the values once"),
+            (nan, Code::InvalidArgument, "not a finite 32-bit float"),
+            (short, Code::InvalidArgument, "values for shape"),
+            (bad_sla, Code::InvalidArgument, "sla_ms"),
+            (other_model, Code::NotFound, "unknown model 'resnet50'"),
+            (other_version, Code::NotFound, "unknown version '2'"),
+        ] {
+            let e = c.model_infer(r).await.unwrap_err();
+            assert_eq!(e.code(), code, "{e:?}");
+            assert!(e.message().contains(says), "{says}: {e:?}");
+        }
+        // metadata and readiness as over HTTP
+        let meta = c
+            .model_metadata(pb::ModelMetadataRequest {
+                name: "mobilenet_style".into(),
+                version: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(meta.inputs[0].shape, shape);
+        let ready = c
+            .model_ready(pb::ModelReadyRequest {
+                name: "mobilenet_style".into(),
+                version: "1".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(ready.ready);
+        let stats = c
+            .model_statistics(pb::ModelStatisticsRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(stats.model_stats[0].inference_count, 2);
+    });
+    // counted as HTTP counts: two completed, four bad requests (the unknown model and version
+    // are not requests of the model served, as over HTTP)
+    let (_, text) = crate::http::call(server.addr, "GET", "/metrics", "");
+    for (outcome, n) in [("completed", 2), ("bad_request", 4)] {
+        let line = format!("outcome=\"{outcome}\"}} {n}");
+        assert!(text.contains(&line), "{line}: {text}");
+    }
+    assert_eq!(server.shutdown().unwrap().stats().completed, 2);
+}
+
+#[test]
+fn grpc_refusals_are_unavailable_and_counted_and_a_shutdown_ends_grpc_too() {
+    // VGG-16 on the NPU model takes milliseconds a request: with room for one in the server,
+    // of eight sent at once some are refused UNAVAILABLE (queue full), the rest complete
+    let m = lazybatch::graph::zoo::load("vgg16").unwrap();
+    let bench = lazybatch::run::Testbed::new(m, Default::default(), crate::mb(8), 90.0).unwrap();
+    let server = start(bench, cfg("lazy"), &options(1)).unwrap();
+    let addr = server.grpc_addr.unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let codes: Vec<Code> = rt.block_on(async {
+        let c = client(addr).await;
+        let req = pb::ModelInferRequest {
+            model_name: "vgg16".into(),
+            inputs: vec![input("image", &[1, 3, 224, 224])],
+            raw_input_contents: vec![le_bytes(&vec![0.5; 3 * 224 * 224])],
+            ..Default::default()
+        };
+        let calls = (0..8).map(|_| {
+            let mut c = c.clone();
+            let req = req.clone();
+            tokio::spawn(async move {
+                c.model_infer(req)
+                    .await
+                    .map_or_else(|e| e.code(), |_| Code::Ok)
+            })
+        });
+        let mut codes = Vec::new();
+        for h in calls.collect::<Vec<_>>() {
+            codes.push(h.await.unwrap());
+        }
+        codes
+    });
+    let ok = codes.iter().filter(|&&c| c == Code::Ok).count();
+    let refused = codes.iter().filter(|&&c| c == Code::Unavailable).count();
+    assert_eq!(ok + refused, 8, "{codes:?}");
+    assert!(ok >= 1 && refused >= 1, "{codes:?}");
+    let (_, text) = crate::http::call(server.addr, "GET", "/metrics", "");
+    let line = format!("outcome=\"queue_full\"}} {refused}");
+    assert!(text.contains(&line), "{line}: {text}");
+    let t0 = std::time::Instant::now();
+    assert_eq!(server.shutdown().unwrap().stats().completed, ok as u64);
+    assert!(t0.elapsed() < std::time::Duration::from_secs(20));
+    // the gRPC port is closed with the server
+    assert!(std::net::TcpStream::connect(addr).is_err());
+}
