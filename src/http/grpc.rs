@@ -276,9 +276,10 @@ impl GrpcInferenceService for Grpc {
                     success: d(done, s.success.1),
                     fail: d(s.fail, 0),
                     queue: d(done, s.queue_ns),
-                    compute_input: d(0, 0),
+                    // as over HTTP: inputs and outputs move inside the node time
+                    compute_input: d(done, 0),
                     compute_infer: d(done, s.compute_ns),
-                    compute_output: d(0, 0),
+                    compute_output: d(done, 0),
                 }),
             }],
         }))
