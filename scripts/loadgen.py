@@ -11,7 +11,7 @@ Prints LoadGen's verdict (VALID/INVALID and why) and both sides' latencies, and 
 count; exits 1 when a request failed or the server's count differs from what was sent.
 
 Usage: scripts/loadgen.py [--qps 100] [--duration-s 20] [--bound-ms 100] [--model resnet50]
-                          [--device npu] [--bin target/release/lazybatch]
+                          [--device npu] [--bin target/release/lazybatch] [--log-dir DIR]
 Exit 3: mlperf_loadgen is not installed (pip install mlcommons-loadgen).
 """
 import argparse
@@ -74,6 +74,7 @@ def run_loadgen(a, host, port, outdir):
     reqs = bodies(host, port, a.model)
     local = threading.local()
     failures = []
+    answered = []
 
     def send(sample):
         c = getattr(local, "c", None)
@@ -88,6 +89,8 @@ def run_loadgen(a, host, port, outdir):
             r.read()
             if r.status != 200:
                 failures.append(r.status)
+            else:
+                answered.append(1)
         except OSError as e:
             failures.append(str(e))
             local.c = None
@@ -119,11 +122,11 @@ def run_loadgen(a, host, port, outdir):
     lg.DestroySUT(sut)
     with open(os.path.join(outdir, "mlperf_log_summary.txt")) as f:
         summary = f.read()
-    return summary, failures
+    return summary, failures, len(answered)
 
 
 def field(summary, name):
-    m = re.search(rf"^{re.escape(name)}\s*:\s*(.+)$", summary, re.M)
+    m = re.search(rf"^\s*{re.escape(name)}\s*:\s*(.+)$", summary, re.M)
     return m.group(1).strip() if m else "?"
 
 
@@ -136,11 +139,16 @@ def main():
     ap.add_argument("--device", default="npu")
     ap.add_argument("--policy", default="lazy")
     ap.add_argument("--bin", default="target/release/lazybatch")
+    ap.add_argument("--log-dir", help="keep LoadGen's logs here (default: a temporary folder)")
     a = ap.parse_args()
     server, host, port = start_server(a)
     try:
-        with tempfile.TemporaryDirectory() as d:
-            summary, failures = run_loadgen(a, host, port, d)
+        if a.log_dir:
+            os.makedirs(a.log_dir, exist_ok=True)
+            summary, failures, ok_lg = run_loadgen(a, host, port, a.log_dir)
+        else:
+            with tempfile.TemporaryDirectory() as d:
+                summary, failures, ok_lg = run_loadgen(a, host, port, d)
         ns = lambda k: float(field(summary, k)) / 1e6
         print(f"LoadGen Server scenario, {a.model} on {a.device} under {a.policy}, target {a.qps:g} QPS, "
               f"p99 bound {a.bound_ms:g} ms, {a.duration_s:g} s")
@@ -167,6 +175,13 @@ def main():
     if failures:
         print(f"FAILED: {len(failures)} LoadGen requests failed: {failures[:5]}", file=sys.stderr)
         return 1
+    told = re.search(r"completed (\d+)", out)
+    sent = ok_lg + v["completed"]
+    if not told or int(told.group(1)) != sent:
+        print(f"FAILED: the server counted {told and told.group(1)} completed, the clients {sent}",
+              file=sys.stderr)
+        return 1
+    print(f"  counts agree: {sent} answered ({ok_lg} LoadGen, {v['completed']} load), the server's {sent}")
     return 0
 
 
