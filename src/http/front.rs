@@ -3,61 +3,21 @@
 //! device's exchange, sends its arrival down the engine's channel and waits for the engine's
 //! observer to answer it.
 
-use super::metrics::{outcome, Metrics, Waiting};
+use super::metrics::outcome;
 use super::protocol::{error, tensor, InferRequest, Io, HEADER_LENGTH};
 use super::served::{self, Served};
-use crate::device::exchange::Exchange;
+pub(super) use super::state::{take_in, Front, VERSION};
 use crate::error::{Error, Result};
 use crate::graph::op::Op;
 use crate::graph::{Model, Rows};
-use crate::traffic::Arrival;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use prometheus_client::encoding::text::encode;
 use serde_json::json;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
-use std::time::Instant;
-
-/// The handlers' shared state.
-pub(super) struct Front {
-    pub model: String,
-    pub input: Io,
-    pub output: Io,
-    /// The most decoder steps a request may ask for (0: not a seq2seq model).
-    pub max_dec: u32,
-    /// Decoder steps of a request that names none.
-    pub default_dec: u32,
-    pub emulated: bool,
-    /// The device and the policy, as the metadata reports them.
-    pub device: String,
-    pub policy: String,
-    pub tx: Mutex<Option<mpsc::Sender<Arrival>>>,
-    pub origin: Instant,
-    pub exchange: Arc<Exchange>,
-    pub waiting: Arc<Waiting>,
-    pub next_key: AtomicU64,
-    /// Requests taken in (from before their body is read) and not yet answered.
-    pub admitted: AtomicUsize,
-    pub max_queue: usize,
-    /// Bytes reserved by the bodies being read, parsed and served ([`Reserved`]).
-    pub inflight: AtomicUsize,
-    /// The most bytes the bodies in flight may reserve (`--max-inflight-mib`).
-    pub max_inflight: usize,
-    pub closing: AtomicBool,
-    pub metrics: Arc<Metrics>,
-    /// The server's maximum batch (activation slots).
-    pub max_batch: u32,
-    /// The largest body accepted, also once inflated (bytes).
-    pub max_body: usize,
-    /// The most a body may take to arrive once its headers are in.
-    pub body_timeout: std::time::Duration,
-    /// The input's and output's variable-axis lengths at the model's reference lengths (what
-    /// the model configuration's dims give for a -1).
-    pub reference: (i64, i64),
-}
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// The model's input and output in the protocol's terms (one request: batch 1), and its
 /// decoder's most and default steps (0, 0 for a static model).
@@ -148,9 +108,6 @@ pub(super) async fn ready(State(f): State<Arc<Front>>) -> StatusCode {
     }
 }
 
-/// The version every model is served at (the protocol's `/versions/{v}/` URLs name it).
-pub(super) const VERSION: &str = "1";
-
 /// A model route's path parameters: `name`, and `version` in the `/versions/{version}/` form.
 pub(super) type ModelPath = Path<HashMap<String, String>>;
 
@@ -220,25 +177,6 @@ pub(super) async fn metrics(State(f): State<Arc<Front>>) -> Response {
     }
 }
 
-/// Holds a request's place among the `--max-queue` admitted from before its body is read until
-/// its handler returns (also when the client goes away).
-pub(super) struct Taken<'a>(&'a Front);
-
-impl Drop for Taken<'_> {
-    fn drop(&mut self) {
-        self.0.admitted.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
-/// A body's reservation of `--max-inflight-mib`, held until its handler returns.
-pub(super) struct Reserved<'a>(&'a Front, usize);
-
-impl Drop for Reserved<'_> {
-    fn drop(&mut self) {
-        self.0.inflight.fetch_sub(self.1, Ordering::SeqCst);
-    }
-}
-
 /// What a body reserves: its declared length (the largest body when it declares none, chunked)
 /// times [`PARSE_FACTOR`], at most the whole budget (so that one large request alone is served).
 fn reservation(f: &Front, headers: &axum::http::HeaderMap) -> usize {
@@ -254,38 +192,6 @@ fn reservation(f: &Front, headers: &axum::http::HeaderMap) -> usize {
 /// text becomes `serde_json` values and then `f32`s (the reliability probe measured 8 → 316 MB
 /// resident for one 60 MB JSON body, about 5×).
 pub(super) const PARSE_FACTOR: usize = 5;
-
-/// Takes a place for a request before its body is read, or says why not (the outcome it is
-/// counted under, and the message of its 503): the server is shutting down, `--max-queue`
-/// requests are in, or the bodies in flight hold `--max-inflight-mib`.
-pub(super) fn take_in(
-    f: &Front,
-    need: usize,
-) -> std::result::Result<(Taken<'_>, Reserved<'_>), (&'static str, String)> {
-    if f.closing.load(Ordering::SeqCst) || f.waiting.stopped.load(Ordering::SeqCst) {
-        let msg = "the server is shutting down".into();
-        return Err((outcome::SHUTTING_DOWN, msg));
-    }
-    if f.admitted.fetch_add(1, Ordering::SeqCst) >= f.max_queue {
-        f.admitted.fetch_sub(1, Ordering::SeqCst);
-        let msg = format!(
-            "queue full: {} requests are in the server (--max-queue)",
-            f.max_queue
-        );
-        return Err((outcome::QUEUE_FULL, msg));
-    }
-    let taken = Taken(f);
-    let before = f.inflight.fetch_add(need, Ordering::SeqCst);
-    if before + need > f.max_inflight {
-        f.inflight.fetch_sub(need, Ordering::SeqCst);
-        let msg = format!(
-            "overloaded: the request bodies in flight hold {} of {} bytes (--max-inflight-mib); this one would reserve {need}",
-            before, f.max_inflight
-        );
-        return Err((outcome::OVERLOADED, msg));
-    }
-    Ok((taken, Reserved(f, need)))
-}
 
 fn unavailable(f: &Front, outcome: &str, msg: String) -> Response {
     f.metrics.count(outcome);
@@ -507,7 +413,12 @@ fn split<'b>(
 
 #[cfg(test)]
 mod tests {
+    use super::super::metrics::{Metrics, Waiting};
     use super::*;
+    use crate::device::exchange::Exchange;
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+    use std::sync::Mutex;
+    use std::time::Instant;
 
     /// A front end for the eight-node fixture with nobody behind it.
     fn front() -> Arc<Front> {

@@ -11,10 +11,10 @@
 //! `UNAVAILABLE`, a failure `INTERNAL`.
 
 use super::extensions::{config_parameters, dims, stats_of, EXTENSIONS};
-use super::front::{take_in, Front, VERSION};
 use super::metrics::outcome;
 use super::protocol::{tensor, InferRequest, InputTensor, Io, Numbers, RequestedOutput};
 use super::served::{self, Served};
+use super::state::{take_in, Front, VERSION};
 use serde_json::Value;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -17,6 +17,7 @@ pub mod load;
 mod metrics;
 mod protocol;
 mod served;
+mod state;
 
 use crate::device::exchange::Exchange;
 use crate::engine::{ChannelArrivals, Outcome};

@@ -4,9 +4,9 @@
 //! or turned away with the outcome it is counted under. Each request is counted here exactly
 //! once (completed or refused), so both protocols count alike.
 
-use super::front::Front;
 use super::metrics::{outcome, rejected};
 use super::protocol::Checked;
+use super::state::Front;
 use crate::engine::{stamped, Left};
 use crate::graph::Lengths;
 use crate::traffic::Arrival;
