@@ -5,7 +5,7 @@ configuration, one inference twice, with the tensors as JSON and with the binary
 extension (tritonclient's default), four asynchronous inferences with their own ids, and the
 inference statistics; prints one JSON object with what it got. With --grpc ADDR, the same over
 gRPC with tritonclient[grpc] (raw tensors, Triton's default there; a request parameter
-`sla_ms`), under the key "grpc".
+`sla_ms`; once gzip-compressed), under the key "grpc".
 Given an ONNX file, it also compares the answer with onnxruntime's for the same input
 (onnxruntime imported in this Python or, failing that, in `python3`).
 
@@ -65,6 +65,10 @@ def over_grpc(addr, model, x):
                 parameters={"sla_ms": 60000.0})
     y = r.as_numpy(o["name"])
     out["id"] = r.get_response().id
+    # gzip-compressed request: the same answer
+    z = c.infer(model, [inp], outputs=[grpc.InferRequestedOutput(o["name"])],
+                compression_algorithm="gzip")
+    out["gzip_equal"] = bool((z.as_numpy(o["name"]) == y).all())
     out["output"] = y.astype(np.float64).ravel().tolist()
     out["shape"] = list(y.shape)
     results = []

@@ -272,7 +272,12 @@ async fn grpc_serve(
     (max_body, timeouts): (usize, Timeouts),
     mut closing: tokio::sync::watch::Receiver<bool>,
 ) -> bool {
+    use tonic::codec::CompressionEncoding::{Deflate, Gzip};
+    // a compressed message is inflated up to --max-body-mib (past it: RESOURCE_EXHAUSTED, so a
+    // small bomb cannot take the memory a large message may not)
     let service = grpc::GrpcInferenceServiceServer::new(grpc::Grpc(front))
+        .accept_compressed(Gzip)
+        .accept_compressed(Deflate)
         .max_decoding_message_size(max_body)
         .max_encoding_message_size(usize::MAX);
     let (told, heard) = tokio::sync::oneshot::channel::<()>();

@@ -95,6 +95,16 @@ fn grpc_answers_the_devices_outputs_and_each_bad_request_its_code() {
             .into_inner();
         assert!(!r.id.is_empty());
         assert_eq!(from_le(&r.raw_output_contents[0]), io[1].output);
+        // gzip-compressed, the same answer; a message that inflates past --max-body-mib (4 MiB
+        // here) is refused while it inflates
+        use tonic::codec::CompressionEncoding::Gzip;
+        let mut zipped = c.clone().send_compressed(Gzip);
+        let r = zipped.model_infer(req.clone()).await.unwrap().into_inner();
+        assert_eq!(from_le(&r.raw_output_contents[0]), io[0].output);
+        let mut bomb = req.clone();
+        bomb.raw_input_contents = vec![vec![0; 5 << 20]];
+        let e = zipped.model_infer(bomb).await.unwrap_err();
+        assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
         // the bad ones: each its code and a message that says what is wrong
         let mut both = req.clone();
         both.inputs = vec![typed];
@@ -149,16 +159,17 @@ fn grpc_answers_the_devices_outputs_and_each_bad_request_its_code() {
             .await
             .unwrap()
             .into_inner();
-        assert_eq!(stats.model_stats[0].inference_count, 2);
+        assert_eq!(stats.model_stats[0].inference_count, 3);
     });
-    // counted as HTTP counts: two completed, four bad requests (the unknown model and version
-    // are not requests of the model served, as over HTTP)
+    // counted as HTTP counts: three completed, four bad requests (the unknown model and version
+    // are not requests of the model served, as over HTTP; the bomb never reached the server's
+    // handler: tonic refused it while inflating)
     let (_, text) = crate::http::call(server.addr, "GET", "/metrics", "");
-    for (outcome, n) in [("completed", 2), ("bad_request", 4)] {
+    for (outcome, n) in [("completed", 3), ("bad_request", 4)] {
         let line = format!("outcome=\"{outcome}\"}} {n}");
         assert!(text.contains(&line), "{line}: {text}");
     }
-    assert_eq!(server.shutdown().unwrap().stats().completed, 2);
+    assert_eq!(server.shutdown().unwrap().stats().completed, 3);
 }
 
 #[test]

@@ -353,6 +353,7 @@ fn tritonclient_gets_the_in_process_outputs_as_json_binary_and_over_grpc() {
         "{g}"
     );
     assert_eq!(g["id"], "one", "{g}");
+    assert_eq!(g["gzip_equal"], true, "{g}");
     assert_eq!(
         g["async_ids"],
         serde_json::json!(["req-0", "req-1", "req-2", "req-3"]),
@@ -369,11 +370,11 @@ fn tritonclient_gets_the_in_process_outputs_as_json_binary_and_over_grpc() {
         .collect();
     assert_eq!(got, io[0].output, "grpc");
     // the two inferences and the four asynchronous ones over HTTP, counted by the server (the
-    // five over gRPC came after); over gRPC, all eleven
+    // six over gRPC came after); over gRPC, all twelve
     let stats = &v["statistics"]["model_stats"][0];
     assert_eq!(stats["inference_count"], 6, "{v}");
     assert_eq!(
-        g["statistics"]["model_stats"][0]["inference_count"], "11",
+        g["statistics"]["model_stats"][0]["inference_count"], "12",
         "{g}"
     );
     for how in ["json", "binary"] {
