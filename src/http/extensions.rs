@@ -5,8 +5,9 @@
 //! `/v2/models/{m}/stats`: counts and cumulative durations, from the observations that
 //! `/metrics`' histograms take). Every route also answers under `/versions/1/`.
 
-use super::front::{unknown, Front, ModelPath, VERSION};
+use super::front::{unknown, ModelPath};
 use super::protocol::{error, Io};
+use super::state::{Front, VERSION};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};

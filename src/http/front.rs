@@ -6,7 +6,7 @@
 use super::metrics::outcome;
 use super::protocol::{error, tensor, InferRequest, Io, HEADER_LENGTH};
 use super::served::{self, Served};
-pub(super) use super::state::{take_in, Front, VERSION};
+use super::state::{take_in, Front, VERSION};
 use crate::error::{Error, Result};
 use crate::graph::op::Op;
 use crate::graph::{Model, Rows};
@@ -16,7 +16,6 @@ use axum::response::{IntoResponse, Response};
 use prometheus_client::encoding::text::encode;
 use serde_json::json;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The model's input and output in the protocol's terms (one request: batch 1), and its
@@ -101,7 +100,7 @@ pub(super) fn describe(m: &Model) -> Result<(Io, Io, u32, u32)> {
 }
 
 pub(super) async fn ready(State(f): State<Arc<Front>>) -> StatusCode {
-    if f.closing.load(Ordering::SeqCst) || f.waiting.stopped.load(Ordering::SeqCst) {
+    if f.closing_down() {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
         StatusCode::OK
@@ -114,19 +113,8 @@ pub(super) type ModelPath = Path<HashMap<String, String>>;
 /// A 404 naming what is wrong when the path's model (or version) is not the one served.
 pub(super) fn unknown(f: &Front, path: &HashMap<String, String>) -> Option<Response> {
     let name = path.get("name").map_or("", String::as_str);
-    if name != f.model {
-        return Some(error(
-            StatusCode::NOT_FOUND,
-            format!("unknown model '{name}' (this server serves '{}')", f.model),
-        ));
-    }
-    match path.get("version") {
-        Some(v) if v != VERSION => Some(error(
-            StatusCode::NOT_FOUND,
-            format!("unknown version '{v}' of model '{name}' (it has version {VERSION} only)"),
-        )),
-        _ => None,
-    }
+    f.unknown(name, path.get("version").map(String::as_str))
+        .map(|msg| error(StatusCode::NOT_FOUND, msg))
 }
 
 pub(super) async fn model_ready(State(f): State<Arc<Front>>, Path(path): ModelPath) -> Response {
@@ -416,7 +404,7 @@ mod tests {
     use super::super::metrics::{Metrics, Waiting};
     use super::*;
     use crate::device::exchange::Exchange;
-    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+    use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
     use std::sync::Mutex;
     use std::time::Instant;
 

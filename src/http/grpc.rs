@@ -16,7 +16,6 @@ use super::protocol::{tensor, InferRequest, InputTensor, Io, Numbers, RequestedO
 use super::served::{self, Served};
 use super::state::{take_in, Front, VERSION};
 use serde_json::Value;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
@@ -43,20 +42,12 @@ pub(super) struct Grpc(pub(super) Arc<Front>);
 /// before a handler runs, so gRPC admits after reading, not before.
 const GRPC_FACTOR: usize = 2;
 
-/// `NOT_FOUND` unless `name` (and `version`, when given) is the model served.
+/// `NOT_FOUND` unless `name` (and `version`, when not empty) is the model served.
 fn known(f: &Front, name: &str, version: &str) -> Result<(), Status> {
-    if name != f.model {
-        return Err(Status::not_found(format!(
-            "unknown model '{name}' (this server serves '{}')",
-            f.model
-        )));
+    match f.unknown(name, (!version.is_empty()).then_some(version)) {
+        Some(msg) => Err(Status::not_found(msg)),
+        None => Ok(()),
     }
-    if !version.is_empty() && version != VERSION {
-        return Err(Status::not_found(format!(
-            "unknown version '{version}' of model '{name}' (it has version {VERSION} only)"
-        )));
-    }
-    Ok(())
 }
 
 /// A parameter as the JSON protocol's value.
@@ -90,9 +81,10 @@ fn as_json_request(req: pb::ModelInferRequest) -> Result<(InferRequest, Vec<u8>)
             req.inputs.len()
         ));
     }
+    let mut raw = raw.into_iter();
     let mut binary = Vec::new();
     let mut inputs = Vec::with_capacity(req.inputs.len());
-    for (i, t) in req.inputs.into_iter().enumerate() {
+    for t in req.inputs {
         let shape = t
             .shape
             .iter()
@@ -101,7 +93,7 @@ fn as_json_request(req: pb::ModelInferRequest) -> Result<(InferRequest, Vec<u8>)
             })
             .collect::<Result<Vec<usize>, String>>()?;
         let mut params = parameters(&t.parameters).unwrap_or_default();
-        let data = match (t.contents, raw.get(i)) {
+        let data = match (t.contents, raw.next()) {
             (Some(_), Some(_)) => {
                 return Err(format!(
                     "input '{}': both contents and raw_input_contents: give the values once",
@@ -115,7 +107,12 @@ fn as_json_request(req: pb::ModelInferRequest) -> Result<(InferRequest, Vec<u8>)
             })),
             (None, Some(bytes)) => {
                 params.insert("binary_data_size".into(), Value::from(bytes.len()));
-                binary.extend_from_slice(bytes);
+                // the one input's values are moved, not copied
+                if binary.is_empty() {
+                    binary = bytes;
+                } else {
+                    binary.extend_from_slice(&bytes);
+                }
                 None
             }
             (None, None) => None,
@@ -173,8 +170,7 @@ impl GrpcInferenceService for Grpc {
         &self,
         _: Request<pb::ServerReadyRequest>,
     ) -> Result<Response<pb::ServerReadyResponse>, Status> {
-        let f = &self.0;
-        let ready = !(f.closing.load(Ordering::SeqCst) || f.waiting.stopped.load(Ordering::SeqCst));
+        let ready = !self.0.closing_down();
         Ok(Response::new(pb::ServerReadyResponse { ready }))
     }
 
@@ -184,11 +180,7 @@ impl GrpcInferenceService for Grpc {
     ) -> Result<Response<pb::ModelReadyResponse>, Status> {
         let r = r.into_inner();
         known(&self.0, &r.name, &r.version)?;
-        let ready = self
-            .server_ready(Request::new(pb::ServerReadyRequest {}))
-            .await?
-            .into_inner()
-            .ready;
+        let ready = !self.0.closing_down();
         Ok(Response::new(pb::ModelReadyResponse { ready }))
     }
 

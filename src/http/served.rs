@@ -57,7 +57,7 @@ fn refused(f: &Front, outcome: &'static str, msg: &str) -> Served {
 /// its answer).
 pub(super) async fn serve(f: &Front, mut req: Checked) -> (Served, u64) {
     let key = f.next_key.fetch_add(1, Ordering::SeqCst);
-    if f.closing.load(Ordering::SeqCst) || f.waiting.stopped.load(Ordering::SeqCst) {
+    if f.closing_down() {
         let msg = "the server is shutting down";
         return (refused(f, outcome::SHUTTING_DOWN, msg), key);
     }

@@ -48,6 +48,30 @@ pub(super) struct Front {
     pub reference: (i64, i64),
 }
 
+impl Front {
+    /// True once the server is shutting down or its engine has stopped: not ready, and new
+    /// requests are refused.
+    pub(super) fn closing_down(&self) -> bool {
+        self.closing.load(Ordering::SeqCst) || self.waiting.stopped.load(Ordering::SeqCst)
+    }
+
+    /// Why `name` (and `version`, if given) is not the model served, or None when it is.
+    pub(super) fn unknown(&self, name: &str, version: Option<&str>) -> Option<String> {
+        if name != self.model {
+            return Some(format!(
+                "unknown model '{name}' (this server serves '{}')",
+                self.model
+            ));
+        }
+        match version {
+            Some(v) if v != VERSION => Some(format!(
+                "unknown version '{v}' of model '{name}' (it has version {VERSION} only)"
+            )),
+            Some(_) | None => None,
+        }
+    }
+}
+
 /// The version every model is served at (the protocol's `/versions/{v}/` URLs name it).
 pub(super) const VERSION: &str = "1";
 
@@ -77,7 +101,7 @@ pub(super) fn take_in(
     f: &Front,
     need: usize,
 ) -> std::result::Result<(Taken<'_>, Reserved<'_>), (&'static str, String)> {
-    if f.closing.load(Ordering::SeqCst) || f.waiting.stopped.load(Ordering::SeqCst) {
+    if f.closing_down() {
         let msg = "the server is shutting down".into();
         return Err((outcome::SHUTTING_DOWN, msg));
     }

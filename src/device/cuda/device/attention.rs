@@ -71,13 +71,7 @@ impl CudaDevice {
         if shape.kv_node.is_none() {
             // this step's keys and values: columns d..3d of the gathered Q|K|V rows, into each
             // member's slot of the cache (max_dec steps per slot)
-            let d = self
-                .mem
-                .layout
-                .as_ref()
-                .ok_or_else(|| missing("layout"))?
-                .nodes[i]
-                .feat;
+            let d = self.mem.feat(i)?;
             let max_dec = self.mem.max_dec;
             let segs: Vec<[i64; 3]> = members
                 .iter()
@@ -114,13 +108,7 @@ impl CudaDevice {
         if distinct.len() > MAX_GROUPS {
             return Ok(false);
         }
-        let d = self
-            .mem
-            .layout
-            .as_ref()
-            .ok_or_else(|| missing("layout"))?
-            .nodes[i]
-            .feat;
+        let d = self.mem.feat(i)?;
         let dh = d / heads;
         self.stage_gather_first_input(model, i, members)?;
         let sc = self
@@ -182,13 +170,7 @@ impl CudaDevice {
 
     /// Encoder self-attention as staged by [`Self::stage_attention_gemm`].
     fn attention_gemm(&mut self, i: usize, heads: usize) -> Result<()> {
-        let d = self
-            .mem
-            .layout
-            .as_ref()
-            .ok_or_else(|| missing("layout"))?
-            .nodes[i]
-            .feat;
+        let d = self.mem.feat(i)?;
         let dh = d / heads;
         self.gather()?;
         let CudaDevice {
@@ -253,7 +235,7 @@ impl CudaDevice {
         if !self.host.staged.attn_gemm.is_empty() {
             return self.attention_gemm(i, heads);
         }
-        let layout = self.mem.layout.as_ref().ok_or_else(|| missing("layout"))?;
+        let layout = self.mem.layout()?;
         let d = layout.nodes[i].feat;
         let (
             AttnShape {
@@ -356,7 +338,7 @@ impl CudaDevice {
         heads: usize,
     ) -> Result<AttnShape> {
         let node = &model.nodes[i];
-        let layout = self.mem.layout.as_ref().ok_or_else(|| missing("layout"))?;
+        let layout = self.mem.layout()?;
         let d = layout.nodes[i].feat;
         let max_dec = self.mem.max_dec;
         self.host.host_i64.clear();

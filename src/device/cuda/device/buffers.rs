@@ -159,6 +159,15 @@ fn fits_one_launch(model: &Model, layout: &Layout, needs: &Needs, seg: usize) ->
     Ok(())
 }
 
+/// Whether a node's weights are also kept in f16 at f16 precision: GEMM weights, and tables
+/// read by tied GEMMs.
+fn has_f16_copy(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Conv2d { .. } | Op::Linear { .. } | Op::Lstm { .. } | Op::Embedding { .. }
+    )
+}
+
 /// The device bytes `allocate` takes for `model` at `layout`'s maximum batch, at `precision`
 /// (f16 copies of the GEMM weights and f16 scratch), decoders running `max_dec` steps: every
 /// node's output, weights and carried state, and the scratch. cuDNN's and cuBLAS's workspaces
@@ -179,12 +188,8 @@ fn device_bytes(
         .nodes
         .iter()
         .map(|n| {
-            let gemm = matches!(
-                n.op,
-                Op::Conv2d { .. } | Op::Linear { .. } | Op::Lstm { .. } | Op::Embedding { .. }
-            );
             // f32 (4 bytes), and an f16 copy (2 more) of a GEMM's at f16
-            let per = if gemm && f16 { 6 } else { 4 };
+            let per = if has_f16_copy(&n.op) && f16 { 6 } else { 4 };
             n.cost.params.saturating_mul(per)
         })
         .fold(0, u64::saturating_add);
@@ -348,11 +353,7 @@ impl CudaDevice {
             Carried::KeysValues => Some(self.zeros(mb * self.mem.max_dec * 2 * feat)?),
             Carried::Nothing => None,
         };
-        // GEMM weights (and tables read by tied GEMMs) also in f16 at f16 precision
-        let gemm = matches!(
-            n.op,
-            Op::Conv2d { .. } | Op::Linear { .. } | Op::Lstm { .. } | Op::Embedding { .. }
-        );
+        let gemm = has_f16_copy(&n.op);
         Ok(NodeGpu {
             out: self.zeros(layout.buffer_len(n.id.idx()).max(1))?,
             w: self.upload_weights(&w, gemm)?,

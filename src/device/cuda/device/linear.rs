@@ -8,13 +8,7 @@ impl CudaDevice {
     /// a ReLU or GELU fused; another activation as one kernel after it.
     pub(super) fn linear(&mut self, model: &Model, i: usize) -> Result<()> {
         let node = &model.nodes[i];
-        let feat = self
-            .mem
-            .layout
-            .as_ref()
-            .ok_or_else(|| missing("layout"))?
-            .nodes[i]
-            .feat;
+        let feat = self.mem.feat(i)?;
         let Op::Linear { act, .. } = &node.op else {
             return Err(Error::Internal(format!("linear on node '{}'", node.name)));
         };

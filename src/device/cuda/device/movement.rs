@@ -73,7 +73,7 @@ impl CudaDevice {
     ) -> Result<()> {
         let node = &model.nodes[i];
         let width = self.mem.nodes[i].in_feat;
-        let layout = self.mem.layout.as_ref().ok_or_else(|| missing("layout"))?;
+        let layout = self.mem.layout()?;
         let mut rows = 0;
         for m in members {
             for r in 0..Layout::rows(node, m.len) {
@@ -176,7 +176,7 @@ impl CudaDevice {
         ws: &[usize],
     ) -> Result<()> {
         let node = &model.nodes[i];
-        let layout = self.mem.layout.as_ref().ok_or_else(|| missing("layout"))?;
+        let layout = self.mem.layout()?;
         let runs = &mut self.host.staged.runs;
         runs.clear();
         for (k, inp) in node.inputs.iter().enumerate() {
@@ -215,7 +215,7 @@ impl CudaDevice {
         members: &[Member],
     ) -> Result<()> {
         let node = &model.nodes[i];
-        let layout = self.mem.layout.as_ref().ok_or_else(|| missing("layout"))?;
+        let layout = self.mem.layout()?;
         let feat = layout.nodes[i].feat;
         let (mut first, mut r_at) = (None, 0);
         for m in members {
@@ -241,7 +241,7 @@ impl CudaDevice {
     ) -> Result<()> {
         let node = &model.nodes[i];
         let width: usize = node.in_shapes[0].feat.iter().product();
-        let layout = self.mem.layout.as_ref().ok_or_else(|| missing("layout"))?;
+        let layout = self.mem.layout()?;
         let mut rows = 0;
         for m in members {
             for r in 0..Layout::rows(node, m.len) {
@@ -286,7 +286,7 @@ impl CudaDevice {
         members: &[Member],
     ) -> Result<()> {
         let node = &model.nodes[i];
-        let layout = self.mem.layout.as_ref().ok_or_else(|| missing("layout"))?;
+        let layout = self.mem.layout()?;
         let feat = layout.nodes[i].feat;
         let at = self.host.staged.host.len();
         let mut r_at = 0;
@@ -423,7 +423,7 @@ impl CudaDevice {
         if !self.capture.wants(model, i) {
             return Ok(());
         }
-        let layout = self.mem.layout.as_ref().ok_or_else(|| missing("layout"))?;
+        let layout = self.mem.layout()?;
         let feat = layout.nodes[i].feat;
         let node = &model.nodes[i];
         let out = &self.mem.nodes[i].out;

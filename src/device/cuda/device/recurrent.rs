@@ -12,7 +12,7 @@ impl CudaDevice {
         };
         let h = *hidden;
         let k = self.mem.nodes[i].in_feat + h;
-        let layout = self.mem.layout.as_ref().ok_or_else(|| missing("layout"))?;
+        let layout = self.mem.layout()?;
         for (r, m) in members.iter().enumerate() {
             let step = m.step;
             let mut off = r * k;

@@ -13,12 +13,7 @@ impl CudaDevice {
         let f: usize = shape.iter().product();
         for m in members {
             let rows = Layout::rows(node, m.len);
-            let off = self
-                .mem
-                .layout
-                .as_ref()
-                .ok_or_else(|| missing("layout"))?
-                .offset(i, m.slot, 0);
+            let off = self.mem.layout()?.offset(i, m.slot, 0);
             self.host.host_in.resize(rows * f, 0.0);
             match self
                 .capture
@@ -152,13 +147,7 @@ impl CudaDevice {
         let node = &model.nodes[i];
         let rows = self.gather()?;
         let kin = self.mem.nodes[i].in_feat;
-        let feat = self
-            .mem
-            .layout
-            .as_ref()
-            .ok_or_else(|| missing("layout"))?
-            .nodes[i]
-            .feat;
+        let feat = self.mem.feat(i)?;
         let null = 0u64;
         let (r_i, n_i) = (rows as i32, feat as i32);
         match &node.op {

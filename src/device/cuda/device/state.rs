@@ -34,6 +34,18 @@ pub(super) struct Memory {
     pub(super) max_dec: usize,
 }
 
+impl Memory {
+    /// The prepared layout (an internal error before `prepare`).
+    pub(super) fn layout(&self) -> Result<&Layout> {
+        self.layout.as_ref().ok_or_else(|| missing("layout"))
+    }
+
+    /// Node `i`'s output width in the prepared layout.
+    pub(super) fn feat(&self, i: usize) -> Result<usize> {
+        Ok(self.layout()?.nodes[i].feat)
+    }
+}
+
 /// Host-side staging, reused from one execution to the next.
 pub(super) struct Host {
     pub(super) segs: Vec<Seg>,
