@@ -4,7 +4,8 @@
 #   for each model: one latency table (`profile --device cpu --save`), the same arrivals served
 #   twice for real (`compare --device cpu --out`, run1 and run2: 5 policies x 0.3/0.6/0.9 of
 #   Serial's capacity on the table), then run1 replayed on the table (`validate --measured`)
-#   four ways: as measured, without its after-idle rows, without its pass spread, without both.
+#   five ways: as measured, at the level of its passes (`"level": "passes"`), without its
+#   after-idle rows, without its pass spread, without both.
 #   Writes per model DIR/<model>/points.md (every point: measured, predicted, run2, and whether
 #   the prediction is within the two real runs' distance) and the replay's figure
 #   (replay-table/validate.svg); prints per model the median |error| of the mean and the p99 for
@@ -12,6 +13,8 @@
 # Usage: scripts/validate-cpu.sh [OUT_DIR]   (default docs/validate/cpu; REQUESTS=200, SEEDS=1,
 #        MODELS="mobilenet|resnet50 --width 0.5 --res 0.5|gnmt --width 0.25|transformer --width 0.25")
 # Takes about 15 minutes on this project's 2-core VM; run it on an otherwise idle machine.
+# REPLAY_ONLY=1 keeps the tables and runs in OUT_DIR and only replays them (seconds): for a
+# change to the table device.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-docs/validate/cpu}
@@ -34,16 +37,18 @@ for spec in "${ms[@]}"; do
   d="$OUT/$name"
   mkdir -p "$d"
   echo "== ${m[*]} -> $d" >&2
-  $B profile --model "${m[@]}" --device cpu --max-batch 16 --save "$d/table.json" --json \
-    --progress off > "$d/profile.json"
-  rates=$(python3 -c "
+  if [ "${REPLAY_ONLY:-0}" != 1 ]; then
+    $B profile --model "${m[@]}" --device cpu --max-batch 16 --save "$d/table.json" --json \
+      --progress off > "$d/profile.json"
+    rates=$(python3 -c "
 import json; t = json.load(open('$d/profile.json'))['single_input_latency_us'] / 1e6
 print(','.join('%.2f' % (l / t) for l in (0.3, 0.6, 0.9)))")
-  for run in run1 run2; do
-    $B compare --model "${m[@]}" --device cpu --profile "$d/table.json" --max-batch 16 \
-      --policies "$POLICIES" --rates "$rates" --requests "$REQ" --seeds "$SEEDS" --out "$d/$run" \
-      --progress off > "$d/$run.txt"
-  done
+    for run in run1 run2; do
+      $B compare --model "${m[@]}" --device cpu --profile "$d/table.json" --max-batch 16 \
+        --policies "$POLICIES" --rates "$rates" --requests "$REQ" --seeds "$SEEDS" --out "$d/$run" \
+        --progress off > "$d/$run.txt"
+    done
+  fi
   python3 - "$d" <<'EOF'
 import json, sys
 d = sys.argv[1]
@@ -52,8 +57,10 @@ for name, drop in [("no-idle", ["after_idle"]), ("no-spread", ["passes_ns"]),
                    ("no-variation", ["after_idle", "passes_ns"])]:
     u = {k: v for k, v in t.items() if k not in drop}
     json.dump(u, open(f"{d}/table-{name}.json", "w"))
+# every node priced at the level its passes give (their median over the nodes' sum)
+json.dump(dict(t, level="passes"), open(f"{d}/table-level.json", "w"))
 EOF
-  for variant in table table-no-idle table-no-spread table-no-variation; do
+  for variant in table table-level table-no-idle table-no-spread table-no-variation; do
     $B validate --model "${m[@]}" --device "profile:$d/$variant.json" --max-batch 16 \
       --measured "$d/run1/compare.json" --out "$d/replay-$variant" --progress off \
       > /dev/null 2>&1

@@ -454,6 +454,18 @@ fn drift(real: &mut Testbed) -> Result<String> {
         now as f64 / 1e6,
         pct(now as f64 / then.max(1) as f64 - 1.0)
     );
+    // the level its passes give (not charged unless the table sets `level`)
+    let mut profile = real.profile.clone();
+    profile.level = None;
+    let mut table = TableDevice::from_profile(profile, "the table");
+    lazybatch::device::Device::prepare(&mut table, &real.model, real.profile.max_batch)?;
+    if let Some(level) = table.passes_level(&real.model)? {
+        out!(
+            o,
+            "\nits passes ran {} against its nodes' sum (a table's `\"level\": \"passes\"` prices every node at {level:.4}: docs/validate.md, \"Level\")",
+            pct(level - 1.0)
+        );
+    }
     Ok(o)
 }
 

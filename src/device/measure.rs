@@ -282,6 +282,7 @@ impl Profile {
             nodes,
             after_idle: Vec::new(),
             passes_ns: Vec::new(),
+            level: None,
         })
     }
 }

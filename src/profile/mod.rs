@@ -59,6 +59,43 @@ pub struct Profile {
     /// not show; empty for a virtual device (and in tables saved before it existed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub passes_ns: Vec<u64>,
+    /// The factor the table device prices every node at (`device/table.rs`, "Level"): a
+    /// number, or `"passes"` for the one the table's passes give; absent, 1 (the nodes as
+    /// listed). `validate` prints the level the passes give.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub level: Option<Level>,
+}
+
+/// A table's level ([`Profile::level`]): a factor, or the one its passes give.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "serde_json::Value", into = "serde_json::Value")]
+pub enum Level {
+    /// Every node priced at this factor.
+    Factor(f64),
+    /// The median pass of `passes_ns` over the same pass priced from the nodes.
+    Passes,
+}
+
+impl TryFrom<serde_json::Value> for Level {
+    type Error = String;
+
+    fn try_from(v: serde_json::Value) -> std::result::Result<Level, String> {
+        match &v {
+            serde_json::Value::Number(n) => n.as_f64().map(Level::Factor),
+            serde_json::Value::String(s) if s == "passes" => Some(Level::Passes),
+            _ => None,
+        }
+        .ok_or_else(|| format!("level: {v} is neither a number nor \"passes\""))
+    }
+}
+
+impl From<Level> for serde_json::Value {
+    fn from(l: Level) -> serde_json::Value {
+        match l {
+            Level::Factor(f) => serde_json::json!(f),
+            Level::Passes => serde_json::json!("passes"),
+        }
+    }
 }
 
 /// What one request's first pass cost more, node by node, after the device idled for `gap_ns`
@@ -102,6 +139,7 @@ impl Profile {
             lengths: model.ref_lengths(),
             after_idle: Vec::new(),
             passes_ns: Vec::new(),
+            level: None,
             nodes: model
                 .nodes
                 .iter()
@@ -169,6 +207,14 @@ impl Profile {
                 "model".into(),
                 "a co-located composition: its parts' profiled lengths are not in a table; give each model its own".into(),
             ));
+        }
+        if let Some(Level::Factor(level)) = self.level {
+            if !(level.is_finite() && level > 0.0 && level <= 100.0) {
+                return Err(bad(
+                    "level".into(),
+                    format!("{level}: the factor every node is priced at must be in (0, 100] (or \"passes\"; leave it out for 1)"),
+                ));
+            }
         }
         if self.nodes.len() != model.nodes.len() {
             return Err(bad(

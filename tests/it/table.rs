@@ -201,6 +201,31 @@ fn a_table_that_does_not_fit_the_run_is_refused_naming_the_file_and_field() {
     fewer.nodes.pop();
     let e = refuse(&fewer, 64, &m);
     assert!(e.contains("nodes: 73 rows, the model has 74 nodes"), "{e}");
+    // a level that is neither a number nor "passes": the file's line and the field
+    let f = dir.join("bad-level.json");
+    let text = serde_json::to_string_pretty(&npu.profile).unwrap();
+    std::fs::write(
+        &f,
+        text.replacen("\"model\"", "\"level\": \"fast\",\n  \"model\"", 1),
+    )
+    .unwrap();
+    let e = TableDevice::load(&f).unwrap_err().to_string();
+    assert!(
+        e.contains("bad-level.json")
+            && e.contains("level: \"fast\" is neither a number nor \"passes\""),
+        "{e}"
+    );
+    for level in [0.0, -1.0, 1e9] {
+        let mut set = npu.profile.clone();
+        set.level = Some(lazybatch::profile::Level::Factor(level));
+        let e = refuse(&set, 64, &m);
+        assert!(
+            e.contains(&format!(
+                "level: {level}: the factor every node is priced at must be in (0, 100]"
+            )),
+            "{e}"
+        );
+    }
     let idle = |gap_ns: u64, n: usize| lazybatch::profile::AfterIdle {
         gap_ns,
         extra_ns: vec![0; n],
