@@ -28,7 +28,14 @@
 # toolchain; scripts/gpu-prebuild.sh makes DIR and scripts/gpu-prebuilt.sh runs this script with
 # it): DIR/lazybatch, DIR/it (the integration-test binary) and DIR/cuda-bench.
 # PARTS=LIST runs only these parts, comma-separated (default: all):
-# tests,kernels,verify,graphs,speed,bench,profile,compare,validate.
+# tests,kernels,verify,graphs,speed,bench,profile,compare,validate,capacity.
+# VERIFY_MODELS="resnet50 gnmt …" narrows the verify part (default: all eight zoo models).
+# VALIDATE="resnet50:300 gnmt:100 transformer:50" (the default) names the models of the validate
+# part and the requests of each point (5 policies x 0.3 and 0.9 of Serial's capacity, each served
+# twice on the card: --repeat); `capacity` searches ResNet-50's highest rate at p99 <= 50 ms, an
+# SLA of 50 ms (LazyB fills the slack up to its SLA: a p99 bound under the SLA is not what it aims
+# at), under Serial, GraphB(5), LazyB, lazy:adaptive and the Oracle (1,000 requests a probe, one
+# seed, 5% precision).
 # SPEED_MODELS="resnet50 vgg16 bert_base" (the default) names the models of the speed part.
 # STEP_TIMEOUT=SECONDS ends any one step after that long (it then counts as failed).
 # MODELS="resnet50 gnmt transformer" (the default) names the models to profile and compare.
@@ -38,7 +45,7 @@ out="${OUT:-out/gpu-check}"
 mkdir -p "$out"
 bin=target/release/lazybatch
 [ -z "${BIN_DIR:-}" ] || bin="$BIN_DIR/lazybatch"
-parts=",${PARTS:-tests,kernels,verify,graphs,speed,bench,profile,compare,validate},"
+parts=",${PARTS:-tests,kernels,verify,graphs,speed,bench,profile,compare,validate,capacity},"
 want() { [[ "$parts" == *",$1,"* ]]; }
 tmo=() # the prefix that ends a step's command after STEP_TIMEOUT seconds
 [ -z "${STEP_TIMEOUT:-}" ] || tmo=(timeout "$STEP_TIMEOUT")
@@ -92,7 +99,7 @@ if [ "${SMOKE:-0}" = 1 ]; then
   speed_models=(resnet50); torch_batches=1
 else
   width=(); res=(); vwidth=(); vres=()
-  vmodels=(resnet50 gnmt transformer_base vgg16 mobilenet_v1 bert_base las lstm_stack)
+  read -r -a vmodels <<< "${VERIFY_MODELS:-resnet50 gnmt transformer_base vgg16 mobilenet_v1 bert_base las lstm_stack}"
   read -r -a speed_models <<< "${SPEED_MODELS:-resnet50 vgg16 bert_base}"; torch_batches=1,8,32,64
   mb=64; reqs=500; reqs_seq=200; pols=serial,graph:5,graph:25,graph:50,lazy,oracle; bench=()
 fi
@@ -231,16 +238,33 @@ has_conv() { [[ " resnet50 vgg16 mobilenet_v1 " == *" $1 "* ]]; }
       echo '```'
     fi
   done
+  if want capacity; then
+    # the stand-in is two orders slower than a card: a bound it can meet
+    n=1000; p99=50; [ "${SMOKE:-0}" = 1 ] && n=40 && p99=400
+    echo
+    echo "## capacity --device cuda: the highest rate each policy serves at p99 <= its SLA, $p99 ms"
+    echo '```'
+    img_args resnet50 "${res[@]}"
+    step "capacity resnet50" "$bin" capacity --device cuda --model resnet50 "${width[@]}" "${img[@]}" \
+      --policies serial,graph:5,lazy,lazy:adaptive,oracle --sla-ms "$p99" --p99-ms "$p99" --requests "$n" --seeds 1 --search-precision 5 \
+      --max-batch "$mb" --out "$out/capacity-resnet50"
+    echo '```'
+  fi
   if want validate; then
     echo
     echo '## validate --device cuda: the simulator (the table in virtual time) against the card, same arrivals'
-    echo '```'
-    n=300; [ "${SMOKE:-0}" = 1 ] && n=30
-    img_args resnet50 "${res[@]}"
-    step "validate resnet50" "$bin" validate --device cuda --model resnet50 "${width[@]}" "${img[@]}" \
-      --load 0.3,0.9 --policies serial,graph:5,graph:25,lazy,oracle --requests "$n" --max-batch "$mb" \
-      --repeat --out "$out/validate-resnet50"
-    echo '```'
+    for spec in ${VALIDATE:-resnet50:300 gnmt:100 transformer:50}; do
+      m=${spec%%:*}; n=${spec##*:}
+      [ "${SMOKE:-0}" = 1 ] && n=30
+      img_args "$m" "${res[@]}"
+      echo
+      echo "### $m, $n requests a point"
+      echo '```'
+      step "validate $m" "$bin" validate --device cuda --model "$m" "${width[@]}" "${img[@]}" \
+        --load 0.3,0.9 --policies serial,graph:5,graph:25,lazy,oracle --requests "$n" --max-batch "$mb" \
+        --repeat --out "$out/validate-$m"
+      echo '```'
+    done
   fi
   echo
   echo '## Steps'
