@@ -15,8 +15,10 @@ BERT-base built the same way into a directory you name (about 100 and 440 MB; no
                         (depthwise 3x3 + BN + Clip(0,6), pointwise 1x1 + BN + Clip(0,6)), average
                         pool, global average pool, Reshape to [batch, -1], MatMul + Add, Softmax
 
-and three small files that must be refused (bad_unknown_ops, bad_missing_initializer,
-bad_dynamic_shape). Every model has a named batch axis ("batch") and opset 17, as torch.onnx.export writes them.
+one-operator models (op_*.onnx: Tanh, Sigmoid, Relu, Gelu exact and tanh at opset 20, the
+Erf form of GELU, Identity and Dropout, ReduceMean with and without keepdims, and the shape
+operators an exporter writes, folded), and three small files that must be refused
+(bad_unknown_ops, bad_missing_initializer, bad_dynamic_shape). Every model has a named batch axis ("batch") and opset 17, as torch.onnx.export writes them.
 
 Usage: scripts/onnx-fixtures.py [--out tests/fixtures/onnx] [--full DIR]
 """
@@ -70,11 +72,11 @@ class Builder:
         lo, hi = self.init("min", np.float32(0.0)), self.init("max", np.float32(6.0))
         return self.node("Clip", [x, lo, hi], "clip")
 
-    def model(self, name, x_shape, out, out_shape):
+    def model(self, name, x_shape, out, out_shape, opset=OPSET):
         x = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch"] + x_shape)
         y = helper.make_tensor_value_info(out, TensorProto.FLOAT, ["batch"] + out_shape)
         g = helper.make_graph(self.nodes, name, [x], [y], self.inits)
-        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)],
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="lazybatch scripts/onnx-fixtures.py")
         m.ir_version = 8
         onnx.checker.check_model(m)
@@ -288,6 +290,83 @@ def bad_fixtures():
     return out
 
 
+def op_fixtures():
+    """One small model per operator the importer translates that no other fixture exercises
+    (tests/it/onnx.rs checks each against onnxruntime): input [batch, 16], a Gemm, the operator
+    (or the shape arithmetic that holds it), a Gemm to 8 outputs; ReduceMean on a 3x8x8 image.
+    Sub is translated between constants only (folded), so it sits in the shape arithmetic."""
+    out = {}
+
+    def mlp(name, middle, opset=OPSET):
+        b = Builder(11)
+        w1 = b.init("w", b.rng.normal(0, 0.5, (16, 16)).astype(np.float32))
+        x = b.node("Gemm", ["input", w1, b.init("b", b.rng.uniform(-0.5, 0.5, 16).astype(np.float32))],
+                   "gemm", transB=1)
+        x = middle(b, x)
+        w2 = b.init("w", b.rng.normal(0, 0.5, (8, 16)).astype(np.float32))
+        y = b.node("Gemm", [x, w2, b.init("b", np.zeros(8, np.float32))], "gemm", transB=1)
+        return b.model(name, [16], y, [8], opset)
+
+    out["op_tanh"] = mlp("op_tanh", lambda b, x: b.node("Tanh", [x], "tanh"))
+    out["op_sigmoid"] = mlp("op_sigmoid", lambda b, x: b.node("Sigmoid", [x], "sigmoid"))
+    out["op_relu"] = mlp("op_relu", lambda b, x: b.node("Relu", [x], "relu"))
+    out["op_gelu"] = mlp("op_gelu", lambda b, x: b.node("Gelu", [x], "gelu"), opset=20)
+    out["op_gelu_tanh"] = mlp("op_gelu_tanh", lambda b, x: b.node("Gelu", [x], "gelu", approximate="tanh"),
+                              opset=20)
+
+    def erf_gelu(b, x):
+        # GELU as torch.onnx.export writes it before opset 20: x * 0.5 * (1 + Erf(x / sqrt 2))
+        e = b.node("Erf", [b.node("Div", [x, b.init("sqrt2", np.float32(np.sqrt(2.0)))], "div")], "erf")
+        one = b.node("Add", [e, b.init("one", np.float32(1.0))], "add")
+        return b.node("Mul", [b.node("Mul", [x, one], "mul"), b.init("half", np.float32(0.5))], "mul")
+
+    out["op_erf"] = mlp("op_erf", erf_gelu)
+
+    def identity_dropout(b, x):
+        return b.node("Dropout", [b.node("Identity", [x], "identity")], "dropout")
+
+    out["op_identity"] = mlp("op_identity", identity_dropout)
+
+    def image(name, keepdims):
+        # ReduceMean over an image's H and W (a global average pool as exporters write it)
+        b = Builder(12)
+        x = b.conv("input", 3, 8, 3, bias=True)
+        x = b.node("Sigmoid", [x], "sigmoid")
+        x = b.node("ReduceMean", [x], "reducemean", axes=[2, 3], keepdims=keepdims)
+        if keepdims:
+            x = b.node("Flatten", [x], "flatten", axis=1)
+        w = b.init("w", b.rng.normal(0, 0.5, (4, 8)).astype(np.float32))
+        y = b.node("Gemm", [x, w, b.init("b", np.zeros(4, np.float32))], "gemm", transB=1)
+        return b.model(name, [3, 8, 8], y, [4])
+
+    out["op_reduce_mean"] = image("op_reduce_mean", 0)
+    out["op_reduce_mean_keepdims"] = image("op_reduce_mean_keepdims", 1)
+
+    def shape_arithmetic(b, x):
+        # [batch, 16] reshaped to [batch, 16] through the shape operators an exporter writes:
+        # Shape, Gather, Unsqueeze, Squeeze, Cast, Constant, Sub, the comparisons, Where, Concat
+        shp = b.node("Shape", [x], "shape")
+        n = b.node("Gather", [shp, b.init("zero", np.array(0, np.int64))], "gather", axis=0)
+        n = b.node("Squeeze", [b.node("Unsqueeze", [n, b.init("axes", np.array([0], np.int64))], "unsqueeze"),
+                               b.init("axes", np.array([0], np.int64))], "squeeze")
+        f = b.node("Cast", [b.node("Cast", [n], "cast", to=TensorProto.FLOAT)], "cast", to=TensorProto.INT64)
+        cols = b.node("Constant", [], "const", value=numpy_helper.from_array(np.array([20], np.int64)))
+        cols = b.node("Sub", [cols, b.init("four", np.array([4], np.int64))], "sub")
+        big = b.node("Greater", [cols, b.init("eight", np.array([8], np.int64))], "greater")
+        ok = b.node("Equal", [cols, b.init("sixteen", np.array([16], np.int64))], "equal")
+        for op in ["GreaterOrEqual", "Less", "LessOrEqual"]:
+            t = b.node(op, [cols, b.init("c", np.array([16], np.int64))], op.lower())
+            cols = b.node("Where", [t, cols, cols], "where")
+        cols = b.node("Where", [big, cols, b.init("minus1", np.array([-1], np.int64))], "where")
+        cols = b.node("Where", [ok, cols, b.init("minus1", np.array([-1], np.int64))], "where")
+        target = b.node("Concat", [b.node("Unsqueeze", [f, b.init("axes", np.array([0], np.int64))], "unsqueeze"),
+                                   cols], "concat", axis=0)
+        return b.node("Reshape", [x, target], "reshape")
+
+    out["op_shape_arithmetic"] = mlp("op_shape_arithmetic", shape_arithmetic)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/fixtures/onnx")
@@ -303,6 +382,7 @@ def main():
     models = {f.__name__: f() for f in [resnet_style, mobilenet_style, bert_style]}
     models["bert_sdpa_style"] = bert_style(name="bert_sdpa_style", sdpa=True)
     models.update(bad_fixtures())
+    models.update(op_fixtures())
     for name, m in models.items():
         path = os.path.join(a.out, name + ".onnx")
         onnx.save(m, path)

@@ -86,6 +86,39 @@ fn onnx_fixtures_match_onnxruntime_on_the_cpu_device() {
     }
 }
 
+/// The one-operator fixtures (`op_*.onnx`, `scripts/onnx-fixtures.py`), by name.
+fn operator_fixtures() -> Vec<String> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/onnx");
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .filter(|n| n.starts_with("op_") && n.ends_with(".onnx"))
+        .map(|n| n.trim_end_matches(".onnx").to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn every_operator_fixture_matches_onnxruntime_and_serves_alone_as_batched() {
+    let names = operator_fixtures();
+    assert!(names.len() >= 10, "{names:?}");
+    for name in &names {
+        // alone and batched on the CPU device, bit for bit
+        let m = import(name);
+        let r = verify_cpu(&m, 8, 4, 3).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(r.ok && r.bit_identical, "{name}: {r:?}");
+        let Some(rel) = against_onnxruntime(name, &mut CpuDevice::new(3)) else {
+            continue;
+        };
+        eprintln!("{name}: relative difference {rel:e} against onnxruntime");
+        assert!(
+            rel <= 1e-5,
+            "{name}: relative difference {rel:e} against onnxruntime"
+        );
+    }
+}
+
 #[test]
 fn imported_weights_replace_the_generated_ones() {
     // the same graph with generated weights computes something else: the file's weights are used

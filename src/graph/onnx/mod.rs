@@ -441,6 +441,34 @@ mod tests {
     use proto::pb::tensor_proto::DataLocation;
     use proto::pb::StringStringEntryProto;
 
+    #[test]
+    fn every_translated_operator_is_in_a_fixture_checked_against_onnxruntime() {
+        // tests/it/onnx.rs checks every fixture that imports (all but bad_*) against
+        // onnxruntime: together they must hold every operator the importer translates
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/onnx");
+        let mut seen = std::collections::BTreeSet::new();
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().to_string();
+            if name.starts_with("bad_") || !name.ends_with(".onnx") {
+                continue;
+            }
+            let m = ModelProto::decode(&std::fs::read(&path).unwrap()[..]).unwrap();
+            for n in &m.graph.unwrap().node {
+                seen.insert(n.op_type().to_string());
+            }
+        }
+        let missing: Vec<&str> = SUPPORTED
+            .iter()
+            .copied()
+            .filter(|op| !seen.contains(*op))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "translated but in no fixture (scripts/onnx-fixtures.py): {missing:?}"
+        );
+    }
+
     /// A fresh directory of its own under the system's temporary one.
     fn dir(name: &str) -> std::path::PathBuf {
         let d = std::env::temp_dir().join(format!("lazybatch-{name}-{}", std::process::id()));
