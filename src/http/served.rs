@@ -148,3 +148,57 @@ fn output(f: &Front, key: u64, dec: u32, latency: Duration) -> Served {
         latency,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::state::test_front;
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn outputs_that_do_not_fit_the_models_shape_fail_the_request_which_still_counts_completed() {
+        // a computing device (not emulated): the values handed over are the answer
+        let f = Front {
+            emulated: false,
+            ..Arc::try_unwrap(test_front()).ok().unwrap()
+        };
+        let dec = f.default_dec;
+        let n: usize = f
+            .output
+            .shape
+            .iter()
+            .map(|&d| if d < 0 { dec as usize } else { d as usize })
+            .product();
+        let failed = |s: Served| match s {
+            Served::Failed(msg) => msg,
+            Served::Done { .. } => panic!("answered 200"),
+            Served::Refused(msg) => panic!("refused: {msg}"),
+        };
+        f.exchange.put_output(1, vec![1.5; n]);
+        match output(&f, 1, dec, Duration::ZERO) {
+            Served::Done { values, shape, .. } => {
+                assert_eq!((values.len(), values[0]), (n, 1.5));
+                assert_eq!(shape.iter().product::<usize>(), n);
+            }
+            _ => panic!("request 1 fits"),
+        }
+        // one value too many, and none at all: 500, saying what came
+        f.exchange.put_output(2, vec![1.5; n + 1]);
+        let msg = failed(output(&f, 2, dec, Duration::ZERO));
+        assert!(
+            msg.contains(&format!("handed over {} output values", n + 1)),
+            "{msg}"
+        );
+        let msg = failed(output(&f, 3, dec, Duration::ZERO));
+        assert!(msg.contains("handed over 0 output values"), "{msg}");
+        // the engine completed all three: each is counted once, as the engine counts it
+        let done = f
+            .metrics
+            .by_outcome()
+            .into_iter()
+            .find(|(o, _)| *o == outcome::COMPLETED)
+            .map(|(_, c)| c);
+        assert_eq!(done, Some(3));
+        assert_eq!(f.exchange.held(), (0, 0));
+    }
+}

@@ -125,3 +125,57 @@ pub(super) fn take_in(
     }
     Ok((taken, Reserved(f, need)))
 }
+
+/// A front end for the eight-node fixture with nobody behind it (the front ends' unit tests).
+#[cfg(test)]
+pub(super) use tests::test_front;
+
+#[cfg(test)]
+mod tests {
+    use super::super::front::describe;
+    use super::*;
+
+    /// A front end for the eight-node fixture with nobody behind it.
+    pub(in crate::http) fn test_front() -> Arc<Front> {
+        let m = crate::graph::zoo::load(&format!(
+            "{}/tests/fixtures/eight_nodes.toml",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        let (input, output, max_dec, default_dec) = describe(&m).unwrap();
+        let exchange = Arc::new(Exchange::new());
+        let metrics = Arc::new(Metrics::new(&m.name, 8));
+        let waiting = Arc::new(Waiting {
+            replies: Mutex::default(),
+            exchange: exchange.clone(),
+            metrics: metrics.clone(),
+            stopped: AtomicBool::new(false),
+            gone: tokio::sync::Notify::new(),
+        });
+        Arc::new(Front {
+            model: m.name.clone(),
+            input,
+            output,
+            max_dec,
+            default_dec,
+            emulated: true,
+            device: "test".into(),
+            policy: "serial".into(),
+            tx: Mutex::new(None),
+            origin: Instant::now(),
+            exchange,
+            waiting,
+            next_key: AtomicU64::new(1),
+            admitted: AtomicUsize::new(0),
+            max_queue: 4,
+            inflight: AtomicUsize::new(0),
+            max_inflight: 64 << 20,
+            closing: AtomicBool::new(false),
+            metrics,
+            max_batch: 8,
+            max_body: 1 << 20,
+            body_timeout: std::time::Duration::from_secs(30),
+            reference: (1, 1),
+        })
+    }
+}
