@@ -1,6 +1,7 @@
 //! `lazybatch compare`: a grid of policies × rates × seeds on one bench — the runs through the
 //! same runner as `reproduce` ([`run_all`]), averaged over seeds ([`mean_stats`]) — as a table,
-//! JSON, `.hgrm` files and SVG pictures.
+//! JSON, `.hgrm` files and SVG pictures; with `--shard I/N`, one shard of the grid's rows into a
+//! `shard.json` that `lazybatch merge` assembles (`merge.rs`).
 
 use super::serve::{run_json, RunId};
 use super::{
@@ -9,12 +10,14 @@ use super::{
 };
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use hdrhistogram::Histogram;
 use lazybatch::graph::Model;
 use lazybatch::metrics::{self, Stats};
 use lazybatch::policy::Spec;
 use lazybatch::progress::Mode;
 use lazybatch::report::spectrum;
 use lazybatch::run::grid::{mean_stats, run_all, Keep, RunOut};
+use lazybatch::run::shard::{self, Shard, ShardFile, ShardRow};
 use lazybatch::run::{RunSpec, Testbed};
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -46,24 +49,33 @@ pub(super) struct CompareArgs {
     /// Seeds per (policy, rate): 1..=K.
     #[arg(long, default_value_t = 1, allow_negative_numbers = true)]
     seeds: i64,
-    /// Directory for one .hgrm per policy and rate plus compare.json.
+    /// Directory for one .hgrm per policy and rate plus compare.json (with --shard: the
+    /// shard's shard.json).
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// Run only shard I of N of the grid's (policy, rate) rows, from 0, into --out DIR/shard.json
+    /// (`lazybatch merge` assembles the shards): I/N, `slurm` (a job array's
+    /// SLURM_ARRAY_TASK_ID less SLURM_ARRAY_TASK_MIN, of SLURM_ARRAY_TASK_COUNT) or `k8s/N` (an
+    /// Indexed Job's JOB_COMPLETION_INDEX, of N).
+    #[arg(long, value_name = "I/N")]
+    shard: Option<String>,
     /// Print a JSON array instead of the table.
     #[arg(long)]
     json: bool,
 }
 
 /// One (policy, rate) of the grid, over its seeds.
-struct Row {
-    policy: String,
-    rate: f64,
+pub(super) struct Row {
+    pub policy: String,
+    pub rate: f64,
     /// Means over the seeds.
-    stats: Stats,
+    pub stats: Stats,
     /// The JSON object (with the seeds' 25th/75th percentiles).
-    json: serde_json::Value,
+    pub json: serde_json::Value,
     /// Co-located models: each model's mean latency, p99, throughput and violation rate.
-    per_model: Vec<(String, [f64; 4])>,
+    pub per_model: Vec<(String, [f64; 4])>,
+    /// The first seed's latency histogram (with --out).
+    pub histogram: Option<Histogram<u64>>,
 }
 
 /// Runs the grid and reports it.
@@ -96,7 +108,27 @@ pub(super) fn compare(a: CompareArgs, progress: Mode) -> Result<()> {
             .collect::<Result<_>>()?,
         None => given_rates,
     };
-    let cfgs = grid(&specs, &rates, seeds, &sv);
+    let shard = match &a.shard {
+        Some(t) => Some(Shard::parse("--shard", t, |k| std::env::var(k).ok())?),
+        None => None,
+    };
+    if shard.is_some() && a.out.is_none() {
+        bail!("--shard writes its rows to --out DIR/shard.json: give --out");
+    }
+    let all = grid(&specs, &rates, seeds, &sv);
+    // a row is one (policy, rate) with all its seeds: a shard runs whole rows
+    let rows_total = all.len() / seeds as usize;
+    let owned: Vec<usize> = (0..rows_total)
+        .filter(|&r| shard.is_none_or(|s| s.owns(r)))
+        .collect();
+    let cfgs: Vec<RunSpec> = owned
+        .iter()
+        .flat_map(|&r| {
+            all[r * seeds as usize..(r + 1) * seeds as usize]
+                .iter()
+                .cloned()
+        })
+        .collect();
     let want_hgrm = a.out.is_some();
     let t0 = std::time::Instant::now();
     // the first seed's histogram of every (policy, rate), for the .hgrm files and pictures
@@ -106,16 +138,68 @@ pub(super) fn compare(a: CompareArgs, progress: Mode) -> Result<()> {
     };
     let results = run_all(&bench, &cfgs, keep, progress, "compare")?;
     let wall = t0.elapsed().as_secs_f64();
-    let rows = aggregate(&bench, &cfgs, &results, seeds, a.serve.sla_ms, wall);
-    let arr: Vec<serde_json::Value> = rows.iter().map(|r| r.json.clone()).collect();
-    if let Some(dir) = &a.out {
-        write_out(dir, &bench, &rows, &results, seeds)?;
+    let rows = aggregate(&bench, &cfgs, results, seeds, a.serve.sla_ms, wall);
+    let head = header(&bench, &sv, seeds, a.serve.sla_ms);
+    let title = format!("{} on {}", bench.model.name, bench.description());
+    if let (Some(s), Some(dir)) = (shard, &a.out) {
+        let file = ShardFile {
+            sweep: shard::fingerprint(&format!("{head}\n{all:?}")),
+            shard: s.index,
+            of: s.count,
+            rows: rows_total,
+            runs: all.len(),
+            header: head.clone(),
+            model: bench.model.name.clone(),
+            title,
+            wall_s: wall,
+            entries: owned
+                .iter()
+                .zip(&rows)
+                .map(|(&row, r)| ShardRow {
+                    row,
+                    policy: r.policy.clone(),
+                    rate: r.rate,
+                    stats: r.stats.clone(),
+                    json: r.json.clone(),
+                    per_model: r.per_model.clone(),
+                    histogram: r.histogram.as_ref().map(shard::buckets),
+                })
+                .collect(),
+        };
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let path = dir.join("shard.json");
+        std::fs::write(&path, serde_json::to_string_pretty(&file)? + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    } else if let Some(dir) = &a.out {
+        write_out(dir, &bench.model.name, &title, &rows)?;
     }
     if a.json {
+        let arr: Vec<&serde_json::Value> = rows.iter().map(|r| &r.json).collect();
         return emit(&(serde_json::to_string_pretty(&arr)? + "\n"));
     }
     let mut o = String::new();
-    out!(
+    out!(o, "{head}");
+    table(&mut o, &rows);
+    match shard {
+        Some(s) => out!(
+            o,
+            "(shard {} of {}: {} of {} rows, {} runs in {:.2} s wall; `lazybatch merge` assembles the shards)",
+            s.index,
+            s.count,
+            owned.len(),
+            rows_total,
+            cfgs.len(),
+            wall
+        ),
+        None => out!(o, "({} runs in {:.2} s wall)", cfgs.len(), wall),
+    }
+    emit(&o)
+}
+
+/// The output's first line: the bench and the run settings.
+fn header(bench: &Testbed, sv: &Serve, seeds: u64, sla_ms: f64) -> String {
+    let mut o = String::new();
+    outp!(
         o,
         "{} on {}: {} requests per run{}, {} seed(s), SLA {} ms, max batch {}, single-input latency {:.3} ms",
         bench.model.name,
@@ -126,13 +210,11 @@ pub(super) fn compare(a: CompareArgs, progress: Mode) -> Result<()> {
             p => format!(" ({p} arrivals)"),
         },
         seeds,
-        a.serve.sla_ms,
+        sla_ms,
         sv.max_batch(),
         1e3 / bench.serial_capacity()
     );
-    table(&mut o, &rows);
-    out!(o, "({} runs in {:.2} s wall)", cfgs.len(), wall);
-    emit(&o)
+    o
 }
 
 /// The policies to run, checked for the model: the given ones, or the defaults that serve it.
@@ -165,7 +247,7 @@ fn grid(specs: &[Spec], rates: &[f64], seeds: u64, sv: &Serve) -> Vec<RunSpec> {
 fn aggregate(
     bench: &Testbed,
     cfgs: &[RunSpec],
-    results: &[RunOut],
+    results: Vec<RunOut>,
     seeds: u64,
     sla_ms: f64,
     wall: f64,
@@ -219,6 +301,7 @@ fn aggregate(
             stats: st,
             json: v,
             per_model: per,
+            histogram: chunk[0].histogram.clone(),
         });
     }
     rows
@@ -245,19 +328,12 @@ fn per_model(bench: &Testbed, chunk: &[RunOut]) -> Vec<(String, [f64; 4])> {
 }
 
 /// `--out DIR`: one `.hgrm` per policy and rate, `compare.json`, and the pictures (each
-/// policy's percentile spectrum per rate, mean and p99 against rate).
-fn write_out(
-    dir: &Path,
-    bench: &Testbed,
-    rows: &[Row],
-    results: &[RunOut],
-    seeds: u64,
-) -> Result<()> {
-    let name = &bench.model.name;
+/// policy's percentile spectrum per rate, mean and p99 against rate) titled `title`.
+pub(super) fn write_out(dir: &Path, name: &str, title: &str, rows: &[Row]) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut points = Vec::new();
-    for (row, chunk) in rows.iter().zip(results.chunks(seeds as usize)) {
-        let Some(h) = &chunk[0].histogram else {
+    for row in rows {
+        let Some(h) = &row.histogram else {
             continue;
         };
         let path = dir.join(format!(
@@ -282,13 +358,12 @@ fn write_out(
         dir.join("compare.json"),
         serde_json::to_string_pretty(&arr)?,
     )?;
-    let title = format!("{name} on {}", bench.description());
-    spectrum::write(dir, name, &title, &points)?;
+    spectrum::write(dir, name, title, &points)?;
     Ok(())
 }
 
 /// The table: a row per policy and rate, and under it each co-located model's figures.
-fn table(o: &mut String, rows: &[Row]) {
+pub(super) fn table(o: &mut String, rows: &[Row]) {
     // the policy column as wide as its longest name
     let w = rows.iter().map(|r| r.policy.len()).fold(12, usize::max);
     out!(

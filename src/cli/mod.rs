@@ -33,6 +33,7 @@ mod compare;
 mod http;
 mod kernels;
 mod load;
+mod merge;
 mod models;
 mod profile;
 mod reproduce;
@@ -118,6 +119,9 @@ enum Cmd {
     Load(load::LoadArgs),
     /// Run several policies at several rates (and seeds) and print one table.
     Compare(compare::CompareArgs),
+    /// Assemble the shards of a `compare --shard I/N` sweep (their --out directories) into
+    /// exactly what the unsharded command writes and prints.
+    Merge(merge::MergeArgs),
     /// The highest Poisson rate each policy serves within a p99 or SLA-violation bound (a
     /// bracket-and-bisect search over the rate), as a table, JSON and a latency-throughput
     /// picture.
@@ -148,6 +152,7 @@ pub fn run() -> Result<std::process::ExitCode> {
         Cmd::Load(a) => load::run(a, p).map(|()| ok),
         Cmd::Serve(a) => http::run(a, p).map(|()| ok),
         Cmd::Compare(a) => compare::compare(a, p).map(|()| ok),
+        Cmd::Merge(a) => merge::run(a).map(|()| ok),
         Cmd::Capacity(a) => capacity::run(a, p).map(|()| ok),
         Cmd::Reproduce(a) => reproduce::run(a, p).map(|()| ok),
         Cmd::Calibrate(a) => reproduce::calibrate(a).map(|()| ok),

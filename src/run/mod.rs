@@ -8,6 +8,7 @@
 pub mod capacity;
 pub mod drive;
 pub mod grid;
+pub mod shard;
 pub mod spec;
 pub mod testbed;
 pub mod validate;

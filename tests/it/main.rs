@@ -18,6 +18,7 @@ mod npu;
 mod onnx;
 mod reproduce;
 mod runtime;
+mod shard;
 mod statistics;
 mod table;
 

@@ -1,0 +1,136 @@
+//! `lazybatch merge DIR… --out DIR`: the shards of one `compare --shard I/N` sweep assembled
+//! into exactly what the unsharded command writes (`compare.json`, the `.hgrm` files, the
+//! pictures) and prints. Shards of another sweep, a shard missing or given twice, and rows
+//! that do not add up are refused, naming the directories.
+
+use super::compare::{table, write_out, Row};
+use super::emit;
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use lazybatch::run::shard::{histogram, ShardFile};
+use std::path::PathBuf;
+
+#[derive(Args, Debug)]
+pub(super) struct MergeArgs {
+    /// The shards' --out directories (each holds a shard.json).
+    #[arg(required = true, value_name = "DIR")]
+    shards: Vec<PathBuf>,
+    /// Directory for what the unsharded command writes there.
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    /// Print the JSON array instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Reads, checks and assembles the shards.
+pub(super) fn run(a: MergeArgs) -> Result<()> {
+    let mut files: Vec<(PathBuf, ShardFile)> = Vec::new();
+    for dir in &a.shards {
+        let path = dir.join("shard.json");
+        let text = std::fs::read_to_string(&path)
+            .with_context(|| format!("reading {} (a `compare --shard` --out)", path.display()))?;
+        let f: ShardFile = serde_json::from_str(&text)
+            .with_context(|| format!("{}: not a shard file", path.display()))?;
+        files.push((dir.clone(), f));
+    }
+    let (first_dir, first) = (&files[0].0, &files[0].1);
+    for (dir, f) in &files[1..] {
+        if f.sweep != first.sweep || f.of != first.of || f.rows != first.rows {
+            bail!(
+                "{} is a shard of another sweep than {} (sweep {} of {} shards, against {} of {}): merge the shards of one command",
+                dir.display(),
+                first_dir.display(),
+                f.sweep,
+                f.of,
+                first.sweep,
+                first.of
+            );
+        }
+    }
+    let mut by_shard: Vec<Vec<&PathBuf>> = vec![Vec::new(); first.of as usize];
+    for (dir, f) in &files {
+        let Some(slot) = by_shard.get_mut(f.shard as usize) else {
+            bail!("{}: shard {} of {}", dir.display(), f.shard, f.of);
+        };
+        slot.push(dir);
+    }
+    let twice: Vec<String> = by_shard
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| d.len() > 1)
+        .map(|(i, d)| {
+            let dirs: Vec<String> = d.iter().map(|p| p.display().to_string()).collect();
+            format!("shard {i} in {}", dirs.join(" and "))
+        })
+        .collect();
+    if !twice.is_empty() {
+        bail!("a shard given twice: {}", twice.join("; "));
+    }
+    let missing: Vec<String> = by_shard
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| d.is_empty())
+        .map(|(i, _)| i.to_string())
+        .collect();
+    if !missing.is_empty() {
+        bail!(
+            "shard(s) {} of {} missing (given: {})",
+            missing.join(", "),
+            first.of,
+            a.shards
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    let mut entries: Vec<_> = files
+        .iter()
+        .flat_map(|(dir, f)| f.entries.iter().map(move |e| (dir, e)))
+        .collect();
+    entries.sort_by_key(|(_, e)| e.row);
+    let rows_seen: Vec<usize> = entries.iter().map(|(_, e)| e.row).collect();
+    if rows_seen != (0..first.rows).collect::<Vec<_>>() {
+        bail!(
+            "the shards hold rows {rows_seen:?}, the sweep has rows 0..{}: a shard file was edited or cut short",
+            first.rows
+        );
+    }
+    let rows: Vec<Row> = entries
+        .into_iter()
+        .map(|(dir, e)| {
+            Ok(Row {
+                policy: e.policy.clone(),
+                rate: e.rate,
+                stats: e.stats.clone(),
+                json: e.json.clone(),
+                per_model: e.per_model.clone(),
+                histogram: match &e.histogram {
+                    Some(b) => Some(histogram(b).with_context(|| {
+                        format!("{}: row {}'s histogram", dir.display(), e.row)
+                    })?),
+                    None => None,
+                },
+            })
+        })
+        .collect::<Result<_>>()?;
+    write_out(&a.out, &first.model, &first.title, &rows)?;
+    if a.json {
+        let arr: Vec<&serde_json::Value> = rows.iter().map(|r| &r.json).collect();
+        return emit(&(serde_json::to_string_pretty(&arr)? + "\n"));
+    }
+    let mut o = String::new();
+    out!(o, "{}", first.header);
+    table(&mut o, &rows);
+    let wall: f64 = files.iter().map(|(_, f)| f.wall_s).sum();
+    out!(
+        o,
+        "({} runs in {:.2} s wall over {} shards; merged into {})",
+        first.runs,
+        wall,
+        first.of,
+        a.out.display()
+    );
+    emit(&o)
+}

@@ -1,0 +1,237 @@
+//! A sweep split across machines: shard `I` of `N` runs every `N`th row of a grid (a row is one
+//! policy at one rate, with all its seeds, so each row's averages come from one place), and
+//! writes what it ran to a [`ShardFile`]; `lazybatch merge` checks that the files are the
+//! shards of one sweep, each once, and assembles exactly what the unsharded run writes. Which
+//! shard a process is comes from its flag, or from the job array that started it: Slurm's
+//! `SLURM_ARRAY_TASK_ID` (less `SLURM_ARRAY_TASK_MIN`) of `SLURM_ARRAY_TASK_COUNT`, or a
+//! Kubernetes Indexed Job's `JOB_COMPLETION_INDEX`. A schedule of its own is not written here:
+//! the cluster's is used.
+
+use crate::error::{Error, Result};
+use crate::metrics::Stats;
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+/// One shard of a sweep: rows `index`, `index + count`, `index + 2 count`, …
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    /// Which shard, from 0.
+    pub index: u32,
+    /// How many.
+    pub count: u32,
+}
+
+/// The most shards a sweep may be split into.
+pub const MAX_SHARDS: u32 = 100_000;
+
+impl Shard {
+    /// The shard `text` names, read from `flag`: `I/N` (0 ≤ I < N), `slurm` (the job array's
+    /// task id and count) or `k8s/N` (an Indexed Job's completion index, of N); `var` reads
+    /// the environment.
+    pub fn parse(flag: &str, text: &str, var: impl Fn(&str) -> Option<String>) -> Result<Shard> {
+        let bad = |msg: String| Error::invalid(flag, msg);
+        let number = |what: &str, s: &str| -> Result<u32> {
+            s.trim().parse::<u32>().map_err(|_| {
+                bad(format!(
+                    "{what} '{s}' is not a whole number (give I/N, slurm or k8s/N)"
+                ))
+            })
+        };
+        let env = |name: &str| -> Result<u32> {
+            let v = var(name).ok_or_else(|| bad(format!("{name} is not set")))?;
+            number(name, &v)
+        };
+        let (index, count) = match text.split_once('/') {
+            _ if text == "slurm" => {
+                let min = match var("SLURM_ARRAY_TASK_MIN") {
+                    Some(_) => env("SLURM_ARRAY_TASK_MIN")?,
+                    None => 0,
+                };
+                let id = env("SLURM_ARRAY_TASK_ID")?;
+                let index = id.checked_sub(min).ok_or_else(|| {
+                    bad(format!(
+                        "SLURM_ARRAY_TASK_ID {id} is below SLURM_ARRAY_TASK_MIN {min}"
+                    ))
+                })?;
+                (index, env("SLURM_ARRAY_TASK_COUNT")?)
+            }
+            Some(("k8s", n)) => (env("JOB_COMPLETION_INDEX")?, number("N", n)?),
+            Some((i, n)) => (number("I", i)?, number("N", n)?),
+            None => {
+                return Err(bad(format!(
+                    "'{text}': give I/N (shard I of N, from 0), slurm or k8s/N"
+                )))
+            }
+        };
+        if count == 0 || count > MAX_SHARDS {
+            return Err(bad(format!(
+                "{count} shards: the count must be in [1, {MAX_SHARDS}]"
+            )));
+        }
+        if index >= count {
+            return Err(bad(format!(
+                "shard {index} of {count}: the index must be in [0, {}]",
+                count - 1
+            )));
+        }
+        Ok(Shard { index, count })
+    }
+
+    /// True when row `row` of the sweep is this shard's.
+    pub fn owns(&self, row: usize) -> bool {
+        row % self.count as usize == self.index as usize
+    }
+}
+
+/// What one shard ran, as `merge` reads it (`DIR/shard.json`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ShardFile {
+    /// The sweep's fingerprint: every run's settings and the bench they ran on
+    /// ([`fingerprint`]); shards of different sweeps do not merge.
+    pub sweep: String,
+    /// Which shard this is, from 0.
+    pub shard: u32,
+    /// Of how many.
+    pub of: u32,
+    /// The rows of the whole sweep.
+    pub rows: usize,
+    /// The runs of the whole sweep.
+    pub runs: usize,
+    /// The command's first line of output (the bench and the settings).
+    pub header: String,
+    /// The model's name (the `.hgrm` files are named for it).
+    pub model: String,
+    /// The pictures' title.
+    pub title: String,
+    /// This shard's wall time, in seconds.
+    pub wall_s: f64,
+    /// This shard's rows, by ascending row.
+    pub entries: Vec<ShardRow>,
+}
+
+/// One row a shard ran.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct ShardRow {
+    /// Its place in the sweep.
+    pub row: usize,
+    /// The policy, as given.
+    pub policy: String,
+    /// The arrival rate, requests/s.
+    pub rate: f64,
+    /// The means over its seeds.
+    pub stats: Stats,
+    /// The row as the command's JSON reports it.
+    pub json: serde_json::Value,
+    /// Co-located models: each model's mean latency, p99, throughput and violation rate.
+    pub per_model: Vec<(String, [f64; 4])>,
+    /// Its first seed's latency histogram, as (value, count) per recorded bucket.
+    pub histogram: Option<Vec<(u64, u64)>>,
+}
+
+/// A sweep's fingerprint: FNV-1a (64 bits) of `text`, in hex.
+pub fn fingerprint(text: &str) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{h:016x}")
+}
+
+/// `h`'s recorded buckets, each as the highest value it holds and its count.
+pub fn buckets(h: &Histogram<u64>) -> Vec<(u64, u64)> {
+    h.iter_recorded()
+        .map(|v| (v.value_iterated_to(), v.count_at_value()))
+        .collect()
+}
+
+/// The histogram of `buckets` at the bounds every latency histogram has
+/// ([`crate::metrics`]): the same buckets, so the same percentiles, mean and maximum.
+pub fn histogram(buckets: &[(u64, u64)]) -> Result<Histogram<u64>> {
+    let mut h = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)
+        .map_err(|e| Error::Internal(format!("histogram: {e}")))?;
+    for &(v, n) in buckets {
+        h.record_n(v, n)
+            .map_err(|e| Error::Internal(format!("histogram value {v}: {e}")))?;
+    }
+    Ok(h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn shards_parse_from_the_flag_slurm_and_kubernetes_and_say_what_is_wrong() {
+        let none = env(&[]);
+        let s = |t: &str| Shard::parse("--shard", t, &none);
+        assert_eq!(s("2/5").unwrap(), Shard { index: 2, count: 5 });
+        assert_eq!(s("0/1").unwrap(), Shard { index: 0, count: 1 });
+        for (t, says) in [
+            ("5/5", "the index must be in [0, 4]"),
+            ("0/0", "the count must be in [1, 100000]"),
+            ("a/2", "I 'a' is not a whole number"),
+            ("-1/2", "I '-1' is not a whole number"),
+            ("3", "'3': give I/N"),
+            ("slurm", "SLURM_ARRAY_TASK_ID is not set"),
+            ("k8s/4", "JOB_COMPLETION_INDEX is not set"),
+        ] {
+            let e = s(t).unwrap_err().to_string();
+            assert!(e.contains("--shard") && e.contains(says), "{t}: {e}");
+        }
+        // Slurm numbers its tasks from the array's first index
+        let slurm = env(&[
+            ("SLURM_ARRAY_TASK_ID", "7"),
+            ("SLURM_ARRAY_TASK_MIN", "5"),
+            ("SLURM_ARRAY_TASK_COUNT", "4"),
+        ]);
+        let got = Shard::parse("--shard", "slurm", &slurm).unwrap();
+        assert_eq!(got, Shard { index: 2, count: 4 });
+        let k8s = env(&[("JOB_COMPLETION_INDEX", "3")]);
+        let got = Shard::parse("--shard", "k8s/4", &k8s).unwrap();
+        assert_eq!(got, Shard { index: 3, count: 4 });
+        let e = Shard::parse("--shard", "k8s/3", &k8s)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("shard 3 of 3"), "{e}");
+    }
+
+    #[test]
+    fn every_row_belongs_to_exactly_one_shard() {
+        for count in 1..6u32 {
+            for row in 0..40 {
+                let owners = (0..count)
+                    .filter(|&index| Shard { index, count }.owns(row))
+                    .count();
+                assert_eq!(owners, 1, "row {row} of {count} shards");
+            }
+        }
+    }
+
+    #[test]
+    fn a_histogram_round_trips_through_its_buckets() {
+        let mut h = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).unwrap();
+        for v in [1, 999, 1_000, 1_001, 123_456, 9_999_999, 3_000_000_000] {
+            h.record_n(v, v % 7 + 1).unwrap();
+        }
+        let back = histogram(&buckets(&h)).unwrap();
+        assert_eq!(back.len(), h.len());
+        assert_eq!(
+            (back.max(), back.min(), back.mean()),
+            (h.max(), h.min(), h.mean())
+        );
+        for q in [0.5, 0.9, 0.99, 0.999, 1.0] {
+            assert_eq!(back.value_at_quantile(q), h.value_at_quantile(q), "{q}");
+        }
+        assert_ne!(fingerprint("a sweep"), fingerprint("a sweep "));
+    }
+}

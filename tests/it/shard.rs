@@ -1,0 +1,147 @@
+//! A sweep split into shards (`compare --shard I/N`) and merged (`lazybatch merge`) is the
+//! unsharded sweep: every file the same byte for byte (the wall time aside), the same table;
+//! shards of another sweep, a shard missing or given twice are refused, naming them.
+
+use crate::fresh_dir;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn lazybatch(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lazybatch"))
+        .args(args)
+        .output()
+        .expect("binary runs")
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = lazybatch(args);
+    assert!(
+        o.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+fn refused(args: &[&str], needle: &str) {
+    let o = lazybatch(args);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{args:?} should fail");
+    assert!(err.contains(needle), "{args:?}: stderr was {err}");
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+}
+
+/// A file's text with its wall-time lines left out.
+fn without_wall(path: &Path) -> String {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.contains("wall"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn a_sharded_sweep_merges_into_the_unsharded_one() {
+    let d = fresh_dir("shard");
+    let at = |n: &str| d.join(n).to_string_lossy().to_string();
+    let sweep = [
+        "compare",
+        "--device",
+        "npu",
+        "--model",
+        "gnmt",
+        "--rates",
+        "100,400,800",
+        "--policies",
+        "serial,graph:5,lazy,oracle",
+        "--seeds",
+        "2",
+        "--requests",
+        "300",
+        "--progress",
+        "off",
+    ];
+    fn with<'a>(sweep: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+        [sweep, extra].concat()
+    }
+    let full = ok(&with(&sweep, &["--out", &at("full")]));
+    // 12 rows in 5 shards: some shards run two rows, some three; merged in any order
+    for i in 0..5 {
+        ok(&with(
+            &sweep,
+            &["--shard", &format!("{i}/5"), "--out", &at(&format!("s{i}"))],
+        ));
+    }
+    let shards: Vec<String> = [3, 0, 4, 1, 2]
+        .iter()
+        .map(|i| at(&format!("s{i}")))
+        .collect();
+    let shard_args: Vec<&str> = shards.iter().map(String::as_str).collect();
+    let merged = ok(&[&["merge"][..], &shard_args, &["--out", &at("merged")]].concat());
+    let table = |t: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| !l.contains("wall"))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(table(&full), table(&merged));
+    assert_eq!(table(&full).len(), 2 + 12, "{full}");
+    let mut names: Vec<String> = std::fs::read_dir(d.join("full"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    names.sort();
+    assert!(
+        names.iter().filter(|n| n.ends_with(".hgrm")).count() == 12,
+        "{names:?}"
+    );
+    for n in &names {
+        let (a, b) = (d.join("full").join(n), d.join("merged").join(n));
+        assert!(b.exists(), "merge did not write {n}");
+        if n == "compare.json" {
+            assert_eq!(without_wall(&a), without_wall(&b), "{n}");
+        } else {
+            assert_eq!(
+                std::fs::read(&a).unwrap(),
+                std::fs::read(&b).unwrap(),
+                "{n}"
+            );
+        }
+    }
+    // --json prints the rows as the unsharded command does
+    let j = ok(&[&["merge"][..], &shard_args, &["--out", &at("m2"), "--json"]].concat());
+    let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 12);
+
+    // refused: a shard missing, one given twice, one of another sweep
+    refused(
+        &[&["merge"][..], &shard_args[..4], &["--out", &at("x")]].concat(),
+        "shard(s) 2 of 5 missing",
+    );
+    refused(
+        &[
+            &["merge"][..],
+            &shard_args,
+            &[shard_args[0], "--out", &at("x")],
+        ]
+        .concat(),
+        "shard 3 in",
+    );
+    let mut other = sweep.to_vec();
+    other[10] = "1"; // --seeds 1
+    let other_dir = at("other");
+    ok(&[&other[..], &["--shard", "0/5", "--out", &other_dir]].concat());
+    let mut mixed = shard_args.clone();
+    mixed[1] = &other_dir;
+    refused(
+        &[&["merge"][..], &mixed, &["--out", &at("x")]].concat(),
+        "is a shard of another sweep",
+    );
+    // a shard without --out, and shards out of range
+    refused(&with(&sweep, &["--shard", "1/5"]), "give --out");
+    refused(
+        &with(&sweep, &["--shard", "5/5", "--out", &at("x")]),
+        "the index must be in [0, 4]",
+    );
+}
