@@ -64,8 +64,9 @@ pub(super) struct ValidateArgs {
     /// shaped like `run --json`) and the relative `error` of each statistic.
     #[arg(long)]
     json: bool,
-    /// Also write DIR/validate.txt (the table), DIR/validate.json (what --json prints) and
-    /// DIR/validate.svg (predicted against measured mean, p50 and p99 latency, every point).
+    /// Also write DIR/validate.txt (the table), DIR/validate.json (what --json prints),
+    /// DIR/validate.svg (predicted against measured mean, p50 and p99 latency, every point)
+    /// and, on a real device, DIR/table.json (the latency table it measured).
     #[arg(long, value_name = "DIR")]
     out: Option<std::path::PathBuf>,
     /// Replay runs recorded earlier instead of serving: FILE is a `compare --out DIR`'s
@@ -462,7 +463,7 @@ fn drift(real: &mut Testbed) -> Result<String> {
     if let Some(level) = table.passes_level(&real.model)? {
         out!(
             o,
-            "\nits passes ran {} against its nodes' sum (a table's `\"level\": \"passes\"` prices every node at {level:.4}: docs/validate.md, \"Level\")",
+            "its passes ran {} against its nodes' sum (a table's `\"level\": \"passes\"` prices every node at {level:.4}: docs/validate.md, \"Level\")",
             pct(level - 1.0)
         );
     }
@@ -494,8 +495,15 @@ fn finish(bench: &Testbed, a: &ValidateArgs, points: &[Point], note: String) -> 
             })
             .collect();
         lazybatch::run::validate::write_figure(&fig, &dir.join("validate.svg"))?;
+        // a real device's table, measured here: what the prediction read, for replays
+        let saved = if bench.is_virtual() {
+            ""
+        } else {
+            bench.profile.save(&dir.join("table.json"))?;
+            " and table.json (the table it measured)"
+        };
         eprintln!(
-            "wrote validate.txt, validate.json and validate.svg to {}",
+            "wrote validate.txt, validate.json, validate.svg{saved} to {}",
             dir.display()
         );
     }

@@ -322,6 +322,7 @@ fn the_command_line_runs_a_saved_table_as_a_device() {
 
 #[test]
 fn validate_serves_the_same_arrivals_on_the_cpu_and_on_its_table() {
+    let dir = crate::fresh_dir("validate-out");
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_lazybatch"))
         .args([
             "validate",
@@ -346,6 +347,8 @@ fn validate_serves_the_same_arrivals_on_the_cpu_and_on_its_table() {
             "--repeat",
             "--json",
         ])
+        .arg("--out")
+        .arg(&dir)
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
@@ -353,6 +356,12 @@ fn validate_serves_the_same_arrivals_on_the_cpu_and_on_its_table() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let points = v.as_array().unwrap();
     assert_eq!(points.len(), 2, "{v}");
+    // the table the prediction read is kept beside the points, with its passes
+    let t = lazybatch::profile::Profile::load(&dir.join("table.json")).unwrap();
+    assert_eq!((t.model.as_str(), t.max_batch), ("resnet50@w0.125r0.25", 4));
+    assert!(!t.passes_ns.is_empty() && !t.after_idle.is_empty());
+    let text = std::fs::read_to_string(dir.join("validate.txt")).unwrap();
+    assert!(text.contains("its passes ran"), "{text}");
     for p in points {
         for side in ["measured", "predicted", "repeat"] {
             // every side served (and completed) the same 30 requests
