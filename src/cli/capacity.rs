@@ -1,15 +1,17 @@
 //! `lazybatch capacity`: for each policy, the highest Poisson rate that meets a p99 or an
 //! SLA-violation bound ([`lazybatch::capacity`]), as a table, JSON, and with `--out` the
-//! latency-against-throughput picture with each capacity marked.
+//! latency-against-throughput picture with each capacity marked; with `--shard I/N`, one shard
+//! of the policies into a `shard.json` that `lazybatch merge` assembles ([`report`]).
 
 use super::{emit, in_range, open_bench, serve_args, specs_for, DeviceArgs, ModelArgs, ServeArgs};
 use anyhow::{Context, Result};
 use clap::Args;
 use lazybatch::progress::Mode;
 use lazybatch::run::capacity::{self, Bound, Capacity, Search};
+use lazybatch::run::shard::{self, CapacityRow, CapacitySearch, Shard, ShardFile};
 use lazybatch::run::RunSpec;
 use serde_json::json;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// The policies searched when none are given.
 const DEFAULT_POLICIES: &str = "serial,graph:0,graph:5,graph:25,graph:50,lazy,lazy:adaptive,oracle";
@@ -42,9 +44,14 @@ pub(super) struct CapacityArgs {
     #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
     search_precision: f64,
     /// Directory for capacity.json and capacity.svg (p99 against throughput, every probe, each
-    /// capacity marked).
+    /// capacity marked); with --shard, the shard's shard.json.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// Search only shard I of N of the policies, from 0, into --out DIR/shard.json (`lazybatch
+    /// merge` assembles the shards): I/N, `slurm` (a job array's SLURM_ARRAY_TASK_ID less
+    /// SLURM_ARRAY_TASK_MIN, of SLURM_ARRAY_TASK_COUNT) or `k8s/N` (JOB_COMPLETION_INDEX, of N).
+    #[arg(long, value_name = "I/N")]
+    shard: Option<String>,
     /// Print a JSON array (one object per policy) instead of the table.
     #[arg(long)]
     json: bool,
@@ -68,7 +75,20 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
         (None, Some(v)) => Bound::Violations(v / 100.0),
         _ => anyhow::bail!("give one of --p99-ms or --violations"),
     };
-    let specs = specs_for(&a.policies, sv.max_batch(), &model)?;
+    let shard = match &a.shard {
+        Some(t) => Some(Shard::parse("--shard", t, |k| std::env::var(k).ok())?),
+        None => None,
+    };
+    if shard.is_some() && a.out.is_none() {
+        anyhow::bail!("--shard writes its policies to --out DIR/shard.json: give --out");
+    }
+    let all = specs_for(&a.policies, sv.max_batch(), &model)?;
+    let rows_total = all.len();
+    let sweep_text = format!("{all:?}");
+    let owned: Vec<usize> = (0..rows_total)
+        .filter(|&r| shard.is_none_or(|s| s.owns(r)))
+        .collect();
+    let specs: Vec<_> = owned.iter().map(|&r| all[r].clone()).collect();
     let bench = open_bench(model, &a.dev, &sv, progress)?;
     let single_ms = 1e3 / bench.serial_capacity();
     capacity::check(bound, single_ms, a.serve.sla_ms)?;
@@ -95,97 +115,180 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
     let t0 = std::time::Instant::now();
     let caps = capacity::search_all(&bench, &templates, &how, progress)?;
     let wall = t0.elapsed().as_secs_f64();
-    if caps.iter().all(|c| c.capacity_rps.is_none()) {
-        let why: Vec<String> = caps
-            .iter()
-            .map(|c| format!("{}: {}", c.policy, c.note.clone().unwrap_or_default()))
-            .collect();
-        anyhow::bail!(
-            "no policy has a capacity at {}: {}",
-            bound_text(bound, a.serve.sla_ms),
-            why.join("; ")
-        );
-    }
     let serial = bench.serial_capacity();
     let device = bench.description();
     let name = bench.model.name.clone();
-    let arr: Vec<serde_json::Value> = caps
-        .iter()
-        .map(|c| cap_json(&name, &device, bound, a.serve.sla_ms, c))
-        .collect();
-    if let Some(dir) = &a.out {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        std::fs::write(
-            dir.join("capacity.json"),
-            serde_json::to_string_pretty(&arr)? + "\n",
-        )?;
-        let title = format!("{name} on {device}: {}", bound_text(bound, a.serve.sla_ms));
-        capacity::write_figure(&dir.join("capacity.svg"), &title, &caps, bound)?;
-    }
-    if a.json {
-        return emit(&(serde_json::to_string_pretty(&arr)? + "\n"));
-    }
-    let mut o = String::new();
-    out!(
-        o,
+    let head = format!(
         "{name} on {device}: capacity at {}; {} requests per probe, {seeds} seed(s), precision {}%, single-input latency {single_ms:.3} ms (serial capacity {serial:.1} req/s)",
         bound_text(bound, a.serve.sla_ms),
         sv.requests(),
         a.search_precision
     );
-    // the policy column as wide as its longest name
-    let w = caps.iter().map(|c| c.policy.len()).fold(14, usize::max);
-    out!(
-        o,
-        "{:<w$} {:>12} {:>9} {:>10} {:>10} {:>9} {:>10} {:>7}",
-        "policy",
-        "capacity/s",
-        "× serial",
-        "mean (ms)",
-        "p99 (ms)",
-        "SLA viol",
-        "mean batch",
-        "probes"
-    );
-    for c in &caps {
-        let st = &c.at;
-        match c.capacity_rps {
-            Some(cap) => out!(
-                o,
-                "{:<w$} {:>12.1} {:>9.2} {:>10.3} {:>10.3} {:>8.2}% {:>10.2} {:>7}",
-                c.policy,
-                cap,
-                cap / serial,
-                st.latency_ms.mean,
-                st.latency_ms.p99,
-                100.0 * st.sla_violation_rate,
-                st.mean_batch_size,
-                c.probes.len()
-            ),
-            None => out!(
-                o,
-                "{:<w$} {:>12} {:>9} {:>10} {:>10} {:>9} {:>10} {:>7}",
-                c.policy,
-                "none",
-                "–",
-                "–",
-                "–",
-                "–",
-                "–",
-                c.probes.len()
-            ),
+    let title = format!("{name} on {device}: {}", bound_text(bound, a.serve.sla_ms));
+    let rows: Vec<(Capacity, serde_json::Value)> = caps
+        .into_iter()
+        .map(|c| {
+            let j = cap_json(&name, &device, bound, a.serve.sla_ms, &c);
+            (c, j)
+        })
+        .collect();
+    let Some(s) = shard else {
+        let report = Report {
+            header: &head,
+            title: &title,
+            bound,
+            bound_words: &bound_text(bound, a.serve.sla_ms),
+            serial,
+            wall,
+        };
+        return report.write(a.out.as_deref(), &rows, a.json);
+    };
+    let file = ShardFile {
+        sweep: shard::fingerprint(&format!("capacity\n{head}\n{sweep_text}\n{bound:?}")),
+        shard: s.index,
+        of: s.count,
+        rows: rows_total,
+        runs: rows_total,
+        header: head.clone(),
+        model: name,
+        title,
+        wall_s: wall,
+        entries: Vec::new(),
+        search: Some(CapacitySearch {
+            bound,
+            bound_words: bound_text(bound, a.serve.sla_ms),
+            serial,
+        }),
+        capacities: owned
+            .iter()
+            .zip(rows)
+            .map(|(&row, (capacity, json))| CapacityRow {
+                row,
+                capacity,
+                json,
+            })
+            .collect(),
+    };
+    let dir = a.out.as_deref().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join("shard.json");
+    std::fs::write(&path, serde_json::to_string_pretty(&file)? + "\n")
+        .with_context(|| format!("writing {}", path.display()))?;
+    emit(&format!(
+        "{head}\n(shard {} of {}: {} of {rows_total} policies searched in {wall:.2} s wall into {}; `lazybatch merge` assembles the shards)\n",
+        s.index,
+        s.count,
+        owned.len(),
+        path.display()
+    ))
+}
+
+/// What `capacity` reports of its searches: [`Report::write`].
+pub(super) struct Report<'a> {
+    /// The first line: the bench and the search's settings.
+    pub header: &'a str,
+    /// The picture's title.
+    pub title: &'a str,
+    /// The bound.
+    pub bound: Bound,
+    /// The bound in words.
+    pub bound_words: &'a str,
+    /// The serial capacity (req/s), for the `× serial` column.
+    pub serial: f64,
+    /// Wall seconds the searches took.
+    pub wall: f64,
+}
+
+impl Report<'_> {
+    /// With `out`, capacity.json and capacity.svg; then the JSON array or the table. Fails
+    /// when no policy has a capacity.
+    pub(super) fn write(
+        &self,
+        out: Option<&Path>,
+        rows: &[(Capacity, serde_json::Value)],
+        json: bool,
+    ) -> Result<()> {
+        let caps: Vec<Capacity> = rows.iter().map(|(c, _)| c.clone()).collect();
+        if caps.iter().all(|c| c.capacity_rps.is_none()) {
+            let why: Vec<String> = caps
+                .iter()
+                .map(|c| format!("{}: {}", c.policy, c.note.clone().unwrap_or_default()))
+                .collect();
+            anyhow::bail!(
+                "no policy has a capacity at {}: {}",
+                self.bound_words,
+                why.join("; ")
+            );
         }
+        let arr: Vec<&serde_json::Value> = rows.iter().map(|(_, j)| j).collect();
+        if let Some(dir) = out {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+            std::fs::write(
+                dir.join("capacity.json"),
+                serde_json::to_string_pretty(&arr)? + "\n",
+            )?;
+            capacity::write_figure(&dir.join("capacity.svg"), self.title, &caps, self.bound)?;
+        }
+        if json {
+            return emit(&(serde_json::to_string_pretty(&arr)? + "\n"));
+        }
+        let (serial, wall) = (self.serial, self.wall);
+        let mut o = String::new();
+        out!(o, "{}", self.header);
+        // the policy column as wide as its longest name
+        let w = caps.iter().map(|c| c.policy.len()).fold(14, usize::max);
+        out!(
+            o,
+            "{:<w$} {:>12} {:>9} {:>10} {:>10} {:>9} {:>10} {:>7}",
+            "policy",
+            "capacity/s",
+            "× serial",
+            "mean (ms)",
+            "p99 (ms)",
+            "SLA viol",
+            "mean batch",
+            "probes"
+        );
+        for c in &caps {
+            let st = &c.at;
+            match c.capacity_rps {
+                Some(cap) => out!(
+                    o,
+                    "{:<w$} {:>12.1} {:>9.2} {:>10.3} {:>10.3} {:>8.2}% {:>10.2} {:>7}",
+                    c.policy,
+                    cap,
+                    cap / serial,
+                    st.latency_ms.mean,
+                    st.latency_ms.p99,
+                    100.0 * st.sla_violation_rate,
+                    st.mean_batch_size,
+                    c.probes.len()
+                ),
+                None => out!(
+                    o,
+                    "{:<w$} {:>12} {:>9} {:>10} {:>10} {:>9} {:>10} {:>7}",
+                    c.policy,
+                    "none",
+                    "–",
+                    "–",
+                    "–",
+                    "–",
+                    "–",
+                    c.probes.len()
+                ),
+            }
+        }
+        for c in caps.iter().filter(|c| c.capacity_rps.is_none()) {
+            out!(o, "  {}: {}", c.policy, c.note.as_deref().unwrap_or(""));
+        }
+        out!(
+            o,
+            "({} probes in {:.2} s wall; each probe's figures are the mean over its seeds)",
+            caps.iter().map(|c| c.probes.len()).sum::<usize>(),
+            wall
+        );
+        emit(&o)
     }
-    for c in caps.iter().filter(|c| c.capacity_rps.is_none()) {
-        out!(o, "  {}: {}", c.policy, c.note.as_deref().unwrap_or(""));
-    }
-    out!(
-        o,
-        "({} probes in {:.2} s wall; each probe's figures are the mean over its seeds)",
-        caps.iter().map(|c| c.probes.len()).sum::<usize>(),
-        wall
-    );
-    emit(&o)
 }
 
 /// The bound in words.

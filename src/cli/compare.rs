@@ -165,6 +165,8 @@ pub(super) fn compare(a: CompareArgs, progress: Mode) -> Result<()> {
                     histogram: r.histogram.as_ref().map(shard::buckets),
                 })
                 .collect(),
+            capacities: Vec::new(),
+            search: None,
         };
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let path = dir.join("shard.json");

@@ -1,13 +1,14 @@
-//! `lazybatch merge DIR… --out DIR`: the shards of one `compare --shard I/N` sweep assembled
-//! into exactly what the unsharded command writes (`compare.json`, the `.hgrm` files, the
-//! pictures) and prints. Shards of another sweep, a shard missing or given twice, and rows
+//! `lazybatch merge DIR… --out DIR`: the shards of one `compare --shard I/N` or `capacity
+//! --shard I/N` sweep assembled into exactly what the unsharded command writes (`compare.json`,
+//! the `.hgrm` files and pictures; `capacity.json` and its picture) and prints. Shards of another sweep, a shard missing or given twice, and rows
 //! that do not add up are refused, naming the directories.
 
+use super::capacity::Report;
 use super::compare::{table, write_out, Row};
 use super::emit;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use lazybatch::run::shard::{histogram, ShardFile};
+use lazybatch::run::shard::{histogram, CapacitySearch, ShardFile};
 use std::path::PathBuf;
 
 #[derive(Args, Debug)]
@@ -85,6 +86,9 @@ pub(super) fn run(a: MergeArgs) -> Result<()> {
                 .join(", ")
         );
     }
+    if let Some(search) = &first.search {
+        return capacities(&a, &files, search);
+    }
     let mut entries: Vec<_> = files
         .iter()
         .flat_map(|(dir, f)| f.entries.iter().map(move |e| (dir, e)))
@@ -133,4 +137,38 @@ pub(super) fn run(a: MergeArgs) -> Result<()> {
         a.out.display()
     );
     emit(&o)
+}
+
+/// A `capacity` sweep's shards, checked as one sweep each once: its report.
+fn capacities(
+    a: &MergeArgs,
+    files: &[(PathBuf, ShardFile)],
+    search: &CapacitySearch,
+) -> Result<()> {
+    let first = &files[0].1;
+    let mut rows: Vec<_> = files
+        .iter()
+        .flat_map(|(_, f)| f.capacities.iter())
+        .collect();
+    rows.sort_by_key(|r| r.row);
+    let seen: Vec<usize> = rows.iter().map(|r| r.row).collect();
+    if seen != (0..first.rows).collect::<Vec<_>>() {
+        bail!(
+            "the shards hold policies {seen:?}, the sweep has 0..{}: a shard file was edited or cut short",
+            first.rows
+        );
+    }
+    let rows: Vec<_> = rows
+        .into_iter()
+        .map(|r| (r.capacity.clone(), r.json.clone()))
+        .collect();
+    let report = Report {
+        header: &first.header,
+        title: &first.title,
+        bound: search.bound,
+        bound_words: &search.bound_words,
+        serial: search.serial,
+        wall: files.iter().map(|(_, f)| f.wall_s).sum(),
+    };
+    report.write(Some(&a.out), &rows, a.json)
 }

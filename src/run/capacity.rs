@@ -13,9 +13,10 @@ use crate::progress::Mode;
 use crate::run::grid::{mean_stats, run_all, run_one, Keep};
 use crate::run::{RunSpec, Testbed};
 use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
 
 /// What a rate must meet.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Bound {
     /// The p99 latency at most this many ms.
     P99Ms(f64),
@@ -62,7 +63,7 @@ pub struct Search {
 }
 
 /// One rate tried.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Probe {
     /// The offered rate (req/s).
     pub rate: f64,
@@ -73,7 +74,7 @@ pub struct Probe {
 }
 
 /// One policy's capacity.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Capacity {
     /// The policy string.
     pub policy: String,

@@ -1,5 +1,6 @@
 //! A sweep split across machines: shard `I` of `N` runs every `N`th row of a grid (a row is one
-//! policy at one rate, with all its seeds, so each row's averages come from one place), and
+//! policy at one rate with all its seeds for `compare`, so each row's averages come from one
+//! place; one policy's whole search for `capacity`), and
 //! writes what it ran to a [`ShardFile`]; `lazybatch merge` checks that the files are the
 //! shards of one sweep, each once, and assembles exactly what the unsharded run writes. Which
 //! shard a process is comes from its flag, or from the job array that started it: Slurm's
@@ -105,8 +106,37 @@ pub struct ShardFile {
     pub title: String,
     /// This shard's wall time, in seconds.
     pub wall_s: f64,
-    /// This shard's rows, by ascending row.
+    /// This shard's rows, by ascending row: `compare`'s.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub entries: Vec<ShardRow>,
+    /// This shard's rows, by ascending row: `capacity`'s (a row is one policy's search).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacities: Vec<CapacityRow>,
+    /// `capacity`'s search, as its report needs it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub search: Option<CapacitySearch>,
+}
+
+/// What a `capacity` sweep's report needs beyond its rows.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CapacitySearch {
+    /// The bound, and in words.
+    pub bound: crate::run::capacity::Bound,
+    /// The bound in words, as the command prints it.
+    pub bound_words: String,
+    /// The serial capacity (req/s).
+    pub serial: f64,
+}
+
+/// One policy's capacity search a shard ran.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CapacityRow {
+    /// Its place in the sweep.
+    pub row: usize,
+    /// The search's result and every probe.
+    pub capacity: crate::run::capacity::Capacity,
+    /// The row as the command's JSON reports it.
+    pub json: serde_json::Value,
 }
 
 /// One row a shard ran.

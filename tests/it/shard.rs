@@ -145,3 +145,77 @@ fn a_sharded_sweep_merges_into_the_unsharded_one() {
         "the index must be in [0, 4]",
     );
 }
+
+#[test]
+fn a_sharded_capacity_search_merges_into_the_unsharded_one() {
+    let d = fresh_dir("shard-capacity");
+    let at = |n: &str| d.join(n).to_string_lossy().to_string();
+    let search = [
+        "capacity",
+        "--device",
+        "npu",
+        "--model",
+        "gnmt",
+        "--policies",
+        "serial,graph:5,lazy,lazy:adaptive,oracle",
+        "--p99-ms",
+        "100",
+        "--requests",
+        "600",
+        "--seeds",
+        "1",
+        "--progress",
+        "off",
+    ];
+    let full = ok(&[&search[..], &["--out", &at("full")]].concat());
+    // five policies in three shards (one each holds two, two and one)
+    let mut dirs = Vec::new();
+    for i in 0..3 {
+        let dir = at(&format!("s{i}"));
+        let said = ok(&[&search[..], &["--shard", &format!("{i}/3"), "--out", &dir]].concat());
+        assert!(said.contains(&format!("shard {i} of 3")), "{said}");
+        dirs.push(dir);
+    }
+    dirs.reverse();
+    let args: Vec<&str> = dirs.iter().map(String::as_str).collect();
+    let merged = ok(&[&["merge"][..], &args, &["--out", &at("merged")]].concat());
+    let table = |t: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| !l.contains("wall"))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(table(&full), table(&merged));
+    for n in ["capacity.json", "capacity.svg"] {
+        assert_eq!(
+            std::fs::read(d.join("full").join(n)).unwrap(),
+            std::fs::read(d.join("merged").join(n)).unwrap(),
+            "{n}"
+        );
+    }
+    // a compare shard is not a shard of this search
+    let other = at("compare");
+    ok(&[
+        "compare",
+        "--device",
+        "npu",
+        "--model",
+        "gnmt",
+        "--rates",
+        "100",
+        "--requests",
+        "100",
+        "--progress",
+        "off",
+        "--shard",
+        "0/3",
+        "--out",
+        &other,
+    ]);
+    let mut mixed = args.clone();
+    mixed[2] = &other;
+    refused(
+        &[&["merge"][..], &mixed, &["--out", &at("x")]].concat(),
+        "is a shard of another sweep",
+    );
+}
