@@ -84,7 +84,13 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
     }
     let all = specs_for(&a.policies, sv.max_batch(), &model)?;
     let rows_total = all.len();
-    let sweep_text = format!("{all:?}");
+    // every search's settings (the policy with the run's SLA, batch, arrivals, classes, …)
+    let sweep_text = format!(
+        "{:?}",
+        all.iter()
+            .map(|p| sv.spec(p.clone(), 1.0, 1))
+            .collect::<Vec<RunSpec>>()
+    );
     let owned: Vec<usize> = (0..rows_total)
         .filter(|&r| shard.is_none_or(|s| s.owns(r)))
         .collect();
@@ -144,7 +150,14 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
         return report.write(a.out.as_deref(), &rows, a.json);
     };
     let file = ShardFile {
-        sweep: shard::fingerprint(&format!("capacity\n{head}\n{sweep_text}\n{bound:?}")),
+        sweep: shard::sweep(
+            &format!("capacity\n{sweep_text}"),
+            &format!(
+                "{head}\n{bound:?} sla {} coverage {}",
+                a.serve.sla_ms, sv.coverage
+            ),
+            &bench.profile,
+        ),
         shard: s.index,
         of: s.count,
         rows: rows_total,

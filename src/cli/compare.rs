@@ -143,7 +143,11 @@ pub(super) fn compare(a: CompareArgs, progress: Mode) -> Result<()> {
     let title = format!("{} on {}", bench.model.name, bench.description());
     if let (Some(s), Some(dir)) = (shard, &a.out) {
         let file = ShardFile {
-            sweep: shard::fingerprint(&format!("{head}\n{all:?}")),
+            sweep: shard::sweep(
+                &format!("compare\n{all:?}"),
+                &format!("{head}\ncoverage {}", sv.coverage),
+                &bench.profile,
+            ),
             shard: s.index,
             of: s.count,
             rows: rows_total,

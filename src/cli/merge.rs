@@ -29,8 +29,12 @@ pub(super) fn run(a: MergeArgs) -> Result<()> {
     let mut files: Vec<(PathBuf, ShardFile)> = Vec::new();
     for dir in &a.shards {
         let path = dir.join("shard.json");
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("reading {} (a `compare --shard` --out)", path.display()))?;
+        let text = std::fs::read_to_string(&path).with_context(|| {
+            format!(
+                "reading {} (a `compare --shard` or `capacity --shard` --out)",
+                path.display()
+            )
+        })?;
         let f: ShardFile = serde_json::from_str(&text)
             .with_context(|| format!("{}: not a shard file", path.display()))?;
         files.push((dir.clone(), f));
@@ -38,14 +42,25 @@ pub(super) fn run(a: MergeArgs) -> Result<()> {
     let (first_dir, first) = (&files[0].0, &files[0].1);
     for (dir, f) in &files[1..] {
         if f.sweep != first.sweep || f.of != first.of || f.rows != first.rows {
+            let command = |f: &ShardFile| {
+                if f.search.is_some() {
+                    "capacity"
+                } else {
+                    "compare"
+                }
+            };
             bail!(
-                "{} is a shard of another sweep than {} (sweep {} of {} shards, against {} of {}): merge the shards of one command",
+                "{} is a shard of another sweep than {}: {} of {} shards, \"{}\", against {} of {} shards, \"{}\" (sweeps {} and {}: a setting, the model, the device or its latency table differs); merge the shards of one command",
                 dir.display(),
                 first_dir.display(),
-                f.sweep,
+                command(f),
                 f.of,
-                first.sweep,
-                first.of
+                f.header,
+                command(first),
+                first.of,
+                first.header,
+                f.sweep,
+                first.sweep
             );
         }
     }

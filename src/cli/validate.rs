@@ -66,7 +66,7 @@ pub(super) struct ValidateArgs {
     json: bool,
     /// Also write DIR/validate.txt (the table), DIR/validate.json (what --json prints),
     /// DIR/validate.svg (predicted against measured mean, p50 and p99 latency, every point)
-    /// and, on a real device, DIR/table.json (the latency table it measured).
+    /// and, on a real device, DIR/table.json (the latency table the prediction read).
     #[arg(long, value_name = "DIR")]
     out: Option<std::path::PathBuf>,
     /// Replay runs recorded earlier instead of serving: FILE is a `compare --out DIR`'s
@@ -495,12 +495,12 @@ fn finish(bench: &Testbed, a: &ValidateArgs, points: &[Point], note: String) -> 
             })
             .collect();
         lazybatch::run::validate::write_figure(&fig, &dir.join("validate.svg"))?;
-        // a real device's table, measured here: what the prediction read, for replays
+        // a real device's table (measured here, or --profile's): what the prediction read
         let saved = if bench.is_virtual() {
             ""
         } else {
             bench.profile.save(&dir.join("table.json"))?;
-            " and table.json (the table it measured)"
+            " and table.json (the table the prediction read)"
         };
         eprintln!(
             "wrote validate.txt, validate.json, validate.svg{saved} to {}",

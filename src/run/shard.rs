@@ -4,7 +4,8 @@
 //! writes what it ran to a [`ShardFile`]; `lazybatch merge` checks that the files are the
 //! shards of one sweep, each once, and assembles exactly what the unsharded run writes. Which
 //! shard a process is comes from its flag, or from the job array that started it: Slurm's
-//! `SLURM_ARRAY_TASK_ID` (less `SLURM_ARRAY_TASK_MIN`) of `SLURM_ARRAY_TASK_COUNT`, or a
+//! `SLURM_ARRAY_TASK_ID` (less `SLURM_ARRAY_TASK_MIN`, over `SLURM_ARRAY_TASK_STEP`) of
+//! `SLURM_ARRAY_TASK_COUNT`, or a
 //! Kubernetes Indexed Job's `JOB_COMPLETION_INDEX`. A schedule of its own is not written here:
 //! the cluster's is used.
 
@@ -48,13 +49,17 @@ impl Shard {
                     Some(_) => env("SLURM_ARRAY_TASK_MIN")?,
                     None => 0,
                 };
+                let step = match var("SLURM_ARRAY_TASK_STEP") {
+                    Some(_) => env("SLURM_ARRAY_TASK_STEP")?.max(1),
+                    None => 1,
+                };
                 let id = env("SLURM_ARRAY_TASK_ID")?;
                 let index = id.checked_sub(min).ok_or_else(|| {
                     bad(format!(
                         "SLURM_ARRAY_TASK_ID {id} is below SLURM_ARRAY_TASK_MIN {min}"
                     ))
                 })?;
-                (index, env("SLURM_ARRAY_TASK_COUNT")?)
+                (index / step, env("SLURM_ARRAY_TASK_COUNT")?)
             }
             Some(("k8s", n)) => (env("JOB_COMPLETION_INDEX")?, number("N", n)?),
             Some((i, n)) => (number("I", i)?, number("N", n)?),
@@ -158,7 +163,15 @@ pub struct ShardRow {
     pub histogram: Option<Vec<(u64, u64)>>,
 }
 
-/// A sweep's fingerprint: FNV-1a (64 bits) of `text`, in hex.
+/// A sweep's fingerprint: FNV-1a (64 bits) of every run's settings (`runs`, their Debug
+/// text), what else the command read (`more`), and the bench's latency table (which holds the
+/// device, its NPU configuration or measured table, and the model's shapes), in hex.
+pub fn sweep(runs: &str, more: &str, table: &crate::profile::Profile) -> String {
+    let table = serde_json::to_string(table).unwrap_or_default();
+    fingerprint(&format!("{runs}\n{more}\n{table}"))
+}
+
+/// FNV-1a (64 bits) of `text`, in hex.
 pub fn fingerprint(text: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in text.bytes() {
@@ -226,6 +239,15 @@ mod tests {
         ]);
         let got = Shard::parse("--shard", "slurm", &slurm).unwrap();
         assert_eq!(got, Shard { index: 2, count: 4 });
+        // a stepped array (--array=0-14:5): tasks 0, 5, 10 are shards 0, 1, 2 of 3
+        let stepped = env(&[
+            ("SLURM_ARRAY_TASK_ID", "10"),
+            ("SLURM_ARRAY_TASK_MIN", "0"),
+            ("SLURM_ARRAY_TASK_STEP", "5"),
+            ("SLURM_ARRAY_TASK_COUNT", "3"),
+        ]);
+        let got = Shard::parse("--shard", "slurm", &stepped).unwrap();
+        assert_eq!(got, Shard { index: 2, count: 3 });
         let k8s = env(&[("JOB_COMPLETION_INDEX", "3")]);
         let got = Shard::parse("--shard", "k8s/4", &k8s).unwrap();
         assert_eq!(got, Shard { index: 3, count: 4 });

@@ -138,6 +138,18 @@ fn a_sharded_sweep_merges_into_the_unsharded_one() {
         &[&["merge"][..], &mixed, &["--out", &at("x")]].concat(),
         "is a shard of another sweep",
     );
+    // a shard run with another setting than the rest is of another sweep
+    let coverage = at("coverage");
+    ok(&with(
+        &sweep,
+        &["--coverage", "20", "--shard", "2/5", "--out", &coverage],
+    ));
+    let mut changed = shard_args.clone();
+    changed[4] = &coverage;
+    refused(
+        &[&["merge"][..], &changed, &["--out", &at("x")]].concat(),
+        "a setting, the model, the device or its latency table differs",
+    );
     // a shard without --out, and shards out of range
     refused(&with(&sweep, &["--shard", "1/5"]), "give --out");
     refused(
@@ -193,6 +205,19 @@ fn a_sharded_capacity_search_merges_into_the_unsharded_one() {
             "{n}"
         );
     }
+    // a search under another SLA is another sweep, though its header reads the same
+    let sla = at("sla");
+    ok(&[
+        &search[..],
+        &["--sla-ms", "50", "--shard", "0/3", "--out", &sla],
+    ]
+    .concat());
+    let mut changed = args.clone();
+    changed[2] = &sla;
+    refused(
+        &[&["merge"][..], &changed, &["--out", &at("x")]].concat(),
+        "is a shard of another sweep",
+    );
     // a compare shard is not a shard of this search
     let other = at("compare");
     ok(&[
