@@ -75,13 +75,7 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
         (None, Some(v)) => Bound::Violations(v / 100.0),
         _ => anyhow::bail!("give one of --p99-ms or --violations"),
     };
-    let shard = match &a.shard {
-        Some(t) => Some(Shard::parse("--shard", t, |k| std::env::var(k).ok())?),
-        None => None,
-    };
-    if shard.is_some() && a.out.is_none() {
-        anyhow::bail!("--shard writes its policies to --out DIR/shard.json: give --out");
-    }
+    let shard = Shard::from_flag(a.shard.as_deref(), a.out.as_deref())?;
     let all = specs_for(&a.policies, sv.max_batch(), &model)?;
     let rows_total = all.len();
     // every search's settings (the policy with the run's SLA, batch, arrivals, classes, …)
@@ -182,11 +176,7 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
             })
             .collect(),
     };
-    let dir = a.out.as_deref().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let path = dir.join("shard.json");
-    std::fs::write(&path, serde_json::to_string_pretty(&file)? + "\n")
-        .with_context(|| format!("writing {}", path.display()))?;
+    let path = file.save(a.out.as_deref().unwrap_or(Path::new(".")))?;
     emit(&format!(
         "{head}\n(shard {} of {}: {} of {rows_total} policies searched in {wall:.2} s wall into {}; `lazybatch merge` assembles the shards)\n",
         s.index,

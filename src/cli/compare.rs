@@ -108,13 +108,7 @@ pub(super) fn compare(a: CompareArgs, progress: Mode) -> Result<()> {
             .collect::<Result<_>>()?,
         None => given_rates,
     };
-    let shard = match &a.shard {
-        Some(t) => Some(Shard::parse("--shard", t, |k| std::env::var(k).ok())?),
-        None => None,
-    };
-    if shard.is_some() && a.out.is_none() {
-        bail!("--shard writes its rows to --out DIR/shard.json: give --out");
-    }
+    let shard = Shard::from_flag(a.shard.as_deref(), a.out.as_deref())?;
     let all = grid(&specs, &rates, seeds, &sv);
     // a row is one (policy, rate) with all its seeds: a shard runs whole rows
     let rows_total = all.len() / seeds as usize;
@@ -172,10 +166,7 @@ pub(super) fn compare(a: CompareArgs, progress: Mode) -> Result<()> {
             capacities: Vec::new(),
             search: None,
         };
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        let path = dir.join("shard.json");
-        std::fs::write(&path, serde_json::to_string_pretty(&file)? + "\n")
-            .with_context(|| format!("writing {}", path.display()))?;
+        file.save(dir)?;
     } else if let Some(dir) = &a.out {
         write_out(dir, &bench.model.name, &title, &rows)?;
     }

@@ -28,15 +28,12 @@ pub(super) struct MergeArgs {
 pub(super) fn run(a: MergeArgs) -> Result<()> {
     let mut files: Vec<(PathBuf, ShardFile)> = Vec::new();
     for dir in &a.shards {
-        let path = dir.join("shard.json");
-        let text = std::fs::read_to_string(&path).with_context(|| {
+        let f = ShardFile::load(dir).with_context(|| {
             format!(
-                "reading {} (a `compare --shard` or `capacity --shard` --out)",
-                path.display()
+                "{} is not the --out of a `compare --shard` or `capacity --shard`",
+                dir.display()
             )
         })?;
-        let f: ShardFile = serde_json::from_str(&text)
-            .with_context(|| format!("{}: not a shard file", path.display()))?;
         files.push((dir.clone(), f));
     }
     let (first_dir, first) = (&files[0].0, &files[0].1);
@@ -109,13 +106,7 @@ pub(super) fn run(a: MergeArgs) -> Result<()> {
         .flat_map(|(dir, f)| f.entries.iter().map(move |e| (dir, e)))
         .collect();
     entries.sort_by_key(|(_, e)| e.row);
-    let rows_seen: Vec<usize> = entries.iter().map(|(_, e)| e.row).collect();
-    if rows_seen != (0..first.rows).collect::<Vec<_>>() {
-        bail!(
-            "the shards hold rows {rows_seen:?}, the sweep has rows 0..{}: a shard file was edited or cut short",
-            first.rows
-        );
-    }
+    every_row_once(entries.iter().map(|(_, e)| e.row), first.rows)?;
     let rows: Vec<Row> = entries
         .into_iter()
         .map(|(dir, e)| {
@@ -166,13 +157,7 @@ fn capacities(
         .flat_map(|(_, f)| f.capacities.iter())
         .collect();
     rows.sort_by_key(|r| r.row);
-    let seen: Vec<usize> = rows.iter().map(|r| r.row).collect();
-    if seen != (0..first.rows).collect::<Vec<_>>() {
-        bail!(
-            "the shards hold policies {seen:?}, the sweep has 0..{}: a shard file was edited or cut short",
-            first.rows
-        );
-    }
+    every_row_once(rows.iter().map(|r| r.row), first.rows)?;
     let rows: Vec<_> = rows
         .into_iter()
         .map(|r| (r.capacity.clone(), r.json.clone()))
@@ -186,4 +171,15 @@ fn capacities(
         wall: files.iter().map(|(_, f)| f.wall_s).sum(),
     };
     report.write(Some(&a.out), &rows, a.json)
+}
+
+/// Refuses rows (in ascending order) that are not each of the sweep's `total` rows once.
+fn every_row_once(seen: impl Iterator<Item = usize>, total: usize) -> Result<()> {
+    let seen: Vec<usize> = seen.collect();
+    if !seen.iter().copied().eq(0..total) {
+        bail!(
+            "the shards hold rows {seen:?}, the sweep has rows 0..{total}: a shard file was edited or cut short"
+        );
+    }
+    Ok(())
 }

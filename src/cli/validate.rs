@@ -456,9 +456,7 @@ fn drift(real: &mut Testbed) -> Result<String> {
         pct(now as f64 / then.max(1) as f64 - 1.0)
     );
     // the level its passes give (not charged unless the table sets `level`)
-    let mut profile = real.profile.clone();
-    profile.level = None;
-    let mut table = TableDevice::from_profile(profile, "the table");
+    let mut table = TableDevice::from_profile(real.profile.clone(), "the table");
     lazybatch::device::Device::prepare(&mut table, &real.model, real.profile.max_batch)?;
     if let Some(level) = table.passes_level(&real.model)? {
         out!(

@@ -339,8 +339,7 @@ fn walk_alone(
     len: Lengths,
     mut each: impl FnMut(NodeStep, Nanos),
 ) -> Result<()> {
-    let mut at = Some(model.first_step());
-    while let Some(u) = at {
+    for u in model.unrolled(len) {
         let member = Member {
             slot: 0,
             len,
@@ -348,7 +347,6 @@ fn walk_alone(
             step: u.step,
         };
         each(u, device.execute(model, u, &[member])?.time);
-        at = model.next_step(u, len);
     }
     Ok(())
 }

@@ -262,8 +262,7 @@ impl TableDevice {
         };
         let len = self.table.lengths;
         let mut sum = 0.0;
-        let mut at = Some(model.first_step());
-        while let Some(u) = at {
+        for u in model.unrolled(len) {
             let alone = Member {
                 slot: 0,
                 len,
@@ -271,7 +270,6 @@ impl TableDevice {
                 step: u.step,
             };
             sum += self.priced(model, u, &[alone])?;
-            at = model.next_step(u, len);
         }
         Ok((median > 0 && sum > 0.0).then(|| median as f64 / sum))
     }

@@ -495,6 +495,12 @@ impl Model {
         })
     }
 
+    /// Every unit a request of lengths `len` executes, in order (from [`Model::first_step`]
+    /// along [`Model::next_step`]).
+    pub fn unrolled(&self, len: Lengths) -> impl Iterator<Item = NodeStep> + '_ {
+        std::iter::successors(Some(self.first_step()), move |&at| self.next_step(at, len))
+    }
+
     /// Number of units one request executes end to end.
     pub fn unrolled_len(&self, len: Lengths) -> u64 {
         (0..self.nodes.len() as u32)
@@ -583,14 +589,12 @@ impl Model {
 
     /// MACs of one request end to end at lengths `len` (batch 1).
     pub fn macs(&self, len: Lengths) -> u64 {
-        let mut total = 0;
-        let mut at = Some(self.first_step());
-        while let Some(s) = at {
-            let w = self.member_work(s, len);
-            total += self.nodes[s.node.idx()].cost.totals(&w).macs;
-            at = self.next_step(s, len);
-        }
-        total
+        self.unrolled(len)
+            .map(|s| {
+                let w = self.member_work(s, len);
+                self.nodes[s.node.idx()].cost.totals(&w).macs
+            })
+            .sum()
     }
 }
 

@@ -13,6 +13,7 @@ use crate::error::{Error, Result};
 use crate::metrics::Stats;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
 
 /// One shard of a sweep: rows `index`, `index + count`, `index + 2 count`, …
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -83,6 +84,21 @@ impl Shard {
         Ok(Shard { index, count })
     }
 
+    /// The shard `--shard` names (`text`; None without the flag), the environment read for
+    /// `slurm` and `k8s/N`; refused without `--out` (`out`), where its file goes.
+    pub fn from_flag(text: Option<&str>, out: Option<&Path>) -> Result<Option<Shard>> {
+        let Some(t) = text else {
+            return Ok(None);
+        };
+        if out.is_none() {
+            return Err(Error::invalid(
+                "--shard",
+                "a shard writes its rows to --out DIR/shard.json: give --out",
+            ));
+        }
+        Shard::parse("--shard", t, |k| std::env::var(k).ok()).map(Some)
+    }
+
     /// True when row `row` of the sweep is this shard's.
     pub fn owns(&self, row: usize) -> bool {
         row % self.count as usize == self.index as usize
@@ -142,6 +158,32 @@ pub struct CapacityRow {
     pub capacity: crate::run::capacity::Capacity,
     /// The row as the command's JSON reports it.
     pub json: serde_json::Value,
+}
+
+impl ShardFile {
+    /// The file a shard writes into its `--out` directory.
+    pub const NAME: &'static str = "shard.json";
+
+    /// Writes the file into `dir` (made if missing); its path.
+    pub fn save(&self, dir: &Path) -> Result<PathBuf> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
+        let path = dir.join(Self::NAME);
+        let text =
+            serde_json::to_string_pretty(self).map_err(|e| Error::Internal(e.to_string()))?;
+        std::fs::write(&path, text + "\n").map_err(|e| Error::io(&path, e))?;
+        Ok(path)
+    }
+
+    /// Reads the file a shard wrote into `dir`.
+    pub fn load(dir: &Path) -> Result<ShardFile> {
+        let path = dir.join(Self::NAME);
+        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
+        serde_json::from_str(&text).map_err(|e| Error::ConfigFile {
+            file: path,
+            line: e.line(),
+            msg: e.to_string(),
+        })
+    }
 }
 
 /// One row a shard ran.

@@ -6,14 +6,14 @@ use lazybatch::graph::zoo;
 use lazybatch::run::{RunSpec, Testbed};
 use std::process::{Command, Output};
 
-fn lazybatch(args: &[&str]) -> Output {
+pub(crate) fn lazybatch(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_lazybatch"))
         .args(args)
         .output()
         .expect("binary runs")
 }
 
-fn fails_with(args: &[&str], needle: &str) {
+pub(crate) fn fails_with(args: &[&str], needle: &str) {
     let o = lazybatch(args);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "{args:?} should fail");

@@ -2,16 +2,9 @@
 //! unsharded sweep: every file the same byte for byte (the wall time aside), the same table;
 //! shards of another sweep, a shard missing or given twice are refused, naming them.
 
+use crate::cli::{fails_with as refused, lazybatch};
 use crate::fresh_dir;
 use std::path::Path;
-use std::process::{Command, Output};
-
-fn lazybatch(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lazybatch"))
-        .args(args)
-        .output()
-        .expect("binary runs")
-}
 
 fn ok(args: &[&str]) -> String {
     let o = lazybatch(args);
@@ -23,12 +16,12 @@ fn ok(args: &[&str]) -> String {
     String::from_utf8(o.stdout).unwrap()
 }
 
-fn refused(args: &[&str], needle: &str) {
-    let o = lazybatch(args);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success(), "{args:?} should fail");
-    assert!(err.contains(needle), "{args:?}: stderr was {err}");
-    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+/// A command's printed lines, its wall-time line left out.
+fn table(text: &str) -> Vec<String> {
+    text.lines()
+        .filter(|l| !l.contains("wall"))
+        .map(str::to_string)
+        .collect()
 }
 
 /// A file's text with its wall-time lines left out.
@@ -79,12 +72,6 @@ fn a_sharded_sweep_merges_into_the_unsharded_one() {
         .collect();
     let shard_args: Vec<&str> = shards.iter().map(String::as_str).collect();
     let merged = ok(&[&["merge"][..], &shard_args, &["--out", &at("merged")]].concat());
-    let table = |t: &str| -> Vec<String> {
-        t.lines()
-            .filter(|l| !l.contains("wall"))
-            .map(str::to_string)
-            .collect()
-    };
     assert_eq!(table(&full), table(&merged));
     assert_eq!(table(&full).len(), 2 + 12, "{full}");
     let mut names: Vec<String> = std::fs::read_dir(d.join("full"))
@@ -191,12 +178,6 @@ fn a_sharded_capacity_search_merges_into_the_unsharded_one() {
     dirs.reverse();
     let args: Vec<&str> = dirs.iter().map(String::as_str).collect();
     let merged = ok(&[&["merge"][..], &args, &["--out", &at("merged")]].concat());
-    let table = |t: &str| -> Vec<String> {
-        t.lines()
-            .filter(|l| !l.contains("wall"))
-            .map(str::to_string)
-            .collect()
-    };
     assert_eq!(table(&full), table(&merged));
     for n in ["capacity.json", "capacity.svg"] {
         assert_eq!(
