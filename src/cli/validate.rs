@@ -70,9 +70,10 @@ pub(super) struct ValidateArgs {
     #[arg(long, value_name = "DIR")]
     out: Option<std::path::PathBuf>,
     /// Replay runs recorded earlier instead of serving: FILE is a `compare --out DIR`'s
-    /// `compare.json` measured on a real device, the device `--device profile:TABLE` with the
-    /// table measured there; each recorded (policy, rate, seeds) is run on the table with the
-    /// arrivals its seeds draw and compared with the record.
+    /// `compare.json` or a `validate --out DIR`'s `validate.json` (its measured runs) from a
+    /// real device, the device `--device profile:TABLE` with the table measured there (for
+    /// validate, DIR/table.json); each recorded (policy, rate, seeds) is run on the table with
+    /// the arrivals its seeds draw and compared with the record.
     #[arg(long, value_name = "FILE")]
     measured: Option<std::path::PathBuf>,
 }
@@ -201,12 +202,18 @@ fn point_json(real: &Testbed, a: &ValidateArgs, p: &Point) -> serde_json::Value 
         run_json(&id, st, 0.0)
     };
     let (measured, again) = (&p.pair.measured, p.pair.again.as_ref());
+    let mut measured_json = as_run(&measured_on, measured);
+    // the arrivals drawn, for a replay (`--measured validate.json`) to check it draws the same
+    if let Ok(t) = real.traffic(&p.cfg) {
+        let drawn: Vec<_> = t.arrivals.collect();
+        measured_json["arrivals_fingerprint"] = json!(fingerprint(&drawn));
+    }
     json!({
         "policy": p.cfg.policy.text,
         "rate_rps": p.cfg.rate,
         "load": p.load,
         "seed": p.cfg.seed,
-        "measured": as_run(&measured_on, measured),
+        "measured": measured_json,
         "predicted": as_run(&predicted_on, &p.pair.predicted),
         "error": errors(measured, &p.pair.predicted),
         "repeat": again.map(|st| as_run(&measured_on, st)),
@@ -336,7 +343,7 @@ fn replay(
     let body = lazybatch::files::read_text(file, lazybatch::files::MEASURED)?;
     let rows: Vec<serde_json::Value> = serde_json::from_str(&body).map_err(|e| {
         anyhow::anyhow!(
-            "{}:{}: not a compare.json array: {e}",
+            "{}:{}: not a compare.json or validate.json array: {e}",
             file.display(),
             e.line()
         )
@@ -348,6 +355,8 @@ fn replay(
     let mut points = Vec::new();
     let mut unchecked = 0;
     for (k, row) in rows.iter().enumerate() {
+        // a validate.json point holds its recorded run under "measured"; a compare.json row is one
+        let row = row.get("measured").filter(|m| m.is_object()).unwrap_or(row);
         let field = |f: &str| -> Result<&serde_json::Value> {
             row.get(f)
                 .ok_or_else(|| anyhow::anyhow!("{}: [{k}].{f}: missing", file.display()))
@@ -368,6 +377,8 @@ fn replay(
             .and_then(|s| s.as_u64())
             .unwrap_or(1)
             .max(1);
+        // the run's first seed (`--seed`), then the next ones
+        let first = row.get("seed").and_then(|s| s.as_u64()).unwrap_or(1);
         let sla_ms = field("sla_ms")?.as_f64().unwrap_or(a.serve.sla_ms);
         let measured: Stats = serde_json::from_value(row.clone())
             .map_err(|e| anyhow::anyhow!("{}: [{k}]: {e}", file.display()))?;
@@ -382,9 +393,9 @@ fn replay(
             ..sv.spec(spec.clone(), rate, seed)
         };
         let mut outs = Vec::new();
-        for seed in 1..=seeds {
+        for seed in first..first.saturating_add(seeds) {
             let cfg = cfg_at(seed);
-            if seed == 1 {
+            if seed == first {
                 let drawn: Vec<_> = bench.traffic(&cfg)?.arrivals.collect();
                 match row.get("arrivals_fingerprint").and_then(|f| f.as_str()) {
                     Some(f) if f != fingerprint(&drawn) => bail!(
@@ -403,7 +414,7 @@ fn replay(
             );
         }
         let predicted = mean_stats(&outs.iter().collect::<Vec<_>>());
-        let cfg = cfg_at(1);
+        let cfg = cfg_at(first);
         let pair = Pair {
             measured,
             predicted,
@@ -421,7 +432,7 @@ fn replay(
     if unchecked > 0 {
         out!(
             note,
-            "{unchecked} of {} recorded runs carry no arrivals fingerprint (recorded before compare wrote one): their replay assumes this build draws the arrivals those runs drew",
+            "{unchecked} of {} recorded runs carry no arrivals fingerprint (recorded before compare and validate wrote one): their replay assumes this build draws the arrivals those runs drew",
             points.len()
         );
     }

@@ -345,6 +345,8 @@ fn validate_serves_the_same_arrivals_on_the_cpu_and_on_its_table() {
             "--reps",
             "1",
             "--repeat",
+            "--seed",
+            "3",
             "--json",
         ])
         .arg("--out")
@@ -381,6 +383,34 @@ fn validate_serves_the_same_arrivals_on_the_cpu_and_on_its_table() {
         let r = p["run_to_run"]["mean"].as_f64().unwrap();
         assert!(r.is_finite() && r > -1.0, "{p}");
         assert!(p["delivery_lag_ms"]["max"].as_f64().unwrap() < 50.0, "{p}");
+    }
+    // its measured runs replay offline on the table it kept: the same arrivals (seed 3, checked
+    // by their fingerprint) on the same table predict exactly what the live prediction did
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_lazybatch"))
+        .args([
+            "validate", "--model", "resnet50", "--width", "0.125", "--res", "0.25",
+        ])
+        .args(["--max-batch", "4", "--json", "--device"])
+        .arg(format!("profile:{}", dir.join("table.json").display()))
+        .arg("--measured")
+        .arg(dir.join("validate.json"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(!err.contains("fingerprint"), "{err}");
+    let replay: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let replay = replay.as_array().unwrap();
+    assert_eq!(replay.len(), points.len(), "{replay:?}");
+    for (r, p) in replay.iter().zip(points) {
+        assert_eq!(r["seed"], 3, "{r}");
+        assert_eq!(r["policy"], p["policy"]);
+        assert_eq!(r["measured"]["latency_ms"], p["measured"]["latency_ms"]);
+        assert_eq!(
+            r["predicted"]["latency_ms"], p["predicted"]["latency_ms"],
+            "{r}\n{p}"
+        );
+        assert_eq!(r["predicted"]["merges"], p["predicted"]["merges"]);
     }
     // the NPU model is not a real device: validate refuses it
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_lazybatch"))
