@@ -36,6 +36,8 @@
 # SLA of 50 ms (LazyB fills the slack up to its SLA: a p99 bound under the SLA is not what it aims
 # at), under Serial, GraphB(5), LazyB, lazy:adaptive and the Oracle (1,000 requests a probe, one
 # seed, 5% precision).
+# VALIDATE_SEED=N draws the validate part's arrivals from seed N (default 1, validate's own).
+# REQS_SEQ=N serves N requests a compare point for the models other than ResNet-50 (default 200).
 # SPEED_MODELS="resnet50 vgg16 bert_base" (the default) names the models of the speed part.
 # STEP_TIMEOUT=SECONDS ends any one step after that long (it then counts as failed).
 # MODELS="resnet50 gnmt transformer" (the default) names the models to profile and compare.
@@ -101,7 +103,7 @@ else
   width=(); res=(); vwidth=(); vres=()
   read -r -a vmodels <<< "${VERIFY_MODELS:-resnet50 gnmt transformer_base vgg16 mobilenet_v1 bert_base las lstm_stack}"
   read -r -a speed_models <<< "${SPEED_MODELS:-resnet50 vgg16 bert_base}"; torch_batches=1,8,32,64
-  mb=64; reqs=500; reqs_seq=200; pols=serial,graph:5,graph:25,graph:50,lazy,oracle; bench=()
+  mb=64; reqs=500; reqs_seq=${REQS_SEQ:-200}; pols=serial,graph:5,graph:25,graph:50,lazy,oracle; bench=()
 fi
 img_args() {
   local m=$1
@@ -262,7 +264,7 @@ has_conv() { [[ " resnet50 vgg16 mobilenet_v1 " == *" $1 "* ]]; }
       echo '```'
       step "validate $m" "$bin" validate --device cuda --model "$m" "${width[@]}" "${img[@]}" \
         --load 0.3,0.9 --policies serial,graph:5,graph:25,lazy,oracle --requests "$n" --max-batch "$mb" \
-        --repeat --out "$out/validate-$m"
+        --repeat --seed "${VALIDATE_SEED:-1}" --out "$out/validate-$m"
       echo '```'
     done
   fi
