@@ -37,6 +37,7 @@
 # at), under Serial, GraphB(5), LazyB, lazy:adaptive and the Oracle (1,000 requests a probe, one
 # seed, 5% precision).
 # VALIDATE_SEED=N draws the validate part's arrivals from seed N (default 1, validate's own).
+# CAPACITY_SEEDS=N serves each capacity probe with N seeds (default 1).
 # REQS_SEQ=N serves N requests a compare point for the models other than ResNet-50 (default 200).
 # SPEED_MODELS="resnet50 vgg16 bert_base" (the default) names the models of the speed part.
 # STEP_TIMEOUT=SECONDS ends any one step after that long (it then counts as failed).
@@ -248,7 +249,7 @@ has_conv() { [[ " resnet50 vgg16 mobilenet_v1 " == *" $1 "* ]]; }
     echo '```'
     img_args resnet50 "${res[@]}"
     step "capacity resnet50" "$bin" capacity --device cuda --model resnet50 "${width[@]}" "${img[@]}" \
-      --policies serial,graph:5,lazy,lazy:adaptive,oracle --sla-ms "$p99" --p99-ms "$p99" --requests "$n" --seeds 1 --search-precision 5 \
+      --policies serial,graph:5,lazy,lazy:adaptive,oracle --sla-ms "$p99" --p99-ms "$p99" --requests "$n" --seeds "${CAPACITY_SEEDS:-1}" --search-precision 5 \
       --max-batch "$mb" --out "$out/capacity-resnet50"
     echo '```'
   fi

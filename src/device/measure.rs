@@ -80,6 +80,28 @@ fn unit(
     (NodeStep { node: id, step }, members)
 }
 
+/// Runs every node of `model` once at each batch size a table samples ([`sampled_sizes`]),
+/// untimed, at the lengths a table measures: what a device builds or loads on a shape's first
+/// use (CUDA's lazily loaded kernel modules, a library's per-shape plans, buffers' first touch)
+/// is paid here instead of by the first requests a run serves. A table measured in the same
+/// process has done this; a table loaded from a file (`--profile`) has not (on an H200 the
+/// first run of `compare --profile`, BERT under Serial at 30% load, twice had 5% of its
+/// requests over 80 ms, and none of its later runs).
+pub fn warm_up(
+    device: &mut dyn Device,
+    model: &Model,
+    max_batch: u32,
+    lens: &[Lengths],
+) -> Result<()> {
+    for b in sampled_sizes(max_batch) {
+        for n in &model.nodes {
+            let (at, members) = unit(model, lens, n.id, b);
+            device.execute(model, at, &members)?;
+        }
+    }
+    Ok(())
+}
+
 impl Profile {
     /// Measures every node at every batch size 1..=`max_batch` on `device`, at lengths `len`.
     pub fn measure(

@@ -6,6 +6,7 @@
 //! for it, and a run keeps a fixed-size summary, so its memory does not grow with its length.
 
 use super::RunSpec;
+use crate::device::measure::warm_up;
 use crate::device::npu::{Npu, NpuConfig};
 use crate::device::open::Opened;
 use crate::device::table::TableDevice;
@@ -108,6 +109,8 @@ impl Testbed {
                     Some(p) => {
                         p.check_matches(&model)?;
                         device.prepare(&model, mb)?;
+                        // a measured table ran every shape already; a loaded one did not
+                        warm_up(device.as_mut(), &model, mb, &lens)?;
                         p.clone()
                     }
                     None => {
@@ -209,5 +212,65 @@ impl Testbed {
             ))),
             Backend::Npu(..) | Backend::Table(_) => Ok(None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::device::measure::sampled_sizes;
+    use crate::device::{Member, Timing};
+    use crate::graph::{zoo, NodeStep};
+    use std::sync::{Arc, Mutex};
+
+    /// A real device in all but its time: the NPU model underneath, each execution noted.
+    struct Counting {
+        npu: Npu,
+        seen: Arc<Mutex<Vec<(usize, usize)>>>,
+    }
+
+    impl Device for Counting {
+        fn name(&self) -> &'static str {
+            "counting"
+        }
+        fn is_virtual(&self) -> bool {
+            false
+        }
+        fn prepare(&mut self, model: &Model, max_batch: u32) -> Result<()> {
+            self.npu.prepare(model, max_batch)
+        }
+        fn execute(&mut self, model: &Model, at: NodeStep, members: &[Member]) -> Result<Timing> {
+            self.seen
+                .lock()
+                .unwrap()
+                .push((at.node.idx(), members.len()));
+            self.npu.execute(model, at, members)
+        }
+    }
+
+    #[test]
+    fn a_real_device_opened_on_a_loaded_table_runs_every_node_at_every_sampled_size_first() {
+        let model = zoo::load("gnmt").unwrap();
+        let mb = 8;
+        let mut npu = Npu::new(NpuConfig::default()).unwrap();
+        let (_, lens) = profiling_lengths(&model, 95.0).unwrap();
+        let table = Profile::measure_parts(&mut npu, &model, mb, &lens).unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let device = Counting {
+            npu: Npu::new(NpuConfig::default()).unwrap(),
+            seen: seen.clone(),
+        };
+        let opts = TestbedOptions {
+            max_batch: MaxBatch::new(mb).unwrap(),
+            coverage: 95.0,
+            profile: Some(table),
+            sampling: crate::device::measure::Sampling::default(),
+        };
+        Testbed::open(model.clone(), Opened::Real(Box::new(device)), &opts).unwrap();
+        let mut want = Vec::new();
+        for b in sampled_sizes(mb) {
+            want.extend(model.nodes.iter().map(|n| (n.id.idx(), b as usize)));
+        }
+        assert_eq!(*seen.lock().unwrap(), want);
     }
 }
