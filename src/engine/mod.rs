@@ -103,6 +103,8 @@ pub struct Progress<'c> {
     pub counters: &'c Counters,
     /// The sub-batch that just ran.
     pub batch: usize,
+    /// The device time it took.
+    pub took: Nanos,
     /// Sub-batches on the BatchTable after it ran.
     pub depth: usize,
     /// Requests waiting in the pending queue.
@@ -581,6 +583,7 @@ impl<'a> Server<'a> {
                 node: at.node,
                 counters: &self.counters,
                 batch: self.members.len(),
+                took: timing.time,
                 depth: self.table.entries().len(),
                 pending: self.infq.len(),
             });

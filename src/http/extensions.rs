@@ -104,6 +104,9 @@ pub(super) struct Stats {
     pub compute_ns: u64,
     /// Node executions.
     pub executions: u64,
+    /// By sub-batch size, the sizes that ran: (size, batches that entered the model at it,
+    /// device time of every node execution at it in ns).
+    pub by_size: Vec<(u64, u64, u64)>,
 }
 
 pub(super) fn stats_of(f: &Front) -> Stats {
@@ -116,6 +119,11 @@ pub(super) fn stats_of(f: &Front) -> Stats {
         queue_ns: get(&t.queue_ns),
         compute_ns: get(&t.compute_ns),
         executions: get(&t.executions),
+        by_size: (1u64..)
+            .zip(&t.by_size)
+            .map(|(b, (n, ns))| (b, get(n), get(ns)))
+            .filter(|&(_, n, ns)| n > 0 || ns > 0)
+            .collect(),
     }
 }
 
@@ -139,6 +147,15 @@ fn model_stats(f: &Front) -> Value {
             "compute_infer": duration(done, s.compute_ns),
             "compute_output": duration(done, 0),
         },
+        // per sub-batch size: the batches that entered the model at it, and the device time
+        // of every node execution at it (a sub-batch that grows by a merge runs its later
+        // nodes at the larger size)
+        "batch_stats": s.by_size.iter().map(|&(b, n, ns)| json!({
+            "batch_size": b,
+            "compute_input": duration(n, 0),
+            "compute_infer": duration(n, ns),
+            "compute_output": duration(n, 0),
+        })).collect::<Vec<_>>(),
     })
 }
 

@@ -273,6 +273,16 @@ impl GrpcInferenceService for Grpc {
                     compute_infer: d(done, s.compute_ns),
                     compute_output: d(done, 0),
                 }),
+                batch_stats: s
+                    .by_size
+                    .iter()
+                    .map(|&(b, n, ns)| pb::InferBatchStatistics {
+                        batch_size: b,
+                        compute_input: d(n, 0),
+                        compute_infer: d(n, ns),
+                        compute_output: d(n, 0),
+                    })
+                    .collect(),
             }],
         }))
     }

@@ -87,7 +87,7 @@ pub(crate) struct Metrics {
 
 /// Cumulative counts and durations for the statistics extension, in Triton's terms: kept beside
 /// the histograms of `/metrics` from the same observations, so that the two agree.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Totals {
     /// Completed requests, and the sum of their end-to-end latencies (ns).
     pub success: (AtomicU64, AtomicU64),
@@ -102,6 +102,25 @@ pub(crate) struct Totals {
     pub executions: AtomicU64,
     /// When the last request completed, in ms since the Unix epoch (0: none yet).
     pub last_ms: AtomicU64,
+    /// By sub-batch size (index: size − 1): executions of the first node at that size (batches
+    /// that entered the model at that size), and the device time of every node execution at
+    /// that size (ns) — Triton's `batch_stats`.
+    pub by_size: Vec<(AtomicU64, AtomicU64)>,
+}
+
+impl Totals {
+    /// Zero totals for a server of `max_batch` slots.
+    fn new(max_batch: u32) -> Self {
+        Totals {
+            success: Default::default(),
+            fail: AtomicU64::new(0),
+            queue_ns: AtomicU64::new(0),
+            compute_ns: AtomicU64::new(0),
+            executions: AtomicU64::new(0),
+            last_ms: AtomicU64::new(0),
+            by_size: (0..max_batch.max(1)).map(|_| Default::default()).collect(),
+        }
+    }
 }
 
 impl Metrics {
@@ -128,7 +147,7 @@ impl Metrics {
             held: Family::default(),
             misfits: Gauge::default(),
             seen: Default::default(),
-            totals: Totals::default(),
+            totals: Totals::new(max_batch),
         };
         m.registry.register(
             "requests",
@@ -267,8 +286,15 @@ impl Metrics {
     /// The engine's state after a node execution.
     fn executed(&self, p: &Progress) {
         self.batch.observe(p.batch as f64);
+        let size = self.totals.by_size.get(p.batch.saturating_sub(1));
         if p.node.0 == 0 {
             self.totals.executions.fetch_add(1, Ordering::Relaxed);
+            if let Some((n, _)) = size {
+                n.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if let Some((_, ns)) = size {
+            ns.fetch_add(p.took.0, Ordering::Relaxed);
         }
         let c = p.counters;
         for (seen, (total, counter)) in self.seen.iter().zip([

@@ -159,7 +159,21 @@ fn grpc_answers_the_devices_outputs_and_each_bad_request_its_code() {
             .await
             .unwrap()
             .into_inner();
-        assert_eq!(stats.model_stats[0].inference_count, 3);
+        let m = &stats.model_stats[0];
+        assert_eq!(m.inference_count, 3);
+        // per batch size, as over HTTP: the batches that entered add up to the executions,
+        // their members to the inferences
+        let batches: u64 = m
+            .batch_stats
+            .iter()
+            .map(|b| b.compute_infer.as_ref().unwrap().count)
+            .sum();
+        let members: u64 = m
+            .batch_stats
+            .iter()
+            .map(|b| b.batch_size * b.compute_infer.as_ref().unwrap().count)
+            .sum();
+        assert_eq!((batches, members), (m.execution_count, 3), "{m:?}");
     });
     // counted as HTTP counts: three completed, four bad requests (the unknown model and version
     // are not requests of the model served, as over HTTP; the bomb never reached the server's
