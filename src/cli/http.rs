@@ -64,11 +64,10 @@ pub(super) fn run(a: HttpArgs, progress: Mode) -> Result<()> {
         ("--arrivals", s.arrivals.is_some()),
         ("--classes", s.classes.is_some()),
         ("--shares", s.shares.is_some()),
-        ("--slas", s.slas.is_some()),
     ];
     if let Some((flag, _)) = traffic.iter().find(|(_, given)| *given) {
         bail!(
-            "serve takes no {flag}: its traffic comes over HTTP, so it shapes none (`lazybatch load` takes --requests, --arrivals and --classes; a request sets its own SLA with `sla_ms`)"
+            "serve takes no {flag}: its traffic comes over HTTP, so it shapes none (`lazybatch load` takes --requests, --arrivals and --classes; a request sets its own SLA with `sla_ms`, and --slas gives co-located models each their default)"
         );
     }
     let model = a.model.load()?;
@@ -92,6 +91,7 @@ pub(super) fn run(a: HttpArgs, progress: Mode) -> Result<()> {
         shutdown: seconds("--shutdown-timeout-s", a.shutdown_timeout_s)?,
     };
     let name = model.name.clone();
+    let parts: Vec<String> = model.parts.iter().map(|p| p.name.clone()).collect();
     let bench = open_bench(model, &a.dev, &sv, progress)?;
     let device = bench.description();
     // the traffic comes over HTTP: the spec's rate, seed and request count shape none of it
@@ -109,9 +109,15 @@ pub(super) fn run(a: HttpArgs, progress: Mode) -> Result<()> {
     let grpc = server
         .grpc_addr
         .map_or(String::new(), |g| format!(", and gRPC at {g}"));
+    let routes: Vec<String> = parts
+        .iter()
+        .map(|m| format!("/v2/models/{m}/infer"))
+        .collect();
     eprintln!(
-        "serving {name} on {device} under {} at http://{}{grpc} (Open Inference Protocol: /v2/models/{name}/infer; /metrics); Ctrl-C stops",
-        a.policy, server.addr
+        "serving {name} on {device} under {} at http://{}{grpc} (Open Inference Protocol: {}; /metrics); Ctrl-C stops",
+        a.policy,
+        server.addr,
+        routes.join(", ")
     );
     let tally = server.tally();
     let out = server.wait()?;

@@ -63,7 +63,7 @@ pub(super) struct LoadArgs {
 pub(super) fn run(a: LoadArgs, progress: lazybatch::progress::Mode) -> Result<()> {
     let model = a.model.load()?;
     if model.parts.len() > 1 {
-        bail!("load drives one model (co-located models are not served yet)");
+        bail!("load drives one model: against a server of co-located models, run one load per model (--model NAME, the server serves each under its own name)");
     }
     let rate = check_rate("--rate", a.rate)?;
     let requests = in_range(

@@ -5,9 +5,9 @@
 //! `/v2/models/{m}/stats`: counts and cumulative durations, from the observations that
 //! `/metrics`' histograms take). Every route also answers under `/versions/1/`.
 
-use super::front::{unknown, ModelPath};
+use super::front::{hosted, not_found, ModelPath};
 use super::protocol::{error, Io};
-use super::state::{Front, VERSION};
+use super::state::{Front, Hosted, VERSION};
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -47,17 +47,21 @@ fn entry(io: &Io, reference: i64) -> Value {
     json!({ "name": io.name, "data_type": data_type(io), "dims": dims(io, reference) })
 }
 
-/// The model configuration's parameters: the policy, the device and the limits a client may
-/// want to know.
-pub(super) fn config_parameters(f: &Front) -> Vec<(&'static str, String)> {
+/// Model `h`'s configuration parameters: the policy, the device and the limits a client may
+/// want to know (and, co-located, the models that share the device).
+pub(super) fn config_parameters(f: &Front, h: &Hosted) -> Vec<(&'static str, String)> {
     let mut p = vec![
         ("policy", f.policy.clone()),
         ("device", f.device.clone()),
         ("server_max_batch", f.max_batch.to_string()),
-        ("max_input_length", f.input.max_len.to_string()),
+        ("max_input_length", h.input.max_len.to_string()),
     ];
-    if f.max_dec > 0 {
-        p.push(("max_decode_steps", f.max_dec.to_string()));
+    if h.max_dec > 0 {
+        p.push(("max_decode_steps", h.max_dec.to_string()));
+    }
+    if f.models.len() > 1 {
+        let names: Vec<&str> = f.models.iter().map(|m| m.name.as_str()).collect();
+        p.push(("colocated_with", names.join(",")));
     }
     p
 }
@@ -66,21 +70,22 @@ pub(super) fn config_parameters(f: &Front) -> Vec<(&'static str, String)> {
 /// call (`max_batch_size` 0: the dims are a request's whole shape, batch axis of 1 first); the
 /// server batches requests itself, by the policy the parameters name, up to its own maximum.
 pub(super) async fn config(State(f): State<Arc<Front>>, Path(path): ModelPath) -> Response {
-    if let Some(r) = unknown(&f, &path) {
-        return r;
-    }
-    let parameters: serde_json::Map<String, Value> = config_parameters(&f)
+    let h = match hosted(&f, &path) {
+        Ok(h) => h,
+        Err(msg) => return not_found(msg),
+    };
+    let parameters: serde_json::Map<String, Value> = config_parameters(&f, h)
         .into_iter()
         .map(|(k, v)| (k.to_string(), json!({ "string_value": v })))
         .collect();
     axum::Json(json!({
-        "name": f.model,
+        "name": h.name,
         "platform": "lazybatch",
         "backend": "lazybatch",
         "version_policy": { "latest": { "num_versions": 1 } },
         "max_batch_size": 0,
-        "input": [entry(&f.input, f.reference.0)],
-        "output": [entry(&f.output, f.reference.1)],
+        "input": [entry(&h.input, h.reference.0)],
+        "output": [entry(&h.output, h.reference.1)],
         "parameters": parameters,
     }))
     .into_response()
@@ -109,8 +114,9 @@ pub(super) struct Stats {
     pub by_size: Vec<(u64, u64, u64)>,
 }
 
-pub(super) fn stats_of(f: &Front) -> Stats {
-    let t = &f.metrics.totals;
+/// Model `h`'s statistics.
+pub(super) fn stats_of(f: &Front, h: &Hosted) -> Stats {
+    let t = &f.metrics.totals[usize::from(h.part)];
     let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
     Stats {
         last_ms: get(&t.last_ms),
@@ -127,12 +133,12 @@ pub(super) fn stats_of(f: &Front) -> Stats {
     }
 }
 
-/// The model's statistics in Triton's `model_stats` form.
-fn model_stats(f: &Front) -> Value {
-    let s = stats_of(f);
+/// Model `h`'s statistics in Triton's `model_stats` form.
+fn model_stats(f: &Front, h: &Hosted) -> Value {
+    let s = stats_of(f, h);
     let done = s.success.0;
     json!({
-        "name": f.model,
+        "name": h.name,
         "version": VERSION,
         "last_inference": s.last_ms,
         "inference_count": done,
@@ -159,17 +165,19 @@ fn model_stats(f: &Front) -> Value {
     })
 }
 
-/// `GET /v2/models/stats`: every model's statistics (this server's one).
+/// `GET /v2/models/stats`: every model's statistics.
 pub(super) async fn all_stats(State(f): State<Arc<Front>>) -> Response {
-    axum::Json(json!({ "model_stats": [model_stats(&f)] })).into_response()
+    let all: Vec<Value> = f.models.iter().map(|h| model_stats(&f, h)).collect();
+    axum::Json(json!({ "model_stats": all })).into_response()
 }
 
 /// `GET /v2/models/{m}/stats`.
 pub(super) async fn stats(State(f): State<Arc<Front>>, Path(path): ModelPath) -> Response {
-    if let Some(r) = unknown(&f, &path) {
-        return r;
-    }
-    axum::Json(json!({ "model_stats": [model_stats(&f)] })).into_response()
+    let h = match hosted(&f, &path) {
+        Ok(h) => h,
+        Err(msg) => return not_found(msg),
+    };
+    axum::Json(json!({ "model_stats": [model_stats(&f, h)] })).into_response()
 }
 
 /// Any other path: a 404 with the protocol's error object, naming the routes there are.

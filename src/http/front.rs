@@ -6,7 +6,7 @@
 use super::metrics::outcome;
 use super::protocol::{error, tensor, InferRequest, Io, HEADER_LENGTH};
 use super::served::{self, Served};
-use super::state::{take_in, Front, VERSION};
+use super::state::{take_in, Front, Hosted, VERSION};
 use crate::error::{Error, Result};
 use crate::graph::op::Op;
 use crate::graph::{Model, Rows};
@@ -18,33 +18,41 @@ use serde_json::json;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// The model's input and output in the protocol's terms (one request: batch 1), and its
-/// decoder's most and default steps (0, 0 for a static model).
-pub(super) fn describe(m: &Model) -> Result<(Io, Io, u32, u32)> {
-    let (Some(first), Some(last)) = (m.nodes.first(), m.nodes.last()) else {
-        return Err(Error::invalid("serve", "an empty model"));
-    };
-    if m.parts.len() > 1 {
+/// Part `p` of `m` (the model itself when it is not co-located) in the protocol's terms: its
+/// input and output (one request: batch 1), and its decoder's most and default steps (0, 0 for
+/// a static model).
+pub(super) fn describe(m: &Model, p: usize) -> Result<Hosted> {
+    let part = &m.parts[p];
+    let in_part = |n: &&crate::graph::Node| m.part_of(n.id) == p;
+    let (Some(first), Some(last)) = (
+        m.nodes.iter().find(in_part),
+        m.nodes.iter().rev().find(in_part),
+    ) else {
         return Err(Error::invalid(
             "serve",
-            "serves one model (co-located models are not served yet)",
+            format!("model '{}' is empty", part.name),
         ));
-    }
+    };
     let Op::Input { shape, tokens, .. } = &first.op else {
         return Err(Error::invalid(
             "serve",
-            "the model's first node is not its input",
+            format!("model '{}': its first node is not its input", part.name),
         ));
     };
-    let seq = m.parts[0].seq.as_ref();
+    let seq = part.seq.as_ref();
+    let seq2seq = m.loops.iter().any(|l| m.part_of(l.first) == p);
     let (max_enc, max_dec, ref_dec) = seq.map_or((1, 0, 0), |s| (s.max_enc, s.max_dec, s.ref_dec));
-    let enc = m.ref_lengths().enc;
+    let reference = m.ref_lengths_of(p);
+    let enc = reference.enc;
     let variable = match first.out.rows {
         Rows::Src { div: 1 } => true,
         Rows::Src { .. } => {
             return Err(Error::invalid(
                 "serve",
-                "an input read at a coarser time resolution is not served yet",
+                format!(
+                    "model '{}': an input read at a coarser time resolution is not served yet",
+                    part.name
+                ),
             ))
         }
         _ => false,
@@ -70,9 +78,9 @@ pub(super) fn describe(m: &Model) -> Result<(Io, Io, u32, u32)> {
         });
     let argmax = matches!(last.op, Op::Argmax);
     let out_rows = last.out.rows.count(enc) as i64;
-    let out_lead = if m.is_seq2seq() { -1 } else { out_rows };
+    let out_lead = if seq2seq { -1 } else { out_rows };
     let out_shape: Vec<i64> = std::iter::once(1)
-        .chain((m.is_seq2seq() || out_rows > 1).then_some(out_lead))
+        .chain((seq2seq || out_rows > 1).then_some(out_lead))
         .chain(
             (!argmax)
                 .then_some(last.out.feat.iter().map(|&d| d as i64))
@@ -80,8 +88,16 @@ pub(super) fn describe(m: &Model) -> Result<(Io, Io, u32, u32)> {
                 .flatten(),
         )
         .collect();
+    // a co-located model's nodes are named `model/node`; a client knows the model's own names
+    let own = |n: &str| match m.parts.len() {
+        1 => n.to_string(),
+        _ => n
+            .strip_prefix(&format!("{}/", part.name))
+            .unwrap_or(n)
+            .to_string(),
+    };
     let input = Io {
-        name: first.name.clone(),
+        name: own(&first.name),
         datatype: if *tokens { "INT64" } else { "FP32" },
         shape: in_shape,
         vocab: if *tokens { vocab } else { None },
@@ -89,14 +105,23 @@ pub(super) fn describe(m: &Model) -> Result<(Io, Io, u32, u32)> {
         finite: true,
     };
     let output = Io {
-        name: last.name.clone(),
+        name: own(&last.name),
         datatype: if argmax { "INT64" } else { "FP32" },
         shape: out_shape,
         vocab: None,
         max_len: max_dec as usize,
         finite: true,
     };
-    Ok((input, output, max_dec, ref_dec))
+    Ok(Hosted {
+        name: part.name.clone(),
+        part: p as u16,
+        input,
+        output,
+        max_dec,
+        default_dec: ref_dec,
+        reference: (i64::from(reference.enc), i64::from(reference.dec)),
+        sla: None,
+    })
 }
 
 pub(super) async fn ready(State(f): State<Arc<Front>>) -> StatusCode {
@@ -110,40 +135,54 @@ pub(super) async fn ready(State(f): State<Arc<Front>>) -> StatusCode {
 /// A model route's path parameters: `name`, and `version` in the `/versions/{version}/` form.
 pub(super) type ModelPath = Path<HashMap<String, String>>;
 
-/// A 404 naming what is wrong when the path's model (or version) is not the one served.
-pub(super) fn unknown(f: &Front, path: &HashMap<String, String>) -> Option<Response> {
+/// The model the path names (at its version, in the `/versions/{version}/` form), or what is
+/// wrong (its [`not_found`] answer).
+pub(super) fn hosted<'f>(
+    f: &'f Front,
+    path: &HashMap<String, String>,
+) -> std::result::Result<&'f Hosted, String> {
     let name = path.get("name").map_or("", String::as_str);
-    f.unknown(name, path.get("version").map(String::as_str))
-        .map(|msg| error(StatusCode::NOT_FOUND, msg))
+    f.hosted(name, path.get("version").map(String::as_str))
+}
+
+/// The 404 of a path that names no model served.
+pub(super) fn not_found(msg: String) -> Response {
+    error(StatusCode::NOT_FOUND, msg)
 }
 
 pub(super) async fn model_ready(State(f): State<Arc<Front>>, Path(path): ModelPath) -> Response {
-    if let Some(r) = unknown(&f, &path) {
-        return r;
+    if let Err(msg) = hosted(&f, &path) {
+        return not_found(msg);
     }
     ready(State(f)).await.into_response()
 }
 
 pub(super) async fn metadata(State(f): State<Arc<Front>>, Path(path): ModelPath) -> Response {
-    if let Some(r) = unknown(&f, &path) {
-        return r;
-    }
+    let h = match hosted(&f, &path) {
+        Ok(h) => h,
+        Err(msg) => return not_found(msg),
+    };
     let io = |t: &Io| json!({"name": t.name, "datatype": t.datatype, "shape": t.shape});
     let mut parameters = json!({
         "device": f.device,
         "policy": f.policy,
-        "max_input_length": f.input.max_len,
+        "max_input_length": h.input.max_len,
     });
-    if f.max_dec > 0 {
-        parameters["max_decode_steps"] = json!(f.max_dec);
-        parameters["default_decode_steps"] = json!(f.default_dec);
+    if h.max_dec > 0 {
+        parameters["max_decode_steps"] = json!(h.max_dec);
+        parameters["default_decode_steps"] = json!(h.default_dec);
+    }
+    if f.models.len() > 1 {
+        // co-located: which models share the device (and its batches' SLA check)
+        let names: Vec<&str> = f.models.iter().map(|m| m.name.as_str()).collect();
+        parameters["colocated_with"] = json!(names);
     }
     axum::Json(json!({
-        "name": f.model,
+        "name": h.name,
         "versions": [VERSION],
         "platform": "lazybatch",
-        "inputs": [io(&f.input)],
-        "outputs": [io(&f.output)],
+        "inputs": [io(&h.input)],
+        "outputs": [io(&h.output)],
         "parameters": parameters,
     }))
     .into_response()
@@ -181,8 +220,8 @@ fn reservation(f: &Front, headers: &axum::http::HeaderMap) -> usize {
 /// resident for one 60 MB JSON body, about 5×).
 pub(super) const PARSE_FACTOR: usize = 5;
 
-fn unavailable(f: &Front, outcome: &str, msg: String) -> Response {
-    f.metrics.count(outcome);
+fn unavailable(f: &Front, h: &Hosted, outcome: &str, msg: String) -> Response {
+    f.metrics.count(Some(h.part), outcome);
     error(StatusCode::SERVICE_UNAVAILABLE, msg)
 }
 
@@ -192,12 +231,13 @@ pub(super) async fn infer(
     headers: axum::http::HeaderMap,
     body: axum::body::Body,
 ) -> Response {
-    if let Some(r) = unknown(&f, &path) {
-        return lingering(&f, body, r);
-    }
+    let h = match hosted(&f, &path) {
+        Ok(h) => h,
+        Err(msg) => return lingering(&f, body, not_found(msg)),
+    };
     let _held = match take_in(&f, reservation(&f, &headers)) {
         Ok(held) => held,
-        Err((why, msg)) => return lingering(&f, body, unavailable(&f, why, msg)),
+        Err((why, msg)) => return lingering(&f, body, unavailable(&f, h, why, msg)),
     };
     let body = match received(&f, body)
         .await
@@ -205,28 +245,31 @@ pub(super) async fn infer(
     {
         Ok(b) => b,
         Err((status, msg)) => {
-            f.metrics.count(match status {
-                StatusCode::REQUEST_TIMEOUT => outcome::TIMED_OUT,
-                StatusCode::PAYLOAD_TOO_LARGE => outcome::TOO_LARGE,
-                _ => outcome::BAD_REQUEST,
-            });
+            f.metrics.count(
+                Some(h.part),
+                match status {
+                    StatusCode::REQUEST_TIMEOUT => outcome::TIMED_OUT,
+                    StatusCode::PAYLOAD_TOO_LARGE => outcome::TOO_LARGE,
+                    _ => outcome::BAD_REQUEST,
+                },
+            );
             return error(status, msg);
         }
     };
     let mut req = match split(&headers, &body).and_then(|(json, binary)| {
         serde_json::from_slice::<InferRequest>(json)
             .map_err(|e| format!("malformed request body: {e}"))
-            .and_then(|r| r.check(&f.input, f.max_dec, binary))
+            .and_then(|r| r.check(&h.input, h.max_dec, binary))
     }) {
         Ok(v) => v,
         Err(msg) => {
-            f.metrics.count(outcome::BAD_REQUEST);
+            f.metrics.count(Some(h.part), outcome::BAD_REQUEST);
             return error(StatusCode::BAD_REQUEST, msg);
         }
     };
     let id = req.id.take();
     let binary = req.binary_output;
-    let (served, key) = served::serve(&f, req).await;
+    let (served, key) = served::serve(&f, h, req).await;
     match served {
         Served::Done {
             values,
@@ -234,7 +277,7 @@ pub(super) async fn infer(
             latency,
         } => {
             let id = id.unwrap_or_else(|| key.to_string());
-            respond(&f, (&id, binary), (&shape, &values, latency))
+            respond(&f, h, (&id, binary), (&shape, &values, latency))
         }
         Served::Refused(msg) => error(StatusCode::SERVICE_UNAVAILABLE, msg),
         Served::Failed(msg) => error(StatusCode::INTERNAL_SERVER_ERROR, msg),
@@ -245,6 +288,7 @@ pub(super) async fn infer(
 /// binary part of the body.
 fn respond(
     f: &Front,
+    h: &Hosted,
     (id, binary): (&str, bool),
     (shape, data, latency): (&[usize], &[f32], std::time::Duration),
 ) -> Response {
@@ -252,9 +296,9 @@ fn respond(
     if f.emulated {
         parameters["timing_emulation"] = json!(served::EMULATED);
     }
-    let (t, bytes) = tensor(&f.output, shape, data, binary);
+    let (t, bytes) = tensor(&h.output, shape, data, binary);
     let head = json!({
-        "model_name": f.model,
+        "model_name": h.name,
         "model_version": VERSION,
         "id": id,
         "outputs": [t],

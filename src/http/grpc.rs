@@ -14,7 +14,7 @@ use super::extensions::{config_parameters, dims, stats_of, EXTENSIONS};
 use super::metrics::outcome;
 use super::protocol::{tensor, InferRequest, InputTensor, Io, Numbers, RequestedOutput};
 use super::served::{self, Served};
-use super::state::{take_in, Front, VERSION};
+use super::state::{take_in, Front, Hosted, VERSION};
 use serde_json::Value;
 use std::sync::Arc;
 use tonic::{Request, Response, Status};
@@ -42,12 +42,10 @@ pub(super) struct Grpc(pub(super) Arc<Front>);
 /// before a handler runs, so gRPC admits after reading, not before.
 const GRPC_FACTOR: usize = 2;
 
-/// `NOT_FOUND` unless `name` (and `version`, when not empty) is the model served.
-fn known(f: &Front, name: &str, version: &str) -> Result<(), Status> {
-    match f.unknown(name, (!version.is_empty()).then_some(version)) {
-        Some(msg) => Err(Status::not_found(msg)),
-        None => Ok(()),
-    }
+/// The model served as `name` (at `version`, when not empty), or `NOT_FOUND`.
+fn known<'f>(f: &'f Front, name: &str, version: &str) -> Result<&'f Hosted, Status> {
+    f.hosted(name, (!version.is_empty()).then_some(version))
+        .map_err(Status::not_found)
 }
 
 /// A parameter as the JSON protocol's value.
@@ -201,13 +199,13 @@ impl GrpcInferenceService for Grpc {
     ) -> Result<Response<pb::ModelMetadataResponse>, Status> {
         let r = r.into_inner();
         let f = &self.0;
-        known(f, &r.name, &r.version)?;
+        let h = known(f, &r.name, &r.version)?;
         Ok(Response::new(pb::ModelMetadataResponse {
-            name: f.model.clone(),
+            name: h.name.clone(),
             versions: vec![VERSION.into()],
             platform: "lazybatch".into(),
-            inputs: vec![tensor_metadata(&f.input)],
-            outputs: vec![tensor_metadata(&f.output)],
+            inputs: vec![tensor_metadata(&h.input)],
+            outputs: vec![tensor_metadata(&h.output)],
         }))
     }
 
@@ -217,24 +215,24 @@ impl GrpcInferenceService for Grpc {
     ) -> Result<Response<pb::ModelConfigResponse>, Status> {
         let r = r.into_inner();
         let f = &self.0;
-        known(f, &r.name, &r.version)?;
+        let h = known(f, &r.name, &r.version)?;
         let config = pb::ModelConfig {
-            name: f.model.clone(),
+            name: h.name.clone(),
             platform: "lazybatch".into(),
             backend: "lazybatch".into(),
             max_batch_size: 0,
             input: vec![pb::ModelInput {
-                name: f.input.name.clone(),
-                data_type: data_type(&f.input),
-                dims: dims(&f.input, f.reference.0),
+                name: h.input.name.clone(),
+                data_type: data_type(&h.input),
+                dims: dims(&h.input, h.reference.0),
             }],
             output: vec![pb::ModelOutput {
-                name: f.output.name.clone(),
-                data_type: data_type(&f.output),
-                dims: dims(&f.output, f.reference.1),
+                name: h.output.name.clone(),
+                data_type: data_type(&h.output),
+                dims: dims(&h.output, h.reference.1),
             }],
             dynamic_batching: None,
-            parameters: config_parameters(f)
+            parameters: config_parameters(f, h)
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), pb::ModelParameter { string_value: v }))
                 .collect(),
@@ -250,16 +248,18 @@ impl GrpcInferenceService for Grpc {
     ) -> Result<Response<pb::ModelStatisticsResponse>, Status> {
         let r = r.into_inner();
         let f = &self.0;
-        // no name: every model's (this server's one)
-        if !r.name.is_empty() {
-            known(f, &r.name, &r.version)?;
-        }
-        let s = stats_of(f);
-        let done = s.success.0;
+        // no name: every model's
+        let models: Vec<&Hosted> = if r.name.is_empty() {
+            f.models.iter().collect()
+        } else {
+            vec![known(f, &r.name, &r.version)?]
+        };
         let d = |count, ns| Some(pb::StatisticDuration { count, ns });
-        Ok(Response::new(pb::ModelStatisticsResponse {
-            model_stats: vec![pb::ModelStatistics {
-                name: f.model.clone(),
+        let stats = |h: &Hosted| {
+            let s = stats_of(f, h);
+            let done = s.success.0;
+            pb::ModelStatistics {
+                name: h.name.clone(),
                 version: VERSION.into(),
                 last_inference: s.last_ms,
                 inference_count: done,
@@ -283,7 +283,10 @@ impl GrpcInferenceService for Grpc {
                         compute_output: d(n, 0),
                     })
                     .collect(),
-            }],
+            }
+        };
+        Ok(Response::new(pb::ModelStatisticsResponse {
+            model_stats: models.into_iter().map(stats).collect(),
         }))
     }
 
@@ -293,20 +296,20 @@ impl GrpcInferenceService for Grpc {
     ) -> Result<Response<pb::ModelInferResponse>, Status> {
         let f = &self.0;
         let r = r.into_inner();
-        known(f, &r.model_name, &r.model_version)?;
+        let h = known(f, &r.model_name, &r.model_version)?;
         let need = prost::Message::encoded_len(&r).saturating_mul(GRPC_FACTOR);
         let _held = take_in(f, need).map_err(|(why, msg)| {
-            f.metrics.count(why);
+            f.metrics.count(Some(h.part), why);
             Status::unavailable(msg)
         })?;
         let req =
-            as_json_request(r).and_then(|(req, binary)| req.check(&f.input, f.max_dec, &binary));
+            as_json_request(r).and_then(|(req, binary)| req.check(&h.input, h.max_dec, &binary));
         let mut req = req.map_err(|msg| {
-            f.metrics.count(outcome::BAD_REQUEST);
+            f.metrics.count(Some(h.part), outcome::BAD_REQUEST);
             Status::invalid_argument(msg)
         })?;
         let id = req.id.take();
-        let (served, key) = served::serve(f, req).await;
+        let (served, key) = served::serve(f, h, req).await;
         let (values, shape, latency) = match served {
             Served::Done {
                 values,
@@ -316,7 +319,7 @@ impl GrpcInferenceService for Grpc {
             Served::Refused(msg) => return Err(Status::unavailable(msg)),
             Served::Failed(msg) => return Err(Status::internal(msg)),
         };
-        let (_, raw) = tensor(&f.output, &shape, &values, true);
+        let (_, raw) = tensor(&h.output, &shape, &values, true);
         let param = |p| pb::InferParameter {
             parameter_choice: Some(p),
         };
@@ -333,13 +336,13 @@ impl GrpcInferenceService for Grpc {
             );
         }
         Ok(Response::new(pb::ModelInferResponse {
-            model_name: f.model.clone(),
+            model_name: h.name.clone(),
             model_version: VERSION.into(),
             id: id.unwrap_or_else(|| key.to_string()),
             parameters,
             outputs: vec![pb::model_infer_response::InferOutputTensor {
-                name: f.output.name.clone(),
-                datatype: f.output.datatype.to_string(),
+                name: h.output.name.clone(),
+                datatype: h.output.datatype.to_string(),
                 shape: shape.iter().map(|&d| d as i64).collect(),
                 parameters: Default::default(),
                 contents: None,

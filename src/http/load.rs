@@ -125,7 +125,8 @@ pub fn drive(model: &Model, traffic: Traffic, opts: &LoadOptions) -> Result<Load
         .enable_all()
         .build()
         .map_err(|e| Error::io("the load generator's runtime", e))?;
-    let (input, _, max_dec, _) = describe(model)?;
+    let hosted = describe(model, 0)?;
+    let (input, max_dec) = (hosted.input, hosted.max_dec);
     let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
     connector.set_nodelay(true);
     let client: Http = Client::builder(TokioExecutor::new())
@@ -433,12 +434,20 @@ async fn scrape(client: &Http, base: &str) -> (Counters, (f64, f64)) {
     (counters, latency)
 }
 
-/// The value of the unlabelled sample `name` in Prometheus text (None: not there).
+/// The value of sample `name` in Prometheus text, summed over its labels (a server of
+/// co-located models labels its requests' metrics by model), or of the one sample `name`
+/// names with its labels (`m{model="a"}`); None: not there.
 pub fn sample(text: &str, name: &str) -> Option<f64> {
-    text.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
-        let (n, v) = l.split_once(' ')?;
-        (n == name).then(|| v.trim().parse().ok()).flatten()
-    })
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (n, v) = l.rsplit_once(' ')?;
+            let base = n.split_once('{').map_or(n, |(b, _)| b);
+            (n == name || base == name)
+                .then(|| v.trim().parse::<f64>().ok())
+                .flatten()
+        })
+        .fold(None, |sum, x| Some(sum.unwrap_or(0.0) + x))
 }
 
 fn delta(a: &Counters, b: &Counters) -> Counters {
@@ -543,10 +552,14 @@ mod tests {
 
     #[test]
     fn samples_are_read_from_prometheus_text() {
-        let text = "# HELP x y\nlazybatch_merges_total 12\nlazybatch_batch_size_sum 40.0\nlazybatch_requests_total{model=\"m\"} 3\n";
+        let text = "# HELP x y\nlazybatch_merges_total 12\nlazybatch_batch_size_sum 40.0\nlazybatch_requests_total{model=\"m\",outcome=\"a b\"} 3\nlazybatch_requests_total{model=\"n\"} 4\nlazybatch_requests_total_x 9\n";
         assert_eq!(sample(text, "lazybatch_merges_total"), Some(12.0));
         assert_eq!(sample(text, "lazybatch_batch_size_sum"), Some(40.0));
-        assert_eq!(sample(text, "lazybatch_requests_total"), None);
+        // labelled: summed over the labels, a value with a space in it too; another metric
+        // whose name begins the same is not counted
+        assert_eq!(sample(text, "lazybatch_requests_total"), Some(7.0));
+        let one = "lazybatch_requests_total{model=\"n\"}";
+        assert_eq!(sample(text, one), Some(4.0));
         assert_eq!(sample(text, "lazybatch_preemptions_total"), None);
     }
 

@@ -5,6 +5,7 @@
 
 use crate::device::exchange::Exchange;
 use crate::engine::{Left, Observer, Progress};
+use crate::graph::Model;
 use crate::runtime::Request;
 use crate::time::Nanos;
 use prometheus_client::metrics::counter::Counter;
@@ -60,15 +61,28 @@ pub(crate) mod outcome {
     ];
 }
 
-/// The exported metrics.
+/// A metric's labels.
+type Labels = Vec<(String, String)>;
+
+/// A latency histogram in seconds: 100 µs to about 52 s, doubling.
+fn seconds() -> Histogram {
+    Histogram::new(exponential_buckets(1e-4, 2.0, 20))
+}
+
+/// The exported metrics. A request's own metrics are labelled by its model (co-located models
+/// each have theirs); the engine's (batches, preemptions, the BatchTable) are the device's.
 pub(crate) struct Metrics {
     pub registry: Registry,
-    model: String,
-    requests: Family<Vec<(String, String)>, Counter>,
-    latency: Histogram,
-    queue: Histogram,
-    compute: Histogram,
-    violations: Counter,
+    /// The models served, by part.
+    models: Vec<String>,
+    /// Each node's part, and each part's first node (its batches enter the model there).
+    node_part: Vec<u16>,
+    part_first: Vec<u32>,
+    requests: Family<Labels, Counter>,
+    latency: Family<Labels, Histogram, fn() -> Histogram>,
+    queue: Family<Labels, Histogram, fn() -> Histogram>,
+    compute: Family<Labels, Histogram, fn() -> Histogram>,
+    violations: Family<Labels, Counter>,
     pub in_server: Gauge,
     batch: Histogram,
     executions: Counter,
@@ -81,8 +95,8 @@ pub(crate) struct Metrics {
     pub misfits: Gauge,
     /// The engine's totals already exported (its counters only grow).
     seen: [AtomicU64; 4],
-    /// What the statistics extension reports (`/v2/models/{m}/stats`).
-    pub totals: Totals,
+    /// What the statistics extension reports (`/v2/models/{m}/stats`), by part.
+    pub totals: Vec<Totals>,
 }
 
 /// Cumulative counts and durations for the statistics extension, in Triton's terms: kept beside
@@ -124,18 +138,20 @@ impl Totals {
 }
 
 impl Metrics {
-    /// Metrics of a server of `model` with `max_batch` slots.
-    pub fn new(model: &str, max_batch: u32) -> Self {
-        let seconds = || Histogram::new(exponential_buckets(1e-4, 2.0, 20));
+    /// Metrics of a server of `model` (its parts, when co-located) with `max_batch` slots.
+    pub fn new(model: &Model, max_batch: u32) -> Self {
         let sizes = (32 - max_batch.max(1).leading_zeros()) as u16 + 1;
+        let hist = || Family::new_with_constructor(seconds as fn() -> Histogram);
         let mut m = Metrics {
             registry: Registry::with_prefix("lazybatch"),
-            model: model.to_string(),
+            models: model.parts.iter().map(|p| p.name.clone()).collect(),
+            node_part: model.node_part.clone(),
+            part_first: model.parts.iter().map(|p| p.first.0).collect(),
             requests: Family::default(),
-            latency: seconds(),
-            queue: seconds(),
-            compute: seconds(),
-            violations: Counter::default(),
+            latency: hist(),
+            queue: hist(),
+            compute: hist(),
+            violations: Family::default(),
             in_server: Gauge::default(),
             batch: Histogram::new(exponential_buckets(1.0, 2.0, sizes)),
             executions: Counter::default(),
@@ -147,11 +163,11 @@ impl Metrics {
             held: Family::default(),
             misfits: Gauge::default(),
             seen: Default::default(),
-            totals: Totals::new(max_batch),
+            totals: model.parts.iter().map(|_| Totals::new(max_batch)).collect(),
         };
         m.registry.register(
             "requests",
-            "Requests by model and outcome",
+            "Requests by model and outcome (model empty: turned away before it named one of several)",
             m.requests.clone(),
         );
         m.registry.register(
@@ -231,29 +247,58 @@ impl Metrics {
         self.misfits.set(x.misfits() as i64);
     }
 
-    /// How many requests left under each outcome, every outcome listed (zeros included).
+    /// The `model` label of part `part`: its name; none given, the one model served, or `""`
+    /// for a request turned away before it named one of several.
+    fn model_label(&self, part: Option<u16>) -> String {
+        match (part, self.models.as_slice()) {
+            (Some(p), names) => names.get(usize::from(p)).cloned().unwrap_or_default(),
+            (None, [only]) => only.clone(),
+            (None, _) => String::new(),
+        }
+    }
+
+    /// How many requests left under each outcome, every outcome listed (zeros included), all
+    /// models together.
     pub fn by_outcome(&self) -> Vec<(&'static str, u64)> {
+        let mut models: Vec<String> = self.models.clone();
+        if models.len() > 1 {
+            models.push(String::new());
+        }
         outcome::ALL
             .iter()
             .map(|&o| {
-                let labels = vec![
-                    ("model".to_string(), self.model.clone()),
-                    ("outcome".to_string(), o.to_string()),
-                ];
-                (o, self.requests.get_or_create(&labels).get())
+                let n = models
+                    .iter()
+                    .map(|m| {
+                        let labels = vec![
+                            ("model".to_string(), m.clone()),
+                            ("outcome".to_string(), o.to_string()),
+                        ];
+                        self.requests.get_or_create(&labels).get()
+                    })
+                    .sum();
+                (o, n)
             })
             .collect()
     }
 
-    /// Counts a request under `outcome` (one of [`outcome`]).
-    pub fn count(&self, outcome: &str) {
+    /// Counts a request for part `part` (None: turned away before it named a model) under
+    /// `outcome` (one of [`outcome`]).
+    pub fn count(&self, part: Option<u16>, outcome: &str) {
         let labels = vec![
-            ("model".to_string(), self.model.clone()),
+            ("model".to_string(), self.model_label(part)),
             ("outcome".to_string(), outcome.to_string()),
         ];
         self.requests.get_or_create(&labels).inc();
-        if outcome != outcome::COMPLETED && outcome != outcome::ABANDONED {
-            self.totals.fail.fetch_add(1, Ordering::Relaxed);
+        let totals = match (part, self.totals.as_slice()) {
+            (Some(p), all) => all.get(usize::from(p)),
+            (None, [only]) => Some(only),
+            (None, _) => None,
+        };
+        if let Some(t) = totals {
+            if outcome != outcome::COMPLETED && outcome != outcome::ABANDONED {
+                t.fail.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -266,10 +311,13 @@ impl Metrics {
             first.saturating_sub(q.arrival),
             at.saturating_sub(first),
         );
-        self.latency.observe(s(all));
-        self.queue.observe(s(queue));
-        self.compute.observe(s(compute));
-        let t = &self.totals;
+        let labels = vec![("model".to_string(), self.model_label(Some(q.part)))];
+        self.latency.get_or_create(&labels).observe(s(all));
+        self.queue.get_or_create(&labels).observe(s(queue));
+        self.compute.get_or_create(&labels).observe(s(compute));
+        let Some(t) = self.totals.get(usize::from(q.part)) else {
+            return;
+        };
         t.success.0.fetch_add(1, Ordering::Relaxed);
         t.success.1.fetch_add(all.0, Ordering::Relaxed);
         t.queue_ns.fetch_add(queue.0, Ordering::Relaxed);
@@ -279,22 +327,29 @@ impl Metrics {
             .map_or(0, |d| d.as_millis() as u64);
         t.last_ms.store(now, Ordering::Relaxed);
         if at > q.deadline {
-            self.violations.inc();
+            self.violations.get_or_create(&labels).inc();
         }
     }
 
     /// The engine's state after a node execution.
     fn executed(&self, p: &Progress) {
         self.batch.observe(p.batch as f64);
-        let size = self.totals.by_size.get(p.batch.saturating_sub(1));
-        if p.node.0 == 0 {
-            self.totals.executions.fetch_add(1, Ordering::Relaxed);
-            if let Some((n, _)) = size {
-                n.fetch_add(1, Ordering::Relaxed);
+        // the statistics of the model (part) the node belongs to
+        let part = self
+            .node_part
+            .get(p.node.idx())
+            .map_or(0, |&k| usize::from(k));
+        if let (Some(totals), Some(&first)) = (self.totals.get(part), self.part_first.get(part)) {
+            let size = totals.by_size.get(p.batch.saturating_sub(1));
+            if p.node.0 == first {
+                totals.executions.fetch_add(1, Ordering::Relaxed);
+                if let Some((n, _)) = size {
+                    n.fetch_add(1, Ordering::Relaxed);
+                }
             }
-        }
-        if let Some((_, ns)) = size {
-            ns.fetch_add(p.took.0, Ordering::Relaxed);
+            if let Some((_, ns)) = size {
+                ns.fetch_add(p.took.0, Ordering::Relaxed);
+            }
         }
         let c = p.counters;
         for (seen, (total, counter)) in self.seen.iter().zip([
@@ -353,7 +408,7 @@ impl Drop for OnEngineExit {
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Metrics")
-            .field("model", &self.model)
+            .field("models", &self.models)
             .finish()
     }
 }
@@ -375,10 +430,13 @@ impl Observer for Waiting {
         if !heard {
             // the client went away: drop the outputs it will not take
             self.exchange.take_output(q.key);
-            self.metrics.count(match how {
-                Left::Completed(_) => outcome::ABANDONED,
-                Left::Rejected(why) => rejected(why),
-            });
+            self.metrics.count(
+                Some(q.part),
+                match how {
+                    Left::Completed(_) => outcome::ABANDONED,
+                    Left::Rejected(why) => rejected(why),
+                },
+            );
         }
     }
 

@@ -120,9 +120,15 @@ impl Server {
 /// Starts serving `bench` under `cfg` (its policy, SLA, maximum batch): the engine on one
 /// thread, the HTTP front end on another. Returns once the address is bound.
 pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server> {
-    let (mut input, output, max_dec, default_dec) = front::describe(&bench.model)?;
-    // a model device computes nothing on the values: any bits are taken
-    input.finite = !bench.is_virtual();
+    let mut models = (0..bench.model.parts.len())
+        .map(|p| front::describe(&bench.model, p))
+        .collect::<Result<Vec<_>>>()?;
+    let slas = cfg.colocated.as_ref().map(|c| c.slas());
+    for (k, h) in models.iter_mut().enumerate() {
+        // a model device computes nothing on the values: any bits are taken
+        h.input.finite = !bench.is_virtual();
+        h.sla = slas.and_then(|s| s.get(k)).map(|s| s.nanos());
+    }
     let listener =
         std::net::TcpListener::bind(opts.listen).map_err(|e| Error::listen(opts.listen, e))?;
     listener
@@ -147,7 +153,7 @@ pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server
     let (tx, rx) = mpsc::channel();
     let origin = Instant::now();
     let exchange = Arc::new(Exchange::new());
-    let metrics = Arc::new(Metrics::new(&bench.model.name, cfg.max_batch.get()));
+    let metrics = Arc::new(Metrics::new(&bench.model, cfg.max_batch.get()));
     let tally = metrics.clone();
     let waiting = Arc::new(Waiting {
         replies: Mutex::default(),
@@ -157,11 +163,7 @@ pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server
         gone: tokio::sync::Notify::new(),
     });
     let front = Arc::new(Front {
-        model: bench.model.name.clone(),
-        input,
-        output,
-        max_dec,
-        default_dec,
+        models,
         emulated: bench.is_virtual(),
         device: bench.description(),
         policy: cfg.policy.build().name(),
@@ -179,10 +181,6 @@ pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server
         max_batch: cfg.max_batch.get(),
         max_body: opts.max_body,
         body_timeout: opts.timeouts.body,
-        reference: {
-            let r = bench.model.ref_lengths();
-            (i64::from(r.enc), i64::from(r.dec))
-        },
     });
     let held = exchange.clone();
     let engine = std::thread::spawn(move || {
@@ -231,7 +229,7 @@ pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server
             };
             let count = {
                 let m = front.metrics.clone();
-                move |outcome: &'static str| m.count(outcome)
+                move |outcome: &'static str| m.count(None, outcome)
             };
             let limits = listen::Limits {
                 times: timeouts,

@@ -6,7 +6,7 @@
 
 use super::metrics::{outcome, rejected};
 use super::protocol::Checked;
-use super::state::Front;
+use super::state::{Front, Hosted};
 use crate::engine::{stamped, Left};
 use crate::graph::Lengths;
 use crate::traffic::Arrival;
@@ -47,19 +47,19 @@ impl Drop for Admitted<'_> {
     }
 }
 
-/// Refuses with `outcome`, counted.
-fn refused(f: &Front, outcome: &'static str, msg: &str) -> Served {
-    f.metrics.count(outcome);
+/// Refuses a request for `h` with `outcome`, counted.
+fn refused(f: &Front, h: &Hosted, outcome: &'static str, msg: &str) -> Served {
+    f.metrics.count(Some(h.part), outcome);
     Served::Refused(msg.to_string())
 }
 
-/// Serves `req` and says how it left, with the key it was served under (the default `id` of
-/// its answer).
-pub(super) async fn serve(f: &Front, mut req: Checked) -> (Served, u64) {
+/// Serves `req` for model `h` and says how it left, with the key it was served under (the
+/// default `id` of its answer).
+pub(super) async fn serve(f: &Front, h: &Hosted, mut req: Checked) -> (Served, u64) {
     let key = f.next_key.fetch_add(1, Ordering::SeqCst);
     if f.closing_down() {
         let msg = "the server is shutting down";
-        return (refused(f, outcome::SHUTTING_DOWN, msg), key);
+        return (refused(f, h, outcome::SHUTTING_DOWN, msg), key);
     }
     f.metrics.in_server.inc();
     let _admitted = Admitted(f, key);
@@ -67,8 +67,8 @@ pub(super) async fn serve(f: &Front, mut req: Checked) -> (Served, u64) {
     if let Ok(mut w) = f.waiting.replies.lock() {
         w.insert(key, reply);
     }
-    let dec = if f.max_dec > 0 {
-        req.decode_steps.unwrap_or(f.default_dec)
+    let dec = if h.max_dec > 0 {
+        req.decode_steps.unwrap_or(h.default_dec)
     } else {
         1
     };
@@ -78,7 +78,8 @@ pub(super) async fn serve(f: &Front, mut req: Checked) -> (Served, u64) {
     }
     let arrival = Arrival {
         key: Some(key),
-        sla: req.sla,
+        part: h.part,
+        sla: req.sla.or(h.sla),
         len: Lengths {
             enc: req.len as u32,
             dec,
@@ -94,7 +95,7 @@ pub(super) async fn serve(f: &Front, mut req: Checked) -> (Served, u64) {
     if !sent {
         f.exchange.take_input(key);
         let msg = "the server is shutting down";
-        return (refused(f, outcome::SHUTTING_DOWN, msg), key);
+        return (refused(f, h, outcome::SHUTTING_DOWN, msg), key);
     }
     let Ok((how, latency)) = answer.await else {
         let msg = "the engine stopped before answering".to_string();
@@ -107,17 +108,17 @@ pub(super) async fn serve(f: &Front, mut req: Checked) -> (Served, u64) {
         } else {
             "queue full: the engine's pending queue is full (--max-pending)"
         };
-        return (refused(f, o, msg), key);
+        return (refused(f, h, o, msg), key);
     }
-    (output(f, key, dec, latency), key)
+    (output(f, h, key, dec, latency), key)
 }
 
 /// Request `key`'s output as the device handed it over, shaped as the model's output for
 /// `dec` decoder steps. It is counted completed, as the engine counts it, also when the device
 /// handed over values that do not fit (a failure then, 500).
-fn output(f: &Front, key: u64, dec: u32, latency: Duration) -> Served {
-    f.metrics.count(outcome::COMPLETED);
-    let shape: Vec<usize> = f
+fn output(f: &Front, h: &Hosted, key: u64, dec: u32, latency: Duration) -> Served {
+    f.metrics.count(Some(h.part), outcome::COMPLETED);
+    let shape: Vec<usize> = h
         .output
         .shape
         .iter()
@@ -130,7 +131,7 @@ fn output(f: &Front, key: u64, dec: u32, latency: Duration) -> Served {
         // the decoder ran padded steps (graph batching pads to the longest member's length):
         // the request's own steps come first
         (false, Some(mut v))
-            if f.max_dec > 0 && v.len() > n && v.len().is_multiple_of(n / dec as usize) =>
+            if h.max_dec > 0 && v.len() > n && v.len().is_multiple_of(n / dec as usize) =>
         {
             v.truncate(n);
             v
@@ -162,8 +163,9 @@ mod tests {
             emulated: false,
             ..Arc::try_unwrap(test_front()).ok().unwrap()
         };
-        let dec = f.default_dec;
-        let n: usize = f
+        let h = &f.models[0];
+        let dec = h.default_dec;
+        let n: usize = h
             .output
             .shape
             .iter()
@@ -175,7 +177,7 @@ mod tests {
             Served::Refused(msg) => panic!("refused: {msg}"),
         };
         f.exchange.put_output(1, vec![1.5; n]);
-        match output(&f, 1, dec, Duration::ZERO) {
+        match output(&f, h, 1, dec, Duration::ZERO) {
             Served::Done { values, shape, .. } => {
                 assert_eq!((values.len(), values[0]), (n, 1.5));
                 assert_eq!(shape.iter().product::<usize>(), n);
@@ -184,12 +186,12 @@ mod tests {
         }
         // one value too many, and none at all: 500, saying what came
         f.exchange.put_output(2, vec![1.5; n + 1]);
-        let msg = failed(output(&f, 2, dec, Duration::ZERO));
+        let msg = failed(output(&f, h, 2, dec, Duration::ZERO));
         assert!(
             msg.contains(&format!("handed over {} output values", n + 1)),
             "{msg}"
         );
-        let msg = failed(output(&f, 3, dec, Duration::ZERO));
+        let msg = failed(output(&f, h, 3, dec, Duration::ZERO));
         assert!(msg.contains("handed over 0 output values"), "{msg}");
         // the engine completed all three: each is counted once, as the engine counts it
         let done = f

@@ -10,15 +10,30 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Instant;
 
-/// The front ends' shared state.
-pub(super) struct Front {
-    pub model: String,
+/// One model the server serves: a part of the (co-located) model the engine runs, in the
+/// protocol's terms.
+pub(super) struct Hosted {
+    pub name: String,
+    /// Its part in the engine's model (the arrivals' `part`; 0 for a single model).
+    pub part: u16,
     pub input: Io,
     pub output: Io,
     /// The most decoder steps a request may ask for (0: not a seq2seq model).
     pub max_dec: u32,
     /// Decoder steps of a request that names none.
     pub default_dec: u32,
+    /// The input's and output's variable-axis lengths at the model's reference lengths (what
+    /// the model configuration's dims give for a -1).
+    pub reference: (i64, i64),
+    /// The SLA of its requests that name none (co-located models' `--slas`; None: the
+    /// server's `--sla-ms`).
+    pub sla: Option<crate::time::Nanos>,
+}
+
+/// The front ends' shared state.
+pub(super) struct Front {
+    /// The models served, in the engine's part order (one, or several co-located).
+    pub models: Vec<Hosted>,
     pub emulated: bool,
     /// The device and the policy, as the metadata reports them.
     pub device: String,
@@ -43,9 +58,6 @@ pub(super) struct Front {
     pub max_body: usize,
     /// The most a body may take to arrive once its headers are in.
     pub body_timeout: std::time::Duration,
-    /// The input's and output's variable-axis lengths at the model's reference lengths (what
-    /// the model configuration's dims give for a -1).
-    pub reference: (i64, i64),
 }
 
 impl Front {
@@ -55,19 +67,24 @@ impl Front {
         self.closing.load(Ordering::SeqCst) || self.waiting.stopped.load(Ordering::SeqCst)
     }
 
-    /// Why `name` (and `version`, if given) is not the model served, or None when it is.
-    pub(super) fn unknown(&self, name: &str, version: Option<&str>) -> Option<String> {
-        if name != self.model {
-            return Some(format!(
-                "unknown model '{name}' (this server serves '{}')",
-                self.model
+    /// The model served as `name` (at `version`, if given), or why there is none.
+    pub(super) fn hosted(&self, name: &str, version: Option<&str>) -> Result<&Hosted, String> {
+        let Some(h) = self.models.iter().find(|h| h.name == name) else {
+            let names: Vec<String> = self
+                .models
+                .iter()
+                .map(|h| format!("'{}'", h.name))
+                .collect();
+            return Err(format!(
+                "unknown model '{name}' (this server serves {})",
+                names.join(", ")
             ));
-        }
+        };
         match version {
-            Some(v) if v != VERSION => Some(format!(
+            Some(v) if v != VERSION => Err(format!(
                 "unknown version '{v}' of model '{name}' (it has version {VERSION} only)"
             )),
-            Some(_) | None => None,
+            Some(_) | None => Ok(h),
         }
     }
 }
@@ -142,9 +159,9 @@ mod tests {
             env!("CARGO_MANIFEST_DIR")
         ))
         .unwrap();
-        let (input, output, max_dec, default_dec) = describe(&m).unwrap();
+        let hosted = describe(&m, 0).unwrap();
         let exchange = Arc::new(Exchange::new());
-        let metrics = Arc::new(Metrics::new(&m.name, 8));
+        let metrics = Arc::new(Metrics::new(&m, 8));
         let waiting = Arc::new(Waiting {
             replies: Mutex::default(),
             exchange: exchange.clone(),
@@ -153,11 +170,7 @@ mod tests {
             gone: tokio::sync::Notify::new(),
         });
         Arc::new(Front {
-            model: m.name.clone(),
-            input,
-            output,
-            max_dec,
-            default_dec,
+            models: vec![hosted],
             emulated: true,
             device: "test".into(),
             policy: "serial".into(),
@@ -175,7 +188,6 @@ mod tests {
             max_batch: 8,
             max_body: 1 << 20,
             body_timeout: std::time::Duration::from_secs(30),
-            reference: (1, 1),
         })
     }
 }

@@ -23,7 +23,7 @@ fn options(max_queue: usize) -> ServeOptions {
     }
 }
 
-async fn client(addr: std::net::SocketAddr) -> Client<tonic::transport::Channel> {
+pub(crate) async fn client(addr: std::net::SocketAddr) -> Client<tonic::transport::Channel> {
     let channel = tonic::transport::Channel::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
@@ -32,7 +32,7 @@ async fn client(addr: std::net::SocketAddr) -> Client<tonic::transport::Channel>
     Client::new(channel)
 }
 
-fn input(name: &str, shape: &[i64]) -> pb::model_infer_request::InferInputTensor {
+pub(crate) fn input(name: &str, shape: &[i64]) -> pb::model_infer_request::InferInputTensor {
     pb::model_infer_request::InferInputTensor {
         name: name.into(),
         datatype: "FP32".into(),
@@ -42,11 +42,11 @@ fn input(name: &str, shape: &[i64]) -> pb::model_infer_request::InferInputTensor
     }
 }
 
-fn le_bytes(v: &[f32]) -> Vec<u8> {
+pub(crate) fn le_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-fn from_le(b: &[u8]) -> Vec<f32> {
+pub(crate) fn from_le(b: &[u8]) -> Vec<f32> {
     b.chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect()

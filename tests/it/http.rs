@@ -159,7 +159,7 @@ fn the_front_end_answers_the_protocol_with_the_devices_outputs() {
         "{text}"
     );
     assert!(
-        text.contains("lazybatch_request_latency_seconds_count 3"),
+        text.contains("lazybatch_request_latency_seconds_count{model=\"mobilenet_style\"} 3"),
         "{text}"
     );
     let out = server.shutdown().unwrap();

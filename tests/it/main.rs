@@ -12,6 +12,7 @@ mod graph;
 mod grpc;
 mod hostile;
 mod http;
+mod http_colocated;
 mod http_load;
 mod kernels;
 mod npu;
