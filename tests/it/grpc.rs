@@ -103,8 +103,14 @@ fn grpc_answers_the_devices_outputs_and_each_bad_request_its_code() {
         assert_eq!(from_le(&r.raw_output_contents[0]), io[0].output);
         let mut bomb = req.clone();
         bomb.raw_input_contents = vec![vec![0; 5 << 20]];
-        let e = zipped.model_infer(bomb).await.unwrap_err();
+        let e = zipped.model_infer(bomb.clone()).await.unwrap_err();
         assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+        // and the same message sent as it is: refused for its size before any handler
+        let e = c.clone().model_infer(bomb).await.unwrap_err();
+        assert!(
+            matches!(e.code(), Code::OutOfRange | Code::ResourceExhausted),
+            "{e:?}"
+        );
         // the bad ones: each its code and a message that says what is wrong
         let mut both = req.clone();
         both.inputs = vec![typed];
@@ -176,10 +182,10 @@ fn grpc_answers_the_devices_outputs_and_each_bad_request_its_code() {
         assert_eq!((batches, members), (m.execution_count, 3), "{m:?}");
     });
     // counted as HTTP counts: three completed, four bad requests (the unknown model and version
-    // are not requests of the model served, as over HTTP; the bomb never reached the server's
-    // handler: tonic refused it while inflating)
+    // are not requests of the model served, as over HTTP), and the two messages tonic refused
+    // for their size before any handler ran (the bomb while it inflated) as too large
     let (_, text) = crate::http::call(server.addr, "GET", "/metrics", "");
-    for (outcome, n) in [("completed", 3), ("bad_request", 4)] {
+    for (outcome, n) in [("completed", 3), ("bad_request", 4), ("too_large", 2)] {
         let line = format!("outcome=\"{outcome}\"}} {n}");
         assert!(text.contains(&line), "{line}: {text}");
     }
