@@ -15,7 +15,8 @@ gives the client's latency.
 Triton also adds its own time to each batch (its core, the Python backend's stub, pytriton's
 proxy): the batch's compute time it reports is longer than BASE + PER * b. So the comparison is
 run twice for lazybatch: on the nominal table, and on a table priced at Triton's measured
-per-batch time (its `batch_stats` over all its runs, a line a + c * b fitted by least squares):
+per-batch time (its `batch_stats` over all its runs: the compute input, inference and output
+times of each batch, a line a + c * b fitted by least squares):
 the second isolates the batching decision from the per-batch overhead.
 
 Usage: scripts/triton-vs-graphb.py [--rates 40,80,120] [--requests 600] [--window-ms 5]
@@ -32,7 +33,6 @@ import os
 import signal
 import subprocess
 import sys
-import sysconfig
 import time
 import urllib.request
 
@@ -94,17 +94,23 @@ def wait_ready(url, proc, what, seconds=120):
     sys.exit(f"triton-vs-graphb: {what} was not ready within {seconds} s")
 
 
+def busy_ns(d):
+    """A statistic's compute time: its input's, inference's and output's (Triton's instance is
+    busy for all three; lazybatch counts its inputs and outputs inside the inference's)."""
+    return sum(d.get(k, {}).get("ns", 0) for k in ("compute_input", "compute_infer", "compute_output"))
+
+
 def stats(url):
     """The model's cumulative counts: inferences, batches, queue and compute ns, batches by size."""
     s = get(f"{url}/v2/models/{NAME}/stats")["model_stats"][0]
     i = s["inference_stats"]
-    sizes = {b["batch_size"]: (b["compute_infer"]["count"], b["compute_infer"]["ns"])
+    sizes = {b["batch_size"]: (b["compute_infer"]["count"], busy_ns(b))
              for b in s.get("batch_stats", [])}
     return {
         "inferences": s["inference_count"],
         "batches": s["execution_count"],
         "queue_ns": i["queue"]["ns"],
-        "compute_ns": i["compute_infer"]["ns"],
+        "compute_ns": busy_ns(i),
         "sizes": sizes,
     }
 
@@ -158,6 +164,8 @@ def fit(points):
         y = ns / count
         sw += count; sx += count * b; sy += count * y; sxx += count * b * b; sxy += count * b * y
     den = sw * sxx - sx * sx
+    if sw == 0:
+        sys.exit("triton-vs-graphb: Triton recorded no batches (its statistics are empty)")
     if den <= 0:  # one size only: a constant
         return sy / sw, 0.0
     c = (sw * sxy - sx * sy) / den
@@ -203,6 +211,12 @@ def main():
         subprocess.run([a.triton_python, "-c", "import sysconfig; print(sysconfig.get_config_var('LIBDIR'))"],
                        capture_output=True, text=True).stdout.strip(), env.get("LD_LIBRARY_PATH")]))
     procs = []
+
+    def on_term(*_):
+        # a SIGTERM (a timeout, say) ends the run through the cleanup below
+        raise SystemExit("triton-vs-graphb: terminated")
+
+    signal.signal(signal.SIGTERM, on_term)
 
     def lazy_server(tab, port):
         p = subprocess.Popen([lazybatch, "serve", "--device", f"profile:{tab}", "--model", MODEL,
@@ -264,7 +278,11 @@ def main():
             try:
                 p.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                p.kill()
+                # Triton's whole session (tritonserver and the Python stub), or the server
+                if p is procs[0]:
+                    os.killpg(p.pid, signal.SIGKILL)
+                else:
+                    p.kill()
 
     result = {
         "per_batch_ms": {"base": a.base_ms, "per_member": a.per_ms},

@@ -80,11 +80,13 @@ fn unit(
     (NodeStep { node: id, step }, members)
 }
 
-/// Runs every node of `model` once at each batch size a table samples ([`sampled_sizes`]),
-/// untimed, at the lengths a table measures: what a device builds or loads on a shape's first
-/// use (CUDA's lazily loaded kernel modules, a library's per-shape plans, buffers' first touch)
-/// is paid here instead of by the first requests a run serves. A table measured in the same
-/// process has done this; a table loaded from a file (`--profile`) has not (on an H200 the
+/// Runs every node of `model` once at each batch size a table samples ([`sampled_sizes`]: 1,
+/// 2, 4, … and `max_batch`), untimed, at the lengths a table measures: what a device builds or
+/// loads on a shape's first use (CUDA's lazily loaded kernel modules, a library's per-shape
+/// plans, buffers' first touch) is paid here for those shapes instead of by the first requests
+/// a run serves; sizes in between and other lengths stay as cold as they were. Measuring a
+/// table in the same process ran at least these shapes; a table loaded from a file
+/// (`--profile`) ran none (on an H200 the
 /// first run of `compare --profile`, BERT under Serial at 30% load, twice had 5% of its
 /// requests over 80 ms, and none of its later runs).
 pub fn warm_up(

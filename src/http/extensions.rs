@@ -109,8 +109,8 @@ pub(super) struct Stats {
     pub compute_ns: u64,
     /// Node executions.
     pub executions: u64,
-    /// By sub-batch size, the sizes that ran: (size, batches that entered the model at it,
-    /// device time of every node execution at it in ns).
+    /// By sub-batch size, the sizes batches entered the model at: (size, those batches, device
+    /// time of every node execution at that size in ns).
     pub by_size: Vec<(u64, u64, u64)>,
 }
 
@@ -128,7 +128,9 @@ pub(super) fn stats_of(f: &Front, h: &Hosted) -> Stats {
         by_size: (1u64..)
             .zip(&t.by_size)
             .map(|(b, (n, ns))| (b, get(n), get(ns)))
-            .filter(|&(_, n, ns)| n > 0 || ns > 0)
+            // Triton lists the sizes batches ran at; a size only a merge grew a sub-batch to
+            // has device time but no batch, and is not listed (a client divides ns by count)
+            .filter(|&(_, n, _)| n > 0)
             .collect(),
     }
 }

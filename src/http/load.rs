@@ -154,8 +154,10 @@ pub fn drive(model: &Model, traffic: Traffic, opts: &LoadOptions) -> Result<Load
         })
         .map_err(|_| within("metadata"))??;
     let scraped = |rt: &tokio::runtime::Runtime| {
-        rt.block_on(async { tokio::time::timeout(opts.timeout, scrape(&client, &base)).await })
-            .unwrap_or_default()
+        rt.block_on(async {
+            tokio::time::timeout(opts.timeout, scrape(&client, &base, &model.name)).await
+        })
+        .unwrap_or_default()
     };
     let before = scraped(&rt);
     let uri: hyper::Uri = format!("{base}/v2/models/{}/infer", model.name)
@@ -411,9 +413,10 @@ async fn check_metadata(
     ))
 }
 
-/// The engine counters the server exports, and its latency histogram's sum (s) and count
-/// (zero where it exports none).
-async fn scrape(client: &Http, base: &str) -> (Counters, (f64, f64)) {
+/// The engine counters the server exports, and model `model`'s latency histogram's sum (s)
+/// and count (zero where it exports none; a server older than its `model` label: the whole
+/// server's).
+async fn scrape(client: &Http, base: &str, model: &str) -> (Counters, (f64, f64)) {
     let text = match get(client, &format!("{base}/metrics")).await {
         Ok((status, body)) if status.is_success() => String::from_utf8_lossy(&body).into_owned(),
         _ => String::new(),
@@ -427,9 +430,14 @@ async fn scrape(client: &Http, base: &str) -> (Counters, (f64, f64)) {
         cross_step: read("lazybatch_cross_step_executions_total") as u64,
         ..Counters::default()
     };
+    let of_model = |name: &str| {
+        sample(&text, &format!("{name}{{model=\"{model}\"}}"))
+            .or_else(|| sample(&text, name))
+            .unwrap_or(0.0)
+    };
     let latency = (
-        read("lazybatch_request_latency_seconds_sum"),
-        read("lazybatch_request_latency_seconds_count"),
+        of_model("lazybatch_request_latency_seconds_sum"),
+        of_model("lazybatch_request_latency_seconds_count"),
     );
     (counters, latency)
 }

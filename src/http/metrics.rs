@@ -165,6 +165,15 @@ impl Metrics {
             seen: Default::default(),
             totals: model.parts.iter().map(|_| Totals::new(max_batch)).collect(),
         };
+        // every model's series exist from the start (at zero): a series that first appears at
+        // one loses that increment in a scraper's rate()
+        for name in &m.models {
+            let labels = vec![("model".to_string(), name.clone())];
+            for h in [&m.latency, &m.queue, &m.compute] {
+                let _ = h.get_or_create(&labels);
+            }
+            let _ = m.violations.get_or_create(&labels);
+        }
         m.registry.register(
             "requests",
             "Requests by model and outcome (model empty: turned away before it named one of several)",

@@ -123,6 +123,18 @@ pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server
     let mut models = (0..bench.model.parts.len())
         .map(|p| front::describe(&bench.model, p))
         .collect::<Result<Vec<_>>>()?;
+    // each model is called by its name: one listed twice could never be reached
+    for (k, h) in models.iter().enumerate() {
+        if models[..k].iter().any(|o| o.name == h.name) {
+            return Err(Error::invalid(
+                "--model",
+                format!(
+                    "'{}' is listed twice: a server calls each model by its name",
+                    h.name
+                ),
+            ));
+        }
+    }
     let slas = cfg.colocated.as_ref().map(|c| c.slas());
     for (k, h) in models.iter_mut().enumerate() {
         // a model device computes nothing on the values: any bits are taken
@@ -273,6 +285,7 @@ async fn grpc_serve(
     use tonic::codec::CompressionEncoding::{Deflate, Gzip};
     // a compressed message is inflated up to --max-body-mib (past it: RESOURCE_EXHAUSTED, so a
     // small bomb cannot take the memory a large message may not)
+    let refusals = grpc::CountRefusals(front.metrics.clone());
     let service = grpc::GrpcInferenceServiceServer::new(grpc::Grpc(front))
         .accept_compressed(Gzip)
         .accept_compressed(Deflate)
@@ -281,6 +294,7 @@ async fn grpc_serve(
     let (told, heard) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(timeouts.header))
+        .layer(refusals)
         .add_service(service)
         .serve_with_incoming_shutdown(
             // answers leave at once (no Nagle delay behind the client's delayed ACK: 40 ms a

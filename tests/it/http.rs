@@ -281,8 +281,7 @@ fn the_server_speaks_what_tritons_tools_ask_for() {
         assert!((1..=2).contains(&execs), "{s}");
         assert!(m["last_inference"].as_u64().unwrap() > 0);
         // per batch size: the batches that entered the model add up to the executions and
-        // their members to the inferences; their node time is the requests' compute time
-        // (each request computed alone or together, never waiting between nodes here)
+        // their members to the inferences, and each size has device time
         let sizes = m["batch_stats"].as_array().unwrap();
         let field = |b: &serde_json::Value, k: &str| b["compute_infer"][k].as_u64().unwrap();
         let batches: u64 = sizes.iter().map(|b| field(b, "count")).sum();

@@ -196,4 +196,15 @@ fn serve_takes_slas_for_colocated_models_only_and_one_per_model() {
         ],
         "serve takes no --shares",
     );
+    // a model listed twice (here once by its alias) could never be reached by its name
+    fails_with(
+        &[
+            "serve",
+            "--model",
+            "transformer,transformer_base",
+            "--device",
+            "npu",
+        ],
+        "'transformer_base' is listed twice",
+    );
 }

@@ -405,7 +405,6 @@ fn validate_serves_the_same_arrivals_on_the_cpu_and_on_its_table() {
     for (r, p) in replay.iter().zip(points) {
         assert_eq!(r["seed"], 3, "{r}");
         assert_eq!(r["policy"], p["policy"]);
-        assert_eq!(r["measured"]["latency_ms"], p["measured"]["latency_ms"]);
         assert_eq!(
             r["predicted"]["latency_ms"], p["predicted"]["latency_ms"],
             "{r}\n{p}"
