@@ -231,6 +231,17 @@ impl Progress {
         }
     }
 
+    /// Prints a result worth keeping as its own line (above the bar; in the line mode, as a
+    /// line of its own; nothing when hidden): a long job cut off still leaves what it finished.
+    pub fn note(&self, line: &str) {
+        if let Some(i) = &self.0 {
+            match &i.show {
+                Show::Bar(b) => b.println(line),
+                Show::Lines => eprintln!("{line}"),
+            }
+        }
+    }
+
     /// The units done so far.
     pub fn position(&self) -> u64 {
         self.0.as_ref().map_or(0, |i| i.pos.load(Ordering::Relaxed))

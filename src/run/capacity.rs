@@ -206,6 +206,16 @@ pub fn search_one(
     })
 }
 
+/// One policy's search in a line: its capacity (or why there is none) and its probes.
+fn found(c: &Capacity) -> String {
+    let at = match (c.capacity_rps, &c.note) {
+        (Some(r), _) => format!("{r:.1} req/s (p99 {:.3} ms)", c.at.latency_ms.p99),
+        (None, Some(why)) => format!("none: {why}"),
+        (None, None) => "none".to_string(),
+    };
+    format!("capacity: {} {at}, {} probes", c.policy, c.probes.len())
+}
+
 /// Every policy of `templates` (their rates are ignored; seeds 1..=`how.seeds`) searched on
 /// `bench`: on the NPU model or a table the policies in parallel, each probe's seeds too; on a
 /// real device one run after another. Progress counts finished policies.
@@ -255,6 +265,9 @@ pub fn search_all(
                 ))
             })?;
             shown.inc(1);
+            // a real device's search takes minutes a policy: each result is said as it comes,
+            // so a search cut off (a time limit) keeps what it found
+            shown.note(&found(&c));
             all.push(c);
         }
         Ok(all)
@@ -340,6 +353,35 @@ pub fn probes_at_most(max_batch: u32, precision: f64) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_policys_result_is_said_in_one_line_found_or_not() {
+        let probe = |rate, ok| Probe {
+            rate,
+            stats: stats(40.0, 0.0, 0),
+            ok,
+        };
+        let c = Capacity {
+            policy: "graph:5".into(),
+            capacity_rps: Some(1438.46),
+            note: None,
+            at: stats(49.119, 0.0, 0),
+            probes: vec![probe(320.0, true), probe(2557.0, false)],
+        };
+        assert_eq!(
+            found(&c),
+            "capacity: graph:5 1438.5 req/s (p99 49.119 ms), 2 probes"
+        );
+        let none = Capacity {
+            capacity_rps: None,
+            note: Some("no rate tried meets the bound".into()),
+            ..c
+        };
+        assert_eq!(
+            found(&none),
+            "capacity: graph:5 none: no rate tried meets the bound, 2 probes"
+        );
+    }
 
     fn stats(p99: f64, viol: f64, rejected: u64) -> Stats {
         let mut s = Stats {
