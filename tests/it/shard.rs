@@ -225,3 +225,56 @@ fn a_sharded_capacity_search_merges_into_the_unsharded_one() {
         "is a shard of another sweep",
     );
 }
+
+#[test]
+fn a_ray_sweep_on_a_local_ray_merges_into_the_unsharded_one() {
+    // scripts/ray-sweep.py: three shards as Ray tasks on a local Ray the script starts and
+    // stops, merged; needs `ray` in python3 (skipped, and said so, without it; CI installs it
+    // and sets REQUIRE_RAY=1)
+    let d = fresh_dir("ray-sweep");
+    let at = |n: &str| d.join(n).to_string_lossy().to_string();
+    let sweep = [
+        "compare",
+        "--device",
+        "npu",
+        "--model",
+        "resnet50",
+        "--rates",
+        "100,400",
+        "--policies",
+        "serial,graph:5,lazy",
+        "--requests",
+        "200",
+        "--progress",
+        "off",
+    ];
+    let full = ok(&[&sweep[..], &["--out", &at("full")]].concat());
+    let out = std::process::Command::new("python3")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/ray-sweep.py"))
+        .args(["--shards", "3", "--out", &at("ray")])
+        .args(["--lazybatch", env!("CARGO_BIN_EXE_lazybatch"), "--"])
+        .args(sweep)
+        .output();
+    let Some(out) = crate::python_check(out, "REQUIRE_RAY", "ray-sweep") else {
+        return;
+    };
+    let printed = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // the merged sweep is the unsharded one: its table and its files (wall time aside)
+    assert_eq!(table(&full), table(&printed));
+    for f in ["compare.json", "resnet50_lazy_400rps.hgrm"] {
+        assert_eq!(
+            without_wall(&d.join("full").join(f)),
+            without_wall(&d.join("ray").join(f)),
+            "{f}"
+        );
+    }
+    // each task's shard, as the driver wrote it
+    for i in 0..3 {
+        assert!(d.join(format!("ray/shards/{i}/shard.json")).exists());
+    }
+}
