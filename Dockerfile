@@ -4,7 +4,8 @@
 # The entrypoint is `lazybatch serve` on 0.0.0.0, HTTP on 8080 and gRPC on 8081 (the ports KServe
 # expects); arguments after the image name choose the model, device and policy, e.g.
 #   docker run -p 8080:8080 lazybatch --model resnet50 --device npu --policy lazy
-# scripts/check-deploy.sh runs these same steps without a container engine and checks the result.
+# scripts/check-deploy.py stages the runtime's files and runs its entrypoint without a container
+# engine, and checks the manifests in deploy/ against it.
 
 # 1. build: the toolchain rust-toolchain.toml names, the locked dependencies
 FROM rust:1.95-bookworm AS build

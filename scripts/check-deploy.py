@@ -2,12 +2,13 @@
 """Checks the container and its manifests as far as a machine without a container engine or a
 cluster allows (docs/deploy.md):
 
-1. the Dockerfile's runtime stage, run as its own steps: the release binary (`cargo build
-   --release --locked`, as the build stage runs it; skipped with --no-build when it exists), the
-   zoo and the configurations staged where the image puts them, then the image's ENTRYPOINT +
-   CMD started from the staged binary (its ports moved to free ones), and each manifest's
-   container args started the same way: each must serve, and answer the routes the manifests
-   probe (readiness, liveness, Prometheus) with 200;
+1. the Dockerfile's runtime stage without a container engine: the release binary (`cargo build
+   --release --locked`, as the build stage runs it; --no-build takes target/release/lazybatch as
+   it is, as CI does after its test build), the stage's files copied where the image puts them,
+   then the image's ENTRYPOINT + CMD run from the staged binary in the staged root (not the
+   checkout: nothing of the repository is read at run time), its ports moved to free ones, and
+   each manifest's container args run the same way: each must serve, answer the routes the
+   manifests probe (startup, readiness, liveness, Prometheus) with 200, and stop on SIGTERM;
 2. the manifests: the Deployment and Service against Kubernetes' own schemas
    (PyPI `kubernetes-validate`, installed when missing), and the KServe resources against the
    fields KServe reads (protocol v2, the runtime's name in the InferenceService, the container
@@ -27,7 +28,11 @@ import tempfile
 import time
 import urllib.request
 
-import yaml
+try:
+    import yaml
+except ImportError:
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "pyyaml"], check=True)
+    import yaml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -67,26 +72,33 @@ def status(url):
         return None
 
 
-def serve(binary, args, what, paths):
-    """Starts `binary args`, waits for readiness, checks each path answers 200, stops it."""
-    p = subprocess.Popen([binary, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    port = next(int(a.rsplit(":", 1)[1]) for a in args if re.match(r"^[\d.]+:\d+$", a))
-    base = f"http://127.0.0.1:{port}"
-    t0 = time.time()
-    while time.time() - t0 < 60 and p.poll() is None and status(f"{base}/v2/health/ready") != 200:
-        time.sleep(0.2)
-    if p.poll() is not None:
-        check(False, f"{what}: exited ({p.returncode}): {p.stderr.read().strip()[-300:]}")
-        return
-    for path in paths:
-        check(status(base + path) == 200, f"{what}: GET {path} answers 200")
-    p.terminate()
-    try:
-        p.wait(timeout=40)
-        check(p.returncode == 0, f"{what}: stops cleanly on SIGTERM (exit {p.returncode})")
-    except subprocess.TimeoutExpired:
-        p.kill()
-        check(False, f"{what}: did not stop within 40 s of SIGTERM")
+def serve(binary, args, cwd, what, paths):
+    """Starts `binary args` in `cwd`, waits for readiness, checks each path answers 200, stops
+    it (killed, whatever happens here)."""
+    with tempfile.TemporaryFile(mode="w+") as err:
+        p = subprocess.Popen([binary, *args], cwd=cwd, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        try:
+            port = next(int(a.rsplit(":", 1)[1]) for a in args if re.match(r"^[\d.]+:\d+$", a))
+            base = f"http://127.0.0.1:{port}"
+            t0 = time.time()
+            while time.time() - t0 < 60 and p.poll() is None and status(f"{base}/v2/health/ready") != 200:
+                time.sleep(0.2)
+            if p.poll() is not None:
+                err.seek(0)
+                check(False, f"{what}: exited ({p.returncode}): {err.read().strip()[-300:]}")
+                return
+            for path in paths:
+                check(status(base + path) == 200, f"{what}: GET {path} answers 200")
+            p.terminate()
+            try:
+                p.wait(timeout=40)
+                check(p.returncode == 0, f"{what}: stops cleanly on SIGTERM (exit {p.returncode})")
+            except subprocess.TimeoutExpired:
+                check(False, f"{what}: did not stop within 40 s of SIGTERM")
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def main():
@@ -104,7 +116,6 @@ def main():
         shutil.copy2(binary, staged)
         for src, dst in copies:
             shutil.copytree(os.path.join(ROOT, src), os.path.join(stage, dst.lstrip("/")))
-            check(os.listdir(os.path.join(stage, dst.lstrip("/"))) != [], f"image: {dst} holds {src}")
         check(entry[0] == "lazybatch", "image: the entrypoint is the staged binary")
         manifests = {}
         for f in ["deploy/kserve/cluster-serving-runtime.yaml", "deploy/kserve/inference-service.yaml",
@@ -121,15 +132,15 @@ def main():
             return [re.sub(r"^0\.0\.0\.0:\d+$", lambda _: f"127.0.0.1:{free_port()}", a) for a in args]
 
         probes = ["/v2/health/ready", "/v2/health/live", "/metrics", "/v2"]
-        serve(staged, moved(entry[1:] + cmd), "image (ENTRYPOINT + CMD)", probes + ["/v2/models/resnet50"])
+        serve(staged, moved(entry[1:] + cmd), stage, "image (ENTRYPOINT + CMD)", probes + ["/v2/models/resnet50"])
         dep = docs["Deployment"]["spec"]["template"]
         c = dep["spec"]["containers"][0]
-        serve(staged, moved(entry[1:] + c["args"]), "plain Deployment's args", probes)
+        serve(staged, moved(entry[1:] + c["args"]), stage, "plain Deployment's args", probes)
         rt = docs["ClusterServingRuntime"]["spec"]
         rc = rt["containers"][0]
         args = [a if a != "/mnt/models/model.onnx" else os.path.join(ROOT, "tests/fixtures/onnx/resnet_style.onnx")
                 for a in rc["args"]]
-        serve(staged, moved(entry[1:] + args), "KServe runtime's args (its model: a fixture)", probes)
+        serve(staged, moved(entry[1:] + args), stage, "KServe runtime's args (its model: a fixture)", probes)
 
         # the plain manifests against Kubernetes' schemas
         try:
@@ -145,7 +156,7 @@ def main():
         # the manifests against what the server answers and the image exposes
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
         check(sorted(ports.values()) == sorted(exposed), "Deployment: its container ports are the image's")
-        for probe in ("readinessProbe", "livenessProbe"):
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             g = c[probe]["httpGet"]
             check(g["path"] in probes and ports.get(g["port"], g["port"]) == 8080,
                   f"Deployment: {probe} on {g['path']} at the HTTP port")
@@ -162,7 +173,7 @@ def main():
         check("v2" in rt["protocolVersions"], "runtime: speaks protocol v2")
         check(rc["name"] == "kserve-container", "runtime: its container is kserve-container")
         check([p["containerPort"] for p in rc["ports"]] == [8080], "runtime: HTTP on the image's 8080")
-        for probe in ("readinessProbe", "livenessProbe"):
+        for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             g = rc[probe]["httpGet"]
             check(g["path"] in probes and g["port"] == 8080, f"runtime: {probe} on {g['path']}")
         ann = rt["annotations"]

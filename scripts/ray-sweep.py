@@ -68,17 +68,26 @@ def main():
     # a local Ray when no cluster is named: started here, stopped below
     ray.init(address=address, include_dashboard=False, log_to_driver=False,
              configure_logging=False)
+    results = []
     try:
         task = ray.remote(num_cpus=a.cpus_per_task)(shard_task)
-        pending = [task.remote(a.lazybatch, cmd, i, a.shards) for i in range(a.shards)]
-        results = ray.get(pending)
+        pending = {task.remote(a.lazybatch, cmd, i, a.shards): i for i in range(a.shards)}
+        while pending:
+            (ref,), _ = ray.wait(list(pending), num_returns=1)
+            i = pending.pop(ref)
+            try:
+                r = ray.get(ref)
+            except Exception as e:  # the task itself failed (no binary on the worker, say)
+                r = (i, None, None, str(e).strip()[-500:])
+            if r[2] is None:
+                # the first failure stops the sweep: the shards still running are cancelled
+                for other in pending:
+                    ray.cancel(other, force=True)
+                print(f"ray-sweep: shard {i}/{a.shards} failed (exit {r[1]}):\n{r[3]}", file=sys.stderr)
+                sys.exit(1)
+            results.append(r)
     finally:
         ray.shutdown()
-    failed = [(i, rc, tail) for i, rc, text, tail in results if text is None]
-    if failed:
-        for i, rc, tail in failed:
-            print(f"ray-sweep: shard {i}/{a.shards} failed (exit {rc}):\n{tail}", file=sys.stderr)
-        sys.exit(1)
     dirs = []
     for i, _, text, _ in sorted(results):
         d = os.path.join(a.out, "shards", str(i))
