@@ -324,14 +324,14 @@ fn enc_curve(
     at_len: u64,
 ) -> Result<Vec<u64>> {
     let max_enc = model.max_enc_of(at.node);
-    let member = |e: u32| Member {
-        slot: 0,
-        len: Lengths {
-            enc: e,
-            dec: len.dec,
-        },
-        input: 0,
-        step: at.step,
+    let member = |e: u32| {
+        Member::alone(
+            Lengths {
+                enc: e,
+                dec: len.dec,
+            },
+            at.step,
+        )
     };
     if device.is_virtual() {
         return (1..=max_enc)
@@ -364,12 +364,7 @@ fn walk_alone(
     mut each: impl FnMut(NodeStep, Nanos),
 ) -> Result<()> {
     for u in model.unrolled(len) {
-        let member = Member {
-            slot: 0,
-            len,
-            input: 0,
-            step: u.step,
-        };
+        let member = Member::alone(len, u.step);
         each(u, device.execute(model, u, &[member])?.time);
     }
     Ok(())

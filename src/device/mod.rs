@@ -35,6 +35,19 @@ pub struct Member {
     pub step: u32,
 }
 
+impl Member {
+    /// A request running alone at lengths `len`, at step `step`: the first slot and input 0
+    /// (how profiling and the single-input latency walk a request through the model).
+    pub fn alone(len: Lengths, step: u32) -> Self {
+        Member {
+            slot: 0,
+            len,
+            input: 0,
+            step,
+        }
+    }
+}
+
 /// Timing detail a model-based device can report for one execution.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Timing {

@@ -263,13 +263,7 @@ impl TableDevice {
         let len = self.table.lengths;
         let mut sum = 0.0;
         for u in model.unrolled(len) {
-            let alone = Member {
-                slot: 0,
-                len,
-                input: 0,
-                step: u.step,
-            };
-            sum += self.priced(model, u, &[alone])?;
+            sum += self.priced(model, u, &[Member::alone(len, u.step)])?;
         }
         Ok((median > 0 && sum > 0.0).then(|| median as f64 / sum))
     }
@@ -387,12 +381,7 @@ mod tests {
         ];
         let mut dev = TableDevice::from_profile(table, "test");
         dev.prepare(&model, 4).unwrap();
-        let m = Member {
-            slot: 0,
-            len: model.ref_lengths(),
-            input: 0,
-            step: 0,
-        };
+        let m = Member::alone(model.ref_lengths(), 0);
         let time = |dev: &mut TableDevice, k: u32| {
             let at = NodeStep {
                 node: NodeId(k),
@@ -463,12 +452,7 @@ mod tests {
         dev.prepare(&model, 4).unwrap();
         let level = dev.passes_level(&model).unwrap().unwrap();
         assert!((level - 1.1).abs() < 1e-9, "{level}");
-        let m = Member {
-            slot: 0,
-            len,
-            input: 0,
-            step: 0,
-        };
+        let m = Member::alone(len, 0);
         let first = NodeStep {
             node: NodeId(0),
             step: 0,

@@ -256,14 +256,22 @@ impl Metrics {
         self.misfits.set(x.misfits() as i64);
     }
 
-    /// The `model` label of part `part`: its name; none given, the one model served, or `""`
-    /// for a request turned away before it named one of several.
-    fn model_label(&self, part: Option<u16>) -> String {
-        match (part, self.models.as_slice()) {
-            (Some(p), names) => names.get(usize::from(p)).cloned().unwrap_or_default(),
-            (None, [only]) => only.clone(),
-            (None, _) => String::new(),
+    /// The model a request of part `part` is counted for: that part; none given, the one
+    /// model served, or none (a request turned away before it named one of several).
+    fn counted_for(&self, part: Option<u16>) -> Option<usize> {
+        match part {
+            Some(p) => Some(usize::from(p)),
+            None => (self.models.len() == 1).then_some(0),
         }
+    }
+
+    /// The `model` label of part `part`: its model's name, or `""` when it has none
+    /// ([`Metrics::counted_for`]).
+    fn model_label(&self, part: Option<u16>) -> String {
+        self.counted_for(part)
+            .and_then(|k| self.models.get(k))
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// How many requests left under each outcome, every outcome listed (zeros included), all
@@ -299,12 +307,7 @@ impl Metrics {
             ("outcome".to_string(), outcome.to_string()),
         ];
         self.requests.get_or_create(&labels).inc();
-        let totals = match (part, self.totals.as_slice()) {
-            (Some(p), all) => all.get(usize::from(p)),
-            (None, [only]) => Some(only),
-            (None, _) => None,
-        };
-        if let Some(t) = totals {
+        if let Some(t) = self.counted_for(part).and_then(|k| self.totals.get(k)) {
             if outcome != outcome::COMPLETED && outcome != outcome::ABANDONED {
                 t.fail.fetch_add(1, Ordering::Relaxed);
             }
@@ -392,6 +395,18 @@ pub(crate) struct Waiting {
 }
 
 impl Waiting {
+    /// Nobody waiting yet, for a server whose device exchanges through `exchange` and whose
+    /// metrics are `metrics`.
+    pub fn new(exchange: Arc<Exchange>, metrics: Arc<Metrics>) -> Self {
+        Waiting {
+            replies: Mutex::default(),
+            exchange,
+            metrics,
+            stopped: std::sync::atomic::AtomicBool::new(false),
+            gone: tokio::sync::Notify::new(),
+        }
+    }
+
     /// The engine stopped: every waiting handler hears so (its reply is dropped) and the
     /// server shuts down.
     pub fn engine_stopped(&self) {

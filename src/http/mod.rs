@@ -167,13 +167,7 @@ pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server
     let exchange = Arc::new(Exchange::new());
     let metrics = Arc::new(Metrics::new(&bench.model, cfg.max_batch.get()));
     let tally = metrics.clone();
-    let waiting = Arc::new(Waiting {
-        replies: Mutex::default(),
-        exchange: exchange.clone(),
-        metrics: metrics.clone(),
-        stopped: AtomicBool::new(false),
-        gone: tokio::sync::Notify::new(),
-    });
+    let waiting = Arc::new(Waiting::new(exchange.clone(), metrics.clone()));
     let front = Arc::new(Front {
         models,
         emulated: bench.is_virtual(),

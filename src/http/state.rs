@@ -162,13 +162,7 @@ mod tests {
         let hosted = describe(&m, 0).unwrap();
         let exchange = Arc::new(Exchange::new());
         let metrics = Arc::new(Metrics::new(&m, 8));
-        let waiting = Arc::new(Waiting {
-            replies: Mutex::default(),
-            exchange: exchange.clone(),
-            metrics: metrics.clone(),
-            stopped: AtomicBool::new(false),
-            gone: tokio::sync::Notify::new(),
-        });
+        let waiting = Arc::new(Waiting::new(exchange.clone(), metrics.clone()));
         Arc::new(Front {
             models: vec![hosted],
             emulated: true,

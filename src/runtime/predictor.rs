@@ -329,12 +329,7 @@ mod tests {
 
     /// Σ of the exact batch-1 times of a request's static nodes before its decoder loop.
     fn static_prefix(npu: &mut Npu, model: &Model, len: Lengths) -> u64 {
-        let member = Member {
-            slot: 0,
-            len,
-            input: 0,
-            step: 0,
-        };
+        let member = Member::alone(len, 0);
         model
             .nodes
             .iter()
