@@ -198,9 +198,13 @@ fn header(bench: &Testbed, sv: &Serve, seeds: u64, sla_ms: f64) -> String {
     let mut o = String::new();
     outp!(
         o,
-        "{} on {}: {} requests per run{}, {} seed(s), SLA {} ms, max batch {}, single-input latency {:.3} ms",
+        "{} on {}{}: {} requests per run{}, {} seed(s), SLA {} ms, max batch {}, single-input latency {:.3} ms",
         bench.model.name,
         bench.description(),
+        match sv.spec.replicas.count() {
+            1 => String::new(),
+            n => format!(" × {n} replicas behind {}", sv.spec.replicas.router().name()),
+        },
         sv.requests(),
         match sv.spec.arrivals {
             lazybatch::traffic::Process::Poisson => String::new(),
@@ -274,6 +278,10 @@ fn aggregate(
         let (_, lat25, lat75) = spread(&|s| s.latency_ms.mean);
         let (_, tp25, tp75) = spread(&|s| s.throughput_rps);
         v["seeds"] = json!(seeds);
+        if c0.replicas.count() > 1 {
+            v["replicas"] = json!(c0.replicas.count());
+            v["router"] = json!(c0.replicas.router().name());
+        }
         v["mean_latency_ms_p25"] = json!(lat25);
         v["mean_latency_ms_p75"] = json!(lat75);
         v["throughput_rps_p25"] = json!(tp25);

@@ -72,6 +72,9 @@ pub(super) fn run(a: HttpArgs, progress: Mode) -> Result<()> {
     }
     let model = a.model.load()?;
     let sv = serve_args(&a.serve, &model, false)?;
+    if sv.spec.replicas.count() > 1 {
+        bail!("--replicas applies to the simulator's run, compare and capacity; `serve` serves one device (run one process per replica behind your load balancer)");
+    }
     let spec = Spec::parse(&a.policy, sv.max_batch())?;
     spec.check_for(&model)?;
     let max_queue = positive("--max-queue", a.max_queue)?.min(1_000_000) as usize;

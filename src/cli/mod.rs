@@ -54,7 +54,7 @@ use lazybatch::graph::{zoo, Lengths, Model};
 use lazybatch::policy::Spec;
 use lazybatch::profile::Profile;
 use lazybatch::progress::Mode;
-use lazybatch::run::spec::Colocation;
+use lazybatch::run::spec::{Colocation, Replicas, Router};
 use lazybatch::run::{RunSpec, Testbed, TestbedOptions};
 use lazybatch::runtime::{MaxBatch, MaxPending};
 use lazybatch::time::Sla;
@@ -165,7 +165,7 @@ pub fn run() -> Result<std::process::ExitCode> {
 }
 
 /// The flag that sets each run setting the library names in its errors.
-const FLAGS: [(&str, &str); 17] = [
+const FLAGS: [(&str, &str); 19] = [
     ("SLA", "--sla-ms"),
     ("SLAs", "--slas"),
     ("arrivals", "--arrivals"),
@@ -178,7 +178,9 @@ const FLAGS: [(&str, &str); 17] = [
     ("p99 bound", "--p99-ms"),
     ("profile", "--profile"),
     ("rate", "--rate"),
+    ("replicas", "--replicas"),
     ("requests", "--requests"),
+    ("router", "--router"),
     ("search precision", "--search-precision"),
     ("seeds", "--seeds"),
     ("shares", "--shares"),
@@ -467,6 +469,12 @@ fn open_bench(model: Model, dev: &DeviceArgs, sv: &Serve, progress: Mode) -> Res
             dev.device
         );
     }
+    if let (Opened::Real(d), true) = (&opened, sv.spec.replicas.count() > 1) {
+        bail!(
+            "invalid --replicas: several replicas run on a model device (npu, or a saved table); the {} device is one server",
+            d.name()
+        );
+    }
     if let Opened::Real(d) = &opened {
         say_gpu(d.as_ref(), &dev.real());
         match &saved {
@@ -552,6 +560,15 @@ struct ServeArgs {
     /// Co-located models: each model's SLA in ms (default: --sla-ms for every model).
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     slas: Option<Vec<f64>>,
+    /// Servers behind a load balancer, in [1, 1024], each a copy of the device with its own
+    /// queue and policy (model devices: npu or a saved table) [default: 1].
+    #[arg(long, allow_negative_numbers = true)]
+    replicas: Option<i64>,
+    /// How the load balancer in front of --replicas picks a server: rr (round robin), jsq
+    /// (fewest outstanding requests), p2c (the less loaded of two drawn at random) or random
+    /// [default: rr].
+    #[arg(long)]
+    router: Option<String>,
 }
 
 /// Policy strings parsed at the server's maximum batch and checked for `model` (one that cannot
@@ -701,6 +718,7 @@ fn serve_args(s: &ServeArgs, model: &Model, traced: bool) -> Result<Serve> {
                 s.max_pending
             )
         })?;
+    let replicas = replicas(s)?;
     let spec = RunSpec {
         // a placeholder: every run sets its own policy, rate and seed (Serve::spec)
         policy: Spec::parse("serial", 1)?,
@@ -714,8 +732,27 @@ fn serve_args(s: &ServeArgs, model: &Model, traced: bool) -> Result<Serve> {
         max_batch,
         max_pending,
         colocated: colocation(model, s, sla)?,
+        replicas,
     };
     Ok(Serve { spec, coverage })
+}
+
+/// `--replicas` and `--router`: one server unless several are asked for; a router without
+/// several replicas to choose among is refused.
+fn replicas(s: &ServeArgs) -> Result<Replicas> {
+    let n = s.replicas.unwrap_or(1);
+    let n = usize::try_from(n).map_err(|_| {
+        anyhow::anyhow!(
+            "invalid --replicas: must be an integer in [1, {}], got {n}",
+            Replicas::MAX
+        )
+    })?;
+    let router = match &s.router {
+        Some(_) if n <= 1 => bail!("--router picks among --replicas N (two or more)"),
+        Some(r) => Router::parse(r)?,
+        None => Router::RoundRobin,
+    };
+    Ok(Replicas::new(n, router)?)
 }
 
 fn check_rate(what: &str, r: f64) -> Result<f64> {

@@ -189,6 +189,16 @@ pub(super) fn run(a: RunArgs, progress: Mode) -> Result<()> {
                 .map(|(m, s)| json!({"model": m, "completed": s.completed, "rejected": s.rejected, "latency_ms": s.latency_ms, "throughput_rps": s.throughput_rps, "sla_violation_rate": s.sla_violation_rate}))
                 .collect::<Vec<_>>());
         }
+        if cfg.replicas.count() > 1 {
+            v["replicas"] = json!(cfg.replicas.count());
+            v["router"] = json!(cfg.replicas.router().name());
+            v["per_replica"] = json!(out
+                .replicas
+                .iter()
+                .enumerate()
+                .map(|(k, s)| json!({"replica": k, "requests": s.requests, "completed": s.completed, "rejected": s.rejected, "latency_ms": s.latency_ms, "throughput_rps": s.throughput_rps, "sla_violation_rate": s.sla_violation_rate, "mean_batch_size": s.mean_batch_size, "preemptions": s.preemptions, "merges": s.merges}))
+                .collect::<Vec<_>>());
+        }
         if !per_class.is_empty() {
             v["per_class"] = json!(per_class
                 .iter()
@@ -198,7 +208,8 @@ pub(super) fn run(a: RunArgs, progress: Mode) -> Result<()> {
         out!(o, "{}", serde_json::to_string_pretty(&v)?);
         return emit(&o);
     }
-    // co-located models and SLA classes are listed alike (a run has one or the other)
+    // co-located models, SLA classes and replicas are listed alike
+    let router = cfg.replicas.router().name();
     let groups: Vec<(String, Stats)> = per_model
         .into_iter()
         .chain(
@@ -206,8 +217,27 @@ pub(super) fn run(a: RunArgs, progress: Mode) -> Result<()> {
                 .into_iter()
                 .map(|(c, sla, s)| (format!("{c} (SLA {sla} ms)"), s)),
         )
+        .chain(
+            out.replicas
+                .iter()
+                .enumerate()
+                .map(|(k, s)| (format!("replica {k} ({router})"), s.clone())),
+        )
         .collect();
-    text(&mut o, &id, &st, wall, &groups);
+    let policy = match cfg.replicas.count() {
+        1 => a.policy.clone(),
+        n => format!("{} on each of {n} replicas behind {router}", a.policy),
+    };
+    text(
+        &mut o,
+        &RunId {
+            policy: &policy,
+            ..id
+        },
+        &st,
+        wall,
+        &groups,
+    );
     emit(&o)
 }
 

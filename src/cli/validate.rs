@@ -90,6 +90,9 @@ pub(super) fn run(mut a: ValidateArgs, progress: Mode) -> Result<()> {
     let model = a.model.load()?;
     a.serve.requests.get_or_insert(DEFAULT_REQUESTS);
     let sv = serve_args(&a.serve, &model, false)?;
+    if sv.spec.replicas.count() > 1 {
+        bail!("--replicas applies to the simulator's run, compare and capacity; `validate` serves one device (run one process per replica behind your load balancer)");
+    }
     let seeds = in_range("--seeds", a.seeds, 1, 1000)? as u64;
     if model.parts.len() > 1 {
         bail!("validate takes one model (a table holds one model's lengths)");

@@ -16,9 +16,12 @@ use crate::time::{Clock, Nanos, Sla};
 use crate::traffic::Arrival;
 
 pub use crate::metrics::record::{ClassCounters, Counters};
+pub(crate) use replicas::run_replicas;
+pub use replicas::{Replicas, Router};
 pub(crate) use source::ThreadArrivals;
 pub use source::{stamped, ArrivalSource, ChannelArrivals, Predrawn, Stream};
 
+pub mod replicas;
 mod source;
 
 /// A snapshot of the BatchTable (bottom first: members and next unit), for tests and traces.
@@ -35,6 +38,8 @@ pub struct Outcome {
     pub snapshots: Option<Vec<Snapshot>>,
     /// Latency histograms, sums and rejections, overall and per co-located model.
     pub record: Recorder,
+    /// Replicas behind a router ([`replicas`]): each one's statistics (empty for one server).
+    pub replicas: Vec<Stats>,
 }
 
 impl Outcome {
@@ -151,7 +156,8 @@ pub fn run<D: Device + ?Sized, C: Clock>(
     run_source(setup, device, policy, clock, &mut Predrawn::new(arrivals))
 }
 
-/// Runs the requests of `arrivals` to completion: the engine loop.
+/// Runs the requests of `arrivals` to completion: the engine loop ([`Server::step`] until the
+/// source has no more).
 pub fn run_source<D: Device + ?Sized, C: Clock, A: ArrivalSource + ?Sized>(
     setup: &Setup,
     device: &mut D,
@@ -160,77 +166,29 @@ pub fn run_source<D: Device + ?Sized, C: Clock, A: ArrivalSource + ?Sized>(
     arrivals: &mut A,
 ) -> Result<Outcome> {
     let mut s = Server::new(setup, policy, arrivals.expected())?;
-    let mut stalls = 0u32;
     loop {
-        let now = clock.now();
-        if now > Nanos::HORIZON {
-            return Err(Error::invalid(
-                "run",
-                format!(
-                    "virtual time passed {} years ({} requests in the server): the run is longer than lazybatch measures",
-                    Nanos::HORIZON.as_secs() / 31_557_600.0,
-                    s.requests.in_server()
-                ),
-            ));
-        }
-        s.receive(arrivals, now)?;
-        if setup.shed {
-            s.shed_hopeless(now)?;
-        }
-        if s.infq.is_empty() && s.table.is_empty() {
-            if arrivals.idle(clock, None) {
-                continue;
+        match s.step(device, policy, clock, arrivals)? {
+            Step::Went => {}
+            Step::Done => return s.finish(),
+            Step::Blocked => {
+                return Err(Error::Internal(
+                    "an arrival source that is never ready to say what comes next".into(),
+                ))
             }
-            break;
         }
-        // with requests in flight and nothing to decide (the policy contract), just run
-        let quiet = !s.table.is_empty() && (s.infq.is_empty() || s.never_preempts);
-        let decision = if quiet {
-            Decision::Run
-        } else {
-            policy.decide(&s.view(now))
-        };
-        match decision {
-            Decision::WaitUntil(t) => {
-                if t <= now {
-                    stalls += 1;
-                    if stalls > 2 {
-                        return Err(Error::Internal(format!(
-                            "policy {} waits for the past",
-                            policy.name()
-                        )));
-                    }
-                }
-                arrivals.idle(clock, Some(t));
-                continue;
-            }
-            Decision::Admit { count, pad } => s.admit(count, pad, now, policy)?,
-            Decision::Run if s.table.is_empty() => {
-                return Err(Error::Internal(format!(
-                    "policy {} ran an empty BatchTable",
-                    policy.name()
-                )))
-            }
-            Decision::Run => {}
-        }
-        stalls = 0;
-        s.refresh_members()?;
-        s.wake(device, now);
-        if quiet && s.run_ahead(device, clock, arrivals.next_due(), now) {
-            s.free_at = Some(clock.now());
-            continue;
-        }
-        s.execute(device, clock)?;
-        s.free_at = Some(clock.now());
     }
-    s.requests.close()?;
-    s.record.finish()?;
-    Ok(Outcome {
-        requests: s.record.take_requests(),
-        counters: s.counters,
-        snapshots: s.snaps,
-        record: s.record,
-    })
+}
+
+/// What one turn of the engine loop did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// It decided, admitted, ran a node or let time pass: call again.
+    Went,
+    /// It would let time pass, but its source cannot yet say until when (a router has not
+    /// decided the arrivals to come): call again once it can.
+    Blocked,
+    /// Nothing is in the server and nothing will arrive: the run is over.
+    Done,
 }
 
 /// The state of one run and the steps of the engine loop.
@@ -255,6 +213,11 @@ pub struct Server<'a> {
     order: Vec<u16>,
     /// When the device last finished a node (`None`: not yet this run).
     free_at: Option<Nanos>,
+    /// Turns in a row whose policy waited for a time already past.
+    stalls: u32,
+    /// Time is to pass until the next arrival or this time (`Some(None)`: the next arrival
+    /// only), once the source can say when that is.
+    idling: Option<Option<Nanos>>,
 }
 
 impl<'a> Server<'a> {
@@ -285,6 +248,105 @@ impl<'a> Server<'a> {
             batch: Vec::with_capacity(mb as usize),
             order: Vec::with_capacity(model.parts.len()),
             free_at: None,
+            stalls: 0,
+            idling: None,
+        })
+    }
+
+    /// One turn of the engine loop: receive what has arrived, ask the policy, admit or run one
+    /// node (or a run of them, [`Server::run_ahead`]), or let time pass until the next arrival
+    /// or the time the policy waits for.
+    pub(crate) fn step<D: Device + ?Sized, C: Clock, A: ArrivalSource + ?Sized>(
+        &mut self,
+        device: &mut D,
+        policy: &mut dyn Policy,
+        clock: &mut C,
+        arrivals: &mut A,
+    ) -> Result<Step> {
+        if let Some(until) = self.idling {
+            if !arrivals.ready(until) {
+                return Ok(Step::Blocked);
+            }
+            self.idling = None;
+            let more = arrivals.idle(clock, until);
+            return Ok(if more || until.is_some() {
+                Step::Went
+            } else {
+                Step::Done
+            });
+        }
+        let setup = self.setup;
+        let now = clock.now();
+        if now > Nanos::HORIZON {
+            return Err(Error::invalid(
+                "run",
+                format!(
+                    "virtual time passed {} years ({} requests in the server): the run is longer than lazybatch measures",
+                    Nanos::HORIZON.as_secs() / 31_557_600.0,
+                    self.requests.in_server()
+                ),
+            ));
+        }
+        self.receive(arrivals, now)?;
+        if setup.shed {
+            self.shed_hopeless(now)?;
+        }
+        if self.infq.is_empty() && self.table.is_empty() {
+            self.idling = Some(None);
+            return Ok(Step::Went);
+        }
+        // with requests in flight and nothing to decide (the policy contract), just run
+        let quiet = !self.table.is_empty() && (self.infq.is_empty() || self.never_preempts);
+        let decision = if quiet {
+            Decision::Run
+        } else {
+            policy.decide(&self.view(now))
+        };
+        match decision {
+            Decision::WaitUntil(t) => {
+                if t <= now {
+                    self.stalls += 1;
+                    if self.stalls > 2 {
+                        return Err(Error::Internal(format!(
+                            "policy {} waits for the past",
+                            policy.name()
+                        )));
+                    }
+                }
+                self.idling = Some(Some(t));
+                return Ok(Step::Went);
+            }
+            Decision::Admit { count, pad } => self.admit(count, pad, now, policy)?,
+            Decision::Run if self.table.is_empty() => {
+                return Err(Error::Internal(format!(
+                    "policy {} ran an empty BatchTable",
+                    policy.name()
+                )))
+            }
+            Decision::Run => {}
+        }
+        self.stalls = 0;
+        self.refresh_members()?;
+        self.wake(device, now);
+        if quiet && self.run_ahead(device, clock, arrivals.next_due(), now) {
+            self.free_at = Some(clock.now());
+            return Ok(Step::Went);
+        }
+        self.execute(device, clock)?;
+        self.free_at = Some(clock.now());
+        Ok(Step::Went)
+    }
+
+    /// The run's outcome, once its last request has left.
+    pub(crate) fn finish(mut self) -> Result<Outcome> {
+        self.requests.close()?;
+        self.record.finish()?;
+        Ok(Outcome {
+            requests: self.record.take_requests(),
+            counters: self.counters,
+            snapshots: self.snaps,
+            record: self.record,
+            replicas: Vec::new(),
         })
     }
 

@@ -26,6 +26,12 @@ pub trait ArrivalSource {
     fn next_due(&mut self) -> Option<Nanos> {
         None
     }
+    /// Whether it can say now when the next arrival before `until` (or any next arrival, for
+    /// `None`) comes: false while a router has yet to decide where the arrivals up to then go
+    /// ([`super::replicas`]); the engine then waits for it before letting time pass.
+    fn ready(&self, _until: Option<Nanos>) -> bool {
+        true
+    }
 }
 
 /// Pre-drawn arrivals, sorted by time: a [`Stream`] over a list.

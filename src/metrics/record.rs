@@ -58,6 +58,22 @@ impl Counters {
         k.batch_sum += executions * batch as u64;
         k.busy += time;
     }
+
+    /// Adds another server's counters (replicas behind a router: the whole run's).
+    pub(crate) fn absorb(&mut self, o: &Counters) {
+        self.executions += o.executions;
+        self.batch_sum += o.batch_sum;
+        self.preemptions += o.preemptions;
+        self.merges += o.merges;
+        self.splits += o.splits;
+        self.cross_step += o.cross_step;
+        self.busy += o.busy;
+        for (k, ok) in self.by_class.iter_mut().zip(&o.by_class) {
+            k.executions += ok.executions;
+            k.batch_sum += ok.batch_sum;
+            k.busy += ok.busy;
+        }
+    }
 }
 
 /// What to keep per request besides the fixed-size summary (all off: memory independent of the
@@ -146,6 +162,27 @@ impl Tally {
         self.hist
             .record(lat.0.div_ceil(1000).max(1))
             .map_err(|e| Error::Internal(format!("histogram: {e}")))
+    }
+
+    /// Adds another server's tally of the same kind of requests.
+    fn absorb(&mut self, o: &Tally) -> Result<()> {
+        self.offered += o.offered;
+        self.completed += o.completed;
+        self.rejected_queue_full += o.rejected_queue_full;
+        self.rejected_shed += o.rejected_shed;
+        self.good += o.good;
+        self.hist
+            .add(&o.hist)
+            .map_err(|e| Error::Internal(format!("histogram: {e}")))?;
+        self.sum += o.sum;
+        self.max = self.max.max(o.max);
+        self.violations += o.violations;
+        self.first_arrival = match (self.first_arrival, o.first_arrival) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        self.last_completion = self.last_completion.max(o.last_completion);
+        Ok(())
     }
 
     fn reject(&mut self, why: Rejection) {
@@ -325,6 +362,21 @@ impl Recorder {
             q.len.dec,
         )
         .map_err(write_err)
+    }
+
+    /// Adds another server's record of the same run (replicas behind a router): every tally,
+    /// and the latencies and requests kept.
+    pub(crate) fn absorb(&mut self, mut o: Recorder) -> Result<()> {
+        self.all.absorb(&o.all)?;
+        for (t, ot) in self.parts.iter_mut().zip(&o.parts) {
+            t.absorb(ot)?;
+        }
+        for (t, ot) in self.classes.iter_mut().zip(&o.classes) {
+            t.absorb(ot)?;
+        }
+        self.latencies.append(&mut o.latencies);
+        self.requests.append(&mut o.requests);
+        Ok(())
     }
 
     /// The run's statistics, with the engine's counters.

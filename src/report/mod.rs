@@ -411,6 +411,7 @@ fn run_jobs(
                 max_batch: MaxBatch::new(j.max_batch)?,
                 max_pending: MaxPending::DEFAULT,
                 colocated,
+                replicas: crate::engine::Replicas::ONE,
             };
             // the latencies feed the CDFs and the SLA sweeps
             let keep = Keep {

@@ -240,7 +240,9 @@ pub fn search_all(
         templates
             .par_iter()
             .map(|t| {
-                let c = search_one(&t.policy.text, serial, t.max_batch.get(), how, |rate| {
+                // N replicas start from N times one server's serial capacity
+                let start = serial * t.replicas.count() as f64;
+                let c = search_one(&t.policy.text, start, t.max_batch.get(), how, |rate| {
                     let runs = seeded(t, rate)
                         .par_iter()
                         .map(|c| run_one(bench, c, Keep::default()))

@@ -15,8 +15,9 @@ use crate::engine::{self, ArrivalSource, ChannelArrivals, Observer, Outcome, Thr
 use crate::error::{Error, Result};
 use crate::metrics::KeepRecords;
 use crate::policy::Policy;
+use crate::time::Nanos;
 use crate::time::{VirtualClock, WallClock};
-use crate::traffic::Traffic;
+use crate::traffic::{Arrival, Traffic};
 use std::sync::Arc;
 
 /// Where a run's requests come from, and so which clock it runs on.
@@ -65,6 +66,9 @@ impl Testbed {
             Arrivals::Generated => Arrivals::Scheduled(self.traffic(spec)?),
             given => given,
         };
+        if spec.replicas.count() > 1 {
+            return self.replicated(spec, &setup, arrivals);
+        }
         match (&self.backend, arrivals) {
             (Backend::Npu(npu, _), Arrivals::Scheduled(t)) => {
                 let mut src = engine::Stream::new(t.arrivals, t.expected);
@@ -118,6 +122,54 @@ impl Testbed {
                     }
                 }
             }
+        }
+    }
+}
+
+impl Testbed {
+    /// `spec`'s replicas behind its router, each a copy of this model device, in virtual time.
+    fn replicated(
+        &self,
+        spec: &RunSpec,
+        setup: &engine::Setup,
+        arrivals: Arrivals<'_>,
+    ) -> Result<Outcome> {
+        let n = spec.replicas.count();
+        if setup.keep.csv.is_some() {
+            return Err(Error::invalid(
+                "replicas",
+                "per-request records are kept for one server only: drop --keep-records, or run one replica",
+            ));
+        }
+        let policies = (0..n).map(|_| spec.policy.build()).collect();
+        let (r, seed) = (spec.replicas, spec.seed);
+        let mut traffic;
+        let mut polled;
+        let (list, expected): (&mut dyn Iterator<Item = Arrival>, usize) =
+            match arrivals {
+                Arrivals::Scheduled(t) => {
+                    traffic = t.arrivals;
+                    (&mut traffic, t.expected)
+                }
+                Arrivals::Virtual(src) => {
+                    let expected = src.expected();
+                    polled = std::iter::from_fn(move || src.poll(Nanos::MAX));
+                    (&mut polled, expected)
+                }
+                Arrivals::FrontEnd { .. } | Arrivals::Generated => return Err(Error::invalid(
+                    "replicas",
+                    "several replicas run in the simulator only (a network front end serves one)",
+                )),
+            };
+        match &self.backend {
+            Backend::Npu(npu, _) => {
+                engine::run_replicas(setup, npu, policies, r, seed, list, expected)
+            }
+            Backend::Table(tb) => engine::run_replicas(setup, tb, policies, r, seed, list, expected),
+            Backend::Real(_) => Err(Error::invalid(
+                "replicas",
+                "several replicas run on a model device (npu, or a saved table): a real device is one server",
+            )),
         }
     }
 }

@@ -8,6 +8,7 @@
 pub mod capacity;
 pub mod drive;
 pub mod grid;
+pub mod replicas_needed;
 pub mod shard;
 pub mod spec;
 pub mod testbed;

@@ -6,6 +6,7 @@
 //! where the spec meets its testbed ([`RunSpec::check_for`]). Errors use the library's words
 //! ("SLA", "max batch", "shares"); the command line maps them to its flags.
 
+pub use crate::engine::{Replicas, Router};
 use crate::error::{Error, Result};
 use crate::graph::Model;
 use crate::policy;
@@ -38,6 +39,8 @@ pub struct RunSpec {
     pub max_pending: MaxPending,
     /// Co-located models (a model composed of parts): each one's share of the rate and SLA.
     pub colocated: Option<Colocation>,
+    /// Servers behind a router (a model device only; [`Replicas::ONE`]: the plain run).
+    pub replicas: Replicas,
 }
 
 /// Co-located models' traffic: each model's share of the rate and its SLA.

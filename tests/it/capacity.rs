@@ -91,6 +91,7 @@ fn the_search_finds_an_md1_queues_capacity_within_its_precision_and_the_noise() 
         max_batch: crate::mb(8),
         max_pending: lazybatch::runtime::MaxPending::new(100_000).unwrap(),
         colocated: None,
+        replicas: lazybatch::engine::Replicas::ONE,
     };
     let how = Search {
         bound: Bound::P99Ms(45.0),

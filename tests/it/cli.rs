@@ -240,6 +240,7 @@ fn run_json_is_deterministic_and_is_the_library_run() {
         max_batch: crate::mb(8),
         max_pending: lazybatch::runtime::MaxPending::DEFAULT,
         colocated: None,
+        replicas: lazybatch::engine::Replicas::ONE,
     };
     let want = serde_json::to_value(b.run(&c, Default::default()).unwrap().stats()).unwrap();
     for (k, v) in want.as_object().unwrap() {

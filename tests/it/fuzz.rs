@@ -183,6 +183,7 @@ fn model_case(text: &str) {
         max_batch: crate::mb(mb),
         max_pending: lazybatch::runtime::MaxPending::new(8).unwrap(),
         colocated: None,
+        replicas: lazybatch::engine::Replicas::ONE,
     };
     match b.run(&cfg, Default::default()) {
         Ok(out) => {

@@ -59,6 +59,7 @@ pub(crate) fn cfg(policy: &str) -> RunSpec {
         max_batch: crate::mb(8),
         max_pending: lazybatch::runtime::MaxPending::new(1000).unwrap(),
         colocated: None,
+        replicas: lazybatch::engine::Replicas::ONE,
     }
 }
 

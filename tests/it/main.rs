@@ -17,6 +17,7 @@ mod http_load;
 mod kernels;
 mod npu;
 mod onnx;
+mod replicas;
 mod reproduce;
 mod runtime;
 mod shard;

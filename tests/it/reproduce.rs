@@ -355,6 +355,7 @@ fn the_sla_figure_counts_each_runs_own_violations() {
             max_batch: crate::mb(64),
             max_pending: lazybatch::runtime::MaxPending::DEFAULT,
             colocated: None,
+            replicas: lazybatch::engine::Replicas::ONE,
         };
         let want = b.run(&c, Default::default()).unwrap().stats();
         // the CSV keeps 7 significant digits; one request is at least 1/400
@@ -415,6 +416,7 @@ fn figure_data_come_from_the_run_code_path() {
                 max_batch: crate::mb(64),
                 max_pending: lazybatch::runtime::MaxPending::DEFAULT,
                 colocated: None,
+                replicas: lazybatch::engine::Replicas::ONE,
             };
             b.run(&c, Default::default())
                 .unwrap()

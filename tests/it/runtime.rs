@@ -206,6 +206,7 @@ fn cfg_max(policy: &str, rate: f64, n: usize, seed: u64, max_batch: u32) -> RunS
         max_batch: crate::mb(max_batch),
         max_pending: lazybatch::runtime::MaxPending::DEFAULT,
         colocated: None,
+        replicas: lazybatch::engine::Replicas::ONE,
     }
 }
 

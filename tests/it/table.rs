@@ -25,6 +25,7 @@ fn cfg(policy: &str, rate: f64, n: usize, seed: u64) -> RunSpec {
         max_batch: crate::mb(64),
         max_pending: lazybatch::runtime::MaxPending::DEFAULT,
         colocated: None,
+        replicas: lazybatch::engine::Replicas::ONE,
     }
 }
 

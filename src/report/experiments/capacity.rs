@@ -109,6 +109,7 @@ fn search(ctx: &Ctx, model: &'static str) -> Result<ModelCapacity> {
             max_batch: MaxBatch::new(MAX_BATCH)?,
             max_pending: MaxPending::DEFAULT,
             colocated: colocated.clone(),
+            replicas: crate::engine::Replicas::ONE,
         });
     }
     let how = Search {
