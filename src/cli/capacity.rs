@@ -229,6 +229,7 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
                 json,
             })
             .collect(),
+        reproduce: None,
     };
     let path = file.save(a.out.as_deref().unwrap_or(Path::new(".")))?;
     emit(&format!(

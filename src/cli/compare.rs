@@ -165,6 +165,7 @@ pub(super) fn compare(a: CompareArgs, progress: Mode) -> Result<()> {
                 .collect(),
             capacities: Vec::new(),
             search: None,
+            reproduce: None,
         };
         file.save(dir)?;
     } else if let Some(dir) = &a.out {

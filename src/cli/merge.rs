@@ -1,6 +1,7 @@
-//! `lazybatch merge DIR… --out DIR`: the shards of one `compare --shard I/N` or `capacity
-//! --shard I/N` sweep assembled into exactly what the unsharded command writes (`compare.json`,
-//! the `.hgrm` files and pictures; `capacity.json` and its picture) and prints. Shards of another sweep, a shard missing or given twice, and rows
+//! `lazybatch merge DIR… --out DIR`: the shards of one `compare --shard I/N`, `capacity
+//! --shard I/N` or `reproduce --shard I/N` sweep assembled into exactly what the unsharded
+//! command writes (`compare.json`, the `.hgrm` files and pictures; `capacity.json` and its
+//! picture; every experiment's files and `report.md`) and prints. Shards of another sweep, a shard missing or given twice, and rows
 //! that do not add up are refused, naming the directories.
 
 use super::capacity::Report;
@@ -30,7 +31,7 @@ pub(super) fn run(a: MergeArgs) -> Result<()> {
     for dir in &a.shards {
         let f = ShardFile::load(dir).with_context(|| {
             format!(
-                "{} is not the --out of a `compare --shard` or `capacity --shard`",
+                "{} is not the --out of a `compare --shard`, `capacity --shard` or `reproduce --shard`",
                 dir.display()
             )
         })?;
@@ -39,12 +40,10 @@ pub(super) fn run(a: MergeArgs) -> Result<()> {
     let (first_dir, first) = (&files[0].0, &files[0].1);
     for (dir, f) in &files[1..] {
         if f.sweep != first.sweep || f.of != first.of || f.rows != first.rows {
-            let command = |f: &ShardFile| {
-                if f.search.is_some() {
-                    "capacity"
-                } else {
-                    "compare"
-                }
+            let command = |f: &ShardFile| match (&f.search, &f.reproduce) {
+                (Some(_), _) => "capacity",
+                (None, Some(_)) => "reproduce",
+                (None, None) => "compare",
             };
             bail!(
                 "{} is a shard of another sweep than {}: {} of {} shards, \"{}\", against {} of {} shards, \"{}\" (sweeps {} and {}: a setting, the model, the device or its latency table differs); merge the shards of one command",
@@ -100,6 +99,24 @@ pub(super) fn run(a: MergeArgs) -> Result<()> {
     }
     if let Some(search) = &first.search {
         return capacities(&a, &files, search);
+    }
+    if first.reproduce.is_some() {
+        if a.json {
+            bail!("--json applies to merging `compare` and `capacity` shards: `reproduce` writes files");
+        }
+        let t0 = std::time::Instant::now();
+        let written = lazybatch::report::shard::merge(&files, &a.out)?;
+        let wall: f64 = files.iter().map(|(_, f)| f.wall_s).sum();
+        return emit(&format!(
+            "{}\n({} runs in {wall:.1} s wall over {} shards; {} files written in {:.1} s into {}; start with {})\n",
+            first.header,
+            first.runs,
+            first.of,
+            written.len(),
+            t0.elapsed().as_secs_f64(),
+            a.out.display(),
+            a.out.join("report.md").display()
+        ));
     }
     let mut entries: Vec<_> = files
         .iter()

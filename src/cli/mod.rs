@@ -119,8 +119,9 @@ enum Cmd {
     Load(load::LoadArgs),
     /// Run several policies at several rates (and seeds) and print one table.
     Compare(compare::CompareArgs),
-    /// Assemble the shards of a `compare --shard I/N` or `capacity --shard I/N` sweep (their
-    /// --out directories) into exactly what the unsharded command writes and prints.
+    /// Assemble the shards of a `compare`, `capacity` or `reproduce` sweep run with `--shard
+    /// I/N` (their --out directories) into exactly what the unsharded command writes and
+    /// prints.
     Merge(merge::MergeArgs),
     /// The highest Poisson rate each policy serves within a p99 or SLA-violation bound (a
     /// bracket-and-bisect search over the rate), as a table, JSON and a latency-throughput

@@ -33,6 +33,11 @@ pub(super) struct ReproduceArgs {
     /// change from run to run.
     #[arg(long)]
     validate_cpu: bool,
+    /// Run only shard I of N of the sweep's runs, from 0, into --out DIR/shard.json (`lazybatch
+    /// merge` writes every file from the shards): I/N, `slurm` (a job array's task, of
+    /// SLURM_ARRAY_TASK_COUNT) or `k8s/N` (JOB_COMPLETION_INDEX, of N).
+    #[arg(long, value_name = "I/N")]
+    shard: Option<String>,
 }
 
 /// The validation `reproduce --validate-cpu` runs, as `validate`'s arguments.
@@ -82,6 +87,21 @@ pub(super) fn run(a: ReproduceArgs, progress: lazybatch::progress::Mode) -> Resu
         npus,
     };
     let t0 = std::time::Instant::now();
+    if let Some(text) = &a.shard {
+        if a.validate_cpu {
+            bail!("--validate-cpu runs in wall time on this machine: run it without --shard");
+        }
+        let shard =
+            lazybatch::run::shard::Shard::parse("--shard", text, |k| std::env::var(k).ok())?;
+        let (path, runs) = lazybatch::report::shard::reproduce_shard(&opts, shard)?;
+        return emit(&format!(
+            "reproduce shard {} of {}: {runs} runs in {:.1} s into {}; `lazybatch merge` writes the report from the shards\n",
+            shard.index,
+            shard.count,
+            t0.elapsed().as_secs_f64(),
+            path.display()
+        ));
+    }
     let files = lazybatch::report::reproduce(&opts)?;
     eprintln!(
         "wrote {} files to {} in {:.1} s; start with {}",

@@ -8,6 +8,7 @@
 
 pub mod calibration;
 pub(crate) mod heatmap;
+pub mod shard;
 pub mod spectrum;
 pub mod table;
 
@@ -434,84 +435,151 @@ fn run_jobs(
     Ok((res, secs))
 }
 
+/// What a `reproduce` sweep runs, before it runs: the plan, the experiments chosen, every
+/// job (sorted: a job's place in this set is its row for `--shard`) and each experiment's own
+/// jobs on each configuration.
+pub(crate) struct Sweep {
+    pub(crate) plan: Plan,
+    chosen: Vec<&'static dyn experiments::Experiment>,
+    selected: Vec<&'static str>,
+    pub(crate) jobs: BTreeSet<Job>,
+    own: Vec<Vec<BTreeSet<Job>>>,
+}
+
+impl Sweep {
+    /// The sweep `opts` asks for.
+    pub(crate) fn new(opts: &Options) -> Result<Sweep> {
+        let plan = Plan::new(opts)?;
+        if opts.npus.is_empty() || opts.npus.len() > usize::from(u8::MAX) {
+            return Err(Error::invalid(
+                "NPU configurations",
+                "give 1 to 255 configurations",
+            ));
+        }
+        let chosen = select(opts.figures.as_deref())?;
+        let selected: Vec<&'static str> = chosen.iter().map(|e| e.name()).collect();
+        let mut jobs = BTreeSet::new();
+        // each experiment's own runs on each configuration, for its run time below
+        let mut own: Vec<Vec<BTreeSet<Job>>> = Vec::with_capacity(opts.npus.len());
+        for (i, (_, cfg)) in opts.npus.iter().enumerate() {
+            let mut per = Vec::with_capacity(chosen.len());
+            for e in &chosen {
+                let mut mine = BTreeSet::new();
+                e.jobs(&plan, cfg, &mut mine)?;
+                let mine: BTreeSet<Job> = mine.into_iter().map(|j| j.on(i as u8)).collect();
+                jobs.extend(mine.iter().cloned());
+                per.push(mine);
+            }
+            own.push(per);
+        }
+        Ok(Sweep {
+            plan,
+            chosen,
+            selected,
+            jobs,
+            own,
+        })
+    }
+
+    /// Its fingerprint: every job, the plan, the experiments and the NPU configurations.
+    pub(crate) fn fingerprint(&self, opts: &Options) -> String {
+        crate::run::shard::fingerprint(&format!(
+            "reproduce\n{:?}\n{:?}\n{:?}\n{:?}\n{}",
+            self.jobs, self.plan, self.selected, opts.npus, opts.quick
+        ))
+    }
+}
+
+/// Says `msg` on stderr unless progress is off.
+fn say(opts: &Options, msg: &str) {
+    if opts.progress != Mode::Off {
+        eprintln!("{msg}");
+    }
+}
+
 /// Runs the selected experiments under every configuration of `opts.npus` and writes
 /// everything to `opts.out`: each configuration's files under `<out>/<name>/`, and the
 /// top-level `report.md` and `config.json`. Returns the files written, relative to `opts.out`.
 pub fn reproduce(opts: &Options) -> Result<Vec<String>> {
-    let plan = Plan::new(opts)?;
-    if opts.npus.is_empty() || opts.npus.len() > usize::from(u8::MAX) {
-        return Err(Error::invalid(
-            "NPU configurations",
-            "give 1 to 255 configurations",
-        ));
-    }
-    let chosen = select(opts.figures.as_deref())?;
-    let selected: Vec<&'static str> = chosen.iter().map(|e| e.name()).collect();
+    let sweep = Sweep::new(opts)?;
     std::fs::create_dir_all(&opts.out).map_err(|e| Error::io(&opts.out, e))?;
-    let mut jobs = BTreeSet::new();
-    // each experiment's own runs on each configuration, for its run time below
-    let mut own: Vec<Vec<BTreeSet<Job>>> = Vec::with_capacity(opts.npus.len());
-    for (i, (_, cfg)) in opts.npus.iter().enumerate() {
-        let mut per = Vec::with_capacity(chosen.len());
-        for e in &chosen {
-            let mut mine = BTreeSet::new();
-            e.jobs(&plan, cfg, &mut mine)?;
-            let mine: BTreeSet<Job> = mine.into_iter().map(|j| j.on(i as u8)).collect();
-            jobs.extend(mine.iter().cloned());
-            per.push(mine);
-        }
-        own.push(per);
-    }
-    let say = |msg: &str| {
-        if opts.progress != Mode::Off {
-            eprintln!("{msg}");
-        }
-    };
-    say(&format!(
-        "reproduce: {} runs of {} experiments on {} NPU configuration(s), on {} threads",
-        jobs.len(),
-        selected.len(),
-        opts.npus.len(),
-        rayon::current_num_threads()
-    ));
+    let (results, secs) = run_sweep(opts, &sweep, &sweep.jobs)?;
+    write_all(opts, &sweep, &results, &secs)
+}
+
+/// Runs `jobs` of `sweep`, saying how long they took.
+pub(crate) fn run_sweep(
+    opts: &Options,
+    sweep: &Sweep,
+    jobs: &BTreeSet<Job>,
+) -> Result<(Results, HashMap<Job, f64>)> {
+    say(
+        opts,
+        &format!(
+            "reproduce: {} runs of {} experiments on {} NPU configuration(s), on {} threads",
+            jobs.len(),
+            sweep.selected.len(),
+            opts.npus.len(),
+            rayon::current_num_threads()
+        ),
+    );
     let t_runs = std::time::Instant::now();
-    let (results, secs) = run_jobs(&jobs, &plan, &opts.npus, opts.progress)?;
-    say(&format!(
-        "reproduce: {} runs took {} ({} of run time over all threads)",
-        jobs.len(),
-        crate::progress::human(t_runs.elapsed().as_secs_f64()),
-        crate::progress::human(secs.values().sum::<f64>())
-    ));
+    let (results, secs) = run_jobs(jobs, &sweep.plan, &opts.npus, opts.progress)?;
+    say(
+        opts,
+        &format!(
+            "reproduce: {} runs took {} ({} of run time over all threads)",
+            jobs.len(),
+            crate::progress::human(t_runs.elapsed().as_secs_f64()),
+            crate::progress::human(secs.values().sum::<f64>())
+        ),
+    );
+    Ok((results, secs))
+}
+
+/// Writes every experiment's files from the sweep's `results` (each job's run time, `secs`,
+/// only said); the files written, relative to `opts.out`.
+pub(crate) fn write_all(
+    opts: &Options,
+    sweep: &Sweep,
+    results: &Results,
+    secs: &HashMap<Job, f64>,
+) -> Result<Vec<String>> {
+    let (plan, chosen, selected) = (&sweep.plan, &sweep.chosen, &sweep.selected);
+    std::fs::create_dir_all(&opts.out).map_err(|e| Error::io(&opts.out, e))?;
     let mut files = Vec::new();
     let mut ctxs = Vec::new();
     for (i, (name, cfg)) in opts.npus.iter().enumerate() {
         let dir = opts.out.join(name);
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-        let mut ctx = experiments::Ctx::new(&plan, &results, dir, cfg, i as u8, name)?;
+        let mut ctx = experiments::Ctx::new(plan, results, dir, cfg, i as u8, name)?;
         for (k, e) in chosen.iter().enumerate() {
             let t0 = std::time::Instant::now();
             e.write(&mut ctx)?;
-            let mine = &own[i][k];
+            let mine = &sweep.own[i][k];
             let run_s: f64 = mine
                 .iter()
                 .map(|j| secs.get(j).copied().unwrap_or(0.0))
                 .sum::<f64>()
                 .max(0.0);
-            say(&format!(
-                "reproduce: {name}: {}: {} runs, {:.1} s of run time; written in {:.1} s",
-                e.name(),
-                mine.len(),
-                run_s,
-                t0.elapsed().as_secs_f64()
-            ));
+            say(
+                opts,
+                &format!(
+                    "reproduce: {name}: {}: {} runs, {:.1} s of run time; written in {:.1} s",
+                    e.name(),
+                    mine.len(),
+                    run_s,
+                    t0.elapsed().as_secs_f64()
+                ),
+            );
         }
-        ctx.write_config(&selected, opts.quick, jobs.len())?;
-        headline::write_config_report(&mut ctx, &selected, opts.quick)?;
+        ctx.write_config(selected, opts.quick, sweep.jobs.len())?;
+        headline::write_config_report(&mut ctx, selected, opts.quick)?;
         files.extend(ctx.files.iter().map(|f| format!("{name}/{f}")));
         ctxs.push(ctx);
     }
     files.extend(headline::write_top_report(
-        &opts.out, &ctxs, &selected, opts.quick,
+        &opts.out, &ctxs, selected, opts.quick,
     )?);
     let config = serde_json::json!({
         "lazybatch_version": env!("CARGO_PKG_VERSION"),
@@ -519,7 +587,7 @@ pub fn reproduce(opts: &Options) -> Result<Vec<String>> {
         "experiments": selected,
         "plan": plan,
         "npu": opts.npus.iter().map(|(n, c)| serde_json::json!({"name": n, "config": c})).collect::<Vec<_>>(),
-        "runs": jobs.len(),
+        "runs": sweep.jobs.len(),
         "device": "npu",
     });
     let cfg_path = opts.out.join("config.json");

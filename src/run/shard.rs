@@ -136,6 +136,9 @@ pub struct ShardFile {
     /// `capacity`'s search, as its report needs it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub search: Option<CapacitySearch>,
+    /// `reproduce`'s options and runs ([`crate::report::shard::ReproduceShard`], as JSON).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reproduce: Option<serde_json::Value>,
 }
 
 /// What a `capacity` sweep's report needs beyond its rows.

@@ -278,3 +278,110 @@ fn a_ray_sweep_on_a_local_ray_merges_into_the_unsharded_one() {
         assert!(d.join(format!("ray/shards/{i}/shard.json")).exists());
     }
 }
+
+/// Every file under `dir`, relative to it, sorted.
+fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.push(p.strip_prefix(dir).unwrap().to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn a_sharded_reproduce_merges_into_the_unsharded_one_byte_for_byte() {
+    // the quick evaluation's main figures, CDFs, SLA sweep and capacity on one configuration:
+    // three shards of the runs, merged, write every file one reproduce writes, each the same
+    let d = fresh_dir("shard-reproduce");
+    let at = |n: &str| d.join(n).to_string_lossy().to_string();
+    let sweep = [
+        "reproduce",
+        "--quick",
+        "--figures",
+        "eval,cdf,sla,capacity",
+        "--npu-config",
+        "default",
+        "--progress",
+        "off",
+    ];
+    ok(&[&sweep[..], &["--out", &at("full")]].concat());
+    let mut runs = 0;
+    for i in 0..3 {
+        let said = ok(&[
+            &sweep[..],
+            &["--out", &at(&format!("s{i}")), "--shard", &format!("{i}/3")],
+        ]
+        .concat());
+        runs += said
+            .split_whitespace()
+            .nth(5)
+            .and_then(|n| n.parse::<usize>().ok())
+            .unwrap_or_else(|| panic!("a shard says its runs: {said}"));
+    }
+    let said = ok(&[
+        "merge",
+        &at("s0"),
+        &at("s1"),
+        &at("s2"),
+        "--out",
+        &at("merged"),
+    ]);
+    assert!(said.contains(&format!("{runs} runs")), "{said}");
+    let names = files_under(&d.join("full"));
+    assert!(names.len() > 10, "{names:?}");
+    assert_eq!(names, files_under(&d.join("merged")));
+    for n in &names {
+        assert_eq!(
+            std::fs::read(d.join("full").join(n)).unwrap(),
+            std::fs::read(d.join("merged").join(n)).unwrap(),
+            "{}",
+            n.display()
+        );
+    }
+    // a shard missing, another sweep's shard, or a shard that cannot be one, refused by name
+    refused(
+        &["merge", &at("s0"), &at("s2"), "--out", &at("x")],
+        "shard(s) 1 of 3 missing",
+    );
+    ok(&[
+        &sweep[..2],
+        &[
+            "--figures",
+            "cdf",
+            "--npu-config",
+            "default",
+            "--progress",
+            "off",
+            "--out",
+            &at("o1"),
+            "--shard",
+            "1/3",
+        ],
+    ]
+    .concat());
+    refused(
+        &["merge", &at("s0"), &at("o1"), &at("s2"), "--out", &at("x")],
+        "is a shard of another sweep",
+    );
+    refused(
+        &[
+            &sweep[..],
+            &["--out", &at("v"), "--shard", "0/2", "--validate-cpu"],
+        ]
+        .concat(),
+        "--validate-cpu runs in wall time on this machine",
+    );
+    refused(
+        &[&sweep[..], &["--out", &at("v"), "--shard", "2/2"]].concat(),
+        "--shard",
+    );
+}
