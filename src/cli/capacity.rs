@@ -3,12 +3,13 @@
 //! latency-against-throughput picture with each capacity marked; with `--shard I/N`, one shard
 //! of the policies into a `shard.json` that `lazybatch merge` assembles ([`report`]).
 
+use super::replicas_needed::Searched;
 use super::{emit, in_range, open_bench, serve_args, specs_for, DeviceArgs, ModelArgs, ServeArgs};
 use anyhow::{Context, Result};
 use clap::Args;
 use lazybatch::progress::Mode;
 use lazybatch::run::capacity::{self, Bound, Capacity, Search};
-use lazybatch::run::replicas_needed::{need_all, Need};
+use lazybatch::run::replicas_needed::need_all;
 use lazybatch::run::shard::{self, CapacityRow, CapacitySearch, Shard, ShardFile};
 use lazybatch::run::RunSpec;
 use serde_json::json;
@@ -67,6 +68,8 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
     let model = a.model.load()?;
     // a probe needs enough requests to fill a queue, and stays quick on the NPU model
     a.serve.requests.get_or_insert(5_000);
+    // the search tries several replicas: its router is read here, not as one run's
+    let mut router = lazybatch::run::spec::Router::RoundRobin;
     if let Some(rate) = a.target_rps {
         if a.serve.replicas.is_some() {
             anyhow::bail!("--target-rps searches the number of replicas: drop --replicas");
@@ -75,8 +78,12 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
             anyhow::bail!("--target-rps searches in one process: drop --shard");
         }
         super::check_rate("--target-rps", rate)?;
-        // the router is checked as for several replicas (the search tries several)
-        a.serve.replicas = Some(2);
+        if matches!(a.dev.device.as_str(), "cpu" | "cuda") {
+            anyhow::bail!("--target-rps runs replicas in the simulator: use --device npu or a saved --profile table");
+        }
+        if let Some(r) = a.serve.router.take() {
+            router = lazybatch::run::spec::Router::parse(&r)?;
+        }
     }
     let sv = serve_args(&a.serve, &model, false)?;
     let seeds = in_range("--seeds", a.seeds, 1, 1000)? as u64;
@@ -132,32 +139,36 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
         if !bench.is_virtual() {
             anyhow::bail!("--target-rps runs replicas in the simulator: use --device npu or a saved --profile table");
         }
+        let templates: Vec<RunSpec> = templates
+            .into_iter()
+            .map(|t| {
+                Ok(RunSpec {
+                    replicas: lazybatch::run::spec::Replicas::new(1, router)?,
+                    ..t
+                })
+            })
+            .collect::<lazybatch::Result<_>>()?;
         let t0 = std::time::Instant::now();
         let needs = need_all(&bench, &templates, rate, &how, progress)?;
         let head = format!(
             "{} on {}: replicas behind {} for {rate} req/s at {}; {} requests per probe, {seeds} seed(s), single-input latency {single_ms:.3} ms (one server's serial capacity {:.1} req/s)",
             bench.model.name,
             bench.description(),
-            sv.spec.replicas.router().name(),
+            router.name(),
             bound_text(bound, a.serve.sla_ms),
             sv.requests(),
             bench.serial_capacity()
         );
-        let ids = NeedId {
+        let search = Searched {
             model: &bench.model.name,
             device: &bench.description(),
-            router: sv.spec.replicas.router().name(),
+            router: router.name(),
             target_rps: rate,
             bound: bound_json(bound, a.serve.sla_ms),
+            head: &head,
+            wall: t0.elapsed().as_secs_f64(),
         };
-        return needs_report(
-            &head,
-            &ids,
-            &needs,
-            t0.elapsed().as_secs_f64(),
-            a.out.as_deref(),
-            a.json,
-        );
+        return search.report(&needs, a.out.as_deref(), a.json);
     }
     let t0 = std::time::Instant::now();
     let caps = capacity::search_all(&bench, &templates, &how, progress)?;
@@ -350,7 +361,7 @@ impl Report<'_> {
 }
 
 /// The bound in words.
-fn bound_text(bound: Bound, sla_ms: f64) -> String {
+pub(super) fn bound_text(bound: Bound, sla_ms: f64) -> String {
     match bound {
         Bound::P99Ms(x) => format!("p99 ≤ {x} ms"),
         Bound::Violations(v) => format!("SLA violations ≤ {}% at {sla_ms} ms", 100.0 * v),
@@ -358,112 +369,11 @@ fn bound_text(bound: Bound, sla_ms: f64) -> String {
 }
 
 /// The bound as JSON.
-fn bound_json(bound: Bound, sla_ms: f64) -> serde_json::Value {
+pub(super) fn bound_json(bound: Bound, sla_ms: f64) -> serde_json::Value {
     match bound {
         Bound::P99Ms(x) => json!({"p99_ms": x}),
         Bound::Violations(v) => json!({"violations": v, "sla_ms": sla_ms}),
     }
-}
-
-/// What identifies a replica search in its JSON.
-struct NeedId<'a> {
-    model: &'a str,
-    device: &'a str,
-    router: &'a str,
-    target_rps: f64,
-    bound: serde_json::Value,
-}
-
-/// Each policy's replicas needed: with `out`, replicas.json; then the JSON array or the table.
-fn needs_report(
-    head: &str,
-    id: &NeedId,
-    needs: &[Need],
-    wall: f64,
-    out: Option<&Path>,
-    json: bool,
-) -> Result<()> {
-    let arr: Vec<serde_json::Value> = needs
-        .iter()
-        .map(|n| {
-            let st = &n.at;
-            json!({
-                "model": id.model, "device": id.device, "policy": n.policy,
-                "bound": id.bound, "target_rps": id.target_rps, "router": id.router,
-                "replicas_needed": n.replicas, "note": n.note,
-                "at_need": {
-                    "latency_ms": st.latency_ms, "throughput_rps": st.throughput_rps,
-                    "sla_violation_rate": st.sla_violation_rate,
-                    "mean_batch_size": st.mean_batch_size, "rejected": st.rejected,
-                },
-                "probes": n.probes.iter().map(|p| json!({
-                    "replicas": p.replicas, "ok": p.ok, "mean_ms": p.stats.latency_ms.mean,
-                    "p99_ms": p.stats.latency_ms.p99, "throughput_rps": p.stats.throughput_rps,
-                    "sla_violation_rate": p.stats.sla_violation_rate, "rejected": p.stats.rejected,
-                })).collect::<Vec<_>>(),
-            })
-        })
-        .collect();
-    if let Some(dir) = out {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-        std::fs::write(
-            dir.join("replicas.json"),
-            serde_json::to_string_pretty(&arr)? + "\n",
-        )?;
-    }
-    if json {
-        return emit(&(serde_json::to_string_pretty(&arr)? + "\n"));
-    }
-    let mut o = String::new();
-    out!(o, "{head}");
-    let w = needs.iter().map(|n| n.policy.len()).fold(14, usize::max);
-    out!(
-        o,
-        "{:<w$} {:>9} {:>10} {:>10} {:>9} {:>10} {:>7}",
-        "policy",
-        "replicas",
-        "mean (ms)",
-        "p99 (ms)",
-        "SLA viol",
-        "mean batch",
-        "probes"
-    );
-    for n in needs {
-        let st = &n.at;
-        match n.replicas {
-            Some(r) => out!(
-                o,
-                "{:<w$} {:>9} {:>10.3} {:>10.3} {:>8.2}% {:>10.2} {:>7}",
-                n.policy,
-                r,
-                st.latency_ms.mean,
-                st.latency_ms.p99,
-                100.0 * st.sla_violation_rate,
-                st.mean_batch_size,
-                n.probes.len()
-            ),
-            None => out!(
-                o,
-                "{:<w$} {:>9} {:>10} {:>10} {:>9} {:>10} {:>7}",
-                n.policy,
-                "none",
-                "–",
-                "–",
-                "–",
-                "–",
-                n.probes.len()
-            ),
-        }
-    }
-    for n in needs.iter().filter(|n| n.replicas.is_none()) {
-        out!(o, "  {}: {}", n.policy, n.note.as_deref().unwrap_or(""));
-    }
-    out!(
-        o,
-        "({} probes in {wall:.2} s wall; each probe's figures are the mean over its seeds)",
-        needs.iter().map(|n| n.probes.len()).sum::<usize>()
-    );
-    emit(&o)
 }
 
 /// One policy's capacity and its probes, as JSON.

@@ -36,6 +36,7 @@ mod load;
 mod merge;
 mod models;
 mod profile;
+mod replicas_needed;
 mod reproduce;
 mod serve;
 mod validate;
@@ -738,18 +739,21 @@ fn serve_args(s: &ServeArgs, model: &Model, traced: bool) -> Result<Serve> {
     Ok(Serve { spec, coverage })
 }
 
-/// `--replicas` and `--router`: one server unless several are asked for; a router without
-/// several replicas to choose among is refused.
+/// `--replicas` and `--router`: one server unless several are asked for (the count checked
+/// first); a router without several replicas to choose among is refused.
 fn replicas(s: &ServeArgs) -> Result<Replicas> {
     let n = s.replicas.unwrap_or(1);
-    let n = usize::try_from(n).map_err(|_| {
-        anyhow::anyhow!(
-            "invalid --replicas: must be an integer in [1, {}], got {n}",
-            Replicas::MAX
-        )
-    })?;
+    let n = usize::try_from(n)
+        .ok()
+        .filter(|n| (1..=Replicas::MAX).contains(n))
+        .ok_or_else(|| {
+            anyhow::anyhow!(
+                "invalid --replicas: must be an integer in [1, {}], got {n}",
+                Replicas::MAX
+            )
+        })?;
     let router = match &s.router {
-        Some(_) if n <= 1 => bail!("--router picks among --replicas N (two or more)"),
+        Some(_) if n == 1 => bail!("--router picks among --replicas N (two or more)"),
         Some(r) => Router::parse(r)?,
         None => Router::RoundRobin,
     };

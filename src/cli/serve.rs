@@ -85,6 +85,11 @@ pub(super) fn run_json(id: &RunId, st: &Stats, wall_s: f64) -> serde_json::Value
     })
 }
 
+/// How many replicas the run has.
+fn cfg_replicas(sv: &super::Serve) -> usize {
+    sv.spec.replicas.count()
+}
+
 /// One run: generated (`--rate`, `--load`, `--arrivals`) or traced traffic under one policy.
 pub(super) fn run(a: RunArgs, progress: Mode) -> Result<()> {
     let mut o = String::new();
@@ -106,6 +111,9 @@ pub(super) fn run(a: RunArgs, progress: Mode) -> Result<()> {
     let colocated = sv.spec.colocated.is_some();
     if colocated && (a.load.is_some() || trace.is_some()) {
         bail!("co-located models take a total --rate (split by --shares), not --load or --trace");
+    }
+    if a.keep_records.is_some() && cfg_replicas(&sv) > 1 {
+        bail!("invalid --replicas: per-request records are kept for one server only: drop --keep-records, or run one replica");
     }
     let records = match &a.keep_records {
         Some(p) => {

@@ -17,11 +17,12 @@ use crate::traffic::Arrival;
 
 pub use crate::metrics::record::{ClassCounters, Counters};
 pub(crate) use replicas::run_replicas;
-pub use replicas::{Replicas, Router};
+pub use router::{Replicas, Router};
 pub(crate) use source::ThreadArrivals;
 pub use source::{stamped, ArrivalSource, ChannelArrivals, Predrawn, Stream};
 
-pub mod replicas;
+mod replicas;
+mod router;
 mod source;
 
 /// A snapshot of the BatchTable (bottom first: members and next unit), for tests and traces.
@@ -38,7 +39,7 @@ pub struct Outcome {
     pub snapshots: Option<Vec<Snapshot>>,
     /// Latency histograms, sums and rejections, overall and per co-located model.
     pub record: Recorder,
-    /// Replicas behind a router ([`replicas`]): each one's statistics (empty for one server).
+    /// Replicas behind a router ([`Replicas`]): each one's statistics (empty for one server).
     pub replicas: Vec<Stats>,
 }
 

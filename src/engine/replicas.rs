@@ -5,12 +5,16 @@
 //!
 //! The servers run in lockstep on one thread ([`run_replicas`]): before the router places a
 //! request arriving at `t`, every replica is advanced to `t` (or until it waits for an
-//! arrival), so that what the router sees is each replica's state at `t` exactly; a replica's
+//! arrival), so that what the router sees is each replica's state at `t` — a request that
+//! completed at `t` counts as answered; one the replica would shed at `t` itself is still
+//! outstanding, since a replica's turn at `t` receives that instant's arrivals and so waits for
+//! the router. Each replica has its own pending queue (its own `--max-pending`). A replica's
 //! source ([`Routed`]) holds what the router sent it and says when it cannot yet know what
 //! comes next. Each replica runs the one engine loop ([`Server::step`]) unchanged, so one
 //! replica behind any router is byte for byte the plain run, and a seed fixes every result
 //! (the router's draws come from their own stream).
 
+use super::router::{Picker, Replicas};
 use super::{ArrivalSource, Left, Observer, Outcome, Server, Setup, Step};
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -18,92 +22,8 @@ use crate::policy::Policy;
 use crate::runtime::Request;
 use crate::time::{Clock, Nanos, VirtualClock};
 use crate::traffic::Arrival;
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use std::collections::VecDeque;
 use std::sync::Mutex;
-
-/// How the load balancer picks the replica of each request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Router {
-    /// Round robin (`rr`): each replica in turn, whatever its load.
-    RoundRobin,
-    /// Join the shortest queue (`jsq`): the replica with the fewest requests outstanding
-    /// (ties go to the first of them after the last replica picked, as nginx's `least_conn`
-    /// breaks them by round robin).
-    ShortestQueue,
-    /// Power of two choices (`p2c`): two replicas drawn at random, the less loaded of them
-    /// (the first drawn on a tie).
-    PowerOfTwo,
-    /// Uniformly at random (`random`), as a Kubernetes Service's iptables rules spread
-    /// connections.
-    Random,
-}
-
-impl Router {
-    /// The routers' names, as `--router` takes them.
-    pub const NAMES: &'static str = "rr, jsq, p2c, random";
-
-    /// The router named `s` (`rr`, `jsq`, `p2c`, `random`).
-    pub fn parse(s: &str) -> Result<Router> {
-        match s {
-            "rr" => Ok(Router::RoundRobin),
-            "jsq" => Ok(Router::ShortestQueue),
-            "p2c" => Ok(Router::PowerOfTwo),
-            "random" => Ok(Router::Random),
-            other => Err(Error::invalid(
-                "router",
-                format!("'{other}' is not one of {}", Router::NAMES),
-            )),
-        }
-    }
-
-    /// Its name, as [`Router::parse`] takes it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Router::RoundRobin => "rr",
-            Router::ShortestQueue => "jsq",
-            Router::PowerOfTwo => "p2c",
-            Router::Random => "random",
-        }
-    }
-}
-
-/// How many servers serve a run, and the router in front of them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Replicas {
-    count: u16,
-    router: Router,
-}
-
-impl Replicas {
-    /// One server, no router: the plain run.
-    pub const ONE: Replicas = Replicas {
-        count: 1,
-        router: Router::RoundRobin,
-    };
-    /// The most replicas a run may have.
-    pub const MAX: usize = 1024;
-
-    /// `count` replicas, in [1, [`Replicas::MAX`]], behind `router`.
-    pub fn new(count: usize, router: Router) -> Result<Replicas> {
-        match u16::try_from(count) {
-            Ok(c) if (1..=Replicas::MAX).contains(&count) => Ok(Replicas { count: c, router }),
-            _ => Err(Error::invalid(
-                "replicas",
-                format!("must be an integer in [1, {}], got {count}", Replicas::MAX),
-            )),
-        }
-    }
-    /// How many servers.
-    pub fn count(&self) -> usize {
-        usize::from(self.count)
-    }
-    /// The router in front of them.
-    pub fn router(&self) -> Router {
-        self.router
-    }
-}
 
 /// What the router has sent one replica: the arrivals it holds, and how far the router has
 /// decided (every arrival before `decided_before` has been placed, here or elsewhere).
@@ -225,59 +145,6 @@ impl<D: Device> Replica<'_, D> {
     }
 }
 
-/// Picks the replica of each request.
-struct Picker {
-    router: Router,
-    /// Where round robin (and the shortest queue's tie-break) goes next.
-    next: usize,
-    rng: StdRng,
-}
-
-impl Picker {
-    /// A router whose draws (`p2c`, `random`) `seed` fixes.
-    fn new(router: Router, seed: u64) -> Picker {
-        Picker {
-            router,
-            next: 0,
-            rng: StdRng::seed_from_u64(seed ^ ROUTER_STREAM),
-        }
-    }
-
-    fn pick(&mut self, loads: &[u64]) -> usize {
-        let n = loads.len();
-        match self.router {
-            Router::RoundRobin => {
-                let k = self.next % n;
-                self.next = (k + 1) % n;
-                k
-            }
-            Router::Random => self.rng.random_range(0..n),
-            Router::PowerOfTwo if n == 1 => 0,
-            Router::PowerOfTwo => {
-                let a = self.rng.random_range(0..n);
-                let b = (a + 1 + self.rng.random_range(0..n - 1)) % n;
-                if loads[b] < loads[a] {
-                    b
-                } else {
-                    a
-                }
-            }
-            Router::ShortestQueue => {
-                let least = loads.iter().copied().min().unwrap_or(0);
-                let k = (0..n)
-                    .map(|i| (self.next + i) % n)
-                    .find(|&k| loads[k] == least)
-                    .unwrap_or(0);
-                self.next = (k + 1) % n;
-                k
-            }
-        }
-    }
-}
-
-/// The router's stream of draws, apart from the traffic's (which the same seed fixes).
-const ROUTER_STREAM: u64 = 0x0a11_0ca7_e5ee_d5ed;
-
 /// Serves `arrivals` (sorted by time, `expected` of them) on `replicas.count()` servers, each
 /// with its own copy of `device` and its own policy from `policies`, behind the router; the
 /// router's draws are fixed by `seed`. The outcome is the whole run's (every request,
@@ -292,6 +159,11 @@ pub(crate) fn run_replicas<D: Device + Clone>(
     expected: usize,
 ) -> Result<Outcome> {
     let n = replicas.count();
+    if setup.observer.is_some() || setup.snapshots {
+        return Err(Error::Internal(
+            "replicas behind a router tell no observer and keep no BatchTable snapshots".into(),
+        ));
+    }
     if policies.len() != n {
         return Err(Error::Internal(format!(
             "{} policies for {n} replicas",
@@ -366,9 +238,14 @@ fn merge<D>(reps: Vec<Replica<'_, D>>) -> Result<Outcome> {
         let mut out = r.server.finish()?;
         each.push(out.stats());
         for q in &mut out.requests {
+            let local = q.id.0;
             q.id.0 = *global
-                .get(q.id.0 as usize)
-                .ok_or_else(|| Error::Internal(format!("replica request {} unknown", q.id.0)))?;
+                .get(local as usize)
+                .ok_or_else(|| Error::Internal(format!("replica request {local} unknown")))?;
+            // a key the arrival did not give is the request's id
+            if q.key == u64::from(local) {
+                q.key = u64::from(q.id.0);
+            }
         }
         match total.as_mut() {
             None => total = Some(out),
@@ -387,10 +264,12 @@ fn merge<D>(reps: Vec<Replica<'_, D>>) -> Result<Outcome> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::router::Router;
     use super::*;
     use crate::device::npu::{Npu, NpuConfig};
     use crate::graph::{zoo, Model};
     use crate::metrics::KeepRecords;
+    use crate::metrics::Stats;
     use crate::policy;
     use crate::profile::Profile;
     use crate::runtime::{MaxBatch, Predictor};
@@ -541,7 +420,9 @@ mod tests {
 
     /// Serial replicas of a model whose every request takes `service`, by a reference a few
     /// lines long: each server first in, first out; the router shown, for each arrival, how
-    /// many of each server's requests finish after it.
+    /// many of each server's requests finish after it. Round robin and the shortest queue pick
+    /// by the reference's own rule; the random routers draw as the run's router does (the same
+    /// seed), so that their runs can be held to the reference too.
     fn reference(
         list: &[Arrival],
         n: usize,
@@ -549,7 +430,24 @@ mod tests {
         seed: u64,
         service: Nanos,
     ) -> Vec<Nanos> {
-        let mut picker = Picker::new(router, seed);
+        let mut drawn = Picker::new(router, seed);
+        let mut turn = 0;
+        let mut pick = |loads: &[u64]| match router {
+            Router::RoundRobin => {
+                turn += 1;
+                (turn - 1) % n
+            }
+            Router::ShortestQueue => {
+                let least = *loads.iter().min().unwrap();
+                let k = (turn..turn + n)
+                    .map(|i| i % n)
+                    .find(|&k| loads[k] == least)
+                    .unwrap();
+                turn = k + 1;
+                k
+            }
+            Router::PowerOfTwo | Router::Random => drawn.pick(loads),
+        };
         let mut done: Vec<Vec<Nanos>> = vec![Vec::new(); n];
         let mut free = vec![Nanos::ZERO; n];
         let mut completions = Vec::new();
@@ -558,7 +456,7 @@ mod tests {
                 .iter()
                 .map(|d| d.iter().filter(|&&c| c > a.time).count() as u64)
                 .collect();
-            let k = picker.pick(&loads);
+            let k = pick(&loads);
             free[k] = free[k].max(a.time) + service;
             done[k].push(free[k]);
             completions.push(free[k]);
@@ -607,6 +505,123 @@ mod tests {
         let a = behind(&s, &npu, ("serial", 4, Router::Random), &list, 5);
         let c = behind(&s, &npu, ("serial", 4, Router::Random), &list, 6);
         assert_ne!(a.replicas, c.replicas);
+    }
+
+    #[test]
+    fn replicas_dealt_in_turn_run_as_plain_servers_and_add_up_to_the_whole() {
+        // round robin's routes do not depend on the replicas, so each replica must serve its
+        // share exactly as a plain server would, rejections (a short queue, shedding) and SLA
+        // classes included; the whole run is then every request's record added up
+        let (m, npu, pred) = bench("resnet50");
+        let s = Setup {
+            classes: 3,
+            shed: true,
+            max_pending: crate::runtime::MaxPending::new(4).unwrap(),
+            ..setup(&m, &pred, 30.0)
+        };
+        let list: Vec<Arrival> = arrivals(&m, 12_000.0, 900, 3)
+            .into_iter()
+            .enumerate()
+            .map(|(i, a)| Arrival {
+                class: (i % 3) as u8,
+                sla: Some(Nanos::from_ms([2.0, 5.0, 30.0][i % 3])),
+                ..a
+            })
+            .collect();
+        let n = 3;
+        let out = behind(&s, &npu, ("lazy", n, Router::RoundRobin), &list, 1);
+        let mut counters = super::super::Counters::default();
+        let mut want = crate::metrics::Recorder::new((1, 3), KeepRecords::default()).unwrap();
+        let (mut qfull, mut shed) = (0, 0);
+        let mut class_rejected = [(0u64, 0u64); 3];
+        for r in 0..n {
+            let mine: Vec<Arrival> = list.iter().skip(r).step_by(n).copied().collect();
+            let mut p = policy::parse("lazy", 8).unwrap();
+            let plain = super::super::run(
+                &s,
+                &mut npu.clone(),
+                p.as_mut(),
+                &mut VirtualClock::new(),
+                &mine,
+            )
+            .unwrap();
+            assert_eq!(out.replicas[r], plain.stats(), "replica {r}");
+            let c = &plain.counters;
+            counters.executions += c.executions;
+            counters.batch_sum += c.batch_sum;
+            counters.preemptions += c.preemptions;
+            counters.merges += c.merges;
+            counters.splits += c.splits;
+            counters.cross_step += c.cross_step;
+            counters.busy += c.busy;
+            for k in 0..3 {
+                counters.by_class[k].executions += c.by_class[k].executions;
+                counters.by_class[k].batch_sum += c.by_class[k].batch_sum;
+                counters.by_class[k].busy += c.by_class[k].busy;
+            }
+            let st = plain.stats();
+            (qfull, shed) = (qfull + st.rejected_queue_full, shed + st.rejected_shed);
+            for (k, cs) in plain.class_stats().iter().enumerate() {
+                class_rejected[k].0 += cs.rejected_queue_full;
+                class_rejected[k].1 += cs.rejected_shed;
+            }
+            for q in plain.requests {
+                want.arrive(&q);
+                if q.completion.is_some() {
+                    want.complete(q).unwrap();
+                }
+            }
+        }
+        assert!(
+            qfull > 0 && shed > 0,
+            "{qfull} {shed}: the test wants both rejections"
+        );
+        assert_eq!(out.counters, counters);
+        let patch = |mut st: Stats, (q, sh): (u64, u64)| {
+            (st.rejected_queue_full, st.rejected_shed, st.rejected) = (q, sh, q + sh);
+            st
+        };
+        assert_eq!(out.stats(), patch(want.stats(&counters), (qfull, shed)));
+        let classes: Vec<Stats> = want
+            .class_stats(&counters)
+            .into_iter()
+            .zip(class_rejected)
+            .map(|(st, r)| patch(st, r))
+            .collect();
+        assert_eq!(out.class_stats(), classes);
+        assert_eq!(out.requests.len(), list.len());
+    }
+
+    #[test]
+    fn no_arrivals_and_the_most_replicas_run_to_the_end() {
+        let (m, npu, pred) = bench("resnet50");
+        let s = setup(&m, &pred, 30.0);
+        let none = behind(&s, &npu, ("lazy", 4, Router::ShortestQueue), &[], 1);
+        assert_eq!(none.stats().requests, 0);
+        assert_eq!(none.replicas.len(), 4);
+        let list = arrivals(&m, 5000.0, 50, 1);
+        let most = behind(
+            &s,
+            &npu,
+            ("serial", Replicas::MAX, Router::RoundRobin),
+            &list,
+            1,
+        );
+        assert_eq!(most.stats().completed, 50);
+        let busy = most.replicas.iter().filter(|r| r.requests > 0).count();
+        assert_eq!(busy, 50);
+        // nobody waited: fifty servers for fifty requests
+        let service = most.requests[0].latency().unwrap();
+        assert!(most.requests.iter().all(|q| q.latency() == Some(service)));
+        // a setup that asks for what replicas do not keep is refused
+        let snap = Setup {
+            snapshots: true,
+            ..setup(&m, &pred, 30.0)
+        };
+        let policies = vec![policy::parse("lazy", 8).unwrap()];
+        let one = Replicas::new(1, Router::RoundRobin).unwrap();
+        let mut it = list.iter().copied();
+        assert!(run_replicas(&snap, &npu, policies, one, 1, &mut it, 50).is_err());
     }
 
     #[test]

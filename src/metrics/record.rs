@@ -61,17 +61,33 @@ impl Counters {
 
     /// Adds another server's counters (replicas behind a router: the whole run's).
     pub(crate) fn absorb(&mut self, o: &Counters) {
-        self.executions += o.executions;
-        self.batch_sum += o.batch_sum;
-        self.preemptions += o.preemptions;
-        self.merges += o.merges;
-        self.splits += o.splits;
-        self.cross_step += o.cross_step;
-        self.busy += o.busy;
-        for (k, ok) in self.by_class.iter_mut().zip(&o.by_class) {
-            k.executions += ok.executions;
-            k.batch_sum += ok.batch_sum;
-            k.busy += ok.busy;
+        // every field named, so that a new one cannot be forgotten here
+        let Counters {
+            executions,
+            batch_sum,
+            preemptions,
+            merges,
+            splits,
+            cross_step,
+            busy,
+            by_class,
+        } = o;
+        self.executions += executions;
+        self.batch_sum += batch_sum;
+        self.preemptions += preemptions;
+        self.merges += merges;
+        self.splits += splits;
+        self.cross_step += cross_step;
+        self.busy += *busy;
+        for (k, ok) in self.by_class.iter_mut().zip(by_class) {
+            let ClassCounters {
+                executions,
+                batch_sum,
+                busy,
+            } = ok;
+            k.executions += executions;
+            k.batch_sum += batch_sum;
+            k.busy += *busy;
         }
     }
 }
@@ -166,22 +182,36 @@ impl Tally {
 
     /// Adds another server's tally of the same kind of requests.
     fn absorb(&mut self, o: &Tally) -> Result<()> {
-        self.offered += o.offered;
-        self.completed += o.completed;
-        self.rejected_queue_full += o.rejected_queue_full;
-        self.rejected_shed += o.rejected_shed;
-        self.good += o.good;
+        // every field named, so that a new one cannot be forgotten here
+        let Tally {
+            offered,
+            completed,
+            rejected_queue_full,
+            rejected_shed,
+            good,
+            hist,
+            sum,
+            max,
+            violations,
+            first_arrival,
+            last_completion,
+        } = o;
+        self.offered += offered;
+        self.completed += completed;
+        self.rejected_queue_full += rejected_queue_full;
+        self.rejected_shed += rejected_shed;
+        self.good += good;
         self.hist
-            .add(&o.hist)
+            .add(hist)
             .map_err(|e| Error::Internal(format!("histogram: {e}")))?;
-        self.sum += o.sum;
-        self.max = self.max.max(o.max);
-        self.violations += o.violations;
-        self.first_arrival = match (self.first_arrival, o.first_arrival) {
+        self.sum += sum;
+        self.max = self.max.max(*max);
+        self.violations += violations;
+        self.first_arrival = match (self.first_arrival, *first_arrival) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        self.last_completion = self.last_completion.max(o.last_completion);
+        self.last_completion = self.last_completion.max(*last_completion);
         Ok(())
     }
 
@@ -366,16 +396,25 @@ impl Recorder {
 
     /// Adds another server's record of the same run (replicas behind a router): every tally,
     /// and the latencies and requests kept.
-    pub(crate) fn absorb(&mut self, mut o: Recorder) -> Result<()> {
-        self.all.absorb(&o.all)?;
-        for (t, ot) in self.parts.iter_mut().zip(&o.parts) {
+    pub(crate) fn absorb(&mut self, o: Recorder) -> Result<()> {
+        // every field named; `keep` is the same run's
+        let Recorder {
+            all,
+            parts,
+            classes,
+            keep: _,
+            mut latencies,
+            mut requests,
+        } = o;
+        self.all.absorb(&all)?;
+        for (t, ot) in self.parts.iter_mut().zip(&parts) {
             t.absorb(ot)?;
         }
-        for (t, ot) in self.classes.iter_mut().zip(&o.classes) {
+        for (t, ot) in self.classes.iter_mut().zip(&classes) {
             t.absorb(ot)?;
         }
-        self.latencies.append(&mut o.latencies);
-        self.requests.append(&mut o.requests);
+        self.latencies.append(&mut latencies);
+        self.requests.append(&mut requests);
         Ok(())
     }
 

@@ -481,11 +481,17 @@ impl Sweep {
         })
     }
 
-    /// Its fingerprint: every job, the plan, the experiments and the NPU configurations.
+    /// Its fingerprint: every job, the plan, the experiments, the NPU configurations and
+    /// lazybatch's version (another version may model the same runs otherwise).
     pub(crate) fn fingerprint(&self, opts: &Options) -> String {
         crate::run::shard::fingerprint(&format!(
-            "reproduce\n{:?}\n{:?}\n{:?}\n{:?}\n{}",
-            self.jobs, self.plan, self.selected, opts.npus, opts.quick
+            "reproduce {}\n{:?}\n{:?}\n{:?}\n{:?}\n{}",
+            env!("CARGO_PKG_VERSION"),
+            self.jobs,
+            self.plan,
+            self.selected,
+            opts.npus,
+            opts.quick
         ))
     }
 }

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 /// What a `reproduce` shard holds besides what every shard file says: the options that fix
 /// the sweep (so that the merge rebuilds it) and its runs' results.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct ReproduceShard {
+pub(crate) struct ReproduceShard {
     /// `--quick`.
     pub quick: bool,
     /// `--seeds`.
@@ -35,7 +35,7 @@ pub struct ReproduceShard {
 
 /// One run's result.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-pub struct JobOut {
+pub(crate) struct JobOut {
     /// Its place among the sweep's jobs.
     pub row: usize,
     /// Its statistics.
@@ -204,10 +204,13 @@ pub fn merge(shards: &[(PathBuf, ShardFile)], out: &Path) -> Result<Vec<String>>
         return Err(Error::invalid(
             "shards",
             format!(
-                "{} holds a sweep of {} runs that this lazybatch plans as {} other runs: merge with the version that ran the shards",
+                "{} holds a sweep of {} runs (fingerprint {}) that this lazybatch {} plans as {} runs (fingerprint {}): merge with the version that ran the shards",
                 first_dir.display(),
                 file.rows,
-                sweep.jobs.len()
+                file.sweep,
+                env!("CARGO_PKG_VERSION"),
+                sweep.jobs.len(),
+                sweep.fingerprint(&opts)
             ),
         ));
     }

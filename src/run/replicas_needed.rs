@@ -87,7 +87,7 @@ pub fn search_count(
                 policy: policy.to_string(),
                 replicas: None,
                 note: Some(format!(
-                    "no count up to {} replicas (the most a run may have) meets the bound{best}: more replicas can hurt a policy that waits to fill a batch, each one's share of the traffic being thinner",
+                    "no count up to {} replicas (the most a run may have) meets the bound{best} (a policy that waits to fill a batch waits longer as each replica's share of the traffic thins)",
                     Replicas::MAX
                 )),
                 at: Stats::default(),
