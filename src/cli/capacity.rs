@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 const DEFAULT_POLICIES: &str = "serial,graph:0,graph:5,graph:25,graph:50,lazy,lazy:adaptive,oracle";
 
 #[derive(Args, Debug)]
-#[command(group(clap::ArgGroup::new("bound").required(true).args(["p99_ms", "violations"])))]
+#[command(group(clap::ArgGroup::new("bound").required(true).args(["p99_ms", "violations", "ttft_p99_ms", "tpot_p99_ms"])))]
 pub(super) struct CapacityArgs {
     #[command(flatten)]
     model: ModelArgs,
@@ -36,6 +36,14 @@ pub(super) struct CapacityArgs {
     /// [0, 100).
     #[arg(long, allow_negative_numbers = true)]
     violations: Option<f64>,
+    /// The bound, for models with a decoder: p99 time to first token (the end of a request's
+    /// first decoder step) at most this many ms.
+    #[arg(long, allow_negative_numbers = true)]
+    ttft_p99_ms: Option<f64>,
+    /// The bound, for models with a decoder: p99 time per output token after the first at
+    /// most this many ms.
+    #[arg(long, allow_negative_numbers = true)]
+    tpot_p99_ms: Option<f64>,
     #[command(flatten)]
     serve: ServeArgs,
     /// Seeds per probe (each probe is their mean), in [1, 1000].
@@ -93,11 +101,19 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
             a.search_precision
         );
     }
-    let bound = match (a.p99_ms, a.violations) {
-        (Some(x), None) => Bound::P99Ms(x),
-        (None, Some(v)) => Bound::Violations(v / 100.0),
-        _ => anyhow::bail!("give one of --p99-ms or --violations"),
+    let bound = match (a.p99_ms, a.violations, a.ttft_p99_ms, a.tpot_p99_ms) {
+        (Some(x), None, None, None) => Bound::P99Ms(x),
+        (None, Some(v), None, None) => Bound::Violations(v / 100.0),
+        (None, None, Some(x), None) => Bound::TtftP99Ms(x),
+        (None, None, None, Some(x)) => Bound::TpotP99Ms(x),
+        _ => anyhow::bail!("give one of --p99-ms, --violations, --ttft-p99-ms or --tpot-p99-ms"),
     };
+    if matches!(bound, Bound::TtftP99Ms(_) | Bound::TpotP99Ms(_)) && !model.is_seq2seq() {
+        anyhow::bail!(
+            "--ttft-p99-ms and --tpot-p99-ms bound a model with a decoder; '{}' has none",
+            model.name
+        );
+    }
     let shard = Shard::from_flag(a.shard.as_deref(), a.out.as_deref())?;
     let all = specs_for(&a.policies, sv.max_batch(), &model)?;
     let rows_total = all.len();
@@ -365,6 +381,8 @@ pub(super) fn bound_text(bound: Bound, sla_ms: f64) -> String {
     match bound {
         Bound::P99Ms(x) => format!("p99 ≤ {x} ms"),
         Bound::Violations(v) => format!("SLA violations ≤ {}% at {sla_ms} ms", 100.0 * v),
+        Bound::TtftP99Ms(x) => format!("p99 time to first token ≤ {x} ms"),
+        Bound::TpotP99Ms(x) => format!("p99 time per output token ≤ {x} ms"),
     }
 }
 
@@ -373,6 +391,8 @@ pub(super) fn bound_json(bound: Bound, sla_ms: f64) -> serde_json::Value {
     match bound {
         Bound::P99Ms(x) => json!({"p99_ms": x}),
         Bound::Violations(v) => json!({"violations": v, "sla_ms": sla_ms}),
+        Bound::TtftP99Ms(x) => json!({"ttft_p99_ms": x}),
+        Bound::TpotP99Ms(x) => json!({"tpot_p99_ms": x}),
     }
 }
 

@@ -167,7 +167,7 @@ pub fn run() -> Result<std::process::ExitCode> {
 }
 
 /// The flag that sets each run setting the library names in its errors.
-const FLAGS: [(&str, &str); 19] = [
+const FLAGS: [(&str, &str); 20] = [
     ("SLA", "--sla-ms"),
     ("SLAs", "--slas"),
     ("arrivals", "--arrivals"),
@@ -186,6 +186,7 @@ const FLAGS: [(&str, &str); 19] = [
     ("search precision", "--search-precision"),
     ("seeds", "--seeds"),
     ("shares", "--shares"),
+    ("token bound", "--ttft-p99-ms/--tpot-p99-ms"),
     ("violation bound", "--violations"),
 ];
 

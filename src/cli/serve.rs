@@ -70,7 +70,7 @@ pub(super) struct RunId<'a> {
 }
 
 pub(super) fn run_json(id: &RunId, st: &Stats, wall_s: f64) -> serde_json::Value {
-    json!({
+    let mut v = json!({
         "model": id.model, "device": id.device, "policy": id.policy, "rate_rps": id.rate,
         "requests": st.requests, "completed": st.completed, "rejected": st.rejected,
         "rejected_queue_full": st.rejected_queue_full, "rejected_shed": st.rejected_shed,
@@ -82,7 +82,14 @@ pub(super) fn run_json(id: &RunId, st: &Stats, wall_s: f64) -> serde_json::Value
         "mean_batch_size": st.mean_batch_size, "preemptions": st.preemptions, "merges": st.merges,
         "cross_step_executions": st.cross_step_executions,
         "by_class": st.by_class, "wall_s": wall_s,
-    })
+    });
+    // models with a decoder: their first token and the tokens after it
+    if let (Some(t), Some(p), Some(k)) = (&st.ttft_ms, &st.tpot_ms, st.tokens_per_s) {
+        v["ttft_ms"] = json!(t);
+        v["tpot_ms"] = json!(p);
+        v["tokens_per_s"] = json!(k);
+    }
+    v
 }
 
 /// How many replicas the run has.
@@ -309,6 +316,19 @@ pub(super) fn text(o: &mut String, id: &RunId, st: &Stats, wall: f64, groups: &[
         st.cross_step_executions,
         wall
     );
+    if let (Some(t), Some(p)) = (&st.ttft_ms, &st.tpot_ms) {
+        out!(
+            o,
+            "  time to first token ms: mean {:.3}  p50 {:.3}  p99 {:.3}   per output token ms: mean {:.3}  p50 {:.3}  p99 {:.3}   {:.1} tokens/s",
+            t.mean,
+            t.p50,
+            t.p99,
+            p.mean,
+            p.p50,
+            p.p99,
+            st.tokens_per_s.unwrap_or(0.0)
+        );
+    }
     if st.by_class.len() > 1 {
         let parts: Vec<String> = st
             .by_class

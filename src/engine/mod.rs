@@ -609,7 +609,9 @@ impl<'a> Server<'a> {
             // the top entry's members, in the order of the device's members (their steps)
             if let Some(top) = self.table.top() {
                 for (&r, m) in top.members.iter().zip(&self.members) {
-                    self.requests.get_mut(r).dec_done = m.step + 1;
+                    let q = self.requests.get_mut(r);
+                    q.dec_done = m.step + 1;
+                    q.first_token.get_or_insert(done_at);
                 }
             }
         }
@@ -668,7 +670,7 @@ impl<'a> Server<'a> {
 mod tests {
     use super::*;
     use crate::device::npu::{Npu, NpuConfig};
-    use crate::graph::{zoo, Class};
+    use crate::graph::{zoo, Class, Lengths};
     use crate::policy::{self, Decision, Policy, View};
     use crate::profile::Profile;
     use crate::runtime::Predictor;
@@ -695,7 +697,11 @@ mod tests {
                 for (j, &r) in e.members.iter().enumerate() {
                     let step = e.steps.get(j).copied().unwrap_or(e.next.step);
                     let want = if decoder { step } else { 0 };
-                    assert_eq!(v.request(r).dec_done, want, "request {r:?} at {:?}", e.next);
+                    let q = v.request(r);
+                    assert_eq!(q.dec_done, want, "request {r:?} at {:?}", e.next);
+                    // its first token came with its first decoder step, and not before
+                    assert_eq!(q.first_token.is_some(), want > 0, "request {r:?}");
+                    assert!(q.first_token.is_none_or(|t| t <= v.now));
                     self.checked += 1;
                 }
             }
@@ -759,10 +765,96 @@ mod tests {
                 c.merges > 0 && c.merges <= c.preemptions + c.splits,
                 "{name}: {c:?}"
             );
-            // and at the end, every request's own decoder length
+            // and at the end, every request's own decoder length, its first token between
+            // its first node and its completion
             for q in &out.requests {
                 assert_eq!(q.dec_done, q.len.dec, "{name}: request {:?}", q.id);
+                let first = q.first_token.unwrap();
+                assert!(q.first_issue.unwrap() < first && first <= q.completion.unwrap());
             }
+            // the run's figures are its requests': time to first token, per output token
+            let st = out.stats();
+            let (ttft, tpot) = (st.ttft_ms.unwrap(), st.tpot_ms.unwrap());
+            let n = out.requests.len() as f64;
+            let ttft_mean: f64 = out
+                .requests
+                .iter()
+                .map(|q| (q.first_token.unwrap() - q.arrival).as_ms())
+                .sum::<f64>()
+                / n;
+            assert!((ttft.mean - ttft_mean).abs() < 1e-9, "{name}: {ttft:?}");
+            let per: Vec<Nanos> = out
+                .requests
+                .iter()
+                .filter(|q| q.len.dec >= 2)
+                .map(|q| {
+                    Nanos(
+                        (q.completion.unwrap() - q.first_token.unwrap()).0
+                            / u64::from(q.len.dec - 1),
+                    )
+                })
+                .collect();
+            let tpot_max = per.iter().max().unwrap().as_ms();
+            assert_eq!(tpot.max, tpot_max, "{name}");
+            let tokens: u64 = out.requests.iter().map(|q| u64::from(q.len.dec)).sum();
+            let span = out
+                .requests
+                .iter()
+                .map(|q| q.completion.unwrap())
+                .max()
+                .unwrap()
+                - out.requests.iter().map(|q| q.arrival).min().unwrap();
+            assert_eq!(
+                st.tokens_per_s,
+                Some(tokens as f64 / span.as_secs()),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_first_token_comes_when_the_first_decoder_step_ends() {
+        // a request alone: its first token comes when a request of one output token, with the
+        // same input, would be done (neither model has a node after its decoder's loop), and
+        // the tokens after it each take one decoder step
+        for name in ["gnmt", "transformer"] {
+            let m = zoo::load(name).unwrap();
+            let mut npu = Npu::new(NpuConfig::default()).unwrap();
+            let prof = Profile::measure(&mut npu, &m, 8, m.ref_lengths()).unwrap();
+            let pred = Predictor::new(&m, &prof, 20);
+            npu.prepare(&m, 8).unwrap();
+            let setup = Setup {
+                keep: crate::metrics::KeepRecords {
+                    requests: true,
+                    ..Default::default()
+                },
+                ..Setup::new(
+                    &m,
+                    &pred,
+                    Sla::from_ms(1e3).unwrap(),
+                    MaxBatch::new(8).unwrap(),
+                )
+            };
+            let alone = |dec: u32| {
+                let a = Arrival {
+                    len: Lengths { enc: 20, dec },
+                    ..Arrival::default()
+                };
+                let mut pol = policy::parse("serial", 8).unwrap();
+                run(
+                    &setup,
+                    &mut npu.clone(),
+                    pol.as_mut(),
+                    &mut VirtualClock::new(),
+                    &[a],
+                )
+                .unwrap()
+                .requests
+                .remove(0)
+            };
+            let (one, many) = (alone(1), alone(12));
+            assert_eq!(many.first_token, one.completion, "{name}");
+            assert_eq!(one.first_token, one.completion, "{name}");
         }
     }
 }

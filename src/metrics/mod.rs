@@ -67,6 +67,18 @@ pub struct Stats {
     /// Where the device time went, by node class (classes the model has).
     #[serde(default)]
     pub by_class: Vec<ClassStats>,
+    /// Models with a decoder: time to first token, from arrival to the end of the request's
+    /// first decoder step (its first output token).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<LatencyMs>,
+    /// Models with a decoder: time per output token after the first, (completion − first
+    /// token) / (output tokens − 1), over requests of two tokens or more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tpot_ms: Option<LatencyMs>,
+    /// Models with a decoder: output tokens of completed requests per second (first arrival to
+    /// last completion).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_s: Option<f64>,
 }
 
 impl Stats {

@@ -121,6 +121,68 @@ impl std::fmt::Debug for KeepRecords {
 pub const CSV_HEADER: &str =
     "id,model,arrival_ms,first_issue_ms,completion_ms,latency_ms,deadline_ms,enc,dec,outcome";
 
+/// A distribution of durations: a histogram (µs, 3 significant digits), the exact sum and
+/// maximum, and how many.
+#[derive(Clone, Debug)]
+struct Dist {
+    hist: Histogram<u64>,
+    sum: u128,
+    max: Nanos,
+    n: u64,
+}
+
+impl Dist {
+    fn new() -> Result<Dist> {
+        let mut hist = Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3)
+            .map_err(|e| Error::Internal(format!("histogram: {e}")))?;
+        hist.auto(true);
+        Ok(Dist {
+            hist,
+            sum: 0,
+            max: Nanos::ZERO,
+            n: 0,
+        })
+    }
+
+    fn record(&mut self, d: Nanos) -> Result<()> {
+        self.n += 1;
+        self.sum += u128::from(d.0);
+        self.max = self.max.max(d);
+        self.hist
+            .record(d.0.div_ceil(1000).max(1))
+            .map_err(|e| Error::Internal(format!("histogram: {e}")))
+    }
+
+    fn absorb(&mut self, o: &Dist) -> Result<()> {
+        let Dist { hist, sum, max, n } = o;
+        self.hist
+            .add(hist)
+            .map_err(|e| Error::Internal(format!("histogram: {e}")))?;
+        self.sum += sum;
+        self.max = self.max.max(*max);
+        self.n += n;
+        Ok(())
+    }
+
+    /// Mean, percentiles (the histogram's, never above the exact maximum) and maximum, in ms;
+    /// None when nothing was recorded.
+    fn summary(&self) -> Option<LatencyMs> {
+        if self.n == 0 {
+            return None;
+        }
+        let max_ms = self.max.as_ms();
+        let q = |p: f64| (self.hist.value_at_quantile(p) as f64 / 1e3).min(max_ms);
+        Some(LatencyMs {
+            mean: self.sum as f64 / 1e6 / self.n as f64,
+            p50: q(0.50),
+            p90: q(0.90),
+            p95: q(0.95),
+            p99: q(0.99),
+            max: max_ms,
+        })
+    }
+}
+
 /// The summary of one model's requests (or all of them).
 #[derive(Clone, Debug)]
 struct Tally {
@@ -137,6 +199,11 @@ struct Tally {
     violations: u64,
     first_arrival: Option<Nanos>,
     last_completion: Nanos,
+    /// Models with a decoder: time to first token, time per output token after it, and the
+    /// output tokens of completed requests.
+    ttft: Dist,
+    tpot: Dist,
+    tokens: u64,
 }
 
 impl Tally {
@@ -156,6 +223,9 @@ impl Tally {
             violations: 0,
             first_arrival: None,
             last_completion: Nanos::ZERO,
+            ttft: Dist::new()?,
+            tpot: Dist::new()?,
+            tokens: 0,
         })
     }
 
@@ -174,6 +244,14 @@ impl Tally {
             self.violations += 1;
         } else {
             self.good += 1;
+        }
+        if let Some(first) = q.first_token {
+            self.ttft.record(first - q.arrival)?;
+            self.tokens += u64::from(q.len.dec);
+            if q.len.dec >= 2 {
+                self.tpot
+                    .record(Nanos((at - first).0 / u64::from(q.len.dec - 1)))?;
+            }
         }
         self.hist
             .record(lat.0.div_ceil(1000).max(1))
@@ -195,7 +273,13 @@ impl Tally {
             violations,
             first_arrival,
             last_completion,
+            ttft,
+            tpot,
+            tokens,
         } = o;
+        self.ttft.absorb(ttft)?;
+        self.tpot.absorb(tpot)?;
+        self.tokens += tokens;
         self.offered += offered;
         self.completed += completed;
         self.rejected_queue_full += rejected_queue_full;
@@ -272,6 +356,9 @@ impl Tally {
                     mean_batch: k.batch_sum as f64 / k.executions as f64,
                 })
                 .collect(),
+            ttft_ms: self.ttft.summary(),
+            tpot_ms: self.tpot.summary(),
+            tokens_per_s: (self.ttft.n > 0 && span > 0.0).then(|| self.tokens as f64 / span),
         }
     }
 }

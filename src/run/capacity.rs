@@ -22,6 +22,10 @@ pub enum Bound {
     P99Ms(f64),
     /// The share of requests over their SLA (rejected ones included) at most this fraction.
     Violations(f64),
+    /// Models with a decoder: the p99 time to first token at most this many ms.
+    TtftP99Ms(f64),
+    /// Models with a decoder: the p99 time per output token at most this many ms.
+    TpotP99Ms(f64),
 }
 
 impl Bound {
@@ -30,13 +34,16 @@ impl Bound {
         match self {
             Bound::P99Ms(_) => st.latency_ms.p99,
             Bound::Violations(_) => violation_share(st),
+            // a run without the figure (no decoder) meets no bound on it
+            Bound::TtftP99Ms(_) => st.ttft_ms.as_ref().map_or(f64::INFINITY, |t| t.p99),
+            Bound::TpotP99Ms(_) => st.tpot_ms.as_ref().map_or(f64::INFINITY, |t| t.p99),
         }
     }
 
     /// Whether `st` meets the bound: within it, and nothing rejected.
     pub fn met_by(&self, st: &Stats) -> bool {
         let limit = match *self {
-            Bound::P99Ms(x) | Bound::Violations(x) => x,
+            Bound::P99Ms(x) | Bound::Violations(x) | Bound::TtftP99Ms(x) | Bound::TpotP99Ms(x) => x,
         };
         st.rejected == 0 && self.value(st) <= limit
     }
@@ -116,7 +123,15 @@ pub fn check(bound: Bound, single_ms: f64, sla_ms: f64) -> Result<()> {
                 "{sla_ms} ms is not above the single-input latency ({single_ms:.3} ms): every request violates it"
             ),
         )),
-        Bound::P99Ms(_) | Bound::Violations(_) => Ok(()),
+        Bound::TtftP99Ms(x) | Bound::TpotP99Ms(x) if !(x.is_finite() && x > 0.0) => {
+            Err(Error::invalid(
+                "token bound",
+                format!("must be a positive number of ms, got {x}"),
+            ))
+        }
+        Bound::P99Ms(_) | Bound::Violations(_) | Bound::TtftP99Ms(_) | Bound::TpotP99Ms(_) => {
+            Ok(())
+        }
     }
 }
 
@@ -156,8 +171,13 @@ pub fn search_one(
         loop {
             let r = lo * 2.0;
             if r > top {
+                let why = match how.bound {
+                    // a request once started is not slowed by the queue behind it
+                    Bound::TpotP99Ms(_) => "the time per output token need not grow with the queue: this policy does not let newcomers slow the requests it runs",
+                    Bound::P99Ms(_) | Bound::Violations(_) | Bound::TtftP99Ms(_) => "the runs are too short to fill a queue (raise --requests) or the bound is too loose",
+                };
                 let note = format!(
-                    "meets the bound at every rate tried, up to {lo:.1} req/s ({max_batch} × {OVER_SERIAL} × the serial capacity): the runs are too short to fill a queue (raise --requests) or the bound is too loose"
+                    "meets the bound at every rate tried, up to {lo:.1} req/s ({max_batch} × {OVER_SERIAL} × the serial capacity): {why}"
                 );
                 return Ok(none(note, probes));
             }
@@ -288,7 +308,7 @@ pub fn write_figure(
 ) -> Result<()> {
     use crate::plot::{Figure, Mark, Panel, Series};
     let y_of = |st: &Stats| match bound {
-        Bound::P99Ms(_) => st.latency_ms.p99,
+        Bound::P99Ms(_) | Bound::TtftP99Ms(_) | Bound::TpotP99Ms(_) => bound.value(st),
         Bound::Violations(_) => 100.0 * violation_share(st),
     };
     let mut panel = Panel {
@@ -297,8 +317,10 @@ pub fn write_figure(
         y_label: match bound {
             Bound::P99Ms(_) => "p99 latency (ms)".into(),
             Bound::Violations(_) => "requests over their SLA (%)".into(),
+            Bound::TtftP99Ms(_) => "p99 time to first token (ms)".into(),
+            Bound::TpotP99Ms(_) => "p99 time per output token (ms)".into(),
         },
-        log_y: matches!(bound, Bound::P99Ms(_)),
+        log_y: !matches!(bound, Bound::Violations(_)),
         ..Panel::default()
     };
     let mut max_x: f64 = 0.0;
@@ -327,7 +349,7 @@ pub fn write_figure(
         }
     }
     let limit = match bound {
-        Bound::P99Ms(x) => x,
+        Bound::P99Ms(x) | Bound::TtftP99Ms(x) | Bound::TpotP99Ms(x) => x,
         Bound::Violations(v) => 100.0 * v,
     };
     panel.series.push(Series {
@@ -383,6 +405,37 @@ mod tests {
             found(&none),
             "capacity: graph:5 none: no rate tried meets the bound, 2 probes"
         );
+    }
+
+    #[test]
+    fn token_bounds_read_their_own_figure_and_a_run_without_it_meets_none() {
+        let mut s = stats(500.0, 0.5, 0);
+        s.ttft_ms = Some(crate::metrics::LatencyMs {
+            p99: 40.0,
+            ..Default::default()
+        });
+        s.tpot_ms = Some(crate::metrics::LatencyMs {
+            p99: 2.0,
+            ..Default::default()
+        });
+        // the end-to-end p99 (500 ms) and violations do not enter a token bound
+        assert!(Bound::TtftP99Ms(40.0).met_by(&s));
+        assert!(!Bound::TtftP99Ms(39.9).met_by(&s));
+        assert!(Bound::TpotP99Ms(2.0).met_by(&s));
+        assert!(!Bound::TpotP99Ms(1.9).met_by(&s));
+        let static_model = stats(1.0, 0.0, 0);
+        assert!(!Bound::TtftP99Ms(1e9).met_by(&static_model));
+        assert!(!Bound::TpotP99Ms(1e9).met_by(&static_model));
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let e = check(Bound::TtftP99Ms(bad), 3.0, 100.0)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("positive"), "{e}");
+            assert!(check(Bound::TpotP99Ms(bad), 3.0, 100.0).is_err());
+        }
+        // a bound below the single-input latency is no error for a token bound: the first
+        // token comes before the request ends
+        assert!(check(Bound::TtftP99Ms(1.0), 3.0, 100.0).is_ok());
     }
 
     fn stats(p99: f64, viol: f64, rejected: u64) -> Stats {

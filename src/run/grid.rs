@@ -198,5 +198,29 @@ pub fn mean_stats(runs: &[&Stats]) -> Stats {
                 mean_batch: avg(&|s| s.by_class[k].mean_batch),
             })
             .collect(),
+        ttft_ms: mean_latency(runs, |s| s.ttft_ms.as_ref()),
+        tpot_ms: mean_latency(runs, |s| s.tpot_ms.as_ref()),
+        tokens_per_s: runs
+            .iter()
+            .all(|s| s.tokens_per_s.is_some())
+            .then(|| avg(&|s| s.tokens_per_s.unwrap_or(0.0))),
     }
+}
+
+/// The mean over runs of a summary every run has (None when one lacks it).
+fn mean_latency(
+    runs: &[&Stats],
+    of: impl Fn(&Stats) -> Option<&metrics::LatencyMs>,
+) -> Option<metrics::LatencyMs> {
+    let all: Vec<&metrics::LatencyMs> = runs.iter().map(|s| of(s)).collect::<Option<_>>()?;
+    let n = all.len().max(1) as f64;
+    let avg = |f: fn(&metrics::LatencyMs) -> f64| all.iter().map(|l| f(l)).sum::<f64>() / n;
+    Some(metrics::LatencyMs {
+        mean: avg(|l| l.mean),
+        p50: avg(|l| l.p50),
+        p90: avg(|l| l.p90),
+        p95: avg(|l| l.p95),
+        p99: avg(|l| l.p99),
+        max: avg(|l| l.max),
+    })
 }

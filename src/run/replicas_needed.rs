@@ -80,6 +80,8 @@ pub fn search_count(
                         match how.bound {
                             crate::run::capacity::Bound::P99Ms(_) => " ms p99",
                             crate::run::capacity::Bound::Violations(_) => " of requests late",
+                            crate::run::capacity::Bound::TtftP99Ms(_) => " ms p99 to first token",
+                            crate::run::capacity::Bound::TpotP99Ms(_) => " ms p99 per output token",
                         }
                     )
                 });

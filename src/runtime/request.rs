@@ -27,6 +27,8 @@ pub struct Request {
     pub completion: Option<Nanos>,
     /// Decoder steps it has finished (seq2seq).
     pub dec_done: u32,
+    /// When its first decoder step ended: its first output token (models with a decoder).
+    pub first_token: Option<Nanos>,
     /// The co-located model it is for (0 for a single model).
     pub part: u16,
     /// Its SLA class (0 without classes).
@@ -47,6 +49,7 @@ impl Request {
             first_issue: None,
             completion: None,
             dec_done: 0,
+            first_token: None,
             part: 0,
             class: 0,
             key: u64::from(id.0),

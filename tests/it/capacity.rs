@@ -196,6 +196,65 @@ fn capacity_prints_every_policy_as_a_table_json_and_a_picture() {
 }
 
 #[test]
+fn a_token_bound_searches_a_decoder_models_first_token_and_refuses_a_model_without_one() {
+    // GNMT's first token under a 100 ms p99: every probe's own p99 time to first token decides
+    let o = lazybatch(&[
+        "capacity",
+        "--model",
+        "gnmt",
+        "--device",
+        "npu",
+        "--policies",
+        "serial,lazy",
+        "--ttft-p99-ms",
+        "100",
+        "--requests",
+        "400",
+        "--seeds",
+        "1",
+        "--json",
+        "--progress",
+        "off",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    for row in v.as_array().unwrap() {
+        assert_eq!(row["bound"]["ttft_p99_ms"].as_f64(), Some(100.0));
+        let cap = row["capacity_rps"].as_f64().expect("a capacity");
+        assert!(cap > 0.0);
+        assert!(row["at_capacity"]["latency_ms"]["p99"].as_f64().unwrap() > 0.0);
+    }
+    let o = lazybatch(&[
+        "capacity",
+        "--model",
+        "resnet50",
+        "--device",
+        "npu",
+        "--tpot-p99-ms",
+        "3",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("bound a model with a decoder"),
+        "{err}"
+    );
+    let o = lazybatch(&[
+        "capacity",
+        "--model",
+        "gnmt",
+        "--device",
+        "npu",
+        "--ttft-p99-ms",
+        "0",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("invalid --ttft-p99-ms/--tpot-p99-ms: must be a positive number"),
+        "{err}"
+    );
+}
+
+#[test]
 fn bounds_no_rate_can_meet_are_refused_naming_the_flag() {
     let rows: &[(&[&str], &str)] = &[
         (

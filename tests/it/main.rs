@@ -23,6 +23,7 @@ mod runtime;
 mod shard;
 mod statistics;
 mod table;
+mod tokens;
 
 /// The seed every property test draws from unless `PROPTEST_RNG_SEED` names another: fixed,
 /// so that a failure recurs on the next run and on every machine.
