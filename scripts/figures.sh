@@ -17,6 +17,7 @@ cp "$out/default/eval_latency.svg" docs/figures/eval_latency_default.svg
 cp "$out/paper/adaptive_heat.svg" docs/figures/adaptive_heat.svg
 cp "$out/default/bursts.svg" docs/figures/bursts.svg
 cp "$out/default/goodput_cdf.svg" docs/figures/goodput_cdf.svg
+cp "$out/paper/tokens.svg" docs/figures/tokens.svg
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 for m in resnet50 transformer; do
   "$bin" compare --device npu --npu-config paper --model "$m" --rates 16,250,1000 --out "$tmp/$m" > /dev/null

@@ -23,7 +23,7 @@ pub fn experiment_names() -> Vec<&'static str> {
 }
 
 /// Names `--figures` accepts for several experiments at once.
-pub const GROUPS: &[(&str, &[&str])] = &[("beyond", &["bursts", "goodput", "adaptive"])];
+pub const GROUPS: &[(&str, &[&str])] = &[("beyond", &["bursts", "goodput", "adaptive", "tokens"])];
 
 /// The experiments `reproduce` runs unless `--figures` names others: the paper's evaluation and
 /// the capacity at its SLA; [`GROUPS`]' `beyond` (our experiments past the paper, minutes more)
@@ -620,11 +620,14 @@ mod tests {
     }
 
     #[test]
-    fn beyond_names_the_three_experiments_past_the_paper_once_each_in_report_order() {
-        assert_eq!(names(&["beyond"]), ["bursts", "goodput", "adaptive"]);
+    fn beyond_names_the_experiments_past_the_paper_once_each_in_report_order() {
+        assert_eq!(
+            names(&["beyond"]),
+            ["bursts", "goodput", "adaptive", "tokens"]
+        );
         assert_eq!(
             names(&["adaptive", "eval", "beyond"]),
-            ["eval", "bursts", "goodput", "adaptive"]
+            ["eval", "bursts", "goodput", "adaptive", "tokens"]
         );
         let e = select(Some(&["nope".to_string()]))
             .err()
@@ -638,7 +641,7 @@ mod tests {
         let default: Vec<&str> = select(None).unwrap().iter().map(|e| e.name()).collect();
         assert_eq!(default, default_experiment_names());
         assert!(default.contains(&"eval") && default.contains(&"capacity"));
-        for b in ["bursts", "goodput", "adaptive"] {
+        for b in ["bursts", "goodput", "adaptive", "tokens"] {
             assert!(!default.contains(&b), "{b} is opt-in");
         }
         assert_eq!(names(&["all"]), experiment_names());

@@ -17,6 +17,7 @@ mod lifo;
 mod max_batch;
 mod sensitivity;
 mod sla;
+mod tokens;
 mod traffic;
 
 pub(crate) use capacity::ModelCapacity;
@@ -64,6 +65,7 @@ pub(super) const ALL: &[&dyn Experiment] = &[
     &bursts::Bursts,
     &goodput::Goodput,
     &adaptive::Adaptive,
+    &tokens::Tokens,
     &colocation::Colocation,
     &lifo::Lifo,
 ];
