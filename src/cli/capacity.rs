@@ -108,11 +108,16 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
         (None, None, None, Some(x)) => Bound::TpotP99Ms(x),
         _ => anyhow::bail!("give one of --p99-ms, --violations, --ttft-p99-ms or --tpot-p99-ms"),
     };
-    if matches!(bound, Bound::TtftP99Ms(_) | Bound::TpotP99Ms(_)) && !model.is_seq2seq() {
-        anyhow::bail!(
-            "--ttft-p99-ms and --tpot-p99-ms bound a model with a decoder; '{}' has none",
-            model.name
-        );
+    if matches!(bound, Bound::TtftP99Ms(_) | Bound::TpotP99Ms(_)) {
+        if !model.is_seq2seq() {
+            anyhow::bail!(
+                "--ttft-p99-ms and --tpot-p99-ms bound a model with a decoder; '{}' has none",
+                model.name
+            );
+        }
+        // said before any device is opened (a token bound does not need the single-input
+        // latency to be checked)
+        capacity::check(bound, 0.0, a.serve.sla_ms)?;
     }
     let shard = Shard::from_flag(a.shard.as_deref(), a.out.as_deref())?;
     let all = specs_for(&a.policies, sv.max_batch(), &model)?;
@@ -322,45 +327,64 @@ impl Report<'_> {
         out!(o, "{}", self.header);
         // the policy column as wide as its longest name
         let w = caps.iter().map(|c| c.policy.len()).fold(14, usize::max);
-        out!(
+        // a token bound's own figure in a column of its own, beside the end-to-end latency
+        let token = match self.bound {
+            Bound::TtftP99Ms(_) => Some("TTFT p99"),
+            Bound::TpotP99Ms(_) => Some("TPOT p99"),
+            Bound::P99Ms(_) | Bound::Violations(_) => None,
+        };
+        outp!(
             o,
-            "{:<w$} {:>12} {:>9} {:>10} {:>10} {:>9} {:>10} {:>7}",
+            "{:<w$} {:>12} {:>9} {:>10} {:>10}",
             "policy",
             "capacity/s",
             "× serial",
             "mean (ms)",
-            "p99 (ms)",
-            "SLA viol",
-            "mean batch",
-            "probes"
+            "p99 (ms)"
         );
+        if let Some(t) = token {
+            outp!(o, " {t:>10}");
+        }
+        out!(o, " {:>9} {:>10} {:>7}", "SLA viol", "mean batch", "probes");
         for c in &caps {
             let st = &c.at;
             match c.capacity_rps {
-                Some(cap) => out!(
-                    o,
-                    "{:<w$} {:>12.1} {:>9.2} {:>10.3} {:>10.3} {:>8.2}% {:>10.2} {:>7}",
-                    c.policy,
-                    cap,
-                    cap / serial,
-                    st.latency_ms.mean,
-                    st.latency_ms.p99,
-                    100.0 * st.sla_violation_rate,
-                    st.mean_batch_size,
-                    c.probes.len()
-                ),
-                None => out!(
-                    o,
-                    "{:<w$} {:>12} {:>9} {:>10} {:>10} {:>9} {:>10} {:>7}",
-                    c.policy,
-                    "none",
-                    "–",
-                    "–",
-                    "–",
-                    "–",
-                    "–",
-                    c.probes.len()
-                ),
+                Some(cap) => {
+                    outp!(
+                        o,
+                        "{:<w$} {:>12.1} {:>9.2} {:>10.3} {:>10.3}",
+                        c.policy,
+                        cap,
+                        cap / serial,
+                        st.latency_ms.mean,
+                        st.latency_ms.p99
+                    );
+                    if token.is_some() {
+                        outp!(o, " {:>10.3}", self.bound.value(st));
+                    }
+                    out!(
+                        o,
+                        " {:>8.2}% {:>10.2} {:>7}",
+                        100.0 * st.sla_violation_rate,
+                        st.mean_batch_size,
+                        c.probes.len()
+                    );
+                }
+                None => {
+                    outp!(
+                        o,
+                        "{:<w$} {:>12} {:>9} {:>10} {:>10}",
+                        c.policy,
+                        "none",
+                        "–",
+                        "–",
+                        "–"
+                    );
+                    if token.is_some() {
+                        outp!(o, " {:>10}", "–");
+                    }
+                    out!(o, " {:>9} {:>10} {:>7}", "–", "–", c.probes.len());
+                }
             }
         }
         for c in caps.iter().filter(|c| c.capacity_rps.is_none()) {
@@ -405,22 +429,22 @@ fn cap_json(
     c: &Capacity,
 ) -> serde_json::Value {
     let st = &c.at;
-    let bound = bound_json(bound, sla_ms);
+    let bound_words = bound_json(bound, sla_ms);
     json!({
         "model": model,
         "device": device,
         "policy": c.policy,
-        "bound": bound,
+        "bound": bound_words,
         "capacity_rps": c.capacity_rps,
         "note": c.note,
-        "at_capacity": {
+        "at_capacity": tokens_too(json!({
             "latency_ms": st.latency_ms,
             "throughput_rps": st.throughput_rps,
             "sla_violation_rate": st.sla_violation_rate,
             "mean_batch_size": st.mean_batch_size,
             "rejected": st.rejected,
-        },
-        "probes": c.probes.iter().map(|p| json!({
+        }), st, |l| json!(l)),
+        "probes": c.probes.iter().map(|p| tokens_too(json!({
             "rate_rps": p.rate,
             "ok": p.ok,
             "mean_ms": p.stats.latency_ms.mean,
@@ -428,6 +452,25 @@ fn cap_json(
             "throughput_rps": p.stats.throughput_rps,
             "sla_violation_rate": p.stats.sla_violation_rate,
             "rejected": p.stats.rejected,
-        })).collect::<Vec<_>>(),
+        }), &p.stats, |l| json!(l.p99))).collect::<Vec<_>>(),
     })
+}
+
+/// `v` with a decoder model's token figures (`ttft_ms`, `tpot_ms`, each as `show` writes it,
+/// and `tokens_per_s`), each that the run has.
+fn tokens_too(
+    mut v: serde_json::Value,
+    st: &lazybatch::metrics::Stats,
+    show: impl Fn(&lazybatch::metrics::LatencyMs) -> serde_json::Value,
+) -> serde_json::Value {
+    if let Some(t) = &st.ttft_ms {
+        v["ttft_ms"] = show(t);
+    }
+    if let Some(t) = &st.tpot_ms {
+        v["tpot_ms"] = show(t);
+    }
+    if let Some(k) = st.tokens_per_s {
+        v["tokens_per_s"] = json!(k);
+    }
+    v
 }

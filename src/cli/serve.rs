@@ -83,10 +83,15 @@ pub(super) fn run_json(id: &RunId, st: &Stats, wall_s: f64) -> serde_json::Value
         "cross_step_executions": st.cross_step_executions,
         "by_class": st.by_class, "wall_s": wall_s,
     });
-    // models with a decoder: their first token and the tokens after it
-    if let (Some(t), Some(p), Some(k)) = (&st.ttft_ms, &st.tpot_ms, st.tokens_per_s) {
+    // models with a decoder: their first token and the tokens after it, each it has (no
+    // time per token when every request had one)
+    if let Some(t) = &st.ttft_ms {
         v["ttft_ms"] = json!(t);
-        v["tpot_ms"] = json!(p);
+    }
+    if let Some(t) = &st.tpot_ms {
+        v["tpot_ms"] = json!(t);
+    }
+    if let Some(k) = st.tokens_per_s {
         v["tokens_per_s"] = json!(k);
     }
     v
@@ -316,18 +321,24 @@ pub(super) fn text(o: &mut String, id: &RunId, st: &Stats, wall: f64, groups: &[
         st.cross_step_executions,
         wall
     );
-    if let (Some(t), Some(p)) = (&st.ttft_ms, &st.tpot_ms) {
-        out!(
+    if let Some(t) = &st.ttft_ms {
+        outp!(
             o,
-            "  time to first token ms: mean {:.3}  p50 {:.3}  p99 {:.3}   per output token ms: mean {:.3}  p50 {:.3}  p99 {:.3}   {:.1} tokens/s",
+            "  time to first token ms: mean {:.3}  p50 {:.3}  p99 {:.3}",
             t.mean,
             t.p50,
-            t.p99,
-            p.mean,
-            p.p50,
-            p.p99,
-            st.tokens_per_s.unwrap_or(0.0)
+            t.p99
         );
+        if let Some(p) = &st.tpot_ms {
+            outp!(
+                o,
+                "   per output token ms: mean {:.3}  p50 {:.3}  p99 {:.3}",
+                p.mean,
+                p.p50,
+                p.p99
+            );
+        }
+        out!(o, "   {:.1} tokens/s", st.tokens_per_s.unwrap_or(0.0));
     }
     if st.by_class.len() > 1 {
         let parts: Vec<String> = st

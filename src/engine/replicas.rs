@@ -511,20 +511,26 @@ mod tests {
     fn replicas_dealt_in_turn_run_as_plain_servers_and_add_up_to_the_whole() {
         // round robin's routes do not depend on the replicas, so each replica must serve its
         // share exactly as a plain server would, rejections (a short queue, shedding) and SLA
-        // classes included; the whole run is then every request's record added up
-        let (m, npu, pred) = bench("resnet50");
+        // classes included; the whole run is then every request's record added up (a decoder
+        // model's first tokens and tokens too)
+        dealt_in_turn("resnet50", 12_000.0, [2.0, 5.0, 30.0]);
+        dealt_in_turn("gnmt", 600.0, [20.0, 60.0, 300.0]);
+    }
+
+    fn dealt_in_turn(name: &str, rate: f64, slas: [f64; 3]) {
+        let (m, npu, pred) = bench(name);
         let s = Setup {
             classes: 3,
             shed: true,
             max_pending: crate::runtime::MaxPending::new(4).unwrap(),
             ..setup(&m, &pred, 30.0)
         };
-        let list: Vec<Arrival> = arrivals(&m, 12_000.0, 900, 3)
+        let list: Vec<Arrival> = arrivals(&m, rate, 900, 3)
             .into_iter()
             .enumerate()
             .map(|(i, a)| Arrival {
                 class: (i % 3) as u8,
-                sla: Some(Nanos::from_ms([2.0, 5.0, 30.0][i % 3])),
+                sla: Some(Nanos::from_ms(slas[i % 3])),
                 ..a
             })
             .collect();

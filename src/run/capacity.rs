@@ -40,6 +40,16 @@ impl Bound {
         }
     }
 
+    /// The figure it bounds, in words: `p99`, `p99 time to first token`, ….
+    pub fn figure(&self) -> &'static str {
+        match self {
+            Bound::P99Ms(_) => "p99",
+            Bound::Violations(_) => "share over the SLA",
+            Bound::TtftP99Ms(_) => "p99 time to first token",
+            Bound::TpotP99Ms(_) => "p99 time per output token",
+        }
+    }
+
     /// Whether `st` meets the bound: within it, and nothing rejected.
     pub fn met_by(&self, st: &Stats) -> bool {
         let limit = match *self {
@@ -172,8 +182,7 @@ pub fn search_one(
             let r = lo * 2.0;
             if r > top {
                 let why = match how.bound {
-                    // a request once started is not slowed by the queue behind it
-                    Bound::TpotP99Ms(_) => "the time per output token need not grow with the queue: this policy does not let newcomers slow the requests it runs",
+                    Bound::TpotP99Ms(_) => "the runs are too short to fill a queue (raise --requests), the bound is too loose, or the policy never lets newcomers slow the requests it is decoding (then the time per output token does not grow with the queue)",
                     Bound::P99Ms(_) | Bound::Violations(_) | Bound::TtftP99Ms(_) => "the runs are too short to fill a queue (raise --requests) or the bound is too loose",
                 };
                 let note = format!(
@@ -227,9 +236,13 @@ pub fn search_one(
 }
 
 /// One policy's search in a line: its capacity (or why there is none) and its probes.
-fn found(c: &Capacity) -> String {
+fn found(c: &Capacity, bound: Bound) -> String {
     let at = match (c.capacity_rps, &c.note) {
-        (Some(r), _) => format!("{r:.1} req/s (p99 {:.3} ms)", c.at.latency_ms.p99),
+        (Some(r), _) => format!(
+            "{r:.1} req/s ({} {:.3} ms)",
+            bound.figure(),
+            bound.value(&c.at)
+        ),
         (None, Some(why)) => format!("none: {why}"),
         (None, None) => "none".to_string(),
     };
@@ -289,7 +302,7 @@ pub fn search_all(
             shown.inc(1);
             // a real device's search takes minutes a policy: each result is said as it comes,
             // so a search cut off (a time limit) keeps what it found
-            shown.note(&found(&c));
+            shown.note(&found(&c, how.bound));
             all.push(c);
         }
         Ok(all)
@@ -393,7 +406,7 @@ mod tests {
             probes: vec![probe(320.0, true), probe(2557.0, false)],
         };
         assert_eq!(
-            found(&c),
+            found(&c, Bound::P99Ms(50.0)),
             "capacity: graph:5 1438.5 req/s (p99 49.119 ms), 2 probes"
         );
         let none = Capacity {
@@ -402,7 +415,7 @@ mod tests {
             ..c
         };
         assert_eq!(
-            found(&none),
+            found(&none, Bound::P99Ms(50.0)),
             "capacity: graph:5 none: no rate tried meets the bound, 2 probes"
         );
     }

@@ -200,9 +200,7 @@ pub fn mean_stats(runs: &[&Stats]) -> Stats {
             .collect(),
         ttft_ms: mean_latency(runs, |s| s.ttft_ms.as_ref()),
         tpot_ms: mean_latency(runs, |s| s.tpot_ms.as_ref()),
-        tokens_per_s: runs
-            .iter()
-            .all(|s| s.tokens_per_s.is_some())
+        tokens_per_s: (!runs.is_empty() && runs.iter().all(|s| s.tokens_per_s.is_some()))
             .then(|| avg(&|s| s.tokens_per_s.unwrap_or(0.0))),
     }
 }
@@ -213,7 +211,10 @@ fn mean_latency(
     of: impl Fn(&Stats) -> Option<&metrics::LatencyMs>,
 ) -> Option<metrics::LatencyMs> {
     let all: Vec<&metrics::LatencyMs> = runs.iter().map(|s| of(s)).collect::<Option<_>>()?;
-    let n = all.len().max(1) as f64;
+    if all.is_empty() {
+        return None;
+    }
+    let n = all.len() as f64;
     let avg = |f: fn(&metrics::LatencyMs) -> f64| all.iter().map(|l| f(l)).sum::<f64>() / n;
     Some(metrics::LatencyMs {
         mean: avg(|l| l.mean),
@@ -223,4 +224,45 @@ fn mean_latency(
         p99: avg(|l| l.p99),
         max: avg(|l| l.max),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_tokens(ttft_p99: f64, tokens: f64) -> Stats {
+        Stats {
+            ttft_ms: Some(metrics::LatencyMs {
+                mean: ttft_p99 / 2.0,
+                p99: ttft_p99,
+                ..Default::default()
+            }),
+            tpot_ms: Some(metrics::LatencyMs {
+                p99: ttft_p99 / 10.0,
+                ..Default::default()
+            }),
+            tokens_per_s: Some(tokens),
+            ..Stats::default()
+        }
+    }
+
+    #[test]
+    fn token_figures_average_over_seeds_only_when_every_seed_has_them() {
+        let (a, b) = (with_tokens(10.0, 100.0), with_tokens(30.0, 300.0));
+        let m = mean_stats(&[&a, &b]);
+        assert_eq!(
+            m.ttft_ms.as_ref().map(|l| (l.mean, l.p99)),
+            Some((10.0, 20.0))
+        );
+        assert_eq!(m.tpot_ms.as_ref().map(|l| l.p99), Some(2.0));
+        assert_eq!(m.tokens_per_s, Some(200.0));
+        // a run without them (a static model) leaves the mean without them
+        let none = mean_stats(&[&a, &Stats::default()]);
+        assert_eq!(
+            (none.ttft_ms, none.tpot_ms, none.tokens_per_s),
+            (None, None, None)
+        );
+        let empty = mean_stats(&[]);
+        assert_eq!((empty.ttft_ms, empty.tokens_per_s), (None, None));
+    }
 }

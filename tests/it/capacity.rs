@@ -222,7 +222,16 @@ fn a_token_bound_searches_a_decoder_models_first_token_and_refuses_a_model_witho
         assert_eq!(row["bound"]["ttft_p99_ms"].as_f64(), Some(100.0));
         let cap = row["capacity_rps"].as_f64().expect("a capacity");
         assert!(cap > 0.0);
-        assert!(row["at_capacity"]["latency_ms"]["p99"].as_f64().unwrap() > 0.0);
+        // the bounded figure is the first token's, not the whole request's
+        let at = &row["at_capacity"];
+        let ttft = at["ttft_ms"]["p99"].as_f64().unwrap();
+        assert!(ttft <= 100.0, "{row}");
+        assert!(at["latency_ms"]["p99"].as_f64().unwrap() > ttft, "{row}");
+        // and each probe is judged by it
+        for p in row["probes"].as_array().unwrap() {
+            let ok = p["ttft_ms"].as_f64().unwrap() <= 100.0 && p["rejected"] == 0;
+            assert_eq!(p["ok"].as_bool(), Some(ok), "{p}");
+        }
     }
     let o = lazybatch(&[
         "capacity",

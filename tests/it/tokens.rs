@@ -53,3 +53,49 @@ fn a_decoder_models_run_reports_its_tokens_and_a_cnns_does_not() {
         assert!(cnn.get(k).is_none(), "{k} in {cnn}");
     }
 }
+
+#[test]
+fn the_tokens_experiment_writes_every_point_and_serial_queues_only_before_the_first_token() {
+    let dir = crate::fresh_dir("tokens");
+    let out = dir.to_string_lossy().to_string();
+    let o = lazybatch(&[
+        "reproduce",
+        "--quick",
+        "--figures",
+        "tokens",
+        "--npu-config",
+        "default",
+        "--out",
+        &out,
+        "--progress",
+        "off",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(dir.join("default/tokens.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    // 2 models × 6 policies × 4 loads
+    assert_eq!(rows.len(), 48, "{text}");
+    let col = |r: &[&str], k: usize| r[k].parse::<f64>().unwrap();
+    for m in ["gnmt", "transformer_base"] {
+        let serial: Vec<&Vec<&str>> = rows
+            .iter()
+            .filter(|r| r[0] == m && r[1] == "serial")
+            .collect();
+        assert_eq!(serial.len(), 4);
+        // a serial server's queue delays the first token more as the load rises, and never a
+        // token after it (columns: ttft mean 4, tpot p99 7)
+        for w in serial.windows(2) {
+            assert!(col(w[1], 4) > col(w[0], 4), "{m}: {w:?}");
+            assert_eq!(col(w[1], 7), col(w[0], 7), "{m}: {w:?}");
+        }
+        for r in rows.iter().filter(|r| r[0] == m) {
+            // the first token's p99 is within the whole request's
+            assert!(col(r, 5) <= col(r, 9), "{r:?}");
+        }
+    }
+    assert!(dir.join("default/tokens.svg").exists());
+}

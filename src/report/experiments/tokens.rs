@@ -1,6 +1,7 @@
 //! Time to first token and per output token (our extension, not the paper's): on the models
-//! with a decoder, each policy's p99 time to its requests' first output word and p99 time per
-//! word after it, at 0.3 to 0.9 of the model's serial capacity — the figures LLM serving is
+//! with a decoder, each policy's p99 time to its requests' first output token (the end of the
+//! first decoder step: a word for these translation models) and p99 time per token after it,
+//! at 0.3 to 0.9 of the model's serial capacity — the figures LLM serving is
 //! judged by (Orca, vLLM, Sarathi-Serve), on the paper's translation models.
 
 use super::*;
