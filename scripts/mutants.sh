@@ -56,9 +56,10 @@ for a in "${areas[@]}"; do
   args=()
   for f in "${files[@]}"; do args+=(-f "$f"); done
   echo "== $a: ${files[*]}" >&2
+  mkdir -p "mutants.out/$a"
   cargo mutants --profile mutants --timeout 120 --build-timeout 900 --features check \
     -o "mutants.out/$a" "${args[@]}" "$@" -- "${tests[@]}" || true
   for k in caught missed timeout unviable; do
-    printf '%s %s: %s\n' "$a" "$k" "$(wc -l < "mutants.out/$a/mutants.out/$k.txt" 2>/dev/null || echo 0)"
+    printf '%s %s: %s\n' "$a" "$k" "$(cat "mutants.out/$a/mutants.out/$k.txt" 2>/dev/null | wc -l)"
   done
 done
