@@ -36,11 +36,11 @@ area() {
     replicas)   files=('src/engine/replicas.rs' 'src/engine/router.rs' 'src/run/replicas_needed.rs')
                 tests=(--lib --test it -- replicas router) ;;
     lengths)    files=('src/traffic/*.rs')
-                tests=(--lib --test it -- traffic:: runtime:: fuzz:: table::) ;;
+                tests=(--lib --test it -- traffic:: runtime:: fuzz:: table:: hostile::) ;;
     npu)        files=('src/device/npu/*.rs')
                 tests=(--lib --test it -- npu table:: reproduce::quick_figures_are_pinned) ;;
     metrics)    files=('src/metrics/*.rs')
-                tests=(--lib --test it -- metrics:: runtime:: statistics:: replicas tokens::) ;;
+                tests=(--lib --test it -- metrics:: runtime:: statistics:: replicas tokens:: reproduce::) ;;
     capacity)   files=('src/run/capacity.rs')
                 tests=(--lib --test it -- capacity) ;;
     http)       files=('src/http/*.rs')

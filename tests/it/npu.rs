@@ -27,6 +27,10 @@ fn weight_stationary_golden_cycles() {
     assert_eq!(npu.gemm_cycles(1, 1000, 2048, 1), 128 * 383); // fc
     assert_eq!(npu.gemm_cycles(128, 128, 128, 1), 510);
     assert_eq!(npu.gemm_cycles(129, 129, 129, 1), 4 * 511);
+    // an empty GEMM (any dimension, or the count, zero) takes no cycles
+    for (m, n, k, c) in [(0, 9, 9, 1), (9, 0, 9, 1), (9, 9, 0, 1), (9, 9, 9, 0)] {
+        assert_eq!(npu.gemm_cycles(m, n, k, c), 0, "{m}x{k}·{k}x{n} ×{c}");
+    }
 }
 
 #[test]
@@ -271,4 +275,64 @@ fn the_readme_calibration_table_is_what_calibrate_prints() {
     }
     // and the paper configuration's Table II figures are the ones the README states
     assert!(readme.contains("| GNMT | WMT 2019 mean | 7.2 | 31.980 (4.44×) | 8.133 (1.13×) |"));
+}
+
+#[test]
+fn a_device_prepared_for_one_model_times_another_as_a_fresh_one_does() {
+    // the NPU model memoizes each node's time for the model it was prepared for; a copy used
+    // on another model (a bench's clone, a co-located part) must not read the first model's
+    // table, and on its own model the memo must be what computing gives
+    let (a, b) = (zoo::load("resnet50").unwrap(), zoo::load("gnmt").unwrap());
+    let mut used = Npu::new(NpuConfig::default()).unwrap();
+    used.prepare(&a, 8).unwrap();
+    let mut fresh = Npu::new(NpuConfig::default()).unwrap();
+    let mut mine = Npu::new(NpuConfig::default()).unwrap();
+    mine.prepare(&b, 8).unwrap();
+    let len = b.ref_lengths();
+    for (k, node) in b.nodes.iter().enumerate() {
+        for batch in [1u32, 3, 8] {
+            let at = NodeStep {
+                node: node.id,
+                step: 0,
+            };
+            let members: Vec<Member> = (0..batch)
+                .map(|slot| Member {
+                    slot,
+                    len,
+                    input: u64::from(slot),
+                    step: 0,
+                })
+                .collect();
+            let want = fresh.execute(&b, at, &members).unwrap().time;
+            assert_eq!(
+                used.execute(&b, at, &members).unwrap().time,
+                want,
+                "node {k} at {batch}"
+            );
+            assert_eq!(
+                mine.execute(&b, at, &members).unwrap().time,
+                want,
+                "node {k} at {batch}"
+            );
+            // a sub-batch of one request times as the uniform path does
+            let one = mine
+                .execute_uniform(&b, at, members[0], batch)
+                .unwrap()
+                .time;
+            assert_eq!(one, want, "node {k} at {batch}");
+        }
+    }
+    // and the first model's table is still its own
+    let n0 = a.nodes[1].id;
+    let m1 = [Member {
+        slot: 0,
+        len: a.ref_lengths(),
+        input: 0,
+        step: 0,
+    }];
+    let at = NodeStep { node: n0, step: 0 };
+    assert_eq!(
+        used.execute(&a, at, &m1).unwrap().time,
+        fresh.execute(&a, at, &m1).unwrap().time
+    );
 }

@@ -66,11 +66,6 @@ impl Npu {
         })
     }
 
-    /// The configuration.
-    pub fn config(&self) -> &NpuConfig {
-        &self.cfg
-    }
-
     /// True when the memoized tables belong to `model`: the same node list (its address,
     /// cheap) or, failing that, the same name.
     fn prepared_for(&self, model: &Model) -> bool {
