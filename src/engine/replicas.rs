@@ -44,17 +44,7 @@ impl ArrivalSource for Routed {
         }
     }
     fn idle(&mut self, clock: &mut dyn Clock, until: Option<Nanos>) -> bool {
-        match (self.queue.front().map(|a| a.time), until) {
-            (None, None) => false,
-            (Some(t), None) | (None, Some(t)) => {
-                clock.idle_until(t);
-                true
-            }
-            (Some(a), Some(u)) => {
-                clock.idle_until(a.min(u));
-                true
-            }
-        }
+        super::source::idle_until_next(clock, self.queue.front().map(|a| a.time), until)
     }
     fn expected(&self) -> usize {
         self.expected

@@ -34,6 +34,26 @@ pub trait ArrivalSource {
     }
 }
 
+/// A virtual-time source's idle: the clock jumps to the `next` arrival or `until`, whichever
+/// comes first; false when neither will ever come.
+pub(super) fn idle_until_next(
+    clock: &mut dyn Clock,
+    next: Option<Nanos>,
+    until: Option<Nanos>,
+) -> bool {
+    match (next, until) {
+        (None, None) => false,
+        (Some(t), None) | (None, Some(t)) => {
+            clock.idle_until(t);
+            true
+        }
+        (Some(a), Some(u)) => {
+            clock.idle_until(a.min(u));
+            true
+        }
+    }
+}
+
 /// Pre-drawn arrivals, sorted by time: a [`Stream`] over a list.
 pub struct Predrawn<'a>(Stream<std::iter::Copied<std::slice::Iter<'a, Arrival>>>);
 
@@ -84,18 +104,7 @@ impl<I: Iterator<Item = Arrival>> ArrivalSource for Stream<I> {
         }
     }
     fn idle(&mut self, clock: &mut dyn Clock, until: Option<Nanos>) -> bool {
-        let next = self.it.peek().map(|a| a.time);
-        match (next, until) {
-            (None, None) => false,
-            (Some(t), None) | (None, Some(t)) => {
-                clock.idle_until(t);
-                true
-            }
-            (Some(a), Some(u)) => {
-                clock.idle_until(a.min(u));
-                true
-            }
-        }
+        idle_until_next(clock, self.it.peek().map(|a| a.time), until)
     }
     fn expected(&self) -> usize {
         self.expected

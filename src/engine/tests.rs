@@ -1,0 +1,190 @@
+//! The engine loop's own tests: decoder steps and first tokens as the policies and the
+//! predictor read them.
+
+use super::*;
+use crate::device::npu::{Npu, NpuConfig};
+use crate::graph::{zoo, Class, Lengths};
+use crate::policy::{self, Decision, Policy, View};
+use crate::profile::Profile;
+use crate::runtime::Predictor;
+use crate::time::VirtualClock;
+
+/// A zoo model on the NPU model, profiled and prepared to batch 8, and its predictor.
+fn bench(name: &str) -> (Model, Npu, Predictor) {
+    let m = zoo::load(name).unwrap();
+    let mut npu = Npu::new(NpuConfig::default()).unwrap();
+    let prof = Profile::measure(&mut npu, &m, 8, m.ref_lengths()).unwrap();
+    let pred = Predictor::new(&m, &prof, 20);
+    npu.prepare(&m, 8).unwrap();
+    (m, npu, pred)
+}
+
+/// LazyB, checking at every decision that each request in the table has as many decoder
+/// steps done as it has finished: its step at a decoder node, none before the decoder
+/// (what the slack predictor's decoder-length estimate reads).
+struct Observing {
+    inner: Box<dyn Policy>,
+    checked: usize,
+}
+
+impl Policy for Observing {
+    fn name(&self) -> String {
+        "observing".into()
+    }
+    fn cell_nodes(&self, model: &Model) -> Vec<bool> {
+        self.inner.cell_nodes(model)
+    }
+    fn decide(&mut self, v: &View) -> Decision {
+        for e in v.table.entries() {
+            let decoder = v.model.node(e.next.node).class == Class::Decoder;
+            for (j, &r) in e.members.iter().enumerate() {
+                let step = e.steps.get(j).copied().unwrap_or(e.next.step);
+                let want = if decoder { step } else { 0 };
+                let q = v.request(r);
+                assert_eq!(q.dec_done, want, "request {r:?} at {:?}", e.next);
+                // its first token came with its first decoder step, and not before
+                assert_eq!(q.first_token.is_some(), want > 0, "request {r:?}");
+                self.checked += 1;
+            }
+        }
+        self.inner.decide(v)
+    }
+}
+
+#[test]
+fn decoder_steps_done_are_the_steps_finished() {
+    decoder_steps_done(0);
+}
+
+/// Requests keyed by a front end (their key is not their id) are served alike.
+#[test]
+fn keyed_requests_decode_like_the_others() {
+    decoder_steps_done(1_000_000);
+}
+
+fn decoder_steps_done(key_offset: u64) {
+    for name in ["gnmt", "transformer"] {
+        let (m, mut npu, pred) = bench(name);
+        let arrivals: Vec<_> = crate::traffic::generate(&m, (Default::default(), 300.0), 60, 4)
+            .unwrap()
+            .enumerate()
+            .map(|(i, a)| Arrival {
+                key: (key_offset > 0).then_some(key_offset + i as u64),
+                ..a
+            })
+            .collect();
+        let mut pol = Observing {
+            inner: policy::parse("lazy", 8).unwrap(),
+            checked: 0,
+        };
+        let out = run(
+            &Setup {
+                keep: crate::metrics::KeepRecords {
+                    requests: true,
+                    ..Default::default()
+                },
+                ..Setup::new(
+                    &m,
+                    &pred,
+                    Sla::from_ms(100.0).unwrap(),
+                    MaxBatch::new(8).unwrap(),
+                )
+            },
+            &mut npu,
+            &mut pol,
+            &mut VirtualClock::new(),
+            &arrivals,
+        )
+        .unwrap();
+        assert!(pol.checked > 500, "{name}: {} checks", pol.checked);
+        // each merge removes an entry that a preemption or a split put above another
+        let c = &out.counters;
+        assert!(
+            c.merges > 0 && c.merges <= c.preemptions + c.splits,
+            "{name}: {c:?}"
+        );
+        // and at the end, every request's own decoder length, its first token between
+        // its first node and its completion
+        for q in &out.requests {
+            assert_eq!(q.dec_done, q.len.dec, "{name}: request {:?}", q.id);
+            let first = q.first_token.unwrap();
+            assert!(q.first_issue.unwrap() < first && first <= q.completion.unwrap());
+        }
+        // the run's figures are its requests': time to first token, per output token
+        let st = out.stats();
+        let (ttft, tpot) = (st.ttft_ms.unwrap(), st.tpot_ms.unwrap());
+        let n = out.requests.len() as f64;
+        let ttft_mean: f64 = out
+            .requests
+            .iter()
+            .map(|q| (q.first_token.unwrap() - q.arrival).as_ms())
+            .sum::<f64>()
+            / n;
+        assert!((ttft.mean - ttft_mean).abs() < 1e-9, "{name}: {ttft:?}");
+        let per: Vec<Nanos> = out
+            .requests
+            .iter()
+            .filter(|q| q.len.dec >= 2)
+            .map(|q| {
+                Nanos((q.completion.unwrap() - q.first_token.unwrap()).0 / u64::from(q.len.dec - 1))
+            })
+            .collect();
+        let tpot_max = per.iter().max().unwrap().as_ms();
+        assert_eq!(tpot.max, tpot_max, "{name}");
+        let tokens: u64 = out.requests.iter().map(|q| u64::from(q.len.dec)).sum();
+        let span = out
+            .requests
+            .iter()
+            .map(|q| q.completion.unwrap())
+            .max()
+            .unwrap()
+            - out.requests.iter().map(|q| q.arrival).min().unwrap();
+        assert_eq!(
+            st.tokens_per_s,
+            Some(tokens as f64 / span.as_secs()),
+            "{name}"
+        );
+    }
+}
+
+#[test]
+fn the_first_token_comes_when_the_first_decoder_step_ends() {
+    // a request alone: its first token comes when a request of one output token, with the
+    // same input, would be done (neither model has a node after its decoder's loop), and
+    // the tokens after it each take one decoder step
+    for name in ["gnmt", "transformer"] {
+        let (m, npu, pred) = bench(name);
+        let setup = Setup {
+            keep: crate::metrics::KeepRecords {
+                requests: true,
+                ..Default::default()
+            },
+            ..Setup::new(
+                &m,
+                &pred,
+                Sla::from_ms(1e3).unwrap(),
+                MaxBatch::new(8).unwrap(),
+            )
+        };
+        let alone = |dec: u32| {
+            let a = Arrival {
+                len: Lengths { enc: 20, dec },
+                ..Arrival::default()
+            };
+            let mut pol = policy::parse("serial", 8).unwrap();
+            run(
+                &setup,
+                &mut npu.clone(),
+                pol.as_mut(),
+                &mut VirtualClock::new(),
+                &[a],
+            )
+            .unwrap()
+            .requests
+            .remove(0)
+        };
+        let (one, many) = (alone(1), alone(12));
+        assert_eq!(many.first_token, one.completion, "{name}");
+        assert_eq!(one.first_token, one.completion, "{name}");
+    }
+}
