@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Generate the seven model files in models/ (format: docs/model-format.md).
+"""Generate the model files in models/ (format: docs/model-format.md): the paper's seven and
+the decoder-only GPT-2 small and medium.
 
     python3 scripts/gen_models.py            # write models/*.toml and check them
     python3 scripts/gen_models.py --check    # check only, write nothing
@@ -41,7 +42,7 @@ OPS = {
     "layernorm": [],
     "softmax": [],
     "embedding": [("vocab", None), ("dim", None), ("scale", False), ("positional", "none"),
-                  ("positions", 0), ("token_types", 0), ("tied", None)],
+                  ("positions", 0), ("token_types", 0), ("tied", None), ("after_src", False)],
     "lstm": [("hidden", None), ("reverse", False)],
     "attention": [("mode", "additive"), ("heads", 1)],
     "argmax": [],
@@ -62,11 +63,12 @@ class GenError(Exception):
 # --------------------------------------------------------------------------
 
 class Node:
-    def __init__(self, name, op, inputs, cls, loop, div, fields, comment):
+    def __init__(self, name, op, inputs, cls, loop, div, fields, comment, shares=None):
         self.name, self.op, self.inputs = name, op, list(inputs)
         self.cls, self.loop, self.div = cls, loop, div
         self.fields = fields
         self.comment = comment
+        self.shares = shares
 
 
 class Model:
@@ -90,7 +92,7 @@ class Model:
     def comment(self, text):
         self._comment = text
 
-    def add(self, name, op, inputs=(), **fields):
+    def add(self, name, op, inputs=(), shares=None, **fields):
         if op not in OPS:
             raise GenError(f"{self.name}: unknown op {op}")
         known = [f for f, _ in OPS[op]]
@@ -100,7 +102,7 @@ class Model:
         if isinstance(inputs, str):
             inputs = [inputs]
         self.nodes.append(Node(name, op, inputs, self._cls, self._loop, self._div,
-                               dict(fields), self._comment))
+                               dict(fields), self._comment, shares))
         self._comment = None
         return name
 
@@ -153,8 +155,10 @@ def emit_body(m):
     if m.seq2seq:
         L.append("")
         L.append("[seq2seq]")
-        for k in ("lengths", "enc_scale", "dec_scale", "ref_enc", "ref_dec", "max_enc", "max_dec"):
-            L.append(f"{k} = {tval(m.seq2seq[k])}")
+        for k in ("lengths", "enc_scale", "dec_scale", "ref_enc", "ref_dec", "max_enc", "max_dec",
+                  "max_context"):
+            if k in m.seq2seq:
+                L.append(f"{k} = {tval(m.seq2seq[k])}")
     for n in m.nodes:
         L.append("")
         if n.comment:
@@ -170,6 +174,8 @@ def emit_body(m):
                 L.append(f"loop = {tval(n.loop)}")
             if n.div != 1:
                 L.append(f"div = {tval(n.div)}")
+        if n.shares:
+            L.append(f"shares = {tval(n.shares)}")
         for f, d in OPS[n.op]:
             if f in n.fields and (n.fields[f] != d or (n.op, f) in ALWAYS):
                 L.append(f"{f} = {tval(n.fields[f])}")
@@ -192,6 +198,7 @@ def parse_back(text):
         cls = t.pop("class", "static")
         loop = t.pop("loop", None if cls == "static" else cls)
         div = t.pop("div", 1)
+        shares = t.pop("shares", None)
         if cls == "static" and (loop is not None or div != 1):
             raise GenError(f"{m.name}.{name}: loop/div on a static node")
         if op not in OPS:
@@ -199,7 +206,7 @@ def parse_back(text):
         for f in t:
             if f not in dict(OPS[op]):
                 raise GenError(f"{m.name}.{name}: op {op} has no field {f}")
-        m.nodes.append(Node(name, op, inputs, cls, loop, div, t, None))
+        m.nodes.append(Node(name, op, inputs, cls, loop, div, t, None, shares))
     return m
 
 
@@ -267,11 +274,16 @@ def analyze(m):
             seq_ok = set()
             if n.op == "attention":
                 mode = m.get(n, "mode")
-                seq_ok = {1, 2} if mode in ("additive", "dot") else ({1} if mode == "cross" else set())
+                # (a decoder self-attention's second input: the prompt's packed Q|K|V)
+                seq_ok = {1, 2} if mode in ("additive", "dot") else ({1} if mode in ("cross", "self") else set())
             views = []
             for pos, ref in enumerate(n.inputs):
+                ref, _, init = ref.partition("|")
                 atprev = ref.endswith("@prev")
                 src = ref[:-5] if atprev else ref
+                if init:
+                    if not atprev or init not in byname or byname[init] >= i or group[byname[init]] is not None:
+                        raise GenError(f"{m.name}.{n.name}: {ref}|{init}: step 0 reads an earlier static node")
                 if src not in byname:
                     raise GenError(f"{m.name}.{n.name}: unknown input {ref}")
                 j = byname[src]
@@ -280,6 +292,9 @@ def analyze(m):
                     if g is None or pg != g:
                         raise GenError(f"{m.name}.{n.name}: {ref} is not in the same loop")
                     t = prev_out.get(src)
+                    y = out.get(init) if init else None
+                    if t is not None and y is not None and (y.rows, y.shape, y.tokens) != ("one", t.shape, t.tokens):
+                        raise GenError(f"{m.name}.{n.name}: step 0 reads {init} ({y}), not like {src} ({t})")
                     views.append(None if t is None else T("one", t.shape, None, t.tokens))
                     continue
                 if j >= i:
@@ -321,6 +336,14 @@ def analyze(m):
                 o, params, macs, note = op_eval(m, n, views, strict)
             except GenError as e:
                 raise GenError(f"{m.name}.{n.name}: {e}")
+            if n.shares:
+                # another node's parameters: the same op, sizes and (own) parameter count
+                if n.shares not in byname or byname[n.shares] >= i:
+                    raise GenError(f"{m.name}.{n.name}: shares {n.shares}, not an earlier node")
+                owner = m.nodes[byname[n.shares]]
+                if owner.op != n.op or owner.shares or (strict and info[owner.name][1] != params):
+                    raise GenError(f"{m.name}.{n.name}: cannot share {n.shares}'s parameters")
+                params = 0
             if o is not None and g is not None and o.rows != "one":
                 raise GenError(f"{m.name}.{n.name}: loop node must produce one row, got {o}")
             out[n.name] = o
@@ -493,6 +516,8 @@ def op_eval(m, n, views, strict):
             raise GenError("positions goes with positional = learned")
         if x is not None and not x.tokens:
             raise GenError(f"embedding input is not tokens: {x}")
+        if get("after_src") and n.cls != "decoder":
+            raise GenError("after_src is for a decoder-loop embedding")
         rows = ("one", None) if x is None else (x.rows, x.res)
         tied = get("tied")
         if tied:
@@ -524,8 +549,9 @@ def op_eval(m, n, views, strict):
 
     if op == "attention":
         mode, heads = get("mode"), get("heads")
-        if mode == "self":
-            need(1)
+        if mode in ("self", "causal"):
+            prefix = mode == "self" and n.cls == "decoder" and len(views) == 2
+            need(2 if prefix else 1)
             x = views[0]
             if x is None:
                 return None, 0, 0, ""
@@ -534,6 +560,10 @@ def op_eval(m, n, views, strict):
             D = x.shape[0] // 3
             if D % heads:
                 raise GenError("heads do not divide D")
+            if mode == "causal" and (n.cls != "static" or x.rows == "one"):
+                raise GenError("causal attention masks a static sequence")
+            if prefix and views[1] is not None and (views[1].shape != x.shape or views[1].rows == "one"):
+                raise GenError(f"the prompt's Q|K|V {views[1]} is not a sequence like {x}")
             return T(x.rows, (D,), x.res), 0, 0, f"D={D}"
         if mode == "cross":
             need(2)
@@ -571,8 +601,11 @@ def op_eval(m, n, views, strict):
         x = views[0]
         if x.rows == "one":
             raise GenError("take needs a sequence")
-        if isinstance(x.rows, int) and not 0 <= get("row") < x.rows:
+        row = get("row")
+        if isinstance(x.rows, int) and not -x.rows <= row < x.rows:
             raise GenError("take row out of range")
+        if x.rows == "src" and row not in (0, -1):
+            raise GenError("take from a source sequence reads its first or last row")
         return T("one", x.shape), 0, 0, ""
 
     raise GenError(f"no evaluator for {op}")
@@ -974,11 +1007,124 @@ def las():
     return m
 
 
+# GPT-2's context: requests draw (prompt, output) pairs of the Azure conversation trace that fit
+# it (data/llm/README.md); the reference lengths are the median prompt and the median output of
+# the trace's profiling half hour among those, 388 and 95 tokens (94 decode steps: the prefill
+# chooses the first token).
+GPT2_S2S = dict(lengths="azure-conv-2023", enc_scale=1.0, dec_scale=1.0, ref_enc=388, ref_dec=94,
+                max_enc=1022, max_dec=1022, max_context=1024)
+
+
+def gpt2(name="gpt2", layers=12, d=768, heads=12, size="small (124 M)",
+         config="openai-community/gpt2 config.json (revision 26b7c7a)", V=50257, P=1024,
+         s2s=GPT2_S2S):
+    m = Model(
+        name,
+        f"GPT-2 {size.split()[0]} (L={layers}, d={d}, {heads} heads), decoder-only, prefill + KV-cached decode",
+        f"huggingface.co/{config.split()[0]}; transformers modeling_gpt2.py; Radford et al. 2019",
+        [
+            f"GPT-2 {size}: a decoder-only language model served as a prompt's prefill, then one",
+            "decode step per further output token over a key/value cache.",
+            "",
+            "Sources:",
+            f"  - huggingface.co/{config}: n_layer {layers}, n_embd {d}, n_head {heads},",
+            "    vocab_size 50257, n_positions 1024, activation_function gelu_new (the tanh GELU),",
+            "    layer_norm_epsilon 1e-5; transformers models/gpt2/modeling_gpt2.py: pre-LN blocks",
+            "    (ln_1, attn.c_attn packing Q|K|V with bias, attn.c_proj, ln_2, mlp.c_fc 4d with",
+            "    bias, mlp.c_proj), a final ln_f, lm_head tied to wte, no bias.",
+            "  - Radford et al. 2019, 'Language models are unsupervised multitask learners'.",
+            "",
+            "Structure:",
+            "  - Prefill (STATIC): the prompt's rows in one pass, causal self-attention; its last",
+            "    row through ln_f and the logits chooses the first output token (greedy), as",
+            "    Hugging Face's generate() and vLLM do. Each layer's packed Q|K|V rows stay as the",
+            "    prompt's keys and values.",
+            "  - Decode (DECODER loop): step s embeds the previous token (step 0: the prefill's)",
+            "    at position prompt + s; each layer's self-attention attends over the prompt's keys",
+            "    and values, then its own cache of every step so far. The decode layers share the",
+            "    prefill's parameters (`shares`): they count once.",
+            "  - Lengths (data/llm): the Azure LLM inference trace 2023 (conversation), only the",
+            "    requests with prompt + output <= 1024 tokens (the context): a request of N output",
+            "    tokens runs its prefill and N - 1 decode steps.",
+            "  - Greedy decoding (argmax); no sampling, no beam.",
+            "  - Dropout omitted (inference).",
+        ],
+        max_batch=64,
+        seq2seq=s2s,
+    )
+    x = m.add("prompt", "input", shape=[1], seq="src", tokens=True)
+    x = m.add("wte", "embedding", x, vocab=V, dim=d, positional="learned", positions=P)
+    for i in range(layers):
+        p = f"p{i}"
+        m.comment(f"---- prefill layer {i} (static: every prompt row at once, masked)")
+        l1 = m.add(f"{p}.ln1", "layernorm", x)
+        qkv = m.add(f"{p}.qkv", "linear", l1, out_features=3 * d, bias=True)
+        a = m.add(f"{p}.attn", "attention", qkv, mode="causal", heads=heads)
+        o = m.add(f"{p}.proj", "linear", a, out_features=d, bias=True)
+        r1 = m.add(f"{p}.res1", "add", [o, x])
+        l2 = m.add(f"{p}.ln2", "layernorm", r1)
+        f1 = m.add(f"{p}.fc", "linear", l2, out_features=4 * d, bias=True, act="gelu")
+        f2 = m.add(f"{p}.fc_proj", "linear", f1, out_features=d, bias=True)
+        x = m.add(f"{p}.res2", "add", [f2, r1])
+    m.comment("---- the prompt's last row chooses the first output token")
+    t = m.add("last", "take", x, row=-1)
+    t = m.add("ln_f", "layernorm", t)
+    t = m.add("first_logits", "linear", t, out_features=V, tied="wte")
+    m.add("first_token", "argmax", t)
+    m.enter("decoder")
+    m.comment("==== decode loop: one step per further output token")
+    x = m.add("tok", "embedding", "next_token@prev|first_token", shares="wte", vocab=V, dim=d,
+              positional="learned", positions=P, after_src=True)
+    for i in range(layers):
+        p, q = f"d{i}", f"p{i}"
+        m.comment(f"---- decode layer {i} (the prefill's layer {i} parameters)")
+        l1 = m.add(f"{p}.ln1", "layernorm", x, shares=f"{q}.ln1")
+        qkv = m.add(f"{p}.qkv", "linear", l1, shares=f"{q}.qkv", out_features=3 * d, bias=True)
+        a = m.add(f"{p}.attn", "attention", [qkv, f"{q}.qkv"], mode="self", heads=heads)
+        o = m.add(f"{p}.proj", "linear", a, shares=f"{q}.proj", out_features=d, bias=True)
+        r1 = m.add(f"{p}.res1", "add", [o, x])
+        l2 = m.add(f"{p}.ln2", "layernorm", r1, shares=f"{q}.ln2")
+        f1 = m.add(f"{p}.fc", "linear", l2, shares=f"{q}.fc", out_features=4 * d, bias=True,
+                   act="gelu")
+        f2 = m.add(f"{p}.fc_proj", "linear", f1, shares=f"{q}.fc_proj", out_features=d, bias=True)
+        x = m.add(f"{p}.res2", "add", [f2, r1])
+    m.comment("---- output: final LN, logits through wte, greedy choice")
+    t = m.add("dec_ln_f", "layernorm", x, shares="ln_f")
+    t = m.add("logits", "linear", t, out_features=V, tied="wte")
+    m.add("next_token", "argmax", t)
+    return m
+
+
+def gpt2_medium():
+    return gpt2("gpt2_medium", 24, 1024, 16, "medium (355 M)",
+                "openai-community/gpt2-medium config.json")
+
+
+def tiny_gpt():
+    """A test fixture: GPT-2's graph at two layers, d = 32, four heads, a vocabulary of 97 and
+    a context of 128 tokens (the Azure trace's 53 requests that fit it), so that a software
+    CUDA stand-in serves it in seconds."""
+    s2s = dict(GPT2_S2S, ref_enc=60, ref_dec=40, max_enc=126, max_dec=126, max_context=128)
+    m = gpt2("tiny_gpt", 2, 32, 4, "test fixture", "openai-community/gpt2 config.json (shapes scaled down)",
+             V=97, P=128, s2s=s2s)
+    m.header = ["A test fixture (tests/fixtures/): GPT-2's graph at 2 layers, d = 32, 4 heads,",
+                "a vocabulary of 97 and a 128-token context; see models/gpt2.toml for the model."]
+    return m
+
+
 # --------------------------------------------------------------------------
 # Targets (shared/reference/models.md and models_calc_*.py)
 # --------------------------------------------------------------------------
 
-MODELS = [resnet50, vgg16, mobilenet_v1, bert_base, transformer_base, gnmt, las]
+MODELS = [resnet50, vgg16, mobilenet_v1, bert_base, transformer_base, gnmt, las, gpt2, gpt2_medium]
+# written to tests/fixtures/ instead of models/
+FIXTURES = [tiny_gpt]
+
+
+def gpt2_params(V, P, layers, d):
+    """wte + wpe + per layer (two LNs 4d, Q|K|V 3d^2 + 3d, proj d^2 + d, fc 4d^2 + 4d,
+    fc_proj 4d^2 + d) + ln_f; the lm_head is tied."""
+    return V * d + P * d + layers * (12 * d * d + 13 * d) + 2 * d
 
 TARGET_PARAMS = {
     "resnet50": 25_557_032,
@@ -988,7 +1134,13 @@ TARGET_PARAMS = {
     "transformer_base": 61_362_176,
     "gnmt": 210_880_513,
     "las": 14_286_125,
+    # openai-community/gpt2 and gpt2-medium (their published counts), and the formula
+    "gpt2": 124_439_808,
+    "gpt2_medium": 354_823_168,
+    "tiny_gpt": gpt2_params(97, 128, 2, 32),
 }
+assert TARGET_PARAMS["gpt2"] == gpt2_params(50257, 1024, 12, 768)
+assert TARGET_PARAMS["gpt2_medium"] == gpt2_params(50257, 1024, 24, 1024)
 
 
 def mac_checks(name, tot):
@@ -1013,6 +1165,12 @@ def mac_checks(name, tot):
         enc = sum(enc_steps.values()) + src.get(1, 0)
         return [("encoder MACs per src token", enc, 47_185_920),
                 ("decoder MACs per step", dec, 88_805_376)]
+    if name in ("gpt2", "gpt2_medium", "tiny_gpt"):
+        # per layer, d -> 3d, d -> d, d -> 4d, 4d -> d: 12 d^2; the logits d x vocabulary
+        layers, d, V = {"gpt2": (12, 768, 50257), "gpt2_medium": (24, 1024, 50257),
+                        "tiny_gpt": (2, 32, 97)}[name]
+        return [("prefill MACs per prompt token", src.get(1, 0), layers * 12 * d * d),
+                ("decode MACs per step", dec, layers * 12 * d * d + d * V)]
     if name == "las":
         per_frame = sum(v / k[2] for k, v in enc_steps.items())
         return [("listener MACs per frame", per_frame, 2_899_968),
@@ -1059,7 +1217,7 @@ def main():
     ok = True
     rows = []
     texts = []
-    for build in MODELS:
+    for build in MODELS + FIXTURES:
         built = build()
         body = emit_body(built)
         try:
@@ -1079,7 +1237,8 @@ def main():
         rows.append((m.name, "params", tot["params"], TARGET_PARAMS[m.name]))
         for label, got, want in checks:
             rows.append((m.name, label, got, want))
-        texts.append((m.name, emit_header(built, summary_lines(m, info, tot, checks)) + body))
+        where = "fixtures" if build in FIXTURES else "models"
+        texts.append((m.name, where, emit_header(built, summary_lines(m, info, tot, checks)) + body))
 
     w = max(len(r[1]) for r in rows) if rows else 10
     print(f"{'model':18s} {'quantity':{w}s} {'computed':>16s} {'target':>16s}  ")
@@ -1092,11 +1251,13 @@ def main():
         print("MISMATCH or error: nothing written", file=sys.stderr)
         return 1
     if not args.check:
-        os.makedirs(args.out, exist_ok=True)
-        for name, text in texts:
-            with open(os.path.join(args.out, f"{name}.toml"), "w") as f:
+        fixtures = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures")
+        for name, where, text in texts:
+            out = args.out if where == "models" else fixtures
+            os.makedirs(out, exist_ok=True)
+            with open(os.path.join(out, f"{name}.toml"), "w") as f:
                 f.write(text)
-        print(f"wrote {len(texts)} files to {os.path.normpath(args.out)}")
+        print(f"wrote {len(texts)} files to {os.path.normpath(args.out)} and tests/fixtures")
     return 0
 
 

@@ -33,7 +33,7 @@ pub(super) struct RunArgs {
     /// Arrival rate as a multiple of the serial capacity (1 / single-input latency).
     #[arg(long, allow_negative_numbers = true)]
     load: Option<f64>,
-    /// Arrival trace (one `TIME_MS [ENC DEC]` per line) instead of Poisson traffic.
+    /// Arrival trace (one `TIME_MS [ENC OUT]` per line: source steps and output tokens) instead of Poisson traffic.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["rate", "load"])]
     trace: Option<PathBuf>,
     #[command(flatten)]

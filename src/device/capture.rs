@@ -9,8 +9,9 @@ use crate::graph::Model;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// Final outputs per request input key: the last node's rows (every step for seq2seq models),
-/// then the input of a final argmax.
+/// Final outputs per request input key, in the order they are computed: the last node's rows
+/// (every step for seq2seq models) and a decoder-only model's first token, each after the
+/// input of its argmax.
 pub type Captured = HashMap<u64, Vec<f32>>;
 
 /// Which outputs a real device records.
@@ -65,6 +66,17 @@ impl Capture {
         }
     }
 
+    /// An empty capture recording `mode` that keeps this one's front end exchange (inputs
+    /// still come from it, final outputs still go to it): what
+    /// [`crate::device::Device::set_capture`] installs.
+    pub(crate) fn recording(&mut self, mode: CaptureMode) -> Self {
+        Capture {
+            mode,
+            exchange: self.exchange.take(),
+            ..Capture::default()
+        }
+    }
+
     /// A capture of final outputs for a front end's exchange `x` (none: nothing captured):
     /// what [`crate::device::Device::set_exchange`] installs on a real device.
     pub(crate) fn exchanging(x: Option<Arc<Exchange>>) -> Self {
@@ -77,6 +89,15 @@ impl Capture {
             exchange: x,
             ..Capture::default()
         }
+    }
+
+    /// What was recorded so far, leaving nothing recorded in its place (and recording off)
+    /// but the front end's exchange: what [`crate::device::Device::take_captured`] returns.
+    pub(crate) fn take(&mut self) -> Capture {
+        let exchange = self.exchange.take();
+        let recorded = std::mem::take(self);
+        self.exchange = exchange;
+        recorded
     }
 
     /// The front end's exchange, when serving one.
@@ -100,16 +121,22 @@ impl Capture {
     }
 
     /// True when node `i`'s rows belong to the final outputs: the last node of its model (of
-    /// its part, for co-located models), or the input of that node when it is an argmax.
+    /// its part, for co-located models) and a decoder-only model's prefill argmax (its first
+    /// token), or the input of such a node when it is an argmax.
     fn is_output(&self, model: &Model, i: usize) -> bool {
         let last = match model.parts.get(usize::from(model.node_part[i])) {
             Some(p) => p.end as usize - 1,
             None => model.nodes.len() - 1,
         };
-        i == last
-            || (self.mode != CaptureMode::Answers
-                && matches!(model.nodes[last].op, Op::Argmax)
-                && model.nodes[last].inputs[0].node.idx() == i)
+        let emits = |j: usize| j == last || model.emits_first_token(crate::graph::NodeId(j as u32));
+        let feeds_an_emitting_argmax = || {
+            model.nodes.iter().any(|n| {
+                emits(n.id.idx())
+                    && matches!(n.op, Op::Argmax)
+                    && n.inputs.first().is_some_and(|x| x.node.idx() == i)
+            })
+        };
+        emits(i) || (self.mode != CaptureMode::Answers && feeds_an_emitting_argmax())
     }
 
     /// True when node `i`'s rows are to be recorded.

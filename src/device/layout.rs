@@ -192,9 +192,14 @@ impl Layout {
         };
         match inp.view {
             View::Same => {
-                let pos = match self.nodes[p].storage {
-                    Storage::Static if pn.out.rows == Rows::One => 0,
-                    Storage::Static => r,
+                let pos = match (self.nodes[p].storage, &node.op) {
+                    (Storage::Static, _) if pn.out.rows == Rows::One => 0,
+                    // a take reads its row (counted back from the last, `from_end`)
+                    (Storage::Static, Op::Take { row, from_end }) => match from_end {
+                        true => Self::valid_rows(model, p, len).saturating_sub(1 + row),
+                        false => *row,
+                    },
+                    (Storage::Static, _) => r,
                     _ => self.pos(model, p, step, len),
                 };
                 emit(Seg {
@@ -203,7 +208,18 @@ impl Layout {
                     len: fw,
                 });
             }
-            View::Prev => {
+            View::PrevOr(init) if step == 0 => {
+                // a decoder-only model's first token, chosen by its prefill
+                emit(Seg {
+                    src: Src::Node {
+                        node: init.idx(),
+                        off: self.offset(init.idx(), slot, 0),
+                    },
+                    dst,
+                    len: fw,
+                });
+            }
+            View::Prev | View::PrevOr(_) => {
                 if step == 0 {
                     let start = if matches!(pn.op, Op::Argmax) {
                         1.0

@@ -380,13 +380,10 @@ pub fn wmt19_mean_alone_latency(
     let Some(seq) = &model.seq else {
         return Ok((alone_latency(device, model, model.ref_lengths())?, None));
     };
-    let joint = crate::traffic::lengths::JointLengths::wmt19()?;
+    let joint = crate::traffic::lengths::JointLengths::for_seq(seq)?;
     let (mut sum, mut count) = (0.0f64, 0u64);
-    for ((en, de), n) in joint.pairs() {
-        let len = Lengths {
-            enc: crate::traffic::lengths::to_steps(en, seq.enc_scale, seq.max_enc),
-            dec: crate::traffic::lengths::to_steps(de, seq.dec_scale, seq.max_dec),
-        };
+    for (pair, n) in joint.pairs() {
+        let len = crate::traffic::lengths::lengths_of(seq, pair);
         sum += alone_latency(device, model, len)?.0 as f64 * n as f64;
         count += n;
     }

@@ -122,9 +122,11 @@ pub trait Device {
     /// for `verify` and device-against-device checks). Called between runs, while no request is
     /// part-way through the model: what a real device computes may depend on what is captured
     /// (the CPU device runs a depthwise convolution inside the 1×1 convolution that reads it
-    /// unless the capture wants its output).
+    /// unless the capture wants its output). A front end's exchange stays: inputs still come
+    /// from it, and final outputs go to it as requests complete.
     fn set_capture(&mut self, _mode: capture::CaptureMode) {}
-    /// What was recorded since [`Device::set_capture`] (empty for model devices).
+    /// What was recorded since [`Device::set_capture`] (empty for model devices); recording
+    /// stops, a front end's exchange stays.
     fn take_captured(&mut self) -> capture::Capture {
         capture::Capture::default()
     }

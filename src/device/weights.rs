@@ -28,11 +28,13 @@ fn gain(act: Act) -> f32 {
     }
 }
 
-/// Node `n`'s weights: the model's own (an imported model's), else generated from `seed`.
+/// Node `n`'s weights: the model's own (an imported model's), else generated from `seed`; a
+/// node that shares another's parameters (`shares`) gets that node's.
 pub(crate) fn of(model: &Model, n: &Node, seed: u64) -> Weights {
-    match model.imported.of(n) {
+    let owner = n.shares.map_or(n, |o| model.node(o));
+    match model.imported.of(owner) {
         Some(w) => w.clone(),
-        None => generate(model, n, seed),
+        None => generate(model, owner, seed),
     }
 }
 

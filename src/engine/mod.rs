@@ -400,6 +400,7 @@ impl<'a> Server<'a> {
             }
             let mut q = Request::new(id, a.time, a.sla.unwrap_or(self.setup.sla.nanos()), a.len);
             (q.part, q.class) = (a.part, a.class);
+            q.tokens = self.setup.model.tokens_of(usize::from(a.part), a.len);
             if let Some(k) = a.key {
                 q.key = k;
             }
@@ -605,6 +606,14 @@ impl<'a> Server<'a> {
             && node
                 .loop_id
                 .is_some_and(|l| model.loops[l.0 as usize].last == at.node);
+        if model.emits_first_token(at.node) {
+            // a prefill's argmax: the first output token, before any decoder step
+            if let Some(top) = self.table.top() {
+                for &r in &top.members {
+                    self.requests.get_mut(r).first_token.get_or_insert(done_at);
+                }
+            }
+        }
         if ends_dec_step {
             // the top entry's members, in the order of the device's members (their steps)
             if let Some(top) = self.table.top() {

@@ -131,7 +131,7 @@ fn decoder_steps_done(key_offset: u64) {
             .collect();
         let tpot_max = per.iter().max().unwrap().as_ms();
         assert_eq!(tpot.max, tpot_max, "{name}");
-        let tokens: u64 = out.requests.iter().map(|q| u64::from(q.len.dec)).sum();
+        let tokens: u64 = out.requests.iter().map(|q| u64::from(q.tokens)).sum();
         let span = out
             .requests
             .iter()
@@ -186,5 +186,140 @@ fn the_first_token_comes_when_the_first_decoder_step_ends() {
         let (one, many) = (alone(1), alone(12));
         assert_eq!(many.first_token, one.completion, "{name}");
         assert_eq!(one.first_token, one.completion, "{name}");
+    }
+}
+
+/// GPT-2's prefill chooses the first token: served alone, a request's first token comes when
+/// its last static node (the prefill's argmax) ends — the sum of the prefill's node times —,
+/// it outputs its decoder steps plus one token, and its time per output token spreads the
+/// decode steps over the tokens after the first.
+#[test]
+fn a_decoder_only_models_first_token_comes_when_its_prefill_ends() {
+    let (m, npu, pred) = bench("gpt2");
+    let setup = Setup {
+        keep: crate::metrics::KeepRecords {
+            requests: true,
+            ..Default::default()
+        },
+        ..Setup::new(
+            &m,
+            &pred,
+            Sla::from_ms(1e4).unwrap(),
+            MaxBatch::new(8).unwrap(),
+        )
+    };
+    let len = Lengths { enc: 40, dec: 9 };
+    let mut pol = policy::parse("serial", 8).unwrap();
+    let out = run(
+        &setup,
+        &mut npu.clone(),
+        pol.as_mut(),
+        &mut VirtualClock::new(),
+        &[Arrival {
+            len,
+            ..Arrival::default()
+        }],
+    )
+    .unwrap();
+    let q = &out.requests[0];
+    // the prefill: every static node once, alone, on a fresh copy of the device
+    let mut dev = npu.clone();
+    let prefill: u64 = m
+        .nodes
+        .iter()
+        .filter(|n| n.class == Class::Static)
+        .map(|n| {
+            let at = NodeStep {
+                node: n.id,
+                step: 0,
+            };
+            dev.execute(&m, at, &[Member::alone(len, 0)])
+                .unwrap()
+                .time
+                .0
+        })
+        .sum();
+    assert_eq!(q.first_token, Some(q.arrival + Nanos(prefill)));
+    assert_eq!(q.tokens, 10);
+    let st = out.stats();
+    let tpot = st.tpot_ms.unwrap();
+    let want = Nanos((q.completion.unwrap() - q.first_token.unwrap()).0 / 9).as_ms();
+    assert_eq!((tpot.max, tpot.mean), (want, want));
+    let span = (q.completion.unwrap() - q.arrival).as_secs();
+    assert_eq!(st.tokens_per_s, Some(10.0 / span));
+}
+
+/// Every GPT-2 request under LazyB has its first token from the moment its prefill's argmax
+/// ran, before any of its decoder steps, and ends with all of its decoder steps done.
+#[test]
+fn a_decoder_only_models_requests_get_their_first_token_from_the_prefill() {
+    struct Watch {
+        inner: Box<dyn Policy>,
+        checked: usize,
+    }
+    impl Policy for Watch {
+        fn name(&self) -> String {
+            "watch".into()
+        }
+        fn cell_nodes(&self, model: &Model) -> Vec<bool> {
+            self.inner.cell_nodes(model)
+        }
+        fn decide(&mut self, v: &View) -> Decision {
+            for e in v.table.entries() {
+                let decoder = v.model.node(e.next.node).class == Class::Decoder;
+                for &r in &e.members {
+                    // in the decoder: the prefill has chosen the first token; before: not yet
+                    assert_eq!(v.request(r).first_token.is_some(), decoder, "{r:?}");
+                    self.checked += 1;
+                }
+            }
+            self.inner.decide(v)
+        }
+    }
+    let (m, mut npu, pred) = bench("gpt2");
+    // (four slots for many arrivals: requests wait, so the policy is asked, and the watch looks,
+    // at every node)
+    let arrivals: Vec<_> = crate::traffic::generate(&m, (Default::default(), 200.0), 60, 4)
+        .unwrap()
+        .collect();
+    let mut pol = Watch {
+        inner: policy::parse("lazy", 8).unwrap(),
+        checked: 0,
+    };
+    let setup = Setup {
+        keep: crate::metrics::KeepRecords {
+            requests: true,
+            ..Default::default()
+        },
+        ..Setup::new(
+            &m,
+            &pred,
+            Sla::from_ms(5e3).unwrap(),
+            MaxBatch::new(4).unwrap(),
+        )
+    };
+    let out = run(
+        &setup,
+        &mut npu,
+        &mut pol,
+        &mut VirtualClock::new(),
+        &arrivals,
+    )
+    .unwrap();
+    assert!(
+        pol.checked > 10_000 && out.counters.preemptions > 0,
+        "{} {:?}",
+        pol.checked,
+        out.counters
+    );
+    for q in &out.requests {
+        assert_eq!(
+            (q.dec_done, q.tokens),
+            (q.len.dec, q.len.dec + 1),
+            "{:?}",
+            q.id
+        );
+        assert!(q.first_issue.unwrap() < q.first_token.unwrap());
+        assert!(q.first_token.unwrap() < q.completion.unwrap());
     }
 }

@@ -335,12 +335,16 @@ fn embedding(
         positions,
         token_types,
         tied,
+        after_src,
     } = op
     else {
         return Err("internal: not an embedding op".into());
     };
     let tied_table = env.tied_table;
     want_inputs(ins, 1)?;
+    if *after_src && !env.in_decoder_loop {
+        return Err("after_src places a decoder step's position after the source: it is for an embedding in a decoder loop".into());
+    }
     if vec1(&ins[0])? != 1 {
         return Err("expects token ids (rows of [1])".into());
     }
@@ -459,8 +463,11 @@ fn attention(
             c.moves(dq as u64, dv as u64);
             TensorShape::new(Rows::One, vec![dv])
         }
-        AttnMode::SelfAttn => {
-            want_inputs(ins, 1)?;
+        AttnMode::SelfAttn | AttnMode::Causal => {
+            let prefix = in_decoder_loop && ins.len() == 2;
+            if !prefix {
+                want_inputs(ins, 1)?;
+            }
             let d3 = vec1(&ins[0])?;
             if d3 % 3 != 0 || (d3 / 3) % heads != 0 {
                 return Err(format!(
@@ -469,11 +476,24 @@ fn attention(
                 .into());
             }
             let d = d3 / 3;
+            if *mode == AttnMode::Causal && in_decoder_loop {
+                return Err(
+                    "causal attention masks a whole sequence outside a loop; in a decoder loop, self-attention over its cache is causal already"
+                        .into(),
+                );
+            }
             if in_decoder_loop != (ins[0].rows == Rows::One) {
                 return Err(
                     "self-attention needs a whole sequence outside a decoder loop, and one row inside"
                         .into(),
                 );
+            }
+            if prefix && (vec1(&ins[1])? != d3 || !ins[1].rows.is_sequence()) {
+                return Err(format!(
+                    "a decoder self-attention's second input is the prompt's packed Q|K|V: a sequence of [{d3}], got {} rows of {:?}",
+                    ins[1].rows, ins[1].feat
+                )
+                .into());
             }
             c.attn = Some(AttnCost {
                 heads: heads as u64,
@@ -529,7 +549,7 @@ fn take(
     c: &mut NodeCost,
     _env: Env,
 ) -> Result<TensorShape, ShapeError> {
-    let Op::Take { row } = op else {
+    let Op::Take { row, from_end } = op else {
         return Err("internal: not a take op".into());
     };
     want_inputs(ins, 1)?;
@@ -538,6 +558,9 @@ fn take(
         Rows::Fixed(n) if (*row as u32) < n => {}
         Rows::Fixed(n) => return Err(format!("row {row} out of range 0..{n}").into()),
         _ if *row == 0 => {}
+        r if *from_end => {
+            return Err(format!("row {row} from the end may not exist in a {r}-row input").into())
+        }
         r => return Err(format!("row {row} may not exist in a {r}-row input").into()),
     }
     c.moves(d as u64, d as u64);

@@ -77,6 +77,9 @@ pub enum View {
     Same,
     /// The producer's value at the previous step of the same loop.
     Prev,
+    /// [`View::Prev`], but at step 0 the one-row value of this static node (a decoder-only
+    /// model's first token, chosen by its prefill) instead of zeros or the start token.
+    PrevOr(NodeId),
     /// The producer's loop outputs collected into a sequence (one row per position).
     Collected,
     /// `ratio` consecutive rows of a sequence, at this node's step (from the end if `reverse`).
@@ -129,6 +132,9 @@ pub struct Node {
     pub line: usize,
     /// Which input's row count gives the attention key count (None: not key-driven).
     pub keys: Keys,
+    /// The earlier node whose parameters this one uses (`shares` in the file): a decoder-only
+    /// model's decode steps run the layers of its prefill. Its own parameter count is 0.
+    pub shares: Option<NodeId>,
 }
 
 impl Node {
@@ -152,8 +158,8 @@ impl Node {
     pub(crate) fn carried(&self) -> Carried {
         match (&self.op, self.keys) {
             (Op::Lstm { hidden, .. }, _) => Carried::Hidden(*hidden),
-            (Op::Attention { .. }, Keys::Cache) => Carried::KeysValues,
-            (Op::Attention { .. }, Keys::None | Keys::OwnRows | Keys::Seq(_))
+            (Op::Attention { .. }, Keys::Cache | Keys::PrefixCache(_)) => Carried::KeysValues,
+            (Op::Attention { .. }, Keys::None | Keys::OwnRows | Keys::Causal | Keys::Seq(_))
             | (
                 Op::Input { .. }
                 | Op::Conv2d { .. }
@@ -196,6 +202,10 @@ pub enum Keys {
     OwnRows,
     /// Cached decoder self-attention: step + 1 keys.
     Cache,
+    /// Masked self-attention over the node's own rows: row `r` sees rows `0..=r`.
+    Causal,
+    /// Cached decoder self-attention after a prompt: the prompt's rows, then step + 1 keys.
+    PrefixCache(Rows),
     /// The rows of a sequence input.
     Seq(Rows),
 }
@@ -225,6 +235,10 @@ impl Loop {
     }
 }
 
+/// The built-in length distributions a model's `[seq2seq] lengths` may name (their data:
+/// `data/wmt/`, `data/llm/`; drawn from in `traffic::lengths`).
+pub const LENGTH_DISTRIBUTIONS: &[&str] = &["wmt-ende", "azure-conv-2023"];
+
 /// Sequence settings of a seq2seq model (`[seq2seq]` in the file).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SeqConfig {
@@ -242,6 +256,26 @@ pub struct SeqConfig {
     pub max_enc: u32,
     /// Longest decoder length.
     pub max_dec: u32,
+    /// The most source and output tokens one request may hold together (`max_context`, a
+    /// decoder-only model's context window): a request's lengths are drawn only from pairs
+    /// that fit. None: no joint bound (each length clamped to its maximum alone).
+    pub max_context: Option<u32>,
+    /// True when the model's prefill (a static argmax before the decoder loop) emits the
+    /// first output token, so that a request's tokens are its decoder steps plus one; set by
+    /// the loader from the graph, not a file key.
+    pub prefill_token: bool,
+}
+
+impl SeqConfig {
+    /// Decoder steps for a request that outputs `tokens` tokens (at least one step).
+    pub fn steps_for_tokens(&self, tokens: u32) -> u32 {
+        tokens.saturating_sub(u32::from(self.prefill_token)).max(1)
+    }
+
+    /// Output tokens of a request with `dec` decoder steps.
+    pub fn tokens_for_steps(&self, dec: u32) -> u32 {
+        dec + u32::from(self.prefill_token)
+    }
 }
 
 /// A validated model.
@@ -520,14 +554,22 @@ impl Model {
         };
         let keys = match node.keys {
             Keys::None => 0,
-            Keys::OwnRows => rows,
+            Keys::OwnRows | Keys::Causal => rows,
             Keys::Cache => u64::from(at.step) + 1,
+            Keys::PrefixCache(r) => r.count(len.enc) + u64::from(at.step) + 1,
             Keys::Seq(r) => r.count(len.enc),
+        };
+        // a masked row r sees r + 1 keys: rows (rows + 1) / 2 pairs
+        let pairs = match node.keys {
+            Keys::Causal => rows * (rows + 1) / 2,
+            Keys::None | Keys::OwnRows | Keys::Cache | Keys::PrefixCache(_) | Keys::Seq(_) => {
+                rows * keys
+            }
         };
         Work {
             batch: 1,
             rows,
-            pairs: rows * keys,
+            pairs,
             max_keys: keys,
         }
     }
@@ -562,8 +604,8 @@ impl Model {
         let rows_free = node.loop_id.is_some() || !matches!(node.out.rows, Rows::Src { .. });
         let keys_free = match node.keys {
             Keys::None => true,
-            Keys::OwnRows => rows_free,
-            Keys::Cache => false,
+            Keys::OwnRows | Keys::Causal => rows_free,
+            Keys::Cache | Keys::PrefixCache(_) => false,
             Keys::Seq(r) => !matches!(r, Rows::Src { .. }),
         };
         rows_free && keys_free
@@ -575,7 +617,10 @@ impl Model {
     pub(crate) fn node_depends_on_enc(&self, n: NodeId) -> bool {
         let node = &self.nodes[n.idx()];
         let rows = node.loop_id.is_none() && matches!(node.out.rows, Rows::Src { .. });
-        let keys = matches!(node.keys, Keys::Seq(Rows::Src { .. }));
+        let keys = matches!(
+            node.keys,
+            Keys::Seq(Rows::Src { .. }) | Keys::PrefixCache(Rows::Src { .. })
+        );
         rows || keys
     }
 
@@ -585,6 +630,27 @@ impl Model {
             .seq
             .as_ref()
             .map_or(1, |s| s.max_enc.max(1))
+    }
+
+    /// True when executing node `n` gives a request its first output token before its decoder
+    /// loop: a static argmax (a decoder-only model's prefill choosing the first token).
+    pub(crate) fn emits_first_token(&self, n: NodeId) -> bool {
+        let node = &self.nodes[n.idx()];
+        node.class == Class::Static
+            && matches!(node.op, Op::Argmax)
+            && self.parts[self.part_of(n)]
+                .seq
+                .as_ref()
+                .is_some_and(|s| s.prefill_token)
+    }
+
+    /// Output tokens of a request of part `p` at lengths `len`: its decoder steps, plus the
+    /// prefill's token where the prefill emits one; 0 for a model without a decoder.
+    pub fn tokens_of(&self, p: usize, len: Lengths) -> u32 {
+        self.parts[p]
+            .seq
+            .as_ref()
+            .map_or(0, |s| s.tokens_for_steps(len.dec))
     }
 
     /// MACs of one request end to end at lengths `len` (batch 1).

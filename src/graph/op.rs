@@ -80,8 +80,12 @@ pub enum AttnMode {
     Additive,
     /// Dot-product content attention (LAS): inputs query, keys, values.
     Dot,
-    /// Multi-head self-attention over packed Q|K|V; cached (causal) in a decoder loop.
+    /// Multi-head self-attention over packed Q|K|V; cached (causal) in a decoder loop, where a
+    /// second input (a static packed Q|K|V sequence: a decoder-only model's prompt) comes first.
     SelfAttn,
+    /// Masked (causal) multi-head self-attention over packed Q|K|V outside a loop: each row
+    /// attends to itself and the rows before it (a decoder-only model's prefill).
+    Causal,
     /// Multi-head cross-attention: q and a packed K|V sequence.
     Cross,
 }
@@ -178,6 +182,10 @@ pub enum Op {
         token_types: usize,
         /// Shares the table of this embedding node.
         tied: Option<String>,
+        /// In a decoder loop: positions continue after the source rows (step `s` of a request
+        /// whose source has `enc` rows sits at position `enc + s`: a decoder-only model's
+        /// decode steps follow its prompt); otherwise a step's position is the step.
+        after_src: bool,
     },
     /// One LSTM cell step: fused gate GEMM plus pointwise update, state kept per request.
     Lstm {
@@ -197,8 +205,10 @@ pub enum Op {
     Argmax,
     /// One row of a sequence.
     Take {
-        /// Which row.
+        /// Which row (counted from the last when `from_end`).
         row: usize,
+        /// Count `row` back from the last row (0: the last), whatever the sequence's length.
+        from_end: bool,
     },
 }
 
@@ -223,6 +233,93 @@ impl Op {
             Op::Argmax => "argmax",
             Op::Take { .. } => "take",
         }
+    }
+
+    /// Why a node of this op may not use the parameters of a node of `owner`'s op (a node's
+    /// `shares`), or None when it may: the same kind, with parameters of the same shapes (the
+    /// loader checks the input and output widths beside). Only ops with parameters share.
+    pub(crate) fn share_mismatch(&self, owner: &Op) -> Option<String> {
+        let same = match (self, owner) {
+            (
+                Op::Linear {
+                    out_features: a,
+                    bias: ba,
+                    tied: ta,
+                    ..
+                },
+                Op::Linear {
+                    out_features: b,
+                    bias: bb,
+                    tied: tb,
+                    ..
+                },
+            ) => a == b && ba == bb && ta.is_none() && tb.is_none(),
+            (
+                Op::Embedding {
+                    vocab: va,
+                    dim: da,
+                    positional: pa,
+                    positions: qa,
+                    token_types: ta,
+                    tied: None,
+                    ..
+                },
+                Op::Embedding {
+                    vocab: vb,
+                    dim: db,
+                    positional: pb,
+                    positions: qb,
+                    token_types: tb,
+                    tied: None,
+                    ..
+                },
+            ) => (va, da, pa, qa, ta) == (vb, db, pb, qb, tb),
+            (Op::LayerNorm { .. }, Op::LayerNorm { .. }) | (Op::BatchNorm, Op::BatchNorm) => true,
+            (Op::Conv2d { .. }, Op::Conv2d { .. }) | (Op::Lstm { .. }, Op::Lstm { .. }) => {
+                self == owner
+            }
+            (
+                Op::Attention {
+                    mode: AttnMode::Additive,
+                    ..
+                },
+                _,
+            ) => self == owner,
+            (
+                Op::Input { .. }
+                | Op::Pool { .. }
+                | Op::Flatten
+                | Op::Add { .. }
+                | Op::Concat
+                | Op::Activation { .. }
+                | Op::Softmax
+                | Op::Attention { .. }
+                | Op::Argmax
+                | Op::Take { .. },
+                _,
+            ) => {
+                return Some(format!(
+                    "op {} has no parameters to share",
+                    self.kind_name()
+                ))
+            }
+            (
+                Op::Linear { .. }
+                | Op::Embedding { .. }
+                | Op::LayerNorm { .. }
+                | Op::BatchNorm
+                | Op::Conv2d { .. }
+                | Op::Lstm { .. },
+                _,
+            ) => false,
+        };
+        (!same).then(|| {
+            format!(
+                "a {} shares only the parameters of a {} with the same sizes and options (untied)",
+                self.kind_name(),
+                self.kind_name()
+            )
+        })
     }
 
     /// True when the op is a depthwise convolution (runs on the vector unit of the NPU).

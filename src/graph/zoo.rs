@@ -40,19 +40,29 @@ const BUILTIN: &[(&str, &[&str], &str)] = &[
         &["lstm"],
         include_str!("../../models/lstm_stack.toml"),
     ),
+    ("gpt2", &["gpt-2"], include_str!("../../models/gpt2.toml")),
+    (
+        "gpt2_medium",
+        &["gpt2-medium", "gpt-2-medium"],
+        include_str!("../../models/gpt2_medium.toml"),
+    ),
 ];
+
+/// The built-in models past the paper's seven: `lstm_stack` (the cellular-batching comparison's
+/// pure-RNN workload) and the decoder-only language models.
+const BEYOND_THE_PAPER: &[&str] = &["lstm_stack", "gpt2", "gpt2_medium"];
 
 /// Names of the paper's seven models, in the paper's order.
 pub fn builtin_names() -> Vec<&'static str> {
     BUILTIN
         .iter()
         .map(|(n, _, _)| *n)
-        .filter(|n| *n != "lstm_stack")
+        .filter(|n| !BEYOND_THE_PAPER.contains(n))
         .collect()
 }
 
-/// Every built-in model: the paper's seven and `lstm_stack`, the pure-RNN workload of the
-/// cellular-batching comparison.
+/// Every built-in model: the paper's seven, `lstm_stack`, the pure-RNN workload of the
+/// cellular-batching comparison, and GPT-2 small and medium, decoder-only language models.
 pub fn all_names() -> Vec<&'static str> {
     BUILTIN.iter().map(|(n, _, _)| *n).collect()
 }

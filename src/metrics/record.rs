@@ -247,10 +247,10 @@ impl Tally {
         }
         if let Some(first) = q.first_token {
             self.ttft.record(first - q.arrival)?;
-            self.tokens += u64::from(q.len.dec);
-            if q.len.dec >= 2 {
+            self.tokens += u64::from(q.tokens);
+            if q.tokens >= 2 {
                 self.tpot
-                    .record(Nanos((at - first).0 / u64::from(q.len.dec - 1)))?;
+                    .record(Nanos((at - first).0 / u64::from(q.tokens - 1)))?;
             }
         }
         self.hist

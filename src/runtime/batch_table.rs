@@ -85,7 +85,8 @@ impl BatchTable {
     }
 
     /// Prepares for `model`: which nodes every member leaves for the next node at its own step
-    /// (so that advancing past them touches no member).
+    /// (so that advancing past them touches no member), and whose running tells the engine
+    /// nothing (not a prefill's first token).
     pub(crate) fn set_model(&mut self, model: &Model) {
         self.straight = model
             .nodes
@@ -95,7 +96,8 @@ impl BatchTable {
                     .loop_id
                     .is_some_and(|l| model.loops[l.0 as usize].last == n.id);
                 let ends_part = n.id.0 + 1 >= model.parts[model.part_of(n.id)].end;
-                !ends_loop && !ends_part
+                // (the engine records a prefill's first token as its argmax runs)
+                !ends_loop && !ends_part && !model.emits_first_token(n.id)
             })
             .collect();
         // runs of straight nodes of one class (so that device time can be told by class)

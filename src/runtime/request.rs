@@ -27,8 +27,12 @@ pub struct Request {
     pub completion: Option<Nanos>,
     /// Decoder steps it has finished (seq2seq).
     pub dec_done: u32,
-    /// When its first decoder step ended: its first output token (models with a decoder).
+    /// When its first output token came (models with a decoder): the end of its first decoder
+    /// step, or of its prefill where the prefill emits the first token.
     pub first_token: Option<Nanos>,
+    /// Output tokens it produces (models with a decoder): its decoder steps, plus one where the
+    /// prefill emits the first token ([`crate::graph::Model::tokens_of`]).
+    pub tokens: u32,
     /// The co-located model it is for (0 for a single model).
     pub part: u16,
     /// Its SLA class (0 without classes).
@@ -50,6 +54,7 @@ impl Request {
             completion: None,
             dec_done: 0,
             first_token: None,
+            tokens: len.dec,
             part: 0,
             class: 0,
             key: u64::from(id.0),

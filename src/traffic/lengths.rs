@@ -1,6 +1,10 @@
-//! Sequence lengths: the WMT newstest En→De histograms embedded from `data/wmt/` — the profiled
-//! output-length distribution (2014–2018 pooled, German side) that sets `dec_timesteps`, and the
-//! joint (source, target) distribution of 2019 that actual request lengths are drawn from.
+//! Sequence lengths, one built-in distribution per `[seq2seq] lengths` name: the WMT newstest
+//! En→De histograms embedded from `data/wmt/` — the profiled output-length distribution
+//! (2014–2018 pooled, German side) that sets `dec_timesteps`, and the joint (source, target)
+//! distribution of 2019 that actual request lengths are drawn from — and the Azure LLM inference
+//! trace 2023 (conversation) from `data/llm/`, whose first half hour profiles and whose rest
+//! gives the (prompt, output) tokens of requests. A model with a `max_context` draws only the
+//! pairs that fit it; one without clamps each length to its maximum.
 
 use crate::error::{Error, Result};
 use crate::graph::{Lengths, Model, SeqConfig};
@@ -8,6 +12,68 @@ use rand::Rng;
 
 const PROFILE_CSV: &str = include_str!("../../data/wmt/newstest2014-2018-ende-lengths.csv");
 const TEST_JOINT_CSV: &str = include_str!("../../data/wmt/newstest2019-ende-joint.csv");
+const AZURE_PROFILE_CSV: &str = include_str!("../../data/llm/azure-conv-2023-profile.csv");
+const AZURE_JOINT_CSV: &str = include_str!("../../data/llm/azure-conv-2023-joint.csv");
+
+/// A built-in distribution's profile (`dec_timesteps`) and request data: (file text, its name
+/// in errors) each.
+struct Data {
+    profile: (&'static str, &'static str),
+    joint: (&'static str, &'static str),
+}
+
+/// The data of distribution `name` (one of [`crate::graph::LENGTH_DISTRIBUTIONS`]).
+fn data(name: &str) -> Result<Data> {
+    match name {
+        "wmt-ende" => Ok(Data {
+            profile: (PROFILE_CSV, "data/wmt/newstest2014-2018-ende-lengths.csv"),
+            joint: (TEST_JOINT_CSV, "data/wmt/newstest2019-ende-joint.csv"),
+        }),
+        "azure-conv-2023" => Ok(Data {
+            profile: (AZURE_PROFILE_CSV, "data/llm/azure-conv-2023-profile.csv"),
+            joint: (AZURE_JOINT_CSV, "data/llm/azure-conv-2023-joint.csv"),
+        }),
+        other => Err(Error::invalid(
+            "seq2seq.lengths",
+            format!(
+                "unknown length distribution '{other}' (known: {})",
+                crate::graph::LENGTH_DISTRIBUTIONS.join(", ")
+            ),
+        )),
+    }
+}
+
+/// The decoder steps of a request that outputs `out` words or tokens: `ceil(out × scale)`,
+/// one fewer before scaling where the model's prefill emits the first token.
+fn out_steps(seq: &SeqConfig, out: u32) -> u32 {
+    let decoded = if seq.prefill_token {
+        out.saturating_sub(1)
+    } else {
+        out
+    };
+    to_steps(decoded, seq.dec_scale, seq.max_dec)
+}
+
+/// Whether a (source, output) pair fits a model with a `max_context` without clamping: its
+/// steps within the maxima, its source steps and output tokens within the context. A model
+/// without one takes every pair (clamped).
+fn fits(seq: &SeqConfig, (src, out): (u32, u32)) -> bool {
+    let Some(ctx) = seq.max_context else {
+        return true;
+    };
+    let enc = (f64::from(src) * seq.enc_scale).ceil();
+    let dec = (f64::from(if seq.prefill_token {
+        out.saturating_sub(1)
+    } else {
+        out
+    }) * seq.dec_scale)
+        .ceil();
+    enc >= 1.0
+        && dec >= 1.0
+        && enc <= f64::from(seq.max_enc)
+        && dec <= f64::from(seq.max_dec)
+        && enc + dec + f64::from(u32::from(seq.prefill_token)) <= f64::from(ctx)
+}
 
 /// A discrete distribution of (source words, target words) pairs.
 #[derive(Clone, Debug)]
@@ -39,20 +105,43 @@ fn parse_rows(csv: &str, name: &str, cols: usize) -> Result<Vec<Vec<u64>>> {
 }
 
 impl JointLengths {
-    /// The WMT19 newstest En→De joint histogram (1,997 pairs).
-    pub(crate) fn wmt19() -> Result<Self> {
-        let rows = parse_rows(TEST_JOINT_CSV, "data/wmt/newstest2019-ende-joint.csv", 3)?;
+    /// A (source, output, count) table's pairs with a count, in order.
+    fn from_rows(rows: &[Vec<u64>], keep: impl Fn((u32, u32)) -> bool) -> Self {
         let mut pairs = Vec::new();
         let mut cum = Vec::new();
         let mut acc = 0;
         for r in rows {
-            if r[2] > 0 {
+            let pair = (r[0] as u32, r[1] as u32);
+            if r[2] > 0 && keep(pair) {
                 acc += r[2];
-                pairs.push((r[0] as u32, r[1] as u32));
+                pairs.push(pair);
                 cum.push(acc);
             }
         }
-        Ok(JointLengths { pairs, cum })
+        JointLengths { pairs, cum }
+    }
+
+    /// The WMT19 newstest En→De joint histogram (1,997 pairs).
+    pub(crate) fn wmt19() -> Result<Self> {
+        let rows = parse_rows(TEST_JOINT_CSV, "data/wmt/newstest2019-ende-joint.csv", 3)?;
+        Ok(Self::from_rows(&rows, |_| true))
+    }
+
+    /// The pairs a model's requests draw from: its distribution's request data, only the
+    /// pairs that fit it when it has a `max_context`.
+    pub(crate) fn for_seq(seq: &SeqConfig) -> Result<Self> {
+        let (text, file) = data(&seq.lengths)?.joint;
+        let joint = Self::from_rows(&parse_rows(text, file, 3)?, |p| fits(seq, p));
+        if joint.total() == 0 {
+            return Err(Error::invalid(
+                "seq2seq.max_context",
+                format!(
+                    "no request of '{}' fits the model (max_enc {}, max_dec {}, max_context {:?})",
+                    seq.lengths, seq.max_enc, seq.max_dec, seq.max_context
+                ),
+            ));
+        }
+        Ok(joint)
     }
 
     /// Number of sentence pairs.
@@ -89,14 +178,25 @@ impl JointLengths {
     }
 }
 
-/// The profiled output-length distribution (German words, newstest 2014–2018).
-pub fn profiled_output_lengths() -> Result<Vec<(u32, u64)>> {
-    let rows = parse_rows(
-        PROFILE_CSV,
-        "data/wmt/newstest2014-2018-ende-lengths.csv",
-        3,
-    )?;
-    Ok(rows.iter().map(|r| (r[0] as u32, r[2])).collect())
+/// The profiled output-length distribution of a model's length distribution: German words of
+/// newstest 2014–2018, or the output tokens of the Azure trace's first half hour (only the
+/// requests that fit the model when it has a `max_context`).
+pub fn profiled_output_lengths(seq: &SeqConfig) -> Result<Vec<(u32, u64)>> {
+    let (text, file) = data(&seq.lengths)?.profile;
+    let rows = parse_rows(text, file, 3)?;
+    if seq.lengths == "wmt-ende" {
+        // words,en_count,de_count
+        return Ok(rows.iter().map(|r| (r[0] as u32, r[2])).collect());
+    }
+    // prompt_tokens,generated_tokens,count: the outputs' histogram, by length
+    let mut by_out = std::collections::BTreeMap::new();
+    for r in &rows {
+        let pair = (r[0] as u32, r[1] as u32);
+        if fits(seq, pair) {
+            *by_out.entry(pair.1).or_insert(0) += r[2];
+        }
+    }
+    Ok(by_out.into_iter().collect())
 }
 
 /// Nearest-rank percentile (`coverage` in (0, 100]) of a (value, count) histogram.
@@ -127,8 +227,8 @@ pub fn dec_timesteps(seq: &SeqConfig, coverage: f64) -> Result<u32> {
             format!("must be in (0, 100], got {coverage}"),
         ));
     }
-    let words = percentile(&profiled_output_lengths()?, coverage);
-    Ok(to_steps(words, seq.dec_scale, seq.max_dec))
+    let out = percentile(&profiled_output_lengths(seq)?, coverage);
+    Ok(out_steps(seq, out))
 }
 
 /// Each (co-located) model's `dec_timesteps` (1 for static models) and the lengths it is
@@ -152,12 +252,17 @@ pub(crate) fn profiling_lengths(model: &Model, coverage: f64) -> Result<(Vec<u32
     Ok((dts, lens))
 }
 
-/// Draws a request's actual lengths (model steps) from the WMT19 joint histogram.
+/// Draws a request's actual lengths (model steps) from a joint histogram
+/// ([`JointLengths::for_seq`]).
 pub(crate) fn draw<R: Rng>(joint: &JointLengths, seq: &SeqConfig, rng: &mut R) -> Lengths {
-    let (en, de) = joint.sample(rng);
+    lengths_of(seq, joint.sample(rng))
+}
+
+/// The model steps of a (source words or tokens, output words or tokens) pair.
+pub(crate) fn lengths_of(seq: &SeqConfig, (src, out): (u32, u32)) -> Lengths {
     Lengths {
-        enc: to_steps(en, seq.enc_scale, seq.max_enc),
-        dec: to_steps(de, seq.dec_scale, seq.max_dec),
+        enc: to_steps(src, seq.enc_scale, seq.max_enc),
+        dec: out_steps(seq, out),
     }
 }
 

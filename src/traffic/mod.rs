@@ -83,7 +83,7 @@ impl Traffic {
 enum Fill {
     /// Static models: {1, 1}.
     Fixed,
-    /// One seq2seq model: WMT19 lengths.
+    /// One seq2seq model: lengths from its distribution.
     Seq {
         joint: JointLengths,
         seq: SeqConfig,
@@ -93,9 +93,10 @@ enum Fill {
     Parts(Box<PartsFill>),
 }
 
-/// Co-located models: model `k` with probability `rates[k] / total`, its SLA, its lengths.
+/// Co-located models: model `k` with probability `rates[k] / total`, its SLA, its lengths
+/// (from its own distribution, `joints[k]`; None for a model without a decoder).
 struct PartsFill {
-    joint: JointLengths,
+    joints: Vec<Option<JointLengths>>,
     rates: Vec<f64>,
     total: f64,
     slas: Vec<Nanos>,
@@ -111,7 +112,7 @@ impl Fill {
             Fill::Seq { joint, seq, rng } => a.len = draw(joint, seq, &mut **rng),
             Fill::Parts(p) => {
                 let PartsFill {
-                    joint,
+                    joints,
                     rates,
                     total,
                     slas,
@@ -131,9 +132,9 @@ impl Fill {
                 }
                 a.part = k as u16;
                 a.sla = Some(slas[k]);
-                a.len = match &seqs[k] {
-                    Some(seq) => draw(joint, seq, rng),
-                    None => Lengths { enc: 1, dec: 1 },
+                a.len = match (&seqs[k], &joints[k]) {
+                    (Some(seq), Some(joint)) => draw(joint, seq, rng),
+                    (None, _) | (_, None) => Lengths { enc: 1, dec: 1 },
                 };
             }
         }
@@ -251,7 +252,7 @@ pub fn generate(
 ) -> Result<Generated> {
     let fill = match &model.seq {
         Some(seq) => Fill::Seq {
-            joint: JointLengths::wmt19()?,
+            joint: JointLengths::for_seq(seq)?,
             seq: seq.clone(),
             rng: Box::new(StdRng::seed_from_u64(seed ^ 0x9e37_79b9_7f4a_7c15)),
         },
@@ -286,8 +287,13 @@ pub fn generate_parts(
         check_rate("rate", r)?;
     }
     let total: f64 = rates.iter().sum();
+    let joints = model
+        .parts
+        .iter()
+        .map(|p| p.seq.as_ref().map(JointLengths::for_seq).transpose())
+        .collect::<Result<Vec<_>>>()?;
     let fill = Fill::Parts(Box::new(PartsFill {
-        joint: JointLengths::wmt19()?,
+        joints,
         rates: rates.to_vec(),
         total,
         slas: slas.to_vec(),
@@ -298,9 +304,11 @@ pub fn generate_parts(
     Generated::new(process, total, n, seed, fill)
 }
 
-/// Reads a trace: one arrival per line, `TIME_MS [ENC DEC]` (lengths in model steps, within
-/// the model's maxima; drawn from WMT19 with `seed` when absent); `#` starts a comment. Times
-/// must not decrease and must lie within the engine's horizon ([`Nanos::HORIZON`]).
+/// Reads a trace: one arrival per line, `TIME_MS [ENC OUT]` (ENC the source's model steps, OUT
+/// the output tokens — the decoder steps, or one more where the model's prefill emits the
+/// first token —, within the model's maxima and its `max_context`; drawn from the model's
+/// length distribution with `seed` when absent); `#` starts a comment. Times must not decrease
+/// and must lie within the engine's horizon ([`Nanos::HORIZON`]).
 pub fn load_trace(path: &Path, model: &Model, seed: u64) -> Result<Traffic> {
     let text = crate::files::read_text(path, crate::files::TRACE)?;
     parse_trace(&text, path, model, seed)
@@ -310,7 +318,7 @@ pub fn load_trace(path: &Path, model: &Model, seed: u64) -> Result<Traffic> {
 pub fn parse_trace(text: &str, path: &Path, model: &Model, seed: u64) -> Result<Traffic> {
     let mut fill = match &model.seq {
         Some(seq) => Fill::Seq {
-            joint: JointLengths::wmt19()?,
+            joint: JointLengths::for_seq(seq)?,
             seq: seq.clone(),
             rng: Box::new(StdRng::seed_from_u64(seed)),
         },
@@ -320,6 +328,9 @@ pub fn parse_trace(text: &str, path: &Path, model: &Model, seed: u64) -> Result<
         .seq
         .as_ref()
         .map_or((1, 1), |s| (s.max_enc, s.max_dec));
+    // output tokens: the decoder steps, one more where the prefill emits the first
+    let first = model.seq.as_ref().map_or(0, |s| u32::from(s.prefill_token));
+    let context = model.seq.as_ref().and_then(|s| s.max_context);
     let horizon_ms = Nanos::HORIZON.as_ms();
     let mut out = Vec::new();
     let mut last = 0.0f64;
@@ -369,12 +380,30 @@ pub fn parse_trace(text: &str, path: &Path, model: &Model, seed: u64) -> Result<
                             ))
                         })
                 };
+                let enc = step(f[1], "ENC", max_enc)?;
+                let out = f[2]
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|&x| (1 + first..=max_dec + first).contains(&x))
+                    .ok_or_else(|| {
+                        bad(format!(
+                            "OUT: must be an integer in [{}, {}] (the model's output tokens), got '{}'",
+                            1 + first,
+                            max_dec + first,
+                            f[2]
+                        ))
+                    })?;
+                if let Some(c) = context.filter(|&c| enc + out > c) {
+                    return Err(bad(format!(
+                        "ENC + OUT: {enc} + {out} exceeds the model's context of {c} tokens"
+                    )));
+                }
                 a.len = Lengths {
-                    enc: step(f[1], "ENC", max_enc)?,
-                    dec: step(f[2], "DEC", max_dec)?,
+                    enc,
+                    dec: out - first,
                 };
             }
-            _ => return Err(bad("expected TIME_MS or TIME_MS ENC DEC".into())),
+            _ => return Err(bad("expected TIME_MS or TIME_MS ENC OUT".into())),
         }
         out.push(a);
     }

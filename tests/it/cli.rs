@@ -79,8 +79,8 @@ fn models_and_profile_json_parse() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(
         v.as_array().unwrap().len(),
-        8,
-        "the seven paper models and lstm_stack"
+        10,
+        "the seven paper models, lstm_stack, gpt2 and gpt2_medium"
     );
     let o = lazybatch(&[
         "profile",

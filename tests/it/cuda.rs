@@ -434,7 +434,7 @@ fn cuda_matches_the_cpu_model_by_model() {
     }
     // every model on the default path, the models with convolutions on every path
     for (k, path) in conv_paths().into_iter().enumerate() {
-        for name in zoo::builtin_names() {
+        for name in crate::cuda_models() {
             let m = small(name);
             if k > 0 && !has_conv(&m) {
                 continue;
@@ -508,7 +508,7 @@ fn cuda_matches_the_cpu_op_by_op() {
     let mut per_op: std::collections::BTreeMap<&str, f64> = Default::default();
     let mut runs = Vec::new();
     for (k, path) in conv_paths().into_iter().enumerate() {
-        for name in zoo::builtin_names() {
+        for name in crate::cuda_models() {
             let m = small(name);
             if k == 0 || has_conv(&m) {
                 runs.push((path, m));
@@ -683,7 +683,13 @@ fn cuda_preemption_and_merging_keep_results() {
     if !gpu_or_skip("cuda_preemption_and_merging_keep_results") {
         return;
     }
-    for name in ["resnet50", "gnmt", "transformer_base", "bert_base"] {
+    for name in [
+        "resnet50",
+        "gnmt",
+        "transformer_base",
+        "bert_base",
+        crate::TINY_GPT,
+    ] {
         let m = small(name);
         let mut gpu = CudaDevice::new(0, 5, Precision::F32).unwrap();
         let r = verify(
@@ -1162,7 +1168,13 @@ fn cuda_graphs_replay_exactly_what_runs_without_them() {
     // The same kernels on the same data, launched from a graph or not: every node execution
     // of a serial run bit-identical, and verify's forced preemptions and merges (new launch
     // shapes at every sub-batch) reporting exactly the same differences.
-    for name in ["resnet50", "gnmt", "transformer_base", "bert_base"] {
+    for name in [
+        "resnet50",
+        "gnmt",
+        "transformer_base",
+        "bert_base",
+        crate::TINY_GPT,
+    ] {
         let m = small(name);
         let graphed = || {
             CudaDevice::new(0, 6, Precision::F32)

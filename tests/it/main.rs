@@ -15,6 +15,7 @@ mod http;
 mod http_colocated;
 mod http_load;
 mod kernels;
+mod llm;
 mod npu;
 mod onnx;
 mod replicas;
@@ -127,7 +128,31 @@ pub fn fresh_dir(name: &str) -> std::path::PathBuf {
 
 /// The reduced-size variant of a zoo model the device tests run: width 1/8, inputs at 1/4
 /// resolution (LAS at full resolution).
+/// GPT-2's graph at two layers, d = 32 and a 128-token context (`scripts/gen_models.py`).
+pub const TINY_GPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tiny_gpt.toml");
+
+/// Every model the CPU device's tests serve: the paper's seven and the decoder-only GPT-2
+/// (medium adds only layers), each reduced by [`small`].
+pub fn served_models() -> Vec<&'static str> {
+    let mut v = lazybatch::graph::zoo::builtin_names();
+    v.push("gpt2");
+    v
+}
+
+/// [`served_models`] for the CUDA device's tests, GPT-2 as [`TINY_GPT`]: its prompts of
+/// hundreds of tokens take minutes on the software CUDA stand-in.
+pub fn cuda_models() -> Vec<&'static str> {
+    let mut v = lazybatch::graph::zoo::builtin_names();
+    v.push(TINY_GPT);
+    v
+}
+
+/// A model reduced for tests: a zoo model at an eighth of its width (and a quarter of its
+/// resolution), a fixture's path as it is.
 pub fn small(name: &str) -> lazybatch::graph::Model {
+    if name.ends_with(".toml") {
+        return lazybatch::graph::zoo::load(name).unwrap();
+    }
     let s = if name == "las" {
         lazybatch::graph::loader::Scale {
             width: 0.125,

@@ -1173,7 +1173,8 @@ impl lazybatch::device::Device for Counting {
 /// that ignored the coverage, or gave every model the first one's decoder length, fails here.
 #[test]
 fn each_model_predicts_its_own_decoder_length_at_the_coverage_asked_for() {
-    let hist = lazybatch::traffic::lengths::profiled_output_lengths().unwrap();
+    let wmt = zoo::load("gnmt").unwrap().seq.unwrap();
+    let hist = lazybatch::traffic::lengths::profiled_output_lengths(&wmt).unwrap();
     let mut seen = Vec::new();
     for coverage in [16.0, 50.0, 99.0] {
         let words = lazybatch::traffic::lengths::percentile(&hist, coverage);

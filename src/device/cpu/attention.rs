@@ -1,4 +1,7 @@
-//! Attention: additive and dot attention over a sequence, multi-head self-attention (two GEMMs per head), decoder self-attention over a per-slot key/value cache, cross-attention.
+//! Attention: additive and dot attention over a sequence, multi-head self-attention (two GEMMs
+//! per head; masked for a decoder-only model's prefill), decoder self-attention over a per-slot
+//! key/value cache (after the prompt's keys and values, for a decoder-only model),
+//! cross-attention.
 
 use super::aligned::Aligned;
 use super::{kernels, numel, par, CpuDevice};
@@ -36,7 +39,9 @@ impl CpuDevice {
                 AttnMode::SelfAttn if node.class == Class::Decoder => {
                     self.attend_cache(model, i, m, how, &mut sc)
                 }
-                AttnMode::SelfAttn => self.attend_self(model, i, m, how, &mut sc),
+                AttnMode::SelfAttn | AttnMode::Causal => {
+                    self.attend_self(model, i, m, how, &mut sc)
+                }
                 AttnMode::Cross => self.attend_cross(model, i, m, how, &mut sc),
             }
         }
@@ -119,6 +124,11 @@ impl CpuDevice {
         let scale = 1.0 / (dh as f32).sqrt();
         let st = &self.nodes[i].state;
         let nk = step as usize + 1;
+        // a decoder-only model's prompt: its packed Q|K|V rows, read where its prefill wrote them
+        let prompt = node.inputs.get(1).map(|inp| {
+            let (p, rows) = self.seq_input(model, inp, m);
+            (p, self.layout.offset(p, m.slot, 0), rows)
+        });
         for hd in 0..heads {
             let q = &a[hd * dh..(hd + 1) * dh];
             let at = |first| Strided {
@@ -126,29 +136,37 @@ impl CpuDevice {
                 first,
                 stride: 2 * d,
             };
-            kernels::attend_dot(
-                q,
-                (at(base + hd * dh), at(base + d + hd * dh), nk),
-                scale,
-                scores,
-                &mut c[hd * dh..(hd + 1) * dh],
-            );
+            let cache = (at(base + hd * dh), at(base + d + hd * dh), nk);
+            let out = &mut c[hd * dh..(hd + 1) * dh];
+            match prompt {
+                None => kernels::attend_dot(q, cache, scale, scores, out),
+                Some((p, off, rows)) => {
+                    let at = |first| Strided {
+                        buf: &self.nodes[p].out,
+                        first: off + first,
+                        stride: 3 * d,
+                    };
+                    let prompt = (at(d + hd * dh), at(2 * d + hd * dh), rows);
+                    kernels::attend_dot_two(q, [prompt, cache], scale, scores, out)
+                }
+            }
         }
         let pos = self.layout.pos(model, i, step, m.len);
         self.scatter_row(i, m.slot, pos, &c[..d]);
     }
 
-    /// Multi-head self-attention over the member's own rows: two GEMMs per head, the heads
-    /// shared between the cores (each with its own block of scores and of output, `[head][row]`,
-    /// written to the rows of the slot at the end).
+    /// Multi-head self-attention over the member's own rows (masked with [`AttnMode::Causal`]):
+    /// two GEMMs per head, the heads shared between the cores (each with its own block of
+    /// scores and of output, `[head][row]`, written to the rows of the slot at the end).
     fn attend_self(
         &mut self,
         model: &Model,
         i: usize,
         m: &Member,
-        (_, heads): (AttnMode, usize),
+        (mode, heads): (AttnMode, usize),
         sc: &mut AttnScratch,
     ) {
+        let causal = mode == AttnMode::Causal;
         let node = &model.nodes[i];
         let d = self.layout.nodes[i].feat;
         let AttnScratch { c, scores, .. } = sc;
@@ -158,7 +176,7 @@ impl CpuDevice {
         let base = self.layout.offset(p, m.slot, 0);
         let qkv = &self.nodes[p].out[base..base + rows * 3 * d];
         let head = |hd: usize, (sc, out): (&mut [f32], &mut [f32])| {
-            kernels::self_attention_head((qkv, d), (hd * dh, dh), rows, sc, out)
+            kernels::self_attention_head((qkv, d), (hd * dh, dh), (rows, causal), sc, out)
         };
         let (c, scores) = (&mut c[..rows * d], &mut scores[..heads * rows * rows]);
         // heads over the threads (each head's output and scores rows of their own)

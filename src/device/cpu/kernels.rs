@@ -305,17 +305,53 @@ vectorized_fn! {
 }
 
 vectorized_fn! {
-    /// One head of self-attention over `rows` rows of packed `Q|K|V` (`qkv` rows `3·d` wide;
-    /// the head's columns `h0..h0 + dh` of each): `out[rows × dh] = softmax(Q·Kᵀ/√dh)·V`, with
-    /// `scores` (`rows × rows`) as scratch.
-    pub fn self_attention_head(
-        qkv: (&[f32], usize),
-        cols: (usize, usize),
-        rows: usize,
+    /// [`attend_dot`] over two runs of keys and values, `first`'s then `then`'s, as one
+    /// sequence (a decoder-only model's decode step: its prompt's keys, then its cache's).
+    pub fn attend_dot_two(
+        q: &[f32],
+        kv: [(Strided<'_>, Strided<'_>, usize); 2],
+        scale: f32,
         scores: &mut [f32],
         out: &mut [f32],
     ) {
-        let ((qkv, d), (h0, dh)) = (qkv, cols);
+        let dh = q.len();
+        let [first, then] = kv;
+        let n = first.2 + then.2;
+        let s = &mut scores[..n];
+        let (sa, sb) = s.split_at_mut(first.2);
+        for (j, sj) in sa.iter_mut().enumerate() {
+            *sj = reduce::dot(q, first.0.row(j, dh)) * scale;
+        }
+        for (j, sj) in sb.iter_mut().enumerate() {
+            *sj = reduce::dot(q, then.0.row(j, dh)) * scale;
+        }
+        softmax(s);
+        out.fill(0.0);
+        for (j, &p) in s.iter().enumerate() {
+            let v = if j < first.2 {
+                first.1.row(j, dh)
+            } else {
+                then.1.row(j - first.2, dh)
+            };
+            for (o, v) in out.iter_mut().zip(v) {
+                *o += p * v;
+            }
+        }
+    }
+}
+
+vectorized_fn! {
+    /// One head of self-attention over `rows` rows of packed `Q|K|V` (`qkv` rows `3·d` wide;
+    /// the head's columns `h0..h0 + dh` of each): `out[rows × dh] = softmax(Q·Kᵀ/√dh)·V`, with
+    /// `scores` (`rows × rows`) as scratch; `causal`: row `r` attends to rows `0..=r` only.
+    pub fn self_attention_head(
+        qkv: (&[f32], usize),
+        cols: (usize, usize),
+        shape: (usize, bool),
+        scores: &mut [f32],
+        out: &mut [f32],
+    ) {
+        let ((qkv, d), (h0, dh), (rows, causal)) = (qkv, cols, shape);
         let scale = 1.0 / (dh as f32).sqrt();
         gemm_strided(
             (rows, rows, dh),
@@ -324,9 +360,13 @@ vectorized_fn! {
             (scores, (rows, 1)),
             false,
         );
-        for row in scores.chunks_exact_mut(rows) {
+        for (r, row) in scores.chunks_exact_mut(rows).enumerate() {
+            // masked: row r sees keys 0..=r, the later ones weigh nothing
+            let seen = if causal { r + 1 } else { rows };
+            let (row, masked) = row.split_at_mut(seen);
             row.iter_mut().for_each(|x| *x *= scale);
             softmax(row);
+            masked.fill(0.0);
         }
         gemm_strided(
             (rows, dh, rows),

@@ -431,12 +431,12 @@ impl CpuDevice {
 impl Device for CpuDevice {
     /// Starts (or stops) capturing final outputs per request, for `verify`.
     fn set_capture(&mut self, mode: CaptureMode) {
-        self.capture = Capture::new(mode);
+        self.capture = self.capture.recording(mode);
     }
 
     /// Takes the captured outputs.
     fn take_captured(&mut self) -> Capture {
-        std::mem::take(&mut self.capture)
+        self.capture.take()
     }
 
     /// Serves a front end: inputs from `x` where it holds them, each request's final outputs
@@ -549,7 +549,8 @@ impl Device for CpuDevice {
                     need_c = need_c.max(rows * feat).max(in_feat);
                     // self-attention keeps every head's scores at once
                     let all_heads = heads.max(&1) * rows * rows;
-                    need_scores = need_scores.max(max_in_rows.max(max_dec).max(all_heads));
+                    // (a decoder-only model's decode step: its prompt's keys, then its cache's)
+                    need_scores = need_scores.max((max_in_rows + max_dec).max(all_heads));
                 }
                 (
                     Op::Pool { .. }

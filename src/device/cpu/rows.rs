@@ -81,6 +81,7 @@ impl CpuDevice {
                         scale,
                         positional,
                         token_types,
+                        after_src,
                         ..
                     } => {
                         let id = (x[0].max(0.0) as usize) % vocab;
@@ -95,10 +96,10 @@ impl CpuDevice {
                             let s = (*dim as f32).sqrt();
                             y.iter_mut().for_each(|v| *v *= s);
                         }
-                        let pos = if node.loop_id.is_some() {
-                            step as usize
-                        } else {
-                            r
+                        let pos = match (node.loop_id, after_src) {
+                            (Some(_), true) => m.len.enc as usize + step as usize,
+                            (Some(_), false) => step as usize,
+                            (None, _) => r,
                         };
                         match positional {
                             PosEnc::Sinusoidal => {

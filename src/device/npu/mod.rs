@@ -153,10 +153,13 @@ impl Npu {
         let mut attn_array = 0;
         let mut attn_vector = 0;
         if let Some(a) = c.attn {
+            // a decoder step's one query row runs on the vector unit; whole sequences (the
+            // masked one too: the array computes every tile of the scores, the vector unit's
+            // softmax only the unmasked pairs) on the array
             let single_row_query = match node.keys {
-                Keys::Cache => true,
+                Keys::Cache | Keys::PrefixCache(_) => true,
                 Keys::Seq(_) => node.loop_id.is_some(),
-                _ => false,
+                Keys::None | Keys::OwnRows | Keys::Causal => false,
             };
             // softmax over every (query, key) pair and head
             let sm_simple = 3 * a.heads * work.pairs;

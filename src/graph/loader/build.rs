@@ -12,12 +12,31 @@ struct Classified<'r> {
     classes: Vec<(Class, Option<LoopId>)>,
 }
 
-/// What pass 2 finds for one node: its op, its input references (node, `@prev`, line), and the
-/// (vocab, dim) of the table a tied op reads.
+/// One input reference: the node, whether it reads the previous step (and the static node read
+/// at step 0 instead, `x@prev|y`), and the line.
+#[derive(Clone, Copy)]
+struct Ref {
+    node: NodeId,
+    prev: bool,
+    init: Option<NodeId>,
+    line: usize,
+}
+
+/// What pass 2 finds for one node: its op, its input references, the (vocab, dim) of the
+/// table a tied op reads, and the node whose parameters it shares.
 struct Pending {
     op: Op,
-    refs: Vec<(NodeId, bool, usize)>,
+    refs: Vec<Ref>,
     tied_table: Option<(usize, usize)>,
+    shares: Option<NodeId>,
+}
+
+/// The name of node `id` (for messages).
+fn raws_name<'r>(c: &Classified<'r>, id: NodeId) -> &'r str {
+    c.by_name
+        .iter()
+        .find(|(_, v)| **v == id)
+        .map_or("?", |(k, _)| k)
 }
 
 /// The model's identity and settings, as the file gives them.
@@ -40,8 +59,15 @@ impl Parser<'_> {
             description,
             source,
             max_batch,
-            seq,
+            mut seq,
         } = header;
+        if let Some(s) = seq.as_mut() {
+            // a static argmax chooses a token before the decoder loop: the prefill's first token
+            s.prefill_token = nodes
+                .iter()
+                .any(|n| n.class == Class::Static && matches!(n.op, Op::Argmax));
+            self.check_positions(s, &nodes, raws)?;
+        }
         let loops = c.loops;
         if !nodes.iter().any(|n| matches!(n.op, Op::Input { .. })) {
             return Err(self.err(1, "node", "the model has no input node"));
@@ -73,6 +99,48 @@ impl Parser<'_> {
             node_part,
             imported: Default::default(),
         })
+    }
+
+    /// Every learned position table holds every position a request may reach: a static
+    /// sequence's rows, a decoder step's (after the source's rows, with `after_src`).
+    fn check_positions(&self, s: &SeqConfig, nodes: &[Node], raws: &[RawNode]) -> Result<()> {
+        let tokens_max = |enc: u32| {
+            let dec = s.max_dec;
+            match s.max_context {
+                Some(c) => c.saturating_sub(u32::from(s.prefill_token)).min(enc + dec),
+                None => enc + dec,
+            }
+        };
+        for n in nodes {
+            let Op::Embedding {
+                positional: PosEnc::Learned,
+                positions,
+                after_src,
+                ..
+            } = n.op
+            else {
+                continue;
+            };
+            let reach = match (n.loop_id, after_src) {
+                (None, _) => n.out.rows.count(s.max_enc),
+                (Some(_), false) => u64::from(s.max_dec),
+                (Some(_), true) => u64::from(tokens_max(s.max_enc)),
+            };
+            if reach > positions as u64 {
+                return Err(self.err(
+                    raws[n.id.idx()].line,
+                    format!("node '{}': positions", n.name),
+                    format!(
+                        "{positions} learned positions, but a request may reach position {} (seq2seq max_enc {}, max_dec {}, max_context {})",
+                        reach - 1,
+                        s.max_enc,
+                        s.max_dec,
+                        s.max_context.map_or("none".into(), |c| c.to_string())
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Pass 1: names, classes and loops (a loop is a run of consecutive nodes of one name).
@@ -245,10 +313,12 @@ impl Parser<'_> {
                 .map(|(iname, iline)| self.input_ref(c, i, &ctx, iname, *iline))
                 .collect::<Result<Vec<_>>>()?;
             let tied_table = self.tied_table(c, &pend, i, raw, &ctx, &op)?;
+            let shares = self.shares(c, &pend, i, raw, &ctx, &op)?;
             pend.push(Pending {
                 op,
                 refs,
                 tied_table,
+                shares,
             });
         }
         Ok(pend)
@@ -272,7 +342,8 @@ impl Parser<'_> {
             .collect()
     }
 
-    /// Input `iname` of node `i`: the node it names, and whether it reads the previous step.
+    /// Input `iname` of node `i`: the node it names, and whether it reads the previous step
+    /// (`x@prev`), and which static node at step 0 (`x@prev|y`).
     fn input_ref(
         &self,
         c: &Classified,
@@ -280,18 +351,46 @@ impl Parser<'_> {
         ctx: &str,
         iname: &str,
         iline: usize,
-    ) -> Result<(NodeId, bool, usize)> {
+    ) -> Result<Ref> {
         let loop_id = c.classes[i].1;
+        let field = format!("{ctx}inputs");
+        let (iname, init) = match iname.split_once('|') {
+            Some((x, y)) => (x, Some(y)),
+            None => (iname, None),
+        };
         let (base, prev) = match iname.strip_suffix("@prev") {
             Some(b) => (b, true),
             None => (iname, false),
         };
-        let field = format!("{ctx}inputs");
         let pid = *c
             .by_name
             .get(base)
             .ok_or_else(|| self.err(iline, &field, format!("unknown node '{base}'")))?;
         let (pclass, ploop) = c.classes[pid.idx()];
+        let init = match init {
+            None => None,
+            Some(_) if !prev => {
+                return Err(self.err(
+                    iline,
+                    &field,
+                    format!("'{iname}|…': only an @prev input names what step 0 reads instead"),
+                ))
+            }
+            Some(y) => {
+                let yid = *c
+                    .by_name
+                    .get(y)
+                    .ok_or_else(|| self.err(iline, &field, format!("unknown node '{y}'")))?;
+                if yid.idx() >= i || c.classes[yid.idx()].0 != Class::Static {
+                    return Err(self.err(
+                        iline,
+                        &field,
+                        format!("'{y}', what step 0 reads instead of {iname}, must be an earlier static node"),
+                    ));
+                }
+                Some(yid)
+            }
+        };
         if prev {
             if loop_id.is_none() || ploop != loop_id {
                 return Err(self.err(
@@ -320,7 +419,47 @@ impl Parser<'_> {
                 format!("'{base}' is a decoder-loop value; it cannot be read outside its loop"),
             ));
         }
-        Ok((pid, prev, iline))
+        Ok(Ref {
+            node: pid,
+            prev,
+            init,
+            line: iline,
+        })
+    }
+
+    /// The earlier node whose parameters node `i` uses (its `shares` field), checked to be of
+    /// the same op with parameters of the same sizes and to own its parameters.
+    fn shares(
+        &self,
+        c: &Classified,
+        pend: &[Pending],
+        i: usize,
+        raw: &RawNode,
+        ctx: &str,
+        op: &Op,
+    ) -> Result<Option<NodeId>> {
+        let Some(name) = self.get_str(raw.table, "shares", ctx, raw.line)? else {
+            return Ok(None);
+        };
+        let line = self.field(raw.table, "shares").map_or(raw.line, |f| f.line);
+        let field = format!("{ctx}shares");
+        let owner = c
+            .by_name
+            .get(name.as_str())
+            .filter(|id| id.idx() < i)
+            .ok_or_else(|| self.err(line, &field, format!("'{name}' is not an earlier node")))?;
+        let o = &pend[owner.idx()];
+        if o.shares.is_some() {
+            return Err(self.err(
+                line,
+                &field,
+                format!("'{name}' shares another node's parameters itself: name their owner"),
+            ));
+        }
+        if let Some(why) = op.share_mismatch(&o.op) {
+            return Err(self.err(line, &field, format!("'{name}': {why}")));
+        }
+        Ok(Some(*owner))
     }
 
     /// The (vocab, dim) of the embedding a tied linear or embedding reads, checked to be an
@@ -392,7 +531,8 @@ impl Parser<'_> {
         let mut nodes: Vec<Node> = Vec::with_capacity(n);
         for i in 0..n {
             let raw = &raws[i];
-            let (Some(out), Some((inputs, in_shapes, cost))) = (outs[i].clone(), done[i].take())
+            let (Some(out), Some((inputs, in_shapes, mut cost))) =
+                (outs[i].clone(), done[i].take())
             else {
                 return Err(self.err(
                     raw.line,
@@ -404,12 +544,40 @@ impl Parser<'_> {
             let op = pend[i].op.clone();
             let keys = match &op {
                 Op::Attention { mode, .. } => match mode {
+                    AttnMode::SelfAttn if class == Class::Decoder && in_shapes.len() == 2 => {
+                        Keys::PrefixCache(in_shapes[1].rows)
+                    }
                     AttnMode::SelfAttn if class == Class::Decoder => Keys::Cache,
                     AttnMode::SelfAttn => Keys::OwnRows,
-                    _ => Keys::Seq(in_shapes[1].rows),
+                    AttnMode::Causal => Keys::Causal,
+                    AttnMode::Additive | AttnMode::Dot | AttnMode::Cross => {
+                        Keys::Seq(in_shapes[1].rows)
+                    }
                 },
                 _ => Keys::None,
             };
+            let shares = pend[i].shares;
+            if let Some(o) = shares {
+                // the same parameter sizes: the same input and output widths as the owner
+                let (owner, width) = (&nodes[o.idx()], |s: &[TensorShape]| {
+                    s.iter().map(|t| numel(&t.feat)).sum::<u64>()
+                });
+                if width(&owner.in_shapes) != width(&in_shapes) || owner.out.feat != out.feat {
+                    return Err(self.err(
+                        raw.line,
+                        format!("node '{}': shares", raw.name),
+                        format!(
+                            "'{}' maps {} values to {:?}, this node {} to {:?}: parameters of other sizes",
+                            owner.name,
+                            width(&owner.in_shapes),
+                            owner.out.feat,
+                            width(&in_shapes),
+                            out.feat
+                        ),
+                    ));
+                }
+                cost.params = 0;
+            }
             nodes.push(Node {
                 id: NodeId(i as u32),
                 name: raw.name.clone(),
@@ -422,6 +590,7 @@ impl Parser<'_> {
                 cost,
                 line: raw.line,
                 keys,
+                shares,
             });
         }
         Ok(nodes)
@@ -444,8 +613,8 @@ impl Parser<'_> {
         let p = &pend[i];
         let mut inputs = Vec::new();
         let mut shapes = Vec::new();
-        for &(pid, prev, iline) in &p.refs {
-            let Some(pshape) = outs[pid.idx()].clone() else {
+        for &r in &p.refs {
+            let Some(pshape) = outs[r.node.idx()].clone() else {
                 *done = None;
                 return Ok(if loop_id.is_some() {
                     op_implied_row(&p.op).map(|f| TensorShape::new(Rows::One, f))
@@ -453,8 +622,9 @@ impl Parser<'_> {
                     None
                 });
             };
-            let (view, shape) = self.input_view(c, i, &p.op, (pid, prev, iline), pshape, &ctx)?;
-            inputs.push(Input { node: pid, view });
+            let init = r.init.map(|y| (y, outs[y.idx()].clone()));
+            let (view, shape) = self.input_view(c, i, &p.op, (r, init), pshape, &ctx)?;
+            inputs.push(Input { node: r.node, view });
             shapes.push(shape);
         }
         let (out, cost) = infer(&p.op, &shapes, class == Class::Decoder, p.tied_table)
@@ -492,14 +662,33 @@ impl Parser<'_> {
         c: &Classified,
         i: usize,
         op: &Op,
-        (pid, prev, iline): (NodeId, bool, usize),
+        (r, init): (Ref, Option<(NodeId, Option<TensorShape>)>),
         pshape: TensorShape,
         ctx: &str,
     ) -> Result<(View, TensorShape)> {
+        let (pid, iline) = (r.node, r.line);
         let (class, loop_id) = c.classes[i];
         let (_, ploop) = c.classes[pid.idx()];
-        if prev {
-            return Ok((View::Prev, pshape));
+        match (r.prev, init) {
+            (true, None) => return Ok((View::Prev, pshape)),
+            (true, Some((y, yshape))) => {
+                // step 0's value must look like every later step's
+                let want = TensorShape::new(Rows::One, pshape.feat.clone());
+                if yshape.as_ref().is_some_and(|s| *s != want) {
+                    return Err(self.err(
+                        iline,
+                        format!("{ctx}inputs"),
+                        format!(
+                            "step 0 reads '{}' instead of '{}': it must be one row of {:?}, like a step's value",
+                            raws_name(c, y),
+                            raws_name(c, pid),
+                            pshape.feat
+                        ),
+                    ));
+                }
+                return Ok((View::PrevOr(y), pshape));
+            }
+            (false, _) => {}
         }
         if ploop.is_some() && ploop == loop_id {
             return Ok((View::Same, pshape));

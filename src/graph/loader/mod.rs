@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use toml_edit::{ImDocument, Item, Table, Value};
 
 /// Fields every node may carry; each op adds its own (see [`op_fields`]).
-const COMMON_FIELDS: &[&str] = &["name", "op", "inputs", "class", "loop", "div"];
+const COMMON_FIELDS: &[&str] = &["name", "op", "inputs", "class", "loop", "div", "shares"];
 
 /// Parses model text. `file` is used in error messages only.
 pub fn parse_model(text: &str, file: &Path) -> Result<Model> {
@@ -332,6 +332,7 @@ impl<'a> Parser<'a> {
                 "ref_dec",
                 "max_enc",
                 "max_dec",
+                "max_context",
             ]
             .contains(&k)
             {
@@ -345,15 +346,29 @@ impl<'a> Parser<'a> {
         let lengths = self
             .get_str(t, "lengths", "seq2seq.", line)?
             .unwrap_or_else(|| "wmt-ende".into());
-        if lengths != "wmt-ende" {
+        if !super::LENGTH_DISTRIBUTIONS.contains(&lengths.as_str()) {
             return Err(self.err(
                 line,
                 "seq2seq.lengths",
-                format!("unknown length distribution '{lengths}' (known: wmt-ende)"),
+                format!(
+                    "unknown length distribution '{lengths}' (known: {})",
+                    super::LENGTH_DISTRIBUTIONS.join(", ")
+                ),
             ));
         }
         let g = |k: &str, d: usize| -> Result<u32> {
             Ok(self.get_uint(t, k, "seq2seq.")?.unwrap_or(d) as u32)
+        };
+        let max_context = match self.get_uint(t, "max_context", "seq2seq.")? {
+            None => None,
+            Some(n) if n >= 2 => Some(n as u32),
+            Some(_) => {
+                return Err(self.err(
+                    self.field(t, "max_context").map_or(line, |f| f.line),
+                    "seq2seq.max_context",
+                    format!("expected an integer in [2, {MAX_STEPS}]"),
+                ))
+            }
         };
         Ok(SeqConfig {
             lengths,
@@ -363,6 +378,9 @@ impl<'a> Parser<'a> {
             ref_dec: g("ref_dec", 30)?,
             max_enc: g("max_enc", 80)?,
             max_dec: g("max_dec", 80)?,
+            max_context,
+            // set from the graph once its nodes are known (Parser::build)
+            prefill_token: false,
         })
     }
 }

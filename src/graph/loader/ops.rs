@@ -30,6 +30,7 @@ pub(super) fn op_fields(op: &str) -> Option<&'static [&'static str]> {
             "positions",
             "token_types",
             "tied",
+            "after_src",
         ],
         "lstm" => &["hidden", "reverse"],
         "attention" => &["mode", "heads"],
@@ -112,9 +113,7 @@ impl Parser<'_> {
                 reverse: b("reverse")?,
             },
             "attention" => self.parse_attention(raw, ctx)?,
-            "take" => Op::Take {
-                row: self.get_uint(t, "row", ctx)?.unwrap_or(0),
-            },
+            "take" => self.parse_take(raw, ctx)?,
             other => {
                 return Err(Error::Internal(format!(
                     "op '{other}' passed the field check but has no reader"
@@ -302,8 +301,37 @@ impl Parser<'_> {
                 positions,
                 token_types: self.get_uint(t, "token_types", ctx)?.unwrap_or(0),
                 tied: self.get_str(t, "tied", ctx, line)?,
+                after_src: b("after_src")?,
             }
         })
+    }
+
+    /// Op `take` and its `row`: an index from the first row (0, 1, …) or, negative, from the
+    /// last (-1 the last row, -2 the one before).
+    fn parse_take(&self, raw: &RawNode, ctx: &str) -> Result<Op> {
+        let Some(f) = self.field(raw.table, "row") else {
+            return Ok(Op::Take {
+                row: 0,
+                from_end: false,
+            });
+        };
+        match f.value.as_integer() {
+            Some(r) if (0..=MAX_DIM as i64).contains(&r) => Ok(Op::Take {
+                row: r as usize,
+                from_end: false,
+            }),
+            Some(r) if (-(MAX_DIM as i64)..0).contains(&r) => Ok(Op::Take {
+                row: (-r - 1) as usize,
+                from_end: true,
+            }),
+            _ => Err(self.err(
+                f.line,
+                format!("{ctx}row"),
+                format!(
+                    "expected an integer in [-{MAX_DIM}, {MAX_DIM}] (negative: from the last row)"
+                ),
+            )),
+        }
     }
 
     /// Op `attention` and its fields.
@@ -318,12 +346,15 @@ impl Parser<'_> {
                 "additive" => AttnMode::Additive,
                 "dot" => AttnMode::Dot,
                 "self" => AttnMode::SelfAttn,
+                "causal" => AttnMode::Causal,
                 "cross" => AttnMode::Cross,
                 o => {
                     return Err(self.err(
                         self.field(t, "mode").map_or(line, |f| f.line),
                         format!("{ctx}mode"),
-                        format!("unknown attention mode '{o}' (additive, dot, self, cross)"),
+                        format!(
+                            "unknown attention mode '{o}' (additive, dot, self, causal, cross)"
+                        ),
                     ))
                 }
             };

@@ -1,5 +1,7 @@
-//! Attention: additive and dot attention over a sequence, multi-head self-attention, and decoder
-//! self-attention over a per-slot key/value cache. Encoder self-attention (BERT, the Transformer's
+//! Attention: additive and dot attention over a sequence, multi-head self-attention (masked for
+//! a decoder-only model's prefill: each row's keys end at its own), and decoder self-attention
+//! over a per-slot key/value cache (after the prompt's keys and values, for a decoder-only
+//! model: `attend_rows_prefix`). Encoder self-attention (BERT, the Transformer's
 //! encoder: every member attends over its own rows) runs as two grouped GEMMs in cuBLAS
 //! (`cublasGemmGroupedBatchedEx`) with a softmax between them: the scores `Q·Kᵀ / √d_h` of every
 //! member and head, each an `L × L` block of scratch, a row softmax over them, then `P·V` into the
@@ -66,9 +68,14 @@ impl CudaDevice {
         self.host.staged.i64a = self.stage_i64(&ka);
         self.host.staged.i64b = self.stage_i64(&kb);
         self.host.staged.i32a = self.stage_i32(&counts);
-        let max_keys = counts.iter().copied().max().unwrap_or(1).max(1) as u32;
+        // (a decode step after a prompt counts its prompt's keys and its cache's: two a row)
+        let max_keys = match shape.prefix {
+            true => counts.chunks(2).map(|c| c.iter().sum()).max(),
+            false => counts.iter().copied().max(),
+        };
+        let max_keys = max_keys.unwrap_or(1).max(1) as u32;
         (self.host.host_i64, self.host.host_i64b, self.host.host_i32) = (ka, kb, counts);
-        if shape.kv_node.is_none() {
+        if shape.kv_node.is_none() || shape.prefix {
             // this step's keys and values: columns d..3d of the gathered Q|K|V rows, into each
             // member's slot of the cache (max_dec steps per slot)
             let d = self.mem.feat(i)?;
@@ -246,6 +253,7 @@ impl CudaDevice {
                 dh,
                 dv,
                 additive,
+                prefix,
             },
             max_keys,
         ) = self
@@ -281,6 +289,38 @@ impl CudaDevice {
         } else {
             1.0 / (dh as f32).sqrt()
         };
+        if prefix {
+            let p = kv_node.ok_or_else(|| missing("prompt's keys"))?.0;
+            let cache = nodes[i].state.as_ref().ok_or_else(|| missing("kv cache"))?;
+            let pbase = sc.tables.slice(staged.i64a..staged.i64a + qrows);
+            let cbase = sc.tables.slice(staged.i64b..staged.i64b + qrows);
+            let counts = i32s(&sc.tables, staged.i32a, 2 * qrows)?;
+            let ints = [kstride as i32, vstride as i32];
+            let (q_i, heads_i, dh_i, d_i) = (qstride as i32, heads as i32, dh as i32, d as i32);
+            let f = funcs
+                .get("attend_rows_prefix")
+                .ok_or_else(|| missing("attend_rows_prefix"))?;
+            let mut b = stream.launch_builder(f);
+            b.arg(&sc.a)
+                .arg(&q_i)
+                .arg(&nodes[p].out)
+                .arg(&pbase)
+                .arg(&ints[0])
+                .arg(cache)
+                .arg(&cbase)
+                .arg(&ints[1])
+                .arg(&counts)
+                .arg(&heads_i)
+                .arg(&dh_i)
+                .arg(&d_i)
+                .arg(&scale)
+                .arg(&mut sc.c)
+                .arg(&d_i);
+            // SAFETY: one block per (query row, head); every row's scores (its prompt's and
+            // its cache's keys, at most max_keys) in dynamic shared memory.
+            unsafe { b.launch(blocks(qrows * heads, 128, 4 * max_keys)) }.map_err(cuda_err)?;
+            return self.scatter(i, Buf::C);
+        }
         let null = 0u64;
         let ints = [
             kstride as i32,
@@ -367,6 +407,28 @@ impl CudaDevice {
                     dh: qstride,
                     dv: d,
                     additive: mode == AttnMode::Additive,
+                    prefix: false,
+                }
+            }
+            AttnMode::SelfAttn if node.class == Class::Decoder && node.inputs.len() == 2 => {
+                // the prompt's K (column d of its packed Q|K|V rows), then the cache's
+                let p = node.inputs[1].node.idx();
+                for m in members {
+                    self.host
+                        .host_i64
+                        .push((layout.offset(p, m.slot, 0) + d) as i64);
+                    self.host
+                        .host_i64b
+                        .push((m.slot as usize * max_dec * 2 * d) as i64);
+                    self.host
+                        .host_i32
+                        .push(Layout::valid_rows(model, p, m.len) as i32);
+                    self.host.host_i32.push(m.step as i32 + 1);
+                }
+                AttnShape {
+                    prefix: true,
+                    vstride: 2 * d,
+                    ..AttnShape::multi_head(3 * d, Some((p, p)), 3 * d, d / heads)
                 }
             }
             AttnMode::SelfAttn if node.class == Class::Decoder => {
@@ -379,18 +441,22 @@ impl CudaDevice {
                 }
                 AttnShape::multi_head(3 * d, None, 2 * d, d / heads)
             }
-            AttnMode::SelfAttn => {
+            AttnMode::SelfAttn | AttnMode::Causal => {
+                // masked: row r's keys are rows 0..=r
+                let causal = mode == AttnMode::Causal;
                 let p = node.inputs[0].node.idx();
                 for m in members {
                     let rows = Layout::rows(node, m.len);
-                    for _ in 0..rows {
+                    for r in 0..rows {
                         self.host
                             .host_i64
                             .push((layout.offset(p, m.slot, 0) + d) as i64);
                         self.host
                             .host_i64b
                             .push((layout.offset(p, m.slot, 0) + 2 * d) as i64);
-                        self.host.host_i32.push(rows as i32);
+                        self.host
+                            .host_i32
+                            .push(if causal { r + 1 } else { rows } as i32);
                     }
                 }
                 AttnShape::multi_head(3 * d, Some((p, p)), 3 * d, d / heads)
@@ -491,6 +557,7 @@ impl AttnShape {
             dh: head,
             dv: head,
             additive: false,
+            prefix: false,
         }
     }
 }

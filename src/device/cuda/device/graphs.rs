@@ -160,11 +160,13 @@ fn shape_key(i: usize, members: usize, s: &Staged) -> Vec<u64> {
                 dh,
                 dv,
                 additive,
+                prefix,
             } = a;
             k.n(1).n(*qstride).pair(*kv_node).n(*kstride).n(*vstride);
             k.n(*dh)
                 .n(*dv)
                 .n(usize::from(*additive))
+                .n(usize::from(*prefix))
                 .n(*max_keys as usize)
         }
     };

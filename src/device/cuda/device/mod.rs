@@ -346,6 +346,9 @@ struct AttnShape {
     dh: usize,
     dv: usize,
     additive: bool,
+    /// A decoder-only model's decode step: the prompt's keys and values (`kv_node`, packed
+    /// Q|K|V rows `kstride` apart), then the cache's (`vstride` apart); two counts a row.
+    prefix: bool,
 }
 
 /// Which scratch buffer.
@@ -660,12 +663,12 @@ impl CudaDevice {
 impl Device for CudaDevice {
     /// Starts (or stops) capturing final outputs per request, to compare with the CPU device.
     fn set_capture(&mut self, mode: CaptureMode) {
-        self.capture = Capture::new(mode);
+        self.capture = self.capture.recording(mode);
     }
 
     /// Takes the captured outputs.
     fn take_captured(&mut self) -> Capture {
-        std::mem::take(&mut self.capture)
+        self.capture.take()
     }
 
     /// Serves a front end: inputs from `x` where it holds them, each request's final outputs

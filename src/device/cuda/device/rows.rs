@@ -50,12 +50,21 @@ impl CudaDevice {
         let node = &model.nodes[i];
         self.stage_gather(model, i, members)?;
         self.host.host_i32.clear();
+        let after_src = matches!(
+            node.op,
+            Op::Embedding {
+                after_src: true,
+                ..
+            }
+        );
         for m in members {
             for r in 0..Layout::rows(node, m.len) {
-                self.host.host_i32.push(if node.loop_id.is_some() {
-                    m.step as i32
-                } else {
-                    r as i32
+                // a decoder step's position (after the source's rows, with `after_src`), or
+                // the row's
+                self.host.host_i32.push(match (node.loop_id, after_src) {
+                    (Some(_), true) => (m.len.enc + m.step) as i32,
+                    (Some(_), false) => m.step as i32,
+                    (None, _) => r as i32,
                 });
             }
         }
