@@ -204,6 +204,8 @@ pub struct Server<'a> {
     counters: Counters,
     snaps: Option<Vec<Snapshot>>,
     never_preempts: bool,
+    /// The policy interleaves sub-batches ([`Policy::interleaves`]).
+    interleaves: bool,
     /// The active sub-batch as the device sees it, and the table generation it was built at.
     members: Vec<Member>,
     members_of: Option<u64>,
@@ -242,6 +244,7 @@ impl<'a> Server<'a> {
             counters: Counters::default(),
             snaps: setup.snapshots.then(Vec::new),
             never_preempts: policy.never_preempts(),
+            interleaves: policy.interleaves(),
             members: Vec::with_capacity(mb as usize),
             members_of: None,
             mixed_steps: false,
@@ -296,8 +299,12 @@ impl<'a> Server<'a> {
             self.idling = Some(None);
             return Ok(Step::Went);
         }
-        // with requests in flight and nothing to decide (the policy contract), just run
-        let quiet = !self.table.is_empty() && (self.infq.is_empty() || self.never_preempts);
+        // with requests in flight and nothing to decide (the policy contract), just run; a
+        // policy that interleaves sub-batches decides whenever there are several
+        let interleaving = self.interleaves && self.table.entries().len() > 1;
+        let quiet = !self.table.is_empty()
+            && (self.infq.is_empty() || self.never_preempts)
+            && !interleaving;
         let decision = if quiet {
             Decision::Run
         } else {
@@ -318,6 +325,13 @@ impl<'a> Server<'a> {
                 return Ok(Step::Went);
             }
             Decision::Admit { count, pad } => self.admit(count, pad, now, policy)?,
+            Decision::Swap if !self.table.swap_top() => {
+                return Err(Error::Internal(format!(
+                    "policy {} swapped a BatchTable of fewer than two entries",
+                    policy.name()
+                )))
+            }
+            Decision::Swap => {}
             Decision::Run if self.table.is_empty() => {
                 return Err(Error::Internal(format!(
                     "policy {} ran an empty BatchTable",

@@ -323,3 +323,132 @@ fn a_decoder_only_models_requests_get_their_first_token_from_the_prefill() {
         assert!(q.first_token.unwrap() < q.completion.unwrap());
     }
 }
+
+/// GPT-2 on the NPU model at 60 req/s for 80 requests under `policy`, every request's record
+/// and the table after every step kept.
+fn gpt2_under(policy: &str) -> Outcome {
+    let (m, mut npu, pred) = bench("gpt2");
+    let arrivals: Vec<_> = crate::traffic::generate(&m, (Default::default(), 60.0), 80, 9)
+        .unwrap()
+        .collect();
+    let setup = Setup {
+        keep: crate::metrics::KeepRecords {
+            requests: true,
+            ..Default::default()
+        },
+        snapshots: true,
+        ..Setup::new(
+            &m,
+            &pred,
+            Sla::from_ms(5e3).unwrap(),
+            MaxBatch::new(8).unwrap(),
+        )
+    };
+    let mut pol = policy::parse(policy, 8).unwrap();
+    run(
+        &setup,
+        &mut npu,
+        pol.as_mut(),
+        &mut VirtualClock::new(),
+        &arrivals,
+    )
+    .unwrap()
+}
+
+/// A chunk that never runs out is the whole prefill first: `chunked` is then `continuous`,
+/// every request's first token and completion to the nanosecond.
+#[test]
+fn chunks_that_never_run_out_are_continuous_batching() {
+    let (a, b) = (gpt2_under("continuous"), gpt2_under("chunked:86400000"));
+    let times = |o: &Outcome| -> Vec<_> {
+        o.requests
+            .iter()
+            .map(|q| (q.id, q.first_token, q.completion))
+            .collect()
+    };
+    assert_eq!(times(&a), times(&b));
+    assert_eq!(a.requests.len(), 80);
+}
+
+/// `chunked:0` gives the decode batch an iteration after every prefill node: the table shows
+/// the batch on top of a prefill that stands before the decoder, and between two of the batch's
+/// iterations the prefill advances one node at most; every request completes.
+#[test]
+fn a_zero_chunk_gives_the_batch_an_iteration_after_every_prefill_node() {
+    let (m, _, _) = bench("gpt2");
+    let out = gpt2_under("chunked:0");
+    assert_eq!(out.requests.len(), 80);
+    let decoding = |at: NodeStep| m.node(at.node).class == Class::Decoder;
+    let boundary = m.loops.last().unwrap().first;
+    let snaps = out.snapshots.unwrap();
+    let mut swapped_in = 0;
+    // the prefill's position whenever the batch stands at its boundary on top of it: one node
+    // further each iteration
+    let mut last: Option<(Vec<u32>, NodeId)> = None;
+    let mut steps_checked = 0;
+    for (_, entries) in &snaps {
+        if let [.., (_, below), (_, top)] = entries.as_slice() {
+            if decoding(*top) && !decoding(*below) {
+                swapped_in += 1;
+            }
+        }
+        if let [.., (ids, below), (_, top)] = entries.as_slice() {
+            if top.node == boundary && !decoding(*below) {
+                if let Some((prev_ids, prev)) = &last {
+                    if prev_ids == ids && prev != &below.node {
+                        assert_eq!(below.node.0, prev.0 + 1, "the prefill skipped a node");
+                        steps_checked += 1;
+                    }
+                }
+                last = Some((ids.clone(), below.node));
+            }
+        }
+    }
+    assert!(
+        swapped_in > 100 && steps_checked > 100,
+        "{swapped_in} {steps_checked}"
+    );
+}
+
+/// A policy that swaps a table of one entry is an internal error, never a silent run.
+#[test]
+fn a_swap_without_an_entry_below_is_an_error() {
+    struct SwapAlways;
+    impl Policy for SwapAlways {
+        fn name(&self) -> String {
+            "swap-always".into()
+        }
+        fn decide(&mut self, v: &View) -> Decision {
+            match v.table.is_empty() {
+                true => Decision::Admit {
+                    count: 1,
+                    pad: false,
+                },
+                false => Decision::Swap,
+            }
+        }
+    }
+    let (m, mut npu, pred) = bench("gnmt");
+    let arrivals: Vec<_> = crate::traffic::generate(&m, (Default::default(), 300.0), 4, 4)
+        .unwrap()
+        .collect();
+    let setup = Setup::new(
+        &m,
+        &pred,
+        Sla::from_ms(100.0).unwrap(),
+        MaxBatch::new(8).unwrap(),
+    );
+    let e = run(
+        &setup,
+        &mut npu,
+        &mut SwapAlways,
+        &mut VirtualClock::new(),
+        &arrivals,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("swapped a BatchTable of fewer than two entries"),
+        "{e}"
+    );
+}

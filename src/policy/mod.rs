@@ -1,11 +1,12 @@
 //! Batching policies. Each is a small type behind the [`Policy`] trait: it sees a read-only
 //! [`View`] of the server (time, pending queue, BatchTable, predictor) and returns a
 //! [`Decision`]; it never touches a device. [`Spec`] is a policy string (`serial`,
-//! `graph:W[:B]`, `cellular:W[:B]`, `continuous[:B]`, `dva:D:W[:B]`, `lazy`, `oracle`, …) checked once into a typed value that builds a fresh
-//! policy for every run.
+//! `graph:W[:B]`, `cellular:W[:B]`, `continuous[:B]`, `chunked:MS[:B]`, `dva:D:W[:B]`, `lazy`,
+//! `oracle`, …) checked once into a typed value that builds a fresh policy for every run.
 
 mod adaptive;
 pub(crate) mod cellular;
+mod chunked;
 mod continuous;
 mod dvabatch;
 mod forced;
@@ -18,6 +19,7 @@ mod spec;
 
 pub use adaptive::Adaptive;
 pub use cellular::Cellular;
+pub use chunked::Chunked;
 pub use continuous::Continuous;
 pub use dvabatch::Dva;
 pub use forced::Forced;
@@ -37,6 +39,7 @@ pub const REGISTRY: &[&Entry] = &[
     &graph_batching::ENTRY,
     &cellular::ENTRY,
     &continuous::ENTRY,
+    &chunked::ENTRY,
     &dvabatch::ENTRY,
     &lazy::ENTRY,
     &adaptive::ENTRY,
@@ -59,6 +62,10 @@ pub enum Decision {
     },
     /// Do nothing until this time (or the next arrival, whichever is first).
     WaitUntil(Nanos),
+    /// Put the sub-batch below the active one on top (the active one waits where it stands),
+    /// then execute its next node: a policy that interleaves a prefill with its decode batch's
+    /// iterations (`chunked`), past the paper's stack. Only with two entries or more.
+    Swap,
 }
 
 /// The read-only view a policy decides on. Deliberately narrow: a policy learns a request's
@@ -154,6 +161,11 @@ pub trait Policy: Send {
     /// batch when the table is empty): the engine then runs the active sub-batch without asking
     /// them, whatever is pending.
     fn never_preempts(&self) -> bool {
+        false
+    }
+    /// True for a policy that switches between sub-batches ([`Decision::Swap`]): the engine
+    /// asks it before every node while the table holds more than one, pending requests or not.
+    fn interleaves(&self) -> bool {
         false
     }
     /// Nodes at which sub-batches merge across timesteps (cells); none by default.

@@ -229,6 +229,22 @@ impl BatchTable {
         self.debug_check();
     }
 
+    /// Puts the entry below the active one on top, the active one beneath it where it stands
+    /// (the chunked-prefill peer interleaving a prefill with its decode batch's iterations:
+    /// outside the paper, whose table is a stack). Two adjacent entries never stand where
+    /// they could merge (the invariant), so swapped they do not either. False, and nothing
+    /// changed, with fewer than two entries.
+    pub(crate) fn swap_top(&mut self) -> bool {
+        let n = self.stack.len();
+        if n < 2 {
+            return false;
+        }
+        self.stack.swap(n - 2, n - 1);
+        self.generation += 1;
+        self.debug_check();
+        true
+    }
+
     /// Advances the top sub-batch past the unit it just executed. `lengths(r)` gives a member's
     /// lengths (actual ones in the engine, predicted ones in a policy's look-ahead); requests
     /// that completed are appended to `finished`.
