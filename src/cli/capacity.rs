@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 const DEFAULT_POLICIES: &str = "serial,graph:0,graph:5,graph:25,graph:50,lazy,lazy:adaptive,oracle";
 
 #[derive(Args, Debug)]
-#[command(group(clap::ArgGroup::new("bound").required(true).args(["p99_ms", "violations", "ttft_p99_ms", "tpot_p99_ms"])))]
+#[command(group(clap::ArgGroup::new("bound").required(true).multiple(true).args(["p99_ms", "violations", "ttft_p99_ms", "tpot_p99_ms"])))]
 pub(super) struct CapacityArgs {
     #[command(flatten)]
     model: ModelArgs,
@@ -37,11 +37,12 @@ pub(super) struct CapacityArgs {
     #[arg(long, allow_negative_numbers = true)]
     violations: Option<f64>,
     /// The bound, for models with a decoder: p99 time to first token (the end of a request's
-    /// first decoder step) at most this many ms.
+    /// first decoder step, or of its prefill where the prefill chooses it) at most this many
+    /// ms; with --tpot-p99-ms, both (an LLM service's SLO).
     #[arg(long, allow_negative_numbers = true)]
     ttft_p99_ms: Option<f64>,
     /// The bound, for models with a decoder: p99 time per output token after the first at
-    /// most this many ms.
+    /// most this many ms; with --ttft-p99-ms, both.
     #[arg(long, allow_negative_numbers = true)]
     tpot_p99_ms: Option<f64>,
     #[command(flatten)]
@@ -106,9 +107,12 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
         (None, Some(v), None, None) => Bound::Violations(v / 100.0),
         (None, None, Some(x), None) => Bound::TtftP99Ms(x),
         (None, None, None, Some(x)) => Bound::TpotP99Ms(x),
-        _ => anyhow::bail!("give one of --p99-ms, --violations, --ttft-p99-ms or --tpot-p99-ms"),
+        (None, None, Some(ttft_ms), Some(tpot_ms)) => Bound::TokenSlo { ttft_ms, tpot_ms },
+        _ => anyhow::bail!(
+            "give one of --p99-ms, --violations, --ttft-p99-ms or --tpot-p99-ms (or both of the last two)"
+        ),
     };
-    if matches!(bound, Bound::TtftP99Ms(_) | Bound::TpotP99Ms(_)) {
+    if bound.on_tokens() {
         if !model.is_seq2seq() {
             anyhow::bail!(
                 "--ttft-p99-ms and --tpot-p99-ms bound a model with a decoder; '{}' has none",
@@ -328,10 +332,14 @@ impl Report<'_> {
         // the policy column as wide as its longest name
         let w = caps.iter().map(|c| c.policy.len()).fold(14, usize::max);
         // a token bound's own figure in a column of its own, beside the end-to-end latency
-        let token = match self.bound {
-            Bound::TtftP99Ms(_) => Some("TTFT p99"),
-            Bound::TpotP99Ms(_) => Some("TPOT p99"),
-            Bound::P99Ms(_) | Bound::Violations(_) => None,
+        type Of = fn(&lazybatch::metrics::Stats) -> f64;
+        let ttft: (&str, Of) = ("TTFT p99", |st| Bound::TtftP99Ms(0.0).value(st));
+        let tpot: (&str, Of) = ("TPOT p99", |st| Bound::TpotP99Ms(0.0).value(st));
+        let token: Vec<(&str, Of)> = match self.bound {
+            Bound::TtftP99Ms(_) => vec![ttft],
+            Bound::TpotP99Ms(_) => vec![tpot],
+            Bound::TokenSlo { .. } => vec![ttft, tpot],
+            Bound::P99Ms(_) | Bound::Violations(_) => Vec::new(),
         };
         outp!(
             o,
@@ -342,7 +350,7 @@ impl Report<'_> {
             "mean (ms)",
             "p99 (ms)"
         );
-        if let Some(t) = token {
+        for (t, _) in &token {
             outp!(o, " {t:>10}");
         }
         out!(o, " {:>9} {:>10} {:>7}", "SLA viol", "mean batch", "probes");
@@ -359,8 +367,8 @@ impl Report<'_> {
                         st.latency_ms.mean,
                         st.latency_ms.p99
                     );
-                    if token.is_some() {
-                        outp!(o, " {:>10.3}", self.bound.value(st));
+                    for (_, of) in &token {
+                        outp!(o, " {:>10.3}", of(st));
                     }
                     out!(
                         o,
@@ -380,7 +388,7 @@ impl Report<'_> {
                         "–",
                         "–"
                     );
-                    if token.is_some() {
+                    for _ in &token {
                         outp!(o, " {:>10}", "–");
                     }
                     out!(o, " {:>9} {:>10} {:>7}", "–", "–", c.probes.len());
@@ -407,6 +415,9 @@ pub(super) fn bound_text(bound: Bound, sla_ms: f64) -> String {
         Bound::Violations(v) => format!("SLA violations ≤ {}% at {sla_ms} ms", 100.0 * v),
         Bound::TtftP99Ms(x) => format!("p99 time to first token ≤ {x} ms"),
         Bound::TpotP99Ms(x) => format!("p99 time per output token ≤ {x} ms"),
+        Bound::TokenSlo { ttft_ms, tpot_ms } => {
+            format!("p99 time to first token ≤ {ttft_ms} ms and per output token ≤ {tpot_ms} ms")
+        }
     }
 }
 
@@ -417,6 +428,9 @@ pub(super) fn bound_json(bound: Bound, sla_ms: f64) -> serde_json::Value {
         Bound::Violations(v) => json!({"violations": v, "sla_ms": sla_ms}),
         Bound::TtftP99Ms(x) => json!({"ttft_p99_ms": x}),
         Bound::TpotP99Ms(x) => json!({"tpot_p99_ms": x}),
+        Bound::TokenSlo { ttft_ms, tpot_ms } => {
+            json!({"ttft_p99_ms": ttft_ms, "tpot_p99_ms": tpot_ms})
+        }
     }
 }
 

@@ -26,6 +26,14 @@ pub enum Bound {
     TtftP99Ms(f64),
     /// Models with a decoder: the p99 time per output token at most this many ms.
     TpotP99Ms(f64),
+    /// Models with a decoder, an LLM service's SLO: the p99 time to first token and the p99
+    /// time per output token each within its bound (ms).
+    TokenSlo {
+        /// The p99 time to first token, at most.
+        ttft_ms: f64,
+        /// The p99 time per output token, at most.
+        tpot_ms: f64,
+    },
 }
 
 impl Bound {
@@ -37,6 +45,12 @@ impl Bound {
             // a run without the figure (no decoder) meets no bound on it
             Bound::TtftP99Ms(_) => st.ttft_ms.as_ref().map_or(f64::INFINITY, |t| t.p99),
             Bound::TpotP99Ms(_) => st.tpot_ms.as_ref().map_or(f64::INFINITY, |t| t.p99),
+            // the tighter of the two, as a share of its bound (1: at the SLO)
+            Bound::TokenSlo { ttft_ms, tpot_ms } => {
+                let ttft = Bound::TtftP99Ms(*ttft_ms).value(st) / ttft_ms;
+                let tpot = Bound::TpotP99Ms(*tpot_ms).value(st) / tpot_ms;
+                ttft.max(tpot)
+            }
         }
     }
 
@@ -47,6 +61,7 @@ impl Bound {
             Bound::Violations(_) => "share over the SLA",
             Bound::TtftP99Ms(_) => "p99 time to first token",
             Bound::TpotP99Ms(_) => "p99 time per output token",
+            Bound::TokenSlo { .. } => "p99 TTFT and TPOT over their bounds (the larger)",
         }
     }
 
@@ -54,8 +69,17 @@ impl Bound {
     pub fn met_by(&self, st: &Stats) -> bool {
         let limit = match *self {
             Bound::P99Ms(x) | Bound::Violations(x) | Bound::TtftP99Ms(x) | Bound::TpotP99Ms(x) => x,
+            Bound::TokenSlo { .. } => 1.0,
         };
         st.rejected == 0 && self.value(st) <= limit
+    }
+
+    /// True for a bound on time to first token or per output token (a model with a decoder).
+    pub fn on_tokens(&self) -> bool {
+        match self {
+            Bound::TtftP99Ms(_) | Bound::TpotP99Ms(_) | Bound::TokenSlo { .. } => true,
+            Bound::P99Ms(_) | Bound::Violations(_) => false,
+        }
     }
 }
 
@@ -133,15 +157,22 @@ pub fn check(bound: Bound, single_ms: f64, sla_ms: f64) -> Result<()> {
                 "{sla_ms} ms is not above the single-input latency ({single_ms:.3} ms): every request violates it"
             ),
         )),
-        Bound::TtftP99Ms(x) | Bound::TpotP99Ms(x) if !(x.is_finite() && x > 0.0) => {
+        Bound::TtftP99Ms(x)
+        | Bound::TpotP99Ms(x)
+        | Bound::TokenSlo { ttft_ms: x, .. }
+        | Bound::TokenSlo { tpot_ms: x, .. }
+            if !(x.is_finite() && x > 0.0) =>
+        {
             Err(Error::invalid(
                 "token bound",
                 format!("must be a positive number of ms, got {x}"),
             ))
         }
-        Bound::P99Ms(_) | Bound::Violations(_) | Bound::TtftP99Ms(_) | Bound::TpotP99Ms(_) => {
-            Ok(())
-        }
+        Bound::P99Ms(_)
+        | Bound::Violations(_)
+        | Bound::TtftP99Ms(_)
+        | Bound::TpotP99Ms(_)
+        | Bound::TokenSlo { .. } => Ok(()),
     }
 }
 
@@ -182,7 +213,7 @@ pub fn search_one(
             let r = lo * 2.0;
             if r > top {
                 let why = match how.bound {
-                    Bound::TpotP99Ms(_) => "the runs are too short to fill a queue (raise --requests), the bound is too loose, or the policy never lets newcomers slow the requests it is decoding (then the time per output token does not grow with the queue)",
+                    Bound::TpotP99Ms(_) | Bound::TokenSlo { .. } => "the runs are too short to fill a queue (raise --requests), the bound is too loose, or the policy never lets newcomers slow the requests it is decoding (then the time per output token does not grow with the queue)",
                     Bound::P99Ms(_) | Bound::Violations(_) | Bound::TtftP99Ms(_) => "the runs are too short to fill a queue (raise --requests) or the bound is too loose",
                 };
                 let note = format!(
@@ -321,7 +352,9 @@ pub fn write_figure(
 ) -> Result<()> {
     use crate::plot::{Figure, Mark, Panel, Series};
     let y_of = |st: &Stats| match bound {
-        Bound::P99Ms(_) | Bound::TtftP99Ms(_) | Bound::TpotP99Ms(_) => bound.value(st),
+        Bound::P99Ms(_) | Bound::TtftP99Ms(_) | Bound::TpotP99Ms(_) | Bound::TokenSlo { .. } => {
+            bound.value(st)
+        }
         Bound::Violations(_) => 100.0 * violation_share(st),
     };
     let mut panel = Panel {
@@ -332,6 +365,7 @@ pub fn write_figure(
             Bound::Violations(_) => "requests over their SLA (%)".into(),
             Bound::TtftP99Ms(_) => "p99 time to first token (ms)".into(),
             Bound::TpotP99Ms(_) => "p99 time per output token (ms)".into(),
+            Bound::TokenSlo { .. } => "p99 TTFT or TPOT over its bound (the larger)".into(),
         },
         log_y: !matches!(bound, Bound::Violations(_)),
         ..Panel::default()
@@ -364,6 +398,7 @@ pub fn write_figure(
     let limit = match bound {
         Bound::P99Ms(x) | Bound::TtftP99Ms(x) | Bound::TpotP99Ms(x) => x,
         Bound::Violations(v) => 100.0 * v,
+        Bound::TokenSlo { .. } => 1.0,
     };
     panel.series.push(Series {
         name: "the bound".into(),
@@ -472,6 +507,32 @@ mod tests {
         let s = stats(1.0, 0.1, 10);
         assert!((Bound::Violations(0.19).value(&s) - 0.19).abs() < 1e-12);
         assert!(!Bound::Violations(0.5).met_by(&s));
+        // a token SLO: both p99s within their bounds, each at its exact edge
+        let tokens = |ttft: f64, tpot: f64| {
+            let mut s = stats(1.0, 0.0, 0);
+            let l = |p99| crate::metrics::LatencyMs {
+                p99,
+                ..Default::default()
+            };
+            (s.ttft_ms, s.tpot_ms) = (Some(l(ttft)), Some(l(tpot)));
+            s
+        };
+        let slo = Bound::TokenSlo {
+            ttft_ms: 100.0,
+            tpot_ms: 5.0,
+        };
+        assert!(slo.met_by(&tokens(100.0, 5.0)));
+        assert!(!slo.met_by(&tokens(100.001, 1.0)));
+        assert!(!slo.met_by(&tokens(1.0, 5.001)));
+        assert_eq!(slo.value(&tokens(50.0, 4.0)), 0.8);
+        // a run without the figures (no decoder) meets no token bound
+        assert!(!slo.met_by(&stats(1.0, 0.0, 0)));
+        assert!(check(slo, 0.0, 100.0).is_ok());
+        let bad = Bound::TokenSlo {
+            ttft_ms: 100.0,
+            tpot_ms: -1.0,
+        };
+        assert!(check(bad, 0.0, 100.0).is_err());
     }
 
     /// A server whose p99 is `base / (1 - rate / cap)`: it meets a p99 of `x` up to

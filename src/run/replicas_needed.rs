@@ -82,6 +82,8 @@ pub fn search_count(
                             crate::run::capacity::Bound::Violations(_) => " of requests late",
                             crate::run::capacity::Bound::TtftP99Ms(_) => " ms p99 to first token",
                             crate::run::capacity::Bound::TpotP99Ms(_) => " ms p99 per output token",
+                            crate::run::capacity::Bound::TokenSlo { .. } =>
+                                " of the tighter token bound",
                         }
                     )
                 });

@@ -298,3 +298,82 @@ fn bounds_no_rate_can_meet_are_refused_naming_the_flag() {
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn a_token_slo_bounds_both_the_first_token_and_the_tokens_after_it() {
+    // GPT-2 under an LLM service's SLO: every probe meets it when both its p99 time to first
+    // token and its p99 time per output token are within their bounds, and nothing is rejected
+    let o = lazybatch(&[
+        "capacity",
+        "--model",
+        "gpt2",
+        "--device",
+        "npu",
+        "--policies",
+        "continuous,chunked:2,lazy",
+        "--ttft-p99-ms",
+        "60",
+        "--tpot-p99-ms",
+        "4",
+        "--sla-ms",
+        "5000",
+        "--requests",
+        "400",
+        "--seeds",
+        "1",
+        "--json",
+        "--progress",
+        "off",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let (mut met, mut missed) = (0, 0);
+    for row in v.as_array().unwrap() {
+        assert_eq!(row["bound"]["ttft_p99_ms"].as_f64(), Some(60.0));
+        assert_eq!(row["bound"]["tpot_p99_ms"].as_f64(), Some(4.0));
+        assert!(
+            row["capacity_rps"].as_f64().expect("a capacity") > 0.0,
+            "{row}"
+        );
+        for p in row["probes"].as_array().unwrap() {
+            let (ttft, tpot) = (
+                p["ttft_ms"].as_f64().unwrap(),
+                p["tpot_ms"].as_f64().unwrap(),
+            );
+            let ok = ttft <= 60.0 && tpot <= 4.0 && p["rejected"] == 0;
+            assert_eq!(p["ok"].as_bool(), Some(ok), "{p}");
+            (met, missed) = if ok {
+                (met + 1, missed)
+            } else {
+                (met, missed + 1)
+            };
+        }
+    }
+    assert!(met > 0 && missed > 0, "{met} {missed}");
+    // the table shows both figures
+    let o = lazybatch(&[
+        "capacity",
+        "--model",
+        "gpt2",
+        "--device",
+        "npu",
+        "--policies",
+        "continuous",
+        "--ttft-p99-ms",
+        "60",
+        "--tpot-p99-ms",
+        "4",
+        "--requests",
+        "300",
+        "--seeds",
+        "1",
+        "--progress",
+        "off",
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("TTFT p99") && text.contains("TPOT p99"),
+        "{text}"
+    );
+    assert!(text.contains("per output token ≤ 4 ms"), "{text}");
+}
