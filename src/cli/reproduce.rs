@@ -19,7 +19,7 @@ pub(super) struct ReproduceArgs {
     #[arg(long, allow_negative_numbers = true)]
     seeds: Option<i64>,
     /// Experiments to run, comma-separated (default: the paper's and capacity; `beyond` = bursts,
-    /// goodput, adaptive, our experiments past the paper; `all` = every one).
+    /// goodput, adaptive, tokens, llm, our experiments past the paper; `all` = every one).
     #[arg(long, value_delimiter = ',')]
     figures: Option<Vec<String>>,
     /// NPU configurations, comma-separated: shipped names (`paper`, `default`) or TOML files;

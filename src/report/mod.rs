@@ -23,7 +23,10 @@ pub fn experiment_names() -> Vec<&'static str> {
 }
 
 /// Names `--figures` accepts for several experiments at once.
-pub const GROUPS: &[(&str, &[&str])] = &[("beyond", &["bursts", "goodput", "adaptive", "tokens"])];
+pub const GROUPS: &[(&str, &[&str])] = &[(
+    "beyond",
+    &["bursts", "goodput", "adaptive", "tokens", "llm"],
+)];
 
 /// The experiments `reproduce` runs unless `--figures` names others: the paper's evaluation and
 /// the capacity at its SLA; [`GROUPS`]' `beyond` (our experiments past the paper, minutes more)
@@ -232,7 +235,8 @@ impl Plan {
 
     /// Requests per run for a model.
     pub fn requests(&self, model: &str) -> usize {
-        if model.contains(',') || ["gnmt", "transformer_base", "las", "lstm_stack"].contains(&model)
+        if model.contains(',')
+            || ["gnmt", "transformer_base", "las", "lstm_stack", "gpt2"].contains(&model)
         {
             self.requests_seq
         } else {
@@ -623,11 +627,11 @@ mod tests {
     fn beyond_names_the_experiments_past_the_paper_once_each_in_report_order() {
         assert_eq!(
             names(&["beyond"]),
-            ["bursts", "goodput", "adaptive", "tokens"]
+            ["bursts", "goodput", "adaptive", "tokens", "llm"]
         );
         assert_eq!(
             names(&["adaptive", "eval", "beyond"]),
-            ["eval", "bursts", "goodput", "adaptive", "tokens"]
+            ["eval", "bursts", "goodput", "adaptive", "tokens", "llm"]
         );
         let e = select(Some(&["nope".to_string()]))
             .err()
@@ -641,7 +645,7 @@ mod tests {
         let default: Vec<&str> = select(None).unwrap().iter().map(|e| e.name()).collect();
         assert_eq!(default, default_experiment_names());
         assert!(default.contains(&"eval") && default.contains(&"capacity"));
-        for b in ["bursts", "goodput", "adaptive", "tokens"] {
+        for b in ["bursts", "goodput", "adaptive", "tokens", "llm"] {
             assert!(!default.contains(&b), "{b} is opt-in");
         }
         assert_eq!(names(&["all"]), experiment_names());

@@ -14,6 +14,7 @@ mod dec_timesteps;
 mod eval;
 mod goodput;
 mod lifo;
+mod llm;
 mod max_batch;
 mod sensitivity;
 mod sla;
@@ -66,6 +67,7 @@ pub(super) const ALL: &[&dyn Experiment] = &[
     &goodput::Goodput,
     &adaptive::Adaptive,
     &tokens::Tokens,
+    &llm::Llm,
     &colocation::Colocation,
     &lifo::Lifo,
 ];
@@ -119,6 +121,7 @@ pub(super) fn label(p: &str) -> String {
         "lazy:strict" => "LazyB (strict)".into(),
         "lazy:adaptive" => "LazyB (adaptive)".into(),
         "continuous" => "Continuous".into(),
+        c if c.starts_with("chunked:") => format!("Chunked({})", &c["chunked:".len()..]),
         "oracle:strict" => "Oracle (strict)".into(),
         g => match (g.strip_prefix("graph:"), g.strip_prefix("cellular:")) {
             (Some(rest), _) => format!("GraphB({})", rest.split(':').next().unwrap_or(rest)),
@@ -138,6 +141,7 @@ pub(super) fn short(model: &str) -> &str {
         "las" => "LAS",
         "bert_base" => "BERT",
         "lstm_stack" => "LSTM stack (pure RNN)",
+        "gpt2" => "GPT-2",
         m => m,
     }
 }
