@@ -14,8 +14,12 @@
 //! (17 MB) exceed a 32 MiB L3, and each pass evicts what the next one reads first; shared, its
 //! activations take a few megabytes that stay in cache from one layer to the next.
 //!
-//! Models with a sequence (variable lengths leave rows unwritten that a reader may see, and a
-//! loop reads its outputs again at the next step) keep a region per node.
+//! In a model with loops, a loop node's output and every output a loop node reads keep a region
+//! of their own (a loop reads its outputs again at the next step, and its steps read what came
+//! before them at every step); the other outputs — the static nodes only static nodes read, such
+//! as a decoder-only model's prefill but for its keys and values — share by liveness as an
+//! image model's do: every reader reads only the rows its own request's lengths give, which the
+//! writer wrote for that request in the same pass.
 
 use super::aligned::Aligned;
 use crate::graph::Model;
@@ -82,9 +86,12 @@ pub(super) fn plan(
     (written_by, read_by): (&[Option<usize>], &[Option<usize>]),
 ) -> Plan {
     let n = model.nodes.len();
-    let share = model.seq.is_none() && model.loops.is_empty();
+    let shares = shareable(model);
     // each output's live range: from its first write to its last read (never ends: no reuse)
-    let mut end = vec![if share { 0 } else { usize::MAX }; n];
+    let mut end: Vec<usize> = shares
+        .iter()
+        .map(|&s| if s { 0 } else { usize::MAX })
+        .collect();
     for (j, node) in model.nodes.iter().enumerate() {
         for input in &node.inputs {
             let e = &mut end[input.node.idx()];
@@ -118,7 +125,9 @@ pub(super) fn plan(
         // next) and, even with one slot, cut the region into other halves than the two cores
         // wrote it in, so that a core would write lines the other one holds (MobileNet-v1 at
         // batch 1 ran 18% slower than without an arena on some runs of the VM)
-        let fit = pool.iter().position(|r| r.1 < start[i] && r.0 == need);
+        let fit = pool
+            .iter()
+            .position(|r| shares[i] && r.1 < start[i] && r.0 == need);
         let k = fit.unwrap_or_else(|| {
             pool.push((0, 0));
             pool.len() - 1
@@ -138,6 +147,27 @@ pub(super) fn plan(
         .map(|r| r.map_or((0, 0), |k| (base[k], pool[k].0)))
         .collect();
     Plan { regions, len }
+}
+
+/// Which nodes' outputs may share a region: every node of a model without loops; in one with
+/// loops, the static nodes no loop node reads (as an input, or as what an `@prev` input reads
+/// at step 0).
+pub(super) fn shareable(model: &Model) -> Vec<bool> {
+    use crate::graph::View;
+    let mut read_in_a_loop = vec![false; model.nodes.len()];
+    for node in model.nodes.iter().filter(|n| n.loop_id.is_some()) {
+        for input in &node.inputs {
+            read_in_a_loop[input.node.idx()] = true;
+            if let View::PrevOr(init) = input.view {
+                read_in_a_loop[init.idx()] = true;
+            }
+        }
+    }
+    model
+        .nodes
+        .iter()
+        .map(|n| n.loop_id.is_none() && !read_in_a_loop[n.id.idx()])
+        .collect()
 }
 
 impl Plan {

@@ -6,10 +6,11 @@ use crate::graph::zoo;
 /// For every zoo model, with one slot and with three: no two nodes whose outputs are live at
 /// once (by the device's rule: from the first write to the last read) share memory, nor do any
 /// two slots; each node's slots follow each other; image models share (their arena is smaller
-/// than the sum of their outputs), sequence models do not.
+/// than the sum of their outputs), and so does GPT-2's prefill, but a loop node's output and
+/// every output a loop reads keep a region of their own.
 #[test]
 fn outputs_live_at_once_never_share_a_region() {
-    for name in zoo::builtin_names() {
+    for name in zoo::all_names() {
         let model = zoo::load(name).unwrap();
         for slots in [1, 3] {
             check(&model, name, slots);
@@ -40,6 +41,9 @@ fn check(model: &Model, name: &str, slots: usize) {
     for (j, node) in model.nodes.iter().enumerate() {
         for input in &node.inputs {
             last[input.node.idx()] = last[input.node.idx()].max(j);
+            if let crate::graph::View::PrevOr(init) = input.view {
+                last[init.idx()] = last[init.idx()].max(j);
+            }
         }
         if let Some(r) = read_by[j] {
             last[j] = last[j].max(r);
@@ -76,9 +80,23 @@ fn check(model: &Model, name: &str, slots: usize) {
             }
         }
     }
+    // a loop node's output, and every output a loop reads, alone in its region: a loop reads
+    // its outputs again at the next step, and what came before at every step
+    let shares = shareable(model);
+    for i in (0..n).filter(|&i| !shares[i]) {
+        let alone = (0..n).all(|j| j == i || plan.regions[j].0 != plan.regions[i].0);
+        assert!(alone, "{name}: node {i} shares the region a loop needs");
+        let node = &model.nodes[i];
+        let read_by_a_loop = model.nodes.iter().any(|m| {
+            m.loop_id.is_some()
+                && m.inputs
+                    .iter()
+                    .any(|x| x.node == node.id || x.view == crate::graph::View::PrevOr(node.id))
+        });
+        assert!(node.loop_id.is_some() || read_by_a_loop, "{name}: node {i}");
+    }
     let total: usize = buffers.iter().map(|l| l.next_multiple_of(16)).sum();
-    match (model.seq.is_none() && model.loops.is_empty(), slots) {
-        (true, _) => assert!(plan.len < total, "{name}: {} of {total}", plan.len),
-        (false, _) => assert_eq!(plan.len, total, "{name}"),
+    if model.loops.is_empty() || name == "gpt2" {
+        assert!(plan.len < total, "{name}: {} of {total}", plan.len);
     }
 }
