@@ -11,6 +11,10 @@ BERT-base built the same way into a directory you name (about 100 and 440 MB; no
                         [batch, seq] with seq a named axis (import with --dim seq=16)
   bert_sdpa_style.onnx  the same encoder as PyTorch 2.15's default exporter writes it (see
                         bert_style's sdpa flag)
+  gpt2_style.onnx       a two-layer GPT-2-style decoder with a key/value cache (hidden 32, 4
+                        heads, vocabulary 97, 128 positions) as torch.onnx.export writes Hugging
+                        Face's GPT2LMHeadModel with use_cache: input_ids and past_key_values in,
+                        logits and present out
   mobilenet_style.onnx  3x32x32 image: conv+BN+Clip(0,6), three depthwise-separable blocks
                         (depthwise 3x3 + BN + Clip(0,6), pointwise 1x1 + BN + Clip(0,6)), average
                         pool, global average pool, Reshape to [batch, -1], MatMul + Add, Softmax
@@ -367,6 +371,117 @@ def op_fixtures():
     return out
 
 
+def gpt2_style(layers=2, d=32, heads=4, vocab=97, n_pos=128, name="gpt2_style"):
+    """A GPT-2-style decoder with a key/value cache as torch.onnx.export writes Hugging Face's
+    GPT2LMHeadModel(use_cache=True) at opset 17 (eager attention, the TorchScript exporter,
+    constant folding on): inputs input_ids [batch, seq] and past_key_values.{i}.key/value
+    [batch, heads, past, head]; outputs logits [batch, seq, vocab] and present.{i}.key/value.
+    Positions are Range(past, past + seq) from the shapes; each Conv1D is Reshape to 2-D, Gemm,
+    Reshape back; Q|K|V one Gemm Split in three, each Reshaped to heads and Transposed, K and V
+    concatenated onto the past (the present outputs); the scores divided by sqrt(head) and
+    masked by Where with a lower-triangular buffer Sliced by the key and query lengths; the tanh
+    GELU spelled out; lm_head tied to wte (folded: its own initializer, wte transposed)."""
+    b = Builder(11)
+    r = b.rng
+    dh = d // heads
+    i64 = lambda *v: np.array(v, np.int64)
+
+    def ln(x):
+        g = b.init("ln_g", r.uniform(0.8, 1.2, d).astype(np.float32))
+        beta = b.init("ln_b", r.uniform(-0.1, 0.1, d).astype(np.float32))
+        return b.node("LayerNormalization", [x, g, beta], "ln", axis=-1, epsilon=1e-5)
+
+    shape = b.node("Shape", ["input_ids"], "shape")
+    batch = b.node("Gather", [shape, b.init("zero", np.array(0, np.int64))], "gather", axis=0)
+    seq = b.node("Gather", [shape, b.init("one", np.array(1, np.int64))], "gather", axis=0)
+    batch1 = b.node("Unsqueeze", [batch, b.init("axes", i64(0))], "unsqueeze")
+    seq1 = b.node("Unsqueeze", [seq, b.init("axes", i64(0))], "unsqueeze")
+
+    def conv1d(x, k, n):
+        """Hugging Face's Conv1D: x.view(-1, k) @ W + b, viewed back to [batch, seq, n]."""
+        w = b.init("w", r.normal(0, np.sqrt(1 / k), (k, n)).astype(np.float32))
+        bias = b.init("bias", r.uniform(-0.1, 0.1, n).astype(np.float32))
+        x2 = b.node("Reshape", [x, b.init("flat", i64(-1, k))], "reshape")
+        y = b.node("Gemm", [x2, w, bias], "gemm", alpha=1.0, beta=1.0)
+        out = b.node("Concat", [batch1, seq1, b.init("n", i64(n))], "concat", axis=0)
+        return b.node("Reshape", [y, out], "reshape")
+
+    past = [(f"past_key_values.{i}.key", f"past_key_values.{i}.value") for i in range(layers)]
+    past_len = b.node("Gather", [b.node("Shape", [past[0][0]], "shape"), b.init("two", np.array(2, np.int64))],
+                      "gather", axis=0)
+    end = b.node("Add", [seq, past_len], "add")
+    pos = b.node("Range", [past_len, end, b.init("step", np.array(1, np.int64))], "range")
+    pos = b.node("Unsqueeze", [pos, b.init("axes", i64(0))], "unsqueeze")
+    wte_np = r.normal(0, 0.5, (vocab, d)).astype(np.float32)
+    wte = b.init("wte", wte_np)
+    x = b.node("Gather", [wte, "input_ids"], "wte")
+    x = b.node("Add", [x, b.node("Gather", [b.init("wpe", r.normal(0, 0.1, (n_pos, d)).astype(np.float32)), pos],
+                                 "wpe")], "add")
+    bias_buf = b.init("attn_bias", np.tril(np.ones((n_pos, n_pos), bool))[None, None])
+    heads_shape = b.node("Concat", [batch1, seq1, b.init("hd", i64(heads, dh))], "concat", axis=0)
+    presents = []
+    for i in range(layers):
+        h = ln(x)
+        qkv = conv1d(h, d, 3 * d)
+        q, k, v = [f"split_{i}_{j}" for j in range(3)]
+        b.nodes.append(helper.make_node("Split", [qkv, b.init("split", i64(d, d, d))], [q, k, v],
+                                        name=f"split_{i}", axis=2))
+
+        def heads_of(t):
+            return b.node("Transpose", [b.node("Reshape", [t, heads_shape], "reshape")], "transpose",
+                          perm=[0, 2, 1, 3])
+
+        q, k, v = heads_of(q), heads_of(k), heads_of(v)
+        for kv, t in (("key", k), ("value", v)):
+            b.nodes.append(helper.make_node("Concat", [past[i][kv == "value"], t], [f"present.{i}.{kv}"],
+                                            name=f"concat_present_{i}_{kv}", axis=-2))
+        k, v = f"present.{i}.key", f"present.{i}.value"
+        presents += [k, v]
+        s = b.node("MatMul", [q, b.node("Transpose", [k], "transpose", perm=[0, 1, 3, 2])], "matmul")
+        s = b.node("Div", [s, b.init("sqrt_dh", np.array(np.sqrt(dh), np.float32))], "div")
+        q_len = b.node("Gather", [b.node("Shape", [q], "shape"), b.init("two", np.array(2, np.int64))],
+                       "gather", axis=0)
+        k_len = b.node("Gather", [b.node("Shape", [k], "shape"), b.init("two", np.array(2, np.int64))],
+                       "gather", axis=0)
+        start = b.node("Unsqueeze", [b.node("Sub", [k_len, q_len], "sub"), b.init("axes", i64(0))], "unsqueeze")
+        k_len1 = b.node("Unsqueeze", [k_len, b.init("axes", i64(0))], "unsqueeze")
+        mask = b.node("Slice", [bias_buf, start, k_len1, b.init("axes", i64(2))], "slice")
+        mask = b.node("Slice", [mask, b.init("zero1", i64(0)), k_len1, b.init("axes", i64(3))], "slice")
+        s = b.node("Where", [mask, s, b.init("mask_value", np.array(np.finfo(np.float32).min, np.float32))],
+                   "where")
+        p = b.node("Softmax", [s], "softmax", axis=-1)
+        c = b.node("Transpose", [b.node("MatMul", [p, v], "matmul")], "transpose", perm=[0, 2, 1, 3])
+        c = b.node("Reshape", [c, b.node("Concat", [batch1, seq1, b.init("d", i64(d))], "concat", axis=0)],
+                   "reshape")
+        x = b.node("Add", [conv1d(c, d, d), x], "add")
+        h = conv1d(ln(x), d, 4 * d)
+        # gelu_new: 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x ** 3)))
+        cube = b.node("Pow", [h, b.init("three", np.array(3.0, np.float32))], "pow")
+        inner = b.node("Add", [h, b.node("Mul", [b.init("c", np.array(0.044715, np.float32)), cube], "mul")], "add")
+        t = b.node("Tanh", [b.node("Mul", [b.init("s", np.array(np.sqrt(2 / np.pi), np.float32)), inner], "mul")],
+                   "tanh")
+        g = b.node("Mul", [b.node("Mul", [b.init("half", np.array(0.5, np.float32)), h], "mul"),
+                           b.node("Add", [b.init("one_f", np.array(1.0, np.float32)), t], "add")], "mul")
+        x = b.node("Add", [x, conv1d(g, 4 * d, d)], "add")
+    x = ln(x)
+    logits = "logits"
+    b.nodes.append(helper.make_node("MatMul", [x, b.init("lm_head", np.ascontiguousarray(wte_np.T))], [logits],
+                                    name="lm_head"))
+    ins = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])]
+    for pk, pv in past:
+        for t in (pk, pv):
+            ins.append(helper.make_tensor_value_info(t, TensorProto.FLOAT, ["batch", heads, "past_seq", dh]))
+    outs = [helper.make_tensor_value_info(logits, TensorProto.FLOAT, ["batch", "seq", vocab])]
+    for j, t in enumerate(presents):
+        outs.append(helper.make_tensor_value_info(t, TensorProto.FLOAT, ["batch", heads, "total_seq", dh]))
+    g = helper.make_graph(b.nodes, name, ins, outs, b.inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)],
+                          producer_name="lazybatch scripts/onnx-fixtures.py")
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="tests/fixtures/onnx")
@@ -381,6 +496,7 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     models = {f.__name__: f() for f in [resnet_style, mobilenet_style, bert_style]}
     models["bert_sdpa_style"] = bert_style(name="bert_sdpa_style", sdpa=True)
+    models["gpt2_style"] = gpt2_style()
     models.update(bad_fixtures())
     models.update(op_fixtures())
     for name, m in models.items():

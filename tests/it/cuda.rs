@@ -477,6 +477,26 @@ fn cuda_onnx_fixtures_match_onnxruntime() {
 }
 
 #[test]
+fn cuda_onnx_decoder_matches_onnxruntime_step_by_step() {
+    if !gpu_or_skip("cuda_onnx_decoder_matches_onnxruntime_step_by_step") {
+        return;
+    }
+    // the GPT-2-style export with its key/value cache: every step's logits within f32
+    // reduction-order noise of onnxruntime's, the same tokens
+    let mut gpu = CudaDevice::new(0, 3, Precision::F32).unwrap();
+    let Some((rel, differ, steps)) = crate::onnx::decoder_against_onnxruntime(&mut gpu) else {
+        return;
+    };
+    eprintln!(
+        "gpt2_style: CUDA against onnxruntime, {rel:e} over {steps} steps, {differ} tokens differ"
+    );
+    assert!(
+        steps > 4 && rel <= 1e-4 && differ == 0,
+        "{rel} {differ} {steps}"
+    );
+}
+
+#[test]
 fn cuda_exchanges_inputs_and_outputs_with_a_front_end() {
     if !gpu_or_skip("cuda_exchanges_inputs_and_outputs_with_a_front_end") {
         return;

@@ -422,3 +422,67 @@ fn a_front_end_exchanges_inputs_and_outputs_with_the_cpu_device() {
     }
     assert_eq!(misfits, 1);
 }
+
+/// `dev`'s outputs on a decoder export (`gpt2_style`: every step's logits and token) against
+/// onnxruntime's run of the same file step by step with its key/value cache, on four
+/// requests: (relative difference of the logits, tokens onnxruntime would have chosen
+/// otherwise, decode steps compared); None (said on stderr) without onnxruntime.
+pub(crate) fn decoder_against_onnxruntime(dev: &mut dyn Device) -> Option<(f64, u64, u64)> {
+    let name = "gpt2_style";
+    let m = import(name);
+    let io = inputs_and_outputs(&m, dev, 4, 8, 7).unwrap();
+    assert_eq!(io.len(), 4, "{name}: every request captured");
+    let json = serde_json::json!({
+        "inputs": io.iter().map(|r| &r.input).collect::<Vec<_>>(),
+        "outputs": io.iter().map(|r| &r.output).collect::<Vec<_>>(),
+    });
+    let path =
+        std::env::temp_dir().join(format!("lazybatch-onnx-{name}-{}.json", std::process::id()));
+    std::fs::write(&path, json.to_string()).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/onnx-decoder-check.py");
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(fixture(name))
+        .arg(&path)
+        .output();
+    std::fs::remove_file(&path).ok();
+    let out = crate::python_check(out, "REQUIRE_ONNXRUNTIME", name)?;
+    assert!(
+        out.status.success(),
+        "{name}: onnx-decoder-check failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    Some((
+        v["rel_diff"].as_f64().unwrap(),
+        v["tokens_differ"].as_u64().unwrap(),
+        v["steps"].as_u64().unwrap(),
+    ))
+}
+
+/// A GPT-2-style export with its key/value cache (what torch.onnx.export writes for Hugging
+/// Face's GPT2LMHeadModel with use_cache) imports as our decoder-only graph: a prefill and
+/// decode steps sharing its weights, which serve bit-identically alone and batched across
+/// steps, and give onnxruntime's logits at every step, the same tokens.
+#[test]
+fn a_decoder_export_matches_onnxruntime_step_by_step() {
+    let m = import("gpt2_style");
+    let s = m.seq.as_ref().unwrap();
+    assert!(s.prefill_token && s.max_context == Some(128), "{s:?}");
+    // the file's parameters once (the decode steps share them): wte and wpe, per layer two
+    // norms and four linear layers, ln_f; the logits are tied to wte
+    let (d, v, p, ffn) = (32u64, 97u64, 128u64, 128u64);
+    let layer = 2 * 2 * d + (d * 3 * d + 3 * d) + (d * d + d) + (d * ffn + ffn) + (ffn * d + d);
+    assert_eq!(m.params(), v * d + p * d + 2 * layer + 2 * d);
+    let r = verify_cpu(&m, 6, 4, 3).unwrap();
+    assert!(r.ok && r.bit_identical && r.cross_step > 0, "{r:?}");
+    let Some((rel, differ, steps)) = decoder_against_onnxruntime(&mut CpuDevice::new(3)) else {
+        return;
+    };
+    eprintln!("gpt2_style: relative difference {rel:e} over {steps} steps, {differ} tokens differ");
+    assert!(
+        steps > 4 && rel <= 1e-4 && differ == 0,
+        "{rel} {differ} {steps}"
+    );
+}

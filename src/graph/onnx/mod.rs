@@ -14,6 +14,7 @@
 //! the node.
 
 mod checker;
+mod decoder;
 mod dense;
 mod fold;
 mod patterns;
@@ -63,8 +64,20 @@ pub fn import(path: &Path, dims: &Dims) -> Result<Model> {
     checker::structure(&model, &graph).map_err(err)?;
     load_external(&mut graph, path).map_err(err)?;
     let graph = &graph;
-    check_ops(graph).map_err(err)?;
-    let (text, weights) = translate_graph(path, &model, graph, dims).map_err(err)?;
+    let (text, weights) = if decoder::is_decoder(graph) {
+        // a decoder with its key/value cache: its prompt and steps keep their own lengths
+        if let Some((k, _)) = dims.first() {
+            return Err(err(format!(
+                "--dim {k}: a decoder export's sequence axes stay variable (a prompt's length, a \
+                 step's one token); it takes no --dim"
+            )));
+        }
+        let (stem, about) = identity(path, &model);
+        decoder::translate(&stem, &about, graph).map_err(err)?
+    } else {
+        check_ops(graph).map_err(err)?;
+        translate_graph(path, &model, graph, dims).map_err(err)?
+    };
     let mut m = super::loader::parse_model(&text, path)
         .map_err(|e| err(format!("the translated graph does not load: {e}")))?;
     let mut per_node = vec![None; m.nodes.len()];
@@ -285,7 +298,9 @@ fn quote(s: &str) -> String {
     toml_edit::Value::from(s).to_string().trim().to_string()
 }
 
-fn header(path: &Path, model: &ModelProto) -> String {
+/// An imported model's name (the file's stem) and what it is (`imported from ONNX (opset 17,
+/// its producer)`).
+fn identity(path: &Path, model: &ModelProto) -> (String, String) {
     let stem = path
         .file_stem()
         .map_or_else(|| "onnx".into(), |s| s.to_string_lossy().into_owned());
@@ -296,14 +311,19 @@ fn header(path: &Path, model: &ModelProto) -> String {
         .and_then(|o| o.version)
         .unwrap_or(0);
     let producer = format!("{} {}", model.producer_name(), model.producer_version());
+    (
+        stem,
+        format!("imported from ONNX (opset {opset}, {})", producer.trim()),
+    )
+}
+
+fn header(path: &Path, model: &ModelProto) -> String {
+    let (stem, about) = identity(path, model);
     format!(
         "# imported from {}\nname = {}\ndescription = {}\nsource = {}\nmax_batch = 64\n",
         path.display(),
         quote(&stem),
-        quote(&format!(
-            "imported from ONNX (opset {opset}, {})",
-            producer.trim()
-        )),
+        quote(&about),
         quote(&path.display().to_string()),
     )
 }

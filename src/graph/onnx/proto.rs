@@ -83,6 +83,15 @@ pub(crate) fn tensor(t: &TensorProto) -> Result<Const, String> {
             };
             want(c.i.len(), "int64")?;
         }
+        Ok(DataType::Bool) => {
+            // one byte a value in raw data, else in int32_data
+            c.i = if raw.is_empty() {
+                t.int32_data.iter().map(|&v| i64::from(v != 0)).collect()
+            } else {
+                raw.iter().map(|&b| i64::from(b != 0)).collect()
+            };
+            want(c.i.len(), "bool")?;
+        }
         Ok(DataType::Int32) => {
             c.i = if raw.is_empty() {
                 t.int32_data.iter().map(|&v| i64::from(v)).collect()
@@ -96,7 +105,7 @@ pub(crate) fn tensor(t: &TensorProto) -> Result<Const, String> {
         other => {
             let name = other.map_or_else(|_| format!("code {dt}"), |d| d.as_str_name().into());
             return Err(format!(
-                "element type {name} (float, int64 and int32 are read)"
+                "element type {name} (float, int64, int32 and bool are read)"
             ));
         }
     }

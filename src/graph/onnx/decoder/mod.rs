@@ -1,0 +1,488 @@
+//! Import of a decoder-only language model exported with its key/value cache — what
+//! `torch.onnx.export` writes for Hugging Face's GPT-2 with `use_cache`: inputs `input_ids` and
+//! `past_key_values.{i}.key`/`.value` (`[batch, heads, past, head]`), outputs `logits` and
+//! `present.{i}.key`/`.value`. One graph serves both phases of such a model (the prompt with an
+//! empty cache, then one token at a time with the cache it returned), where our graphs run the
+//! prefill as static nodes and the decode steps as a loop; so the export is not translated op
+//! by op as other graphs are ([`super::translate`]) but recognized block by block — the
+//! embeddings, each layer's norms, Conv1D or MatMul layers, attention and GELU, the final norm
+//! and the logits — and rebuilt as the graph `models/gpt2.toml` has, with the file's weights:
+//! a masked prefill that chooses the first token, and decode steps that attend over the
+//! prompt's keys and values, then their own, sharing the prefill's parameters.
+//!
+//! What each block must be, checked as it is found (the error names the node):
+//! - **linear layers**: `MatMul` by a `[K, N]` initializer and `Add` of an `[N]` one, or
+//!   Hugging Face's Conv1D as exported: `Reshape` to two dimensions, `Gemm` with the bias,
+//!   `Reshape` back;
+//! - **attention**: `Split` of the packed Q|K|V in three; each `Reshape`d to the heads and
+//!   `Transpose`d to `[batch, heads, seq, head]`; K and V `Concat`enated onto the layer's past
+//!   inputs along the sequence (the `present` outputs); `MatMul` of Q by K transposed, `Div` by
+//!   √head (or `Mul` by its inverse); `Where` of a mask sliced from a lower-triangular constant
+//!   (the causal mask), the masked scores a large negative constant; `Softmax` over the last
+//!   axis; `MatMul` by V; `Transpose` back and `Reshape` to `[batch, seq, width]`;
+//! - **GELU**: any elementwise chain from the MLP's first layer to its second that computes the
+//!   tanh GELU or the exact one (evaluated at 201 points, within 1e-5), or ONNX's `Gelu`;
+//! - **the logits**: a `MatMul` of the final norm's output by `[width, vocabulary]`: tied to the
+//!   token table when it holds its transpose exactly.
+//!
+//! Everything else in the graph must compute shapes or positions only (integer tensors from
+//! `Shape`, the causal mask's slices): a node that is neither is refused with its name. The
+//! positions are taken as `past + 0..seq`, as Hugging Face computes them.
+
+mod attention;
+mod blocks;
+mod emit;
+
+use super::proto::pb::{GraphProto, NodeProto};
+use super::proto::{value_type, Dim};
+use crate::graph::weights::Weights;
+use blocks::Graph;
+
+type R<T> = std::result::Result<T, String>;
+
+/// The operators a decoder export may use.
+const OPS: &[&str] = &[
+    "Gather",
+    "Add",
+    "Sub",
+    "Mul",
+    "Div",
+    "Pow",
+    "Tanh",
+    "Erf",
+    "Sqrt",
+    "Gelu",
+    "LayerNormalization",
+    "MatMul",
+    "Gemm",
+    "Reshape",
+    "Transpose",
+    "Split",
+    "Concat",
+    "Where",
+    "Softmax",
+    "Shape",
+    "Unsqueeze",
+    "Squeeze",
+    "Slice",
+    "Range",
+    "Cast",
+    "Identity",
+    "Constant",
+];
+
+/// True when `g` is a decoder with a key/value cache: besides one input of token ids, graph
+/// inputs named `past…` (and no other), and more than one output.
+pub(super) fn is_decoder(g: &GraphProto) -> bool {
+    let inits: std::collections::HashSet<&str> = g.initializer.iter().map(|t| t.name()).collect();
+    let real: Vec<&str> = g
+        .input
+        .iter()
+        .map(|i| i.name())
+        .filter(|n| !inits.contains(n))
+        .collect();
+    real.len() > 1 && g.output.len() > 1 && real[1..].iter().all(|n| n.starts_with("past"))
+}
+
+/// One linear layer found: its weights `[K][N]`, bias, output width and output tensor.
+struct Linear {
+    w: Vec<f32>,
+    bias: Vec<f32>,
+    n: usize,
+    out: String,
+}
+
+/// A layer norm found.
+struct Norm {
+    scale: Vec<f32>,
+    shift: Vec<f32>,
+    eps: f32,
+    out: String,
+}
+
+/// One decoder layer's parameters.
+struct Layer {
+    ln1: Norm,
+    qkv: Linear,
+    proj: Linear,
+    ln2: Norm,
+    fc: Linear,
+    act: &'static str,
+    fc_proj: Linear,
+}
+
+/// A node in an error message.
+fn at(n: &NodeProto) -> String {
+    format!("node '{}' ({})", n.name(), n.op_type())
+}
+
+/// `[rows][cols]` transposed to `[cols][rows]`.
+fn transpose(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut t = vec![0.0; w.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            t[c * rows + r] = w[r * cols + c];
+        }
+    }
+    t
+}
+
+/// The model's sizes, from its inputs and its tables.
+#[derive(Clone, Copy)]
+struct Sizes {
+    layers: usize,
+    heads: usize,
+    head: usize,
+    width: usize,
+    vocab: usize,
+    positions: usize,
+}
+
+/// Layer `i` of the past inputs: (key, value), by their names' index and kind when they are
+/// Hugging Face's (`past_key_values.{i}.key`), else in order.
+fn past_pairs(names: &[&str]) -> R<Vec<(String, String)>> {
+    if names.is_empty() || !names.len().is_multiple_of(2) {
+        return Err(format!(
+            "{} past inputs: a key and a value per layer were expected",
+            names.len()
+        ));
+    }
+    let parsed: Option<Vec<(usize, bool, &str)>> = names
+        .iter()
+        .map(|n| {
+            let mut it = n.split('.');
+            let (_, i, kv) = (it.next()?, it.next()?.parse::<usize>().ok()?, it.next()?);
+            Some((i, kv == "value", *n))
+        })
+        .collect();
+    let layers = names.len() / 2;
+    match parsed {
+        Some(mut p) => {
+            p.sort();
+            let ok = p
+                .iter()
+                .enumerate()
+                .all(|(j, &(i, value, _))| i == j / 2 && value == (j % 2 == 1));
+            if !ok {
+                return Err(format!("past inputs {names:?}: layers 0..{layers}, a key and a value each, were expected"));
+            }
+            Ok(p.chunks(2)
+                .map(|c| (c[0].2.to_string(), c[1].2.to_string()))
+                .collect())
+        }
+        None => Ok(names
+            .chunks(2)
+            .map(|c| (c[0].to_string(), c[1].to_string()))
+            .collect()),
+    }
+}
+
+/// The decoder export `g` as model-file text (named after `stem`, described with `about`), and
+/// each weighted node's weights by name.
+pub(super) fn translate(
+    stem: &str,
+    about: &str,
+    g: &GraphProto,
+) -> R<(String, Vec<(String, Weights)>)> {
+    let mut bad: Vec<String> = Vec::new();
+    for n in &g.node {
+        let default = n.domain().is_empty() || n.domain() == "ai.onnx";
+        if (!OPS.contains(&n.op_type()) || !default)
+            && !bad.iter().any(|b| b.starts_with(n.op_type()))
+        {
+            bad.push(format!("{} (node '{}')", n.op_type(), n.name()));
+        }
+    }
+    if !bad.is_empty() {
+        return Err(format!(
+            "a decoder export with unsupported operators: {} (a decoder's are {})",
+            bad.join(", "),
+            OPS.join(", ")
+        ));
+    }
+    let mut gr = Graph::new(g);
+    let real: Vec<&str> = g
+        .input
+        .iter()
+        .map(|i| i.name())
+        .filter(|n| !gr.inits.contains_key(n))
+        .collect();
+    let tokens = real[0];
+    let past = past_pairs(&real[1..])?;
+    let dims_of = |name: &str| -> R<Vec<Dim>> {
+        let v = g
+            .input
+            .iter()
+            .find(|i| i.name() == name)
+            .ok_or("an input went missing")?;
+        value_type(v)
+            .map(|t| t.1)
+            .ok_or_else(|| format!("input '{name}' is not a tensor"))
+    };
+    let (heads, head) = match &dims_of(&past[0].0)?[..] {
+        [_, Dim::Fixed(h), _, Dim::Fixed(d)] => (*h, *d),
+        other => {
+            return Err(format!(
+                "past input '{}': [batch, heads, past, head] with fixed heads and head was expected, got {} axes",
+                past[0].0,
+                other.len()
+            ))
+        }
+    };
+    // the embeddings: a table gathered by the token ids, plus positions gathered from another
+    let wte = gr.reader(tokens, "Gather")?;
+    let table = gr.floats(&wte.input[0], &at(wte))?;
+    let [vocab, width] = table.dims[..] else {
+        return Err(format!(
+            "{}: a [vocabulary, width] table was expected",
+            at(wte)
+        ));
+    };
+    if width != heads * head {
+        return Err(format!(
+            "{}: a width of {width} for {heads} heads of {head}",
+            at(wte)
+        ));
+    }
+    let add = gr.reader(&wte.output[0], "Add")?;
+    let pos_in = if add.input[0] == wte.output[0] {
+        &add.input[1]
+    } else {
+        &add.input[0]
+    };
+    let wpe = gr
+        .producer
+        .get(pos_in.as_str())
+        .map(|&i| (i, gr.node(i)))
+        .filter(|(_, n)| n.op_type() == "Gather")
+        .ok_or_else(|| {
+            format!(
+                "{}: the token embedding plus a gathered position table was expected",
+                at(add)
+            )
+        })?;
+    gr.seen[wpe.0] = true;
+    let positions_table = gr.floats(&wpe.1.input[0], &at(wpe.1))?;
+    let [positions, pw] = positions_table.dims[..] else {
+        return Err(format!(
+            "{}: a [positions, width] table was expected",
+            at(wpe.1)
+        ));
+    };
+    if pw != width {
+        return Err(format!(
+            "{}: positions {pw} wide for a width of {width}",
+            at(wpe.1)
+        ));
+    }
+    let s = Sizes {
+        layers: past.len(),
+        heads,
+        head,
+        width,
+        vocab,
+        positions,
+    };
+    let mut x = add.output[0].clone();
+    let mut layers = Vec::with_capacity(s.layers);
+    for (k, v) in &past {
+        let ln1 = gr.norm(&x, width)?;
+        let qkv = gr.linear(&ln1.out, width)?;
+        if qkv.n != 3 * width {
+            return Err(format!(
+                "'{}': Q|K|V of {} where {} was expected",
+                qkv.out,
+                qkv.n,
+                3 * width
+            ));
+        }
+        let a = gr.attention(&qkv.out, (k, v), s)?;
+        let proj = gr.linear(&a, width)?;
+        let r1 = gr.residual(&proj.out, &x)?;
+        let ln2 = gr.norm(&r1, width)?;
+        let fc = gr.linear(&ln2.out, width)?;
+        let (act, hidden) = gr.gelu(&fc.out)?;
+        let fc_proj = gr.linear(&hidden, fc.n)?;
+        if proj.n != width || fc_proj.n != width {
+            return Err(format!(
+                "'{}': a layer whose outputs are not {width} wide",
+                fc_proj.out
+            ));
+        }
+        x = gr.residual(&fc_proj.out, &r1)?;
+        layers.push(Layer {
+            ln1,
+            qkv,
+            proj,
+            ln2,
+            fc,
+            act,
+            fc_proj,
+        });
+    }
+    let ln_f = gr.norm(&x, width)?;
+    let head_mm = gr.reader(&ln_f.out, "MatMul")?;
+    if g.output.first().map(|o| o.name()) != Some(head_mm.output[0].as_str()) {
+        return Err(format!(
+            "{}: the logits, the graph's first output, were expected",
+            at(head_mm)
+        ));
+    }
+    let lm = gr.floats(&head_mm.input[1], &at(head_mm))?;
+    if lm.dims != [width, vocab] {
+        return Err(format!(
+            "{}: logits weights {:?} for a width of {width} and a vocabulary of {vocab}",
+            at(head_mm),
+            lm.dims
+        ));
+    }
+    let tied = transpose(&table.f, vocab, width) == lm.f;
+    gr.shapes_only()?;
+    Ok(emit::emit(
+        stem,
+        about,
+        s,
+        (table.f, positions_table.f),
+        &layers,
+        (ln_f, (!tied).then_some(lm.f)),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::graph::onnx::proto::pb::{ModelProto, NodeProto, TensorProto};
+    use prost::Message;
+    use std::path::PathBuf;
+
+    fn fixture() -> ModelProto {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/onnx/gpt2_style.onnx"
+        );
+        ModelProto::decode(&std::fs::read(path).unwrap()[..]).unwrap()
+    }
+
+    /// The first initializer whose name starts with `prefix`.
+    fn init<'a>(m: &'a mut ModelProto, prefix: &str) -> &'a mut TensorProto {
+        let g = m.graph.as_mut().unwrap();
+        g.initializer
+            .iter_mut()
+            .find(|t| t.name().starts_with(prefix))
+            .unwrap()
+    }
+
+    /// `gpt2_style.onnx` changed by `change`, imported: refused with `want` in the message.
+    fn refused(case: &str, change: impl FnOnce(&mut ModelProto), want: &str) {
+        let mut m = fixture();
+        change(&mut m);
+        let dir = std::env::temp_dir().join(format!("lazybatch-decoder-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path: PathBuf = dir.join(format!("{case}.onnx"));
+        std::fs::write(&path, m.encode_to_vec()).unwrap();
+        let e = crate::graph::onnx::import(&path, &[])
+            .unwrap_err()
+            .to_string();
+        std::fs::remove_file(&path).ok();
+        assert!(e.contains(want), "{case}: {e}");
+    }
+
+    fn f32s(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn a_decoder_export_that_is_not_gpt2_s_computation_is_refused_naming_the_node() {
+        // the mask lets every position see every other: not causal
+        refused(
+            "all_seen",
+            |m| {
+                let t = init(m, "attn_bias");
+                let n = t.raw_data.as_ref().unwrap().len();
+                t.raw_data = Some(vec![1; n]);
+            },
+            "is not lower-triangular (causal)",
+        );
+        // the scores divided by 7, not by the square root of the head width (8)
+        refused(
+            "scale",
+            |m| init(m, "sqrt_dh").raw_data = Some(f32s(&[7.0])),
+            "scales the scores by 0.14285715, not 1/sqrt(8)",
+        );
+        // the MLP's tanh GELU with another cubic coefficient
+        refused(
+            "gelu",
+            |m| {
+                let g = m.graph.as_mut().unwrap();
+                let t = g
+                    .initializer
+                    .iter_mut()
+                    .find(|t| t.raw_data.as_deref() == Some(&f32s(&[0.044715])[..]))
+                    .unwrap();
+                t.raw_data = Some(f32s(&[0.05]));
+            },
+            "is neither GELU",
+        );
+        // a layer's present value not returned
+        refused(
+            "present",
+            |m| {
+                let g = m.graph.as_mut().unwrap();
+                g.output.retain(|o| o.name() != "present.1.value");
+            },
+            "its result (the present) is not a graph output",
+        );
+        // a computation besides the model's: the logits' tanh, read by nothing
+        refused(
+            "extra",
+            |m| {
+                let g = m.graph.as_mut().unwrap();
+                g.node.push(NodeProto {
+                    input: vec!["logits".into()],
+                    output: vec!["extra_out".into()],
+                    name: Some("extra".into()),
+                    op_type: Some("Tanh".into()),
+                    ..NodeProto::default()
+                });
+            },
+            "not a decoder layer, the embeddings, the logits or a shape computation: node 'extra' (Tanh)",
+        );
+        // an operator a decoder export never has
+        refused(
+            "op",
+            |m| {
+                let g = m.graph.as_mut().unwrap();
+                let n = g
+                    .node
+                    .iter_mut()
+                    .find(|n| n.op_type() == "Softmax")
+                    .unwrap();
+                n.op_type = Some("LogSoftmax".into());
+            },
+            "a decoder export with unsupported operators: LogSoftmax",
+        );
+        // the past inputs of one layer only
+        refused(
+            "past",
+            |m| {
+                let g = m.graph.as_mut().unwrap();
+                g.input.retain(|i| i.name() != "past_key_values.1.value");
+            },
+            "3 past inputs: a key and a value per layer were expected",
+        );
+    }
+
+    #[test]
+    fn a_decoder_export_takes_no_dim() {
+        let path = std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/fixtures/onnx/gpt2_style.onnx"
+        ));
+        let e = crate::graph::onnx::import(path, &[("seq".into(), 8)])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--dim seq: a decoder export's sequence axes stay variable"),
+            "{e}"
+        );
+    }
+}
