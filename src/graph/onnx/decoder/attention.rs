@@ -3,7 +3,7 @@
 //! 1/√head and masked by slices of a lower-triangular constant, the softmax, the values, the
 //! heads merged back; every step checked, the error naming the node.
 
-use super::blocks::Graph;
+use super::blocks::{Graph, InputAxis};
 use super::{at, Sizes, R};
 use crate::graph::onnx::proto::pb::NodeProto;
 use crate::graph::onnx::proto::{attr_i, attr_ints};
@@ -30,7 +30,9 @@ impl Graph<'_> {
         for part in &split.output {
             let r = self.reader(part, "Reshape")?;
             let tail = self.shape_end(&r.input[1], 2);
-            if tail.as_deref() != Some(&[s.heads as i64, s.head as i64][..]) {
+            // (the heads given, or -1: the width over the head's)
+            let (h, dh) = (s.heads as i64, s.head as i64);
+            if tail.as_deref() != Some(&[h, dh][..]) && tail.as_deref() != Some(&[-1, dh][..]) {
                 return Err(format!(
                     "{}: a reshape to [.., {}, {}] (the heads) was expected, its shape ends {tail:?}",
                     at(r),
@@ -47,11 +49,15 @@ impl Graph<'_> {
         for (x, p) in [(k, past.0), (v, past.1)] {
             let c = self.reader(x, "Concat")?;
             let ax = attr_i(c, "axis", 0);
-            if c.input.len() != 2 || c.input[0] != p || !(ax == 2 || ax == -2) {
+            if c.input.len() != 2 || !self.is_or_copies(&c.input[0], p) || !(ax == 2 || ax == -2) {
                 return Err(format!(
                     "{}: the past '{p}' then this step's, along the sequence, was expected",
                     at(c)
                 ));
+            }
+            if let Some(&i) = self.producer.get(c.input[0].as_str()) {
+                // the past's copy
+                self.seen[i] = true;
             }
             if !self.g.output.iter().any(|o| o.name() == c.output[0]) {
                 return Err(format!(
@@ -85,17 +91,28 @@ impl Graph<'_> {
                 s.head
             ));
         }
-        let w = self.reader(&scale.output[0], "Where")?;
-        let masked = self
-            .constant(&w.input[2])
-            .filter(|c| c.len() == 1 && c.f.len() == 1);
-        if w.input[1] != scale.output[0] || masked.is_none_or(|c| c.f[0] > -1e4) {
-            return Err(format!(
-                "{}: the scores where the mask holds, a large negative value elsewhere",
-                at(w)
-            ));
+        // the causal mask: the scores where a lower-triangular constant's slices hold
+        // (`Where`), or plus a computed mask of zeros and large negatives (`Add`)
+        let w = self.reader_of(&scale.output[0], &["Where", "Add"])?;
+        if w.op_type() == "Where" {
+            let masked = self
+                .constant(&w.input[2])
+                .filter(|c| c.len() == 1 && c.f.len() == 1);
+            if w.input[1] != scale.output[0] || masked.is_none_or(|c| c.f[0] > -1e4) {
+                return Err(format!(
+                    "{}: the scores where the mask holds, a large negative value elsewhere",
+                    at(w)
+                ));
+            }
+            self.causal_mask(&w.input[0], w)?;
+        } else {
+            let m = if w.input[0] == scale.output[0] {
+                &w.input[1]
+            } else {
+                &w.input[0]
+            };
+            self.additive_causal_mask(m, w, s)?;
         }
-        self.causal_mask(&w.input[0], w)?;
         let sm = self.reader(&w.output[0], "Softmax")?;
         if attr_i(sm, "axis", -1) != -1 && attr_i(sm, "axis", -1) != 3 {
             return Err(format!(
@@ -103,7 +120,8 @@ impl Graph<'_> {
                 at(sm)
             ));
         }
-        let ctx = self.reader(&sm.output[0], "MatMul")?;
+        let weights = self.through_copies(&sm.output[0]);
+        let ctx = self.reader(&weights, "MatMul")?;
         if ctx.input.get(1) != Some(&present[1]) {
             return Err(format!(
                 "{}: the weights times V (the present values) was expected",
@@ -113,8 +131,9 @@ impl Graph<'_> {
         let back = self.reader(&ctx.output[0], "Transpose")?;
         want_perm(back, &[0, 2, 1, 3])?;
         let merged = self.reader(&back.output[0], "Reshape")?;
+        // (the width, or -1: the heads times the head)
         let tail = self.shape_end(&merged.input[1], 1);
-        if tail.as_deref() != Some(&[s.width as i64][..]) {
+        if tail.as_deref() != Some(&[s.width as i64][..]) && tail.as_deref() != Some(&[-1][..]) {
             return Err(format!(
                 "{}: a reshape to [.., {}] was expected",
                 at(merged),
@@ -126,7 +145,7 @@ impl Graph<'_> {
 
     /// The last `k` entries of a reshape's shape: of a constant, or of a `Concat` whose last
     /// inputs are constants (the dimensions before them computed from shapes).
-    fn shape_end(&self, shape: &str, k: usize) -> Option<Vec<i64>> {
+    pub(super) fn shape_end(&self, shape: &str, k: usize) -> Option<Vec<i64>> {
         let last = |v: &[i64]| (v.len() >= k).then(|| v[v.len() - k..].to_vec());
         if let Some(c) = self.constant(shape) {
             return last(&c.i);
@@ -144,6 +163,71 @@ impl Graph<'_> {
             }
         }
         last(&ends)
+    }
+
+    /// True when `x` is `p`, or a copy of it (`Identity`, or a `Concat` of `p` alone).
+    fn is_or_copies(&self, x: &str, p: &str) -> bool {
+        x == p
+            || self
+                .producer
+                .get(x)
+                .map(|&i| self.node(i))
+                .is_some_and(|n| {
+                    matches!(n.op_type(), "Identity" | "Concat")
+                        && n.input.len() == 1
+                        && n.input[0] == p
+                })
+    }
+
+    /// A mask added to the scores, computed from shapes (as `transformers` builds it from
+    /// positions): evaluated for a prompt (no past, 5 tokens) and a step after a past (3 past,
+    /// 2 new), it must be 0 where a query row may see a key — the keys up to its own
+    /// position — and a large negative value elsewhere.
+    fn additive_causal_mask(&self, m: &str, w: &NodeProto, s: Sizes) -> R<()> {
+        for (past, seq) in [(0usize, 5usize), (3, 2)] {
+            let mut shapes = std::collections::HashMap::new();
+            for (name, dims) in &self.input_shapes {
+                let d: Vec<usize> = dims
+                    .iter()
+                    .map(|d| match d {
+                        InputAxis::Batch => 1,
+                        InputAxis::Seq => seq,
+                        InputAxis::Past => past,
+                        InputAxis::Fixed(n) => *n,
+                    })
+                    .collect();
+                shapes.insert(name.clone(), d);
+            }
+            if let Some(e) = &self.embedded {
+                shapes.insert(e.clone(), vec![1, seq, s.width]);
+            }
+            let t = super::eval::Eval::new(self, shapes)
+                .value(m)
+                .map_err(|e| format!("{}: the mask added to the scores: {e}", at(w)))?;
+            let keys = past + seq;
+            let n = t.dims.len();
+            let fits = n >= 2
+                && t.dims[n - 2] == seq
+                && t.dims[n - 1] == keys
+                && t.dims[..n - 2].iter().all(|&d| d == 1);
+            let causal = (0..seq * keys).all(|e| {
+                let (i, j) = (e / keys, e % keys);
+                let v = t.v.get(e).copied().unwrap_or(f64::NAN);
+                if j <= past + i {
+                    v == 0.0
+                } else {
+                    v <= -1e4
+                }
+            });
+            if !(fits && causal) {
+                return Err(format!(
+                    "{}: the mask added to the scores is not causal for {seq} tokens after {past} (shape {:?})",
+                    at(w),
+                    t.dims
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// The condition of a masking `Where`: slices (of any computed bounds) of one constant

@@ -17,6 +17,23 @@ pub(super) struct Graph<'g> {
     pub(super) readers: HashMap<&'g str, Vec<usize>>,
     pub(super) inits: HashMap<&'g str, &'g TensorProto>,
     pub(super) seen: Vec<bool>,
+    /// Each graph input's axes (what a shape computation reads of it).
+    pub(super) input_shapes: Vec<(String, Vec<InputAxis>)>,
+    /// The token embedding's output, once found (its shape: the tokens' and the width).
+    pub(super) embedded: Option<String>,
+}
+
+/// An axis of a graph input, as a mask's evaluation sets it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) enum InputAxis {
+    /// The batch (1 when evaluating).
+    Batch,
+    /// The tokens of this pass.
+    Seq,
+    /// The past's length.
+    Past,
+    /// A fixed size.
+    Fixed(usize),
 }
 
 impl<'g> Graph<'g> {
@@ -37,6 +54,8 @@ impl<'g> Graph<'g> {
             readers,
             inits: g.initializer.iter().map(|t| (t.name(), t)).collect(),
             seen: vec![false; g.node.len()],
+            input_shapes: Vec::new(),
+            embedded: None,
         }
     }
 
@@ -44,12 +63,17 @@ impl<'g> Graph<'g> {
         &self.g.node[i]
     }
 
-    /// The constant a tensor holds: an initializer, or a `Constant` node's value.
+    /// The constant a tensor holds: an initializer, a `Constant` node's value, or an
+    /// `Identity` of one.
     pub(super) fn constant(&self, name: &str) -> Option<Const> {
         if let Some(t) = self.inits.get(name) {
             return tensor(t).ok();
         }
         let n = self.node(*self.producer.get(name)?);
+        // (an exporter's deduplicated initializer: an `Identity` of its twin)
+        if n.op_type() == "Identity" {
+            return self.constant(&n.input[0]);
+        }
         if n.op_type() != "Constant" {
             return None;
         }
@@ -92,6 +116,26 @@ impl<'g> Graph<'g> {
                 "'{x}': {} {op} nodes read it; one was expected",
                 found.len()
             )),
+        }
+    }
+
+    /// `x`, or the float copy of it its one reader makes (`Identity`, a `Cast` to float: an
+    /// exporter's `.to(dtype)`), marked as recognized, as many times as there are.
+    pub(super) fn through_copies(&mut self, x: &str) -> String {
+        let mut x = x.to_string();
+        loop {
+            let only = match self.readers.get(x.as_str()).map(Vec::as_slice) {
+                Some(&[i]) => i,
+                _ => return x,
+            };
+            let n = self.node(only);
+            let copy =
+                n.op_type() == "Identity" || (n.op_type() == "Cast" && attr_i(n, "to", 0) == 1);
+            if !copy {
+                return x;
+            }
+            self.seen[only] = true;
+            x = n.output[0].clone();
         }
     }
 
@@ -157,9 +201,10 @@ impl<'g> Graph<'g> {
                 out: add.output[0].clone(),
             });
         }
-        // Conv1D: Reshape(x, [-1, k]) → Gemm(·, W, b) → Reshape(·, [batch, seq, N])
+        // Conv1D: Reshape(x, [-1, k]) → Gemm(·, W, b) → Reshape(·, [batch, seq, N]); a
+        // computed flattening shape is one the Gemm's 2-D input and k-row weights bound
         let flat = self.constant(&n.input[1]).map(|c| c.i);
-        if flat.as_deref() != Some(&[-1, k as i64][..]) {
+        if flat.as_ref().is_some_and(|f| f[..] != [-1, k as i64]) {
             return Err(format!(
                 "{}: a reshape to {flat:?} where [-1, {k}] was expected",
                 at(n)
@@ -377,6 +422,15 @@ impl Graph<'_> {
             "Cast",
             "Identity",
             "Constant",
+            "Reshape",
+            "Equal",
+            "Less",
+            "LessOrEqual",
+            "Greater",
+            "GreaterOrEqual",
+            "Where",
+            "Expand",
+            "ConstantOfShape",
         ];
         let mut shaped: std::collections::HashSet<String> = self
             .inits
@@ -394,12 +448,16 @@ impl Graph<'_> {
             if self.seen[i] {
                 continue;
             }
+            // (a scalar constant too: a mask's zero and most negative value)
+            let scalar = |x: &str| self.constant(x).is_some_and(|c| c.len() == 1);
             let inputs_ok = n
                 .input
                 .iter()
                 .filter(|x| !x.is_empty())
-                .all(|x| shaped.contains(x.as_str()) || n.op_type() == "Shape");
-            if SHAPE_OPS.contains(&n.op_type()) && inputs_ok {
+                .all(|x| shaped.contains(x.as_str()) || scalar(x) || n.op_type() == "Shape");
+            // (an exporter's deduplicated weight: an `Identity` of its twin initializer)
+            let twin = n.op_type() == "Identity" && self.inits.contains_key(n.input[0].as_str());
+            if (SHAPE_OPS.contains(&n.op_type()) && inputs_ok) || twin {
                 shaped.extend(n.output.iter().cloned());
                 self.seen[i] = true;
             }

@@ -32,6 +32,7 @@
 mod attention;
 mod blocks;
 mod emit;
+mod eval;
 
 use super::proto::pb::{GraphProto, NodeProto};
 use super::proto::{value_type, Dim};
@@ -69,6 +70,13 @@ const OPS: &[&str] = &[
     "Cast",
     "Identity",
     "Constant",
+    "Equal",
+    "Less",
+    "LessOrEqual",
+    "Greater",
+    "GreaterOrEqual",
+    "Expand",
+    "ConstantOfShape",
 ];
 
 /// True when `g` is a decoder with a key/value cache: besides one input of token ids, graph
@@ -177,6 +185,47 @@ fn past_pairs(names: &[&str]) -> R<Vec<(String, String)>> {
     }
 }
 
+/// The value of `x`, a computation from shapes, evaluated for a prompt (5 tokens) and for a
+/// step after a past (2 tokens after 3), is what `want(past, seq)` says (`what` names it).
+fn evaluates_to(
+    gr: &Graph,
+    x: &str,
+    width: usize,
+    want: impl Fn(usize, usize) -> Vec<f64>,
+    what: &str,
+) -> R<()> {
+    for (past, seq) in [(0usize, 5usize), (3, 2)] {
+        let shapes = gr
+            .input_shapes
+            .iter()
+            .map(|(name, axes)| {
+                let d = axes
+                    .iter()
+                    .map(|a| match a {
+                        blocks::InputAxis::Batch => 1,
+                        blocks::InputAxis::Seq => seq,
+                        blocks::InputAxis::Past => past,
+                        blocks::InputAxis::Fixed(n) => *n,
+                    })
+                    .collect();
+                (name.clone(), d)
+            })
+            .chain(gr.embedded.iter().map(|e| (e.clone(), vec![1, seq, width])))
+            .collect();
+        let t = eval::Eval::new(gr, shapes)
+            .value(x)
+            .map_err(|e| format!("{what}: {e}"))?;
+        let w = want(past, seq);
+        if t.v != w {
+            return Err(format!(
+                "{what} for {seq} tokens after {past} are {:?}, not {w:?}",
+                t.v
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The decoder export `g` as model-file text (named after `stem`, described with `about`), and
 /// each weighted node's weights by name.
 pub(super) fn translate(
@@ -229,8 +278,30 @@ pub(super) fn translate(
             ))
         }
     };
-    // the embeddings: a table gathered by the token ids, plus positions gathered from another
-    let wte = gr.reader(tokens, "Gather")?;
+    // each input's axes, for the shape computations a mask may read
+    for name in &real {
+        let axes = dims_of(name)?
+            .iter()
+            .enumerate()
+            .map(|(j, d)| match (j, d) {
+                (0, _) => blocks::InputAxis::Batch,
+                (_, Dim::Fixed(n)) => blocks::InputAxis::Fixed(*n),
+                (1, _) if *name == tokens => blocks::InputAxis::Seq,
+                _ => blocks::InputAxis::Past,
+            })
+            .collect();
+        gr.input_shapes.push((name.to_string(), axes));
+    }
+    // the embeddings: a table gathered by the token ids (or by them reshaped), plus positions
+    // gathered from another
+    let wte = match gr.reader(tokens, "Gather") {
+        Ok(g) => g,
+        Err(_) => {
+            let r = gr.reader(tokens, "Reshape")?;
+            gr.reader(&r.output[0], "Gather")?
+        }
+    };
+    gr.embedded = Some(wte.output[0].clone());
     let table = gr.floats(&wte.input[0], &at(wte))?;
     let [vocab, width] = table.dims[..] else {
         return Err(format!(
@@ -250,6 +321,16 @@ pub(super) fn translate(
     } else {
         &add.input[0]
     };
+    // (through a cast or copy of the gathered positions)
+    let mut pos_in = pos_in.clone();
+    while let Some(&i) = gr.producer.get(pos_in.as_str()) {
+        let n = gr.node(i);
+        if !matches!(n.op_type(), "Cast" | "Identity") {
+            break;
+        }
+        gr.seen[i] = true;
+        pos_in = n.input[0].clone();
+    }
     let wpe = gr
         .producer
         .get(pos_in.as_str())
@@ -275,6 +356,15 @@ pub(super) fn translate(
             at(wpe.1)
         ));
     }
+    // the positions: the past's length onwards, one per token of the pass
+    let positions_of = |past: usize, seq: usize| (past..past + seq).map(|p| p as f64).collect();
+    evaluates_to(
+        &gr,
+        &wpe.1.input[1],
+        width,
+        positions_of,
+        "the positions gathered",
+    )?;
     let s = Sizes {
         layers: past.len(),
         heads,
@@ -321,8 +411,19 @@ pub(super) fn translate(
         });
     }
     let ln_f = gr.norm(&x, width)?;
-    let head_mm = gr.reader(&ln_f.out, "MatMul")?;
-    if g.output.first().map(|o| o.name()) != Some(head_mm.output[0].as_str()) {
+    // (through a view back to [batch, seq, width], which the export may spell out)
+    let mut normed = ln_f.out.clone();
+    if let Ok(r) = gr.reader(&normed, "Reshape") {
+        // [batch, seq, width], the batch given as 1 or -1 (`view(-1, …)`)
+        let shape = format!("{}: the view's shape", at(r));
+        let as_batch = |b: f64| move |_: usize, seq: usize| vec![b, seq as f64, width as f64];
+        evaluates_to(&gr, &r.input[1], width, as_batch(-1.0), &shape)
+            .or_else(|_| evaluates_to(&gr, &r.input[1], width, as_batch(1.0), &shape))?;
+        normed = r.output[0].clone();
+    }
+    let head_mm = gr.reader(&normed, "MatMul")?;
+    let logits = gr.through_copies(&head_mm.output[0]);
+    if g.output.first().map(|o| o.name()) != Some(logits.as_str()) {
         return Err(format!(
             "{}: the logits, the graph's first output, were expected",
             at(head_mm)
