@@ -61,7 +61,18 @@ impl Bound {
             Bound::Violations(_) => "share over the SLA",
             Bound::TtftP99Ms(_) => "p99 time to first token",
             Bound::TpotP99Ms(_) => "p99 time per output token",
-            Bound::TokenSlo { .. } => "p99 TTFT and TPOT over their bounds (the larger)",
+            Bound::TokenSlo { .. } => "the tighter of p99 TTFT and TPOT,",
+        }
+    }
+
+    /// The bounded figure of `st` in words with its unit: `12.345 ms`, `1.20%`, or for a token
+    /// SLO the tighter figure's share of its bound (`0.989 of its bound`).
+    pub fn shown(&self, st: &Stats) -> String {
+        let v = self.value(st);
+        match self {
+            Bound::P99Ms(_) | Bound::TtftP99Ms(_) | Bound::TpotP99Ms(_) => format!("{v:.3} ms"),
+            Bound::Violations(_) => format!("{:.2}%", 100.0 * v),
+            Bound::TokenSlo { .. } => format!("{v:.3} of its bound"),
         }
     }
 
@@ -269,11 +280,7 @@ pub fn search_one(
 /// One policy's search in a line: its capacity (or why there is none) and its probes.
 fn found(c: &Capacity, bound: Bound) -> String {
     let at = match (c.capacity_rps, &c.note) {
-        (Some(r), _) => format!(
-            "{r:.1} req/s ({} {:.3} ms)",
-            bound.figure(),
-            bound.value(&c.at)
-        ),
+        (Some(r), _) => format!("{r:.1} req/s ({} {})", bound.figure(), bound.shown(&c.at)),
         (None, Some(why)) => format!("none: {why}"),
         (None, None) => "none".to_string(),
     };
@@ -525,6 +532,9 @@ mod tests {
         assert!(!slo.met_by(&tokens(100.001, 1.0)));
         assert!(!slo.met_by(&tokens(1.0, 5.001)));
         assert_eq!(slo.value(&tokens(50.0, 4.0)), 0.8);
+        assert_eq!(slo.shown(&tokens(50.0, 4.0)), "0.800 of its bound");
+        assert_eq!(Bound::Violations(0.1).shown(&stats(1.0, 0.1, 10)), "19.00%");
+        assert_eq!(Bound::P99Ms(10.0).shown(&stats(2.5, 0.0, 0)), "2.500 ms");
         // a run without the figures (no decoder) meets no token bound
         assert!(!slo.met_by(&stats(1.0, 0.0, 0)));
         assert!(check(slo, 0.0, 100.0).is_ok());
