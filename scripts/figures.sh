@@ -18,6 +18,7 @@ cp "$out/paper/adaptive_heat.svg" docs/figures/adaptive_heat.svg
 cp "$out/default/bursts.svg" docs/figures/bursts.svg
 cp "$out/default/goodput_cdf.svg" docs/figures/goodput_cdf.svg
 cp "$out/paper/tokens.svg" docs/figures/tokens.svg
+cp "$out/default/llm.svg" docs/figures/llm.svg
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 for m in resnet50 transformer; do
   "$bin" compare --device npu --npu-config paper --model "$m" --rates 16,250,1000 --out "$tmp/$m" > /dev/null
