@@ -108,9 +108,26 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
         (None, None, Some(x), None) => Bound::TtftP99Ms(x),
         (None, None, None, Some(x)) => Bound::TpotP99Ms(x),
         (None, None, Some(ttft_ms), Some(tpot_ms)) => Bound::TokenSlo { ttft_ms, tpot_ms },
-        _ => anyhow::bail!(
+        (None, None, None, None) => anyhow::bail!(
             "give one of --p99-ms, --violations, --ttft-p99-ms or --tpot-p99-ms (or both of the last two)"
         ),
+        (p99, violations, ttft, tpot) => {
+            let given: Vec<&str> = [
+                (p99.is_some(), "--p99-ms"),
+                (violations.is_some(), "--violations"),
+                (ttft.is_some(), "--ttft-p99-ms"),
+                (tpot.is_some(), "--tpot-p99-ms"),
+            ]
+            .into_iter()
+            .filter_map(|(on, flag)| on.then_some(flag))
+            .collect();
+            anyhow::bail!(
+                "{} cannot be used with {}: give one of --p99-ms, --violations, --ttft-p99-ms or \
+                 --tpot-p99-ms (or both of the last two)",
+                given[0],
+                given[1..].join(" and ")
+            )
+        }
     };
     if bound.on_tokens() {
         if !model.is_seq2seq() {
