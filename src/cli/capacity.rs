@@ -161,16 +161,18 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
         bound,
         precision: a.search_precision / 100.0,
         seeds,
+        lowest_share: capacity::lowest_share(bench.is_virtual()),
     };
     if !bench.is_virtual() {
-        let probes = capacity::probes_at_most(sv.max_batch(), how.precision);
         let per_probe = seeds as f64 * sv.requests() as f64 / bench.serial_capacity();
+        let units = capacity::probe_time_at_most(sv.max_batch(), how.precision, how.lowest_share);
         eprintln!(
-            "capacity on a real device serves every probe in real time: up to {probes} probes a policy, each {seeds} × {} requests (about {} at the serial capacity, less at higher rates); {} policies: up to about {}",
+            "capacity on a real device serves every probe in real time: each {seeds} × {} requests, about {} at the serial capacity (less at higher rates; a policy that misses the bound there halves its rate down to 1/{:.0} of it, each probe longer); {} policies: up to about {}",
             sv.requests(),
             lazybatch::progress::human(per_probe),
+            1.0 / how.lowest_share,
             specs.len(),
-            lazybatch::progress::human(per_probe * f64::from(probes) * specs.len() as f64)
+            lazybatch::progress::human(per_probe * units * specs.len() as f64)
         );
     }
     let templates: Vec<RunSpec> = specs

@@ -112,6 +112,9 @@ pub struct Search {
     pub precision: f64,
     /// Seeds per probe (1..=seeds; the probe is their mean).
     pub seeds: u64,
+    /// How far below the serial capacity the bracket may shrink, as a share of it
+    /// ([`lowest_share`]).
+    pub lowest_share: f64,
 }
 
 /// One rate tried.
@@ -145,8 +148,24 @@ pub struct Capacity {
 /// serves more than `max_batch` inputs in the time of one, so a bound met far beyond that says
 /// the runs are too short to fill a queue.
 const OVER_SERIAL: f64 = 4.0;
-/// How far below the serial capacity the bracket may shrink.
+/// How far below the serial capacity the bracket may shrink on a simulated device: ten halvings,
+/// each probe as cheap as any other.
 const UNDER_SERIAL: f64 = 1.0 / 1024.0;
+/// … and on a real device, which serves every probe in real time: a probe of N requests at a
+/// share s of the serial capacity lasts N / s single-input latencies, so four halvings (a probe
+/// at most 16 × as long as one at the serial capacity) keep a policy that meets the bound at no
+/// rate from searching for hours.
+const UNDER_SERIAL_REAL: f64 = 1.0 / 16.0;
+
+/// The lowest share of the serial capacity a search tries: on a simulated device (`virtual_time`)
+/// or a real one.
+pub fn lowest_share(virtual_time: bool) -> f64 {
+    if virtual_time {
+        UNDER_SERIAL
+    } else {
+        UNDER_SERIAL_REAL
+    }
+}
 
 /// Refuses a bound no rate can meet: a p99 or an SLA below the single-input latency, or a
 /// violation share outside [0, 1).
@@ -209,7 +228,16 @@ pub fn search_one(
         Ok(ok)
     };
     let top = serial_rps * f64::from(max_batch) * OVER_SERIAL;
-    let bottom = serial_rps * UNDER_SERIAL;
+    if !(how.lowest_share > 0.0 && how.lowest_share < 1.0) {
+        return Err(Error::invalid(
+            "search's lowest rate",
+            format!(
+                "must be in (0, 1) of the serial capacity, got {}",
+                how.lowest_share
+            ),
+        ));
+    }
+    let bottom = serial_rps * how.lowest_share;
     let none = |note: String, probes: Vec<Probe>| Capacity {
         policy: policy.to_string(),
         capacity_rps: None,
@@ -244,7 +272,8 @@ pub fn search_one(
             let r = hi / 2.0;
             if r < bottom {
                 let note = format!(
-                    "meets the bound at no rate tried, down to {hi:.4} req/s (1/1024 of the serial capacity)"
+                    "meets the bound at no rate tried, down to {hi:.4} req/s (1/{:.0} of the serial capacity)",
+                    1.0 / how.lowest_share
                 );
                 return Ok(none(note, probes));
             }
@@ -429,6 +458,18 @@ pub fn probes_at_most(max_batch: u32, precision: f64) -> u32 {
     up + bisect
 }
 
+/// The time a search takes at most on a real device, in units of one probe at the serial
+/// capacity (a probe's time is inversely proportional to its rate): the longer of the way up
+/// (every probe at or above the serial capacity) and the way down to `lowest_share` of it, whose
+/// halvings and bisection probes each last up to 1 / `lowest_share` units.
+pub fn probe_time_at_most(max_batch: u32, precision: f64, lowest_share: f64) -> f64 {
+    let up = f64::from(probes_at_most(max_batch, precision));
+    let halvings = (1.0 / lowest_share).log2().ceil() as i32;
+    let bisect = (1.0 / precision).log2().ceil();
+    let down = 1.0 + (1..=halvings).map(|k| 2f64.powi(k)).sum::<f64>() + bisect / lowest_share;
+    up.max(down)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -564,6 +605,7 @@ mod tests {
             bound: Bound::P99Ms(40.0),
             precision: 0.02,
             seeds: 1,
+            lowest_share: lowest_share(true),
         };
         // true capacity 1000 × (1 − 10/40) = 750 req/s, serial capacity 100: up 100, 200,
         // 400, 800 (fails), then bisect [400, 800]
@@ -581,11 +623,43 @@ mod tests {
     }
 
     #[test]
+    fn a_real_devices_search_stops_halving_at_a_sixteenth_and_within_its_time_estimate() {
+        let how = |x, precision| Search {
+            bound: Bound::P99Ms(x),
+            precision,
+            seeds: 1,
+            lowest_share: lowest_share(false),
+        };
+        // no rate meets it: 100, 50, 25, 12.5, 6.25, then the next would be under 100/16
+        let never = search_one("p", 100.0, 8, &how(5.0, 0.1), queue(10.0, 1000.0)).unwrap();
+        let rates: Vec<f64> = never.probes.iter().map(|p| p.rate).collect();
+        assert_eq!(rates, [100.0, 50.0, 25.0, 12.5, 6.25]);
+        assert!(never.note.unwrap().contains("(1/16 of"));
+        // each probe lasts (serial rate / its rate) units; wherever the capacity lies, the
+        // search's total stays within the estimate the CLI prints
+        for precision in [0.02, 0.1, 0.3] {
+            let most = probe_time_at_most(8, precision, lowest_share(false));
+            for cap in [7.0, 13.0, 40.0, 99.0, 150.0, 900.0, 1e9] {
+                let c = search_one("p", 100.0, 8, &how(20.0, precision), |rate| {
+                    Ok(stats(if rate <= cap { 1.0 } else { 100.0 }, 0.0, 0))
+                })
+                .unwrap();
+                let spent: f64 = c.probes.iter().map(|p| 100.0 / p.rate).sum();
+                assert!(
+                    spent <= most,
+                    "capacity {cap}, {precision}: {spent} > {most}"
+                );
+            }
+        }
+    }
+
+    #[test]
     fn bounds_that_no_rate_or_every_rate_meets_end_the_search_with_a_note() {
         let how = |x| Search {
             bound: Bound::P99Ms(x),
             precision: 0.02,
             seeds: 1,
+            lowest_share: lowest_share(true),
         };
         let never = search_one("p", 100.0, 8, &how(5.0), queue(10.0, 1000.0)).unwrap();
         assert_eq!(never.capacity_rps, None);

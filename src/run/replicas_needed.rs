@@ -188,6 +188,7 @@ mod tests {
             bound: Bound::P99Ms(p99),
             precision: 0.02,
             seeds: 1,
+            lowest_share: crate::run::capacity::lowest_share(true),
         }
     }
 

@@ -97,6 +97,7 @@ fn the_search_finds_an_md1_queues_capacity_within_its_precision_and_the_noise() 
         bound: Bound::P99Ms(45.0),
         precision: 0.02,
         seeds: 4,
+        lowest_share: lazybatch::run::capacity::lowest_share(true),
     };
     let caps = search_all(&bench, &[template], &how, Mode::Off).unwrap();
     let want = md1_capacity(9.0, 45.0);

@@ -116,6 +116,7 @@ fn search(ctx: &Ctx, model: &'static str) -> Result<ModelCapacity> {
         bound: Bound::P99Ms(SLA_MS),
         precision: plan.precision,
         seeds: plan.seeds,
+        lowest_share: crate::run::capacity::lowest_share(bench.is_virtual()),
     };
     let caps = search_all(&bench, &templates, &how, Mode::Off)?;
     Ok(ModelCapacity { model, caps })

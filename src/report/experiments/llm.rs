@@ -118,6 +118,7 @@ fn search(
         bound,
         precision: plan.capacity.precision,
         seeds: plan.capacity.seeds,
+        lowest_share: crate::run::capacity::lowest_share(bench.is_virtual()),
     };
     search_all(bench, &templates, &how, Mode::Off)
 }
