@@ -2,7 +2,7 @@
 //! latency or an SLA-violation bound — the figure operators size servers by and MLPerf's server
 //! scenario reports. A bracket-and-bisect search over the rate: from the serial capacity, double
 //! (or halve) until one rate meets the bound and another does not, then halve that bracket until
-//! it is narrower than the precision asked for. Each probe is the mean over seeds of runs through
+//! it is within the precision asked for. Each probe is the mean over seeds of runs through
 //! the same runner as `compare`; a probe that rejects a request fails the bound. The search
 //! assumes what a queue does — a higher rate never helps — and reports every probe, so a user
 //! can see where noise made the curve bend.
@@ -386,7 +386,17 @@ pub fn write_figure(
     caps: &[Capacity],
     bound: Bound,
 ) -> Result<()> {
-    use crate::plot::{Figure, Mark, Panel, Series};
+    crate::plot::Figure {
+        panels: vec![panel(title, caps, bound)],
+        shared_legend: true,
+    }
+    .write_svg(path, 720, 460)
+}
+
+/// The figure's one panel: each policy's probes in rate order as (throughput, bounded figure),
+/// its capacity marked, and the bound as a dashed line across them.
+fn panel(title: &str, caps: &[Capacity], bound: Bound) -> crate::plot::Panel {
+    use crate::plot::{Mark, Panel, Series};
     let y_of = |st: &Stats| match bound {
         Bound::P99Ms(_) | Bound::TtftP99Ms(_) | Bound::TpotP99Ms(_) | Bound::TokenSlo { .. } => {
             bound.value(st)
@@ -442,11 +452,7 @@ pub fn write_figure(
         dashed: true,
         ..Series::default()
     });
-    Figure {
-        panels: vec![panel],
-        shared_legend: true,
-    }
-    .write_svg(path, 720, 460)
+    panel
 }
 
 /// The probes a search takes at most, for a time estimate: doubling or halving from the serial
@@ -544,6 +550,108 @@ mod tests {
         };
         s.latency_ms.p99 = p99;
         s
+    }
+
+    #[test]
+    fn the_figure_draws_each_policys_probes_in_rate_order_its_capacity_and_the_bound() {
+        let probe = |rate: f64, p99: f64, viol: f64, ok| Probe {
+            rate,
+            stats: Stats {
+                throughput_rps: rate * 0.9,
+                ..stats(p99, viol, 0)
+            },
+            ok,
+        };
+        let lazy = Capacity {
+            policy: "lazy".into(),
+            capacity_rps: Some(150.0),
+            note: None,
+            at: probe(150.0, 8.0, 0.01, true).stats,
+            // in the order tried: 100, 200, 150
+            probes: vec![
+                probe(100.0, 5.0, 0.0, true),
+                probe(200.0, 50.0, 0.2, false),
+                probe(150.0, 8.0, 0.01, true),
+            ],
+        };
+        let none = Capacity {
+            policy: "serial".into(),
+            capacity_rps: None,
+            note: Some("meets the bound at no rate tried".into()),
+            at: Stats::default(),
+            probes: vec![probe(100.0, 0.0, 0.5, false)],
+        };
+        let caps = [lazy, none];
+        let p = panel("ResNet-50 at p99 ≤ 10 ms", &caps, Bound::P99Ms(10.0));
+        assert_eq!(p.title, "ResNet-50 at p99 ≤ 10 ms");
+        assert_eq!(p.x_label, "throughput (req/s)");
+        assert_eq!(p.y_label, "p99 latency (ms)");
+        assert!(p.log_y);
+        let names: Vec<&str> = p.series.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["lazy", "serial", "the bound"]);
+        assert!(p.series[0].markers && !p.series[0].dashed);
+        // sorted by rate; a zero p99 is drawn at 1e-3 on the log axis
+        assert_eq!(
+            p.series[0].points,
+            [(90.0, 5.0), (135.0, 8.0), (180.0, 50.0)]
+        );
+        assert_eq!(p.series[1].points, [(90.0, 1e-3)]);
+        let bound = &p.series[2];
+        assert!(bound.dashed && !bound.markers);
+        assert_eq!(bound.points, [(0.0, 10.0), (180.0, 10.0)]);
+        // one mark, on the policy with a capacity
+        assert_eq!(p.marks.len(), 1);
+        let m = &p.marks[0];
+        assert_eq!(
+            (m.at, m.text_y, m.label.as_str(), m.series),
+            ((135.0, 8.0), 8.0, "150/s", 0)
+        );
+
+        // the share over the SLA is drawn in %, on a linear axis
+        let p = panel("t", &caps, Bound::Violations(0.05));
+        assert_eq!(p.y_label, "requests over their SLA (%)");
+        assert!(!p.log_y);
+        assert_eq!(p.series[0].points[2], (180.0, 20.0));
+        assert_eq!(p.series[2].points, [(0.0, 5.0), (180.0, 5.0)]);
+        for (b, label) in [
+            (Bound::TtftP99Ms(1.0), "p99 time to first token (ms)"),
+            (Bound::TpotP99Ms(1.0), "p99 time per output token (ms)"),
+            (
+                Bound::TokenSlo {
+                    ttft_ms: 1.0,
+                    tpot_ms: 1.0,
+                },
+                "p99 TTFT or TPOT over its bound (the larger)",
+            ),
+        ] {
+            let p = panel("t", &caps, b);
+            assert_eq!(p.y_label, label);
+            assert!(p.log_y);
+            assert_eq!(p.series[2].points[0], (0.0, 1.0));
+        }
+    }
+
+    #[test]
+    fn the_longest_search_takes_exactly_the_probes_its_estimate_says() {
+        // met from the serial capacity (100) up to 12,800, missed from 13,000: nine probes up
+        // (100 × 2^0..=8; 25,600 is the top, 64 × 4 × 100), then six halvings of the bracket
+        // [12,800, 25,600] to within 2%, each one missed
+        let how = Search {
+            bound: Bound::P99Ms(30.0),
+            precision: 0.02,
+            seeds: 1,
+            lowest_share: lowest_share(true),
+        };
+        let c = search_one("p", 100.0, 64, &how, queue(10.0, 12_800.5 * 1.5)).unwrap();
+        assert_eq!(c.capacity_rps, Some(12_800.0));
+        assert_eq!(probes_at_most(64, 0.02), 9 + 6);
+        assert_eq!(c.probes.len() as u32, probes_at_most(64, 0.02));
+        assert_eq!(probes_at_most(1, 0.5), 3 + 1);
+        // on a real device the way down is the longer: the serial probe (1), four halvings to
+        // 1/16 (2 + 4 + 8 + 16) and six bisection probes of up to 16 each
+        assert_eq!(probe_time_at_most(64, 0.02, 1.0 / 16.0), 1.0 + 30.0 + 96.0);
+        // … and with one halving and one bisection the way up (ten probes) is
+        assert_eq!(probe_time_at_most(64, 0.5, 0.5), 10.0);
     }
 
     #[test]
@@ -691,5 +799,46 @@ mod tests {
             ..how(30.0)
         };
         assert!(search_one("p", 1.0, 1, &bad, queue(1.0, 2.0)).is_err());
+    }
+
+    #[test]
+    fn each_input_is_refused_exactly_at_its_boundary() {
+        // a p99 bound at exactly the single-input latency leaves no room for any queueing
+        assert!(check(Bound::P99Ms(3.0), 3.0, 100.0).is_err());
+        assert!(check(Bound::P99Ms(3.001), 3.0, 100.0).is_ok());
+        // an SLA at exactly the single-input latency: every request violates it
+        assert!(check(Bound::Violations(0.01), 3.0, 3.0).is_err());
+        assert!(check(Bound::Violations(0.0), 3.0, 3.001).is_ok());
+        let how = |precision, lowest_share| Search {
+            bound: Bound::P99Ms(30.0),
+            precision,
+            seeds: 1,
+            lowest_share,
+        };
+        let ok = |h: Search| search_one("p", 100.0, 8, &h, queue(10.0, 1000.0)).is_ok();
+        // the precision is a share in (0, 1): 100% would stop before bisecting at all
+        assert!(!ok(how(1.0, lowest_share(true))));
+        assert!(!ok(how(0.0, lowest_share(true))));
+        assert!(ok(how(0.999, lowest_share(true))));
+        // the lowest share is in (0, 1): at 0 a policy that meets the bound at no rate would
+        // halve forever; at 1 or more the search could not go below the serial capacity
+        for bad in [0.0, -0.5, 1.0, 2.0] {
+            let e = search_one("p", 100.0, 8, &how(0.02, bad), queue(10.0, 1000.0))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("lowest rate"), "{bad}: {e}");
+        }
+        assert!(ok(how(0.02, 0.999)));
+        assert!(ok(how(0.02, 1e-9)));
+        // a bracket exactly as wide as the precision is within it: the search stops there
+        // (met at 100, missed at 200, then at 150 = 100 × 1.5)
+        let half = Search {
+            bound: Bound::P99Ms(11.5),
+            ..how(0.5, lowest_share(true))
+        };
+        let c = search_one("p", 100.0, 8, &half, queue(10.0, 1000.0)).unwrap();
+        let rates: Vec<f64> = c.probes.iter().map(|p| p.rate).collect();
+        assert_eq!(rates, [100.0, 200.0, 150.0]);
+        assert_eq!(c.capacity_rps, Some(100.0));
     }
 }

@@ -58,10 +58,9 @@ fn the_erlang_formula_here_is_right_where_it_is_easy_to_check() {
     assert!((mean / pk - 1.0).abs() < 1e-6, "{mean} against {pk}");
 }
 
-#[test]
-fn the_search_finds_an_md1_queues_capacity_within_its_precision_and_the_noise() {
-    // nine nodes of 1 ms at any batch served one request at a time: an M/D/1 queue with
-    // D = 9 ms, whose p99 sojourn is 45 ms at 62.3 req/s (ρ = 0.56)
+/// Nine nodes of 1 ms at any batch (`tests/fixtures/eight_nodes.toml` on a uniform table), and
+/// a template of `requests` under serial: one request at a time is an M/D/1 queue, D = 9 ms.
+fn nine_ms(requests: usize) -> (Testbed, RunSpec) {
     let m = zoo::load(&format!(
         "{}/tests/fixtures/eight_nodes.toml",
         env!("CARGO_MANIFEST_DIR")
@@ -85,7 +84,7 @@ fn the_search_finds_an_md1_queues_capacity_within_its_precision_and_the_noise() 
         arrivals: lazybatch::traffic::Process::Poisson,
         classes: None,
         shed: false,
-        requests: 20_000,
+        requests,
         sla: crate::sla(100.0),
         seed: 1,
         max_batch: crate::mb(8),
@@ -93,6 +92,13 @@ fn the_search_finds_an_md1_queues_capacity_within_its_precision_and_the_noise() 
         colocated: None,
         replicas: lazybatch::engine::Replicas::ONE,
     };
+    (bench, template)
+}
+
+#[test]
+fn the_search_finds_an_md1_queues_capacity_within_its_precision_and_the_noise() {
+    // an M/D/1 queue with D = 9 ms, whose p99 sojourn is 45 ms at 62.3 req/s (ρ = 0.56)
+    let (bench, template) = nine_ms(20_000);
     let how = Search {
         bound: Bound::P99Ms(45.0),
         precision: 0.02,
@@ -117,6 +123,48 @@ fn the_search_finds_an_md1_queues_capacity_within_its_precision_and_the_noise() 
         .probes
         .iter()
         .any(|p| !p.ok && p.rate > got && p.rate <= got * 1.02 + 1e-9));
+}
+
+#[test]
+fn each_probe_is_the_mean_over_its_seeds_and_replicas_start_at_their_serial_capacity() {
+    let (bench, one) = nine_ms(2_000);
+    let how = |seeds| Search {
+        bound: Bound::P99Ms(45.0),
+        precision: 0.1,
+        seeds,
+        lowest_share: lazybatch::run::capacity::lowest_share(true),
+    };
+    let serial = bench.serial_capacity();
+    assert!((serial - 1000.0 / 9.0).abs() < 1e-6, "{serial}");
+    let first = |template: &RunSpec, seeds| {
+        let caps = search_all(
+            &bench,
+            std::slice::from_ref(template),
+            &how(seeds),
+            Mode::Off,
+        );
+        caps.unwrap().remove(0).probes.remove(0)
+    };
+    // the search starts at the serial capacity, and a probe of two seeds is not one seed's run
+    // twice: seed 2's arrivals differ from seed 1's (its template says seed 1)
+    let p1 = first(&one, 1);
+    let p2 = first(&one, 2);
+    assert_eq!(p1.rate, serial);
+    assert_eq!(p2.rate, serial);
+    assert_ne!(p1.stats, p2.stats, "a second seed changed nothing");
+    // … its seeds are 1..=seeds, whatever the template's
+    let seed9 = RunSpec {
+        seed: 9,
+        ..one.clone()
+    };
+    assert_eq!(first(&seed9, 1).stats, p1.stats);
+    // N replicas start from N × one server's serial capacity
+    let three = RunSpec {
+        replicas: lazybatch::engine::Replicas::new(3, lazybatch::engine::Router::RoundRobin)
+            .unwrap(),
+        ..one.clone()
+    };
+    assert_eq!(first(&three, 1).rate, 3.0 * serial);
 }
 
 fn lazybatch(args: &[&str]) -> std::process::Output {
