@@ -12,7 +12,7 @@
 #   lengths     src/traffic (arrival processes, lengths, classes, traces)
 #   npu         src/device/npu (the cycle-level NPU model)
 #   metrics     src/metrics (tallies, percentiles, .hgrm)
-#   capacity    src/run/capacity.rs (the search and its bounds)
+#   capacity    src/run/capacity/ (the search, its bounds and its figure)
 #   http        src/http (the v2 protocol, gRPC, metrics, load)
 #   onnx        src/graph/onnx (translation, folding, patterns)
 #   all         every area above
@@ -41,7 +41,7 @@ area() {
                 tests=(--lib --test it -- npu table:: reproduce::quick_figures_are_pinned) ;;
     metrics)    files=('src/metrics/*.rs')
                 tests=(--lib --test it -- metrics:: runtime:: statistics:: replicas tokens:: reproduce::) ;;
-    capacity)   files=('src/run/capacity.rs')
+    capacity)   files=('src/run/capacity/mod.rs' 'src/run/capacity/figure.rs')
                 tests=(--lib --test it -- capacity) ;;
     http)       files=('src/http/*.rs')
                 tests=(--lib --test it -- http grpc statistics hostile) ;;
