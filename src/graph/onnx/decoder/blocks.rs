@@ -92,23 +92,30 @@ impl<'g> Graph<'g> {
         }
     }
 
-    /// The one reader of `x` that is an `op`, marked as recognized.
-    pub(super) fn reader(&mut self, x: &str, op: &str) -> R<&'g NodeProto> {
-        let found: Vec<usize> = self
-            .readers
+    /// The nodes reading `x` whose op is one of `ops`.
+    fn readers_among(&self, x: &str, ops: &[&str]) -> Vec<usize> {
+        self.readers
             .get(x)
             .map(|r| {
                 r.iter()
                     .copied()
-                    .filter(|&i| self.node(i).op_type() == op)
+                    .filter(|&i| ops.contains(&self.node(i).op_type()))
                     .collect()
             })
-            .unwrap_or_default();
+            .unwrap_or_default()
+    }
+
+    /// Node `i`, marked as recognized.
+    fn recognized(&mut self, i: usize) -> &'g NodeProto {
+        self.seen[i] = true;
+        self.node(i)
+    }
+
+    /// The one reader of `x` that is an `op`, marked as recognized.
+    pub(super) fn reader(&mut self, x: &str, op: &str) -> R<&'g NodeProto> {
+        let found = self.readers_among(x, &[op]);
         match found[..] {
-            [i] => {
-                self.seen[i] = true;
-                Ok(self.node(i))
-            }
+            [i] => Ok(self.recognized(i)),
             [] => Err(format!(
                 "'{x}': no {op} reads it where a decoder layer has one"
             )),
@@ -141,21 +148,9 @@ impl<'g> Graph<'g> {
 
     /// The one reader of `x` whose op is one of `ops`, marked as recognized.
     pub(super) fn reader_of(&mut self, x: &str, ops: &[&str]) -> R<&'g NodeProto> {
-        let found: Vec<usize> = self
-            .readers
-            .get(x)
-            .map(|r| {
-                r.iter()
-                    .copied()
-                    .filter(|&i| ops.contains(&self.node(i).op_type()))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let found = self.readers_among(x, ops);
         match found[..] {
-            [i] => {
-                self.seen[i] = true;
-                Ok(self.node(i))
-            }
+            [i] => Ok(self.recognized(i)),
             _ => Err(format!(
                 "'{x}': one {} was expected to read it, found {}",
                 ops.join(" or "),
