@@ -5,6 +5,7 @@
 
 use crate::error::{num, Error, Result};
 use crate::time::Nanos;
+use crate::traffic::Weighted;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -104,36 +105,23 @@ impl std::fmt::Display for Classes {
 /// Draws each request's class by share, from its own seeded stream.
 pub(crate) struct ClassPicker {
     slas: Vec<Nanos>,
-    cumulative: Vec<f64>,
+    shares: Weighted,
     rng: StdRng,
 }
 
 impl ClassPicker {
     /// A picker for `classes`, deterministic for `seed`.
     pub(crate) fn new(classes: &Classes, seed: u64) -> ClassPicker {
-        let mut acc = 0.0;
         ClassPicker {
             slas: classes.slas.clone(),
-            cumulative: classes
-                .shares
-                .iter()
-                .map(|w| {
-                    acc += w;
-                    acc
-                })
-                .collect(),
+            shares: Weighted::new(&classes.shares),
             rng: StdRng::seed_from_u64(seed ^ 0x6c62_272e_07bb_0142),
         }
     }
 
     /// The next request's class and SLA.
     pub(crate) fn pick(&mut self) -> (u8, Nanos) {
-        let x: f64 = self.rng.random_range(0.0..1.0);
-        let k = self
-            .cumulative
-            .iter()
-            .position(|&c| x < c)
-            .unwrap_or(self.cumulative.len() - 1);
+        let k = self.shares.pick(self.rng.random_range(0.0..1.0));
         (k as u8, self.slas[k])
     }
 }
@@ -155,6 +143,8 @@ mod tests {
             ("gold:50:0", "gold's share must be a positive number"),
             ("gold:50:1,gold:60:1", "distinct"),
             (":50:1", "non-empty"),
+            ("g@ld:50:1", "letters, digits, '_' or '-', got 'g@ld'"),
+            ("gold.1:50:1", "got 'gold.1'"),
         ] {
             let e = s.parse::<Classes>().unwrap_err().to_string();
             assert!(
@@ -162,8 +152,17 @@ mod tests {
                 "{s}: {e}"
             );
         }
+        // a name takes letters, digits, '_' and '-'
+        let c: Classes = "gold_1:50:1,bronze-2:500:1".parse().unwrap();
+        assert_eq!(c.names, ["gold_1", "bronze-2"]);
+        // at most 16 classes: 16 taken, 17 refused
         let many: Vec<String> = (0..17).map(|k| format!("c{k}:10:1")).collect();
-        assert!(many.join(",").parse::<Classes>().is_err());
+        assert_eq!(
+            many[..16].join(",").parse::<Classes>().unwrap().names.len(),
+            16
+        );
+        let e = many.join(",").parse::<Classes>().unwrap_err().to_string();
+        assert!(e.contains("at most 16 classes, got 17"), "{e}");
         // shares near f64's limit: equal shares, not every request to the last class
         let c: Classes = "a:50:1e308,b:50:1e308".parse().unwrap();
         assert_eq!(c.shares, [0.5, 0.5]);

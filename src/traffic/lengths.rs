@@ -170,11 +170,11 @@ impl JointLengths {
         (en / total, de / total)
     }
 
-    /// Draws one (source words, target words) pair.
+    /// Draws one (source words, target words) pair: the first whose cumulative count exceeds a
+    /// draw below the total, the last count (a histogram is never empty: [`Self::for_seq`]).
     pub(crate) fn sample<R: Rng>(&self, rng: &mut R) -> (u32, u32) {
         let x = rng.random_range(0..self.total().max(1));
-        let i = self.cum.partition_point(|&c| c <= x);
-        self.pairs[i.min(self.pairs.len() - 1)]
+        self.pairs[self.cum.partition_point(|&c| c <= x)]
     }
 }
 
@@ -300,6 +300,111 @@ mod tests {
             (en - 21.05).abs() < 0.01 && (de - 21.08).abs() < 0.01,
             "{en} {de}"
         );
+    }
+
+    #[test]
+    fn a_pair_fits_a_context_in_model_steps_up_to_each_exact_bound() {
+        // two steps a source token, one step per two output tokens: enc = ceil(src × 2) ≤ 40,
+        // dec = ceil(out × 0.5) ≤ 10, both at least 1, enc + dec (+ 1 for a prefill's token)
+        // ≤ 50
+        let seq = |max_context, prefill_token| SeqConfig {
+            lengths: "azure-conv-2023".into(),
+            enc_scale: 2.0,
+            dec_scale: 0.5,
+            ref_enc: 1,
+            ref_dec: 1,
+            max_enc: 40,
+            max_dec: 10,
+            max_context,
+            prefill_token,
+        };
+        let s = seq(Some(50), false);
+        assert!(fits(&s, (20, 20)), "40 + 10 = 50");
+        assert!(fits(&s, (20, 1)) && fits(&s, (1, 8)) && fits(&s, (1, 10)));
+        assert!(!fits(&s, (21, 1)), "enc 42 > 40");
+        assert!(!fits(&s, (1, 21)), "dec 11 > 10");
+        assert!(!fits(&s, (0, 4)) && !fits(&s, (4, 0)), "no step");
+        let s = seq(Some(45), false);
+        assert!(
+            fits(&s, (20, 10)) && !fits(&s, (20, 11)),
+            "40 + 5 = 45, 40 + 6 > 45"
+        );
+        // a prefill emits the first token: one output token fewer decoded, one more in context
+        let s = seq(Some(50), true);
+        assert!(fits(&s, (20, 19)), "40 + 9 + 1 = 50");
+        assert!(!fits(&s, (20, 20)), "40 + 10 + 1 > 50");
+        assert!(!fits(&s, (5, 1)), "an output of one token decodes nothing");
+        assert_eq!(out_steps(&s, 21), 10);
+        // without a context every pair is taken (and clamped)
+        assert!(fits(&seq(None, false), (1000, 1000)));
+    }
+
+    #[test]
+    fn a_data_row_of_the_wrong_width_or_not_integers_is_refused_with_its_line() {
+        let csv = "a,b,c\n1,2,3\n\n4,5,6\n";
+        assert_eq!(parse_rows(csv, "d.csv", 3).unwrap(), [[1, 2, 3], [4, 5, 6]]);
+        for (bad, line) in [
+            ("a,b,c\n1,2\n", 2),
+            ("a,b,c\n1,2,3\n\n1,2,3,4\n", 4),
+            ("h\n1,x,3\n", 2),
+        ] {
+            let e = parse_rows(bad, "d.csv", 3).unwrap_err().to_string();
+            assert_eq!(
+                e,
+                format!("d.csv:{line}: expected 3 integer columns"),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_joint_histogram_keeps_the_pairs_with_a_count_that_its_model_takes() {
+        let rows = [vec![1, 2, 3], vec![4, 5, 0], vec![6, 7, 1], vec![8, 9, 2]];
+        let j = JointLengths::from_rows(&rows, |p| p.0 != 8);
+        assert_eq!(j.pairs().collect::<Vec<_>>(), [((1, 2), 3), ((6, 7), 1)]);
+        assert_eq!(j.total(), 4);
+        assert_eq!(j.mean_words(), (2.25, 3.25));
+    }
+
+    #[test]
+    fn gpt2_draws_exactly_the_azure_pairs_that_fit_its_context() {
+        // the rows with prompt + output ≤ 1,024 tokens, read from the data here (4,203 requests;
+        // `tests/it/llm.rs` reads the file itself and counts the same)
+        let seq = crate::graph::zoo::load("gpt2").unwrap().seq.unwrap();
+        let want: Vec<((u32, u32), u64)> = AZURE_JOINT_CSV
+            .lines()
+            .skip(1)
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                let v: Vec<u64> = l.split(',').map(|x| x.trim().parse().unwrap()).collect();
+                ((v[0] as u32, v[1] as u32), v[2])
+            })
+            .filter(|&((p, g), c)| p + g <= 1024 && c > 0)
+            .collect();
+        let joint = JointLengths::for_seq(&seq).unwrap();
+        assert_eq!(joint.pairs().collect::<Vec<_>>(), want);
+        assert_eq!(joint.total(), 4203);
+    }
+
+    #[test]
+    fn a_coverage_is_taken_in_0_to_100_percent_and_refused_outside() {
+        let seq = crate::graph::zoo::load("gnmt").unwrap().seq.unwrap();
+        let hist = profiled_output_lengths(&seq).unwrap();
+        assert_eq!(
+            dec_timesteps(&seq, 100.0).unwrap(),
+            hist.iter().rev().find(|h| h.1 > 0).unwrap().0.min(80)
+        );
+        assert_eq!(
+            dec_timesteps(&seq, 1e-9).unwrap(),
+            hist.iter().find(|h| h.1 > 0).unwrap().0.max(1)
+        );
+        for bad in [0.0, -1.0, 100.5, f64::NAN] {
+            let e = dec_timesteps(&seq, bad).unwrap_err().to_string();
+            assert!(
+                e.contains("coverage") && e.contains("must be in (0, 100]"),
+                "{bad}: {e}"
+            );
+        }
     }
 
     #[test]

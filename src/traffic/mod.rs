@@ -93,11 +93,41 @@ enum Fill {
     Parts(Box<PartsFill>),
 }
 
+/// A draw among weighted choices: the cumulative weights of every choice but the last, so that
+/// a draw `x` in `[0, Σ weights)` picks the choice whose interval holds it, and the last choice
+/// whatever lies above the other bounds (with no index to fall back on when a sum's rounding
+/// leaves `x` past them all).
+pub(crate) struct Weighted {
+    bounds: Vec<f64>,
+}
+
+impl Weighted {
+    /// The choices of `weights` (each positive).
+    pub(crate) fn new(weights: &[f64]) -> Weighted {
+        let but_last = weights.split_last().map_or(&[][..], |(_, rest)| rest);
+        let mut acc = 0.0;
+        Weighted {
+            bounds: but_last
+                .iter()
+                .map(|w| {
+                    acc += w;
+                    acc
+                })
+                .collect(),
+        }
+    }
+
+    /// The choice whose interval holds `x`: how many bounds lie at or below it.
+    pub(crate) fn pick(&self, x: f64) -> usize {
+        self.bounds.partition_point(|&b| b <= x)
+    }
+}
+
 /// Co-located models: model `k` with probability `rates[k] / total`, its SLA, its lengths
 /// (from its own distribution, `joints[k]`; None for a model without a decoder).
 struct PartsFill {
     joints: Vec<Option<JointLengths>>,
-    rates: Vec<f64>,
+    models: Weighted,
     total: f64,
     slas: Vec<Nanos>,
     seqs: Vec<Option<SeqConfig>>,
@@ -113,23 +143,14 @@ impl Fill {
             Fill::Parts(p) => {
                 let PartsFill {
                     joints,
-                    rates,
+                    models,
                     total,
                     slas,
                     seqs,
                     pick,
                     rng,
                 } = &mut **p;
-                let x: f64 = rand::Rng::random_range(pick, 0.0..*total);
-                let mut acc = 0.0;
-                let mut k = rates.len() - 1;
-                for (i, r) in rates.iter().enumerate() {
-                    acc += r;
-                    if x < acc {
-                        k = i;
-                        break;
-                    }
-                }
+                let k = models.pick(rand::Rng::random_range(pick, 0.0..*total));
                 a.part = k as u16;
                 a.sla = Some(slas[k]);
                 a.len = match (&seqs[k], &joints[k]) {
@@ -294,7 +315,7 @@ pub fn generate_parts(
         .collect::<Result<Vec<_>>>()?;
     let fill = Fill::Parts(Box::new(PartsFill {
         joints,
-        rates: rates.to_vec(),
+        models: Weighted::new(rates),
         total,
         slas: slas.to_vec(),
         seqs: model.parts.iter().map(|p| p.seq.clone()).collect(),
@@ -425,8 +446,124 @@ pub fn parse_trace(text: &str, path: &Path, model: &Model, seed: u64) -> Result<
 }
 
 #[cfg(test)]
-mod rate_tests {
+mod tests {
     use super::*;
+    use crate::graph::zoo;
+
+    /// The (model, lengths) of `n` arrivals of `model` at 100 req/s for `seed`, co-located
+    /// at rates 1:3 when `model` is composed.
+    fn draws(model: &Model, n: usize, seed: u64) -> Vec<(u16, Lengths)> {
+        let g = if model.parts.len() > 1 {
+            let slas = [Nanos::from_ms(50.0), Nanos::from_ms(80.0)];
+            generate_parts(model, Process::Poisson, (&[25.0, 75.0], &slas), n, seed)
+        } else {
+            generate(model, (Process::Poisson, 100.0), n, seed)
+        };
+        g.unwrap().map(|a| (a.part, a.len)).collect()
+    }
+
+    #[test]
+    fn each_seed_draws_its_own_lengths_and_models() {
+        // seeds that differ in one low bit, or in bit 12, draw different requests (a seed
+        // mixed into a stream's by `|` or `&` instead of `^` would map some to one stream)
+        let one = zoo::load("gnmt").unwrap();
+        let two = Model::compose(vec![zoo::load("gnmt").unwrap(), zoo::load("las").unwrap()]);
+        for m in [&one, &two] {
+            let seeds = [0, 1, 2, 3, 0x1000, 0x3000];
+            let all: Vec<_> = seeds.iter().map(|&s| draws(m, 200, s)).collect();
+            for i in 0..seeds.len() {
+                assert_eq!(all[i], draws(m, 200, seeds[i]), "seed {} repeats", seeds[i]);
+                for j in 0..i {
+                    let lens = |k: usize| all[k].iter().map(|d| d.1).collect::<Vec<_>>();
+                    assert_ne!(lens(i), lens(j), "seeds {} and {}", seeds[i], seeds[j]);
+                    if m.parts.len() > 1 {
+                        let parts = |k: usize| all[k].iter().map(|d| d.0).collect::<Vec<_>>();
+                        assert_ne!(parts(i), parts(j), "seeds {} and {}", seeds[i], seeds[j]);
+                    }
+                }
+            }
+        }
+        // co-located at 1:3, each model gets its share (within 5 standard errors of 20,000
+        // draws) and its own lengths: LAS's are six characters a word, GNMT's one step a word
+        let d = draws(&two, 20_000, 7);
+        let las = d.iter().filter(|x| x.0 == 1).count() as f64 / 20_000.0;
+        assert!(
+            (las - 0.75).abs() < 5.0 * (0.75f64 * 0.25 / 20_000.0).sqrt(),
+            "{las}"
+        );
+        let mean = |part: u16| {
+            let v: Vec<f64> = d
+                .iter()
+                .filter(|x| x.0 == part)
+                .map(|x| f64::from(x.1.dec))
+                .collect();
+            v.iter().sum::<f64>() / v.len() as f64
+        };
+        assert!(mean(1) > 4.0 * mean(0), "GNMT {} LAS {}", mean(0), mean(1));
+    }
+
+    #[test]
+    fn a_weighted_draw_picks_the_interval_that_holds_it() {
+        // weights 1, 2, 1: [0, 1) the first, [1, 3) the second, [3, 4) and past it the last
+        let w = Weighted::new(&[1.0, 2.0, 1.0]);
+        let x = [0.0, 0.999, 1.0, 2.999, 3.0, 3.999, 4.5];
+        assert_eq!(x.map(|x| w.pick(x)), [0, 0, 1, 1, 2, 2, 2]);
+        assert_eq!(Weighted::new(&[5.0]).pick(4.9), 0);
+    }
+
+    #[test]
+    fn generated_traffic_knows_how_many_arrivals_are_left() {
+        let m = zoo::load("resnet50").unwrap();
+        let mut g = generate(&m, (Process::Poisson, 100.0), 5, 1).unwrap();
+        assert_eq!(g.size_hint(), (5, Some(5)));
+        g.next();
+        g.next();
+        assert_eq!(g.size_hint(), (3, Some(3)));
+        assert_eq!(g.by_ref().count(), 3);
+        assert_eq!(g.size_hint(), (0, Some(0)));
+        let t = generate(&m, (Process::Poisson, 100.0), 7, 1)
+            .unwrap()
+            .traffic(100.0);
+        assert_eq!((t.expected, t.rate), (7, 100.0));
+        assert_eq!(t.arrivals.count(), 7);
+    }
+
+    #[test]
+    fn a_trace_takes_equal_times_and_a_request_that_fills_the_context_exactly() {
+        let gpt2 = zoo::load("gpt2").unwrap();
+        let p = Path::new("t.trace");
+        // two arrivals at once are a burst, not a decreasing time
+        let t = parse_trace("5\n5\n7 # later\n", p, &gpt2, 1).unwrap();
+        let at: Vec<Nanos> = t.arrivals.map(|a| a.time).collect();
+        assert_eq!(
+            at,
+            [
+                Nanos::from_ms(5.0),
+                Nanos::from_ms(5.0),
+                Nanos::from_ms(7.0)
+            ]
+        );
+        let e = parse_trace("5\n4.5\n", p, &gpt2, 1)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.starts_with("t.trace:2: ") && e.contains("must not decrease"),
+            "{e}"
+        );
+        // prompt + output tokens = the context (1,024) is taken; one more is not
+        let t = parse_trace("0 1000 24\n", p, &gpt2, 1).unwrap();
+        let len = t.arrivals.map(|a| a.len).collect::<Vec<_>>();
+        assert_eq!(len, [Lengths { enc: 1000, dec: 23 }]);
+        let e = parse_trace("0 1000 25\n", p, &gpt2, 1)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            e.contains("1000 + 25 exceeds the model's context of 1024"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn a_lists_rate_is_its_gaps_whenever_it_starts() {
@@ -440,11 +577,12 @@ mod rate_tests {
                 .collect();
             Traffic::from_list(list).rate
         };
-        // 11 arrivals 0.1 s apart: 10 req/s, from time 0 or from an hour in
-        let tenth: Vec<f64> = (0..11).map(|i| f64::from(i) / 10.0).collect();
-        assert!((at(&tenth) - 10.0).abs() < 1e-9, "{}", at(&tenth));
-        let late: Vec<f64> = tenth.iter().map(|t| t + 3600.0).collect();
-        assert!((at(&late) - 10.0).abs() < 1e-6, "{}", at(&late));
+        // 11 arrivals 0.2 s apart: 5 req/s (10 gaps over 2 s, not 10 × 2 nor 11 / 2), from
+        // time 0 or from an hour in
+        let fifth: Vec<f64> = (0..11).map(|i| f64::from(i) / 5.0).collect();
+        assert!((at(&fifth) - 5.0).abs() < 1e-9, "{}", at(&fifth));
+        let late: Vec<f64> = fifth.iter().map(|t| t + 3600.0).collect();
+        assert!((at(&late) - 5.0).abs() < 1e-6, "{}", at(&late));
         // one arrival, or all at once: no rate
         assert_eq!(at(&[5.0]), 0.0);
         assert_eq!(at(&[2.0, 2.0]), 0.0);

@@ -216,6 +216,28 @@ mod tests {
     }
 
     #[test]
+    fn an_on_off_source_starts_in_an_on_period() {
+        // ON and OFF periods of 1,000 s on average, 2,000 req/s while ON: the first arrivals
+        // come at once (the first 100 within 0.2 s, their gaps 0.5 ms on average), not after
+        // an OFF period nor before time 0
+        let p = Process::OnOff {
+            on_ms: 1e6,
+            off_ms: 1e6,
+        };
+        for seed in 0..20 {
+            let mut g = Gaps::new(p, 1000.0).unwrap();
+            let mut rng = StdRng::seed_from_u64(seed);
+            let mut t = 0.0;
+            for i in 0..100 {
+                let next = g.next(t, &mut rng);
+                assert!(next >= t, "seed {seed}, arrival {i}: {next} before {t}");
+                t = next;
+            }
+            assert!(t < 0.2, "seed {seed}: the 100th arrival at {t} s");
+        }
+    }
+
+    #[test]
     fn arrivals_flags_parse_and_bad_ones_say_what_is_allowed() {
         let ok = [
             ("poisson", Process::Poisson),

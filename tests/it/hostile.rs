@@ -288,14 +288,15 @@ fn extremes_that_are_served_give_correct_results() {
     );
     assert!(r > 0 && c + r == 20_000, "{v}");
     assert_eq!(v["rejected_queue_full"], v["rejected"]);
-    // a traced run reports the trace's mean rate, not 0: its gaps' (two of 0.5 s), not its
-    // count over its last arrival (3 / 1 s), and the same when the trace starts late
+    // a traced run reports the trace's mean rate, not 0: its gaps' (four of 0.5 s over 2 s),
+    // not its count over its last arrival (5 / 2 s), its gaps times its span (8) or its count
+    // over its span (2.5), and the same when the trace starts late
     let dir = fresh_dir("hostile-trace");
-    let t = write(&dir, "t.trace", "0\n500\n1000\n");
+    let t = write(&dir, "t.trace", "0\n500\n1000\n1500\n2000\n");
     let o = lazybatch(&run_with(&["--policy", "lazy", "--trace", &t]));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("trace (mean 2.0 req/s)"), "{out}");
-    let late = write(&dir, "late.trace", "60000\n60500\n61000\n");
+    let late = write(&dir, "late.trace", "60000\n60500\n61000\n61500\n62000\n");
     let o = lazybatch(&run_with(&["--policy", "lazy", "--trace", &late]));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("trace (mean 2.0 req/s)"), "{out}");
