@@ -471,13 +471,13 @@ mod tests {
         for m in [&one, &two] {
             let seeds = [0, 1, 2, 3, 0x1000, 0x3000];
             let all: Vec<_> = seeds.iter().map(|&s| draws(m, 200, s)).collect();
+            let lens = |k: usize| all[k].iter().map(|d| d.1).collect::<Vec<_>>();
+            let parts = |k: usize| all[k].iter().map(|d| d.0).collect::<Vec<_>>();
             for i in 0..seeds.len() {
                 assert_eq!(all[i], draws(m, 200, seeds[i]), "seed {} repeats", seeds[i]);
                 for j in 0..i {
-                    let lens = |k: usize| all[k].iter().map(|d| d.1).collect::<Vec<_>>();
                     assert_ne!(lens(i), lens(j), "seeds {} and {}", seeds[i], seeds[j]);
                     if m.parts.len() > 1 {
-                        let parts = |k: usize| all[k].iter().map(|d| d.0).collect::<Vec<_>>();
                         assert_ne!(parts(i), parts(j), "seeds {} and {}", seeds[i], seeds[j]);
                     }
                 }
