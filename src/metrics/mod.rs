@@ -118,3 +118,6 @@ pub fn spread(mut v: Vec<f64>) -> (f64, f64, f64) {
     let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
     (mean, quantile(&v, 0.25), quantile(&v, 0.75))
 }
+
+#[cfg(test)]
+mod tests;
