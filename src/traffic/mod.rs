@@ -337,6 +337,16 @@ pub fn load_trace(path: &Path, model: &Model, seed: u64) -> Result<Traffic> {
 
 /// [`load_trace`] on a trace's text (`path` names it in errors).
 pub fn parse_trace(text: &str, path: &Path, model: &Model, seed: u64) -> Result<Traffic> {
+    parse_at_most(text, (path, model, seed), MAX_REQUESTS)
+}
+
+/// [`parse_trace`], refusing the trace at its arrival `max + 1` (a test's bound: a trace of
+/// [`MAX_REQUESTS`] arrivals holds some 50 GB before it is refused).
+fn parse_at_most(
+    text: &str,
+    (path, model, seed): (&Path, &Model, u64),
+    max: usize,
+) -> Result<Traffic> {
     let mut fill = match &model.seq {
         Some(seq) => Fill::Seq {
             joint: JointLengths::for_seq(seq)?,
@@ -365,6 +375,9 @@ pub fn parse_trace(text: &str, path: &Path, model: &Model, seed: u64) -> Result<
             line: i + 1,
             msg,
         };
+        if out.len() == max {
+            return Err(bad(format!("more than {max} arrivals")));
+        }
         let f: Vec<&str> = line.split_whitespace().collect();
         let t: f64 = f[0].parse().map_err(|_| {
             bad(format!(
@@ -433,13 +446,6 @@ pub fn parse_trace(text: &str, path: &Path, model: &Model, seed: u64) -> Result<
             file: path.to_path_buf(),
             line: 0,
             msg: "the trace has no arrivals".into(),
-        });
-    }
-    if out.len() > MAX_REQUESTS {
-        return Err(Error::ConfigFile {
-            file: path.to_path_buf(),
-            line: 0,
-            msg: format!("more than {MAX_REQUESTS} arrivals"),
         });
     }
     Ok(Traffic::from_list(out))
@@ -563,6 +569,20 @@ mod tests {
             e.contains("1000 + 25 exceeds the model's context of 1024"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_trace_is_refused_at_its_first_arrival_past_the_most_a_run_takes() {
+        let m = zoo::load("resnet50").unwrap();
+        let p = Path::new("t.trace");
+        let text = "0\n1\n# a comment\n\n2\n3\n";
+        let e = parse_at_most(text, (p, &m, 1), 3)
+            .err()
+            .unwrap()
+            .to_string();
+        assert_eq!(e, "t.trace:6: more than 3 arrivals");
+        let t = parse_at_most(text, (p, &m, 1), 4).unwrap();
+        assert_eq!(t.expected, 4);
     }
 
     #[test]
