@@ -425,6 +425,57 @@ mod tests {
     }
 
     #[test]
+    fn each_field_is_taken_at_both_ends_of_its_range_and_refused_past_them() {
+        let file = Path::new("x.toml");
+        let with = |field: &str, v: f64| {
+            NpuConfig::from_toml(&format!("base = \"default\"\n{field} = {v:?}\n"), file)
+        };
+        let integer = |field: &str| !matches!(field, "freq_mhz" | "dram_gbps" | "weight_fill_gbps");
+        for &(field, lo, hi) in NpuConfig::RANGES {
+            for v in [lo, hi] {
+                // integers are written as integers
+                let c = if integer(field) {
+                    NpuConfig::from_toml(
+                        &format!("base = \"default\"\n{field} = {}\n", v as u64),
+                        file,
+                    )
+                } else {
+                    with(field, v)
+                };
+                let c = c.unwrap_or_else(|e| panic!("{field} = {v}: {e}"));
+                assert_eq!(c.value_of(field), v, "{field}");
+            }
+            let (below, above) = match (integer(field), lo > 0.0) {
+                (true, _) => (lo - 1.0, hi + 1.0),
+                (false, true) => (lo / 2.0, hi * 2.0),
+                (false, false) => (-1.0, hi * 2.0),
+            };
+            for v in [below, above] {
+                if integer(field) && v < 0.0 {
+                    continue; // an unsigned field cannot be written below 0
+                }
+                let text = if integer(field) {
+                    format!("base = \"default\"\n{field} = {}\n", v as u64)
+                } else {
+                    format!("base = \"default\"\n{field} = {v:?}\n")
+                };
+                let e = NpuConfig::from_toml(&text, file)
+                    .err()
+                    .unwrap_or_else(|| panic!("{field} = {v} taken"))
+                    .to_string();
+                assert!(
+                    e.starts_with(&format!("x.toml:2: {field}: must be in [")),
+                    "{e}"
+                );
+            }
+        }
+        // a weight fill rate is 0 (a PE row a cycle) or at least dram_gbps's floor, 0.001 GB/s
+        assert!(with("weight_fill_gbps", 1e-3).is_ok());
+        assert!(with("weight_fill_gbps", 0.999e-3).is_err());
+        assert!(NpuConfig::default().value_of("no such field").is_nan());
+    }
+
+    #[test]
     fn the_shipped_default_file_is_the_default() {
         assert_eq!(
             NpuConfig::named("default").unwrap().unwrap(),
