@@ -474,7 +474,10 @@ mod tests {
         // mixed into a stream's by `|` or `&` instead of `^` would map some to one stream)
         let one = zoo::load("gnmt").unwrap();
         let two = Model::compose(vec![zoo::load("gnmt").unwrap(), zoo::load("las").unwrap()]);
-        for m in [&one, &two] {
+        // two copies of one model: their lengths come from the lengths' stream alone, whatever
+        // the model picks
+        let twins = Model::compose(vec![zoo::load("gnmt").unwrap(), zoo::load("gnmt").unwrap()]);
+        for m in [&one, &two, &twins] {
             let seeds = [0, 1, 2, 3, 0x1000, 0x3000];
             let all: Vec<_> = seeds.iter().map(|&s| draws(m, 200, s)).collect();
             let lens = |k: usize| all[k].iter().map(|d| d.1).collect::<Vec<_>>();
@@ -506,6 +509,23 @@ mod tests {
             v.iter().sum::<f64>() / v.len() as f64
         };
         assert!(mean(1) > 4.0 * mean(0), "GNMT {} LAS {}", mean(0), mean(1));
+    }
+
+    #[test]
+    fn co_located_traffic_needs_a_rate_and_an_sla_for_each_model() {
+        let two = Model::compose(vec![zoo::load("gnmt").unwrap(), zoo::load("las").unwrap()]);
+        let sla = Nanos::from_ms(50.0);
+        for (rates, slas, counts) in [
+            (&[1.0][..], &[sla, sla][..], "1 rates and 2 SLAs"),
+            (&[1.0, 1.0][..], &[sla][..], "2 rates and 1 SLAs"),
+        ] {
+            let e = generate_parts(&two, Process::Poisson, (rates, slas), 10, 1)
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains(&format!("2 models but {counts}")), "{e}");
+        }
+        assert!(generate_parts(&two, Process::Poisson, (&[1.0, 1.0], &[sla, sla]), 10, 1).is_ok());
     }
 
     #[test]
@@ -557,6 +577,20 @@ mod tests {
             e.starts_with("t.trace:2: ") && e.contains("must not decrease"),
             "{e}"
         );
+        // output tokens: the decoder's 1 to 1,022 steps and the prefill's token, [2, 1023]
+        let t = parse_trace("0 1 2\n0 1 1023\n", p, &gpt2, 1).unwrap();
+        let len = t.arrivals.map(|a| a.len.dec).collect::<Vec<_>>();
+        assert_eq!(len, [1, 1022]);
+        for out in [1, 1024] {
+            let e = parse_trace(&format!("0 1 {out}\n"), p, &gpt2, 1)
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(
+                e.contains("OUT: must be an integer in [2, 1023] (the model's output tokens)"),
+                "{e}"
+            );
+        }
         // prompt + output tokens = the context (1,024) is taken; one more is not
         let t = parse_trace("0 1000 24\n", p, &gpt2, 1).unwrap();
         let len = t.arrivals.map(|a| a.len).collect::<Vec<_>>();
