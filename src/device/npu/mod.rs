@@ -345,3 +345,228 @@ impl Device for Npu {
         Ok(self.timing(model, at.node, &w))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! Node timings derived by hand from the module's formulas, for a node of each kind the
+    //! model distinguishes: a GEMM with its epilogue (weight- and output-stationary, fill and
+    //! drain overlapped or not, activations in SRAM or streamed, memory- or compute-bound), a
+    //! decoder step's attention on the vector unit (dot-product and additive) and a whole
+    //! sequence's on the array.
+
+    use super::*;
+    use crate::graph::op::AttnCost;
+    use crate::graph::{zoo, Gemm};
+
+    fn find(model: &Model, name: &str) -> NodeId {
+        model.nodes.iter().find(|n| n.name == name).unwrap().id
+    }
+
+    fn work(batch: u32, rows: u64, pairs: u64, max_keys: u64) -> Work {
+        Work {
+            batch,
+            rows,
+            pairs,
+            max_keys,
+        }
+    }
+
+    fn timing(ns: u64, compute: u64, memory: u64) -> Timing {
+        Timing {
+            time: Nanos(ns),
+            compute_cycles: compute,
+            memory_cycles: memory,
+        }
+    }
+
+    fn npu(cfg: NpuConfig) -> Npu {
+        Npu::new(cfg).unwrap()
+    }
+
+    #[test]
+    fn a_gemm_nodes_time_is_its_array_or_its_memory_plus_one_dram_latency() {
+        let m = zoo::load("resnet50").unwrap();
+        let fc = find(&m, "fc");
+        // 2048 → 1000 with a bias: 2,049,000 int8 weights, 1,000 bias adds a row
+        let c = &m.node(fc).cost;
+        assert_eq!(
+            (c.gemm, c.weight_elems, c.vec_simple_per_row),
+            (
+                Some(Gemm {
+                    m_per_row: 1,
+                    n: 1000,
+                    k: 2048,
+                    count: 1
+                }),
+                2_049_000,
+                1000
+            )
+        );
+        assert_eq!((c.in_elems_per_row, c.out_elems_per_row), (2048, 1000));
+        let d = npu(NpuConfig::default());
+        // batch 4, Table I: 16·8 folds of max(4, 128) cycles, one load (128) and one drain
+        // (254): 16,766 cycles; the bias (4,000 adds on 128 lanes, 32 cycles) overlaps. The
+        // weights stream from all 8 channels at 360 GB/s / 700 MHz: ⌈2,049,000 / 514.29⌉ =
+        // 3,985 cycles. Time: (16,766 + 100) / 0.7 GHz, rounded up
+        assert_eq!(
+            d.timing(&m, fc, &work(4, 4, 0, 0)),
+            timing(24_095, 16_766, 3_985)
+        );
+        // at 7 GB/s (10 bytes a cycle) the weights take 204,900 cycles: memory-bound
+        let slow = npu(NpuConfig {
+            dram_gbps: 7.0,
+            ..NpuConfig::default()
+        });
+        assert_eq!(
+            slow.timing(&m, fc, &work(1, 1, 0, 0)),
+            timing(292_858, 16_766, 204_900)
+        );
+        // SCALE-Sim's folds (no overlap), weights filled at 64 bytes a cycle (256 cycles a
+        // fold), 1 GHz, 512 bytes a DRAM cycle and a 1 KiB activation SRAM: 128 folds of
+        // 256 + 128 + 128 + 4 − 2 = 514 cycles; the inputs (8,192 bytes) stream once per column
+        // fold (8) and the outputs (4,000) once: ⌈(2,049,000 + 65,536 + 4,000) / 512⌉ = 4,138
+        let fill = NpuConfig {
+            freq_mhz: 1000.0,
+            dram_gbps: 512.0,
+            act_sram_kib: 1,
+            weight_fill_gbps: 64.0,
+            overlap_weight_load: false,
+            ..NpuConfig::default()
+        };
+        assert_eq!(npu(fill.clone()).weight_load_cycles(), 256);
+        assert_eq!(
+            npu(fill).timing(&m, fc, &work(4, 4, 0, 0)),
+            timing(65_892, 65_792, 4_138)
+        );
+    }
+
+    #[test]
+    fn activations_stream_only_when_they_exceed_the_activation_sram() {
+        let m = zoo::load("resnet50").unwrap();
+        let fc = find(&m, "fc");
+        // batch 128: (2048 + 1000) · 128 = 390,144 bytes = 381 KiB exactly
+        let at = |kib: u64| {
+            npu(NpuConfig {
+                act_sram_kib: kib,
+                ..NpuConfig::default()
+            })
+            .timing(&m, fc, &work(128, 128, 0, 0))
+            .memory_cycles
+        };
+        // fits: the weights alone, ⌈2,049,000 / 514.29⌉; one KiB less: the inputs 8 times
+        // (one per column fold) and the outputs once, ⌈(2,049,000 + 2,097,152 + 128,000) /
+        // 514.29⌉
+        assert_eq!(at(381), 3_985);
+        assert_eq!(at(380), 8_311);
+    }
+
+    #[test]
+    fn output_stationary_weights_stream_once_per_row_fold_when_the_weight_sram_is_short() {
+        let m = zoo::load("resnet50").unwrap();
+        let fc = find(&m, "fc");
+        let os = |weight_sram_kib: u64| {
+            npu(NpuConfig {
+                dataflow: Dataflow::Os,
+                weight_sram_kib,
+                ..NpuConfig::default()
+            })
+        };
+        // batch 200: ⌈200/128⌉·⌈1000/128⌉ = 16 folds of 256 + 128 + 2048 − 2 = 2,430 cycles;
+        // 2,049,000 weight bytes exceed a 1 KiB weight SRAM, so they stream for each of the
+        // two row folds: ⌈4,098,000 / 514.29⌉ = 7,969 cycles
+        assert_eq!(
+            os(1).timing(&m, fc, &work(200, 200, 0, 0)),
+            timing(55_686, 38_880, 7_969)
+        );
+        // with a weight SRAM of 2,049,000 bytes or more they stream once
+        assert_eq!(
+            os(2001).timing(&m, fc, &work(200, 200, 0, 0)).memory_cycles,
+            3_985
+        );
+    }
+
+    #[test]
+    fn a_decoder_steps_attention_runs_on_the_vector_unit() {
+        let t = zoo::load("transformer_base").unwrap();
+        let id = find(&t, "dec0.self_attn");
+        let node = t.node(id);
+        assert!(matches!(node.keys, Keys::Cache));
+        assert_eq!(
+            node.cost.attn,
+            Some(AttnCost {
+                heads: 8,
+                d: 512,
+                dv: 512,
+                additive: false,
+                kv_elems_per_key: 1024
+            })
+        );
+        // 2 requests, 20 (query, key) pairs: 20 · 1024 multiply-adds and 3 · 8 · 20 softmax
+        // operations, 8 · 20 exponentials at 4 cycles each, on 128 lanes: ⌈21,600 / 128⌉ =
+        // 169 cycles; the cache (24,576 bytes with the rows) stays in SRAM and no weights
+        // move, so no DRAM latency either
+        let d = npu(NpuConfig::default());
+        assert_eq!(d.timing(&t, id, &work(2, 2, 20, 10)), timing(242, 169, 0));
+
+        // GNMT's additive attention adds tanh(keys + q)·v per pair and feature
+        let g = zoo::load("gnmt").unwrap();
+        let id = find(&g, "attn");
+        let node = g.node(id);
+        assert!(matches!(node.keys, Keys::Seq(_)) && node.loop_id.is_some());
+        assert_eq!(
+            node.cost.attn,
+            Some(AttnCost {
+                heads: 1,
+                d: 1024,
+                dv: 1024,
+                additive: true,
+                kv_elems_per_key: 2048
+            })
+        );
+        // 20 pairs: 20 · 2048 + 3 · 20 + 2 · 20 · 1024 simple operations and 20 + 20 · 1024
+        // transcendentals (×4): ⌈163,980 / 128⌉ = 1,282 cycles; its 2,049 weights (v, b, g)
+        // take ⌈2,049 / 514.29⌉ = 4 DRAM cycles, hidden, and the latency (100) is exposed
+        assert_eq!(
+            d.timing(&g, id, &work(2, 2, 20, 10)),
+            timing(1_975, 1_282, 4)
+        );
+    }
+
+    #[test]
+    fn a_whole_sequences_attention_runs_on_the_array_in_folds_of_each_head() {
+        let t = zoo::load("transformer_base").unwrap();
+        let id = find(&t, "enc0.attn");
+        assert!(t.node(id).loop_id.is_none());
+        // a 64 × 128 array (rows ≠ columns, so that each is checked where it is used); two
+        // requests of 200 positions: per head (64 wide), scores in ⌈64/64⌉·⌈200/128⌉ = 2 folds
+        // and context in ⌈200/64⌉·⌈64/128⌉ = 4, each filling (2·64 + 128 − 2 = 254 cycles)
+        // per request and streaming the 400 rows: 8 · 6 · (2 · 254 + 400) = 43,584 cycles; the
+        // softmax (3 + 4·1 operations per pair and head, 80,000 pairs, 8 heads) on the vector
+        // unit: 4,480,000 / 128 = 35,000
+        let d = npu(NpuConfig {
+            rows: 64,
+            ..NpuConfig::default()
+        });
+        assert_eq!(
+            d.timing(&t, id, &work(2, 400, 80_000, 200)),
+            timing(112_263, 78_584, 0)
+        );
+    }
+
+    #[test]
+    fn dram_transfers_spread_over_the_channels_they_touch() {
+        let d = npu(NpuConfig::default());
+        // 514.29 bytes a cycle over 8 channels interleaved at 256 bytes: 300 bytes touch two
+        // (128.57 a cycle, 3 cycles), 2,048 all eight (4 cycles), one byte one (1 cycle)
+        let cycles = [0, 1, 300, 2048].map(|b| d.dram_cycles(b));
+        assert_eq!(cycles, [0, 1, 3, 4]);
+        // cycles to time: 700 cycles are a microsecond; 1 cycle rounds up to 2 ns
+        assert_eq!(
+            [0, 1, 700].map(|c| d.cycles_to_ns(c)),
+            [Nanos(0), Nanos(2), Nanos(1000)]
+        );
+        // transcendentals cost 4 lanes' operations: (100 + 10 · 4) / 128, rounded up
+        assert_eq!(d.vector_cycles(100, 10), 2);
+        assert_eq!(d.vector_cycles(128, 0), 1);
+    }
+}
