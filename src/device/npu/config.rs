@@ -427,22 +427,19 @@ mod tests {
     #[test]
     fn each_field_is_taken_at_both_ends_of_its_range_and_refused_past_them() {
         let file = Path::new("x.toml");
-        let with = |field: &str, v: f64| {
-            NpuConfig::from_toml(&format!("base = \"default\"\n{field} = {v:?}\n"), file)
-        };
         let integer = |field: &str| !matches!(field, "freq_mhz" | "dram_gbps" | "weight_fill_gbps");
+        // `field = v` on the default (an integer field's value written as an integer)
+        let with = |field: &str, v: f64| {
+            let v = if integer(field) {
+                (v as u64).to_string()
+            } else {
+                format!("{v:?}")
+            };
+            NpuConfig::from_toml(&format!("base = \"default\"\n{field} = {v}\n"), file)
+        };
         for &(field, lo, hi) in NpuConfig::RANGES {
             for v in [lo, hi] {
-                // integers are written as integers
-                let c = if integer(field) {
-                    NpuConfig::from_toml(
-                        &format!("base = \"default\"\n{field} = {}\n", v as u64),
-                        file,
-                    )
-                } else {
-                    with(field, v)
-                };
-                let c = c.unwrap_or_else(|e| panic!("{field} = {v}: {e}"));
+                let c = with(field, v).unwrap_or_else(|e| panic!("{field} = {v}: {e}"));
                 assert_eq!(c.value_of(field), v, "{field}");
             }
             let (below, above) = match (integer(field), lo > 0.0) {
@@ -454,12 +451,7 @@ mod tests {
                 if integer(field) && v < 0.0 {
                     continue; // an unsigned field cannot be written below 0
                 }
-                let text = if integer(field) {
-                    format!("base = \"default\"\n{field} = {}\n", v as u64)
-                } else {
-                    format!("base = \"default\"\n{field} = {v:?}\n")
-                };
-                let e = NpuConfig::from_toml(&text, file)
+                let e = with(field, v)
                     .err()
                     .unwrap_or_else(|| panic!("{field} = {v} taken"))
                     .to_string();
