@@ -553,6 +553,100 @@ mod tests {
         );
     }
 
+    /// The time of a run of memoized nodes: the sum of each node's own timing at that batch
+    /// (computed here, not read from the memo), as many nodes as asked or as the run of
+    /// batch-size-only nodes from `from` holds, and with a budget the fewest nodes that spend
+    /// it. GNMT mixes batch-size-only nodes with length-dependent ones, where a run ends.
+    #[test]
+    fn a_run_of_memoized_nodes_is_timed_at_once_up_to_its_budget() {
+        let m = zoo::load("gnmt").unwrap();
+        let mut d = npu(NpuConfig::default());
+        assert!(d.prepare(&m, 0).is_err(), "a max batch of 0");
+        d.prepare(&m, 3).unwrap();
+        let len = m.ref_lengths();
+        let time = |i: usize, b: u32| {
+            let id = m.nodes[i].id;
+            let at = NodeStep { node: id, step: 0 };
+            d.timing(&m, id, &m.work_uniform(at, len, b)).time.0
+        };
+        let free: Vec<bool> = m
+            .nodes
+            .iter()
+            .map(|n| m.node_is_length_free(n.id))
+            .collect();
+        assert!(free.contains(&true) && free.contains(&false));
+        let mut longest = 0;
+        for (i, node) in m.nodes.iter().enumerate() {
+            let from = node.id;
+            // the run of memoized nodes starting at i
+            let k = free[i..].iter().take_while(|f| **f).count();
+            longest = longest.max(k);
+            for b in 1..=3usize {
+                let run =
+                    |max: u32, budget: Option<u64>| d.time_run(&m, from, b, max, budget.map(Nanos));
+                if k == 0 {
+                    assert_eq!(run(u32::MAX, None), None, "{} length-dependent", node.name);
+                    continue;
+                }
+                let times: Vec<u64> = (i..i + k).map(|j| time(j, b as u32)).collect();
+                let sum = |c: usize| times[..c].iter().sum::<u64>();
+                let nodes = |c: usize| Some((c as u32, Nanos(sum(c))));
+                assert_eq!(run(0, None), None, "{} no node", node.name);
+                for max in [1, 2, k as u32, k as u32 + 1, u32::MAX] {
+                    let c = (max as usize).min(k);
+                    assert_eq!(
+                        run(max, None),
+                        nodes(c),
+                        "{} at {b}, {max} nodes",
+                        node.name
+                    );
+                }
+                // a budget: the run stops at the first node whose end spends it
+                let spends = |budget: u64| (1..=k).find(|&c| sum(c) >= budget).unwrap_or(k);
+                for c in 1..=k {
+                    for budget in [sum(c).saturating_sub(1), sum(c), sum(c) + 1] {
+                        let want = nodes(spends(budget));
+                        assert_eq!(
+                            run(u32::MAX, Some(budget)),
+                            want,
+                            "{} {budget} ns",
+                            node.name
+                        );
+                    }
+                }
+                assert_eq!(run(u32::MAX, Some(0)), nodes(1), "{} no budget", node.name);
+                assert_eq!(run(1, Some(u64::MAX)), nodes(1), "{} one node", node.name);
+                assert_eq!(run(u32::MAX, Some(u64::MAX)), nodes(k), "{}", node.name);
+            }
+            // batches the memo does not hold
+            assert_eq!(d.time_run(&m, from, 0, u32::MAX, None), None);
+            assert_eq!(d.time_run(&m, from, 4, u32::MAX, None), None);
+        }
+        assert!(longest > 2, "GNMT's longest run is {longest} nodes");
+        // a copy under another name is another model: its runs are not the memo's; the same
+        // node list renamed still is
+        let start = m.nodes[free.iter().position(|f| *f).unwrap()].id;
+        let mut other = m.clone();
+        other.name = "another".into();
+        assert_eq!(d.time_run(&other, start, 1, u32::MAX, None), None);
+        let mut renamed = m;
+        renamed.name = "renamed".into();
+        assert!(d.time_run(&renamed, start, 1, u32::MAX, None).is_some());
+        // and no sub-batch is empty
+        let at = NodeStep {
+            node: start,
+            step: 0,
+        };
+        let member = Member {
+            slot: 0,
+            len,
+            input: 0,
+            step: 0,
+        };
+        assert!(d.execute_uniform(&renamed, at, member, 0).is_err());
+        assert!(d.execute(&renamed, at, &[]).is_err());
+    }
+
     #[test]
     fn dram_transfers_spread_over_the_channels_they_touch() {
         let d = npu(NpuConfig::default());
