@@ -141,3 +141,79 @@ impl Picker {
 
 /// The router's stream of draws, apart from the traffic's (which the same seed fixes).
 const ROUTER_STREAM: u64 = 0x0a11_0ca7_e5ee_d5ed;
+
+#[cfg(test)]
+mod tests {
+    //! Each router's picks, exactly: round robin's turn, the shortest queue's tie-break after
+    //! its last pick, and two choices that are always two distinct replicas, the first drawn
+    //! winning a tie.
+
+    use super::*;
+
+    #[test]
+    fn round_robin_deals_in_turn_whatever_the_loads() {
+        let mut p = Picker::new(Router::RoundRobin, 1);
+        let picks: Vec<usize> = (0..7).map(|_| p.pick(&[9, 0, 5])).collect();
+        assert_eq!(picks, [0, 1, 2, 0, 1, 2, 0]);
+        assert_eq!(p.pick(&[4]), 0);
+    }
+
+    #[test]
+    fn the_shortest_queue_breaks_ties_by_turn_after_its_last_pick() {
+        let mut p = Picker::new(Router::ShortestQueue, 1);
+        let loads = [2, 1, 1, 3];
+        // the least loaded (1 and 2), the first of them at or after the one past the last pick
+        let picks: Vec<usize> = (0..3).map(|_| p.pick(&loads)).collect();
+        assert_eq!(picks, [1, 2, 1]);
+        // after 1 the turn is 2: the only empty queue wins wherever it is
+        assert_eq!(p.pick(&[0, 4, 4, 4]), 0);
+        let even: Vec<usize> = (0..5).map(|_| p.pick(&[0, 0, 0, 0])).collect();
+        assert_eq!(even, [1, 2, 3, 0, 1]);
+        assert_eq!(p.pick(&[7]), 0);
+    }
+
+    #[test]
+    fn two_choices_are_two_distinct_replicas_and_the_first_drawn_wins_a_tie() {
+        // with two replicas both are always drawn: the less loaded one, every time
+        for (loads, want) in [([1, 0], 1), ([0, 1], 0)] {
+            let mut p = Picker::new(Router::PowerOfTwo, 5);
+            assert!((0..200).all(|_| p.pick(&loads) == want), "{loads:?}");
+        }
+        // of three, the most loaded is never taken and the others each about half the time
+        let mut p = Picker::new(Router::PowerOfTwo, 5);
+        let mut count = [0; 3];
+        for _ in 0..3000 {
+            count[p.pick(&[1, 9, 2])] += 1;
+        }
+        // 0 wins whenever drawn (2/3), 2 otherwise (1/3)
+        assert_eq!(count[1], 0, "{count:?}");
+        assert!((1900..2100).contains(&count[0]), "{count:?}");
+        // on a tie the first of the two draws (the router's own stream, two draws a pick)
+        for n in [2usize, 3, 8] {
+            let seed = 40 + n as u64;
+            let mut p = Picker::new(Router::PowerOfTwo, seed);
+            let mut draws = StdRng::seed_from_u64(seed ^ ROUTER_STREAM);
+            for _ in 0..100 {
+                let first = draws.random_range(0..n);
+                let _second = draws.random_range(0..n - 1);
+                assert_eq!(p.pick(&vec![3; n]), first, "{n} replicas");
+            }
+        }
+        assert_eq!(Picker::new(Router::PowerOfTwo, 5).pick(&[6]), 0);
+    }
+
+    #[test]
+    fn random_picks_spread_over_every_replica_and_a_seed_fixes_them() {
+        let picks = |seed| {
+            let mut p = Picker::new(Router::Random, seed);
+            (0..4000).map(|_| p.pick(&[0, 9, 0, 9])).collect::<Vec<_>>()
+        };
+        let a = picks(1);
+        assert_eq!(a, picks(1));
+        assert_ne!(a, picks(2));
+        for k in 0..4 {
+            let share = a.iter().filter(|&&x| x == k).count();
+            assert!((900..1100).contains(&share), "replica {k}: {share} of 4000");
+        }
+    }
+}
