@@ -495,6 +495,22 @@ mod tests {
         let a = behind(&s, &npu, ("serial", 4, Router::Random), &list, 5);
         let c = behind(&s, &npu, ("serial", 4, Router::Random), &list, 6);
         assert_ne!(a.replicas, c.replicas);
+        // arrivals on whole multiples of the service time, where every completion lands
+        // exactly on an arrival: the router must count a request answered at that instant
+        // as gone (as the reference does), not as still outstanding
+        let lattice: Vec<Arrival> = list[..1000]
+            .iter()
+            .map(|a| Arrival {
+                time: Nanos(a.time.0 / service.0 * service.0),
+                ..*a
+            })
+            .collect();
+        for router in [Router::ShortestQueue, Router::PowerOfTwo] {
+            let out = behind(&s, &npu, ("serial", 4, router), &lattice, 5);
+            let got: Vec<Nanos> = out.requests.iter().map(|q| q.completion.unwrap()).collect();
+            let want = reference(&lattice, 4, router, 5, service);
+            assert_eq!(got, want, "{router:?} on the lattice");
+        }
     }
 
     #[test]
