@@ -205,7 +205,12 @@ pub(crate) fn run_replicas<D: Device + Clone>(
             *l = r.outstanding(a.time);
         }
         let r = &mut reps[picker.pick(&loads)];
-        r.source.queue.push_back(a);
+        // a request without a key of its own is keyed by its index in the run, as in a
+        // plain run (a replica numbers its requests from 0)
+        r.source.queue.push_back(Arrival {
+            key: Some(a.key.unwrap_or(u64::from(index))),
+            ..a
+        });
         r.sent += 1;
         r.global.push(index);
         index = index
@@ -232,10 +237,6 @@ fn merge<D>(reps: Vec<Replica<'_, D>>) -> Result<Outcome> {
             q.id.0 = *global
                 .get(local as usize)
                 .ok_or_else(|| Error::Internal(format!("replica request {local} unknown")))?;
-            // a key the arrival did not give is the request's id
-            if q.key == u64::from(local) {
-                q.key = u64::from(q.id.0);
-            }
         }
         match total.as_mut() {
             None => total = Some(out),
@@ -365,7 +366,15 @@ mod tests {
     fn round_robin_deals_in_turn_and_every_request_leaves_once() {
         let (m, npu, pred) = bench("resnet50");
         let s = setup(&m, &pred, 30.0);
-        let list = arrivals(&m, 2000.0, 10, 1);
+        // every other request keyed by a front end, with the key its replica's own numbering
+        // gives it (the 3rd request of replica 0 is its request 1, keyed 1); the others
+        // keyed by their index in the run, as a plain run keys them
+        let key = |i: usize| (i % 2 == 0).then_some((i / 3) as u64);
+        let list: Vec<Arrival> = arrivals(&m, 2000.0, 10, 1)
+            .into_iter()
+            .enumerate()
+            .map(|(i, a)| Arrival { key: key(i), ..a })
+            .collect();
         let out = behind(&s, &npu, ("lazy", 3, Router::RoundRobin), &list, 1);
         let each: Vec<u64> = out.replicas.iter().map(|r| r.requests).collect();
         assert_eq!(each, vec![4, 3, 3]);
@@ -373,6 +382,7 @@ mod tests {
         assert_eq!(out.requests.len(), 10);
         for (i, (q, a)) in out.requests.iter().zip(&list).enumerate() {
             assert_eq!((q.id.0 as usize, q.arrival), (i, a.time));
+            assert_eq!(q.key, key(i).unwrap_or(i as u64), "request {i}'s key");
             assert!(q.completion.is_some());
         }
         let st = out.stats();
@@ -634,6 +644,26 @@ mod tests {
         let one = Replicas::new(1, Router::RoundRobin).unwrap();
         let mut it = list.iter().copied();
         assert!(run_replicas(&snap, &npu, policies, one, 1, &mut it, 50).is_err());
+        // as are a policy short and arrivals out of time order (equal times are in order)
+        let two = Replicas::new(2, Router::RoundRobin).unwrap();
+        let policies = vec![policy::parse("lazy", 8).unwrap()];
+        let mut it = list.iter().copied();
+        let e = run_replicas(&s, &npu, policies, two, 1, &mut it, 50).unwrap_err();
+        assert!(e.to_string().contains("1 policies for 2 replicas"), "{e}");
+        let at = |ms: f64| Arrival {
+            time: Nanos::from_ms(ms),
+            ..list[0]
+        };
+        for (times, ok) in [([1.0, 1.0, 2.0], true), ([1.0, 2.0, 1.5], false)] {
+            let list = times.map(at);
+            let policies = (0..2).map(|_| policy::parse("lazy", 8).unwrap()).collect();
+            let mut it = list.iter().copied();
+            let run = run_replicas(&s, &npu, policies, two, 1, &mut it, 3);
+            match run {
+                Ok(out) => assert!(ok && out.stats().completed == 3, "{times:?}"),
+                Err(e) => assert!(!ok && e.to_string().contains("out of time order"), "{e}"),
+            }
+        }
     }
 
     #[test]
