@@ -213,7 +213,13 @@ mod tests {
     fn a_bound_no_count_meets_ends_with_a_note_and_rejections_fail() {
         let never = search_count("serial", &how(1e-9), spread(100.0)).unwrap();
         assert_eq!(never.replicas, None);
-        assert!(never.note.unwrap().contains("1024 replicas"));
+        // the note names the closest count: the most replicas, at 100/1024 ms
+        let note = never.note.unwrap();
+        assert!(
+            note.contains("no count up to 1024 replicas")
+                && note.contains("the closest was 1024 replicas at 0.098 ms p99"),
+            "{note}"
+        );
         assert_eq!(never.probes.last().unwrap().replicas, Replicas::MAX);
         // a probe that rejects a request fails however fast it was
         let rejecting = |n: usize| {

@@ -553,6 +553,40 @@ mod tests {
         );
     }
 
+    /// `count` GEMMs run `count` times the folds of one, in each dataflow, on a square and a
+    /// non-square array (so that rows and columns are each checked where they are used).
+    #[test]
+    fn a_gemm_counted_several_times_runs_each_ones_folds() {
+        let cfg = |rows, dataflow, overlap_weight_load| {
+            npu(NpuConfig {
+                rows,
+                dataflow,
+                overlap_weight_load,
+                ..NpuConfig::default()
+            })
+        };
+        // 3 GEMMs of 10×300 · 300×256; on 128×128: ⌈300/128⌉·⌈256/128⌉ = 6 folds each
+        let (m, n, k) = (10, 256, 300);
+        // overlapped: one load (128), 18 folds of max(10, 128), one drain (254)
+        let ws = cfg(128, Dataflow::Ws, true);
+        assert_eq!(ws.gemm_cycles(m, n, k, 3), 128 + 18 * 128 + 254);
+        assert_eq!(ws.gemm_cycles(200, n, k, 3), 128 + 18 * 200 + 254);
+        // not overlapped: 18 folds of 2·128 + 128 + 10 − 2
+        let ws = cfg(128, Dataflow::Ws, false);
+        assert_eq!(ws.gemm_cycles(m, n, k, 3), 18 * 392);
+        // output-stationary: ⌈10/128⌉·⌈256/128⌉ = 2 folds each, of 2·128 + 128 + 300 − 2
+        let os = cfg(128, Dataflow::Os, false);
+        assert_eq!(os.gemm_cycles(m, n, k, 3), 6 * 682);
+        // on 64 rows × 128 columns: ⌈300/64⌉·⌈256/128⌉ = 10 folds each, a load of 64, a
+        // drain of 64 + 128 − 2
+        let ws = cfg(64, Dataflow::Ws, true);
+        assert_eq!(ws.gemm_cycles(m, n, k, 3), 64 + 30 * 64 + 190);
+        let ws = cfg(64, Dataflow::Ws, false);
+        assert_eq!(ws.gemm_cycles(m, n, k, 3), 30 * (2 * 64 + 128 + 10 - 2));
+        let os = cfg(64, Dataflow::Os, false);
+        assert_eq!(os.gemm_cycles(m, n, k, 3), 6 * (2 * 64 + 128 + 300 - 2));
+    }
+
     /// The time of a run of memoized nodes: the sum of each node's own timing at that batch
     /// (computed here, not read from the memo), as many nodes as asked or as the run of
     /// batch-size-only nodes from `from` holds, and with a budget the fewest nodes that spend
