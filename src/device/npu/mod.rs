@@ -434,6 +434,29 @@ mod tests {
             ..NpuConfig::default()
         };
         assert_eq!(npu(fill.clone()).weight_load_cycles(), 256);
+        // a fold is rows × cols elements of `bytes_per_element` each; a rate too fast for a
+        // cycle still takes one; none given, one PE row a cycle
+        let load = |cfg: NpuConfig| npu(cfg).weight_load_cycles();
+        let two_bytes = NpuConfig {
+            bytes_per_element: 2,
+            ..fill.clone()
+        };
+        assert_eq!(load(two_bytes), 512);
+        let rows = NpuConfig {
+            rows: 64,
+            ..fill.clone()
+        };
+        assert_eq!(load(rows.clone()), 128);
+        let fast = NpuConfig {
+            weight_fill_gbps: 1e6,
+            ..fill.clone()
+        };
+        assert_eq!(load(fast), 1);
+        let row_a_cycle = NpuConfig {
+            weight_fill_gbps: 0.0,
+            ..rows
+        };
+        assert_eq!(load(row_a_cycle), 64);
         assert_eq!(
             npu(fill).timing(&m, fc, &work(4, 4, 0, 0)),
             timing(65_892, 65_792, 4_138)
@@ -585,6 +608,44 @@ mod tests {
         assert_eq!(ws.gemm_cycles(m, n, k, 3), 30 * (2 * 64 + 128 + 10 - 2));
         let os = cfg(64, Dataflow::Os, false);
         assert_eq!(os.gemm_cycles(m, n, k, 3), 6 * (2 * 64 + 128 + 300 - 2));
+    }
+
+    /// Nodes without a GEMM: a depthwise convolution's multiply-adds on the vector unit with
+    /// its epilogue, and an embedding's rows gathered from DRAM.
+    #[test]
+    fn depthwise_convolutions_run_on_the_vector_unit_and_embeddings_gather_from_dram() {
+        let d = npu(NpuConfig::default());
+        // MobileNet's first depthwise 3×3 over 32 channels of 112×112: 3,612,672 multiply-adds
+        // and 1,204,224 epilogue operations a request (batch-norm and ReLU6, three an output)
+        let mb = zoo::load("mobilenet_v1").unwrap();
+        let dw = find(&mb, "dw1");
+        let c = &mb.node(dw).cost;
+        assert_eq!(c.gemm, None);
+        assert_eq!(
+            (c.vec_macs_per_row, c.vec_simple_per_row, c.weight_elems),
+            (112 * 112 * 32 * 9, 112 * 112 * 32 * 3, 352)
+        );
+        // two requests: (3,612,672 + 1,204,224) · 2 / 128 lanes = 75,264 cycles; activations
+        // in SRAM (1,568 KiB), the 352 weight bytes over 2 channels (128.6 B a cycle): 3
+        // cycles; (75,264 + 100) / 0.7 GHz
+        assert_eq!(
+            d.timing(&mb, dw, &work(2, 2, 0, 0)),
+            timing(107_663, 75_264, 3)
+        );
+        // GNMT's source embedding: no weights streamed, 1,024 bytes gathered a word; two
+        // sentences of 20 words: 40,960 bytes over all 8 channels (514.3 B a cycle), 80
+        // cycles, + 100: 258 ns
+        let g = zoo::load("gnmt").unwrap();
+        let e = find(&g, "src_emb");
+        let c = &g.node(e).cost;
+        assert_eq!((c.weight_elems, c.gather_elems_per_row), (0, 1024));
+        assert_eq!(d.timing(&g, e, &work(2, 40, 0, 0)), timing(258, 0, 80));
+        // at two bytes an element, twice the bytes: 160 cycles, 372 ns
+        let wide = npu(NpuConfig {
+            bytes_per_element: 2,
+            ..NpuConfig::default()
+        });
+        assert_eq!(wide.timing(&g, e, &work(2, 40, 0, 0)), timing(372, 0, 160));
     }
 
     /// The time of a run of memoized nodes: the sum of each node's own timing at that batch
