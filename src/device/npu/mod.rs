@@ -506,6 +506,14 @@ mod tests {
             os(2001).timing(&m, fc, &work(200, 200, 0, 0)).memory_cycles,
             3_985
         );
+        // weights exactly the SRAM's size fit: the Transformer's 512 × 512 output projection
+        // (no bias) is 262,144 bytes, 256 KiB; over 2 row folds, ⌈262,144 / 514.29⌉ = 510
+        // cycles once, 1,020 twice
+        let t = zoo::load("transformer_base").unwrap();
+        let out = find(&t, "enc0.out");
+        assert_eq!(t.node(out).cost.weight_elems, 512 * 512);
+        let at = |kib: u64| os(kib).timing(&t, out, &work(200, 200, 0, 0)).memory_cycles;
+        assert_eq!((at(256), at(255)), (510, 1_020));
     }
 
     #[test]
