@@ -656,6 +656,26 @@ mod tests {
         assert_eq!(wide.timing(&g, e, &work(2, 40, 0, 0)), timing(372, 0, 160));
     }
 
+    /// A layer norm: its element operations and one reciprocal square root a row, which costs
+    /// `vector_transcendental_cycles` lanes' operations.
+    #[test]
+    fn a_layer_norms_transcendentals_cost_their_lane_cycles_for_each_row() {
+        let t = zoo::load("transformer_base").unwrap();
+        let ln = find(&t, "enc0.ln1");
+        let c = &t.node(ln).cost;
+        assert_eq!(
+            (c.vec_simple_per_row, c.vec_transc_per_row, c.weight_elems),
+            (5 * 512, 1, 1024)
+        );
+        // 128 rows: (2,560 · 128 + 4 · 128) / 128 lanes = 2,564 cycles; the 1,024 bytes of
+        // scale and shift over 4 channels: 4 cycles; (2,564 + 100) / 0.7 GHz
+        let d = npu(NpuConfig::default());
+        assert_eq!(
+            d.timing(&t, ln, &work(2, 128, 0, 0)),
+            timing(3_806, 2_564, 4)
+        );
+    }
+
     /// The time of a run of memoized nodes: the sum of each node's own timing at that batch
     /// (computed here, not read from the memo), as many nodes as asked or as the run of
     /// batch-size-only nodes from `from` holds, and with a budget the fewest nodes that spend
