@@ -582,6 +582,18 @@ mod tests {
             d.timing(&t, id, &work(2, 400, 80_000, 200)),
             timing(112_263, 78_584, 0)
         );
+        // on 64 × 32, a head's 64 features span two columns: scores in ⌈64/64⌉·⌈200/32⌉ = 7
+        // folds, context in ⌈200/64⌉·⌈64/32⌉ = 8, each filling 2·64 + 32 − 2 = 158 cycles:
+        // 8 · 15 · (2 · 158 + 400) = 85,920, and the same softmax
+        let narrow = npu(NpuConfig {
+            rows: 64,
+            cols: 32,
+            ..NpuConfig::default()
+        });
+        assert_eq!(
+            narrow.timing(&t, id, &work(2, 400, 80_000, 200)),
+            timing(172_743, 120_920, 0)
+        );
     }
 
     /// `count` GEMMs run `count` times the folds of one, in each dataflow, on a square and a
