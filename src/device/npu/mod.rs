@@ -481,6 +481,19 @@ mod tests {
         // 514.29⌉
         assert_eq!(at(381), 3_985);
         assert_eq!(at(380), 8_311);
+        // at two bytes an element every byte count doubles: 762 KiB exactly fits, and the
+        // weights alone take ⌈4,098,000 / 514.29⌉; one KiB less streams the inputs 8 times
+        // and the outputs once, ⌈(4,098,000 + 4,194,304 + 256,000) / 514.29⌉
+        let wide = |kib: u64| {
+            npu(NpuConfig {
+                act_sram_kib: kib,
+                bytes_per_element: 2,
+                ..NpuConfig::default()
+            })
+            .timing(&m, fc, &work(128, 128, 0, 0))
+            .memory_cycles
+        };
+        assert_eq!((wide(762), wide(761)), (7_969, 16_622));
     }
 
     #[test]
