@@ -514,6 +514,11 @@ mod tests {
             os(1).timing(&m, fc, &work(200, 200, 0, 0)),
             timing(55_686, 38_880, 7_969)
         );
+        // 128 requests are one row fold: the weights stream once, short SRAM or not
+        assert_eq!(
+            os(1).timing(&m, fc, &work(128, 128, 0, 0)).memory_cycles,
+            3_985
+        );
         // with a weight SRAM of 2,049,000 bytes or more they stream once
         assert_eq!(
             os(2001).timing(&m, fc, &work(200, 200, 0, 0)).memory_cycles,
