@@ -646,6 +646,19 @@ mod tests {
         assert_eq!(ws.gemm_cycles(m, n, k, 3), 30 * (2 * 64 + 128 + 10 - 2));
         let os = cfg(64, Dataflow::Os, false);
         assert_eq!(os.gemm_cycles(m, n, k, 3), 6 * (2 * 64 + 128 + 300 - 2));
+        // an empty GEMM (any dimension, or the count, zero) takes no cycles in every mode,
+        // not one exposed load and drain (overlapped) or folds of an empty sum (OS)
+        for (rows, flow, overlap) in [
+            (128, Dataflow::Ws, true),
+            (128, Dataflow::Ws, false),
+            (64, Dataflow::Os, false),
+        ] {
+            let d = cfg(rows, flow, overlap);
+            for (m, n, k, c) in [(0, 9, 9, 1), (9, 0, 9, 1), (9, 9, 0, 1), (9, 9, 9, 0)] {
+                let what = format!("{m}x{k}·{k}x{n} ×{c} in {flow:?}, overlap {overlap}");
+                assert_eq!(d.gemm_cycles(m, n, k, c), 0, "{what}");
+            }
+        }
     }
 
     /// Nodes without a GEMM: a depthwise convolution's multiply-adds on the vector unit with
