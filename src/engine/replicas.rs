@@ -369,7 +369,7 @@ mod tests {
         // every other request keyed by a front end, with the key its replica's own numbering
         // gives it (the 3rd request of replica 0 is its request 1, keyed 1); the others
         // keyed by their index in the run, as a plain run keys them
-        let key = |i: usize| (i % 2 == 0).then_some((i / 3) as u64);
+        let key = |i: usize| i.is_multiple_of(2).then_some((i / 3) as u64);
         let list: Vec<Arrival> = arrivals(&m, 2000.0, 10, 1)
             .into_iter()
             .enumerate()
