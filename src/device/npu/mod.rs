@@ -789,6 +789,24 @@ mod tests {
             assert_eq!(d.time_run(&m, from, 4, u32::MAX, None), None);
         }
         assert!(longest > 2, "GNMT's longest run is {longest} nodes");
+        // a memoized node executed uniformly reads its own batch's entry
+        let member = Member {
+            slot: 0,
+            len,
+            input: 0,
+            step: 0,
+        };
+        for node in m.nodes.iter().filter(|n| m.node_is_length_free(n.id)) {
+            let at = NodeStep {
+                node: node.id,
+                step: 0,
+            };
+            for b in 1..=3u32 {
+                let want = d.timing(&m, node.id, &m.work_uniform(at, len, b));
+                let got = d.execute_uniform(&m, at, member, b).unwrap();
+                assert_eq!(got, want, "{} at {b}", node.name);
+            }
+        }
         // a copy under another name is another model: its runs are not the memo's; the same
         // node list renamed still is
         let start = m.nodes[free.iter().position(|f| *f).unwrap()].id;
