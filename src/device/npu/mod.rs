@@ -805,6 +805,9 @@ mod tests {
                 let want = d.timing(&m, node.id, &m.work_uniform(at, len, b));
                 let got = d.execute_uniform(&m, at, member, b).unwrap();
                 assert_eq!(got, want, "{} at {b}", node.name);
+                let members = vec![member; b as usize];
+                let got = d.execute(&m, at, &members).unwrap();
+                assert_eq!(got, want, "{} executing {b}", node.name);
             }
         }
         // a copy under another name is another model: its runs are not the memo's; the same
