@@ -224,8 +224,9 @@ pub struct Server<'a> {
 }
 
 impl<'a> Server<'a> {
-    fn new(setup: &'a Setup<'a>, policy: &dyn Policy, expected: usize) -> Result<Self> {
+    fn new(setup: &'a Setup<'a>, policy: &mut dyn Policy, expected: usize) -> Result<Self> {
         let (model, mb) = (setup.model, setup.max_batch.get());
+        policy.reserve(mb as usize);
         let mut table = BatchTable::new(mb);
         table.set_cells(policy.cell_nodes(model));
         table.set_model(model);

@@ -171,9 +171,9 @@ pub(crate) fn run_replicas<D: Device + Clone>(
         .collect();
     let share = expected.div_ceil(n);
     let mut reps = Vec::with_capacity(n);
-    for ((s, d), policy) in setups.iter().zip(&departures).zip(policies) {
+    for ((s, d), mut policy) in setups.iter().zip(&departures).zip(policies) {
         reps.push(Replica {
-            server: Server::new(s, policy.as_ref(), share)?,
+            server: Server::new(s, policy.as_mut(), share)?,
             device: device.clone(),
             policy,
             clock: VirtualClock::new(),

@@ -48,6 +48,8 @@ pub struct Adaptive {
     seen: Option<Nanos>,
     /// Moving average of the gaps between arrivals (ns; 0 before two arrivals).
     gap_ns: f64,
+    /// [`launch_size`]'s scratch: the whole graph's time at each batch size.
+    whole: Vec<f64>,
 }
 
 /// Weight of a new gap in the moving average (about the last 32 arrivals).
@@ -81,14 +83,21 @@ impl Adaptive {
             lazy: Lazy::conservative(),
             seen: None,
             gap_ns: 0.0,
+            whole: Vec::new(),
         }
     }
 
     /// Folds the arrivals not yet seen into the gap average.
     fn observe(&mut self, v: &View) {
-        let newest = v.infq.iter().rev().map(|&r| v.arrival(r));
-        let fresh: Vec<Nanos> = newest.take_while(|&a| self.seen < Some(a)).collect();
-        for &a in fresh.iter().rev() {
+        // the fresh ones are the queue's newest: count them from its back, fold them in order
+        let fresh = v
+            .infq
+            .iter()
+            .rev()
+            .take_while(|&&r| self.seen < Some(v.arrival(r)))
+            .count();
+        let oldest_fresh = v.infq.len() - fresh;
+        for a in v.infq.iter().skip(oldest_fresh).map(|&r| v.arrival(r)) {
             if let Some(prev) = self.seen {
                 let gap = (a - prev).0 as f64;
                 self.gap_ns = if self.gap_ns == 0.0 {
@@ -136,8 +145,9 @@ pub(crate) fn preemption_pays(v: &View, n: usize, rate: f64) -> bool {
 
 /// How many of the `n` waiting requests to start as one sub-batch on an idle server, with
 /// arrivals at `rate` per ns: the group size that minimises the queued requests' total
-/// completion time plus the delay the plan imposes on arrivals (module doc).
-pub(crate) fn launch_size(v: &View, n: usize, rate: f64) -> usize {
+/// completion time plus the delay the plan imposes on arrivals (module doc). `a` is scratch
+/// (the whole graph's time at each batch size).
+pub(crate) fn launch_size(v: &View, n: usize, rate: f64, a: &mut Vec<f64>) -> usize {
     let Some(&first) = v.infq.front() else {
         return n;
     };
@@ -146,9 +156,8 @@ pub(crate) fn launch_size(v: &View, n: usize, rate: f64) -> usize {
     }
     let len = v.predicted_len(first);
     // a[b - 1]: the whole graph at batch b
-    let a: Vec<f64> = (1..=n as u32)
-        .map(|b| v.predictor.remaining(None, len, b).0 as f64)
-        .collect();
+    a.clear();
+    a.extend((1..=n as u32).map(|b| v.predictor.remaining(None, len, b).0 as f64));
     let mut best = (f64::INFINITY, n);
     // larger groups first: ties go to fewer sub-batches
     for k in (1..=n).rev() {
@@ -176,6 +185,12 @@ impl Policy for Adaptive {
         self.lazy.cell_nodes(model)
     }
 
+    /// [`launch_size`]'s scratch, one entry a batch size.
+    fn reserve(&mut self, max_batch: usize) {
+        self.lazy.reserve(max_batch);
+        self.whole.reserve(max_batch);
+    }
+
     fn decide(&mut self, v: &View) -> Decision {
         self.observe(v);
         match self.lazy.decide(v) {
@@ -185,7 +200,7 @@ impl Policy for Adaptive {
                 Decision::Run
             }
             Decision::Admit { count, pad } if v.table.is_empty() => Decision::Admit {
-                count: launch_size(v, count, self.rate()),
+                count: launch_size(v, count, self.rate(), &mut self.whole),
                 pad,
             },
             d => d,

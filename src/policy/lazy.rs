@@ -127,6 +127,14 @@ impl Policy for Lazy {
         .into()
     }
 
+    /// The Oracle's groups: one per entry, the table's at most `max_batch`.
+    fn reserve(&mut self, max_batch: usize) {
+        if self.oracle {
+            self.groups.reserve(max_batch);
+            self.below.groups.reserve(max_batch);
+        }
+    }
+
     fn cell_nodes(&self, model: &crate::graph::Model) -> Vec<bool> {
         if self.strict {
             Vec::new()

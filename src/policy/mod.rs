@@ -172,4 +172,8 @@ pub trait Policy: Send {
     fn cell_nodes(&self, _model: &Model) -> Vec<bool> {
         Vec::new()
     }
+    /// Sizes the policy's scratch, before the run, for a BatchTable of up to `max_batch`
+    /// requests (so at most `max_batch` entries): deciding then allocates nothing while
+    /// serving (`tests/alloc.rs`). A policy that keeps no scratch ignores it.
+    fn reserve(&mut self, _max_batch: usize) {}
 }
