@@ -496,8 +496,196 @@ mod tests {
         assert!(c.values[0].is_nan() && c.values[1].is_infinite());
     }
 
+    /// An FP32 input of fixed shape [1, 2].
+    fn image() -> Io {
+        Io {
+            name: "x".into(),
+            datatype: "FP32",
+            shape: vec![1, 2],
+            vocab: None,
+            max_len: 1,
+            finite: true,
+        }
+    }
+
+    #[test]
+    fn each_field_of_a_request_is_checked_at_its_boundary() {
+        let one = |t: Value| req(serde_json::json!({ "inputs": [t] }));
+        let x = |shape: Value, data: Value| serde_json::json!({"name": "x", "datatype": "FP32", "shape": shape, "data": data});
+        let fails = |r: InferRequest, says: &str| {
+            let e = r.check(&image(), 0, &[]).unwrap_err();
+            assert!(e.contains(says), "{e} lacks {says}");
+        };
+        // one input, the model's, of its datatype
+        fails(req(serde_json::json!({ "inputs": [] })), "0 inputs");
+        let two = x(serde_json::json!([1, 2]), serde_json::json!([1, 2]));
+        fails(
+            req(serde_json::json!({ "inputs": [two.clone(), two] })),
+            "2 inputs: the model takes one, 'x'",
+        );
+        fails(
+            one(
+                serde_json::json!({"name": "y", "datatype": "FP32", "shape": [1, 2], "data": [1, 2]}),
+            ),
+            "input 'y': the model's input is 'x'",
+        );
+        fails(
+            one(
+                serde_json::json!({"name": "x", "datatype": "INT64", "shape": [1, 2], "data": [1, 2]}),
+            ),
+            "datatype INT64: input 'x' is FP32",
+        );
+        // a fixed shape exactly, its rank too; the values as many as it holds
+        for bad in [
+            serde_json::json!([1, 3]),
+            serde_json::json!([2, 2]),
+            serde_json::json!([1, 2, 1]),
+            serde_json::json!([2]),
+        ] {
+            fails(
+                one(x(bad, serde_json::json!([1, 2]))),
+                "input 'x' is [1, 2] (one request per call)",
+            );
+        }
+        fails(
+            one(x(serde_json::json!([1, 2]), serde_json::json!([1, 2, 3]))),
+            "3 values for shape [1, 2] (2)",
+        );
+        fails(
+            one(serde_json::json!({"name": "x", "datatype": "FP32", "shape": [1, 2]})),
+            "input 'x' without data",
+        );
+        fails(
+            one(
+                serde_json::json!({"name": "x", "datatype": "FP32", "shape": [1, 2], "data": [1, 2], "parameters": {"binary_data_size": 8}}),
+            ),
+            "both data and binary_data_size",
+        );
+        let c = one(x(serde_json::json!([1, 2]), serde_json::json!([[0.5, -2]])))
+            .check(&image(), 0, &[])
+            .unwrap();
+        assert_eq!((c.values, c.len), (vec![0.5, -2.0], 1));
+        assert_eq!(
+            (c.sla, c.decode_steps, c.binary_output),
+            (None, None, false)
+        );
+        // a variable axis at both ends of [1, max_len]; token ids at both ends of the vocabulary
+        for n in [1, 8] {
+            let c = one(serde_json::json!({"name": "src", "datatype": "INT64", "shape": [1, n], "data": vec![99; n]}))
+                .check(&tokens(), 0, &[])
+                .unwrap();
+            assert_eq!(c.len, n);
+        }
+        let c = one(serde_json::json!({"name": "src", "datatype": "INT64", "shape": [1, 2], "data": [0, 99]}))
+            .check(&tokens(), 0, &[])
+            .unwrap();
+        assert_eq!(c.values, vec![0.0, 99.0]);
+        // decode steps at both ends of [1, max]
+        for d in [1, 9] {
+            let c = req(serde_json::json!({"inputs": [{"name": "src", "datatype": "INT64", "shape": [1, 1], "data": [3]}], "parameters": {"decode_steps": d}}))
+                .check(&tokens(), 9, &[])
+                .unwrap();
+            assert_eq!(c.decode_steps, Some(d));
+        }
+        // binary output asked for by the request's parameter, or by an output's; false is no
+        let ask = |p: Value, outputs: Value| {
+            req(serde_json::json!({"inputs": [x(serde_json::json!([1, 2]), serde_json::json!([1, 2]))], "parameters": p, "outputs": outputs, "id": "r7"}))
+                .check(&image(), 0, &[])
+                .unwrap()
+        };
+        let c = ask(serde_json::json!({"binary_data_output": true}), Value::Null);
+        assert_eq!((c.binary_output, c.id.as_deref()), (true, Some("r7")));
+        assert!(
+            !ask(
+                serde_json::json!({"binary_data_output": false}),
+                Value::Null
+            )
+            .binary_output
+        );
+        let out = |b: bool| serde_json::json!([{"name": "y", "parameters": {"binary_data": b}}]);
+        assert!(ask(Value::Null, out(true)).binary_output);
+        assert!(!ask(Value::Null, out(false)).binary_output);
+    }
+
+    #[test]
+    fn binary_values_are_whole_finite_and_counted_in_bytes() {
+        let body = || {
+            req(
+                serde_json::json!({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "parameters": {"binary_data_size": 8}}]}),
+            )
+        };
+        let e = req(serde_json::json!({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "parameters": {"binary_data_size": "8"}}]}))
+            .check(&image(), 0, &[0; 8])
+            .unwrap_err();
+        assert!(
+            e.contains("binary_data_size \"8\": a number of bytes"),
+            "{e}"
+        );
+        // FP32 values are 4 bytes: 6 is not whole, 8 is two
+        let e = req(serde_json::json!({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 2], "parameters": {"binary_data_size": 6}}]}))
+            .check(&image(), 0, &[0; 6])
+            .unwrap_err();
+        assert!(
+            e.contains("6 bytes of FP32: not a whole number of 4-byte values"),
+            "{e}"
+        );
+        let le = |v: [f32; 2]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+        let c = body()
+            .check(&image(), 0, &le([f32::MAX, -f32::MAX]))
+            .unwrap();
+        assert_eq!(c.values, vec![f32::MAX, -f32::MAX]);
+        // the largest finite float is taken, the next double above it is not
+        assert_eq!(finite(f64::from(f32::MAX)), Ok(f32::MAX));
+        assert!(finite(f64::from(f32::MAX) * (1.0 + f64::EPSILON)).is_err());
+        assert!(finite(-f64::from(f32::MAX) * (1.0 + f64::EPSILON)).is_err());
+        assert_eq!(finite(-1.5), Ok(-1.5));
+    }
+
+    #[test]
+    fn outputs_are_written_as_json_numbers_or_little_endian_bytes() {
+        let ids = Io {
+            name: "y".into(),
+            ..tokens()
+        };
+        let (t, bytes) = tensor(&ids, &[1, 2], &[3.0, 70000.0], false);
+        assert_eq!(
+            t,
+            serde_json::json!({"name": "y", "datatype": "INT64", "shape": [1, 2], "data": [3, 70000]})
+        );
+        assert!(t["data"][1].is_i64() && bytes.is_empty());
+        let (t, bytes) = tensor(&image(), &[1, 2], &[0.5, -2.0], false);
+        assert_eq!(t["data"], serde_json::json!([0.5, -2.0]));
+        assert!(t["data"][0].is_f64() && bytes.is_empty());
+        let (t, bytes) = tensor(&ids, &[1, 2], &[3.0, -1.0], true);
+        assert_eq!(
+            t,
+            serde_json::json!({"name": "y", "datatype": "INT64", "shape": [1, 2], "parameters": {"binary_data_size": 16}})
+        );
+        let want: Vec<u8> = [3i64, -1].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(bytes, want);
+        let (t, bytes) = tensor(&image(), &[1, 2], &[0.5, -2.0], true);
+        assert_eq!(t["parameters"]["binary_data_size"], 8);
+        let want: Vec<u8> = [0.5f32, -2.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        assert_eq!(bytes, want);
+    }
+
     #[test]
     fn error_messages_are_capped_at_a_character_boundary() {
+        // exactly the cap is whole; a byte over is cut
+        let at = "a".repeat(MAX_ERROR);
+        assert_eq!(capped(at.clone()), at);
+        let over = capped("a".repeat(MAX_ERROR + 1));
+        assert_eq!(over, format!("{at}… (1 bytes more)"));
+        // three-byte characters: after "a", 341 of them end exactly at the cap (1 + 1023), so
+        // the cut is there; after "ab", the 341st spans bytes 1022..1025, across the cap, and
+        // is left out whole (the cut moves back to 1022)
+        let c = capped(format!("a{}", "€".repeat(342)));
+        assert_eq!(c, format!("a{}… (3 bytes more)", "€".repeat(341)));
+        let c = capped(format!("ab{}", "€".repeat(342)));
+        assert_eq!(c, format!("ab{}… (6 bytes more)", "€".repeat(340)));
         assert_eq!(capped("short".into()), "short");
         let long = "é".repeat(5000);
         let c = capped(long.clone());
