@@ -184,4 +184,96 @@ mod tests {
             body_timeout: std::time::Duration::from_secs(30),
         })
     }
+
+    /// The test front with room for `max_queue` requests and `max_inflight` bytes.
+    fn sized(max_queue: usize, max_inflight: usize) -> Front {
+        let Ok(f) = Arc::try_unwrap(test_front()) else {
+            unreachable!("a fresh front has one owner")
+        };
+        Front {
+            max_queue,
+            max_inflight,
+            ..f
+        }
+    }
+
+    #[test]
+    fn a_place_is_taken_up_to_max_queue_and_given_back_when_its_handler_returns() {
+        let f = sized(2, 1000);
+        let a = take_in(&f, 1).unwrap();
+        let b = take_in(&f, 1).unwrap();
+        let Err((why, msg)) = take_in(&f, 1) else {
+            panic!("a third request in a queue of two")
+        };
+        assert_eq!(why, outcome::QUEUE_FULL);
+        assert!(msg.contains("queue full: 2 requests"), "{msg}");
+        // the refused one held nothing
+        assert_eq!(f.admitted.load(Ordering::SeqCst), 2);
+        assert_eq!(f.inflight.load(Ordering::SeqCst), 2);
+        drop(a);
+        assert_eq!(f.admitted.load(Ordering::SeqCst), 1);
+        assert_eq!(f.inflight.load(Ordering::SeqCst), 1);
+        let c = take_in(&f, 1).unwrap();
+        drop((b, c));
+        assert_eq!(f.admitted.load(Ordering::SeqCst), 0);
+        assert_eq!(f.inflight.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn bodies_reserve_up_to_max_inflight_exactly() {
+        let f = sized(10, 1000);
+        let a = take_in(&f, 600).unwrap();
+        // exactly the rest fits; a byte more does not, and leaves nothing reserved
+        let Err((why, msg)) = take_in(&f, 401) else {
+            panic!("1001 bytes reserved of 1000")
+        };
+        assert_eq!(why, outcome::OVERLOADED);
+        assert!(
+            msg.contains("hold 600 of 1000 bytes") && msg.ends_with("reserve 401"),
+            "{msg}"
+        );
+        assert_eq!(f.inflight.load(Ordering::SeqCst), 600);
+        assert_eq!(f.admitted.load(Ordering::SeqCst), 1);
+        let b = take_in(&f, 400).unwrap();
+        assert_eq!(f.inflight.load(Ordering::SeqCst), 1000);
+        drop(a);
+        assert_eq!(f.inflight.load(Ordering::SeqCst), 400);
+        drop(b);
+        assert_eq!(f.inflight.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn a_closing_server_or_a_stopped_engine_takes_nothing_in() {
+        let f = sized(10, 1000);
+        assert!(!f.closing_down());
+        f.closing.store(true, Ordering::SeqCst);
+        assert!(f.closing_down());
+        let Err((why, _)) = take_in(&f, 1) else {
+            panic!("taken in while closing")
+        };
+        assert_eq!(why, outcome::SHUTTING_DOWN);
+        assert_eq!(f.admitted.load(Ordering::SeqCst), 0);
+        let g = sized(10, 1000);
+        g.waiting.stopped.store(true, Ordering::SeqCst);
+        assert!(g.closing_down());
+        assert!(take_in(&g, 1).is_err());
+    }
+
+    #[test]
+    fn a_model_is_found_by_name_at_its_one_version() {
+        let f = sized(1, 1);
+        let name = f.models[0].name.clone();
+        assert_eq!(f.hosted(&name, None).unwrap().name, name);
+        assert_eq!(f.hosted(&name, Some(VERSION)).unwrap().name, name);
+        let e = f.hosted(&name, Some("2")).err().unwrap();
+        assert_eq!(
+            e,
+            format!("unknown version '2' of model '{name}' (it has version 1 only)")
+        );
+        let e = f.hosted("nope", None).err().unwrap();
+        assert_eq!(
+            e,
+            format!("unknown model 'nope' (this server serves '{name}')")
+        );
+    }
 }
