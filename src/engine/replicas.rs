@@ -298,6 +298,48 @@ mod tests {
         }
     }
 
+    /// A replica's source keeps the arrival source's contract with what the router has decided
+    /// so far: it gives a request only once due, says no arrival comes before the time up to
+    /// which the router has decided (and never, once closed), and can say what comes next before
+    /// a time only if that time is strictly before the router's decisions or a request waits.
+    #[test]
+    fn a_routed_source_says_only_what_the_router_has_decided() {
+        let at = |ns: u64| Arrival {
+            time: Nanos(ns),
+            ..Arrival::default()
+        };
+        let mut r = Routed {
+            expected: 7,
+            ..Routed::default()
+        };
+        assert_eq!(r.expected(), 7);
+        // nothing decided: an arrival may come at once
+        assert_eq!(r.next_due(), Some(Nanos(0)));
+        assert!(!r.ready(None) && !r.ready(Some(Nanos(0))));
+        // decided up to 100 ns, nothing for this replica: it may wait until before 100
+        r.decided_before = Nanos(100);
+        assert_eq!(r.next_due(), Some(Nanos(100)));
+        assert!(r.ready(Some(Nanos(99))));
+        assert!(!r.ready(Some(Nanos(100))) && !r.ready(None));
+        // a request routed for 150: due then, and given not before
+        r.queue.push_back(at(150));
+        assert!(r.ready(None) && r.ready(Some(Nanos(500))));
+        assert_eq!(r.next_due(), Some(Nanos(150)));
+        assert_eq!(r.poll(Nanos(149)), None);
+        let mut clock = VirtualClock::new();
+        assert!(r.idle(&mut clock, Some(Nanos(120))));
+        assert_eq!(clock.now(), Nanos(120));
+        assert!(r.idle(&mut clock, None));
+        assert_eq!(clock.now(), Nanos(150));
+        assert_eq!(r.poll(Nanos(150)), Some(at(150)));
+        assert_eq!(r.poll(Nanos(150)), None);
+        // closed with nothing left: nothing will ever come
+        r.closed = true;
+        assert_eq!(r.next_due(), Some(Nanos::MAX));
+        assert!(r.ready(None));
+        assert!(!r.idle(&mut clock, None));
+    }
+
     /// `list` served by `n` replicas of `npu` under `policy` behind `router`.
     fn behind(
         s: &Setup,
