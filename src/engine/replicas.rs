@@ -405,6 +405,65 @@ mod tests {
     }
 
     #[test]
+    fn one_replica_sees_a_request_arriving_exactly_as_its_node_ends() {
+        // every node takes 50 µs at every batch size and requests arrive on multiples of it,
+        // so nodes end exactly as requests arrive: the replica must receive such a request
+        // before it decides, as the plain loop does (stepping it once more at that instant,
+        // before the router has placed the request, decides without it)
+        let m = zoo::load("resnet50").unwrap();
+        let prof = Profile::uniform(&m, 8, Nanos::from_us(50.0));
+        let pred = Predictor::new(&m, &prof, 20);
+        let mut dev = crate::device::table::TableDevice::from_profile(prof, "uniform");
+        dev.prepare(&m, 8).unwrap();
+        let s = setup(&m, &pred, 30.0);
+        // 1 ms apart and a few nodes more or less: k(i) = 20 i + (i² mod 7) nodes, increasing
+        let list: Vec<Arrival> = arrivals(&m, 1000.0, 150, 7)
+            .into_iter()
+            .zip(0u64..)
+            .map(|(a, i)| Arrival {
+                time: Nanos(50_000 * (20 * i + i * i % 7)),
+                ..a
+            })
+            .collect();
+        for pol in [
+            "serial",
+            "graph:5",
+            "lazy",
+            "lazy:adaptive",
+            "oracle",
+            "continuous",
+        ] {
+            let plain = super::super::run(
+                &s,
+                &mut dev.clone(),
+                policy::parse(pol, 8).unwrap().as_mut(),
+                &mut VirtualClock::new(),
+                &list,
+            )
+            .unwrap();
+            assert!(
+                plain.counters.preemptions > 0 || !pol.starts_with("lazy"),
+                "{pol}"
+            );
+            for router in [Router::RoundRobin, Router::ShortestQueue] {
+                let r = Replicas::new(1, router).unwrap();
+                let one = run_replicas(
+                    &s,
+                    &dev,
+                    vec![policy::parse(pol, 8).unwrap()],
+                    r,
+                    3,
+                    &mut list.iter().copied(),
+                    list.len(),
+                )
+                .unwrap();
+                assert_eq!(one.requests, plain.requests, "{pol} behind {router:?}");
+                assert_eq!(one.counters, plain.counters, "{pol} behind {router:?}");
+            }
+        }
+    }
+
+    #[test]
     fn round_robin_deals_in_turn_and_every_request_leaves_once() {
         let (m, npu, pred) = bench("resnet50");
         let s = setup(&m, &pred, 30.0);
