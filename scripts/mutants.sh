@@ -82,8 +82,10 @@ for a in "${areas[@]}"; do
     cargo mutants --profile mutants "${timeout[@]}" --build-timeout 900 --features check \
       --cargo-arg=--lib -o "mutants.out/$a" "${args[@]}" "$@" -- "${unit[@]}" || true
     echo "== $a: the survivors against every test of the area" >&2
+    rest=()
+    for x in "$@"; do [ "$x" = --iterate ] || rest+=("$x"); done
     cargo mutants --profile mutants "${timeout[@]}" --build-timeout 900 --features check \
-      -o "mutants.out/$a" "${args[@]}" --iterate "$@" -- "${tests[@]}" || true
+      -o "mutants.out/$a" "${args[@]}" --iterate ${rest[@]+"${rest[@]}"} -- "${tests[@]}" || true
   else
     cargo mutants --profile mutants "${timeout[@]}" --build-timeout 900 --features check \
       -o "mutants.out/$a" "${args[@]}" "$@" -- "${tests[@]}" || true

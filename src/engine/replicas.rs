@@ -26,14 +26,15 @@ use std::collections::VecDeque;
 use std::sync::Mutex;
 
 /// What the router has sent one replica: the arrivals it holds, and how far the router has
-/// decided (every arrival before `decided_before` has been placed, here or elsewhere).
+/// decided (every arrival before `decided_before` has been placed, here or elsewhere). It
+/// says nothing of how many will come (`expected`): the replica's server is sized for its share
+/// of the run when it is made.
 #[derive(Debug, Default)]
 struct Routed {
     queue: VecDeque<Arrival>,
     decided_before: Nanos,
     /// No arrival is left to place.
     closed: bool,
-    expected: usize,
 }
 
 impl ArrivalSource for Routed {
@@ -45,9 +46,6 @@ impl ArrivalSource for Routed {
     }
     fn idle(&mut self, clock: &mut dyn Clock, until: Option<Nanos>) -> bool {
         super::source::idle_until_next(clock, self.queue.front().map(|a| a.time), until)
-    }
-    fn expected(&self) -> usize {
-        self.expected
     }
     fn next_due(&mut self) -> Option<Nanos> {
         Some(match self.queue.front() {
@@ -163,9 +161,9 @@ pub(crate) fn run_replicas<D: Device + Clone>(
     let departures: Vec<Departures> = (0..n).map(|_| Departures::default()).collect();
     let setups: Vec<Setup> = departures
         .iter()
+        // (the setup keeps no snapshots: refused above)
         .map(|d| Setup {
             observer: Some(d),
-            snapshots: false,
             ..setup.clone()
         })
         .collect();
@@ -177,10 +175,7 @@ pub(crate) fn run_replicas<D: Device + Clone>(
             device: device.clone(),
             policy,
             clock: VirtualClock::new(),
-            source: Routed {
-                expected: share,
-                ..Routed::default()
-            },
+            source: Routed::default(),
             departures: d,
             done: false,
             sent: 0,
@@ -308,11 +303,7 @@ mod tests {
             time: Nanos(ns),
             ..Arrival::default()
         };
-        let mut r = Routed {
-            expected: 7,
-            ..Routed::default()
-        };
-        assert_eq!(r.expected(), 7);
+        let mut r = Routed::default();
         // nothing decided: an arrival may come at once
         assert_eq!(r.next_due(), Some(Nanos(0)));
         assert!(!r.ready(None) && !r.ready(Some(Nanos(0))));

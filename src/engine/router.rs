@@ -155,6 +155,8 @@ mod tests {
         let mut p = Picker::new(Router::RoundRobin, 1);
         let picks: Vec<usize> = (0..7).map(|_| p.pick(&[9, 0, 5])).collect();
         assert_eq!(picks, [0, 1, 2, 0, 1, 2, 0]);
+        // the turn is kept as a replica's index, not a count that grows with the run
+        assert_eq!(p.next, 1);
         assert_eq!(p.pick(&[4]), 0);
     }
 
@@ -169,6 +171,7 @@ mod tests {
         assert_eq!(p.pick(&[0, 4, 4, 4]), 0);
         let even: Vec<usize> = (0..5).map(|_| p.pick(&[0, 0, 0, 0])).collect();
         assert_eq!(even, [1, 2, 3, 0, 1]);
+        assert_eq!(p.next, 2);
         assert_eq!(p.pick(&[7]), 0);
     }
 
