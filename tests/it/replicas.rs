@@ -212,3 +212,76 @@ fn replica_settings_out_of_place_or_range_are_refused_naming_the_flag() {
         "--target-rps",
     );
 }
+
+#[test]
+fn each_count_tried_is_the_mean_over_the_seeds_of_plain_replicated_runs() {
+    // `capacity --target-rps` with two seeds: the probe at the count found is the mean of
+    // `run` at that count with seed 1 and with seed 2 (each seed draws its own arrivals)
+    let v = json_of(&[
+        "capacity",
+        "--model",
+        "resnet50",
+        "--device",
+        "npu",
+        "--policies",
+        "lazy",
+        "--p99-ms",
+        "3",
+        "--sla-ms",
+        "10",
+        "--target-rps",
+        "8000",
+        "--router",
+        "jsq",
+        "--requests",
+        "1000",
+        "--seeds",
+        "2",
+        "--json",
+        "--progress",
+        "off",
+    ]);
+    let row = &v[0];
+    let n = row["replicas_needed"].as_u64().expect("a count");
+    let probe = row["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["replicas"].as_u64() == Some(n))
+        .unwrap();
+    let p99 = |seed: &str| {
+        let r = json_of(&[
+            "run",
+            "--model",
+            "resnet50",
+            "--device",
+            "npu",
+            "--policy",
+            "lazy",
+            "--sla-ms",
+            "10",
+            "--rate",
+            "8000",
+            "--requests",
+            "1000",
+            "--replicas",
+            &n.to_string(),
+            "--router",
+            "jsq",
+            "--seed",
+            seed,
+            "--json",
+        ]);
+        assert_eq!(r["replicas"].as_u64(), Some(n));
+        r["latency_ms"]["p99"].as_f64().unwrap()
+    };
+    let (one, two) = (p99("1"), p99("2"));
+    assert_ne!(one, two, "two seeds, two draws of arrivals");
+    // (the reports round to the microsecond: the mean of two rounded figures is within one
+    // rounding of the rounded mean)
+    let mean = probe["p99_ms"].as_f64().unwrap();
+    assert!(
+        (mean - (one + two) / 2.0).abs() <= 1e-3,
+        "probe {mean} against the runs' {one} and {two}"
+    );
+}
