@@ -476,6 +476,39 @@ mod tests {
     }
 
     #[test]
+    fn a_configuration_built_in_code_is_checked_when_the_model_is_made() {
+        let bad = NpuConfig {
+            rows: 0,
+            ..NpuConfig::default()
+        };
+        let e = crate::device::npu::Npu::new(bad).err().unwrap().to_string();
+        assert!(
+            e.contains("npu config rows") && e.contains("must be in [1, 65536], got 0"),
+            "{e}"
+        );
+        assert!(crate::device::npu::Npu::new(NpuConfig::default()).is_ok());
+    }
+
+    #[test]
+    fn each_shipped_text_is_its_own_configuration() {
+        // the text `reproduce` writes beside its figures parses to the configuration it names
+        for (name, _) in NAMED {
+            let text = NpuConfig::named_text(name).unwrap();
+            assert_eq!(
+                NpuConfig::from_toml(text, Path::new(name)).unwrap(),
+                NpuConfig::resolve(name).unwrap(),
+                "{name}"
+            );
+        }
+        assert_ne!(
+            NpuConfig::named_text("default"),
+            NpuConfig::named_text("paper")
+        );
+        assert_eq!(NpuConfig::named_text("./paper"), None);
+        assert!(NpuConfig::named("./paper").is_none());
+    }
+
+    #[test]
     fn the_paper_configuration_differs_only_in_the_weight_fill_rate() {
         let paper = NpuConfig::resolve("paper").unwrap();
         assert_eq!(paper.weight_fill_gbps, paper.dram_gbps);
