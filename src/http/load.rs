@@ -421,7 +421,12 @@ async fn scrape(client: &Http, base: &str, model: &str) -> (Counters, (f64, f64)
         Ok((status, body)) if status.is_success() => String::from_utf8_lossy(&body).into_owned(),
         _ => String::new(),
     };
-    let read = |name: &str| sample(&text, name).unwrap_or(0.0);
+    scraped(&text, model)
+}
+
+/// [`scrape`]'s reading of the server's Prometheus `text`.
+fn scraped(text: &str, model: &str) -> (Counters, (f64, f64)) {
+    let read = |name: &str| sample(text, name).unwrap_or(0.0);
     let counters = Counters {
         executions: read("lazybatch_node_executions_total") as u64,
         batch_sum: read("lazybatch_batch_size_sum") as u64,
@@ -431,8 +436,8 @@ async fn scrape(client: &Http, base: &str, model: &str) -> (Counters, (f64, f64)
         ..Counters::default()
     };
     let of_model = |name: &str| {
-        sample(&text, &format!("{name}{{model=\"{model}\"}}"))
-            .or_else(|| sample(&text, name))
+        sample(text, &format!("{name}{{model=\"{model}\"}}"))
+            .or_else(|| sample(text, name))
             .unwrap_or(0.0)
     };
     let latency = (
@@ -569,6 +574,54 @@ mod tests {
         let one = "lazybatch_requests_total{model=\"n\"}";
         assert_eq!(sample(text, one), Some(4.0));
         assert_eq!(sample(text, "lazybatch_preemptions_total"), None);
+    }
+
+    #[test]
+    fn the_engine_counters_and_a_models_latency_are_read_and_differenced() {
+        let text = "lazybatch_node_executions_total 100\nlazybatch_batch_size_sum 250\n\
+            lazybatch_preemptions_total 7\nlazybatch_merges_total 5\n\
+            lazybatch_cross_step_executions_total 3\n\
+            lazybatch_request_latency_seconds_sum{model=\"a\"} 1.5\n\
+            lazybatch_request_latency_seconds_count{model=\"a\"} 10\n\
+            lazybatch_request_latency_seconds_sum{model=\"b\"} 4\n\
+            lazybatch_request_latency_seconds_count{model=\"b\"} 20\n";
+        let (c, latency) = scraped(text, "a");
+        let want = Counters {
+            executions: 100,
+            batch_sum: 250,
+            preemptions: 7,
+            merges: 5,
+            cross_step: 3,
+            ..Counters::default()
+        };
+        assert_eq!(c, want);
+        assert_eq!(latency, (1.5, 10.0));
+        // a server without the model label: the whole server's
+        let older = "lazybatch_request_latency_seconds_sum 4\n\
+            lazybatch_request_latency_seconds_count 20\n";
+        assert_eq!(scraped(older, "a").1, (4.0, 20.0));
+        // nothing exported: zeros
+        assert_eq!(scraped("", "a"), (Counters::default(), (0.0, 0.0)));
+        // the run's share: each counter's growth, never below zero
+        let before = Counters {
+            executions: 40,
+            batch_sum: 50,
+            preemptions: 2,
+            merges: 1,
+            cross_step: 1,
+            ..Counters::default()
+        };
+        let grown = Counters {
+            executions: 60,
+            batch_sum: 200,
+            preemptions: 5,
+            merges: 4,
+            cross_step: 2,
+            ..Counters::default()
+        };
+        assert_eq!(delta(&before, &want), grown);
+        // (a server restarted between the scrapes: counters lower than before count as 0)
+        assert_eq!(delta(&want, &before), Counters::default());
     }
 
     #[test]
