@@ -608,6 +608,18 @@ mod tests {
     }
 
     #[test]
+    fn only_a_negative_axis_is_variable_and_a_fixed_one_matches_exactly_even_at_zero() {
+        let io = Io {
+            shape: vec![1, 0],
+            max_len: 8,
+            ..image()
+        };
+        assert_eq!(check_shape(&[1, 0], &io), Ok(1));
+        assert!(check_shape(&[1, 3], &io).is_err());
+        assert_eq!(check_shape(&[1, 3], &tokens()), Ok(3));
+    }
+
+    #[test]
     fn binary_values_are_whole_finite_and_counted_in_bytes() {
         let body = || {
             req(
