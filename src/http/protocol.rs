@@ -437,6 +437,11 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("not a finite 32-bit float"), "{e}");
+        // data that is not numbers says what it should be
+        let e = serde_json::from_value::<InferRequest>(serde_json::json!({"inputs": [{"name": "src", "datatype": "INT64", "shape": [1, 1], "data": "7"}]}))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("expected numbers, or lists of them"), "{e}");
     }
 
     #[test]
