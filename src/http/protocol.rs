@@ -458,14 +458,7 @@ mod tests {
         assert!(e.contains("binary_data_size 15, but 16 bytes"), "{e}");
         let e = head(12).check(&tokens(), 0, &bytes[..12]).unwrap_err();
         assert!(e.contains("not a whole number of 8-byte values"), "{e}");
-        let image = Io {
-            name: "x".into(),
-            datatype: "FP32",
-            shape: vec![1, 2],
-            vocab: None,
-            max_len: 1,
-            finite: true,
-        };
+        let image = image();
         let f: Vec<u8> = [0.5f32, -2.0]
             .iter()
             .flat_map(|v| v.to_le_bytes())
