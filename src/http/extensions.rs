@@ -203,3 +203,113 @@ pub(super) async fn wrong_method(method: axum::http::Method, uri: axum::http::Ur
         ),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::state::test_front;
+    use super::*;
+
+    /// The test front (one model, not a seq2seq one) with its model's fields changed by `edit`
+    /// and, when `colocated`, a second copy of it named `other`.
+    fn front_with(edit: impl Fn(&mut Hosted), colocated: bool) -> Front {
+        let Ok(mut f) = Arc::try_unwrap(test_front()) else {
+            unreachable!("a fresh front has one owner")
+        };
+        edit(&mut f.models[0]);
+        if colocated {
+            let mut other = f.models[0].clone();
+            other.name = "other".into();
+            other.part = 1;
+            f.models.push(other);
+        }
+        f
+    }
+
+    #[test]
+    fn the_configuration_names_decode_steps_and_co_located_models_only_where_there_are_some() {
+        let f = front_with(|_| {}, false);
+        let h = &f.models[0];
+        assert_eq!(h.max_dec, 0, "the fixture is not a seq2seq model");
+        let expected = vec![
+            ("policy", "serial".to_string()),
+            ("device", "test".to_string()),
+            ("server_max_batch", "8".to_string()),
+            ("max_input_length", h.input.max_len.to_string()),
+        ];
+        assert_eq!(config_parameters(&f, h), expected);
+        // a decoder's most steps, and the models sharing the device, each when there are
+        let f = front_with(|h| h.max_dec = 1, true);
+        let p = config_parameters(&f, &f.models[1]);
+        assert_eq!(p.len(), 6, "{p:?}");
+        assert_eq!(p[4], ("max_decode_steps", "1".to_string()));
+        let first = f.models[0].name.clone();
+        assert_eq!(p[5], ("colocated_with", format!("{first},other")));
+    }
+
+    #[test]
+    fn a_variable_axis_has_the_reference_length_and_a_fixed_one_keeps_its_own_even_zero() {
+        let io = Io {
+            name: "x".into(),
+            datatype: "FP32",
+            shape: vec![1, -1, 0, 3],
+            vocab: None,
+            max_len: 9,
+            finite: true,
+        };
+        assert_eq!(dims(&io, 7), vec![1, 7, 0, 3]);
+        assert_eq!(data_type(&io), "TYPE_FP32");
+        assert_eq!(
+            entry(&io, 7),
+            json!({ "name": "x", "data_type": "TYPE_FP32", "dims": [1, 7, 0, 3] })
+        );
+    }
+
+    #[test]
+    fn statistics_list_the_sizes_batches_entered_at_and_every_total_as_kept() {
+        let f = front_with(|_| {}, false);
+        let t = &f.metrics.totals[0];
+        let set = |a: &std::sync::atomic::AtomicU64, v: u64| a.store(v, Ordering::Relaxed);
+        set(&t.last_ms, 11);
+        set(&t.success.0, 3);
+        set(&t.success.1, 300);
+        set(&t.fail, 2);
+        set(&t.queue_ns, 40);
+        set(&t.compute_ns, 260);
+        set(&t.executions, 3);
+        // size 1: two batches; size 2: only a merge grew a sub-batch to it (time, no batch);
+        // size 3: one batch
+        for (i, (n, ns)) in [(2, 10), (0, 5), (1, 7)].into_iter().enumerate() {
+            set(&t.by_size[i].0, n);
+            set(&t.by_size[i].1, ns);
+        }
+        let s = stats_of(&f, &f.models[0]);
+        assert_eq!(
+            (s.last_ms, s.success, s.fail, s.queue_ns, s.compute_ns),
+            (11, (3, 300), 2, 40, 260)
+        );
+        assert_eq!(s.executions, 3);
+        assert_eq!(s.by_size, vec![(1, 2, 10), (3, 1, 7)]);
+        let v = model_stats(&f, &f.models[0]);
+        assert_eq!(v["inference_count"], 3);
+        assert_eq!(v["execution_count"], 3);
+        assert_eq!(v["last_inference"], 11);
+        assert_eq!(
+            v["inference_stats"]["success"],
+            json!({ "count": 3, "ns": 300 })
+        );
+        assert_eq!(v["inference_stats"]["fail"], json!({ "count": 2, "ns": 0 }));
+        assert_eq!(
+            v["inference_stats"]["queue"],
+            json!({ "count": 3, "ns": 40 })
+        );
+        assert_eq!(
+            v["inference_stats"]["compute_infer"],
+            json!({ "count": 3, "ns": 260 })
+        );
+        assert_eq!(v["batch_stats"][1]["batch_size"], 3);
+        assert_eq!(
+            v["batch_stats"][1]["compute_infer"],
+            json!({ "count": 1, "ns": 7 })
+        );
+    }
+}

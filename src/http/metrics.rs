@@ -476,3 +476,239 @@ pub(crate) fn rejected(why: crate::runtime::Rejection) -> &'static str {
         crate::runtime::Rejection::Shed => outcome::SHED,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::{Lengths, NodeId};
+    use crate::runtime::{Rejection, RequestId};
+
+    fn fixture(name: &str) -> Model {
+        let mut m = crate::graph::zoo::load(&format!(
+            "{}/tests/fixtures/eight_nodes.toml",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        m.name = name.into();
+        for p in &mut m.parts {
+            p.name = name.into();
+        }
+        m
+    }
+
+    /// The metrics' text, as `/metrics` exports it.
+    fn text(m: &Metrics) -> String {
+        let mut s = String::new();
+        prometheus_client::encoding::text::encode(&mut s, &m.registry).unwrap();
+        s
+    }
+
+    /// The value of the series `series` (its name and labels exactly), or None.
+    fn value(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    fn request(key: u64, arrival: u64, sla: u64) -> Request {
+        let mut q = Request::new(
+            RequestId(key as u32),
+            Nanos(arrival),
+            Nanos(sla),
+            Lengths { enc: 1, dec: 1 },
+        );
+        q.key = key;
+        q
+    }
+
+    #[test]
+    fn a_request_counts_for_its_model_and_one_turned_away_unnamed_for_the_only_one() {
+        let one = Metrics::new(&fixture("a"), 4);
+        assert_eq!(one.counted_for(None), Some(0));
+        assert_eq!(one.counted_for(Some(0)), Some(0));
+        assert_eq!(one.model_label(None), "a");
+        let two = Metrics::new(&Model::compose(vec![fixture("a"), fixture("b")]), 4);
+        assert_eq!(two.counted_for(None), None);
+        assert_eq!(two.counted_for(Some(1)), Some(1));
+        assert_eq!(two.model_label(Some(1)), "b");
+        assert_eq!(two.model_label(None), "");
+
+        // a failure counts against its model's statistics; completed and abandoned do not
+        for o in [outcome::COMPLETED, outcome::ABANDONED, outcome::QUEUE_FULL] {
+            two.count(Some(1), o);
+        }
+        two.count(None, outcome::BAD_REQUEST);
+        let fail = |m: &Metrics, k: usize| m.totals[k].fail.load(Ordering::Relaxed);
+        assert_eq!((fail(&two, 0), fail(&two, 1)), (0, 1));
+        let t = text(&two);
+        assert_eq!(
+            value(
+                &t,
+                r#"lazybatch_requests_total{model="b",outcome="queue_full"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            value(
+                &t,
+                r#"lazybatch_requests_total{model="",outcome="bad_request"}"#
+            ),
+            Some(1.0)
+        );
+        // every outcome listed, the unnamed model's counts included in the sums
+        let by = two.by_outcome();
+        assert_eq!(by.len(), outcome::ALL.len());
+        for (o, n) in by {
+            let expected = match o {
+                outcome::COMPLETED | outcome::ABANDONED | outcome::QUEUE_FULL => 1,
+                outcome::BAD_REQUEST => 1,
+                _ => 0,
+            };
+            assert_eq!(n, expected, "{o}");
+        }
+        // one model: an unnamed request is that model's, and no unnamed series is made
+        one.count(None, outcome::SHED);
+        assert_eq!(fail(&one, 0), 1);
+        let by: HashMap<_, _> = one.by_outcome().into_iter().collect();
+        assert_eq!(by[outcome::SHED], 1);
+        assert!(!text(&one).contains(r#"model="""#), "{}", text(&one));
+    }
+
+    #[test]
+    fn a_completed_request_violates_its_sla_only_when_it_ends_after_its_deadline() {
+        let m = Metrics::new(&fixture("a"), 4);
+        let violations =
+            |m: &Metrics| value(&text(m), r#"lazybatch_sla_violations_total{model="a"}"#);
+        assert_eq!(
+            violations(&m),
+            Some(0.0),
+            "the series exists from the start"
+        );
+        // arrival 100, deadline 100 + 50; first node at 120
+        let mut q = request(1, 100, 50);
+        q.first_issue = Some(Nanos(120));
+        m.completed(&q, Nanos(150));
+        assert_eq!(violations(&m), Some(0.0), "exactly at its deadline");
+        m.completed(&q, Nanos(151));
+        assert_eq!(violations(&m), Some(1.0));
+        let t = &m.totals[0];
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        assert_eq!(
+            (
+                get(&t.success.0),
+                get(&t.success.1),
+                get(&t.queue_ns),
+                get(&t.compute_ns)
+            ),
+            (2, 50 + 51, 20 + 20, 30 + 31)
+        );
+        assert!(get(&t.last_ms) > 0);
+        let t = text(&m);
+        assert_eq!(
+            value(&t, r#"lazybatch_request_latency_seconds_count{model="a"}"#),
+            Some(2.0)
+        );
+        assert_eq!(
+            value(&t, r#"lazybatch_request_latency_seconds_sum{model="a"}"#),
+            Some(Nanos(50).as_secs() + Nanos(51).as_secs())
+        );
+    }
+
+    #[test]
+    fn a_batch_counts_where_it_enters_the_model_and_its_time_at_every_node() {
+        let model = fixture("a");
+        let first = model.parts[0].first;
+        let other = NodeId(first.0 + 1);
+        let m = Metrics::new(&model, 4);
+        let mut c = crate::metrics::record::Counters::default();
+        let progress = |node, batch, took, c: &crate::metrics::record::Counters| {
+            let p = Progress {
+                node,
+                counters: c,
+                batch,
+                took: Nanos(took),
+                depth: 2,
+                pending: 5,
+            };
+            m.executed(&p);
+        };
+        c.executions = 1;
+        progress(first, 2, 10, &c);
+        c.executions = 2;
+        c.preemptions = 1;
+        progress(other, 3, 7, &c);
+        let t = &m.totals[0];
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        assert_eq!(get(&t.executions), 1, "only the first node's");
+        let sizes: Vec<(u64, u64)> = t.by_size.iter().map(|(n, ns)| (get(n), get(ns))).collect();
+        assert_eq!(sizes, vec![(0, 0), (1, 10), (0, 7), (0, 0)]);
+        let t = text(&m);
+        assert_eq!(value(&t, "lazybatch_node_executions_total"), Some(2.0));
+        assert_eq!(value(&t, "lazybatch_preemptions_total"), Some(1.0));
+        assert_eq!(value(&t, "lazybatch_batch_table_depth"), Some(2.0));
+        assert_eq!(value(&t, "lazybatch_pending_requests"), Some(5.0));
+        assert_eq!(value(&t, "lazybatch_batch_size_count"), Some(2.0));
+    }
+
+    #[test]
+    fn a_request_nobody_waits_for_is_counted_and_its_data_dropped() {
+        let m = Arc::new(Metrics::new(&fixture("a"), 4));
+        let x = Arc::new(Exchange::new());
+        let w = Waiting::new(x.clone(), m.clone());
+        // one handler waiting (key 1), nobody for keys 2 and 3
+        let (tx, mut rx) = oneshot::channel();
+        w.replies.lock().unwrap().insert(1, tx);
+        for k in [1, 2, 3] {
+            x.put_input(k, vec![0.0]);
+        }
+        x.put_output(2, vec![1.0]);
+        m.exchange(&x);
+        let t = text(&m);
+        assert_eq!(
+            value(&t, r#"lazybatch_exchange_held{kind="inputs"}"#),
+            Some(3.0)
+        );
+        assert_eq!(
+            value(&t, r#"lazybatch_exchange_held{kind="outputs"}"#),
+            Some(1.0)
+        );
+        w.left(&request(1, 0, 100), Left::Completed(Nanos(40)));
+        let (how, latency) = rx.try_recv().unwrap();
+        assert!(matches!(how, Left::Completed(Nanos(40))));
+        assert_eq!(latency, Duration::from_nanos(40));
+        w.left(&request(2, 0, 100), Left::Completed(Nanos(40)));
+        w.left(&request(3, 0, 100), Left::Rejected(Rejection::Shed));
+        assert_eq!(
+            x.held(),
+            (0, 0),
+            "every input and the unheard output dropped"
+        );
+        let by: HashMap<_, _> = m.by_outcome().into_iter().collect();
+        // the heard one is counted by its handler, not here
+        assert_eq!(
+            (
+                by[outcome::COMPLETED],
+                by[outcome::ABANDONED],
+                by[outcome::SHED]
+            ),
+            (0, 1, 1)
+        );
+        assert_eq!(rejected(Rejection::QueueFull), outcome::QUEUE_FULL);
+        assert_eq!(rejected(Rejection::Shed), outcome::SHED);
+    }
+
+    #[test]
+    fn an_engine_that_stops_answers_nobody_and_says_so_once_dropped() {
+        let m = Arc::new(Metrics::new(&fixture("a"), 4));
+        let w = Arc::new(Waiting::new(Arc::new(Exchange::new()), m));
+        let (tx, mut rx) = oneshot::channel();
+        w.replies.lock().unwrap().insert(1, tx);
+        drop(OnEngineExit(w.clone()));
+        assert!(w.stopped.load(Ordering::SeqCst));
+        assert!(w.replies.lock().unwrap().is_empty());
+        assert!(
+            rx.try_recv().is_err(),
+            "the handler hears its reply dropped"
+        );
+        assert!(format!("{:?}", w.metrics).contains("\"a\""));
+    }
+}

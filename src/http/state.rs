@@ -12,6 +12,7 @@ use std::time::Instant;
 
 /// One model the server serves: a part of the (co-located) model the engine runs, in the
 /// protocol's terms.
+#[derive(Clone)]
 pub(super) struct Hosted {
     pub name: String,
     /// Its part in the engine's model (the arrivals' `part`; 0 for a single model).
