@@ -203,4 +203,67 @@ mod tests {
         assert_eq!(done, Some(3));
         assert_eq!(f.exchange.held(), (0, 0));
     }
+
+    #[test]
+    fn a_decoders_padded_steps_are_cut_to_its_own_and_anything_else_that_misfits_fails() {
+        // a seq2seq output of 3 values a step, 2 steps asked: 6 values
+        let Ok(mut f) = Arc::try_unwrap(test_front()) else {
+            unreachable!("a fresh front has one owner")
+        };
+        f.emulated = false;
+        f.models[0].output.shape = vec![1, -1, 3];
+        f.models[0].max_dec = 4;
+        let h = &f.models[0];
+        let step = |k: usize| (0..3).map(move |i| (10 * k + i) as f32);
+        let steps = |n: usize| (0..n).flat_map(step).collect::<Vec<f32>>();
+        let answer = |key: u64, values: Vec<f32>| {
+            f.exchange.put_output(key, values);
+            output(&f, h, key, 2, Duration::ZERO)
+        };
+        // exactly its steps, and padded to 3 or 4 steps (graph batching): its own first two
+        for (key, n) in [(1, 2), (2, 3), (3, 4)] {
+            match answer(key, steps(n)) {
+                Served::Done { values, shape, .. } => {
+                    assert_eq!((values, shape), (steps(2), vec![1, 2, 3]), "{n} steps");
+                }
+                _ => panic!("{n} steps of 3 values fit"),
+            }
+        }
+        // one step short, or not whole steps: 500
+        for (key, values) in [(4, steps(1)), (5, vec![0.0; 7])] {
+            let n = values.len();
+            match answer(key, values) {
+                Served::Failed(msg) => assert!(msg.contains(&format!("handed over {n} ")), "{msg}"),
+                _ => panic!("{n} values do not fit"),
+            }
+        }
+        // a model without a decoder has no padded steps to cut
+        let Ok(mut f) = Arc::try_unwrap(test_front()) else {
+            unreachable!("a fresh front has one owner")
+        };
+        f.emulated = false;
+        f.models[0].output.shape = vec![1, 2, 3];
+        f.exchange.put_output(6, steps(4));
+        assert!(matches!(
+            output(&f, &f.models[0], 6, 2, Duration::ZERO),
+            Served::Failed(_)
+        ));
+        // a fixed axis of length 0 stays 0 (a model device answers zeros in that shape)
+        let Ok(mut f) = Arc::try_unwrap(test_front()) else {
+            unreachable!("a fresh front has one owner")
+        };
+        f.models[0].output.shape = vec![1, -1, 0];
+        match output(&f, &f.models[0], 7, 2, Duration::ZERO) {
+            Served::Done { values, shape, .. } => {
+                assert_eq!((values.len(), shape), (0, vec![1, 2, 0]))
+            }
+            _ => panic!("an emulated answer is always done"),
+        }
+        let done = f
+            .metrics
+            .by_outcome()
+            .into_iter()
+            .find(|(o, _)| *o == outcome::COMPLETED);
+        assert_eq!(done, Some((outcome::COMPLETED, 1)));
+    }
 }
