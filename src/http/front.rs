@@ -565,4 +565,106 @@ mod tests {
         g.waiting.stopped.store(true, Ordering::SeqCst);
         assert_eq!(ready_now(&g), StatusCode::SERVICE_UNAVAILABLE);
     }
+
+    /// (input name, datatype, shape, vocab, longest input; output name, datatype, shape,
+    /// longest output; most and default decoder steps; reference lengths) of a model served.
+    type Described = (
+        (&'static str, &'static str, Vec<i64>, Option<usize>, usize),
+        (&'static str, &'static str, Vec<i64>, usize),
+        (u32, u32, (i64, i64)),
+    );
+
+    fn described(h: &Hosted) -> Described {
+        let leak = |s: &str| -> &'static str { Box::leak(s.to_string().into_boxed_str()) };
+        let (i, o) = (&h.input, &h.output);
+        (
+            (
+                leak(&i.name),
+                i.datatype,
+                i.shape.clone(),
+                i.vocab,
+                i.max_len,
+            ),
+            (leak(&o.name), o.datatype, o.shape.clone(), o.max_len),
+            (h.max_dec, h.default_dec, h.reference),
+        )
+    }
+
+    #[test]
+    fn each_zoo_model_is_described_as_its_file_gives_it() {
+        // checked against models/*.toml: an image's [3, 224, 224]; a token input's vocabulary
+        // (its embedding's) and a variable length up to max_enc; a seq2seq output of argmax
+        // tokens, one a decoder step up to max_dec; frames of 40 features (LAS); BERT's fixed
+        // 128 tokens read as one row of 128
+        let table: Vec<(&str, Described)> = vec![
+            (
+                "resnet50",
+                (
+                    ("image", "FP32", vec![1, 3, 224, 224], None, 1),
+                    ("fc", "FP32", vec![1, 1000], 0),
+                    (0, 0, (1, 1)),
+                ),
+            ),
+            (
+                "gnmt",
+                (
+                    ("src", "INT64", vec![1, -1], Some(36548), 80),
+                    ("next_token", "INT64", vec![1, -1], 80),
+                    (80, 30, (30, 30)),
+                ),
+            ),
+            (
+                "las",
+                (
+                    ("frames", "FP32", vec![1, -1, 40], None, 3200),
+                    ("next_char", "INT64", vec![1, -1], 480),
+                    (480, 120, (800, 120)),
+                ),
+            ),
+            (
+                "gpt2",
+                (
+                    ("prompt", "INT64", vec![1, -1], Some(50257), 1022),
+                    ("next_token", "INT64", vec![1, -1], 1022),
+                    (1022, 94, (388, 94)),
+                ),
+            ),
+            (
+                "bert_base",
+                (
+                    ("tokens", "INT64", vec![1, 128], Some(30522), 1),
+                    ("pooler", "FP32", vec![1, 768], 0),
+                    (0, 0, (1, 1)),
+                ),
+            ),
+            (
+                "lstm_stack",
+                (
+                    ("frames", "FP32", vec![1, -1, 512], None, 80),
+                    ("dec2", "FP32", vec![1, -1, 1024], 80),
+                    (80, 30, (30, 30)),
+                ),
+            ),
+        ];
+        for (name, expected) in table {
+            let m = crate::graph::zoo::load(name).unwrap();
+            assert_eq!(described(&describe(&m, 0).unwrap()), expected, "{name}");
+        }
+        // co-located, each model as it is alone, under its own node names, whichever part it is
+        let load = |n: &str| crate::graph::zoo::load(n).unwrap();
+        let both = Model::compose(vec![load("gnmt"), load("resnet50")]);
+        for (p, name) in [(0, "gnmt"), (1, "resnet50")] {
+            let h = describe(&both, p).unwrap();
+            assert_eq!((h.name.as_str(), h.part), (name, p as u16));
+            assert_eq!(
+                described(&h),
+                described(&describe(&load(name), 0).unwrap()),
+                "{name}"
+            );
+        }
+        // a model alone keeps its nodes' names whole, also one that looks prefixed
+        let mut m = load("resnet50");
+        m.nodes[0].name = "resnet50/image".into();
+        assert_eq!(describe(&m, 0).unwrap().input.name, "resnet50/image");
+    }
 }
