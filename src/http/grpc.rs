@@ -439,4 +439,280 @@ mod tests {
         }
         assert!(!with(None));
     }
+
+    use super::super::metrics::outcome;
+    use super::super::state::test_front;
+    use pb::infer_parameter::ParameterChoice as P;
+    use pb::model_infer_request::InferInputTensor;
+
+    fn input(
+        name: &str,
+        shape: &[i64],
+        contents: Option<pb::InferTensorContents>,
+    ) -> InferInputTensor {
+        InferInputTensor {
+            name: name.into(),
+            datatype: "FP32".into(),
+            shape: shape.to_vec(),
+            contents,
+            ..Default::default()
+        }
+    }
+
+    fn fp32(v: &[f32]) -> Option<pb::InferTensorContents> {
+        Some(pb::InferTensorContents {
+            fp32_contents: v.to_vec(),
+            ..Default::default()
+        })
+    }
+
+    fn param(p: P) -> pb::InferParameter {
+        pb::InferParameter {
+            parameter_choice: Some(p),
+        }
+    }
+
+    #[test]
+    fn a_grpc_request_becomes_the_json_protocols_request_it_says() {
+        // typed contents: FP32 as given, INT64 as the values they are; no id, no outputs and no
+        // parameters asked: none
+        let req = pb::ModelInferRequest {
+            inputs: vec![input("x", &[1, 2], fp32(&[1.5, 2.5]))],
+            ..Default::default()
+        };
+        let (r, binary) = as_json_request(req).unwrap();
+        assert!(binary.is_empty());
+        assert_eq!(
+            (r.id, r.parameters.is_none(), r.outputs.is_none()),
+            (None, true, true)
+        );
+        assert_eq!(r.inputs[0].shape, vec![1, 2]);
+        assert_eq!(
+            r.inputs[0].data.as_ref().map(|n| n.0.clone()),
+            Some(vec![1.5, 2.5])
+        );
+        assert!(r.inputs[0].parameters.is_none());
+        let ints = pb::InferTensorContents {
+            int64_contents: vec![3, 7],
+            ..Default::default()
+        };
+        let req = pb::ModelInferRequest {
+            id: "a".into(),
+            inputs: vec![input("x", &[1, 2], Some(ints))],
+            outputs: vec![pb::model_infer_request::InferRequestedOutputTensor {
+                name: "y".into(),
+                ..Default::default()
+            }],
+            parameters: [
+                ("b".to_string(), param(P::BoolParam(true))),
+                ("i".to_string(), param(P::Int64Param(-2))),
+                ("s".to_string(), param(P::StringParam("t".into()))),
+                ("d".to_string(), param(P::DoubleParam(0.5))),
+                ("u".to_string(), param(P::Uint64Param(9))),
+                ("n".to_string(), pb::InferParameter::default()),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        let (r, _) = as_json_request(req).unwrap();
+        assert_eq!(
+            r.inputs[0].data.as_ref().map(|n| n.0.clone()),
+            Some(vec![3.0, 7.0])
+        );
+        assert_eq!(r.id.as_deref(), Some("a"));
+        assert_eq!(r.outputs.map(|o| o.len()), Some(1));
+        let p = Value::Object(r.parameters.unwrap());
+        assert_eq!(
+            p,
+            serde_json::json!({"b": true, "i": -2, "s": "t", "d": 0.5, "u": 9, "n": null})
+        );
+        // raw contents, one per input: the binary part, in order, each input's size its own
+        let req = pb::ModelInferRequest {
+            inputs: vec![input("x", &[1, 1], None), input("z", &[1, 2], None)],
+            raw_input_contents: vec![vec![1, 2, 3, 4], vec![5; 8]],
+            ..Default::default()
+        };
+        let (r, binary) = as_json_request(req).unwrap();
+        assert_eq!(binary, [vec![1, 2, 3, 4], vec![5; 8]].concat());
+        let size = |k: usize| r.inputs[k].parameters.as_ref().unwrap()["binary_data_size"].clone();
+        assert_eq!((size(0), size(1)), (Value::from(4), Value::from(8)));
+        assert!(r.inputs.iter().all(|t| t.data.is_none()));
+    }
+
+    #[test]
+    fn a_grpc_request_that_cannot_be_one_says_why() {
+        let refused = |req: pb::ModelInferRequest| as_json_request(req).err().unwrap();
+        let two = pb::ModelInferRequest {
+            inputs: vec![input("x", &[1, 1], None)],
+            raw_input_contents: vec![vec![0; 4], vec![0; 4]],
+            ..Default::default()
+        };
+        assert!(refused(two).contains("2 raw_input_contents for 1 inputs"));
+        let both = pb::ModelInferRequest {
+            inputs: vec![input("x", &[1, 1], fp32(&[1.0]))],
+            raw_input_contents: vec![vec![0; 4]],
+            ..Default::default()
+        };
+        assert!(refused(both).contains("input 'x': both contents and raw_input_contents"));
+        let negative = pb::ModelInferRequest {
+            inputs: vec![input("x", &[1, -1], fp32(&[1.0]))],
+            ..Default::default()
+        };
+        assert!(refused(negative).contains("input 'x': shape [1, -1]"));
+    }
+
+    fn block_on<T>(f: impl std::future::Future<Output = T>) -> T {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    #[test]
+    fn each_call_answers_for_the_model_it_names_at_its_one_version() {
+        let g = Grpc(test_front());
+        let name = g.0.models[0].name.clone();
+        let ready = |version: &str| {
+            block_on(g.model_ready(Request::new(pb::ModelReadyRequest {
+                name: name.clone(),
+                version: version.into(),
+            })))
+        };
+        assert!(ready("").unwrap().into_inner().ready);
+        assert!(ready("1").unwrap().into_inner().ready);
+        assert_eq!(ready("2").unwrap_err().code(), tonic::Code::NotFound);
+        let other = block_on(g.model_metadata(Request::new(pb::ModelMetadataRequest {
+            name: "nope".into(),
+            version: String::new(),
+        })));
+        assert_eq!(other.unwrap_err().code(), tonic::Code::NotFound);
+        let live = block_on(g.server_live(Request::new(pb::ServerLiveRequest {})));
+        assert!(live.unwrap().into_inner().live);
+        let server_ready = || {
+            block_on(g.server_ready(Request::new(pb::ServerReadyRequest {})))
+                .unwrap()
+                .into_inner()
+                .ready
+        };
+        assert!(server_ready());
+        let meta = block_on(g.server_metadata(Request::new(pb::ServerMetadataRequest {})))
+            .unwrap()
+            .into_inner();
+        assert_eq!(meta.name, "lazybatch");
+        assert_eq!(meta.extensions, EXTENSIONS);
+        let h = &g.0.models[0];
+        let m = block_on(g.model_metadata(Request::new(pb::ModelMetadataRequest {
+            name: name.clone(),
+            version: String::new(),
+        })))
+        .unwrap()
+        .into_inner();
+        assert_eq!(
+            (m.name.as_str(), m.versions),
+            (name.as_str(), vec![VERSION.to_string()])
+        );
+        assert_eq!(m.inputs[0].shape, h.input.shape);
+        assert_eq!(m.inputs[0].datatype, "FP32");
+        assert_eq!(m.outputs[0].name, h.output.name);
+        let c = block_on(g.model_config(Request::new(pb::ModelConfigRequest {
+            name: name.clone(),
+            version: String::new(),
+        })))
+        .unwrap()
+        .into_inner()
+        .config
+        .unwrap();
+        assert_eq!(c.input[0].dims, dims(&h.input, h.reference.0));
+        assert_eq!(c.input[0].data_type, pb::DataType::TypeFp32 as i32);
+        assert_eq!(c.parameters["policy"].string_value, "serial");
+        assert_eq!(c.parameters.len(), config_parameters(&g.0, h).len());
+        let int64 = Io {
+            datatype: "INT64",
+            ..h.input.clone()
+        };
+        assert_eq!(data_type(&int64), pb::DataType::TypeInt64 as i32);
+        // shutting down: neither the server nor its model is ready
+        g.0.closing.store(true, std::sync::atomic::Ordering::SeqCst);
+        assert!(!server_ready());
+        assert!(!ready("").unwrap().into_inner().ready);
+    }
+
+    #[test]
+    fn statistics_are_every_models_or_the_named_ones_as_over_http() {
+        let g = Grpc(test_front());
+        let t = &g.0.metrics.totals[0];
+        let set =
+            |a: &std::sync::atomic::AtomicU64, v| a.store(v, std::sync::atomic::Ordering::Relaxed);
+        set(&t.success.0, 2);
+        set(&t.success.1, 90);
+        set(&t.fail, 1);
+        set(&t.queue_ns, 30);
+        set(&t.compute_ns, 60);
+        set(&t.executions, 1);
+        set(&t.by_size[1].0, 1);
+        set(&t.by_size[1].1, 55);
+        let name = g.0.models[0].name.clone();
+        for asked in [String::new(), name.clone()] {
+            let s = block_on(g.model_statistics(Request::new(pb::ModelStatisticsRequest {
+                name: asked.clone(),
+                version: String::new(),
+            })))
+            .unwrap()
+            .into_inner();
+            assert_eq!(s.model_stats.len(), 1, "{asked:?}");
+            let m = &s.model_stats[0];
+            assert_eq!(
+                (m.name.as_str(), m.inference_count, m.execution_count),
+                (name.as_str(), 2, 1)
+            );
+            let i = m.inference_stats.as_ref().unwrap();
+            let d = |x: &Option<pb::StatisticDuration>| x.as_ref().map(|x| (x.count, x.ns));
+            assert_eq!(
+                (d(&i.success), d(&i.fail), d(&i.queue), d(&i.compute_infer)),
+                (Some((2, 90)), Some((1, 0)), Some((2, 30)), Some((2, 60)))
+            );
+            assert_eq!(m.batch_stats.len(), 1);
+            assert_eq!(m.batch_stats[0].batch_size, 2);
+            assert_eq!(d(&m.batch_stats[0].compute_infer), Some((1, 55)));
+        }
+        let unknown = block_on(g.model_statistics(Request::new(pb::ModelStatisticsRequest {
+            name: "nope".into(),
+            version: String::new(),
+        })));
+        assert_eq!(unknown.unwrap_err().code(), tonic::Code::NotFound);
+    }
+
+    #[test]
+    fn a_grpc_call_reserves_twice_its_encoded_size_and_a_refusal_is_counted_for_its_model() {
+        let call = pb::ModelInferRequest {
+            model_name: test_front().models[0].name.clone(),
+            inputs: vec![input("in", &[1, 4], fp32(&[1.0; 4]))],
+            ..Default::default()
+        };
+        let need = prost::Message::encoded_len(&call) * 2;
+        let count = |f: &Front, o: &str| {
+            f.metrics
+                .by_outcome()
+                .into_iter()
+                .find(|(k, _)| *k == o)
+                .map_or(0, |(_, n)| n)
+        };
+        for (budget, refused_as) in [
+            (need - 1, outcome::OVERLOADED),
+            (need, outcome::SHUTTING_DOWN),
+        ] {
+            let Ok(f) = Arc::try_unwrap(test_front()) else {
+                unreachable!("a fresh front has one owner")
+            };
+            let g = Grpc(Arc::new(Front {
+                max_inflight: budget,
+                ..f
+            }));
+            // nobody behind the front: one admitted is refused as the server shutting down
+            let e = block_on(g.model_infer(Request::new(call.clone()))).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::Unavailable, "{budget}: {e}");
+            assert_eq!(count(&g.0, refused_as), 1, "{budget}");
+            assert_eq!(g.0.inflight.load(std::sync::atomic::Ordering::SeqCst), 0);
+        }
+    }
 }
