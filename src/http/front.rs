@@ -667,4 +667,126 @@ mod tests {
         m.nodes[0].name = "resnet50/image".into();
         assert_eq!(describe(&m, 0).unwrap().input.name, "resnet50/image");
     }
+
+    #[test]
+    fn a_body_inflates_to_exactly_the_limit_and_not_a_byte_past_it() {
+        use std::io::Write;
+        let gzip = |n: usize| {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(&vec![7u8; n]).unwrap();
+            axum::body::Bytes::from(e.finish().unwrap())
+        };
+        let mut h = axum::http::HeaderMap::new();
+        h.insert(
+            axum::http::header::CONTENT_ENCODING,
+            "x-gzip".parse().unwrap(),
+        );
+        let got = decoded(&h, gzip(1000), 1000).unwrap();
+        assert_eq!(&got[..], &[7u8; 1000][..]);
+        let (st, msg) = decoded(&h, gzip(1001), 1000).unwrap_err();
+        assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE, "{msg}");
+    }
+
+    #[test]
+    fn the_binary_part_starts_where_the_header_says_within_the_body() {
+        let with = |v: &str| {
+            let mut h = axum::http::HeaderMap::new();
+            h.insert(HEADER_LENGTH, v.parse().unwrap());
+            h
+        };
+        let body = b"abcdef";
+        assert_eq!(
+            split(&axum::http::HeaderMap::new(), body),
+            Ok((&body[..], &b""[..]))
+        );
+        assert_eq!(split(&with("3"), body), Ok((&b"abc"[..], &b"def"[..])));
+        assert_eq!(split(&with(" 6 "), body), Ok((&body[..], &b""[..])));
+        assert_eq!(split(&with("0"), body), Ok((&b""[..], &body[..])));
+        for bad in ["7", "-1", "x"] {
+            let msg = split(&with(bad), body).unwrap_err();
+            assert!(
+                msg.contains("a byte count within the body's 6"),
+                "{bad}: {msg}"
+            );
+        }
+    }
+
+    /// A response's status and body, read.
+    fn read(r: Response) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
+        let status = r.status();
+        let headers = r.headers().clone();
+        let body = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(axum::body::to_bytes(r.into_body(), usize::MAX))
+            .unwrap();
+        (status, headers, body.to_vec())
+    }
+
+    #[test]
+    fn an_answer_is_json_or_its_output_follows_the_json_as_bytes() {
+        let f = front();
+        let h = &f.models[0];
+        let latency = std::time::Duration::from_micros(1500);
+        let (st, _, body) = read(respond(
+            &f,
+            h,
+            ("q", false),
+            (&[1, 2], &[0.5, 1.0], latency),
+        ));
+        assert_eq!(st, StatusCode::OK);
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v["id"], "q");
+        assert_eq!(v["model_name"], h.name.as_str());
+        assert_eq!(v["outputs"][0]["data"], json!([0.5, 1.0]));
+        assert_eq!(v["parameters"]["latency_ms"], 1.5);
+        assert_eq!(v["parameters"]["timing_emulation"], served::EMULATED);
+        let (_, headers, body) = read(respond(&f, h, ("q", true), (&[1, 2], &[0.5, 1.0], latency)));
+        let n: usize = headers[HEADER_LENGTH].to_str().unwrap().parse().unwrap();
+        let (head, bytes) = body.split_at(n);
+        let v: serde_json::Value = serde_json::from_slice(head).unwrap();
+        assert_eq!(v["outputs"][0]["parameters"]["binary_data_size"], 8);
+        assert_eq!(bytes, [0.5f32.to_le_bytes(), 1.0f32.to_le_bytes()].concat());
+        assert_eq!(
+            headers[axum::http::header::CONTENT_TYPE],
+            "application/octet-stream"
+        );
+    }
+
+    #[test]
+    fn the_metadata_names_decode_steps_and_co_located_models_only_where_there_are_some() {
+        let meta = |f: Front, name: &str| {
+            let path = HashMap::from([("name".to_string(), name.to_string())]);
+            let r = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap()
+                .block_on(metadata(State(Arc::new(f)), Path(path)));
+            let (st, _, body) = read(r);
+            (
+                st,
+                serde_json::from_slice::<serde_json::Value>(&body).unwrap(),
+            )
+        };
+        let f = Arc::try_unwrap(front()).ok().unwrap();
+        let name = f.models[0].name.clone();
+        let (st, v) = meta(f, &name);
+        assert_eq!(st, StatusCode::OK);
+        let keys: Vec<&String> = v["parameters"].as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["device", "max_input_length", "policy"]);
+        assert_eq!(v["inputs"][0]["shape"], json!([1, 4]));
+        let mut f = Arc::try_unwrap(front()).ok().unwrap();
+        f.models[0].max_dec = 1;
+        f.models[0].default_dec = 1;
+        let mut other = f.models[0].clone();
+        other.name = "other".into();
+        f.models.push(other);
+        let (_, v) = meta(f, "other");
+        assert_eq!(v["name"], "other");
+        assert_eq!(v["parameters"]["max_decode_steps"], 1);
+        assert_eq!(v["parameters"]["default_decode_steps"], 1);
+        assert_eq!(v["parameters"]["colocated_with"], json!([name, "other"]));
+        let (st, v) = meta(Arc::try_unwrap(front()).ok().unwrap(), "nope");
+        assert_eq!(st, StatusCode::NOT_FOUND);
+        assert!(v["error"].as_str().unwrap().contains("nope"), "{v}");
+    }
 }
