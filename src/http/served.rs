@@ -266,4 +266,164 @@ mod tests {
             .find(|(o, _)| *o == outcome::COMPLETED);
         assert_eq!(done, Some((outcome::COMPLETED, 1)));
     }
+
+    use crate::engine::Observer;
+    use crate::runtime::{Rejection, Request, RequestId};
+    use crate::time::Nanos;
+
+    fn checked(values: Vec<f32>, sla: Option<Nanos>, decode_steps: Option<u32>) -> Checked {
+        Checked {
+            values,
+            len: 1,
+            sla,
+            decode_steps,
+            binary_output: false,
+            id: None,
+        }
+    }
+
+    /// Serves `req` for model `m` of `f`, the engine played by `engine`, which is handed the
+    /// arrival the server sent (None: none came) and says how the request leaves.
+    fn served_by(
+        f: &Front,
+        m: usize,
+        req: Checked,
+        engine: impl FnOnce(&Arrival) -> Left,
+    ) -> (Served, Option<Arrival>) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let had = f.tx.lock().unwrap().is_some();
+        if had {
+            *f.tx.lock().unwrap() = Some(tx);
+        }
+        let h = &f.models[m];
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let play = async {
+                if !had {
+                    return None;
+                }
+                let a = loop {
+                    if let Ok(a) = rx.try_recv() {
+                        break a;
+                    }
+                    tokio::task::yield_now().await;
+                };
+                let mut q = Request::new(RequestId(0), Nanos(0), Nanos(1), a.len);
+                (q.key, q.part) = (a.key.unwrap(), a.part);
+                f.waiting.left(&q, engine(&a));
+                Some(a)
+            };
+            let ((s, _), a) = tokio::join!(serve(f, h, req), play);
+            (s, a)
+        })
+    }
+
+    /// A front whose engine is there (it takes arrivals) or not, computing or not, serving its
+    /// model and a second copy of it as part 1 (a decoder of up to 4 steps, 2 by default, its
+    /// SLA 7 ms).
+    fn front(engine: bool, emulated: bool) -> Front {
+        let Ok(mut f) = Arc::try_unwrap(test_front()) else {
+            unreachable!("a fresh front has one owner")
+        };
+        let mut other = f.models[0].clone();
+        other.name = "other".into();
+        (other.part, other.max_dec, other.default_dec) = (1, 4, 2);
+        other.output.shape = vec![1, -1, 4];
+        other.sla = Some(Nanos::from_ms(7.0));
+        f.models.push(other);
+        f.emulated = emulated;
+        if engine {
+            let (tx, _) = std::sync::mpsc::channel();
+            f.tx = std::sync::Mutex::new(Some(tx));
+        }
+        f
+    }
+
+    fn counted(f: &Front, o: &str) -> u64 {
+        let by = f.metrics.by_outcome();
+        by.into_iter().find(|(k, _)| *k == o).map_or(0, |(_, n)| n)
+    }
+
+    #[test]
+    fn a_request_reaches_the_engine_as_its_arrival_and_its_answer_is_what_the_engine_says() {
+        // a computing device: the input goes into the exchange before the arrival
+        let f = front(true, false);
+        let (s, a) = served_by(
+            &f,
+            0,
+            checked(vec![0.5; 4], Some(Nanos::from_ms(9.0)), None),
+            |a| {
+                let key = a.key.unwrap();
+                assert_eq!(f.exchange.take_input(key), Some(vec![0.5; 4]));
+                f.exchange.put_output(key, vec![2.0; 4]);
+                Left::Completed(Nanos(5))
+            },
+        );
+        let a = a.unwrap();
+        assert_eq!(
+            (a.part, a.sla, a.len),
+            (0, Some(Nanos::from_ms(9.0)), Lengths { enc: 1, dec: 1 })
+        );
+        assert!(a.key.unwrap() > 0);
+        assert!(matches!(s, Served::Done { values, .. } if values == vec![2.0; 4]));
+        // a decoder, part 1, no SLA of its own: its model's; its default steps, or those asked
+        for (asked, dec) in [(None, 2), (Some(3), 3)] {
+            let (s, a) = served_by(&f, 1, checked(vec![0.0; 4], None, asked), |a| {
+                f.exchange
+                    .put_output(a.key.unwrap(), vec![1.0; 4 * dec as usize]);
+                Left::Completed(Nanos(5))
+            });
+            let a = a.unwrap();
+            assert_eq!(
+                (a.part, a.sla, a.len.dec),
+                (1, Some(Nanos::from_ms(7.0)), dec)
+            );
+            assert!(matches!(s, Served::Done { shape, .. } if shape == vec![1, dec as usize, 4]));
+        }
+        assert_eq!(f.exchange.held(), (0, 0));
+        // a model device computes nothing: no input is handed over
+        let f = front(true, true);
+        let (_, a) = served_by(&f, 0, checked(vec![0.5; 4], None, None), |a| {
+            assert_eq!(f.exchange.take_input(a.key.unwrap()), None);
+            Left::Completed(Nanos(5))
+        });
+        assert_eq!(
+            a.unwrap().sla,
+            None,
+            "the server's --sla-ms, which the engine applies"
+        );
+    }
+
+    #[test]
+    fn a_request_turned_away_is_refused_with_why_and_counted_once() {
+        let f = front(true, false);
+        for (why, says, o) in [
+            (Rejection::Shed, "shed:", outcome::SHED),
+            (Rejection::QueueFull, "queue full:", outcome::QUEUE_FULL),
+        ] {
+            let (s, _) = served_by(&f, 0, checked(vec![0.5; 4], None, None), |_| {
+                Left::Rejected(why)
+            });
+            assert!(
+                matches!(&s, Served::Refused(msg) if msg.starts_with(says)),
+                "{says}"
+            );
+            assert_eq!(counted(&f, o), 1, "{o}");
+        }
+        // no engine to send to: shutting down, and the input taken back
+        let f = front(false, false);
+        let (s, a) = served_by(&f, 0, checked(vec![0.5; 4], None, None), |_| unreachable!());
+        assert!(a.is_none());
+        assert!(matches!(&s, Served::Refused(msg) if msg.contains("shutting down")));
+        assert_eq!(counted(&f, outcome::SHUTTING_DOWN), 1);
+        assert_eq!(f.exchange.held(), (0, 0));
+        assert_eq!(
+            f.waiting.replies.lock().unwrap().len(),
+            0,
+            "its reply slot gone"
+        );
+    }
 }
