@@ -986,6 +986,8 @@ fn serve_and_load_end_to_end_with_a_graceful_sigint() {
     let mut rest = String::new();
     std::io::Read::read_to_string(&mut err, &mut rest).unwrap();
     assert!(status.success(), "{status:?}: {rest}");
+    // every connection finished within the shutdown's deadline: nothing said of dropping any
+    assert!(!rest.contains("were dropped"), "{rest}");
     // the summary, on stdout: every request by how it left, the front end's turn-aways too
     let mut summary = String::new();
     std::io::Read::read_to_string(&mut stdout, &mut summary).unwrap();

@@ -237,3 +237,86 @@ fn grpc_refusals_are_unavailable_and_counted_and_a_shutdown_ends_grpc_too() {
     // the gRPC port is closed with the server
     assert!(std::net::TcpStream::connect(addr).is_err());
 }
+
+/// A gRPC call still waiting in the engine when the shutdown's deadline passes is dropped, the
+/// server says so, and the request is counted (abandoned) all the same.
+#[test]
+fn a_grpc_call_still_waiting_at_the_shutdown_deadline_is_dropped_said_and_counted() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    // graph batching waits up to 3 s for a second request: the one call outlasts a 0.3 s
+    // shutdown deadline
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lazybatch"))
+        .args(["serve", "--model", "resnet50", "--device", "npu"])
+        .args(["--policy", "graph:3000", "--shutdown-timeout-s", "0.3"])
+        .args(["--listen", "127.0.0.1:0", "--grpc-listen", "127.0.0.1:0"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let (http, grpc) = loop {
+        line.clear();
+        assert!(err.read_line(&mut line).unwrap() > 0, "serve ended early");
+        let after = |key: &str| {
+            let at = line.split(key).nth(1)?;
+            at.split(|c: char| c == ',' || c.is_whitespace())
+                .next()
+                .map(str::to_string)
+        };
+        if let (Some(h), Some(g)) = (after(" at http://"), after("gRPC at ")) {
+            break (h.parse().unwrap(), g.parse().unwrap());
+        }
+    };
+    let call = std::thread::spawn(move || {
+        tokio::runtime::Runtime::new().unwrap().block_on(async {
+            let req = pb::ModelInferRequest {
+                model_name: "resnet50".into(),
+                inputs: vec![input("image", &[1, 3, 224, 224])],
+                raw_input_contents: vec![le_bytes(&vec![0.5; 3 * 224 * 224])],
+                ..Default::default()
+            };
+            client(grpc).await.model_infer(req).await.err()
+        })
+    });
+    // the call is in the server, waiting for its batch
+    let t0 = Instant::now();
+    while !crate::http::call(http, "GET", "/metrics", "")
+        .1
+        .contains("lazybatch_requests_in_server 1")
+    {
+        assert!(t0.elapsed() < Duration::from_secs(10), "never admitted");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid = child.id().to_string();
+    assert!(Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap()
+        .success());
+    let status = child.wait().unwrap();
+    let mut rest = String::new();
+    err.read_to_string(&mut rest).unwrap();
+    assert!(status.success(), "{status:?}: {rest}");
+    assert!(
+        rest.contains("were dropped (--shutdown-timeout-s)"),
+        "{rest}"
+    );
+    assert!(
+        call.join().unwrap().is_some(),
+        "the dropped call got no answer"
+    );
+    let mut summary = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut summary)
+        .unwrap();
+    assert!(
+        summary.contains("stopped: completed 0, abandoned 1,"),
+        "{summary}"
+    );
+}

@@ -613,3 +613,46 @@ fn half_sent_headers_do_not_hold_a_shutdown_and_slow_clients_are_timed_out() {
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
     assert_eq!(out.stats().completed, 0);
 }
+
+/// What the device exchange holds while a request waits in the engine's queue: its input, and
+/// nothing once it is answered.
+#[test]
+fn a_waiting_requests_input_is_held_until_it_is_answered() {
+    use std::time::{Duration, Instant};
+    let m = crate::onnx::import("mobilenet_style");
+    let serve = ServeOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        grpc: None,
+        max_queue: 64,
+        max_body: 1 << 20,
+        max_inflight: 1 << 30,
+        max_connections: 1024,
+        timeouts: Default::default(),
+    };
+    // graph batching waits up to 1.5 s for a second request that never comes
+    let server = start(cpu_bench(m), cfg("graph:1500"), &serve).unwrap();
+    let a = server.addr;
+    std::thread::scope(|s| {
+        let answer = s.spawn(move || {
+            call(
+                a,
+                "POST",
+                "/v2/models/mobilenet_style/infer",
+                &infer_body(&[0.5; 3 * 32 * 32]),
+            )
+        });
+        let t0 = Instant::now();
+        while server.held() != (1, 0) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "never held: {:?}",
+                server.held()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let (st, body) = answer.join().unwrap();
+        assert_eq!(st, 200, "{body}");
+    });
+    assert_eq!(server.held(), (0, 0));
+    assert_eq!(server.shutdown().unwrap().stats().completed, 1);
+}
