@@ -656,3 +656,62 @@ fn a_waiting_requests_input_is_held_until_it_is_answered() {
     assert_eq!(server.held(), (0, 0));
     assert_eq!(server.shutdown().unwrap().stats().completed, 1);
 }
+
+/// A connection beyond `--max-connections` is told so (503) whatever it sends: a large request
+/// is read and dropped behind the answer (closing with it unread would reset the connection,
+/// and the client would see the reset, not the answer), and each refusal's place among the
+/// ones being told is free as soon as its client closes — hundreds in a row are each told.
+#[test]
+fn a_refused_connection_is_told_so_whatever_it_sends_and_hundreds_in_a_row_are() {
+    use std::time::Duration;
+    let long = Duration::from_secs(600);
+    let server = npu_server_with(
+        "lazy",
+        ServeOptions {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            grpc: None,
+            max_queue: 64,
+            max_body: 1 << 20,
+            max_inflight: 1 << 30,
+            max_connections: 1,
+            timeouts: lazybatch::http::Timeouts {
+                header: long,
+                body: long,
+                shutdown: Duration::from_millis(500),
+            },
+        },
+    );
+    let a = server.addr;
+    // the one place, held by a connection that has sent nothing
+    let hold = TcpStream::connect(a).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let told = |request: &[u8]| {
+        let mut c = TcpStream::connect(a).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        // the answer may come before the whole request is written
+        let _ = c.write_all(request);
+        let mut answer = Vec::new();
+        let read = c.read_to_end(&mut answer);
+        let answer = String::from_utf8_lossy(&answer).into_owned();
+        assert!(read.is_ok(), "{read:?} after {answer:?}");
+        answer
+    };
+    let mut large =
+        b"POST /v2/models/resnet50/infer HTTP/1.1\r\nHost: t\r\nContent-Length: 262144\r\n\r\n"
+            .to_vec();
+    large.resize(large.len() + 262_144, b' ');
+    let answer = told(&large);
+    assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+    assert!(answer.contains("too many connections"), "{answer}");
+    for k in 0..200 {
+        let answer = told(b"GET /v2/health/live HTTP/1.1\r\nHost: t\r\n\r\n");
+        assert!(
+            answer.starts_with("HTTP/1.1 503"),
+            "connection {k}: {answer:?}"
+        );
+    }
+    drop(hold);
+    let (text, _) = metrics_text(a);
+    assert!(count_in(&text, "too_many_connections") >= 201, "{text}");
+    server.shutdown().unwrap();
+}
