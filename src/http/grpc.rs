@@ -715,4 +715,68 @@ mod tests {
             assert_eq!(g.0.inflight.load(std::sync::atomic::Ordering::SeqCst), 0);
         }
     }
+
+    #[test]
+    fn a_completed_call_answers_the_devices_output_and_its_latency_in_ms() {
+        use crate::engine::{Left, Observer};
+        use crate::runtime::{Request as Q, RequestId};
+        use crate::time::Nanos;
+        let Ok(mut f) = Arc::try_unwrap(test_front()) else {
+            unreachable!("a fresh front has one owner")
+        };
+        f.emulated = false;
+        let (tx, rx) = std::sync::mpsc::channel();
+        f.tx = std::sync::Mutex::new(Some(tx));
+        let g = Grpc(Arc::new(f));
+        let h = &g.0.models[0];
+        let call = pb::ModelInferRequest {
+            model_name: h.name.clone(),
+            inputs: vec![input(&h.input.name, &[1, 4], fp32(&[1.0; 4]))],
+            ..Default::default()
+        };
+        let n: i64 = h.output.shape.iter().product();
+        let answer = block_on(async {
+            let engine = async {
+                let a = loop {
+                    if let Ok(a) = rx.try_recv() {
+                        break a;
+                    }
+                    tokio::task::yield_now().await;
+                };
+                let key = a.key.unwrap();
+                g.0.exchange.put_output(key, vec![0.25; n as usize]);
+                let mut q = Q::new(RequestId(0), Nanos(0), Nanos(1), a.len);
+                q.key = key;
+                // 2.5 ms after its arrival
+                g.0.waiting.left(&q, Left::Completed(Nanos(2_500_000)));
+                key
+            };
+            let (answer, key) = tokio::join!(g.model_infer(Request::new(call)), engine);
+            (answer.unwrap().into_inner(), key)
+        });
+        let (r, key) = answer;
+        assert_eq!(
+            r.id,
+            key.to_string(),
+            "no id given: the key it was served under"
+        );
+        assert_eq!(
+            (r.model_name.as_str(), r.model_version.as_str()),
+            (h.name.as_str(), VERSION)
+        );
+        let ms = match r.parameters["latency_ms"].parameter_choice {
+            Some(P::DoubleParam(ms)) => ms,
+            ref other => panic!("{other:?}"),
+        };
+        assert!((ms - 2.5).abs() < 1e-9, "{ms}");
+        assert!(
+            !r.parameters.contains_key("timing_emulation"),
+            "a computing device"
+        );
+        assert_eq!(r.outputs[0].shape, h.output.shape);
+        assert_eq!(
+            r.raw_output_contents,
+            vec![0.25f32.to_le_bytes().repeat(n as usize)]
+        );
+    }
 }
