@@ -789,4 +789,19 @@ mod tests {
         assert_eq!(st, StatusCode::NOT_FOUND);
         assert!(v["error"].as_str().unwrap().contains("nope"), "{v}");
     }
+
+    #[test]
+    fn a_fixed_number_of_feature_rows_is_an_axis_and_a_coarser_input_is_not_served() {
+        // frames of 512 features, made a fixed 3 rows (not variable): an axis of 3
+        let mut m = crate::graph::zoo::load("lstm_stack").unwrap();
+        m.nodes[0].out.rows = Rows::Fixed(3);
+        assert_eq!(describe(&m, 0).unwrap().input.shape, vec![1, 3, 512]);
+        // one row: no axis for it
+        m.nodes[0].out.rows = Rows::Fixed(1);
+        assert_eq!(describe(&m, 0).unwrap().input.shape, vec![1, 512]);
+        // read at half the time resolution: refused, saying so
+        m.nodes[0].out.rows = Rows::Src { div: 2 };
+        let e = describe(&m, 0).err().unwrap().to_string();
+        assert!(e.contains("coarser time resolution is not served"), "{e}");
+    }
 }
