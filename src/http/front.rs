@@ -791,7 +791,7 @@ mod tests {
     }
 
     #[test]
-    fn a_fixed_number_of_feature_rows_is_an_axis_and_a_coarser_input_is_not_served() {
+    fn a_fixed_number_of_rows_is_an_axis_in_and_out_and_a_coarser_input_is_not_served() {
         // frames of 512 features, made a fixed 3 rows (not variable): an axis of 3
         let mut m = crate::graph::zoo::load("lstm_stack").unwrap();
         m.nodes[0].out.rows = Rows::Fixed(3);
@@ -799,6 +799,11 @@ mod tests {
         // one row: no axis for it
         m.nodes[0].out.rows = Rows::Fixed(1);
         assert_eq!(describe(&m, 0).unwrap().input.shape, vec![1, 512]);
+        // an output of 3 rows (not a decoder's): an axis of 3 too
+        let mut r = crate::graph::zoo::load("resnet50").unwrap();
+        let last = r.nodes.len() - 1;
+        r.nodes[last].out.rows = Rows::Fixed(3);
+        assert_eq!(describe(&r, 0).unwrap().output.shape, vec![1, 3, 1000]);
         // read at half the time resolution: refused, saying so
         m.nodes[0].out.rows = Rows::Src { div: 2 };
         let e = describe(&m, 0).err().unwrap().to_string();
