@@ -206,15 +206,13 @@ pub(super) async fn wrong_method(method: axum::http::Method, uri: axum::http::Ur
 
 #[cfg(test)]
 mod tests {
-    use super::super::state::test_front;
+    use super::super::state::owned_front;
     use super::*;
 
     /// The test front (one model, not a seq2seq one) with its model's fields changed by `edit`
     /// and, when `colocated`, a second copy of it named `other`.
     fn front_with(edit: impl Fn(&mut Hosted), colocated: bool) -> Front {
-        let Ok(mut f) = Arc::try_unwrap(test_front()) else {
-            unreachable!("a fresh front has one owner")
-        };
+        let mut f = owned_front();
         edit(&mut f.models[0]);
         if colocated {
             let mut other = f.models[0].clone();

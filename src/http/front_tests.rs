@@ -43,7 +43,7 @@ fn a_request_is_taken_in_or_refused_before_its_body_is_read() {
     let big = declared(1 << 20);
     let f = Arc::new(Front {
         max_queue: 100,
-        ..Arc::try_unwrap(front()).ok().unwrap()
+        ..super::super::state::owned_front()
     });
     let held: Vec<_> = (0..12)
         .map(|_| take_in(&f, reservation(&f, &big)).ok().unwrap())
@@ -322,14 +322,14 @@ fn the_metadata_names_decode_steps_and_co_located_models_only_where_there_are_so
             serde_json::from_slice::<serde_json::Value>(&body).unwrap(),
         )
     };
-    let f = Arc::try_unwrap(front()).ok().unwrap();
+    let f = super::super::state::owned_front();
     let name = f.models[0].name.clone();
     let (st, v) = meta(f, &name);
     assert_eq!(st, StatusCode::OK);
     let keys: Vec<&String> = v["parameters"].as_object().unwrap().keys().collect();
     assert_eq!(keys, ["device", "max_input_length", "policy"]);
     assert_eq!(v["inputs"][0]["shape"], json!([1, 4]));
-    let mut f = Arc::try_unwrap(front()).ok().unwrap();
+    let mut f = super::super::state::owned_front();
     f.models[0].max_dec = 1;
     f.models[0].default_dec = 1;
     let mut other = f.models[0].clone();
@@ -340,7 +340,7 @@ fn the_metadata_names_decode_steps_and_co_located_models_only_where_there_are_so
     assert_eq!(v["parameters"]["max_decode_steps"], 1);
     assert_eq!(v["parameters"]["default_decode_steps"], 1);
     assert_eq!(v["parameters"]["colocated_with"], json!([name, "other"]));
-    let (st, v) = meta(Arc::try_unwrap(front()).ok().unwrap(), "nope");
+    let (st, v) = meta(super::super::state::owned_front(), "nope");
     assert_eq!(st, StatusCode::NOT_FOUND);
     assert!(v["error"].as_str().unwrap().contains("nope"), "{v}");
 }

@@ -441,7 +441,7 @@ mod tests {
     }
 
     use super::super::metrics::outcome;
-    use super::super::state::test_front;
+    use super::super::state::{owned_front, test_front};
     use pb::infer_parameter::ParameterChoice as P;
     use pb::model_infer_request::InferInputTensor;
 
@@ -701,9 +701,7 @@ mod tests {
             (need - 1, outcome::OVERLOADED),
             (need, outcome::SHUTTING_DOWN),
         ] {
-            let Ok(f) = Arc::try_unwrap(test_front()) else {
-                unreachable!("a fresh front has one owner")
-            };
+            let f = owned_front();
             let g = Grpc(Arc::new(Front {
                 max_inflight: budget,
                 ..f
@@ -721,9 +719,7 @@ mod tests {
         use crate::engine::{Left, Observer};
         use crate::runtime::{Request as Q, RequestId};
         use crate::time::Nanos;
-        let Ok(mut f) = Arc::try_unwrap(test_front()) else {
-            unreachable!("a fresh front has one owner")
-        };
+        let mut f = owned_front();
         f.emulated = false;
         let (tx, rx) = std::sync::mpsc::channel();
         f.tx = std::sync::Mutex::new(Some(tx));

@@ -152,16 +152,15 @@ fn output(f: &Front, h: &Hosted, key: u64, dec: u32, latency: Duration) -> Serve
 
 #[cfg(test)]
 mod tests {
-    use super::super::state::test_front;
+    use super::super::state::owned_front;
     use super::*;
-    use std::sync::Arc;
 
     #[test]
     fn outputs_that_do_not_fit_the_models_shape_fail_the_request_which_still_counts_completed() {
         // a computing device (not emulated): the values handed over are the answer
         let f = Front {
             emulated: false,
-            ..Arc::try_unwrap(test_front()).ok().unwrap()
+            ..owned_front()
         };
         let h = &f.models[0];
         let dec = h.default_dec;
@@ -207,9 +206,7 @@ mod tests {
     #[test]
     fn a_decoders_padded_steps_are_cut_to_its_own_and_anything_else_that_misfits_fails() {
         // a seq2seq output of 3 values a step, 2 steps asked: 6 values
-        let Ok(mut f) = Arc::try_unwrap(test_front()) else {
-            unreachable!("a fresh front has one owner")
-        };
+        let mut f = owned_front();
         f.emulated = false;
         f.models[0].output.shape = vec![1, -1, 3];
         f.models[0].max_dec = 4;
@@ -238,9 +235,7 @@ mod tests {
             }
         }
         // a model without a decoder has no padded steps to cut
-        let Ok(mut f) = Arc::try_unwrap(test_front()) else {
-            unreachable!("a fresh front has one owner")
-        };
+        let mut f = owned_front();
         f.emulated = false;
         f.models[0].output.shape = vec![1, 2, 3];
         f.exchange.put_output(6, steps(4));
@@ -249,9 +244,7 @@ mod tests {
             Served::Failed(_)
         ));
         // a fixed axis of length 0 stays 0 (a model device answers zeros in that shape)
-        let Ok(mut f) = Arc::try_unwrap(test_front()) else {
-            unreachable!("a fresh front has one owner")
-        };
+        let mut f = owned_front();
         f.models[0].output.shape = vec![1, -1, 0];
         match output(&f, &f.models[0], 7, 2, Duration::ZERO) {
             Served::Done { values, shape, .. } => {
@@ -325,9 +318,7 @@ mod tests {
     /// model and a second copy of it as part 1 (a decoder of up to 4 steps, 2 by default, its
     /// SLA 7 ms).
     fn front(engine: bool, emulated: bool) -> Front {
-        let Ok(mut f) = Arc::try_unwrap(test_front()) else {
-            unreachable!("a fresh front has one owner")
-        };
+        let mut f = owned_front();
         let mut other = f.models[0].clone();
         other.name = "other".into();
         (other.part, other.max_dec, other.default_dec) = (1, 4, 2);

@@ -146,7 +146,7 @@ pub(super) fn take_in(
 
 /// A front end for the eight-node fixture with nobody behind it (the front ends' unit tests).
 #[cfg(test)]
-pub(super) use tests::test_front;
+pub(super) use tests::{owned_front, test_front};
 
 #[cfg(test)]
 mod tests {
@@ -186,11 +186,17 @@ mod tests {
         })
     }
 
-    /// The test front with room for `max_queue` requests and `max_inflight` bytes.
-    fn sized(max_queue: usize, max_inflight: usize) -> Front {
+    /// [`test_front`], owned: its fields can be changed.
+    pub(in crate::http) fn owned_front() -> Front {
         let Ok(f) = Arc::try_unwrap(test_front()) else {
             unreachable!("a fresh front has one owner")
         };
+        f
+    }
+
+    /// The test front with room for `max_queue` requests and `max_inflight` bytes.
+    fn sized(max_queue: usize, max_inflight: usize) -> Front {
+        let f = owned_front();
         Front {
             max_queue,
             max_inflight,
