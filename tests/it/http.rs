@@ -87,6 +87,20 @@ pub(crate) fn cpu_bench(m: lazybatch::graph::Model) -> Testbed {
     Testbed::open(m, Opened::Real(Box::new(CpuDevice::new(99))), &opts).unwrap()
 }
 
+/// A server's options on a loopback port the system picks: room for 64 requests, 1 MiB bodies,
+/// 1 GiB in flight, 1,024 connections, the default time limits.
+fn loopback() -> ServeOptions {
+    ServeOptions {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        grpc: None,
+        max_queue: 64,
+        max_body: 1 << 20,
+        max_inflight: 1 << 30,
+        max_connections: 1024,
+        timeouts: Default::default(),
+    }
+}
+
 fn infer_body(input: &[f32]) -> String {
     serde_json::json!({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 3, 32, 32], "data": input}]})
         .to_string()
@@ -97,15 +111,7 @@ fn the_front_end_answers_the_protocol_with_the_devices_outputs() {
     let m = crate::onnx::import("mobilenet_style");
     let io = inputs_and_outputs(&m, &mut CpuDevice::new(3), 3, 8, 7).unwrap();
     let bench = cpu_bench(m);
-    let serve = ServeOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        grpc: None,
-        max_queue: 64,
-        max_body: 1 << 20,
-        max_inflight: 1 << 30,
-        max_connections: 1024,
-        timeouts: Default::default(),
-    };
+    let serve = loopback();
     let server = start(bench, cfg("lazy"), &serve).unwrap();
     let a = server.addr;
     assert_eq!(call(a, "GET", "/v2/health/live", "").0, 200);
@@ -620,15 +626,7 @@ fn half_sent_headers_do_not_hold_a_shutdown_and_slow_clients_are_timed_out() {
 fn a_waiting_requests_input_is_held_until_it_is_answered() {
     use std::time::{Duration, Instant};
     let m = crate::onnx::import("mobilenet_style");
-    let serve = ServeOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        grpc: None,
-        max_queue: 64,
-        max_body: 1 << 20,
-        max_inflight: 1 << 30,
-        max_connections: 1024,
-        timeouts: Default::default(),
-    };
+    let serve = loopback();
     // graph batching waits up to 1.5 s for a second request that never comes
     let server = start(cpu_bench(m), cfg("graph:1500"), &serve).unwrap();
     let a = server.addr;
@@ -669,17 +667,13 @@ fn a_refused_connection_is_told_so_whatever_it_sends_and_hundreds_in_a_row_are()
     let server = npu_server_with(
         "lazy",
         ServeOptions {
-            listen: "127.0.0.1:0".parse().unwrap(),
-            grpc: None,
-            max_queue: 64,
-            max_body: 1 << 20,
-            max_inflight: 1 << 30,
             max_connections: 1,
             timeouts: lazybatch::http::Timeouts {
                 header: long,
                 body: long,
                 shutdown: Duration::from_millis(500),
             },
+            ..loopback()
         },
     );
     let a = server.addr;
