@@ -364,3 +364,76 @@ fn a_fixed_number_of_rows_is_an_axis_in_and_out_and_a_coarser_input_is_not_serve
     let e = describe(&m, 0).err().unwrap().to_string();
     assert!(e.contains("coarser time resolution is not served"), "{e}");
 }
+
+/// A body sent as `chunks` and then, when `fails`, broken off (a reset connection reads so), or
+/// left open forever when `stalls`.
+struct Sent {
+    chunks: Vec<axum::body::Bytes>,
+    fails: bool,
+    stalls: bool,
+}
+
+impl hyper::body::Body for Sent {
+    type Data = axum::body::Bytes;
+    type Error = std::io::Error;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<std::result::Result<hyper::body::Frame<Self::Data>, Self::Error>>>
+    {
+        use std::task::Poll;
+        if !self.chunks.is_empty() {
+            let c = self.chunks.remove(0);
+            return Poll::Ready(Some(Ok(hyper::body::Frame::data(c))));
+        }
+        match (self.fails, self.stalls) {
+            (true, _) => Poll::Ready(Some(Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "connection reset mid-body",
+            )))),
+            (false, true) => Poll::Pending,
+            (false, false) => Poll::Ready(None),
+        }
+    }
+}
+
+#[test]
+fn a_body_is_read_whole_or_refused_as_too_large_too_slow_or_broken_off() {
+    let f = Front {
+        max_body: 10,
+        body_timeout: std::time::Duration::from_millis(50),
+        ..super::super::state::owned_front()
+    };
+    let read = |chunks: &[&[u8]], fails: bool, stalls: bool| {
+        let body = axum::body::Body::new(Sent {
+            chunks: chunks
+                .iter()
+                .map(|c| axum::body::Bytes::copy_from_slice(c))
+                .collect(),
+            fails,
+            stalls,
+        });
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap()
+            .block_on(received(&f, body))
+    };
+    // whole, at exactly the limit, in two parts
+    assert_eq!(
+        &read(&[b"01234", b"56789"], false, false).unwrap()[..],
+        b"0123456789"
+    );
+    // a byte past the limit: 413, naming the flag
+    let (st, msg) = read(&[b"01234", b"567890"], false, false).unwrap_err();
+    assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE, "{msg}");
+    assert!(msg.contains("--max-body-mib"), "{msg}");
+    // broken off after five bytes: 400 saying why, not counted too large
+    let (st, msg) = read(&[b"01234"], true, false).unwrap_err();
+    assert_eq!(st, StatusCode::BAD_REQUEST, "{msg}");
+    assert!(msg.contains("connection reset mid-body"), "{msg}");
+    // never finished: 408 at the body timeout, naming the flag
+    let (st, msg) = read(&[b"01234"], false, true).unwrap_err();
+    assert_eq!(st, StatusCode::REQUEST_TIMEOUT, "{msg}");
+    assert!(msg.contains("--body-timeout-s"), "{msg}");
+}
