@@ -53,7 +53,7 @@ area() {
     capacity)   files=('src/run/capacity/mod.rs' 'src/run/capacity/figure.rs')
                 tests=(--lib --test it -- capacity) ;;
     http)       files=('src/http/*.rs')
-                tests=(--lib --test it -- http grpc statistics hostile cli::serve) ;;
+                tests=(--lib --test it -- http grpc statistics hostile cli::serve cli::load) ;;
     onnx)       files=('src/graph/onnx/*.rs')
                 tests=(--lib --test it -- onnx) ;;
     *) echo "unknown area '$1' (scheduling, replicas, lengths, npu, metrics, capacity, http, onnx, all)" >&2; exit 2 ;;
