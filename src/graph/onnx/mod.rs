@@ -20,6 +20,8 @@ mod fold;
 mod patterns;
 mod proto;
 mod sequence;
+#[cfg(test)]
+mod test_graph;
 mod translate;
 mod values;
 mod vision;
@@ -48,6 +50,12 @@ pub fn is_onnx(path: &str) -> bool {
 /// Imports the ONNX model at `path`, fixing named axes by `dims`.
 pub fn import(path: &Path, dims: &Dims) -> Result<Model> {
     let bytes = crate::files::read(path, crate::files::MODEL_ONNX)?;
+    import_bytes(path, bytes, dims)
+}
+
+/// Imports the ONNX model `bytes` read from `path` (which names it in messages and places its
+/// external data), fixing named axes by `dims`.
+fn import_bytes(path: &Path, bytes: Vec<u8>, dims: &Dims) -> Result<Model> {
     let err = |msg: String| Error::Onnx {
         file: path.to_path_buf(),
         msg,
