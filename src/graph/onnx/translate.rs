@@ -507,3 +507,7 @@ impl Translator {
         self.emit(n, e, shape)
     }
 }
+
+#[cfg(test)]
+#[path = "translate_tests.rs"]
+mod tests;
