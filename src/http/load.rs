@@ -9,6 +9,7 @@
 
 use super::front::describe;
 use super::protocol::{le_bytes, tensor, Io, HEADER_LENGTH};
+use super::state::Hosted;
 use crate::device::exchange::lock;
 use crate::device::weights::fill_input;
 use crate::engine::Counters;
@@ -126,7 +127,7 @@ pub fn drive(model: &Model, traffic: Traffic, opts: &LoadOptions) -> Result<Load
         .build()
         .map_err(|e| Error::io("the load generator's runtime", e))?;
     let hosted = describe(model, 0)?;
-    let (input, max_dec) = (hosted.input, hosted.max_dec);
+    let input = hosted.input.clone();
     let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
     connector.set_nodelay(true);
     let client: Http = Client::builder(TokioExecutor::new())
@@ -166,7 +167,7 @@ pub fn drive(model: &Model, traffic: Traffic, opts: &LoadOptions) -> Result<Load
     let in_flight = Arc::new(AtomicUsize::new(0));
     let seen: Arc<Mutex<Vec<(Arrival, Seen, Nanos)>>> =
         Arc::new(Mutex::new(Vec::with_capacity(traffic.expected)));
-    let bodies = Bodies::new(&input, max_dec > 0, opts);
+    let bodies = Bodies::of(&hosted, opts);
     let origin = Instant::now();
     let mut tasks = tokio::task::JoinSet::new();
     for (i, a) in traffic.arrivals.enumerate() {
@@ -208,11 +209,17 @@ pub fn drive(model: &Model, traffic: Traffic, opts: &LoadOptions) -> Result<Load
     let seen = std::mem::take(&mut *lock(&seen));
     let mut out = tally(seen, opts)?;
     out.counters = delta(&before.0, &after.0);
-    let (sum, count) = (after.1 .0 - before.1 .0, after.1 .1 - before.1 .1);
-    out.server_mean_ms = (count > 0.0).then(|| 1e3 * sum / count);
+    out.server_mean_ms = server_mean_ms(before.1, after.1);
     (out.device, out.policy) = (device, policy);
     out.wall_s = wall_s;
     Ok(out)
+}
+
+/// The server's mean latency (ms) over the run, from its latency histogram's (sum in s,
+/// count) scraped before and after it; None when it counted no request meanwhile.
+fn server_mean_ms(before: (f64, f64), after: (f64, f64)) -> Option<f64> {
+    let (sum, count) = (after.0 - before.0, after.1 - before.1);
+    (count > 0.0).then(|| 1e3 * sum / count)
 }
 
 /// Every request into a [`Recorder`], in arrival order.
@@ -487,6 +494,11 @@ struct Bodies {
 }
 
 impl Bodies {
+    /// The bodies for the model `h` describes (asking for decoder steps when it has some).
+    fn of(h: &Hosted, opts: &LoadOptions) -> Self {
+        Bodies::new(&h.input, h.max_dec > 0, opts)
+    }
+
     fn new(input: &Io, decoder: bool, opts: &LoadOptions) -> Self {
         let mut b = Bodies {
             input: input.clone(),

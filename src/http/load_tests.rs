@@ -291,3 +291,46 @@ fn a_fixed_shape_body_is_built_once_and_a_sequence_or_an_sla_per_request() {
         "{data:?}"
     );
 }
+
+#[test]
+fn the_servers_mean_latency_is_over_the_run_and_none_when_it_counted_nothing() {
+    // 0.5 s over 5 requests during the run, after 1 s over 10 before it
+    assert_eq!(server_mean_ms((1.0, 10.0), (1.5, 15.0)), Some(100.0));
+    assert_eq!(server_mean_ms((0.0, 0.0), (0.25, 1.0)), Some(250.0));
+    assert_eq!(server_mean_ms((1.0, 10.0), (1.0, 10.0)), None);
+    assert_eq!(server_mean_ms((0.0, 0.0), (0.0, 0.0)), None);
+}
+
+#[test]
+fn a_models_bodies_ask_for_decoder_steps_only_where_it_decodes_and_keep_fixed_axes() {
+    let arrival = Arrival {
+        len: crate::graph::Lengths { enc: 7, dec: 3 },
+        ..Arrival::default()
+    };
+    let json = LoadOptions {
+        json_tensors: true,
+        ..opts()
+    };
+    let params = |model: &str| {
+        let m = crate::graph::zoo::load(model).unwrap();
+        let b = Bodies::of(&describe(&m, 0).unwrap(), &json);
+        opened(b.body(1, &arrival)).0
+    };
+    let v = params("gnmt");
+    assert_eq!(v["parameters"], json!({"decode_steps": 3}));
+    assert_eq!(v["inputs"][0]["shape"], json!([1, 7]));
+    let v = params("bert");
+    assert_eq!(v["parameters"], json!({}));
+    // a fixed axis of any size stays as it is; only -1 takes the request's length
+    let odd = Io {
+        name: "x".into(),
+        datatype: "FP32",
+        shape: vec![1, 0, -1],
+        vocab: None,
+        max_len: 80,
+        finite: true,
+    };
+    let (v, values) = opened(Bodies::new(&odd, false, &opts()).body(1, &arrival));
+    assert_eq!(v["inputs"][0]["shape"], json!([1, 0, 7]));
+    assert!(values.is_empty());
+}
