@@ -24,6 +24,16 @@ pub(crate) struct Built {
 /// A graph whose one input `name` holds `per_request` values of type `elem` a request (a
 /// batch axis `N` before them; a size of 0 is an axis without a size).
 pub(crate) fn graph(name: &str, elem: DataType, per_request: &[usize]) -> Built {
+    Built {
+        g: GraphProto {
+            input: vec![value_info(name, elem, per_request)],
+            ..Default::default()
+        },
+    }
+}
+
+/// A tensor value `name` of `per_request` values of type `elem` after a batch axis `N`.
+fn value_info(name: &str, elem: DataType, per_request: &[usize]) -> ValueInfoProto {
     let dim = |v: DimValue| Dimension {
         value: Some(v),
         ..Default::default()
@@ -34,7 +44,7 @@ pub(crate) fn graph(name: &str, elem: DataType, per_request: &[usize]) -> Built 
             d => dim(DimValue::DimValue(d as i64)),
         }))
         .collect();
-    let input = ValueInfoProto {
+    ValueInfoProto {
         name: Some(name.into()),
         r#type: Some(TypeProto {
             value: Some(TypeValue::TensorType(Tensor {
@@ -44,12 +54,6 @@ pub(crate) fn graph(name: &str, elem: DataType, per_request: &[usize]) -> Built 
             ..Default::default()
         }),
         ..Default::default()
-    };
-    Built {
-        g: GraphProto {
-            input: vec![input],
-            ..Default::default()
-        },
     }
 }
 
@@ -138,6 +142,40 @@ impl Built {
         self
     }
 
+    /// A further graph input.
+    pub(crate) fn input(mut self, name: &str, elem: DataType, per_request: &[usize]) -> Self {
+        self.g.input.push(value_info(name, elem, per_request));
+        self
+    }
+
+    /// The first input's axis `axis` (0: the batch axis) named `name` instead of sized.
+    pub(crate) fn named(mut self, axis: usize, name: &str) -> Self {
+        if let Some(TypeValue::TensorType(t)) = self.g.input[0]
+            .r#type
+            .as_mut()
+            .and_then(|t| t.value.as_mut())
+        {
+            if let Some(d) = t.shape.as_mut().and_then(|s| s.dim.get_mut(axis)) {
+                d.value = Some(DimValue::DimParam(name.into()));
+            }
+        }
+        self
+    }
+
+    /// The first input without a type.
+    pub(crate) fn untyped(mut self) -> Self {
+        self.g.input[0].r#type = None;
+        self
+    }
+
+    /// The last node in operator-set domain `domain`.
+    pub(crate) fn in_domain(mut self, domain: &str) -> Self {
+        if let Some(n) = self.g.node.last_mut() {
+            n.domain = Some(domain.into());
+        }
+        self
+    }
+
     /// A further output of the last node.
     pub(crate) fn also_output(mut self, name: &str) -> Self {
         if let Some(n) = self.g.node.last_mut() {
@@ -159,10 +197,17 @@ impl Built {
     pub(crate) fn encoded(&self) -> Vec<u8> {
         ModelProto {
             ir_version: Some(8),
-            opset_import: vec![OperatorSetIdProto {
-                domain: Some(String::new()),
-                version: Some(17),
-            }],
+            // a vendor's domain declared too, so that a node may name it
+            opset_import: vec![
+                OperatorSetIdProto {
+                    domain: Some(String::new()),
+                    version: Some(17),
+                },
+                OperatorSetIdProto {
+                    domain: Some("com.microsoft".into()),
+                    version: Some(1),
+                },
+            ],
             producer_name: Some("test_graph".into()),
             graph: Some(self.g.clone()),
             ..Default::default()
