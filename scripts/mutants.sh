@@ -18,7 +18,7 @@
 #   metrics     src/metrics (tallies, percentiles, .hgrm)
 #   capacity    src/run/capacity/ (the search, its bounds and its figure)
 #   http        src/http (the v2 protocol, gRPC, metrics, load)
-#   onnx        src/graph/onnx (translation, folding, patterns)
+#   onnx        src/graph/onnx and its decoder/ (translation, folding, patterns, GPT-2 exports)
 #   all         every area above
 # About 3–7 minutes for cargo-mutants' first build of an area, then 15–60 s a mutant on 2 cores
 # (the `mutants` profile: incremental, opt-level 1). A mutant that makes the tests hang counts
@@ -54,7 +54,7 @@ area() {
                 tests=(--lib --test it -- capacity) ;;
     http)       files=('src/http/*.rs')
                 tests=(--lib --test it -- http grpc statistics hostile cli::serve cli::load) ;;
-    onnx)       files=('src/graph/onnx/*.rs')
+    onnx)       files=('src/graph/onnx/*.rs' 'src/graph/onnx/decoder/*.rs')
                 tests=(--lib --test it -- onnx) ;;
     *) echo "unknown area '$1' (scheduling, replicas, lengths, npu, metrics, capacity, http, onnx, all)" >&2; exit 2 ;;
   esac
