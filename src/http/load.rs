@@ -301,11 +301,21 @@ async fn send(
         Err(e) => return Seen::Failed(Failure::Transport, unreachable_why(&e)),
     };
     let status = resp.status().as_u16();
-    let body = match http_body_util::Limited::new(resp.into_body(), cap)
+    let body = http_body_util::Limited::new(resp.into_body(), cap)
         .collect()
         .await
-    {
-        Ok(b) => b.to_bytes(),
+        .map(|b| b.to_bytes());
+    verdict(status, body, cap)
+}
+
+/// How a request left, from its answer's status and its body as read (at most `cap` bytes).
+fn verdict(
+    status: u16,
+    body: std::result::Result<Bytes, Box<dyn std::error::Error + Send + Sync>>,
+    cap: usize,
+) -> Seen {
+    let body = match body {
+        Ok(b) => b,
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             return Seen::Failed(
                 Failure::TooLarge,
@@ -391,6 +401,15 @@ fn shape_fits(served: &[i64], ours: &[i64]) -> bool {
             .all(|(k, (&s, &o))| s == o || (k == 0 && s == -1 && o == 1))
 }
 
+/// True when the server's description of its input (`served`, from its metadata) is the
+/// local model's `input`: its name, data type and shape.
+fn serves_as(served: &Value, input: &Io) -> bool {
+    let shape: Vec<i64> = serde_json::from_value(served["shape"].clone()).unwrap_or_default();
+    served["name"] == input.name.as_str()
+        && served["datatype"] == input.datatype
+        && shape_fits(&shape, &input.shape)
+}
+
 /// The server serves `name` with the input `input` describes; its device and policy.
 async fn check_metadata(
     client: &Http,
@@ -400,11 +419,7 @@ async fn check_metadata(
 ) -> Result<(String, String)> {
     let meta = get_json(client, &format!("{base}/v2/models/{name}")).await?;
     let served = &meta["inputs"][0];
-    let shape: Vec<i64> = serde_json::from_value(served["shape"].clone()).unwrap_or_default();
-    if served["name"] != input.name.as_str()
-        || served["datatype"] != input.datatype
-        || !shape_fits(&shape, &input.shape)
-    {
+    if !serves_as(served, input) {
         return Err(Error::invalid(
             "--model",
             format!(

@@ -187,6 +187,8 @@ fn an_unreachable_server_is_said_so_in_words() {
     let why = |e: Io| unreachable_why(&Wrapped(e));
     assert!(why(Io::from(ErrorKind::ConnectionRefused)).starts_with("connection refused"));
     assert_eq!(why(Io::from(ErrorKind::TimedOut)), "timed out");
+    // as the OS says it (ETIMEDOUT: "Connection timed out (os error 110)")
+    assert_eq!(why(Io::from_raw_os_error(110)), "timed out");
     for text in [
         "failed to lookup address information",
         "Name or service not known",
@@ -333,4 +335,72 @@ fn a_models_bodies_ask_for_decoder_steps_only_where_it_decodes_and_keep_fixed_ax
     let (v, values) = opened(Bodies::new(&odd, false, &opts()).body(1, &arrival));
     assert_eq!(v["inputs"][0]["shape"], json!([1, 0, 7]));
     assert!(values.is_empty());
+}
+
+#[test]
+fn an_answer_is_counted_by_its_status_its_error_and_whether_it_could_be_read() {
+    let ok = |b: &str| Ok(Bytes::copy_from_slice(b.as_bytes()));
+    assert!(matches!(verdict(200, ok("{}"), 100), Seen::Answered));
+    assert!(matches!(
+        verdict(503, ok(r#"{"error":"shed: its SLA cannot be met"}"#), 100),
+        Seen::Refused(Rejection::Shed)
+    ));
+    assert!(matches!(
+        verdict(503, ok(r#"{"error":"queue full (--max-queue)"}"#), 100),
+        Seen::Refused(Rejection::QueueFull)
+    ));
+    // a 503 for another reason, a 4xx and a 5xx: failures that quote the server
+    for (status, kind) in [
+        (503, "5xx"),
+        (500, "5xx"),
+        (404, "4xx"),
+        (400, "4xx"),
+        (499, "4xx"),
+    ] {
+        let seen = verdict(status, ok(r#"{"error":"stopping"}"#), 100);
+        let Seen::Failed(f, why) = seen else {
+            panic!("{status}: not a failure")
+        };
+        assert_eq!(format!("{f:?}"), format!("Http{kind}"), "{status}");
+        assert_eq!(why, format!(r#"{status}: {{"error":"stopping"}}"#));
+    }
+    // an answer longer than the cap, and one broken off: each under its own name
+    let over = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(http_body_util::Limited::new(Full::new(Bytes::from(vec![0u8; 10])), 5).collect())
+        .map(|c| c.to_bytes());
+    let Seen::Failed(Failure::TooLarge, why) = verdict(200, over, 5) else {
+        panic!("not counted too large")
+    };
+    assert_eq!(why, "200: an answer over 5 bytes (--max-response-mib)");
+    let broken = Err(std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset").into());
+    let Seen::Failed(Failure::Transport, why) = verdict(200, broken, 5) else {
+        panic!("not counted a transport failure")
+    };
+    assert_eq!(why, "reset");
+}
+
+#[test]
+fn the_server_must_describe_the_local_models_input_by_name_type_and_shape() {
+    let input = Io {
+        name: "src".into(),
+        datatype: "INT64",
+        shape: vec![-1, -1],
+        vocab: Some(5),
+        max_len: 80,
+        finite: true,
+    };
+    let served = json!({"name": "src", "datatype": "INT64", "shape": [-1, -1]});
+    assert!(serves_as(&served, &input));
+    for (field, other) in [
+        ("name", json!("input")),
+        ("datatype", json!("FP32")),
+        ("shape", json!([-1, 7])),
+    ] {
+        let mut v = served.clone();
+        v[field] = other;
+        assert!(!serves_as(&v, &input), "{field} differs");
+    }
+    assert!(!serves_as(&json!({}), &input));
 }
