@@ -151,7 +151,8 @@ impl Translator {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_graph::{computes, float, floats, int};
+    use super::super::proto::pb::tensor_proto::DataType;
+    use super::super::test_graph::{computes, float, floats, graph, int};
     use crate::graph::Op;
 
     /// `x[k] · w[k][n]` for one row.
@@ -267,6 +268,24 @@ mod tests {
     }
 
     #[test]
+    fn a_layer_after_an_embedding_reads_one_row_per_token() {
+        let table: Vec<f32> = (0..15).map(|i| i as f32 / 4.0 - 1.0).collect();
+        let m = graph("ids", DataType::Int64, &[4])
+            .init("table", &[5, 3], &table)
+            .init("w", &[3, 2], &W)
+            .node("emb", "Gather", &["table", "ids"], "e", vec![])
+            .node("mm", "MatMul", &["e", "w"], "y", vec![])
+            .output("y")
+            .import();
+        assert_eq!(m.nodes[2].out.feat, [2], "two features a row");
+        computes(&m, |ids| {
+            ids.iter()
+                .flat_map(|&id| times(&table[id as usize % 5 * 3..][..3], &W, 2))
+                .collect()
+        });
+    }
+
+    #[test]
     fn a_gemm_or_matmul_outside_what_is_computed_is_refused_naming_the_node() {
         let gemm = |attrs, b_dims: &[usize], c: Option<&[f32]>| {
             let mut b = floats(&[3]).init("b", b_dims, &W[..b_dims.iter().product()]);
@@ -308,6 +327,13 @@ mod tests {
             .output("y")
             .refused();
         assert!(e.contains("weight dims [1, 3, 2]: expected 2"), "{e}");
+        // rows that are not a token sequence's
+        let e = floats(&[2, 3])
+            .init("w", &[3, 2], &W)
+            .node("mm", "MatMul", &["x", "w"], "y", vec![])
+            .output("y")
+            .refused();
+        assert!(e.contains("input shape [2, 3]: expected rows"), "{e}");
         // an image is not a row: flatten first
         let e = floats(&[1, 2, 3])
             .init("w", &[3, 2], &W)

@@ -511,3 +511,7 @@ impl Translator {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "patterns_tests.rs"]
+mod tests;
