@@ -534,53 +534,5 @@ fn cast(c: Const, to: i64) -> R<Const> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn iv(dims: &[usize], v: &[i64]) -> Const {
-        ints(dims.to_vec(), v.to_vec())
-    }
-
-    #[test]
-    fn slices_unsqueezes_and_concats_compute_what_onnx_defines() {
-        // position ids [1, 8] sliced to the first 5 along axis 1
-        let ids = iv(&[1, 8], &[0, 1, 2, 3, 4, 5, 6, 7]);
-        let s = slice(ids, &[0], &[5], Some(vec![1]), None).unwrap();
-        assert_eq!(
-            (s.dims.clone(), s.i.clone()),
-            (vec![1, 5], vec![0, 1, 2, 3, 4])
-        );
-        let s = slice(iv(&[4], &[9, 8, 7, 6]), &[-3], &[i64::MAX], None, None).unwrap();
-        assert_eq!(s.i, [8, 7, 6]);
-        let u = squeeze(iv(&[], &[5]), &[0], true).unwrap();
-        assert_eq!(u.dims, [1]);
-        let c = concat(&[iv(&[1], &[BATCH]), u, iv(&[2], &[4, 8])], 0).unwrap();
-        assert_eq!((c.dims, c.i), (vec![4], vec![BATCH, 5, 4, 8]));
-        assert!(squeeze(iv(&[2], &[1, 2]), &[0], false).is_err());
-        assert_eq!(cast(iv(&[2], &[3, -1]), 1).unwrap().f, [3.0, -1.0]);
-    }
-
-    #[test]
-    fn masks_and_index_buffers_fold_as_numpy_computes_them() {
-        let r = range(iv(&[], &[0]), iv(&[], &[4]), iv(&[], &[1])).unwrap();
-        assert_eq!(r.i, [0, 1, 2, 3]);
-        assert_eq!(
-            range(iv(&[], &[5]), iv(&[], &[0]), iv(&[], &[-2]))
-                .unwrap()
-                .i,
-            [5, 3, 1]
-        );
-        // [1, 3] stretched to [2, 3]; [2, 1] against [3] broadcasts to [2, 3]
-        let e = gather_broadcast(&iv(&[1, 3], &[7, 8, 9]), &[2, 3]);
-        assert_eq!(e.i, [7, 8, 9, 7, 8, 9]);
-        assert_eq!(broadcast(&[&[2, 1], &[3]]).unwrap(), [2, 3]);
-        assert!(broadcast(&[&[2], &[3]]).is_err());
-        let col = gather_broadcast(&iv(&[2, 1], &[1, 2]), &[2, 3]);
-        assert_eq!(col.i, [1, 1, 1, 2, 2, 2]);
-        // out[i][j] = data[i][idx[i][j]] along axis 1
-        let data = iv(&[1, 4], &[10, 11, 12, 13]);
-        let g = gather_elements(&data, &iv(&[1, 3], &[3, 0, -1]), 1).unwrap();
-        assert_eq!(g.i, [13, 10, 13]);
-        assert!(gather_elements(&data, &iv(&[1, 1], &[4]), 1).is_err());
-    }
-}
+#[path = "fold_tests.rs"]
+mod tests;
