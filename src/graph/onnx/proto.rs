@@ -229,4 +229,128 @@ mod tests {
         };
         assert!(tensor(&half).unwrap_err().contains("FLOAT16"));
     }
+
+    #[test]
+    fn bools_and_int32s_read_from_raw_bytes_and_typed_fields_alike() {
+        let typed = |dt: DataType, v: &[i32]| TensorProto {
+            dims: vec![v.len() as i64],
+            data_type: Some(dt as i32),
+            int32_data: v.to_vec(),
+            ..Default::default()
+        };
+        let raw = |dt: DataType, b: &[u8], n: i64| TensorProto {
+            dims: vec![n],
+            data_type: Some(dt as i32),
+            raw_data: Some(b.to_vec()),
+            ..Default::default()
+        };
+        // a bool is one byte a value, any non-zero one true
+        assert_eq!(
+            tensor(&raw(DataType::Bool, &[0, 1, 2], 3)).unwrap().i,
+            [0, 1, 1]
+        );
+        assert_eq!(
+            tensor(&typed(DataType::Bool, &[0, 1, 5])).unwrap().i,
+            [0, 1, 1]
+        );
+        assert_eq!(
+            tensor(&raw(DataType::Bool, &[1], 2)).unwrap_err(),
+            "1 bool values for 2 elements"
+        );
+        let le: Vec<u8> = [-2i32, 7].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(tensor(&raw(DataType::Int32, &le, 2)).unwrap().i, [-2, 7]);
+        assert_eq!(
+            tensor(&typed(DataType::Int32, &[-2, 7])).unwrap().i,
+            [-2, 7]
+        );
+        let short = TensorProto {
+            dims: vec![2],
+            ..typed(DataType::Int32, &[1])
+        };
+        assert_eq!(tensor(&short).unwrap_err(), "1 int32 values for 2 elements");
+        let le: Vec<u8> = [-3i64].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(tensor(&raw(DataType::Int64, &le, 1)).unwrap().i, [-3]);
+        // dimensions: negative refused, overflow refused, none a scalar
+        let neg = TensorProto {
+            dims: vec![-1],
+            data_type: Some(DataType::Float as i32),
+            ..Default::default()
+        };
+        assert_eq!(tensor(&neg).unwrap_err(), "negative dimension -1");
+        let huge = TensorProto {
+            dims: vec![1 << 40, 1 << 40],
+            data_type: Some(DataType::Float as i32),
+            ..Default::default()
+        };
+        assert_eq!(tensor(&huge).unwrap_err(), "its dimensions overflow");
+        let scalar = TensorProto {
+            data_type: Some(DataType::Float as i32),
+            float_data: vec![2.5],
+            ..Default::default()
+        };
+        assert_eq!(
+            tensor(&scalar).unwrap(),
+            Const {
+                dims: vec![],
+                f: vec![2.5],
+                i: vec![]
+            }
+        );
+        assert!(tensor(&TensorProto::default())
+            .unwrap_err()
+            .contains("UNDEFINED"));
+        let code = TensorProto {
+            data_type: Some(99),
+            ..Default::default()
+        };
+        assert!(tensor(&code).unwrap_err().contains("code 99"));
+    }
+
+    #[test]
+    fn a_declared_dimension_is_fixed_named_or_unknown() {
+        use pb::tensor_shape_proto::Dimension;
+        use pb::type_proto::{Tensor, Value};
+        let v = |dims: Vec<Option<DimValue>>| ValueInfoProto {
+            r#type: Some(pb::TypeProto {
+                value: Some(Value::TensorType(Tensor {
+                    elem_type: Some(1),
+                    shape: Some(pb::TensorShapeProto {
+                        dim: dims
+                            .into_iter()
+                            .map(|value| Dimension {
+                                value,
+                                ..Default::default()
+                            })
+                            .collect(),
+                    }),
+                })),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let got = value_type(&v(vec![
+            Some(DimValue::DimValue(3)),
+            Some(DimValue::DimValue(0)),
+            Some(DimValue::DimValue(-1)),
+            Some(DimValue::DimParam("seq".into())),
+            Some(DimValue::DimParam(String::new())),
+            None,
+        ]));
+        assert_eq!(
+            got,
+            Some((
+                1,
+                vec![
+                    Dim::Fixed(3),
+                    Dim::Unknown,
+                    Dim::Unknown,
+                    Dim::Named("seq".into()),
+                    Dim::Unknown,
+                    Dim::Unknown
+                ]
+            ))
+        );
+        assert_eq!(value_type(&ValueInfoProto::default()), None);
+        assert!(is_float(1) && !is_float(7) && is_int(7) && is_int(6) && !is_int(1));
+    }
 }
