@@ -471,18 +471,17 @@ impl Translator {
             return self.bind(n, Val::Part(part));
         }
         let numel: usize = shape.iter().product();
-        let same: Vec<i64> = std::iter::once(-1)
-            .chain(shape.iter().map(|&d| d as i64))
-            .collect();
+        // the batch axis (whatever the target says there), then every axis as it is (0: copied)
+        let keeps = target.len() == shape.len() + 1
+            && target[1..]
+                .iter()
+                .zip(&shape)
+                .all(|(&t, &s)| t == s as i64 || t == 0);
         match target[..] {
             [b, f] if (b == -1 || b == 0 || b == 1) && (f == -1 || f == numel as i64) => {
                 self.flatten_to_row(n)
             }
-            _ if target.len() == same.len()
-                && target.iter().zip(&same).skip(1).all(|(t, s)| t == s || *t == 0) =>
-            {
-                self.alias(n)
-            }
+            _ if keeps => self.alias(n),
             _ => Err(format!(
                 "{}: shape {target:?} from one request's {shape:?}: only flattening to [batch, -1] is supported",
                 at(n)

@@ -2,6 +2,7 @@
 //! sums, flattens, reshapes and softmax, each against what ONNX defines, and each refusal
 //! naming its node. In a file of their own so that the module reads top to bottom.
 
+use super::super::proto::pb::tensor_proto::DataType;
 use super::super::proto::pb::AttributeProto;
 use super::super::test_graph::{computes, float, floats, int, tensor_f, Built};
 use crate::graph::Op;
@@ -250,6 +251,16 @@ fn constants_identities_and_flattens_compute_what_onnx_defines() {
         let e = b.output("y").refused();
         assert!(e.contains(want), "{want}: {e}");
     }
+    // the request's axes but one, each as it is: not the same shape
+    let e = image()
+        .init_i("s", &[3], &[-1, 2, 2])
+        .node("f", "Reshape", &["x", "s"], "y", vec![])
+        .output("y")
+        .refused();
+    assert!(
+        e.contains("shape [-1, 2, 2] from one request's [2, 2, 2]"),
+        "{e}"
+    );
     let e = image()
         .init_i("s", &[2], &[2, 4])
         .node("f", "Reshape", &["x", "s"], "y", vec![])
@@ -280,6 +291,26 @@ fn sums_and_softmax_compute_what_onnx_defines_and_refuse_what_they_do_not() {
             e.iter().map(|v| v / s).collect()
         });
     }
+    // over each row of a token sequence, by default
+    let table: Vec<f32> = (0..10).map(|i| i as f32 / 3.0 - 1.0).collect();
+    let m = super::super::test_graph::graph("ids", DataType::Int64, &[3])
+        .init("table", &[5, 2], &table)
+        .node("emb", "Gather", &["table", "ids"], "e", vec![])
+        .node("sm", "Softmax", &["e"], "y", vec![])
+        .output("y")
+        .import();
+    computes(&m, |ids| {
+        ids.iter()
+            .flat_map(|&id| {
+                let r = &table[id as usize % 5 * 2..][..2];
+                let max = r[0].max(r[1]);
+                let s: f32 = r.iter().map(|v| (v - max).exp()).sum();
+                r.iter()
+                    .map(move |v| (v - max).exp() / s)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    });
     let e = linear()
         .node("sm", "Softmax", &["h"], "y", vec![int("axis", 0)])
         .output("y")
@@ -329,6 +360,29 @@ fn sums_and_softmax_compute_what_onnx_defines_and_refuse_what_they_do_not() {
         .refused();
     assert!(
         e.contains("node 'r' (Relu): input 0 is a constant where a computed tensor"),
+        "{e}"
+    );
+    // a part of a pattern read by another operator: what may read it instead
+    let e = linear()
+        .init("half", &[], &[0.5])
+        .node("s", "Mul", &["h", "half"], "hs", vec![])
+        .node("r", "Relu", &["hs"], "y", vec![])
+        .output("y")
+        .refused();
+    assert!(
+        e.contains("node 'r' (Relu): input 0 is a tensor scaled by a constant that only the rest of the exact GELU x·0.5·(1 + erf(x/√2)) may read"),
+        "{e}"
+    );
+    let e = super::super::test_graph::graph("ids", DataType::Int64, &[4])
+        .init("table", &[5, 4], &[0.5; 20])
+        .init_i("split", &[4], &[0, 0, 2, 2])
+        .node("emb", "Gather", &["table", "ids"], "e", vec![])
+        .node("heads", "Reshape", &["e", "split"], "h", vec![])
+        .node("r", "Relu", &["h"], "y", vec![])
+        .output("y")
+        .refused();
+    assert!(
+        e.contains("input 0 is a tensor split into attention heads that only the rest of a self-attention (Reshape, Transpose, MatMul, Div, Softmax) may read"),
         "{e}"
     );
     let e = floats(&[3])
