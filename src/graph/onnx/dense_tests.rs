@@ -3,17 +3,8 @@
 //! naming its node.
 
 use super::super::proto::pb::tensor_proto::DataType;
-use super::super::test_graph::{computes, float, floats, graph, int};
+use super::super::test_graph::{computes, float, floats, graph, int, times, W};
 use crate::graph::Op;
-
-/// `x[k] · w[k][n]` for one row.
-fn times(x: &[f32], w: &[f32], cols: usize) -> Vec<f32> {
-    (0..cols)
-        .map(|j| x.iter().enumerate().map(|(i, v)| v * w[i * cols + j]).sum())
-        .collect()
-}
-
-const W: [f32; 6] = [1.0, -2.0, 0.5, 3.0, 0.25, -1.0];
 
 #[test]
 fn a_gemm_is_one_linear_layer_with_its_weights_in_our_order_and_its_bias() {

@@ -7,13 +7,11 @@ use super::super::proto::pb::tensor_proto::DataType;
 use super::super::proto::pb::AttributeProto;
 use super::super::test_graph::{computes, floats, graph, int, ints, Built};
 
-const W: [f32; 6] = [1.0, -2.0, 0.5, 3.0, 0.25, -1.0];
+use super::super::test_graph::W;
 
-/// `x[3] · W[3][2]`.
+/// What [`linear`] computes: `x[3] · W[3][2]`.
 fn times(x: &[f32]) -> Vec<f32> {
-    (0..2)
-        .map(|j| (0..3).map(|i| x[i] * W[i * 2 + j]).sum())
-        .collect()
+    super::super::test_graph::times(x, &W, 2)
 }
 
 /// erf by its Maclaurin series in f64 (exact to far below f32 for |x| < 5).
@@ -50,14 +48,19 @@ fn linear() -> Built {
         .node("mm", "MatMul", &["x", "w"], "h", vec![])
 }
 
+/// [`linear`] then `c = 1 + erf(h / √2)`, as PyTorch spells it.
+fn one_plus_erf() -> Built {
+    linear()
+        .node("d", "Div", &["h", "sqrt2"], "a", vec![])
+        .node("e", "Erf", &["a"], "b", vec![])
+        .node("p", "Add", &["b", "one"], "c", vec![])
+}
+
 #[test]
 fn the_exact_gelu_fuses_into_its_layer_whatever_the_order_of_its_factors() {
     let spellings = [
         // x / √2 → erf → 1 + · → x · · → · 0.5 (PyTorch's)
-        linear()
-            .node("d", "Div", &["h", "sqrt2"], "a", vec![])
-            .node("e", "Erf", &["a"], "b", vec![])
-            .node("p", "Add", &["b", "one"], "c", vec![])
+        one_plus_erf()
             .node("m", "Mul", &["h", "c"], "g", vec![])
             .node("m2", "Mul", &["g", "half"], "y", vec![]),
         // x · 1/√2, the constants first, 0.5 before x
@@ -68,24 +71,15 @@ fn the_exact_gelu_fuses_into_its_layer_whatever_the_order_of_its_factors() {
             .node("m", "Mul", &["half", "c"], "g", vec![])
             .node("m2", "Mul", &["g", "h"], "y", vec![]),
         // (x · 0.5) · (1 + erf)
-        linear()
-            .node("d", "Div", &["h", "sqrt2"], "a", vec![])
-            .node("e", "Erf", &["a"], "b", vec![])
-            .node("p", "Add", &["b", "one"], "c", vec![])
+        one_plus_erf()
             .node("s", "Mul", &["h", "half"], "hs", vec![])
             .node("m", "Mul", &["c", "hs"], "y", vec![]),
         // 0.5 · x first, the product the other way round
-        linear()
-            .node("d", "Div", &["h", "sqrt2"], "a", vec![])
-            .node("e", "Erf", &["a"], "b", vec![])
-            .node("p", "Add", &["b", "one"], "c", vec![])
+        one_plus_erf()
             .node("s", "Mul", &["half", "h"], "hs", vec![])
             .node("m", "Mul", &["hs", "c"], "y", vec![]),
         // x · (1 + erf) then · 0.5 with the constant first
-        linear()
-            .node("d", "Div", &["h", "sqrt2"], "a", vec![])
-            .node("e", "Erf", &["a"], "b", vec![])
-            .node("p", "Add", &["b", "one"], "c", vec![])
+        one_plus_erf()
             .node("m", "Mul", &["c", "h"], "g", vec![])
             .node("m2", "Mul", &["half", "g"], "y", vec![]),
     ];
@@ -122,10 +116,7 @@ fn the_exact_gelu_fuses_into_its_layer_whatever_the_order_of_its_factors() {
         .refused();
     assert!(e.contains("node 'g' (Gelu): approximate = sigmoid"), "{e}");
     // the layer's output read by another node too: the GELU is a node of its own
-    let m = linear()
-        .node("d", "Div", &["h", "sqrt2"], "a", vec![])
-        .node("e", "Erf", &["a"], "b", vec![])
-        .node("p", "Add", &["b", "one"], "c", vec![])
+    let m = one_plus_erf()
         .node("m", "Mul", &["h", "c"], "g", vec![])
         .node("m2", "Mul", &["g", "half"], "y", vec![])
         .node("sum", "Add", &["y", "h"], "z", vec![])
@@ -164,11 +155,8 @@ fn a_gelu_spelled_otherwise_is_refused_naming_the_node() {
     );
     // 0.25 in place of 0.5: never complete
     let e = refused(
-        linear()
+        one_plus_erf()
             .init("quarter", &[], &[0.25])
-            .node("d", "Div", &["h", "sqrt2"], "a", vec![])
-            .node("e", "Erf", &["a"], "b", vec![])
-            .node("p", "Add", &["b", "one"], "c", vec![])
             .node("m", "Mul", &["h", "c"], "g", vec![])
             .node("m2", "Mul", &["g", "quarter"], "y", vec![]),
         "y",
@@ -179,12 +167,9 @@ fn a_gelu_spelled_otherwise_is_refused_naming_the_node() {
     );
     // the product with another tensor than the erf's
     let e = refused(
-        linear()
+        one_plus_erf()
             .init("w2", &[3, 2], &W)
             .node("mm2", "MatMul", &["x", "w2"], "h2", vec![])
-            .node("d", "Div", &["h", "sqrt2"], "a", vec![])
-            .node("e", "Erf", &["a"], "b", vec![])
-            .node("p", "Add", &["b", "one"], "c", vec![])
             .node("m", "Mul", &["h2", "c"], "y", vec![]),
         "y",
     );

@@ -236,6 +236,16 @@ impl Built {
     }
 }
 
+/// A 3 × 2 weight matrix of distinct values, for linear layers.
+pub(crate) const W: [f32; 6] = [1.0, -2.0, 0.5, 3.0, 0.25, -1.0];
+
+/// One row `x[k]` times the matrix `w[k][cols]`.
+pub(crate) fn times(x: &[f32], w: &[f32], cols: usize) -> Vec<f32> {
+    (0..cols)
+        .map(|j| x.iter().enumerate().map(|(i, v)| v * w[i * cols + j]).sum())
+        .collect()
+}
+
 /// `m` served alone on the CPU device for three requests: each one's input and output.
 pub(crate) fn run(m: &Model) -> Vec<RequestIo> {
     let mut dev = crate::device::cpu::CpuDevice::new(1);

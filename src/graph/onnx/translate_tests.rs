@@ -7,13 +7,11 @@ use super::super::proto::pb::AttributeProto;
 use super::super::test_graph::{computes, float, floats, int, tensor_f, Built};
 use crate::graph::Op;
 
-const W: [f32; 6] = [1.0, -2.0, 0.5, 3.0, 0.25, -1.0];
+use super::super::test_graph::W;
 
-/// `x[3] · W[3][2]`.
+/// What [`linear`] computes: `x[3] · W[3][2]`.
 fn times(x: &[f32]) -> Vec<f32> {
-    (0..2)
-        .map(|j| (0..3).map(|i| x[i] * W[i * 2 + j]).sum())
-        .collect()
+    super::super::test_graph::times(x, &W, 2)
 }
 
 /// A linear layer `mm` of 3 → 2 reading `x`, output `h`.
