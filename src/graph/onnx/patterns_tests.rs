@@ -4,8 +4,7 @@
 //! module reads top to bottom.
 
 use super::super::proto::pb::tensor_proto::DataType;
-use super::super::proto::pb::AttributeProto;
-use super::super::test_graph::{computes, floats, graph, int, ints, Built};
+use super::super::test_graph::{computes, erf_series, floats, graph, int, ints, string, Built};
 
 use super::super::test_graph::W;
 
@@ -14,27 +13,12 @@ fn times(x: &[f32]) -> Vec<f32> {
     super::super::test_graph::times(x, &W, 2)
 }
 
-/// erf by its Maclaurin series in f64 (exact to far below f32 for |x| < 5).
 fn erf(x: f32) -> f32 {
-    let x = f64::from(x);
-    let (mut term, mut sum) = (x, x);
-    for n in 1..200 {
-        term *= -x * x / n as f64;
-        sum += term / (2 * n + 1) as f64;
-    }
-    (sum * 2.0 / std::f64::consts::PI.sqrt()) as f32
+    erf_series(f64::from(x)) as f32
 }
 
 fn gelu(v: f32) -> f32 {
     0.5 * v * (1.0 + erf(v / std::f32::consts::SQRT_2))
-}
-
-fn string(name: &str, v: &str) -> AttributeProto {
-    AttributeProto {
-        name: Some(name.into()),
-        s: Some(v.as_bytes().to_vec()),
-        ..Default::default()
-    }
 }
 
 /// A linear layer `h` (3 → 2) with the scalars GELU's spellings use.

@@ -89,6 +89,25 @@ pub(crate) fn ints(name: &str, v: &[i64]) -> AttributeProto {
     }
 }
 
+/// A string attribute.
+pub(crate) fn string(name: &str, v: &str) -> AttributeProto {
+    AttributeProto {
+        name: Some(name.into()),
+        s: Some(v.as_bytes().to_vec()),
+        ..Default::default()
+    }
+}
+
+/// erf by its Maclaurin series in f64 (exact to far below f32 for |x| < 5).
+pub(crate) fn erf_series(x: f64) -> f64 {
+    let (mut term, mut sum) = (x, x);
+    for n in 1..200 {
+        term *= -x * x / n as f64;
+        sum += term / (2 * n + 1) as f64;
+    }
+    sum * 2.0 / std::f64::consts::PI.sqrt()
+}
+
 /// A float tensor of `dims` holding `f`.
 pub(crate) fn tensor_f(dims: &[usize], f: &[f32]) -> TensorProto {
     TensorProto {
@@ -100,6 +119,11 @@ pub(crate) fn tensor_f(dims: &[usize], f: &[f32]) -> TensorProto {
 }
 
 impl Built {
+    /// A graph built elsewhere (a decoder export: [`super::decoder`]'s tests).
+    pub(crate) fn of(g: GraphProto) -> Self {
+        Built { g }
+    }
+
     /// A float initializer.
     pub(crate) fn init(mut self, name: &str, dims: &[usize], f: &[f32]) -> Self {
         let t = TensorProto {

@@ -246,10 +246,11 @@ impl Graph<'_> {
                 } else {
                     c.f.iter().map(|&v| v != 0.0).collect()
                 };
-                let tril = v
-                    .chunks(rows * cols)
-                    .all(|m| (0..rows * cols).all(|e| m[e] == (e % cols <= e / cols)));
-                return if tril && !v.is_empty() {
+                // (an empty mask is none: and no chunks of 0 values)
+                let tril = !v.is_empty()
+                    && v.chunks(rows * cols)
+                        .all(|m| (0..rows * cols).all(|e| m[e] == (e % cols <= e / cols)));
+                return if tril {
                     Ok(())
                 } else {
                     Err(format!(

@@ -371,7 +371,13 @@ impl Graph<'_> {
                 "Erf" => a.iter().map(|&v| erf(v)).collect(),
                 _ => match attr_s(n, "approximate", "none").as_str() {
                     "tanh" => a.iter().map(|&v| gelu_tanh(v)).collect(),
-                    _ => a.iter().map(|&v| gelu_exact(v)).collect(),
+                    "none" => a.iter().map(|&v| gelu_exact(v)).collect(),
+                    other => {
+                        return Err(format!(
+                            "{}: approximate = \"{other}\", neither GELU's (\"none\" or \"tanh\")",
+                            at(n)
+                        ))
+                    }
                 },
             };
             vals.insert(n.output[0].as_str(), y);
@@ -477,16 +483,16 @@ impl Graph<'_> {
     }
 }
 
-fn gelu_tanh(x: f32) -> f32 {
+pub(super) fn gelu_tanh(x: f32) -> f32 {
     0.5 * x * (1.0 + ((2.0 / std::f32::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
 }
 
-fn gelu_exact(x: f32) -> f32 {
+pub(super) fn gelu_exact(x: f32) -> f32 {
     0.5 * x * (1.0 + erf(x / std::f32::consts::SQRT_2))
 }
 
 /// The error function (Abramowitz and Stegun 7.1.26, within 1.5e-7).
-fn erf(x: f32) -> f32 {
+pub(super) fn erf(x: f32) -> f32 {
     let t = 1.0 / (1.0 + 0.327_591_1 * x.abs());
     let y = 1.0
         - (((((1.061_405_4 * t - 1.453_152_1) * t) + 1.421_413_7) * t - 0.284_496_74) * t
