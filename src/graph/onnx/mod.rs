@@ -105,6 +105,16 @@ fn import_bytes(path: &Path, bytes: Vec<u8>, dims: &Dims) -> Result<Model> {
 /// The largest external data file read (bytes): more than any model this project imports.
 const MAX_EXTERNAL: u64 = 16 << 30;
 
+/// A file of `len` bytes of external data is read, or why not.
+fn within_external_limit(len: u64) -> std::result::Result<(), String> {
+    match len > MAX_EXTERNAL {
+        true => Err(format!(
+            "{len} bytes of external data, more than the {MAX_EXTERNAL} read"
+        )),
+        false => Ok(()),
+    }
+}
+
 /// Reads the initializers an exporter stored in external files (`torch.onnx.export` does
 /// for large models: `model.onnx.data` beside `model.onnx`) into the tensors themselves. A
 /// location must be a relative path inside the model's directory, as the ONNX spec requires,
@@ -170,12 +180,7 @@ fn load_external(g: &mut GraphProto, model: &Path) -> std::result::Result<(), St
             if !meta.is_file() {
                 return Err(shown(&"external data must be a regular file"));
             }
-            if meta.len() > MAX_EXTERNAL {
-                return Err(shown(&format!(
-                    "{} bytes of external data, more than the {MAX_EXTERNAL} read",
-                    meta.len()
-                )));
-            }
+            within_external_limit(meta.len()).map_err(|e| shown(&e))?;
             let data = std::fs::read(&real).map_err(|e| shown(&e))?;
             files.insert(loc.clone(), data);
         }
@@ -319,10 +324,11 @@ fn identity(path: &Path, model: &ModelProto) -> (String, String) {
         .and_then(|o| o.version)
         .unwrap_or(0);
     let producer = format!("{} {}", model.producer_name(), model.producer_version());
-    (
-        stem,
-        format!("imported from ONNX (opset {opset}, {})", producer.trim()),
-    )
+    let about = match producer.trim() {
+        "" => format!("imported from ONNX (opset {opset})"),
+        by => format!("imported from ONNX (opset {opset}, {by})"),
+    };
+    (stem, about)
 }
 
 fn header(path: &Path, model: &ModelProto) -> String {

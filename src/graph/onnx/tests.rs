@@ -114,7 +114,7 @@ fn external_data_is_read_from_the_models_directory_and_never_through_a_link_out_
 }
 
 use proto::pb::tensor_proto::DataType;
-use test_graph::{floats, graph, Built};
+use test_graph::{floats, graph, Built, W};
 
 /// `x` through a ReLU: the smallest graph that imports.
 fn relu(b: Built) -> Built {
@@ -243,6 +243,78 @@ fn the_graph_has_one_output_the_last_node_computes() {
         .node("r", "Relu", &["x"], "y", vec![])
         .output("q"));
     assert!(e.contains("output 'q' is never computed"), "{e}");
+    // the output a layer's, read by an activation too: the activation is not fused into the
+    // layer the output names (the output counts as a reader), and follows it
+    let e = why(floats(&[3])
+        .init("w", &[3, 2], &W)
+        .node("mm", "MatMul", &["x", "w"], "h", vec![])
+        .node("r", "Relu", &["h"], "y", vec![])
+        .output("h"));
+    assert!(
+        e.contains("output 'h' is not the last node computed (other nodes follow it)"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_onnx_file_is_known_by_its_extension_in_any_case() {
+    for (path, onnx) in [
+        ("resnet50.onnx", true),
+        ("models/BERT.ONNX", true),
+        ("a.Onnx", true),
+        ("resnet50.toml", false),
+        ("onnx", false),
+        ("model.onnx.data", false),
+        ("", false),
+    ] {
+        assert_eq!(is_onnx(path), onnx, "{path}");
+    }
+}
+
+#[test]
+fn external_data_up_to_its_limit_is_read() {
+    assert_eq!(within_external_limit(0), Ok(()));
+    assert_eq!(within_external_limit(MAX_EXTERNAL), Ok(()));
+    assert_eq!(
+        within_external_limit(MAX_EXTERNAL + 1),
+        Err("17179869185 bytes of external data, more than the 17179869184 read".into())
+    );
+}
+
+#[test]
+fn an_imported_model_is_named_for_its_file_and_described_by_its_onnx_opset_and_producer() {
+    use proto::pb::OperatorSetIdProto;
+    let set = |domain: &str, version: i64| OperatorSetIdProto {
+        domain: Some(domain.into()),
+        version: Some(version),
+    };
+    // ONNX's own operator set, by either of its names, wherever it is listed
+    let model = ModelProto {
+        opset_import: vec![set("com.microsoft", 1), set("ai.onnx", 17)],
+        producer_name: Some("pytorch".into()),
+        producer_version: Some("2.5.0".into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        identity(Path::new("dir/bert.onnx"), &model),
+        (
+            "bert".to_string(),
+            "imported from ONNX (opset 17, pytorch 2.5.0)".to_string()
+        )
+    );
+    let model = ModelProto {
+        opset_import: vec![set("ai.onnx.ml", 3), set("", 13)],
+        ..Default::default()
+    };
+    assert_eq!(
+        identity(Path::new("m.onnx"), &model).1,
+        "imported from ONNX (opset 13)"
+    );
+    assert_eq!(
+        identity(Path::new("/"), &ModelProto::default()).0,
+        "onnx",
+        "a path without a file name"
+    );
 }
 
 #[test]

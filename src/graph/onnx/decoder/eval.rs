@@ -295,13 +295,15 @@ impl<'a, 'g> Eval<'a, 'g> {
                 let mut v = Vec::new();
                 for o in 0..outer {
                     for &i in &idx.ints() {
-                        let i = if i < 0 { i + data.dims[ax] as i64 } else { i } as usize;
-                        let base = (o * data.dims[ax] + i) * inner;
-                        v.extend_from_slice(
-                            data.v
-                                .get(base..base + inner)
-                                .ok_or_else(|| e("index out of range".into()))?,
-                        );
+                        // (negative from the end; outside the axis either way refused)
+                        let size = data.dims[ax];
+                        let i = if i < 0 { i + size as i64 } else { i };
+                        let i = usize::try_from(i)
+                            .ok()
+                            .filter(|&i| i < size)
+                            .ok_or_else(|| e("index out of range".into()))?;
+                        let base = (o * size + i) * inner;
+                        v.extend_from_slice(&data.v[base..base + inner]);
                     }
                 }
                 let mut dims = data.dims[..ax].to_vec();
@@ -436,3 +438,7 @@ impl<'a, 'g> Eval<'a, 'g> {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+#[path = "eval_tests.rs"]
+mod tests;
