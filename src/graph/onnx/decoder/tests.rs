@@ -8,6 +8,7 @@ use super::test_export::{
     export, past_names, reference_logits, transposed, Gelu, Linear, Mask, Params, Spelling,
     SplitSizes, D, FFN, LAYERS, POS, VOCAB,
 };
+use crate::graph::onnx::proto::pb::tensor_proto::DataType;
 use crate::graph::onnx::proto::pb::tensor_shape_proto::Dimension;
 use crate::graph::onnx::proto::pb::type_proto::Value as TypeValue;
 use crate::graph::onnx::proto::pb::{
@@ -597,17 +598,35 @@ fn attention_off_gpt2_s_is_refused_naming_the_node() {
         "(Div): a scale by a constant was expected",
     );
     refused(
+        |g| {
+            let t = init(g, "sqrt_dh");
+            t.data_type = Some(DataType::Int64 as i32);
+            (t.float_data, t.int64_data) = (vec![], vec![2]);
+        },
+        "(Div): a scale by a constant was expected",
+    );
+    refused(
         |g| named_f(g, "sqrt_dh", 7.0),
         "scales the scores by 0.14285715, not 1/sqrt(4) = 0.5",
     );
+    let by_mul = Spelling {
+        scale_by_mul: true,
+        ..Spelling::FIXTURE
+    };
     refused_as(
-        Spelling {
-            scale_by_mul: true,
-            ..Spelling::FIXTURE
-        },
+        by_mul,
         |g| named_f(g, "inv_sqrt_dh", 0.25),
         "(Mul): scales the scores by 0.25, not 1/sqrt(4) = 0.5",
     );
+    // within 1e-5 of the scale, relatively: 0.500002 is, 0.50001 is not
+    refused_as(
+        by_mul,
+        |g| named_f(g, "inv_sqrt_dh", 0.50001),
+        "(Mul): scales the scores by 0.50001, not 1/sqrt(4) = 0.5",
+    );
+    let mut g = export(by_mul, &Params::new(true));
+    named_f(&mut g, "inv_sqrt_dh", 0.500002);
+    assert!(translate(&g).is_ok());
     refused(
         |g| nth(g, "Div", 0).op_type = Some("Sub".into()),
         "one Div or Mul was expected to read it, found 0",
@@ -679,8 +698,20 @@ fn a_mask_that_is_not_causal_is_refused() {
         |g| nth(g, "Where", 0).input.swap(1, 2),
         "(Where): the scores where the mask holds, a large negative value elsewhere",
     );
+    // (-1e4 and below is large: -9999 is not, nor an integer)
     refused(
-        |g| named_f(g, "mask_value", -100.0),
+        |g| named_f(g, "mask_value", -9999.0),
+        "the scores where the mask holds, a large negative value elsewhere",
+    );
+    let mut g = export(Spelling::FIXTURE, &Params::new(true));
+    named_f(&mut g, "mask_value", -1e4);
+    assert!(translate(&g).is_ok());
+    refused(
+        |g| {
+            let t = init(g, "mask_value");
+            t.data_type = Some(DataType::Int64 as i32);
+            (t.float_data, t.int64_data) = (vec![], vec![-100_000]);
+        },
         "the scores where the mask holds, a large negative value elsewhere",
     );
     // the additive mask: a key after the query seen, or a small penalty
