@@ -114,7 +114,8 @@ impl Graph<'_> {
             self.additive_causal_mask(m, w, s)?;
         }
         let sm = self.reader(&w.output[0], "Softmax")?;
-        if attr_i(sm, "axis", -1) != -1 && attr_i(sm, "axis", -1) != 3 {
+        let axis = attr_i(sm, "axis", -1);
+        if axis != -1 && axis != 3 {
             return Err(format!(
                 "{}: over the last axis (the keys) was expected",
                 at(sm)

@@ -575,6 +575,29 @@ fn attention_off_gpt2_s_is_refused_naming_the_node() {
         |g| g.output.retain(|o| o.name() != "present.1.value"),
         "its result (the present) is not a graph output",
     );
+    // the past copied (an Identity, or a Concat of it alone) before, but not computed on or
+    // joined with another
+    let copies = Spelling {
+        copies: true,
+        ..Spelling::FIXTURE
+    };
+    let mut g = export(copies, &Params::new(true));
+    nth(&mut g, "Identity", 0).op_type = Some("Concat".into());
+    assert!(translate(&g).is_ok());
+    refused_as(
+        copies,
+        |g| nth(g, "Identity", 0).op_type = Some("Tanh".into()),
+        "the past 'past_key_values.0.key' then this step's, along the sequence, was expected",
+    );
+    refused_as(
+        copies,
+        |g| {
+            let n = nth(g, "Identity", 0);
+            n.op_type = Some("Concat".into());
+            n.input.push(n.input[0].clone());
+        },
+        "the past 'past_key_values.0.key' then this step's, along the sequence, was expected",
+    );
     // the scores: K not transposed, Q and K swapped, scaled by a vector or by 1/7, or by a
     // computed value
     refused(
@@ -631,11 +654,14 @@ fn attention_off_gpt2_s_is_refused_naming_the_node() {
         |g| nth(g, "Div", 0).op_type = Some("Sub".into()),
         "one Div or Mul was expected to read it, found 0",
     );
-    // the softmax over another axis; the weights times K
+    // the softmax over another axis (none given is the last); the weights times K
     refused(
         |g| set(nth(g, "Softmax", 0), int("axis", 2)),
         "(Softmax): over the last axis (the keys) was expected",
     );
+    let mut g = export(Spelling::FIXTURE, &Params::new(true));
+    nth(&mut g, "Softmax", 0).attribute.clear();
+    assert!(translate(&g).is_ok());
     refused(
         |g| nth(g, "MatMul", 1).input[1] = "present.0.key".into(),
         "(MatMul): the weights times V (the present values) was expected",
