@@ -763,6 +763,35 @@ fn a_mask_that_is_not_causal_is_refused() {
         },
         "the mask added to the scores is not causal for 5 tokens after 0 (shape [1, 5, 1, 5])",
     );
+    // the mask as [seq, keys] alone is causal; its rows twice over along the queries is not
+    let mut g = export(additive, &Params::new(true));
+    let (m, m4) = {
+        let n = nth(&mut g, "Unsqueeze", 5);
+        (n.input[0].clone(), n.output[0].clone())
+    };
+    for n in g.node.iter_mut().filter(|n| n.input.contains(&m4)) {
+        n.input[1] = m.clone();
+    }
+    assert!(translate(&g).is_ok());
+    refused_as(
+        additive,
+        |g| {
+            let n = nth(g, "Unsqueeze", 5);
+            let (m4, twice) = (n.output[0].clone(), "twice".to_string());
+            for n in g.node.iter_mut().filter(|n| n.input.contains(&m4)) {
+                n.input[1] = twice.clone();
+            }
+            g.node.push(NodeProto {
+                input: vec![m4.clone(), m4],
+                output: vec![twice],
+                name: Some("twice".into()),
+                op_type: Some("Concat".into()),
+                attribute: vec![int("axis", 2)],
+                ..NodeProto::default()
+            });
+        },
+        "(Add): the mask added to the scores is not causal for 5 tokens after 0 (shape [1, 1, 10, 5])",
+    );
     // the mask reading the hidden states: not a shape computation
     refused_as(
         additive,
