@@ -792,6 +792,40 @@ fn a_mask_that_is_not_causal_is_refused() {
         },
         "(Add): the mask added to the scores is not causal for 5 tokens after 0 (shape [1, 1, 10, 5])",
     );
+    // every row checked: the last query (position 4) kept from keys 2 on, which only a check
+    // of the rows after the first two (a prompt of 5) or of the second row's last keys (2
+    // after 3) sees
+    refused_as(
+        additive,
+        |g| {
+            let le = nth(g, "LessOrEqual", 0).clone();
+            let (c2, r2, seen) = (&le.input[0], &le.input[1], &le.output[0]);
+            for n in g.node.iter_mut().filter(|n| n.input.contains(seen)) {
+                n.input[0] = "window".into();
+            }
+            for (name, v) in [("four", 4), ("two_keys", 2)] {
+                g.initializer.push(TensorProto {
+                    name: Some(name.into()),
+                    data_type: Some(DataType::Int64 as i32),
+                    int64_data: vec![v],
+                    ..Default::default()
+                });
+            }
+            let node = |op: &str, input: [&str; 2], out: &str| NodeProto {
+                input: input.iter().map(|s| s.to_string()).collect(),
+                output: vec![out.into()],
+                name: Some(out.into()),
+                op_type: Some(op.into()),
+                ..NodeProto::default()
+            };
+            g.node.push(node("Equal", [r2, "four"], "last_query"));
+            g.node.push(node("Less", [c2, "two_keys"], "first_keys"));
+            let mut w = node("Where", ["last_query", "first_keys"], "window");
+            w.input.push(seen.clone());
+            g.node.push(w);
+        },
+        "(Add): the mask added to the scores is not causal for 5 tokens after 0 (shape [1, 1, 5, 5])",
+    );
     // the mask reading the hidden states: not a shape computation
     refused_as(
         additive,
