@@ -691,7 +691,15 @@ fn named_f(g: &mut GraphProto, prefix: &str, v: f32) {
 
 #[test]
 fn a_mask_that_is_not_causal_is_refused() {
-    // the buffer: all true, a vector, empty, or no buffer at all
+    // the buffer: all true, its last position unable to see itself, a vector, empty, or no
+    // buffer at all
+    refused(
+        |g| {
+            let t = init(g, "attn_bias");
+            *t.raw_data.as_mut().unwrap().last_mut().unwrap() = 0;
+        },
+        "is not lower-triangular (causal)",
+    );
     refused(
         |g| {
             let t = init(g, "attn_bias");
