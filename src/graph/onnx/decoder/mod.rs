@@ -450,6 +450,10 @@ pub(super) fn translate(
 }
 
 #[cfg(test)]
+mod attention_tests;
+#[cfg(test)]
+mod refusal_tests;
+#[cfg(test)]
 mod test_export;
 #[cfg(test)]
 mod tests;

@@ -16,6 +16,8 @@ use crate::graph::onnx::proto::pb::{
     AttributeProto, GraphProto, NodeProto, TensorProto, TensorShapeProto, TypeProto, ValueInfoProto,
 };
 use crate::graph::onnx::test_graph::{erf_series, int, ints, string};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 /// Layers.
 pub(crate) const LAYERS: usize = 2;
@@ -168,20 +170,12 @@ pub(crate) struct Params {
     pub(crate) lm: Vec<f32>,
 }
 
-/// Values in `[lo, hi)` from a fixed linear congruential sequence.
-struct Draw(u64);
+/// Values in `[lo, hi)` from a seeded generator (the same on every run).
+struct Draw(StdRng);
 
 impl Draw {
     fn next(&mut self, lo: f32, hi: f32, n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                self.0 = self
-                    .0
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407);
-                lo + (hi - lo) * ((self.0 >> 40) as f32 / (1u64 << 24) as f32)
-            })
-            .collect()
+        (0..n).map(|_| self.0.random_range(lo..hi)).collect()
     }
 }
 
@@ -195,7 +189,7 @@ pub(crate) fn transposed(w: &[f32], rows: usize, cols: usize) -> Vec<f32> {
 impl Params {
     /// Fixed parameters; the logits tied to the token table or a table of their own.
     pub(crate) fn new(tied: bool) -> Params {
-        let mut r = Draw(7);
+        let mut r = Draw(StdRng::seed_from_u64(7));
         let mut lin = |k: usize, n: usize| {
             let s = 1.5 / (k as f32).sqrt();
             Lin {
