@@ -306,6 +306,12 @@ fn slice_clamps_its_bounds_and_counts_negative_ones_from_the_end() {
         Ok(t(&[3], &[7.0, 8.0, 9.0]))
     );
     assert_eq!(slice((&[10], &ten), &[5], &[2], None), Ok(t(&[0], &[])));
+    // a bound of 0 is the axis's start, not counted from its end
+    assert_eq!(
+        slice((&[10], &ten), &[0], &[3], None),
+        Ok(t(&[3], &[0.0, 1.0, 2.0]))
+    );
+    assert_eq!(slice((&[10], &ten), &[-4], &[0], None), Ok(t(&[0], &[])));
     assert_eq!(
         slice((&[10], &ten), &[-100], &[2], None),
         Ok(t(&[2], &[0.0, 1.0]))
@@ -418,6 +424,16 @@ fn shapes_are_inferred_through_copies_reshapes_gathers_norms_and_arithmetic() {
     assert!(e.contains("the shape of a Gather is not inferred"), "{e}");
     let e = shape_of(&|_| "nothing".into(), &[]).unwrap_err();
     assert_eq!(e, "'nothing' is a graph input, not a shape computation");
+    // a Concat is a copy only of one input: of two, its shape is not its first input's
+    let e = shape_of(
+        &|b| b.op("Concat", &["x", "x"], vec![int("axis", 1)]),
+        &[("x", x)],
+    )
+    .unwrap_err();
+    assert!(
+        e.contains("(Concat): the shape of a Concat is not inferred"),
+        "{e}"
+    );
 }
 
 #[test]
