@@ -9,7 +9,8 @@ use super::test_export::{
     export, past_names, reference_logits, transposed, Gelu, Linear, Mask, Params, Spelling,
     SplitSizes, D, LAYERS, POS, VOCAB,
 };
-use crate::graph::onnx::proto::pb::ModelProto;
+use crate::graph::onnx::proto::pb::tensor_proto::DataType;
+use crate::graph::onnx::proto::pb::{ModelProto, NodeProto, TensorProto};
 use crate::graph::onnx::test_graph::{run, Built};
 use crate::graph::weights::Weights;
 use prost::Message;
@@ -277,6 +278,64 @@ fn the_committed_fixture_is_refused_where_it_is_changed() {
         .to_string();
     std::fs::remove_file(&path).ok();
     assert!(e.contains("is not lower-triangular (causal)"), "{e}");
+}
+
+/// The final view's shape read off the inputs — the batch from the token ids' first axis, the
+/// width as the past's heads × head (its fixed axes) — evaluates as the constants do: the
+/// batch is 1 and a fixed axis its size, whatever the past's length.
+#[test]
+fn a_view_shaped_from_the_inputs_axes_reads_the_batch_as_one_and_fixed_axes_as_sized() {
+    let s = Spelling {
+        view: Some(1),
+        ..Spelling::FIXTURE
+    };
+    let p = Params::new(s.tied);
+    let plain = export(s, &p);
+    let mut g = export(s, &p);
+    let past_key = g.input[1].name().to_string();
+    let slice = |name: &str, of: &str, from: &str, to: &str| NodeProto {
+        name: Some(name.into()),
+        op_type: Some("Slice".into()),
+        input: vec![of.into(), from.into(), to.into()],
+        output: vec![name.into()],
+        ..NodeProto::default()
+    };
+    let shape = |name: &str, of: &str| NodeProto {
+        op_type: Some("Shape".into()),
+        input: vec![of.into()],
+        ..slice(name, of, "", "")
+    };
+    let computed = vec![
+        shape("ids_shape", "input_ids"),
+        shape("past_shape", &past_key),
+        slice("batch", "ids_shape", "at_0", "at_1"),
+        slice("heads", "past_shape", "at_1", "at_2"),
+        slice("head", "past_shape", "at_3", "at_4"),
+        NodeProto {
+            op_type: Some("Mul".into()),
+            input: vec!["heads".into(), "head".into()],
+            ..slice("width", "", "", "")
+        },
+    ];
+    g.node.splice(0..0, computed);
+    for k in 0..5 {
+        g.initializer.push(TensorProto {
+            name: Some(format!("at_{k}")),
+            dims: vec![1],
+            data_type: Some(DataType::Int64 as i32),
+            int64_data: vec![k],
+            ..TensorProto::default()
+        });
+    }
+    let view = g
+        .node
+        .iter_mut()
+        .find(|n| n.op_type() == "Concat" && n.input[0].starts_with("lead"))
+        .expect("the view's shape");
+    view.input[0] = "batch".into();
+    view.input[2] = "width".into();
+    let got = translate(&g).expect("the view shaped from the inputs imports");
+    assert_eq!(got, translate(&plain).unwrap());
 }
 
 #[test]
