@@ -124,6 +124,12 @@ impl Built {
         Built { g }
     }
 
+    /// The graph built (nodes and initializers to splice into another: [`super::decoder`]'s
+    /// tests).
+    pub(crate) fn into_graph(self) -> GraphProto {
+        self.g
+    }
+
     /// A float initializer.
     pub(crate) fn init(mut self, name: &str, dims: &[usize], f: &[f32]) -> Self {
         let t = TensorProto {

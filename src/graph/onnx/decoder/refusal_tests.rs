@@ -150,36 +150,29 @@ fn operators_past_inputs_and_tables_off_the_model_are_refused() {
     );
 }
 
+/// The `k`th Gemm's weights made `[rows, cols]` and its bias `cols` long: a linear layer
+/// `cols` wide.
+fn narrow(g: &mut GraphProto, k: usize, rows: usize, cols: usize) {
+    let (w, b) = (
+        nth(g, "Gemm", k).input[1].clone(),
+        nth(g, "Gemm", k).input[2].clone(),
+    );
+    reshape_init(named(g, &w), &[rows as i64, cols as i64], rows * cols);
+    reshape_init(named(g, &b), &[cols as i64], cols);
+}
+
 #[test]
 fn layers_of_the_wrong_width_or_wiring_are_refused() {
     // Q|K|V 16 wide, not three times the width
-    refused(
-        |g| {
-            let w = nth(g, "Gemm", 0).input[1].clone();
-            let b = nth(g, "Gemm", 0).input[2].clone();
-            reshape_init(named(g, &w), &[D as i64, 16], D * 16);
-            reshape_init(named(g, &b), &[16], 16);
-        },
-        "Q|K|V of 16 where 24 was expected",
-    );
+    refused(|g| narrow(g, 0, D, 16), "Q|K|V of 16 where 24 was expected");
     // the MLP's second layer 4 wide
     refused(
-        |g| {
-            let w = nth(g, "Gemm", 3).input[1].clone();
-            let b = nth(g, "Gemm", 3).input[2].clone();
-            reshape_init(named(g, &w), &[FFN as i64, 4], FFN * 4);
-            reshape_init(named(g, &b), &[4], 4);
-        },
+        |g| narrow(g, 3, FFN, 4),
         "a layer whose outputs are not 8 wide",
     );
     // the attention's projection 4 wide
     refused(
-        |g| {
-            let w = nth(g, "Gemm", 1).input[1].clone();
-            let b = nth(g, "Gemm", 1).input[2].clone();
-            reshape_init(named(g, &w), &[D as i64, 4], D * 4);
-            reshape_init(named(g, &b), &[4], 4);
-        },
+        |g| narrow(g, 1, D, 4),
         "a layer whose outputs are not 8 wide",
     );
     // a residual adding the norm's output instead of the block's input

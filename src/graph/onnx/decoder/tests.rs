@@ -9,8 +9,7 @@ use super::test_export::{
     export, past_names, reference_logits, transposed, Gelu, Linear, Mask, Params, Spelling,
     SplitSizes, D, LAYERS, POS, VOCAB,
 };
-use crate::graph::onnx::proto::pb::tensor_proto::DataType;
-use crate::graph::onnx::proto::pb::{ModelProto, NodeProto, TensorProto};
+use crate::graph::onnx::proto::pb::{GraphProto, ModelProto};
 use crate::graph::onnx::test_graph::{run, Built};
 use crate::graph::weights::Weights;
 use prost::Message;
@@ -293,40 +292,39 @@ fn a_view_shaped_from_the_inputs_axes_reads_the_batch_as_one_and_fixed_axes_as_s
     let plain = export(s, &p);
     let mut g = export(s, &p);
     let past_key = g.input[1].name().to_string();
-    let slice = |name: &str, of: &str, from: &str, to: &str| NodeProto {
-        name: Some(name.into()),
-        op_type: Some("Slice".into()),
-        input: vec![of.into(), from.into(), to.into()],
-        output: vec![name.into()],
-        ..NodeProto::default()
-    };
-    let shape = |name: &str, of: &str| NodeProto {
-        op_type: Some("Shape".into()),
-        input: vec![of.into()],
-        ..slice(name, of, "", "")
-    };
-    let computed = vec![
-        shape("ids_shape", "input_ids"),
-        shape("past_shape", &past_key),
-        slice("batch", "ids_shape", "at_0", "at_1"),
-        slice("heads", "past_shape", "at_1", "at_2"),
-        slice("head", "past_shape", "at_3", "at_4"),
-        NodeProto {
-            op_type: Some("Mul".into()),
-            input: vec!["heads".into(), "head".into()],
-            ..slice("width", "", "", "")
-        },
-    ];
-    g.node.splice(0..0, computed);
-    for k in 0..5 {
-        g.initializer.push(TensorProto {
-            name: Some(format!("at_{k}")),
-            dims: vec![1],
-            data_type: Some(DataType::Int64 as i32),
-            int64_data: vec![k],
-            ..TensorProto::default()
-        });
-    }
+    // the batch off the token ids, the width as the past's heads × head, computed ahead of
+    // the graph's own nodes
+    let computed = (0..5)
+        .fold(Built::of(GraphProto::default()), |b, k| {
+            b.init_i(&format!("at_{k}"), &[1], &[k])
+        })
+        .node("ids_shape", "Shape", &["input_ids"], "ids_shape", vec![])
+        .node("past_shape", "Shape", &[&past_key], "past_shape", vec![])
+        .node(
+            "batch",
+            "Slice",
+            &["ids_shape", "at_0", "at_1"],
+            "batch",
+            vec![],
+        )
+        .node(
+            "heads",
+            "Slice",
+            &["past_shape", "at_1", "at_2"],
+            "heads",
+            vec![],
+        )
+        .node(
+            "head",
+            "Slice",
+            &["past_shape", "at_3", "at_4"],
+            "head",
+            vec![],
+        )
+        .node("width", "Mul", &["heads", "head"], "width", vec![])
+        .into_graph();
+    g.node.splice(0..0, computed.node);
+    g.initializer.extend(computed.initializer);
     let view = g
         .node
         .iter_mut()
