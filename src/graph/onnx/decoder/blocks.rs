@@ -334,8 +334,7 @@ impl Graph<'_> {
                 "'{x}': the MLP's activation does not end in one tensor ({outside:?})"
             ));
         };
-        // evaluated at 201 points in [-5, 5]
-        let xs: Vec<f32> = (0..201).map(|i| -5.0 + i as f32 * 0.05).collect();
+        let xs = probes();
         let mut vals: HashMap<&str, Vec<f32>> = HashMap::new();
         vals.insert(x, xs.clone());
         for &i in &chain {
@@ -481,6 +480,12 @@ impl Graph<'_> {
             ))
         }
     }
+}
+
+/// Where an activation chain is evaluated: 201 points 0.05 apart over [-5, 5], a range over
+/// which the two GELUs differ by more than the 1e-5 the match allows.
+pub(super) fn probes() -> Vec<f32> {
+    (0..201).map(|i| -5.0 + i as f32 * 0.05).collect()
 }
 
 pub(super) fn gelu_tanh(x: f32) -> f32 {

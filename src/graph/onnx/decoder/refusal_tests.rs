@@ -5,10 +5,11 @@
 //! attention's and the mask's refusals are in `attention_tests.rs`.
 
 use super::test_export::{export, Gelu, Linear, Params, Spelling, D, FFN, LAYERS, POS, VOCAB};
+use crate::graph::onnx::proto::pb::tensor_proto::DataType;
 use crate::graph::onnx::proto::pb::tensor_shape_proto::Dimension;
 use crate::graph::onnx::proto::pb::type_proto::Value as TypeValue;
 use crate::graph::onnx::proto::pb::{AttributeProto, GraphProto, NodeProto, TensorProto};
-use crate::graph::onnx::test_graph::int;
+use crate::graph::onnx::test_graph::{int, Built};
 use crate::graph::weights::Weights;
 
 /// The export translated as the import does.
@@ -342,6 +343,18 @@ fn a_conv1d_or_matmul_off_a_linear_layer_is_refused() {
         },
         "(Add): a bias of 23 for 24 outputs",
     );
+    // weights of the right shape but stored as integers
+    let mut g = export(mm, &Params::new(mm.tied));
+    let w = nth(&mut g, "MatMul", 0).input[1].clone();
+    let t = named(&mut g, &w);
+    t.data_type = Some(DataType::Int64 as i32);
+    t.int64_data = vec![1; t.float_data.len()];
+    t.float_data.clear();
+    let e = translate(&g).unwrap_err();
+    assert!(
+        e.contains(&format!("(MatMul): '{w}' is not a float initializer")),
+        "{e}"
+    );
 }
 
 #[test]
@@ -377,6 +390,26 @@ fn an_activation_that_is_not_gelu_is_refused() {
             });
         },
         "the MLP's activation does not end in one tensor",
+    );
+    // GELU for negative inputs only: ONNX's Gelu plus x + |x| (`Sqrt` of `x·x`)
+    refused_as(
+        Spelling {
+            gelu: Gelu::Onnx,
+            ..Spelling::FIXTURE
+        },
+        |g| {
+            let at = g.node.iter().position(|n| n.op_type() == "Gelu").unwrap();
+            let (h, y) = (g.node[at].input[0].clone(), g.node[at].output[0].clone());
+            g.node[at].output[0] = "gelu".into();
+            let bend = Built::of(GraphProto::default())
+                .node("sq", "Mul", &[&h, &h], "sq", vec![])
+                .node("abs", "Sqrt", &["sq"], "abs", vec![])
+                .node("ramp", "Add", &[&h, "abs"], "ramp", vec![])
+                .node("bent", "Add", &["gelu", "ramp"], &y, vec![])
+                .into_graph();
+            g.node.splice(at + 1..at + 1, bend.node);
+        },
+        "') is neither GELU",
     );
     // ONNX's Gelu with an approximation it does not have
     refused_as(
@@ -439,5 +472,15 @@ fn the_logits_and_the_rest_of_the_graph_are_checked() {
     assert!(
         e.ends_with("not a decoder layer, the embeddings, the logits or a shape computation: node 'extra0' (Tanh), node 'extra1' (Tanh), node 'extra2' (Tanh), node 'extra3' (Tanh), node 'extra4' (Tanh)"),
         "{e}"
+    );
+    // a shape operator computing on activations, not shapes
+    refused(
+        |g| {
+            let mul = Built::of(GraphProto::default())
+                .node("scaled", "Mul", &["logits", "logits"], "scaled", vec![])
+                .into_graph();
+            g.node.extend(mul.node);
+        },
+        "or a shape computation: node 'scaled' (Mul)",
     );
 }

@@ -336,6 +336,98 @@ fn a_view_shaped_from_the_inputs_axes_reads_the_batch_as_one_and_fixed_axes_as_s
     assert_eq!(got, translate(&plain).unwrap());
 }
 
+/// A layer norm whose axis and epsilon are left out takes ONNX's defaults (the last axis,
+/// 1e-5): the export imports as the one that spells them.
+#[test]
+fn a_layer_norm_without_its_attributes_takes_onnx_s_defaults() {
+    let p = Params::new(Spelling::FIXTURE.tied);
+    let plain = export(Spelling::FIXTURE, &p);
+    let mut g = plain.clone();
+    let mut norms = 0;
+    for n in g
+        .node
+        .iter_mut()
+        .filter(|n| n.op_type() == "LayerNormalization")
+    {
+        n.attribute.clear();
+        norms += 1;
+    }
+    assert_eq!(norms, 2 * LAYERS + 1);
+    let got = translate(&g).expect("the norms at their defaults import");
+    assert_eq!(got, translate(&plain).unwrap());
+}
+
+/// The tanh GELU spelled with `Sub` and `Sqrt` — `x - (-0.044715)·x·√(x⁴)` inside — is the
+/// same activation: the export imports as the fixture's spelling does.
+#[test]
+fn a_gelu_spelled_with_sub_and_sqrt_is_the_same_gelu() {
+    let p = Params::new(Spelling::FIXTURE.tied);
+    let plain = export(Spelling::FIXTURE, &p);
+    let mut g = plain.clone();
+    let by_value = |g: &GraphProto, v: f32| -> String {
+        let t = g.initializer.iter().find(|t| t.float_data == [v]).unwrap();
+        t.name().to_string()
+    };
+    let reader = |g: &GraphProto, x: &str| -> usize {
+        g.node
+            .iter()
+            .position(|n| n.input.iter().any(|i| i == x))
+            .unwrap()
+    };
+    // x³ as x·√(x⁴)
+    let three = by_value(&g, 3.0);
+    let pow = reader(&g, &three);
+    assert_eq!(g.node[pow].op_type(), "Pow");
+    let (h, cube) = (g.node[pow].input[0].clone(), g.node[pow].output[0].clone());
+    let four = g
+        .initializer
+        .iter_mut()
+        .find(|t| t.name() == three)
+        .unwrap();
+    four.float_data = vec![4.0];
+    g.node[pow].output[0] = "x4".into();
+    let root = Built::of(GraphProto::default())
+        .node("x2", "Sqrt", &["x4"], "x2", vec![])
+        .node("x3", "Mul", &[&h, "x2"], &cube, vec![])
+        .into_graph();
+    g.node.splice(pow + 1..pow + 1, root.node);
+    // x + k·x³ as x - (-k)·x³
+    let k = by_value(&g, 0.044715);
+    g.initializer
+        .iter_mut()
+        .find(|t| t.name() == k)
+        .unwrap()
+        .float_data = vec![-0.044715];
+    let kc = g.node[reader(&g, &k)].output[0].clone();
+    let inner = reader(&g, &kc);
+    assert_eq!(g.node[inner].op_type(), "Add");
+    g.node[inner].op_type = Some("Sub".into());
+    g.node[inner].input = vec![h, kc];
+    let got = translate(&g).expect("the GELU with Sub and Sqrt imports");
+    assert_eq!(got, translate(&plain).unwrap());
+}
+
+/// An activation matches a GELU within 1e-5, relative where the GELU exceeds 1: the tanh
+/// GELU with its 0.5 off by a relative 5e-6 is still it (2.5e-5 off at x = 5), by 3e-5 not.
+#[test]
+fn a_gelu_matches_within_a_relative_1e_5_above_one() {
+    let p = Params::new(Spelling::FIXTURE.tied);
+    let plain = export(Spelling::FIXTURE, &p);
+    let halved = |by: f32| {
+        let mut g = plain.clone();
+        let mut halves = 0;
+        for t in g.initializer.iter_mut().filter(|t| t.float_data == [0.5]) {
+            t.float_data = vec![0.5 * (1.0 + by)];
+            halves += 1;
+        }
+        assert_eq!(halves, LAYERS);
+        translate(&g)
+    };
+    assert_eq!(halved(5e-6).unwrap(), translate(&plain).unwrap());
+    let e = halved(3e-5).unwrap_err();
+    assert!(e.contains("') is neither GELU"), "{e}");
+}
+
 #[test]
 fn a_decoder_export_takes_no_dim() {
     let e = Built::of(export(Spelling::FIXTURE, &Params::new(true)))
@@ -373,4 +465,16 @@ fn the_gelus_and_erf_are_within_their_bounds() {
     }
     // the two differ: telling them apart is what the import does
     assert!((super::blocks::gelu_exact(1.5) - super::blocks::gelu_tanh(1.5)).abs() > 1e-5);
+}
+
+#[test]
+fn an_activation_is_probed_at_201_points_over_minus_five_to_five() {
+    let p = super::blocks::probes();
+    assert_eq!(p.len(), 201);
+    assert_eq!(p[0], -5.0);
+    assert!(
+        (p[100]).abs() < 1e-6 && (p[200] - 5.0).abs() < 1e-5,
+        "{p:?}"
+    );
+    assert!(p.windows(2).all(|w| (w[1] - w[0] - 0.05).abs() < 1e-5));
 }
