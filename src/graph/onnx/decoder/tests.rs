@@ -4,7 +4,7 @@
 //! the sizes and the GELUs by hand. The refusals are in `refusal_tests.rs` (the embeddings,
 //! linear layers, norms, GELU, the logits) and `attention_tests.rs` (attention and the mask).
 
-use super::refusal_tests::translate;
+use super::refusal_tests::{refused, translate};
 use super::test_export::{
     export, past_names, reference_logits, transposed, Gelu, Linear, Mask, Params, Spelling,
     SplitSizes, D, LAYERS, POS, VOCAB,
@@ -279,6 +279,18 @@ fn the_committed_fixture_is_refused_where_it_is_changed() {
     assert!(e.contains("is not lower-triangular (causal)"), "{e}");
 }
 
+/// The export in spelling `s`, changed by `change`, imports exactly as it does unchanged: the
+/// same model file and weights.
+fn imports_as_unchanged(s: Spelling, change: impl FnOnce(&mut GraphProto)) {
+    let plain = export(s, &Params::new(s.tied));
+    let mut g = plain.clone();
+    change(&mut g);
+    match translate(&g) {
+        Ok(got) => assert_eq!(got, translate(&plain).unwrap()),
+        Err(e) => panic!("refused, where the unchanged export imports: {e}"),
+    }
+}
+
 /// The final view's shape read off the inputs — the batch from the token ids' first axis, the
 /// width as the past's heads × head (its fixed axes) — evaluates as the constants do: the
 /// batch is 1 and a fixed axis its size, whatever the past's length.
@@ -288,144 +300,127 @@ fn a_view_shaped_from_the_inputs_axes_reads_the_batch_as_one_and_fixed_axes_as_s
         view: Some(1),
         ..Spelling::FIXTURE
     };
-    let p = Params::new(s.tied);
-    let plain = export(s, &p);
-    let mut g = export(s, &p);
-    let past_key = g.input[1].name().to_string();
-    // the batch off the token ids, the width as the past's heads × head, computed ahead of
-    // the graph's own nodes
-    let computed = (0..5)
-        .fold(Built::of(GraphProto::default()), |b, k| {
-            b.init_i(&format!("at_{k}"), &[1], &[k])
-        })
-        .node("ids_shape", "Shape", &["input_ids"], "ids_shape", vec![])
-        .node("past_shape", "Shape", &[&past_key], "past_shape", vec![])
-        .node(
-            "batch",
-            "Slice",
-            &["ids_shape", "at_0", "at_1"],
-            "batch",
-            vec![],
-        )
-        .node(
-            "heads",
-            "Slice",
-            &["past_shape", "at_1", "at_2"],
-            "heads",
-            vec![],
-        )
-        .node(
-            "head",
-            "Slice",
-            &["past_shape", "at_3", "at_4"],
-            "head",
-            vec![],
-        )
-        .node("width", "Mul", &["heads", "head"], "width", vec![])
-        .into_graph();
-    g.node.splice(0..0, computed.node);
-    g.initializer.extend(computed.initializer);
-    let view = g
-        .node
-        .iter_mut()
-        .find(|n| n.op_type() == "Concat" && n.input[0].starts_with("lead"))
-        .expect("the view's shape");
-    view.input[0] = "batch".into();
-    view.input[2] = "width".into();
-    let got = translate(&g).expect("the view shaped from the inputs imports");
-    assert_eq!(got, translate(&plain).unwrap());
+    imports_as_unchanged(s, |g| {
+        let past_key = g.input[1].name().to_string();
+        // the batch off the token ids, the width as the past's heads × head, computed ahead of
+        // the graph's own nodes
+        let computed = (0..5)
+            .fold(Built::of(GraphProto::default()), |b, k| {
+                b.init_i(&format!("at_{k}"), &[1], &[k])
+            })
+            .node("ids_shape", "Shape", &["input_ids"], "ids_shape", vec![])
+            .node("past_shape", "Shape", &[&past_key], "past_shape", vec![])
+            .node(
+                "batch",
+                "Slice",
+                &["ids_shape", "at_0", "at_1"],
+                "batch",
+                vec![],
+            )
+            .node(
+                "heads",
+                "Slice",
+                &["past_shape", "at_1", "at_2"],
+                "heads",
+                vec![],
+            )
+            .node(
+                "head",
+                "Slice",
+                &["past_shape", "at_3", "at_4"],
+                "head",
+                vec![],
+            )
+            .node("width", "Mul", &["heads", "head"], "width", vec![])
+            .into_graph();
+        g.node.splice(0..0, computed.node);
+        g.initializer.extend(computed.initializer);
+        let view = g
+            .node
+            .iter_mut()
+            .find(|n| n.op_type() == "Concat" && n.input[0].starts_with("lead"))
+            .expect("the view's shape");
+        view.input[0] = "batch".into();
+        view.input[2] = "width".into();
+    });
 }
 
 /// A layer norm whose axis and epsilon are left out takes ONNX's defaults (the last axis,
 /// 1e-5): the export imports as the one that spells them.
 #[test]
 fn a_layer_norm_without_its_attributes_takes_onnx_s_defaults() {
-    let p = Params::new(Spelling::FIXTURE.tied);
-    let plain = export(Spelling::FIXTURE, &p);
-    let mut g = plain.clone();
-    let mut norms = 0;
-    for n in g
-        .node
-        .iter_mut()
-        .filter(|n| n.op_type() == "LayerNormalization")
-    {
-        n.attribute.clear();
-        norms += 1;
-    }
-    assert_eq!(norms, 2 * LAYERS + 1);
-    let got = translate(&g).expect("the norms at their defaults import");
-    assert_eq!(got, translate(&plain).unwrap());
+    imports_as_unchanged(Spelling::FIXTURE, |g| {
+        let mut norms = 0;
+        for n in g
+            .node
+            .iter_mut()
+            .filter(|n| n.op_type() == "LayerNormalization")
+        {
+            n.attribute.clear();
+            norms += 1;
+        }
+        assert_eq!(norms, 2 * LAYERS + 1);
+    });
 }
 
 /// The tanh GELU spelled with `Sub` and `Sqrt` — `x - (-0.044715)·x·√(x⁴)` inside — is the
 /// same activation: the export imports as the fixture's spelling does.
 #[test]
 fn a_gelu_spelled_with_sub_and_sqrt_is_the_same_gelu() {
-    let p = Params::new(Spelling::FIXTURE.tied);
-    let plain = export(Spelling::FIXTURE, &p);
-    let mut g = plain.clone();
-    let by_value = |g: &GraphProto, v: f32| -> String {
-        let t = g.initializer.iter().find(|t| t.float_data == [v]).unwrap();
-        t.name().to_string()
-    };
-    let reader = |g: &GraphProto, x: &str| -> usize {
-        g.node
-            .iter()
-            .position(|n| n.input.iter().any(|i| i == x))
-            .unwrap()
-    };
-    // x³ as x·√(x⁴)
-    let three = by_value(&g, 3.0);
-    let pow = reader(&g, &three);
-    assert_eq!(g.node[pow].op_type(), "Pow");
-    let (h, cube) = (g.node[pow].input[0].clone(), g.node[pow].output[0].clone());
-    let four = g
-        .initializer
-        .iter_mut()
-        .find(|t| t.name() == three)
-        .unwrap();
-    four.float_data = vec![4.0];
-    g.node[pow].output[0] = "x4".into();
-    let root = Built::of(GraphProto::default())
-        .node("x2", "Sqrt", &["x4"], "x2", vec![])
-        .node("x3", "Mul", &[&h, "x2"], &cube, vec![])
-        .into_graph();
-    g.node.splice(pow + 1..pow + 1, root.node);
-    // x + k·x³ as x - (-k)·x³
-    let k = by_value(&g, 0.044715);
-    g.initializer
-        .iter_mut()
-        .find(|t| t.name() == k)
-        .unwrap()
-        .float_data = vec![-0.044715];
-    let kc = g.node[reader(&g, &k)].output[0].clone();
-    let inner = reader(&g, &kc);
-    assert_eq!(g.node[inner].op_type(), "Add");
-    g.node[inner].op_type = Some("Sub".into());
-    g.node[inner].input = vec![h, kc];
-    let got = translate(&g).expect("the GELU with Sub and Sqrt imports");
-    assert_eq!(got, translate(&plain).unwrap());
+    imports_as_unchanged(Spelling::FIXTURE, |g| {
+        // the first float scalar initializer holding `v`, set to `to`
+        let revalue = |g: &mut GraphProto, v: f32, to: f32| -> String {
+            let t = g
+                .initializer
+                .iter_mut()
+                .find(|t| t.float_data == [v])
+                .unwrap();
+            t.float_data = vec![to];
+            t.name().to_string()
+        };
+        let reader = |g: &GraphProto, x: &str| -> usize {
+            g.node
+                .iter()
+                .position(|n| n.input.iter().any(|i| i == x))
+                .unwrap()
+        };
+        // x³ as x·√(x⁴)
+        let four = revalue(g, 3.0, 4.0);
+        let pow = reader(g, &four);
+        assert_eq!(g.node[pow].op_type(), "Pow");
+        let (h, cube) = (g.node[pow].input[0].clone(), g.node[pow].output[0].clone());
+        g.node[pow].output[0] = "x4".into();
+        let root = Built::of(GraphProto::default())
+            .node("x2", "Sqrt", &["x4"], "x2", vec![])
+            .node("x3", "Mul", &[&h, "x2"], &cube, vec![])
+            .into_graph();
+        g.node.splice(pow + 1..pow + 1, root.node);
+        // x + k·x³ as x - (-k)·x³
+        let k = revalue(g, 0.044715, -0.044715);
+        let kc = g.node[reader(g, &k)].output[0].clone();
+        let inner = reader(g, &kc);
+        assert_eq!(g.node[inner].op_type(), "Add");
+        g.node[inner].op_type = Some("Sub".into());
+        g.node[inner].input = vec![h, kc];
+    });
 }
 
 /// An activation matches a GELU within 1e-5, relative where the GELU exceeds 1: the tanh
 /// GELU with its 0.5 off by a relative 5e-6 is still it (2.5e-5 off at x = 5), by 3e-5 not.
 #[test]
 fn a_gelu_matches_within_a_relative_1e_5_above_one() {
-    let p = Params::new(Spelling::FIXTURE.tied);
-    let plain = export(Spelling::FIXTURE, &p);
-    let halved = |by: f32| {
-        let mut g = plain.clone();
-        let mut halves = 0;
-        for t in g.initializer.iter_mut().filter(|t| t.float_data == [0.5]) {
-            t.float_data = vec![0.5 * (1.0 + by)];
-            halves += 1;
+    let half_off = |by: f32| {
+        move |g: &mut GraphProto| {
+            let mut halves = 0;
+            for t in g.initializer.iter_mut().filter(|t| t.float_data == [0.5]) {
+                t.float_data = vec![0.5 * (1.0 + by)];
+                halves += 1;
+            }
+            assert_eq!(halves, LAYERS);
         }
-        assert_eq!(halves, LAYERS);
-        translate(&g)
     };
-    assert_eq!(halved(5e-6).unwrap(), translate(&plain).unwrap());
-    let e = halved(3e-5).unwrap_err();
-    assert!(e.contains("') is neither GELU"), "{e}");
+    imports_as_unchanged(Spelling::FIXTURE, half_off(5e-6));
+    refused(half_off(3e-5), "') is neither GELU");
 }
 
 #[test]
