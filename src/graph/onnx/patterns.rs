@@ -48,6 +48,7 @@ impl Translator {
         };
         let part = match (op, a, b) {
             (_, Val::Const(a), Val::Const(b)) => return self.fold_binary(n, a, b),
+            // the arms below that match any op take Mul and Div only: Sub is refused here
             ("Sub", ..) => return Err(unsupported()),
             ("Div", Val::Node { idx, .. }, Val::Const(c)) => {
                 let s = scalar(&c).filter(|s| *s != 0.0).ok_or_else(unsupported)?;
@@ -73,6 +74,8 @@ impl Translator {
                     by: s,
                 }
             }
+            // a scale on Q or K split into heads, or on the scores: Mul either way round, Div
+            // by the constant
             (
                 _,
                 Val::Part(Part::Heads {
@@ -83,18 +86,8 @@ impl Translator {
                     merged,
                 }),
                 Val::Const(c),
-            ) if op != "Sub" => {
-                let s = scalar(&c).filter(|s| *s != 0.0).ok_or_else(unsupported)?;
-                let scale = if op == "Div" { scale / s } else { scale * s };
-                Part::Heads {
-                    x,
-                    heads,
-                    order,
-                    scale,
-                    merged,
-                }
-            }
-            (
+            )
+            | (
                 "Mul",
                 Val::Const(c),
                 Val::Part(Part::Heads {
@@ -105,16 +98,18 @@ impl Translator {
                     merged,
                 }),
             ) => {
-                let s = scalar(&c).ok_or_else(unsupported)?;
+                let s = scalar(&c).filter(|s| *s != 0.0).ok_or_else(unsupported)?;
+                let scale = if op == "Div" { scale / s } else { scale * s };
                 Part::Heads {
                     x,
                     heads,
                     order,
-                    scale: scale * s,
+                    scale,
                     merged,
                 }
             }
-            (_, Val::Part(Part::Scores { q, k, heads, scale }), Val::Const(c)) => {
+            (_, Val::Part(Part::Scores { q, k, heads, scale }), Val::Const(c))
+            | ("Mul", Val::Const(c), Val::Part(Part::Scores { q, k, heads, scale })) => {
                 let s = scalar(&c).filter(|s| *s != 0.0).ok_or_else(unsupported)?;
                 let scale = if op == "Div" { scale / s } else { scale * s };
                 Part::Scores { q, k, heads, scale }
@@ -515,3 +510,7 @@ impl Translator {
 #[cfg(test)]
 #[path = "patterns_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "patterns_attention_tests.rs"]
+mod attention_tests;
