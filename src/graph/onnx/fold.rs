@@ -22,6 +22,11 @@ fn axis(a: i64, rank: usize) -> R<usize> {
     }
 }
 
+/// The `k`th value of `c` as a float, whether it holds floats or integers.
+fn float_at(c: &Const, k: usize) -> f32 {
+    c.f.get(k).copied().unwrap_or_else(|| c.i[k] as f32)
+}
+
 fn ints(dims: Vec<usize>, i: Vec<i64>) -> Const {
     Const {
         dims,
@@ -94,10 +99,14 @@ impl Translator {
                         .collect();
                     ints(dims, i)
                 } else {
-                    let fv =
-                        |c: &Const, k: usize| c.f.get(k).copied().unwrap_or_else(|| c.i[k] as f32);
                     let f = (0..c.len())
-                        .map(|k| if pick(k) { fv(&x, k) } else { fv(&y, k) })
+                        .map(|k| {
+                            if pick(k) {
+                                float_at(&x, k)
+                            } else {
+                                float_at(&y, k)
+                            }
+                        })
                         .collect();
                     Const {
                         dims,
@@ -197,29 +206,17 @@ impl Translator {
         self.bind(n, Val::Const(Const { dims, ..c }))
     }
 
-    /// `Add`, `Sub`, `Mul` or `Div` of two constants (the same shape, or one a single value).
+    /// `Add`, `Sub`, `Mul` or `Div` of two constants, broadcast as numpy does; floats when
+    /// either is, and integers as ONNX Runtime computes them (wrapping, a quotient truncated
+    /// toward zero).
     pub(crate) fn fold_binary(&mut self, n: &NodeProto, a: Const, b: Const) -> R<()> {
-        let (big, small, swap) = if a.len() >= b.len() {
-            (&a, &b, false)
-        } else {
-            (&b, &a, true)
-        };
-        if small.len() != 1 && small.len() != big.len() {
-            return Err(format!(
-                "{}: constants of {:?} and {:?}: only equal shapes or a single value",
-                at(n),
-                a.dims,
-                b.dims
-            ));
-        }
+        let dims = broadcast(&[&a.dims, &b.dims]).map_err(|e| format!("{}: {e}", at(n)))?;
+        let (a, b) = (gather_broadcast(&a, &dims), gather_broadcast(&b, &dims));
         let op = n.op_type();
-        let pick = |k: usize| if small.len() == 1 { 0 } else { k };
         let c = if !a.f.is_empty() || !b.f.is_empty() {
-            let fv = |c: &Const, k: usize| c.f.get(k).copied().unwrap_or_else(|| c.i[k] as f32);
-            let f = (0..big.len())
+            let f = (0..a.len())
                 .map(|k| {
-                    let (x, y) = (fv(big, k), fv(small, pick(k)));
-                    let (x, y) = if swap { (y, x) } else { (x, y) };
+                    let (x, y) = (float_at(&a, k), float_at(&b, k));
                     match op {
                         "Add" => x + y,
                         "Sub" => x - y,
@@ -229,25 +226,24 @@ impl Translator {
                 })
                 .collect();
             Const {
-                dims: big.dims.clone(),
+                dims,
                 f,
                 i: Vec::new(),
             }
         } else {
-            let i = (0..big.len())
+            let i = (0..a.len())
                 .map(|k| {
-                    let (x, y) = (big.i[k], small.i[pick(k)]);
-                    let (x, y) = if swap { (y, x) } else { (x, y) };
+                    let (x, y) = (a.i[k], b.i[k]);
                     match op {
                         "Add" => Ok(x.wrapping_add(y)),
                         "Sub" => Ok(x.wrapping_sub(y)),
                         "Mul" => Ok(x.wrapping_mul(y)),
                         _ if y == 0 => Err(format!("{}: integer division by zero", at(n))),
-                        _ => Ok(x / y),
+                        _ => Ok(x.wrapping_div(y)),
                     }
                 })
                 .collect::<R<_>>()?;
-            ints(big.dims.clone(), i)
+            ints(dims, i)
         };
         self.bind(n, Val::Const(c))
     }

@@ -168,6 +168,35 @@ fn shapes_of_computed_tensors_and_constants_with_their_start_and_end() {
         shape(&mut t, "x", vec![int("start", 3), int("end", 1)]),
         (vec![0], vec![])
     );
+    // attention heads of a [4, 6] node in 2 heads, as [heads, rows, head] after a transpose;
+    // merged with the batch: [-1, rows, head]
+    t.shapes.push(vec![4, 6]);
+    for (merged, want) in [(false, vec![BATCH, 2, 4, 3]), (true, vec![BATCH, 4, 3])] {
+        let heads = super::super::patterns::Part::Heads {
+            x: 0,
+            heads: 2,
+            order: [1, 0, 2],
+            scale: 1.0,
+            merged,
+        };
+        t.vals.insert("h".into(), Val::Part(heads));
+        assert_eq!(shape(&mut t, "h", vec![]).1, want, "merged: {merged}");
+    }
+    let scaled = super::super::patterns::Part::Scaled {
+        x: 0,
+        name: "x".into(),
+        by: 0.5,
+    };
+    t.vals.insert("p".into(), Val::Part(scaled));
+    let n = NodeProto {
+        name: Some("f".into()),
+        op_type: Some("Shape".into()),
+        input: vec!["p".into()],
+        output: vec!["out".into()],
+        ..Default::default()
+    };
+    let e = t.node(&n).unwrap_err();
+    assert!(e.starts_with("node 'f' (Shape): the shape of "), "{e}");
 }
 
 #[test]
@@ -516,11 +545,23 @@ fn a_constant_is_reshaped_gathered_and_computed_as_onnx_defines() {
     assert_eq!(f("Div", half, iv(&[2], &[1, 4])).f, [0.5, 0.125]);
     let e = refused("Div", vec![], &[v.clone(), iv(&[3], &[1, 0, 1])]);
     assert!(e.contains("integer division by zero"), "{e}");
-    let e = refused("Add", vec![], &[v, iv(&[2], &[1, 2])]);
-    assert!(
-        e.contains("constants of [3] and [2]: only equal shapes or a single value"),
-        "{e}"
+    assert_eq!(
+        f("Div", iv(&[], &[i64::MIN]), iv(&[], &[-1])).i,
+        [i64::MIN],
+        "wraps, as the other integer operators do"
     );
+    // broadcast as numpy does: a column by a row, a lower rank over the leading axes
+    let sum = f("Add", iv(&[2, 1], &[10, 20]), iv(&[3], &[1, 2, 3]));
+    assert_eq!(
+        (sum.dims, sum.i),
+        (vec![2, 3], vec![11, 12, 13, 21, 22, 23])
+    );
+    let quot = f("Div", fv(&[3], &[1.0, 2.0, 4.0]), iv(&[1, 3], &[2, 4, 8]));
+    assert_eq!((quot.dims, quot.f), (vec![1, 3], vec![0.5, 0.5, 0.5]));
+    let diff = f("Sub", iv(&[1, 3], &[2, 4, 8]), iv(&[3], &[1, 2, 3]));
+    assert_eq!((diff.dims, diff.i), (vec![1, 3], vec![1, 2, 5]));
+    let e = refused("Add", vec![], &[v, iv(&[2], &[1, 2])]);
+    assert!(e.contains("shapes [[3], [2]] do not broadcast"), "{e}");
 }
 
 #[test]
