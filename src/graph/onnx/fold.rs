@@ -192,8 +192,9 @@ impl Translator {
                     infer = Some(k);
                     dims.push(1);
                 }
-                t if t > 0 => dims.push(t as usize),
-                _ => return Err(format!("{}: shape {target:?}", at(n))),
+                // a second -1, or any other negative size
+                t => dims
+                    .push(usize::try_from(t).map_err(|_| format!("{}: shape {target:?}", at(n)))?),
             }
         }
         let known: usize = dims.iter().product();
