@@ -23,7 +23,7 @@ fn axis(a: i64, rank: usize) -> R<usize> {
 }
 
 /// The `k`th value of `c` as a float, whether it holds floats or integers.
-fn float_at(c: &Const, k: usize) -> f32 {
+pub(crate) fn float_at(c: &Const, k: usize) -> f32 {
     c.f.get(k).copied().unwrap_or_else(|| c.i[k] as f32)
 }
 

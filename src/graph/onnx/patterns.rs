@@ -13,6 +13,7 @@
 //!   `act = "gelu_erf"` fused into the layer that computes `x`; ONNX's own `Gelu` (opset 20)
 //!   maps directly.
 
+use super::fold::float_at;
 use super::proto::attr_i;
 use super::proto::attr_s;
 use super::proto::pb::NodeProto;
@@ -183,9 +184,7 @@ impl Translator {
     pub(crate) fn part_add(&mut self, n: &NodeProto, p: Part, c: Const) -> R<()> {
         match p {
             // an attention mask that masks nothing (built from shapes, without a mask input)
-            p @ Part::Scores { .. }
-                if c.f.iter().all(|&v| v == 0.0) && c.i.iter().all(|&v| v == 0) =>
-            {
+            p @ Part::Scores { .. } if (0..c.len()).all(|k| float_at(&c, k) == 0.0) => {
                 self.bind(n, Val::Part(p))
             }
             Part::Scores { .. } => Err(format!(

@@ -35,12 +35,17 @@ impl Attention {
     /// The embedding, its three projections Q, K and V, and each split into heads (K
     /// transposed), ready for the scores.
     fn heads(&self) -> Built {
+        self.heads_split_by(&[0, 0, HEADS as i64, -1])
+    }
+
+    /// [`Attention::heads`] with each projection split into heads by a `Reshape` to `split`.
+    fn heads_split_by(&self, split: &[i64]) -> Built {
         let mut b = graph("ids", DataType::Int64, &[ROWS])
             .init("table", &[5, WIDTH], &self.table)
             .init("wq", &[WIDTH, WIDTH], &self.wq)
             .init("wk", &[WIDTH, WIDTH], &self.wk)
             .init("wv", &[WIDTH, WIDTH], &self.wv)
-            .init_i("split", &[4], &[0, 0, HEADS as i64, -1])
+            .init_i("split", &[4], split)
             .init_i("merge", &[3], &[0, 0, WIDTH as i64])
             .init("scale", &[], &[(WIDTH as f32 / HEADS as f32).sqrt()])
             .init("mask", &[1, 1, 1, ROWS], &[0.0; ROWS])
@@ -79,7 +84,12 @@ impl Attention {
 
     /// [`Attention::heads`] through the scores, a softmax, the product by V and back.
     fn whole(&self) -> Built {
-        self.heads()
+        self.whole_split_by(&[0, 0, HEADS as i64, -1])
+    }
+
+    /// [`Attention::whole`] with the heads split by a `Reshape` to `split`.
+    fn whole_split_by(&self, split: &[i64]) -> Built {
+        self.heads_split_by(split)
             .node("qk", "MatMul", &["q", "k"], "s0", vec![])
             .node("scaled", "Div", &["s0", "scale"], "s1", vec![])
             .node("masked", "Add", &["s1", "mask"], "s", vec![])
@@ -226,6 +236,34 @@ fn self_attention_as_exported_becomes_one_attention_node_computing_what_onnx_def
             .import_with(&[])
             .unwrap_or_else(|e| panic!("{what}: {e}"));
         computes(&m, |ids| a.reference(ids));
+    }
+}
+
+#[test]
+fn heads_split_by_any_reshape_onnx_allows_and_refused_otherwise() {
+    let a = Attention::new();
+    // the heads or the head width inferred (-1), the batch and the rows given or copied
+    for split in [[0, 0, -1, 2], [1, 4, 2, 2], [-1, 0, 2, 2], [0, -1, 2, 2]] {
+        let m = a
+            .whole_split_by(&split)
+            .import_with(&[])
+            .unwrap_or_else(|e| panic!("{split:?}: {e}"));
+        computes(&m, |ids| a.reference(ids));
+    }
+    // a width of 0 or 0 heads (as the heads, 0 would copy the input's width: 4 heads of 1),
+    // heads that do not divide the width, a head width that does not, both inferred
+    for split in [
+        [0, 0, -1, 0],
+        [0, 0, 0, -1],
+        [0, 0, 3, -1],
+        [0, 0, -1, 3],
+        [0, 0, -1, -1],
+    ] {
+        let e = a.whole_split_by(&split).refused();
+        assert!(
+            e.contains(&format!("node 'q_split' (Reshape): shape {split:?}")),
+            "{split:?}: {e}"
+        );
     }
 }
 
