@@ -268,6 +268,55 @@ fn heads_split_by_any_reshape_onnx_allows_and_refused_otherwise() {
 }
 
 #[test]
+fn a_reshape_splits_rows_into_heads_only_when_every_axis_fits() {
+    use super::super::translate::Translator;
+    use super::Part;
+    // the heads a Reshape of a [rows, width] node to `target` makes, when it splits into heads
+    let heads = |seq: Option<usize>, shape: &[usize], target: &[i64]| {
+        let mut t = Translator::new(std::collections::HashMap::new());
+        t.seq = seq;
+        match t.split_heads(0, shape, target) {
+            Some(Part::Heads { heads, .. }) => Some(heads),
+            Some(p) => panic!("{target:?}: {p:?}"),
+            None => None,
+        }
+    };
+    let four = Some(4);
+    for (target, want) in [
+        ([0, 0, 2, -1], 2),
+        ([0, 0, -1, 2], 2),
+        ([0, 0, -1, 1], 4),
+        ([1, 4, 2, 2], 2),
+        ([-1, -1, 4, 1], 4),
+        ([0, 4, 1, -1], 1),
+    ] {
+        assert_eq!(heads(four, &[4, 4], &target), Some(want), "{target:?}");
+    }
+    // the batch not 1 (or -1, 0), the rows not the sequence's, sizes that do not make the width
+    // or are not positive (their product is), a width or heads of 0
+    for target in [
+        [2, 4, 2, 2],
+        [0, 2, 2, 2],
+        [0, 0, 4, 2],
+        [0, 0, 2, 1],
+        [0, 0, -2, -2],
+        [0, 0, 3, -1],
+        [0, 0, -1, 3],
+        [0, 0, -1, -1],
+        [0, 0, -1, 0],
+        [0, 0, 0, -1],
+    ] {
+        assert_eq!(heads(four, &[4, 4], &target), None, "{target:?}");
+    }
+    // the node's rows must be the token sequence's, and there must be one
+    assert_eq!(heads(Some(3), &[4, 4], &[0, 0, 2, 2]), None);
+    assert_eq!(heads(Some(3), &[3, 4], &[0, 3, 2, 2]), Some(2));
+    assert_eq!(heads(None, &[4, 4], &[0, 0, 2, 2]), None);
+    assert_eq!(heads(four, &[4, 4, 1], &[0, 0, 2, 2]), None);
+    assert_eq!(heads(four, &[4, 4], &[0, 0, 2, 2, 1]), None);
+}
+
+#[test]
 fn attention_off_the_pattern_is_refused_naming_the_node() {
     let a = Attention::new();
     let scores = || a.heads().node("qk", "MatMul", &["q", "k"], "s0", vec![]);
