@@ -242,12 +242,14 @@ impl Translator {
     pub(crate) fn transpose(&mut self, n: &NodeProto) -> R<()> {
         let perm = super::proto::attr_ints(n, "perm");
         let reorder = |order: [u8; 3]| -> R<[u8; 3]> {
+            let mut axes = perm.clone();
+            axes.sort_unstable();
             match perm[..] {
-                [0, a, b, c] if [a, b, c].iter().all(|v| (1..=3).contains(v)) => {
+                [0, a, b, c] if axes == [0, 1, 2, 3] => {
                     Ok([a, b, c].map(|v| order[v as usize - 1]))
                 }
                 _ => Err(format!(
-                    "{}: perm = {perm:?}: the batch axis must stay first",
+                    "{}: perm = {perm:?}: the batch axis must stay first, the other three permuted",
                     at(n)
                 )),
             }
@@ -431,8 +433,9 @@ impl Translator {
         order.map(|o| size[o as usize])
     }
 
-    /// `Reshape` of heads: merging the batch with the first axis (`[-1, a, b]`), or undoing
-    /// that (`[batch, h, a, b]`).
+    /// `Reshape` of heads: merging the batch with the first axis (`[-1, a, b]`: the merged
+    /// axis can only be inferred, the batch varying), or undoing that (`[batch, h, a, b]`, the
+    /// batch -1, as `Shape` gives it, or 1).
     fn heads_reshape(&mut self, n: &NodeProto, p: Part) -> R<()> {
         let Part::Heads {
             x,
@@ -447,8 +450,8 @@ impl Translator {
         let target = self.const_input(n, 1)?.i;
         let [a, b, c] = self.heads_dims(x, heads, order).map(|d| d as i64);
         let fits = match (merged, &target[..]) {
-            (false, [_, t1, t2]) => *t1 == b && *t2 == c,
-            (true, [_, t1, t2, t3]) => *t1 == a && *t2 == b && *t3 == c,
+            (false, [-1, t1, t2]) => *t1 == b && *t2 == c,
+            (true, [-1 | 1, t1, t2, t3]) => *t1 == a && *t2 == b && *t3 == c,
             _ => false,
         };
         if !fits {
@@ -513,3 +516,7 @@ mod tests;
 #[cfg(test)]
 #[path = "patterns_attention_tests.rs"]
 mod attention_tests;
+
+#[cfg(test)]
+#[path = "patterns_attention_refusal_tests.rs"]
+mod attention_refusal_tests;

@@ -1,24 +1,26 @@
-//! Unit tests of [`super`] (`patterns.rs`), self-attention: as Hugging Face's BERT exports it
-//! and with its 1/√head scale wherever an exporter may put it, each against ONNX's definition
-//! written out in Rust, and each way off the pattern refused naming its node.
+//! Unit tests of [`super`] (`patterns.rs`), self-attention as exporters spell it: as Hugging
+//! Face's BERT exports it, its 1/√head scale wherever an exporter may put it, heads split by
+//! any `Reshape` ONNX allows and merged with the batch as a bmm export does, each against
+//! attention written out in Rust. The spellings refused are in
+//! `patterns_attention_refusal_tests.rs`.
 
 use super::super::proto::pb::tensor_proto::DataType;
-use super::super::test_graph::{computes, floats, graph, int, ints, Built};
+use super::super::test_graph::{computes, graph, int, ints, Built};
 
 /// Self-attention over 4 tokens of width 4 in 2 heads, as Hugging Face's BERT exports it.
-struct Attention {
+pub(super) struct Attention {
     table: Vec<f32>,
     wq: Vec<f32>,
     wk: Vec<f32>,
     wv: Vec<f32>,
 }
 
-const ROWS: usize = 4;
-const WIDTH: usize = 4;
-const HEADS: usize = 2;
+pub(super) const ROWS: usize = 4;
+pub(super) const WIDTH: usize = 4;
+pub(super) const HEADS: usize = 2;
 
 impl Attention {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         let vals = |n: usize, k: usize| -> Vec<f32> {
             (0..n)
                 .map(|i| (((i * k + 3) % 13) as f32 - 6.0) / 9.0)
@@ -34,7 +36,7 @@ impl Attention {
 
     /// The embedding, its three projections Q, K and V, and each split into heads (K
     /// transposed), ready for the scores.
-    fn heads(&self) -> Built {
+    pub(super) fn heads(&self) -> Built {
         self.heads_split_by(&[0, 0, HEADS as i64, -1])
     }
 
@@ -305,8 +307,13 @@ fn a_reshape_splits_rows_into_heads_only_when_every_axis_fits() {
         [0, 0, -1, -1],
         [0, 0, -1, 0],
         [0, 0, 0, -1],
+        [0, 0, 1, 3],
     ] {
         assert_eq!(heads(four, &[4, 4], &target), None, "{target:?}");
+    }
+    // a node of width 0: no heads of 0, none 0 wide
+    for target in [[0, 0, 0, 0], [0, 0, 2, 0], [0, 0, 0, 2]] {
+        assert_eq!(heads(four, &[4, 0], &target), None, "{target:?}");
     }
     // the node's rows must be the token sequence's, and there must be one
     assert_eq!(heads(Some(3), &[4, 4], &[0, 0, 2, 2]), None);
@@ -316,144 +323,12 @@ fn a_reshape_splits_rows_into_heads_only_when_every_axis_fits() {
     assert_eq!(heads(four, &[4, 4], &[0, 0, 2, 2, 1]), None);
 }
 
-#[test]
-fn attention_off_the_pattern_is_refused_naming_the_node() {
-    let a = Attention::new();
-    let scores = || a.heads().node("qk", "MatMul", &["q", "k"], "s0", vec![]);
-    let tail = |b: Built, scale: f32, axis: i64| {
-        b.init("sc", &[], &[scale])
-            .node("scaled", "Div", &["s0", "sc"], "s", vec![])
-            .node("sm", "Softmax", &["s"], "p", vec![int("axis", axis)])
-            .node("pv", "MatMul", &["p", "v"], "c0", vec![])
-            .node(
-                "back",
-                "Transpose",
-                &["c0"],
-                "c1",
-                vec![ints("perm", &[0, 2, 1, 3])],
-            )
-            .node("merged", "Reshape", &["c1", "merge"], "y", vec![])
-            .output("y")
-            .refused()
-    };
-    let e = tail(scores(), 3.0, -1);
-    assert!(
-        e.contains("node 'merged' (Reshape): attention scores scaled by")
-            && e.contains("our attention scales by 1/√2"),
-        "{e}"
-    );
-    let e = tail(scores(), 2f32.sqrt(), 2);
-    assert!(
-        e.contains("node 'sm' (Softmax): Softmax of attention scores over another axis"),
-        "{e}"
-    );
-    // Sub is not a scale, nor is a constant divided by the scores or by Q
-    let e = scores()
-        .init("c", &[], &[2.0])
-        .node("sub", "Sub", &["s0", "c"], "s", vec![])
-        .output("s")
-        .refused();
-    assert!(
-        e.contains("node 'sub' (Sub): Sub of computed tensors"),
-        "{e}"
-    );
-    let e = a
-        .heads()
-        .init("c", &[], &[2.0])
-        .node("sub", "Sub", &["q", "c"], "qq", vec![])
-        .output("qq")
-        .refused();
-    assert!(
-        e.contains("node 'sub' (Sub): Sub of computed tensors"),
-        "{e}"
-    );
-    for x in ["s0", "q"] {
-        let e = scores()
-            .init("c", &[], &[2.0])
-            .node("div", "Div", &["c", x], "z", vec![])
-            .output("z")
-            .refused();
-        assert!(
-            e.contains("node 'div' (Div): Div of computed tensors"),
-            "{x}: {e}"
-        );
-    }
-    // a mask that masks something
-    let e = scores()
-        .init("m", &[1, 1, 1, ROWS], &[0.0, 0.0, -1e4, 0.0])
-        .node("masked", "Add", &["s0", "m"], "s", vec![])
-        .output("s")
-        .refused();
-    assert!(
-        e.contains("node 'masked' (Add): an attention mask that masks positions"),
-        "{e}"
-    );
-    // Q by V, or by K untransposed
-    let e = a
-        .heads()
-        .node("qk", "MatMul", &["q", "v"], "s0", vec![])
-        .output("s0")
-        .refused();
-    assert!(
-        e.contains("node 'qk' (MatMul): MatMul of a tensor split into attention heads by a tensor split into attention heads: not the self-attention pattern"),
-        "{e}"
-    );
-    // the batch axis moved
-    let e = a
-        .heads()
-        .node(
-            "t2",
-            "Transpose",
-            &["q"],
-            "z",
-            vec![ints("perm", &[1, 0, 2, 3])],
-        )
-        .output("z")
-        .refused();
-    assert!(
-        e.contains("node 't2' (Transpose): perm = [1, 0, 2, 3]: the batch axis must stay first"),
-        "{e}"
-    );
-    let e = floats(&[2, 2])
-        .node(
-            "t",
-            "Transpose",
-            &["x"],
-            "z",
-            vec![ints("perm", &[0, 2, 1])],
-        )
-        .output("z")
-        .refused();
-    assert!(
-        e.contains("Transpose is supported only inside a self-attention pattern"),
-        "{e}"
-    );
-    // IsNaN and Where elsewhere
-    let e = floats(&[2])
-        .node("n", "IsNaN", &["x"], "z", vec![])
-        .output("z")
-        .refused();
-    assert!(
-        e.contains("node 'n' (IsNaN): IsNaN is supported after an attention softmax only"),
-        "{e}"
-    );
-    let e = floats(&[2])
-        .init("zero", &[], &[0.0])
-        .node("w", "Where", &["x", "zero", "x"], "z", vec![])
-        .output("z")
-        .refused();
-    assert!(
-        e.contains("node 'w' (Where): Where is supported on constants"),
-        "{e}"
-    );
-    // merged back to a shape that is not [batch, rows, width]
-    let e = a
-        .heads()
-        .init_i("bad", &[3], &[0, 0, 2])
-        .node("qk", "MatMul", &["q", "k"], "s0", vec![])
-        .init("sc", &[], &[2f32.sqrt()])
-        .node("scaled", "Div", &["s0", "sc"], "s", vec![])
-        .node("sm", "Softmax", &["s"], "p", vec![])
+/// `b` (from [`Attention::heads`]) through scores of `q` by `k`, scaled, a softmax, the
+/// product by V and back to `[batch, rows, width]`.
+fn attend(b: Built, q: &str, k: &str) -> Built {
+    b.node("qk", "MatMul", &[q, k], "s0", vec![])
+        .node("scaled", "Div", &["s0", "scale"], "s", vec![])
+        .node("sm", "Softmax", &["s"], "p", vec![int("axis", -1)])
         .node("pv", "MatMul", &["p", "v"], "c0", vec![])
         .node(
             "back",
@@ -462,11 +337,88 @@ fn attention_off_the_pattern_is_refused_naming_the_node() {
             "c1",
             vec![ints("perm", &[0, 2, 1, 3])],
         )
-        .node("merged", "Reshape", &["c1", "bad"], "y", vec![])
+        .node("merged", "Reshape", &["c1", "merge"], "y", vec![])
         .output("y")
+}
+
+#[test]
+fn heads_merged_with_the_batch_as_bmm_exports_them_compute_the_same_attention() {
+    let a = Attention::new();
+    let (rows, heads, head) = (ROWS as i64, HEADS as i64, (WIDTH / HEADS) as i64);
+    // Q and K as [batch·heads, rows, head]; K then transposed to [batch·heads, head, rows];
+    // each back to four axes for the product
+    let merged = || {
+        a.heads()
+            .init_i("to3", &[3], &[-1, rows, head])
+            .init_i("q4", &[4], &[1, heads, rows, head])
+            .init_i("k4", &[4], &[1, heads, head, rows])
+            .node("qm", "Reshape", &["q", "to3"], "q_m", vec![])
+            .node("qu", "Reshape", &["q_m", "q4"], "q_u", vec![])
+            .node(
+                "kt",
+                "Transpose",
+                &["k1"],
+                "k_t",
+                vec![ints("perm", &[0, 2, 1, 3])],
+            )
+            .node("km", "Reshape", &["k_t", "to3"], "k_m", vec![])
+    };
+    let m = attend(
+        merged()
+            .node(
+                "kmt",
+                "Transpose",
+                &["k_m"],
+                "k_mt",
+                vec![ints("perm", &[0, 2, 1])],
+            )
+            .node("ku", "Reshape", &["k_mt", "k4"], "k_u", vec![]),
+        "q_u",
+        "k_u",
+    )
+    .import();
+    computes(&m, |ids| a.reference(ids));
+    // merged heads transposed otherwise than by swapping their last two axes
+    let e = merged()
+        .node(
+            "kmt",
+            "Transpose",
+            &["k_m"],
+            "k_mt",
+            vec![ints("perm", &[0, 1, 2])],
+        )
+        .output("k_mt")
         .refused();
     assert!(
-        e.contains("node 'merged' (Reshape): shape [0, 0, 2]: expected [batch, 4, 4]"),
+        e.contains("node 'kmt' (Transpose): Transpose is supported only inside"),
         "{e}"
     );
+    // back to four axes in another order or with another batch, each axis wrong in turn
+    for target in [
+        [1, 2, 2, 4],
+        [0, 2, 4, 2],
+        [2, 2, 4, 2],
+        [1, 3, 4, 2],
+        [1, 2, 3, 2],
+        [1, 2, 4, 3],
+    ] {
+        let e = merged()
+            .init_i("to4", &[4], &target)
+            .node("ku", "Reshape", &["k_m", "to4"], "k_u", vec![])
+            .output("k_u")
+            .refused();
+        let want = format!("node 'ku' (Reshape): shape {target:?} of attention heads of [2, 4, 2]");
+        assert!(e.contains(&want), "{e}");
+    }
+    // merged otherwise: the merged axis given (0 would copy the batch), each axis wrong in turn
+    for target in [[0, 4, 2], [2, 4, 2], [-1, 3, 2], [-1, 4, 3]] {
+        let e = a
+            .heads()
+            .init_i("to3", &[3], &target)
+            .node("qm", "Reshape", &["q", "to3"], "q_m", vec![])
+            .output("q_m")
+            .refused();
+        let want = format!("node 'qm' (Reshape): shape {target:?} of attention heads of [2, 4, 2]");
+        assert!(e.contains(&want), "{e}");
+    }
 }
