@@ -207,6 +207,16 @@ fn the_graph_has_one_input_of_static_shape_with_a_batch_axis_first() {
         e.contains("[65536, 65537] per request: more than 2^32 values"),
         "{e}"
     );
+    // exactly 2^32 is the most (the input read alone: imported, its buffers would take 16 GiB)
+    let g = ModelProto::decode(&floats(&[1 << 16, 1 << 16]).encoded()[..])
+        .unwrap()
+        .graph
+        .unwrap();
+    let (name, per_request, tokens) = graph_input(&g, &HashMap::new(), &[]).unwrap();
+    assert_eq!(
+        (name.as_str(), per_request, tokens),
+        ("x", vec![1 << 16, 1 << 16], false)
+    );
 }
 
 #[test]
