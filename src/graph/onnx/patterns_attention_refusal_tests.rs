@@ -4,7 +4,7 @@
 //! The graphs are [`super::attention_tests`]'s.
 
 use super::super::test_graph::{floats, int, ints, Built};
-use super::attention_tests::{Attention, ROWS, WIDTH};
+use super::attention_tests::{Attention, Context, ROWS, WIDTH};
 
 /// `b` with `from` split into heads by a `Reshape` to the initializer `split`, then
 /// transposed by `perm`, as `out`.
@@ -65,16 +65,7 @@ fn q_k_and_v_must_agree_in_heads_and_in_shape() {
         .node("qk", "MatMul", &["q", "k"], "s0", vec![])
         .node("scaled", "Div", &["s0", "scale"], "s", vec![])
         .node("sm", "Softmax", &["s"], "p", vec![int("axis", -1)])
-        .node("pv", "MatMul", &["p", "v6"], "c0", vec![])
-        .node(
-            "back",
-            "Transpose",
-            &["c0"],
-            "c1",
-            vec![ints("perm", &[0, 2, 1, 3])],
-        )
-        .node("merged", "Reshape", &["c1", "any"], "y", vec![])
-        .output("y")
+        .context("p", "v6", "any")
         .refused();
     assert!(
         e.contains("node 'merged' (Reshape): Q, K and V differ in shape"),
@@ -90,16 +81,7 @@ fn attention_off_the_pattern_is_refused_naming_the_node() {
         b.init("sc", &[], &[scale])
             .node("scaled", "Div", &["s0", "sc"], "s", vec![])
             .node("sm", "Softmax", &["s"], "p", vec![int("axis", axis)])
-            .node("pv", "MatMul", &["p", "v"], "c0", vec![])
-            .node(
-                "back",
-                "Transpose",
-                &["c0"],
-                "c1",
-                vec![ints("perm", &[0, 2, 1, 3])],
-            )
-            .node("merged", "Reshape", &["c1", "merge"], "y", vec![])
-            .output("y")
+            .context("p", "v", "merge")
             .refused()
     };
     let e = tail(scores(), 3.0, -1);
@@ -267,16 +249,7 @@ fn attention_off_the_pattern_is_refused_naming_the_node() {
         .init("sc", &[], &[2f32.sqrt()])
         .node("scaled", "Div", &["s0", "sc"], "s", vec![])
         .node("sm", "Softmax", &["s"], "p", vec![])
-        .node("pv", "MatMul", &["p", "v"], "c0", vec![])
-        .node(
-            "back",
-            "Transpose",
-            &["c0"],
-            "c1",
-            vec![ints("perm", &[0, 2, 1, 3])],
-        )
-        .node("merged", "Reshape", &["c1", "bad"], "y", vec![])
-        .output("y")
+        .context("p", "v", "bad")
         .refused();
     assert!(
         e.contains("node 'merged' (Reshape): shape [0, 0, 2]: expected [batch, 4, 4]"),

@@ -98,16 +98,7 @@ impl Attention {
             .node("sm", "Softmax", &["s"], "p0", vec![int("axis", -1)])
             .node("nan", "IsNaN", &["p0"], "n", vec![])
             .node("where", "Where", &["n", "zero", "p0"], "p", vec![])
-            .node("pv", "MatMul", &["p", "v"], "c0", vec![])
-            .node(
-                "back",
-                "Transpose",
-                &["c0"],
-                "c1",
-                vec![ints("perm", &[0, 2, 1, 3])],
-            )
-            .node("merged", "Reshape", &["c1", "merge"], "y", vec![])
-            .output("y")
+            .context("p", "v", "merge")
     }
 
     /// What ONNX computes for the token ids `ids`.
@@ -225,16 +216,7 @@ fn self_attention_as_exported_becomes_one_attention_node_computing_what_onnx_def
         let scores = if what.contains("scores") { "s" } else { "s0" };
         let m = b
             .node("sm", "Softmax", &[scores], "p", vec![int("axis", 3)])
-            .node("pv", "MatMul", &["p", "v"], "c0", vec![])
-            .node(
-                "back",
-                "Transpose",
-                &["c0"],
-                "c1",
-                vec![ints("perm", &[0, 2, 1, 3])],
-            )
-            .node("merged", "Reshape", &["c1", "merge"], "y", vec![])
-            .output("y")
+            .context("p", "v", "merge")
             .import_with(&[])
             .unwrap_or_else(|e| panic!("{what}: {e}"));
         computes(&m, |ids| a.reference(ids));
@@ -323,22 +305,35 @@ fn a_reshape_splits_rows_into_heads_only_when_every_axis_fits() {
     assert_eq!(heads(four, &[4, 4], &[0, 0, 2, 2, 1]), None);
 }
 
+/// The end of attention: the probabilities by V, transposed back and reshaped into `y`.
+pub(super) trait Context {
+    /// `self` with the probabilities `p` times `v`, back to `[batch, rows, heads, head]` and
+    /// reshaped by the initializer `merge` into the graph's output `y`.
+    fn context(self, p: &str, v: &str, merge: &str) -> Built;
+}
+
+impl Context for Built {
+    fn context(self, p: &str, v: &str, merge: &str) -> Built {
+        self.node("pv", "MatMul", &[p, v], "c0", vec![])
+            .node(
+                "back",
+                "Transpose",
+                &["c0"],
+                "c1",
+                vec![ints("perm", &[0, 2, 1, 3])],
+            )
+            .node("merged", "Reshape", &["c1", merge], "y", vec![])
+            .output("y")
+    }
+}
+
 /// `b` (from [`Attention::heads`]) through scores of `q` by `k`, scaled, a softmax, the
 /// product by V and back to `[batch, rows, width]`.
 fn attend(b: Built, q: &str, k: &str) -> Built {
     b.node("qk", "MatMul", &[q, k], "s0", vec![])
         .node("scaled", "Div", &["s0", "scale"], "s", vec![])
         .node("sm", "Softmax", &["s"], "p", vec![int("axis", -1)])
-        .node("pv", "MatMul", &["p", "v"], "c0", vec![])
-        .node(
-            "back",
-            "Transpose",
-            &["c0"],
-            "c1",
-            vec![ints("perm", &[0, 2, 1, 3])],
-        )
-        .node("merged", "Reshape", &["c1", "merge"], "y", vec![])
-        .output("y")
+        .context("p", "v", "merge")
 }
 
 #[test]
