@@ -445,6 +445,13 @@ fn ranges_expands_wheres_and_comparisons_fold_as_numpy_computes_them() {
         &[data.clone(), iv(&[2, 2], &[1, 0, 0, 1])],
     );
     assert_eq!(g.i, [3, 2, 1, 4]);
+    // along the last axis: each row's own values, the row read from the index's position
+    let g = of(
+        "GatherElements",
+        vec![int("axis", 1)],
+        &[data.clone(), iv(&[2, 2], &[1, 0, 0, 0])],
+    );
+    assert_eq!(g.i, [2, 1, 3, 3]);
     let e = refused(
         "GatherElements",
         vec![],
@@ -561,6 +568,12 @@ fn a_constant_is_reshaped_gathered_and_computed_as_onnx_defines() {
     assert_eq!((quot.dims, quot.f), (vec![1, 3], vec![0.5, 0.5, 0.5]));
     let diff = f("Sub", iv(&[1, 3], &[2, 4, 8]), iv(&[3], &[1, 2, 3]));
     assert_eq!((diff.dims, diff.i), (vec![1, 3], vec![1, 2, 5]));
+    // a middle axis stretched between two that are not: each value found by its strides
+    let sum = f("Add", iv(&[2, 1, 2], &[1, 2, 3, 4]), iv(&[2, 1], &[10, 20]));
+    assert_eq!(
+        (sum.dims, sum.i),
+        (vec![2, 2, 2], vec![11, 12, 21, 22, 13, 14, 23, 24])
+    );
     let e = refused("Add", vec![], &[v, iv(&[2], &[1, 2])]);
     assert!(e.contains("shapes [[3], [2]] do not broadcast"), "{e}");
 }
