@@ -198,6 +198,11 @@ mod tests {
         assert_eq!(decide("dva:50:5:2", Some(3), 1, 3.0), admit(1));
         // no room under B: the batch runs on
         assert_eq!(decide("dva:100:0:1", Some(3), 1, 3.0), Decision::Run);
+        // at the boundaries: a batch that has done nothing is stretched even at depth 0, and
+        // the oldest newcomer (arrived at 1 ms) is due at 1 + 5 ms to the nanosecond
+        assert_eq!(decide("dva:0:0", Some(0), 1, 3.0), admit(1));
+        assert_eq!(decide("dva:50:5", Some(3), 1, 5.999_999), Decision::Run);
+        assert_eq!(decide("dva:50:5", Some(3), 1, 6.0), admit(1));
     }
 
     #[test]
