@@ -195,3 +195,45 @@ pub(crate) fn window_and_batch(
     }
     Ok((Nanos::from_ms(w), b))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::zoo;
+
+    /// What each policy family declares: whether it serves co-located models (refused by
+    /// [`Spec::check_for`], named) and whether its decisions read the SLA.
+    #[test]
+    fn each_policy_declares_whether_it_serves_colocated_models_and_reads_the_sla() {
+        let m = zoo::load(&format!(
+            "{}/tests/fixtures/eight_nodes.toml",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        let two = Model::compose(vec![m.clone(), m.clone()]);
+        // (policy, serves co-located models, reads the SLA)
+        for (text, colocates, sla) in [
+            ("serial", true, false),
+            ("graph:5", true, false),
+            ("lazy", true, true),
+            ("lazy:no-decoder-preempt", true, true),
+            ("oracle", false, true),
+            ("lazy:adaptive", false, true),
+            ("cellular:5", false, false),
+            ("continuous", false, false),
+            ("chunked:2", false, false),
+            ("dva:50:5", false, false),
+        ] {
+            let spec = Spec::parse(text, 8).unwrap();
+            assert_eq!(spec.uses_sla(), sla, "{text}");
+            assert!(spec.check_for(&m).is_ok(), "{text}: one model");
+            match spec.check_for(&two) {
+                Ok(()) => assert!(colocates, "{text} accepted co-located models"),
+                Err(e) => {
+                    assert!(!colocates, "{text}: {e}");
+                    assert!(e.to_string().contains("does not support co-located"), "{e}");
+                }
+            }
+        }
+    }
+}
