@@ -206,6 +206,21 @@ mod tests {
     }
 
     #[test]
+    fn it_is_named_by_its_string_and_merges_in_the_decoder_loop_at_any_timestep() {
+        let dva = crate::policy::parse("dva:50:5:4", 8).unwrap();
+        assert_eq!(dva.name(), "dva:50:5:4");
+        // the loop's cells, as cellular batching's: members of different timesteps merge there
+        let m = zoo::load(&format!(
+            "{}/tests/fixtures/tiny_seq2seq.toml",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        let cells = dva.cell_nodes(&m);
+        assert_eq!(cells, crate::policy::cellular::loop_cells(&m));
+        assert!(cells.contains(&true) && cells.contains(&false), "{cells:?}");
+    }
+
+    #[test]
     fn bad_parameters_name_what_is_wrong() {
         let err = |s: &str| crate::policy::Spec::parse(s, 8).err().unwrap().to_string();
         assert!(err("dva").contains("dva:D:W"), "{}", err("dva"));
