@@ -474,3 +474,30 @@ fn the_no_decoder_preempt_ablation_waits_only_while_the_active_batch_is_in_its_d
         .to_string();
     assert!(err.contains("no-decoder-preempt"), "{err}");
 }
+
+#[test]
+fn each_variant_is_named_by_its_string_and_only_strict_merges_nowhere_but_its_own_step() {
+    let m = zoo::load(&format!(
+        "{}/tests/fixtures/tiny_seq2seq.toml",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    let loop_cells = crate::policy::cellular::loop_cells(&m);
+    for text in [
+        "lazy",
+        "oracle",
+        "lazy:strict",
+        "oracle:strict",
+        "lazy:no-decoder-preempt",
+        "oracle:no-decoder-preempt",
+    ] {
+        let p = crate::policy::parse(text, 8).unwrap();
+        assert_eq!(p.name(), text);
+        let cells = p.cell_nodes(&m);
+        if text.ends_with(":strict") {
+            assert!(cells.is_empty(), "{text}: {cells:?}");
+        } else {
+            assert_eq!(cells, loop_cells, "{text}");
+        }
+    }
+}
