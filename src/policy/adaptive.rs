@@ -211,15 +211,23 @@ impl Policy for Adaptive {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::graph::zoo;
+    use crate::graph::{zoo, Model, NodeId, NodeStep};
     use crate::profile::Profile;
     use crate::runtime::{BatchTable, InfQ, Ledger, Predictor, Request, RequestId};
 
     /// The eight-node graph (nine nodes with its input), every node `0.5 + 0.5·b` ms at batch
     /// `b`: a batch of four costs 2.5 single-input halves, not four (a batching gain, not a
-    /// free one); `waiting` requests arrived `gap` ms apart from 0, all pending at `now` ms on
-    /// an idle server.
-    fn idle_server(waiting: u32, gap: f64, now: f64, pol: &mut Adaptive) -> Decision {
+    /// free one). `active` requests (the first ids) stand at `node`, the `waiting` ones (the
+    /// next ids) arrived at `arrivals` ms.
+    struct Bench {
+        m: Model,
+        p: Predictor,
+        table: BatchTable,
+        infq: InfQ,
+        requests: Vec<Request>,
+    }
+
+    fn bench(active: u32, node: u32, arrivals: &[f64]) -> Bench {
         let m = zoo::load(&format!(
             "{}/tests/fixtures/eight_nodes.toml",
             env!("CARGO_MANIFEST_DIR")
@@ -233,19 +241,57 @@ mod tests {
         }
         let p = Predictor::new(&m, &prof, 1);
         let len = Lengths { enc: 1, dec: 1 };
-        let requests: Vec<Request> = (0..waiting)
+        let waiting = arrivals.len() as u32;
+        let requests: Vec<Request> = (0..active + waiting)
             .map(|i| {
-                let at = Nanos::from_ms(gap * f64::from(i));
+                let at = match i.checked_sub(active) {
+                    Some(w) => Nanos::from_ms(arrivals[w as usize]),
+                    None => Nanos(0),
+                };
                 Request::new(RequestId(i), at, Nanos::from_ms(500.0), len)
             })
             .collect();
         let mut infq = InfQ::with_capacity(8);
-        requests.iter().for_each(|r| infq.push(r.id));
+        (active..active + waiting).for_each(|i| infq.push(RequestId(i)));
         let mut table = BatchTable::new(8);
         table.set_model(&m);
-        let ledger = Ledger::of(&requests).unwrap();
-        let v = View::new(Nanos::from_ms(now), &m, &infq, &table, &p, 8, &ledger);
-        pol.decide(&v)
+        if active > 0 {
+            let at = NodeStep {
+                node: NodeId(node),
+                step: 0,
+            };
+            table.push_from((0..active).map(RequestId), at, None);
+        }
+        Bench {
+            m,
+            p,
+            table,
+            infq,
+            requests,
+        }
+    }
+
+    impl Bench {
+        fn with<T>(&self, now: f64, f: impl FnOnce(&View) -> T) -> T {
+            let ledger = Ledger::of(&self.requests).unwrap();
+            let v = View::new(
+                Nanos::from_ms(now),
+                &self.m,
+                &self.infq,
+                &self.table,
+                &self.p,
+                8,
+                &ledger,
+            );
+            f(&v)
+        }
+    }
+
+    /// `waiting` requests arrived `gap` ms apart from 0, all pending at `now` ms on an idle
+    /// server.
+    fn idle_server(waiting: u32, gap: f64, now: f64, pol: &mut Adaptive) -> Decision {
+        let arrivals: Vec<f64> = (0..waiting).map(|i| gap * f64::from(i)).collect();
+        bench(0, 0, &arrivals).with(now, |v| pol.decide(v))
     }
 
     #[test]
@@ -255,6 +301,74 @@ mod tests {
         idle_server(4, 2.0, 6.0, &mut pol);
         // three gaps of 2 ms: 0.5 arrivals per ms
         assert!((pol.rate() - 1.0 / 2e6).abs() < 1e-15, "{}", pol.rate());
+        // the same queue seen again adds no gap
+        idle_server(4, 2.0, 7.0, &mut pol);
+        assert_eq!(pol.gap_ns, 2e6);
+        // one more, 10 ms after the last: a thirty-second of the 8 ms difference joins in
+        let later = bench(0, 0, &[0.0, 2.0, 4.0, 6.0, 16.0]);
+        later.with(16.0, |v| pol.decide(v));
+        assert_eq!(pol.gap_ns, 2e6 + 8e6 / 32.0);
+        assert_eq!(pol.seen, Some(Nanos::from_ms(16.0)));
+        // the requests already seen may have left the queue: only the new one is folded in
+        let after = bench(0, 0, &[16.0, 17.0]);
+        after.with(17.0, |v| pol.decide(v));
+        assert_eq!(pol.gap_ns, 2.25e6 + (1e6 - 2.25e6) / 32.0);
+    }
+
+    #[test]
+    fn preemption_pays_when_batching_saves_more_than_the_catch_up_costs() {
+        // one request at node 4 (five nodes left), one newcomer: preempting finishes both
+        // after the catch-up (4 ms) and five nodes at batch 2 (7.5 ms), 2·11.5 = 23 ms in all;
+        // waiting, the one finishes after 5 ms and the newcomer after 5 + 9: 19 ms. The busy
+        // periods, 11.5 and 14 ms, delay arrivals by λ·D²/2: preempting pays above
+        // λ = 4 / (63.75 / 2) per ms, 1.2549e-7 per ns
+        let b = bench(1, 4, &[1.0]);
+        b.with(1.0, |v| {
+            assert!(!preemption_pays(v, 1, 0.0));
+            assert!(!preemption_pays(v, 1, 1.25e-7));
+            assert!(preemption_pays(v, 1, 1.26e-7));
+        });
+        // two at node 4, two newcomers: 4·(6 + 12.5) = 74 against 2·7.5 + 2·(7.5 + 13.5)
+        // = 57 ms; busy 18.5 against 21 ms: preempting pays above 17 / 49.375 per ms
+        let b = bench(2, 4, &[1.0, 1.0]);
+        b.with(1.0, |v| {
+            assert!(!preemption_pays(v, 2, 0.0));
+            assert!(!preemption_pays(v, 2, 3.44e-7));
+            assert!(preemption_pays(v, 2, 3.45e-7));
+        });
+        // nothing running, or nobody waiting: nothing to weigh
+        bench(0, 0, &[1.0]).with(1.0, |v| assert!(preemption_pays(v, 1, 0.0)));
+        bench(2, 4, &[]).with(1.0, |v| assert!(preemption_pays(v, 0, 0.0)));
+    }
+
+    #[test]
+    fn lazy_admissions_that_do_not_pay_are_turned_into_runs() {
+        // LazyB's slack gate (a 500 ms SLA) admits the newcomer; at rate 0 the adaptive rule
+        // lets the running request finish first, at one arrival a millisecond it preempts
+        let b = bench(1, 4, &[1.0]);
+        let admit = Decision::Admit {
+            count: 1,
+            pad: false,
+        };
+        assert_eq!(b.with(1.0, |v| Lazy::conservative().decide(v)), admit);
+        assert_eq!(b.with(1.0, |v| Adaptive::new().decide(v)), Decision::Run);
+        let mut loaded = Adaptive::new();
+        loaded.gap_ns = 1e6;
+        assert_eq!(b.with(1.0, |v| loaded.decide(v)), admit);
+    }
+
+    #[test]
+    fn it_is_named_by_its_string_and_merges_where_lazy_does() {
+        let pol = Adaptive::new();
+        assert_eq!(pol.name(), "lazy:adaptive");
+        let m = zoo::load(&format!(
+            "{}/tests/fixtures/tiny_seq2seq.toml",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap();
+        let cells = pol.cell_nodes(&m);
+        assert_eq!(cells, crate::policy::cellular::loop_cells(&m));
+        assert!(cells.contains(&true) && cells.contains(&false), "{cells:?}");
     }
 
     #[test]
@@ -274,5 +388,26 @@ mod tests {
         assert_eq!(launched(idle_server(4, 100.0, 300.0, &mut slow)), 3);
         let mut busy = Adaptive::new();
         assert_eq!(launched(idle_server(4, 1.0, 3.0, &mut busy)), 4);
+        // the threshold: one group of four costs 90 + λ·22.5²/2 ms, three then one
+        // 81 + λ·27²/2, equal at λ = 9 / 111.375 per ms, 8.0808e-8 per ns
+        let mut a = Vec::new();
+        let four = bench(0, 0, &[0.0; 4]);
+        four.with(0.0, |v| {
+            assert_eq!(launch_size(v, 4, 8.08e-8, &mut a), 3);
+            assert_eq!(launch_size(v, 4, 8.09e-8, &mut a), 4);
+        });
+        // five: groups of three then two (5·18 + 2·13.5 = 117 ms, busy 31.5) or two, two and
+        // one (117 ms too, busy 36: the larger group wins the tie), or all five (135 ms, busy
+        // 27): equal at λ = 18 / 131.625 per ms
+        let five = bench(0, 0, &[0.0; 5]);
+        five.with(0.0, |v| {
+            assert_eq!(launch_size(v, 5, 0.0, &mut a), 3);
+            assert_eq!(launch_size(v, 5, 1.367e-7, &mut a), 3);
+            assert_eq!(launch_size(v, 5, 1.368e-7, &mut a), 5);
+            assert_eq!(a.len(), 5, "the scratch holds one time a batch size");
+        });
+        // nobody, or one: no choice
+        bench(0, 0, &[]).with(0.0, |v| assert_eq!(launch_size(v, 0, 0.0, &mut a), 0));
+        four.with(0.0, |v| assert_eq!(launch_size(v, 1, 1.0, &mut a), 1));
     }
 }
