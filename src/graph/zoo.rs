@@ -72,6 +72,16 @@ pub fn load(name_or_path: &str) -> Result<Model> {
     load_scaled(name_or_path, Scale::default())
 }
 
+/// A model of `tests/fixtures` by its file name, for unit tests (which must find it).
+#[cfg(test)]
+pub(crate) fn fixture(file: &str) -> Model {
+    load(&format!(
+        "{}/tests/fixtures/{file}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap_or_else(|e| panic!("fixture {file}: {e}"))
+}
+
 /// Loads a model (see [`load`]) as a reduced-size variant.
 pub fn load_scaled(name_or_path: &str, scale: Scale) -> Result<Model> {
     load_with(name_or_path, scale, &[])

@@ -484,11 +484,7 @@ mod tests {
     use crate::runtime::{Rejection, RequestId};
 
     fn fixture(name: &str) -> Model {
-        let mut m = crate::graph::zoo::load(&format!(
-            "{}/tests/fixtures/eight_nodes.toml",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap();
+        let mut m = crate::graph::zoo::fixture("eight_nodes.toml");
         m.name = name.into();
         for p in &mut m.parts {
             p.name = name.into();

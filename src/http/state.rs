@@ -155,11 +155,7 @@ mod tests {
 
     /// A front end for the eight-node fixture with nobody behind it.
     pub(in crate::http) fn test_front() -> Arc<Front> {
-        let m = crate::graph::zoo::load(&format!(
-            "{}/tests/fixtures/eight_nodes.toml",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap();
+        let m = crate::graph::zoo::fixture("eight_nodes.toml");
         let hosted = describe(&m, 0).unwrap();
         let exchange = Arc::new(Exchange::new());
         let metrics = Arc::new(Metrics::new(&m, 8));

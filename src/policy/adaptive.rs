@@ -228,11 +228,7 @@ mod tests {
     }
 
     fn bench(active: u32, node: u32, arrivals: &[f64]) -> Bench {
-        let m = zoo::load(&format!(
-            "{}/tests/fixtures/eight_nodes.toml",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap();
+        let m = zoo::fixture("eight_nodes.toml");
         let mut prof = Profile::uniform(&m, 8, Nanos::from_ms(1.0));
         for n in &mut prof.nodes {
             for (i, l) in n.latency_ns.iter_mut().enumerate() {
@@ -361,11 +357,7 @@ mod tests {
     fn it_is_named_by_its_string_and_merges_where_lazy_does() {
         let pol = Adaptive::new();
         assert_eq!(pol.name(), "lazy:adaptive");
-        let m = zoo::load(&format!(
-            "{}/tests/fixtures/tiny_seq2seq.toml",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap();
+        let m = zoo::fixture("tiny_seq2seq.toml");
         let cells = pol.cell_nodes(&m);
         assert_eq!(cells, crate::policy::cellular::loop_cells(&m));
         assert!(cells.contains(&true) && cells.contains(&false), "{cells:?}");

@@ -105,14 +105,6 @@ mod tests {
     use super::*;
     use crate::graph::{zoo, NodeId};
 
-    fn fixture(f: &str) -> Model {
-        zoo::load(&format!(
-            "{}/tests/fixtures/{f}",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap()
-    }
-
     fn at(n: usize, step: u32) -> NodeStep {
         NodeStep {
             node: NodeId(n as u32),
@@ -136,10 +128,10 @@ mod tests {
             }
         }
         // an embedding in front of the loop: never (tiny_seq2seq's encoder)
-        let m = fixture("tiny_seq2seq.toml");
+        let m = zoo::fixture("tiny_seq2seq.toml");
         assert!((0..m.nodes.len()).all(|n| !joinable(&m, at(n, 0))));
         // a model without loops has no cell to join at
-        let m = fixture("eight_nodes.toml");
+        let m = zoo::fixture("eight_nodes.toml");
         assert!(m.loops.is_empty());
         assert!((0..m.nodes.len()).all(|n| !joinable(&m, at(n, 0))));
     }

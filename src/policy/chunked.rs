@@ -185,11 +185,7 @@ mod tests {
     }
 
     fn bench(entries: &[(std::ops::Range<u32>, u32)], pending: u32) -> Bench {
-        let m = zoo::load(&format!(
-            "{}/tests/fixtures/tiny_seq2seq.toml",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap();
+        let m = zoo::fixture("tiny_seq2seq.toml");
         let p = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 3);
         let mut table = BatchTable::new(8);
         table.set_cells(cellular::loop_cells(&m));

@@ -116,11 +116,7 @@ mod tests {
         use crate::profile::Profile;
         use crate::runtime::{BatchTable, InfQ, Ledger, Predictor, Request, RequestId};
         use crate::time::Nanos;
-        let m = zoo::load(&format!(
-            "{}/tests/fixtures/tiny_seq2seq.toml",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap();
+        let m = zoo::fixture("tiny_seq2seq.toml");
         let p = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 3);
         let len = crate::graph::Lengths { enc: 2, dec: 3 };
         let requests: Vec<Request> = (0..in_flight + pending)

@@ -145,11 +145,7 @@ mod tests {
     /// 9 ms, input node included): request 0 in flight at node `at` (None: idle server),
     /// requests 1..=`waiting` pending, request i arrived at i ms.
     fn decide(policy: &str, at: Option<u32>, waiting: u32, now: f64) -> Decision {
-        let m = zoo::load(&format!(
-            "{}/tests/fixtures/eight_nodes.toml",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap();
+        let m = zoo::fixture("eight_nodes.toml");
         let p = Predictor::new(&m, &Profile::uniform(&m, 8, ms(1.0)), 1);
         let len = Lengths { enc: 1, dec: 1 };
         let requests: Vec<Request> = (0..=waiting)
@@ -210,11 +206,7 @@ mod tests {
         let dva = crate::policy::parse("dva:50:5:4", 8).unwrap();
         assert_eq!(dva.name(), "dva:50:5:4");
         // the loop's cells, as cellular batching's: members of different timesteps merge there
-        let m = zoo::load(&format!(
-            "{}/tests/fixtures/tiny_seq2seq.toml",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap();
+        let m = zoo::fixture("tiny_seq2seq.toml");
         let cells = dva.cell_nodes(&m);
         assert_eq!(cells, crate::policy::cellular::loop_cells(&m));
         assert!(cells.contains(&true) && cells.contains(&false), "{cells:?}");

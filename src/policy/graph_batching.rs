@@ -82,11 +82,7 @@ mod tests {
     use crate::runtime::{BatchTable, InfQ, Ledger, Predictor, Request, RequestId};
 
     fn decide(window_ms: f64, max_batch: u32, waiting: u32, now_ms: f64) -> Decision {
-        let m = zoo::load(&format!(
-            "{}/tests/fixtures/eight_nodes.toml",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap();
+        let m = zoo::fixture("eight_nodes.toml");
         let p = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 1);
         let len = Lengths { enc: 1, dec: 1 };
         // request i arrived at i ms

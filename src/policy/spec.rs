@@ -205,11 +205,7 @@ mod tests {
     /// [`Spec::check_for`], named) and whether its decisions read the SLA.
     #[test]
     fn each_policy_declares_whether_it_serves_colocated_models_and_reads_the_sla() {
-        let m = zoo::load(&format!(
-            "{}/tests/fixtures/eight_nodes.toml",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap();
+        let m = zoo::fixture("eight_nodes.toml");
         let two = Model::compose(vec![m.clone(), m.clone()]);
         // (policy, serves co-located models, reads the SLA)
         for (text, colocates, sla) in [

@@ -261,11 +261,7 @@ mod tests {
         let (tx, rx) = mpsc::channel();
         let policy = policy.to_string();
         std::thread::spawn(move || {
-            let m = zoo::load(&format!(
-                "{}/tests/fixtures/eight_nodes.toml",
-                env!("CARGO_MANIFEST_DIR")
-            ))
-            .unwrap();
+            let m = zoo::fixture("eight_nodes.toml");
             let pred = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 1);
             let setup = engine::Setup {
                 max_pending: crate::runtime::MaxPending::new(max_pending).unwrap(),
@@ -334,11 +330,7 @@ mod tests {
         // a sender stands in for a network front end: 30 requests, a millisecond apart, each
         // stamped as it arrives; dropping the sender drains the server and ends the run, and
         // the observer heard of every request exactly once, as the run's statistics did
-        let m = zoo::load(&format!(
-            "{}/tests/fixtures/eight_nodes.toml",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap();
+        let m = zoo::fixture("eight_nodes.toml");
         let pred = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 1);
         let tally = Tally::default();
         let setup = engine::Setup {

@@ -510,14 +510,6 @@ mod tests {
     use super::*;
     use crate::graph::{zoo, NodeId};
 
-    fn fixture(name: &str) -> Model {
-        zoo::load(&format!(
-            "{}/tests/fixtures/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap()
-    }
-
     fn at(node: u32, step: u32) -> NodeStep {
         NodeStep {
             node: NodeId(node),
@@ -534,7 +526,7 @@ mod tests {
     #[test]
     fn a_newcomer_catches_up_and_merges_where_the_batch_below_stands() {
         // the paper's example: Req1 at C, Req2 pushed at A merges when it reaches C
-        let m = fixture("eight_nodes.toml");
+        let m = zoo::fixture("eight_nodes.toml");
         let mut t = BatchTable::new(8);
         t.set_model(&m);
         t.push_from(ids(&[1]), at(3, 0), None);
@@ -553,7 +545,7 @@ mod tests {
 
     #[test]
     fn entries_that_would_exceed_the_maximum_batch_stay_apart() {
-        let m = fixture("eight_nodes.toml");
+        let m = zoo::fixture("eight_nodes.toml");
         let mut t = BatchTable::new(3);
         t.set_model(&m);
         t.push_from(ids(&[1, 2]), at(2, 0), None);
@@ -567,7 +559,7 @@ mod tests {
 
     #[test]
     fn at_cells_sub_batches_merge_across_timesteps_and_keep_their_steps() {
-        let m = fixture("tiny_seq2seq.toml");
+        let m = zoo::fixture("tiny_seq2seq.toml");
         let dec = m
             .loops
             .iter()
@@ -608,7 +600,7 @@ mod tests {
         // and 3: after step 0 request 1 leaves for the decoder (node 3) and request 2 runs the
         // encoder again; the one behind runs first and, standing at another node, does not
         // merge until it reaches the decoder's first unit
-        let m = fixture("tiny_seq2seq.toml");
+        let m = zoo::fixture("tiny_seq2seq.toml");
         let len = |r: RequestId| Lengths {
             enc: if r.0 == 1 { 1 } else { 3 },
             dec: 2,
@@ -643,7 +635,7 @@ mod tests {
     fn a_graph_batch_never_merges() {
         // a padded sub-batch (graph batching) runs to its end on its own, even through the
         // node where the entry below stands
-        let m = fixture("eight_nodes.toml");
+        let m = zoo::fixture("eight_nodes.toml");
         let mut t = BatchTable::new(8);
         t.set_model(&m);
         t.push_from(ids(&[1]), at(3, 0), None);
@@ -658,7 +650,7 @@ mod tests {
 
     #[test]
     fn check_names_a_broken_invariant() {
-        let m = fixture("eight_nodes.toml");
+        let m = zoo::fixture("eight_nodes.toml");
         let mut t = BatchTable::new(8);
         t.set_model(&m);
         t.push_from(ids(&[1]), at(3, 0), None);
@@ -676,7 +668,7 @@ mod tests {
         should_panic(expected = "request 1 is in two entries")
     )]
     fn a_broken_table_panics_at_the_next_change_when_checked() {
-        let m = fixture("eight_nodes.toml");
+        let m = zoo::fixture("eight_nodes.toml");
         let mut t = BatchTable::new(8);
         t.set_model(&m);
         t.push_from(ids(&[1]), at(3, 0), None);
@@ -700,7 +692,7 @@ mod tests {
             t.straight_ahead()
         };
         // eight_nodes: in, A..H, one class, no loops: from node i, 8 - i nodes (H ends it)
-        let m = fixture("eight_nodes.toml");
+        let m = zoo::fixture("eight_nodes.toml");
         for i in 0..=8 {
             assert_eq!(ahead(&m, &[i]), 8 - i, "eight_nodes from {i}");
         }
@@ -708,7 +700,7 @@ mod tests {
         assert_eq!(ahead(&m, &[5, 2]), 3);
         // tiny_seq2seq: src, emb, enc (the encoder loop, ends it), dec_emb, dec, ctx, logits,
         // tok (the decoder loop's last)
-        let m = fixture("tiny_seq2seq.toml");
+        let m = zoo::fixture("tiny_seq2seq.toml");
         for (i, w) in [2, 1, 0, 4, 3, 2, 1, 0].into_iter().enumerate() {
             assert_eq!(ahead(&m, &[i as u32]), w, "tiny_seq2seq from {i}");
         }
@@ -738,7 +730,7 @@ mod tests {
         // tiny_seq2seq, encoder lengths 1 and 3 for requests 1 and 2 (at the encoder, node 2),
         // request 0 waiting at the decoder's first unit: request 1 leaves for it and merges
         // there in the same advance; request 2 runs the encoder again, on top
-        let m = fixture("tiny_seq2seq.toml");
+        let m = zoo::fixture("tiny_seq2seq.toml");
         let len = |r: RequestId| Lengths {
             enc: if r.0 == 2 { 3 } else { 1 },
             dec: 2,
@@ -756,7 +748,7 @@ mod tests {
     fn a_loop_that_wraps_onto_the_entry_below_merges_with_it() {
         // tiny_seq2seq's decoder loop (nodes 3..=7), three steps each: request 1 at its last
         // node (tok, step 0) wraps to its first node at step 1, where request 0 stands
-        let m = fixture("tiny_seq2seq.toml");
+        let m = zoo::fixture("tiny_seq2seq.toml");
         let len = |_| Lengths { enc: 1, dec: 3 };
         let mut t = BatchTable::new(8);
         t.set_model(&m);
@@ -772,7 +764,7 @@ mod tests {
     fn a_full_sub_batch_takes_no_one_more() {
         // eight_nodes, maximum batch 8: a newcomer reaching C where 8 requests stand stays
         // apart; where 7 stand it merges
-        let m = fixture("eight_nodes.toml");
+        let m = zoo::fixture("eight_nodes.toml");
         for (below, merged) in [(8u32, false), (7, true)] {
             let mut t = BatchTable::new(8);
             t.set_model(&m);

@@ -376,11 +376,7 @@ mod tests {
     fn remaining_work_from_mid_graph_and_mid_decoder_is_algorithm_1_from_there() {
         // the tiny seq2seq model, every node 1 ms: src and emb (static), enc (encoder loop,
         // 1 node), dec_emb, dec, ctx, logits, tok (decoder loop, 5 nodes)
-        let m = zoo::load(&format!(
-            "{}/tests/fixtures/tiny_seq2seq.toml",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-        .unwrap();
+        let m = zoo::fixture("tiny_seq2seq.toml");
         let p = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 3);
         let len = Lengths { enc: 4, dec: 3 };
         let at = |node: u32, step: u32| {

@@ -14,11 +14,7 @@ fn setup() -> (Model, Predictor) {
 
 /// A test fixture, every node 1 ms at any batch size, 3 decoder steps predicted.
 fn setup_of(fixture: &str) -> (Model, Predictor) {
-    let m = zoo::load(&format!(
-        "{}/tests/fixtures/{fixture}",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap();
+    let m = zoo::fixture(fixture);
     let p = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 3);
     (m, p)
 }
@@ -413,15 +409,9 @@ fn a_co_located_newcomer_is_priced_by_its_own_model() {
     // of the first model stands at node C at t = 3 ms (6 ms left); a newcomer for the second
     // model adds its own 6 ms, so both are done by 3 + 6 + 6 = 15 ms (priced as the first
     // model's, 18 ms)
-    let load = |f: &str| {
-        zoo::load(&format!(
-            "{}/tests/fixtures/{f}",
-            env!("CARGO_MANIFEST_DIR")
-        ))
-    };
     let m = Model::compose(vec![
-        load("eight_nodes.toml").unwrap(),
-        load("grouped_convs.toml").unwrap(),
+        zoo::fixture("eight_nodes.toml"),
+        zoo::fixture("grouped_convs.toml"),
     ]);
     let p = Predictor::new(&m, &Profile::uniform(&m, 8, ms(1.0)), 3);
     for (deadline0, want) in [(15.0, 1), (14.9, 0)] {
@@ -477,11 +467,7 @@ fn the_no_decoder_preempt_ablation_waits_only_while_the_active_batch_is_in_its_d
 
 #[test]
 fn each_variant_is_named_by_its_string_and_only_strict_merges_nowhere_but_its_own_step() {
-    let m = zoo::load(&format!(
-        "{}/tests/fixtures/tiny_seq2seq.toml",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap();
+    let m = zoo::fixture("tiny_seq2seq.toml");
     let loop_cells = crate::policy::cellular::loop_cells(&m);
     for text in [
         "lazy",
