@@ -295,6 +295,35 @@ mod tests {
     }
 
     #[test]
+    fn it_is_named_by_its_string_interleaves_and_merges_in_the_decoder_loop() {
+        let pol = Chunked::new(Nanos::ZERO, 8, "chunked:0:8");
+        assert_eq!(pol.name(), "chunked:0:8");
+        // asked at every node while two entries stand, so that it can swap them
+        assert!(pol.interleaves());
+        let m = zoo::fixture("tiny_seq2seq.toml");
+        let cells = pol.cell_nodes(&m);
+        assert_eq!(cells, cellular::loop_cells(&m));
+        assert!(cells.contains(&true) && cells.contains(&false), "{cells:?}");
+    }
+
+    #[test]
+    fn a_chunk_runs_at_least_one_node_and_the_batch_is_at_least_one() {
+        // a prefill it did not start (no node counted yet) runs one node before the swap,
+        // even with the budget spent
+        let mut pol = Chunked::new(Nanos::ZERO, 8, "chunked:0");
+        let b = bench(&[(0..3, 3), (3..5, 1)], 0);
+        assert_eq!(b.decide(&mut pol, 5.0), Decision::Run);
+        assert_eq!(b.decide(&mut pol, 5.0), Decision::Swap);
+        // a max batch of 0 is taken as 1
+        let mut one = Chunked::new(Nanos::ZERO, 0, "chunked:0");
+        let admit = Decision::Admit {
+            count: 1,
+            pad: false,
+        };
+        assert_eq!(bench(&[], 3).decide(&mut one, 0.0), admit);
+    }
+
+    #[test]
     fn chunked_strings_are_checked() {
         for ok in [
             "chunked:0",
