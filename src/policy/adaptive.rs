@@ -332,6 +332,13 @@ mod tests {
             assert!(!preemption_pays(v, 2, 3.44e-7));
             assert!(preemption_pays(v, 2, 3.45e-7));
         });
+        // one at node 0 (nothing done), one newcomer: 2·13.5 = 27 ms either way at rate 0,
+        // and a tie lets the running request finish; any arrivals tip it (busy 13.5 < 18 ms)
+        let b = bench(1, 0, &[1.0]);
+        b.with(1.0, |v| {
+            assert!(!preemption_pays(v, 1, 0.0));
+            assert!(preemption_pays(v, 1, 1e-12));
+        });
         // nothing running, or nobody waiting: nothing to weigh
         bench(0, 0, &[1.0]).with(1.0, |v| assert!(preemption_pays(v, 1, 0.0)));
         bench(2, 4, &[]).with(1.0, |v| assert!(preemption_pays(v, 0, 0.0)));
@@ -351,6 +358,27 @@ mod tests {
         let mut loaded = Adaptive::new();
         loaded.gap_ns = 1e6;
         assert_eq!(b.with(1.0, |v| loaded.decide(v)), admit);
+        // a preemption that pays takes every newcomer LazyB admits: one running at node 0
+        // with four waiting ties at rate 0 (5·27 = 1·9 + 4·31.5 ms) and the busy period
+        // decides, while an idle server at this rate would start three of them first
+        let b = bench(1, 0, &[1.0; 4]);
+        let mut loaded = Adaptive::new();
+        loaded.gap_ns = 1e9;
+        let all = Decision::Admit {
+            count: 4,
+            pad: false,
+        };
+        assert_eq!(b.with(1.0, |v| loaded.decide(v)), all);
+        b.with(1.0, |v| {
+            assert_eq!(launch_size(v, 4, loaded.rate(), &mut Vec::new()), 3)
+        });
+    }
+
+    #[test]
+    fn its_scratch_is_sized_before_the_run() {
+        let mut pol = Adaptive::new();
+        pol.reserve(8);
+        assert!(pol.whole.capacity() >= 8);
     }
 
     #[test]
