@@ -691,4 +691,6 @@ impl<'a> Server<'a> {
 }
 
 #[cfg(test)]
+mod step_tests;
+#[cfg(test)]
 mod tests;
