@@ -2,23 +2,11 @@
 //! for the past, the contract errors, and the quiet turns in which the policy is not asked
 //! (and the ones in which an interleaving policy must be).
 
+use super::tests::bench;
 use super::*;
-use crate::device::npu::{Npu, NpuConfig};
 use crate::graph::{zoo, Class};
 use crate::policy::{self, Decision, Policy, View};
-use crate::profile::Profile;
-use crate::runtime::Predictor;
 use crate::time::VirtualClock;
-
-/// A zoo model on the NPU model, profiled and prepared to batch 8, and its predictor.
-fn bench(name: &str) -> (Model, Npu, Predictor) {
-    let m = zoo::load(name).unwrap();
-    let mut npu = Npu::new(NpuConfig::default()).unwrap();
-    let prof = Profile::measure(&mut npu, &m, 8, m.ref_lengths()).unwrap();
-    let pred = Predictor::new(&m, &prof, 20);
-    npu.prepare(&m, 8).unwrap();
-    (m, npu, pred)
-}
 
 /// `arrivals` of `model` served under `pol`, each request's record and every table kept.
 fn serve(model: &str, pol: &mut dyn Policy, arrivals: &[Arrival]) -> Result<Outcome> {

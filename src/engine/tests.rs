@@ -10,7 +10,7 @@ use crate::runtime::Predictor;
 use crate::time::VirtualClock;
 
 /// A zoo model on the NPU model, profiled and prepared to batch 8, and its predictor.
-fn bench(name: &str) -> (Model, Npu, Predictor) {
+pub(super) fn bench(name: &str) -> (Model, Npu, Predictor) {
     let m = zoo::load(name).unwrap();
     let mut npu = Npu::new(NpuConfig::default()).unwrap();
     let prof = Profile::measure(&mut npu, &m, 8, m.ref_lengths()).unwrap();
