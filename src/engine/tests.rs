@@ -11,7 +11,11 @@ use crate::time::VirtualClock;
 
 /// A zoo model on the NPU model, profiled and prepared to batch 8, and its predictor.
 pub(super) fn bench(name: &str) -> (Model, Npu, Predictor) {
-    let m = zoo::load(name).unwrap();
+    bench_of(zoo::load(name).unwrap())
+}
+
+/// [`bench`] for any model (co-located ones too).
+pub(super) fn bench_of(m: Model) -> (Model, Npu, Predictor) {
     let mut npu = Npu::new(NpuConfig::default()).unwrap();
     let prof = Profile::measure(&mut npu, &m, 8, m.ref_lengths()).unwrap();
     let pred = Predictor::new(&m, &prof, 20);
