@@ -245,7 +245,7 @@ impl ArrivalSource for ThreadArrivals {
 mod tests {
     use super::*;
     use crate::graph::Lengths;
-    use crate::time::WallClock;
+    use crate::time::{VirtualClock, WallClock};
 
     fn arrival(ms: f64) -> Arrival {
         Arrival {
@@ -253,6 +253,55 @@ mod tests {
             len: Lengths { enc: 1, dec: 1 },
             ..Arrival::default()
         }
+    }
+
+    #[test]
+    fn a_virtual_source_gives_each_arrival_at_its_time_and_says_when_the_next_is_due() {
+        let list = [arrival(1.0), arrival(1.0), arrival(3.0)];
+        let mut src = Predrawn::new(&list);
+        let mut clock = VirtualClock::new();
+        assert_eq!(src.expected(), 3);
+        assert_eq!(src.next_due(), Some(Nanos::from_ms(1.0)));
+        // not a nanosecond early; both arrivals due at 1 ms at 1 ms, then nothing
+        assert!(src.poll(Nanos(Nanos::from_ms(1.0).0 - 1)).is_none());
+        for _ in 0..2 {
+            let a = src.poll(Nanos::from_ms(1.0)).expect("due at 1 ms");
+            assert_eq!(a.time, Nanos::from_ms(1.0));
+        }
+        assert!(src.poll(Nanos::from_ms(2.9)).is_none());
+        assert_eq!(src.next_due(), Some(Nanos::from_ms(3.0)));
+        // idle: until the time asked for when it comes first, else until the next arrival
+        assert!(src.idle(&mut clock, Some(Nanos::from_ms(2.0))));
+        assert_eq!(clock.now(), Nanos::from_ms(2.0));
+        assert!(src.idle(&mut clock, Some(Nanos::from_ms(4.0))));
+        assert_eq!(clock.now(), Nanos::from_ms(3.0));
+        assert!(src.poll(clock.now()).is_some());
+        // none left: due never, and idling without a time to wait for ends the run
+        assert_eq!(src.next_due(), Some(Nanos::MAX));
+        assert!(src.idle(&mut clock, Some(Nanos::from_ms(5.0))));
+        assert_eq!(clock.now(), Nanos::from_ms(5.0));
+        assert!(!src.idle(&mut clock, None));
+        assert_eq!(clock.now(), Nanos::from_ms(5.0));
+        // a stream says the count it was given
+        assert_eq!(Stream::new(list.iter().copied(), 7).expected(), 7);
+    }
+
+    #[test]
+    fn a_source_that_says_nothing_more_is_taken_as_unknown_and_ready() {
+        struct Bare;
+        impl ArrivalSource for Bare {
+            fn poll(&mut self, _: Nanos) -> Option<Arrival> {
+                None
+            }
+            fn idle(&mut self, _: &mut dyn Clock, _: Option<Nanos>) -> bool {
+                false
+            }
+        }
+        // no count (the queue is sized at its floor) and no time due (no straight runs
+        // for a policy that may preempt); ready to say when its next arrival comes
+        assert_eq!(Bare.expected(), 0);
+        assert_eq!(Bare.next_due(), None);
+        assert!(Bare.ready(None) && Bare.ready(Some(Nanos::ZERO)));
     }
 
     #[test]
