@@ -2,7 +2,7 @@
 //! for the past, the contract errors, and the quiet turns in which the policy is not asked
 //! (and the ones in which an interleaving policy must be).
 
-use super::tests::{bench, bench_of};
+use super::tests::{bench, bench_of, kept};
 use super::*;
 use crate::device::npu::Npu;
 use crate::device::Timing;
@@ -30,19 +30,7 @@ fn serve_with(
         executed: 0,
         timed: Cell::new(0),
     };
-    let mut setup = Setup {
-        keep: crate::metrics::KeepRecords {
-            requests: true,
-            ..Default::default()
-        },
-        snapshots: true,
-        ..Setup::new(
-            &m,
-            &pred,
-            Sla::from_ms(5e3).unwrap(),
-            MaxBatch::new(8).unwrap(),
-        )
-    };
+    let mut setup = kept(&m, &pred);
     tweak(&mut setup);
     run(&setup, &mut dev, pol, &mut VirtualClock::new(), arrivals).map(|out| (out, dev))
 }

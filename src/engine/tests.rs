@@ -23,6 +23,24 @@ pub(super) fn bench_of(m: Model) -> (Model, Npu, Predictor) {
     (m, npu, pred)
 }
 
+/// A run of `m` at a 5 s SLA (nothing is late) on 8 slots, every request's record and the
+/// table after every step kept.
+pub(super) fn kept<'a>(m: &'a Model, pred: &'a Predictor) -> Setup<'a> {
+    Setup {
+        keep: crate::metrics::KeepRecords {
+            requests: true,
+            ..Default::default()
+        },
+        snapshots: true,
+        ..Setup::new(
+            m,
+            pred,
+            Sla::from_ms(5e3).unwrap(),
+            MaxBatch::new(8).unwrap(),
+        )
+    }
+}
+
 /// LazyB, checking at every decision that each request in the table has as many decoder
 /// steps done as it has finished: its step at a decoder node, none before the decoder
 /// (what the slack predictor's decoder-length estimate reads).
@@ -335,19 +353,7 @@ fn gpt2_under(policy: &str) -> Outcome {
     let arrivals: Vec<_> = crate::traffic::generate(&m, (Default::default(), 60.0), 80, 9)
         .unwrap()
         .collect();
-    let setup = Setup {
-        keep: crate::metrics::KeepRecords {
-            requests: true,
-            ..Default::default()
-        },
-        snapshots: true,
-        ..Setup::new(
-            &m,
-            &pred,
-            Sla::from_ms(5e3).unwrap(),
-            MaxBatch::new(8).unwrap(),
-        )
-    };
+    let setup = kept(&m, &pred);
     let mut pol = policy::parse(policy, 8).unwrap();
     run(
         &setup,
