@@ -191,23 +191,34 @@ impl ArrivalSource for ChannelArrivals {
 }
 
 /// Requests delivered by a generator thread at `origin + arrival.time` (Poisson or a trace),
-/// through a [`ChannelArrivals`].
+/// through a [`ChannelArrivals`]. Dropping it (the run ended, or failed, before the schedule
+/// did) wakes the generator from its wait for the next arrival and stops it at once.
 pub(crate) struct ThreadArrivals {
     channel: ChannelArrivals,
-    handle: Option<JoinHandle<()>>,
+    /// Never sent on: dropped, it wakes the generator, which waits for each arrival on the
+    /// other end, and the generator ends.
+    stop: Option<mpsc::Sender<()>>,
+    generator: Option<JoinHandle<()>>,
 }
 
 impl ThreadArrivals {
     /// Starts the generator thread for `schedule` (sorted by time), relative to `origin`.
     pub(crate) fn spawn(schedule: Traffic, origin: Instant) -> Self {
         let (tx, rx) = mpsc::channel();
+        let (stop, stopped) = mpsc::channel::<()>();
         let total = schedule.expected;
-        let handle = std::thread::spawn(move || {
+        let generator = std::thread::spawn(move || {
             for a in schedule.arrivals {
                 let due = origin + Duration::from_nanos(a.time.0);
-                let now = Instant::now();
-                if due > now {
-                    std::thread::sleep(due - now);
+                loop {
+                    let now = Instant::now();
+                    if due <= now {
+                        break;
+                    }
+                    match stopped.recv_timeout(due - now) {
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
+                    }
                 }
                 if tx.send(stamped(a, origin)).is_err() {
                     return;
@@ -216,15 +227,18 @@ impl ThreadArrivals {
         });
         ThreadArrivals {
             channel: ChannelArrivals::new(rx, origin, total),
-            handle: Some(handle),
+            stop: Some(stop),
+            generator: Some(generator),
         }
     }
 }
 
 impl Drop for ThreadArrivals {
+    /// Stops the generator and waits for it to end, so that no thread outlives its source.
     fn drop(&mut self) {
-        if let Some(h) = self.handle.take() {
-            let _ = h.join();
+        drop(self.stop.take());
+        if let Some(g) = self.generator.take() {
+            let _ = g.join();
         }
     }
 }
@@ -324,6 +338,36 @@ mod tests {
             "{got:?}"
         );
         assert!(got[2] >= Nanos::from_ms(70.0), "never early: {got:?}");
+    }
+
+    #[test]
+    fn a_thread_source_says_its_schedule_s_count() {
+        let t = Traffic::from_list(vec![arrival(0.0), arrival(0.0), arrival(0.0)]);
+        let src = ThreadArrivals::spawn(t, Instant::now());
+        assert_eq!(src.expected(), 3);
+        let (_tx, rx) = mpsc::channel();
+        assert_eq!(ChannelArrivals::new(rx, Instant::now(), 5).expected(), 5);
+    }
+
+    #[test]
+    fn dropping_a_thread_source_stops_its_generator_without_waiting_for_the_schedule() {
+        // the run ended (an error, say) with an arrival still an hour away: dropping the
+        // source must not wait out the hour; a minute is the generous bound of a hang
+        let t = Traffic::from_list(vec![arrival(0.0), arrival(3_600_000.0)]);
+        let (done, dropped) = mpsc::channel();
+        let generator = std::thread::spawn(move || {
+            let mut src = ThreadArrivals::spawn(t, Instant::now());
+            let mut clock = WallClock::start();
+            // the first arrival is delivered at once; the generator then waits for the next
+            assert!(src.idle(&mut clock, None));
+            assert!(src.poll(clock.now()).is_some());
+            drop(src);
+            let _ = done.send(());
+        });
+        assert!(
+            dropped.recv_timeout(Duration::from_secs(60)).is_ok(),
+            "dropping the source waited for its schedule"
+        );
     }
 
     #[test]
