@@ -355,7 +355,7 @@ mod tests {
         // source must not wait out the hour; a minute is the generous bound of a hang
         let t = Traffic::from_list(vec![arrival(0.0), arrival(3_600_000.0)]);
         let (done, dropped) = mpsc::channel();
-        let generator = std::thread::spawn(move || {
+        std::thread::spawn(move || {
             let mut src = ThreadArrivals::spawn(t, Instant::now());
             let mut clock = WallClock::start();
             // the first arrival is delivered at once; the generator then waits for the next

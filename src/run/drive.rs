@@ -280,6 +280,41 @@ mod tests {
     }
 
     #[test]
+    fn a_run_that_fails_returns_at_once_with_its_schedule_unfinished() {
+        // the device fails the first request; the second is an hour away: the run must end
+        // with the error, not wait out the hour for the generator thread to finish
+        struct Failing;
+        impl Device for Failing {
+            fn name(&self) -> &'static str {
+                "failing"
+            }
+            fn is_virtual(&self) -> bool {
+                false
+            }
+            fn prepare(&mut self, _: &Model, _: u32) -> Result<()> {
+                Ok(())
+            }
+            fn execute(&mut self, _: &Model, _: NodeStep, _: &[Member]) -> Result<Timing> {
+                Err(Error::Internal("the device failed".into()))
+            }
+        }
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let m = zoo::fixture("eight_nodes.toml");
+            let pred = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 1);
+            let setup = engine::Setup::new(&m, &pred, sla_ms(1000.0), MaxBatch::new(8).unwrap());
+            let mut pol = crate::policy::parse("serial", 8).unwrap();
+            let t = Traffic::from_list(vec![arrival(0.0), arrival(3_600_000.0)]);
+            let _ = tx.send(in_wall_time(&setup, &mut Failing, pol.as_mut(), t).map(|_| ()));
+        });
+        let got = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the failed run returned within a minute, not after its schedule's hour");
+        let err = got.expect_err("the device's error");
+        assert!(err.to_string().contains("the device failed"), "{err}");
+    }
+
+    #[test]
     fn a_graph_window_expires_on_the_wall_clock() {
         // one request alone under graph:20: nothing else arrives, so the driver must wake at
         // the window's end (20 ms) and run it (8 ms); a driver that waited for another arrival
