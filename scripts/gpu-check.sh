@@ -9,7 +9,8 @@
 # bench --bench cuda` (GEMM nodes against cuBLAS on the same shapes, scheduler share of node
 # time), `profile --device cuda` for ResNet-50, GNMT and Transformer (ResNet-50 and the
 # Transformer also with --cuda-graphs), and a GraphB-vs-LazyB `compare --device cuda` at a low
-# and a high load, and `validate` (the table's prediction against the card on the same arrivals).
+# and a high load, `validate` (the table's prediction against the card on the same arrivals), and
+# GPT-2's time to first token and per output token under the LLM policies (scripts/llm-device.sh).
 # Writes everything to ${OUT:-out/gpu-check} and a summary to report.md there,
 # each step's seconds in its Steps line. Needs the NVIDIA driver; cuBLAS, cuBLASLt and NVRTC 13
 # from the CUDA toolkit or from pip (nvidia-cublas, nvidia-cuda-nvrtc) on LD_LIBRARY_PATH; cuDNN
@@ -28,8 +29,13 @@
 # toolchain; scripts/gpu-prebuild.sh makes DIR and scripts/gpu-prebuilt.sh runs this script with
 # it): DIR/lazybatch, DIR/it (the integration-test binary) and DIR/cuda-bench.
 # PARTS=LIST runs only these parts, comma-separated (default: all):
-# tests,kernels,verify,graphs,speed,bench,profile,compare,validate,capacity.
-# VERIFY_MODELS="resnet50 gnmt …" narrows the verify part (default: all eight zoo models).
+# tests,kernels,verify,graphs,speed,bench,profile,compare,validate,capacity,llm.
+# VERIFY_MODELS="resnet50 gnmt …" narrows the verify part (default: the eight zoo models of the
+# paper's kind, then GPT-2 small).
+# LLM_REQUESTS=N serves N requests a point in the llm part (default 40: GPT-2 at full width,
+# batch up to 64, two loads x five policies, compare only); LLM_CAPACITY=1 adds the capacity
+# search under the token SLO (many probes: minutes on a card). SMOKE=1 skips the part: profiling
+# GPT-2 on the software stand-in alone takes over 10 minutes.
 # VALIDATE="resnet50:300 gnmt:100 transformer:50" (the default) names the models of the validate
 # part and the requests of each point (5 policies x 0.3 and 0.9 of Serial's capacity, each served
 # twice on the card: --repeat); `capacity` searches ResNet-50's highest rate at p99 <= 50 ms, an
@@ -48,7 +54,7 @@ out="${OUT:-out/gpu-check}"
 mkdir -p "$out"
 bin=target/release/lazybatch
 [ -z "${BIN_DIR:-}" ] || bin="$BIN_DIR/lazybatch"
-parts=",${PARTS:-tests,kernels,verify,graphs,speed,bench,profile,compare,validate,capacity},"
+parts=",${PARTS:-tests,kernels,verify,graphs,speed,bench,profile,compare,validate,capacity,llm},"
 want() { [[ "$parts" == *",$1,"* ]]; }
 tmo=() # the prefix that ends a step's command after STEP_TIMEOUT seconds
 [ -z "${STEP_TIMEOUT:-}" ] || tmo=(timeout "$STEP_TIMEOUT")
@@ -102,7 +108,7 @@ if [ "${SMOKE:-0}" = 1 ]; then
   speed_models=(resnet50); torch_batches=1
 else
   width=(); res=(); vwidth=(); vres=()
-  read -r -a vmodels <<< "${VERIFY_MODELS:-resnet50 gnmt transformer_base vgg16 mobilenet_v1 bert_base las lstm_stack}"
+  read -r -a vmodels <<< "${VERIFY_MODELS:-resnet50 gnmt transformer_base vgg16 mobilenet_v1 bert_base las lstm_stack gpt2}"
   read -r -a speed_models <<< "${SPEED_MODELS:-resnet50 vgg16 bert_base}"; torch_batches=1,8,32,64
   mb=64; reqs=500; reqs_seq=${REQS_SEQ:-200}; pols=serial,graph:5,graph:25,graph:50,lazy,oracle; bench=()
 fi
@@ -268,6 +274,20 @@ has_conv() { [[ " resnet50 vgg16 mobilenet_v1 " == *" $1 "* ]]; }
         --repeat --seed "${VALIDATE_SEED:-1}" --out "$out/validate-$m"
       echo '```'
     done
+  fi
+  if want llm; then
+    echo
+    echo "## GPT-2 on the card: TTFT and TPOT under the LLM policies (scripts/llm-device.sh)"
+    echo '```'
+    if [ "${SMOKE:-0}" = 1 ]; then
+      echo "(skipped: SMOKE=1; profiling GPT-2 on the software stand-in alone takes over 10 minutes)"
+      echo "skipped  llm gpt2 (SMOKE=1)" >> "$steps"
+    else
+      compare_only=1; [ "${LLM_CAPACITY:-0}" = 1 ] && compare_only=0
+      step "llm gpt2" env DEVICE=cuda BIN="$bin" WIDTH=1 MAX_BATCH="$mb" REQUESTS="${LLM_REQUESTS:-40}" \
+        CAP_REQUESTS="${LLM_REQUESTS:-40}" COMPARE_ONLY="$compare_only" scripts/llm-device.sh "$out/llm"
+    fi
+    echo '```'
   fi
   echo
   echo '## Steps'

@@ -1,32 +1,45 @@
 #!/usr/bin/env bash
-# GPT-2 on this machine's CPU device, real kernels in wall time (docs/llm.md): the LLM policies'
-# time to first token and per output token at two loads, and their capacity under a token SLO
-# scaled from the model's own unloaded prefill and decode step, as `reproduce --figures llm`
-# does on the NPU model.
-#   1. one latency table (`profile --device cpu --save`), which every run below reads;
-#   2. `compare --device cpu` at 0.5 and 2 x Serial's capacity on that table (its rate from
+# GPT-2 on a real device, real kernels in wall time (docs/llm.md): DEVICE=cpu (the default, this
+# machine's CPU device) or DEVICE=cuda (an NVIDIA card; scripts/gpu-check.sh's `llm` part). The
+# LLM policies' time to first token and per output token at two loads, and their capacity under
+# a token SLO scaled from the model's own unloaded prefill and decode step, as
+# `reproduce --figures llm` does on the NPU model.
+#   1. one latency table (`profile --device DEVICE --save`), which every run below reads;
+#   2. `compare --device DEVICE` at 0.5 and 2 x Serial's capacity on that table (its rate from
 #      the table's single-input latency), SLA 5 s for the SLA-aware policies;
-#   3. `capacity --device cpu` at p99 TTFT <= 10 x the reference prompt's prefill alone and p99
-#      TPOT <= 4 x a decode step alone, both read from the table: the loose SLO of the NPU
+#   3. `capacity --device DEVICE` at p99 TTFT <= 10 x the reference prompt's prefill alone and
+#      p99 TPOT <= 4 x a decode step alone, both read from the table: the loose SLO of the NPU
 #      experiment (the tight one, 5x and 2x, is under the CPU's own noise: Serial alone at 2 req/s
 #      has a p99 TPOT of 1.9x the table's median step).
 # Writes OUT_DIR/{table.json,compare.txt,compare.json,capacity.txt,capacity.json,slo.txt}.
-# Usage: scripts/llm-cpu.sh [OUT_DIR]   (default docs/llm/cpu; WIDTH=0.25, MAX_BATCH=16,
-#        REQUESTS=120, CAP_REQUESTS=60; CAPACITY_ONLY=1 reuses OUT_DIR's table and comparison)
-# About 25 minutes on this project's 2-core VM; run it on an otherwise idle machine (every
-# figure is wall time).
+# Usage: scripts/llm-device.sh [OUT_DIR]   (default docs/llm/DEVICE; WIDTH=0.25, MAX_BATCH=16,
+#        REQUESTS=120, CAP_REQUESTS=60; CAPACITY_ONLY=1 reuses OUT_DIR's table and comparison,
+#        COMPARE_ONLY=1 stops before the capacity search;
+#        BIN=PATH runs that lazybatch binary instead of building one, for a machine without a
+#        Rust toolchain)
+# About 25 minutes for the CPU device on this project's 2-core VM; run it on an otherwise idle
+# machine (every figure is wall time).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${1:-docs/llm/cpu}
+DEVICE=${DEVICE:-cpu}
+case "$DEVICE" in
+  cpu | cuda) ;;
+  *) echo "llm-device.sh: DEVICE must be cpu or cuda, not '$DEVICE'" >&2; exit 2 ;;
+esac
+OUT=${1:-docs/llm/$DEVICE}
 WIDTH=${WIDTH:-0.25}
 MB=${MAX_BATCH:-16}
 REQ=${REQUESTS:-120}
 CAP_REQ=${CAP_REQUESTS:-60}
 POLICIES=serial,continuous,chunked:2,lazy,lazy:adaptive
-cargo build --release --quiet
-B=./target/release/lazybatch
+if [ -n "${BIN:-}" ]; then
+  B=$BIN
+else
+  cargo build --release --quiet
+  B=./target/release/lazybatch
+fi
 mkdir -p "$OUT"
-common=(--device cpu --model gpt2 --width "$WIDTH" --max-batch "$MB" --progress lines)
+common=(--device "$DEVICE" --model gpt2 --width "$WIDTH" --max-batch "$MB" --progress lines)
 echo "== table" >&2
 if [ "${CAPACITY_ONLY:-0}" != 1 ]; then
   "$B" profile "${common[@]}" --save "$OUT/table.json" > /dev/null
@@ -63,6 +76,10 @@ for r in rows:
           f"| {r['tokens_per_s']:.0f} | {r['latency_ms']['p99']:.0f} | {r['mean_batch_size']:.2f} |")
 EOF
 cat "$OUT/compare.txt" >&2
+fi
+if [ "${COMPARE_ONLY:-0}" = 1 ]; then
+  echo "== capacity: not searched (COMPARE_ONLY=1)" >&2
+  exit 0
 fi
 echo "== capacity" >&2
 "$B" capacity "${common[@]}" --profile "$OUT/table.json" --policies continuous,chunked:2,lazy,lazy:adaptive \
