@@ -14,14 +14,15 @@
 # Writes everything to ${OUT:-out/gpu-check} and a summary to report.md there,
 # each step's seconds in its Steps line. Needs the NVIDIA driver; cuBLAS, cuBLASLt and NVRTC 13
 # from the CUDA toolkit or from pip (nvidia-cublas, nvidia-cuda-nvrtc) on LD_LIBRARY_PATH; cuDNN
-# 9 (pip nvidia-cudnn-cu13) for the cuDNN path, and PyTorch for the peer.
+# 9 (pip nvidia-cudnn-cu13) for the cuDNN path, PyTorch for the peer, and python3 for the llm part
+# (its SLO and tables).
 # SMOKE=1 checks the script itself (about 8 minutes on the software CUDA stand-in, 2 cores):
 # reduced models, few requests, and no test run.
 # Every step runs whatever the ones before it did; the report ends with each step's outcome, and
 # the script exits 1 when any step failed (0 only when every one passed).
 #
 # Time on an H100 (measured 2026-11-26, 16 host cores, binaries prebuilt): GPU tests 12 s, the
-# 17 full-size verifies about 90 s, bench under 1 minute, the profiles under 1 minute, compare
+# 17 full-size verifies about 90 s (before GPT-2 joined them: untimed on a card), bench under 1 minute, the profiles under 1 minute, compare
 # 27 s for ResNet-50 (500 requests x 6 policies x 2 loads) and 115 s for GNMT (200 requests);
 # the Transformer's compare (about 2,000 node executions a request) was not run.
 #

@@ -20,6 +20,8 @@
 # About 25 minutes for the CPU device on this project's 2-core VM; run it on an otherwise idle
 # machine (every figure is wall time).
 set -euo pipefail
+# a relative BIN names a path from where the script was called
+[ -z "${BIN:-}" ] || BIN=$(realpath "$BIN")
 cd "$(dirname "$0")/.."
 DEVICE=${DEVICE:-cpu}
 case "$DEVICE" in

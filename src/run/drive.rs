@@ -307,9 +307,13 @@ mod tests {
             let t = Traffic::from_list(vec![arrival(0.0), arrival(3_600_000.0)]);
             let _ = tx.send(in_wall_time(&setup, &mut Failing, pol.as_mut(), t).map(|_| ()));
         });
-        let got = rx
-            .recv_timeout(Duration::from_secs(60))
-            .expect("the failed run returned within a minute, not after its schedule's hour");
+        let got = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(got) => got,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                panic!("the failed run did not return within a minute: it waits for its schedule")
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the run's thread failed (above)"),
+        };
         let err = got.expect_err("the device's error");
         assert!(err.to_string().contains("the device failed"), "{err}");
     }
