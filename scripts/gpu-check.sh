@@ -22,9 +22,10 @@
 # the script exits 1 when any step failed (0 only when every one passed).
 #
 # Time on an H100 (measured 2026-11-26, 16 host cores, binaries prebuilt): GPU tests 12 s, the
-# 17 full-size verifies about 90 s (before GPT-2 joined them: untimed on a card), bench under 1 minute, the profiles under 1 minute, compare
-# 27 s for ResNet-50 (500 requests x 6 policies x 2 loads) and 115 s for GNMT (200 requests);
-# the Transformer's compare (about 2,000 node executions a request) was not run.
+# 17 full-size verifies about 90 s (before GPT-2 joined them: untimed on a card), bench under
+# 1 minute, the profiles under 1 minute, compare 27 s for ResNet-50 (500 requests x 6 policies
+# x 2 loads) and 115 s for GNMT (200 requests); the Transformer's compare (about 2,000 node
+# executions a request) was not run.
 #
 # BIN_DIR=DIR runs binaries built elsewhere instead of cargo (for a GPU machine with no Rust
 # toolchain; scripts/gpu-prebuild.sh makes DIR and scripts/gpu-prebuilt.sh runs this script with

@@ -214,6 +214,7 @@ mod tests {
     use crate::graph::{zoo, Lengths, Model, NodeStep};
     use crate::profile::Profile;
     use crate::runtime::{MaxBatch, Predictor};
+    use crate::time::watchdog::within;
     use crate::time::{Nanos, Sla};
     use crate::traffic::Arrival;
     use std::sync::mpsc;
@@ -258,9 +259,9 @@ mod tests {
     /// Serves `arrivals` on the eight-node graph (8 ms a request alone) under `policy`, on a
     /// watchdog thread: a driver that never wakes fails the test instead of hanging it.
     fn serve_on_sleeper(policy: &str, arrivals: Vec<Arrival>, max_pending: usize) -> Outcome {
-        let (tx, rx) = mpsc::channel();
         let policy = policy.to_string();
-        std::thread::spawn(move || {
+        let hang = "the wall-clock driver did not finish within 30 s";
+        within(Duration::from_secs(30), hang, move || {
             let m = zoo::fixture("eight_nodes.toml");
             let pred = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 1);
             let setup = engine::Setup {
@@ -273,10 +274,8 @@ mod tests {
             };
             let mut pol = crate::policy::parse(&policy, 8).unwrap();
             let t = Traffic::from_list(arrivals);
-            let _ = tx.send(in_wall_time(&setup, &mut Sleeper, pol.as_mut(), t).unwrap());
-        });
-        rx.recv_timeout(Duration::from_secs(30))
-            .expect("the wall-clock driver finished within 30 s")
+            in_wall_time(&setup, &mut Sleeper, pol.as_mut(), t).unwrap()
+        })
     }
 
     #[test]
@@ -298,22 +297,15 @@ mod tests {
                 Err(Error::Internal("the device failed".into()))
             }
         }
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
+        let hang = "the failed run did not return within a minute: it waits for its schedule";
+        let got = within(Duration::from_secs(60), hang, || {
             let m = zoo::fixture("eight_nodes.toml");
             let pred = Predictor::new(&m, &Profile::uniform(&m, 8, Nanos::from_ms(1.0)), 1);
             let setup = engine::Setup::new(&m, &pred, sla_ms(1000.0), MaxBatch::new(8).unwrap());
             let mut pol = crate::policy::parse("serial", 8).unwrap();
             let t = Traffic::from_list(vec![arrival(0.0), arrival(3_600_000.0)]);
-            let _ = tx.send(in_wall_time(&setup, &mut Failing, pol.as_mut(), t).map(|_| ()));
+            in_wall_time(&setup, &mut Failing, pol.as_mut(), t).map(|_| ())
         });
-        let got = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(got) => got,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                panic!("the failed run did not return within a minute: it waits for its schedule")
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => panic!("the run's thread failed (above)"),
-        };
         let err = got.expect_err("the device's error");
         assert!(err.to_string().contains("the device failed"), "{err}");
     }

@@ -7,6 +7,8 @@
 //! engine stops with an error should a run ever reach it.
 
 mod clock;
+#[cfg(test)]
+pub(crate) mod watchdog;
 
 pub(crate) use clock::WallClock;
 pub use clock::{Clock, VirtualClock};
