@@ -212,3 +212,98 @@ fn at_line(line: usize) -> String {
         format!(":{line}")
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    /// Words that mark a condition of the wall clock — how late, how long, how busy the machine
+    /// was — in an `Error::Internal`'s condition or message. Such a condition is a measurement
+    /// to report (a busy machine delivers requests late), never a bug of lazybatch.
+    const WALL_CLOCK: [&str; 10] = [
+        "late", "lateness", "lag", "elapsed", "instant", "timed", "timeout", "slow", "busy",
+        "sleep",
+    ];
+
+    /// The lines of `text` (1-based) where an `Error::Internal` is built under a condition, or
+    /// with a message, that holds one of the [`WALL_CLOCK`] words: the condition lines (`if`,
+    /// `||`, `&&`, `match`) up to four lines above it and the message lines (string literals)
+    /// up to four below. Bindings (`let t0 = Instant::now();`) and fields are not conditions.
+    fn wall_clock_internals(text: &str) -> Vec<usize> {
+        let lines: Vec<&str> = text.lines().collect();
+        let timed = |l: &str| -> bool {
+            l.split(|c: char| !c.is_alphanumeric())
+                .any(|w| WALL_CLOCK.contains(&w.to_lowercase().as_str()))
+        };
+        let condition = |l: &str| {
+            let t = l.trim_start();
+            ["if ", "} else if ", "|| ", "&& ", "match ", "while "]
+                .iter()
+                .any(|k| t.starts_with(k))
+        };
+        (0..lines.len())
+            .filter(|&i| lines[i].contains("Error::Internal("))
+            .filter(|&i| {
+                let above = &lines[i.saturating_sub(4)..i];
+                let below = &lines[i..(i + 5).min(lines.len())];
+                above.iter().any(|l| condition(l) && timed(l))
+                    || below
+                        .iter()
+                        .any(|l| l.contains('"') && !l.trim_start().starts_with("//") && timed(l))
+            })
+            .map(|i| i + 1)
+            .collect()
+    }
+
+    fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                rust_files(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+
+    #[test]
+    fn no_wall_clock_condition_is_reported_as_an_internal_error() {
+        let mut files = Vec::new();
+        rust_files(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut files,
+        );
+        assert!(files.len() > 100, "{} files", files.len());
+        let this = Path::new(file!()).file_name().unwrap();
+        let found: Vec<String> = files
+            .iter()
+            .filter(|f| f.file_name() != Some(this))
+            .flat_map(|f| {
+                let text = std::fs::read_to_string(f).unwrap();
+                wall_clock_internals(&text)
+                    .into_iter()
+                    .map(move |l| format!("{}:{l}", f.display()))
+            })
+            .collect();
+        assert!(
+            found.is_empty(),
+            "a wall-clock condition reported as an internal error (report it as a measurement, or give it its own error): {found:?}"
+        );
+    }
+
+    #[test]
+    fn the_scan_finds_a_lateness_check_reported_as_internal() {
+        // the delivery check `validate` had until 2026-12 (a busy machine failed the README's
+        // test command with "internal error (please report)")
+        let old = r#"
+        let lag = m.arrival.0 as i128 - p.arrival.0 as i128;
+        if lag < 0 || lag > i128::from(MAX_DELIVERY_LAG.0) {
+            return Err(Error::Internal(format!(
+                "request {} arrived {:.3} ms from its instant (allowed: 0 to {} ms late)",
+"#;
+        assert_eq!(wall_clock_internals(old), vec![4]);
+        // a bug of the program, not of the clock, passes; so does a word inside another one
+        let bug = "if table.is_empty() {\n    // translated, templated\n    return Err(Error::Internal(\"empty table\".into()));\n}";
+        assert!(wall_clock_internals(bug).is_empty());
+    }
+}

@@ -7,6 +7,7 @@
 use crate::error::{Error, Result};
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::Shift;
+use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 use std::path::Path;
 
@@ -77,20 +78,38 @@ pub(crate) struct Panel {
 }
 
 impl Panel {
-    /// The order the series are drawn in: as listed, the headline last.
-    fn draw_order(&self) -> Vec<usize> {
-        let head = match &self.headline {
+    /// The index of the series the panel is about ([`Panel::headline`]), if it has one.
+    fn head(&self) -> Option<usize> {
+        match &self.headline {
             Some(h) => self.series.iter().position(|s| &s.name == h),
             None => self
                 .series
                 .iter()
                 .position(|s| s.name == "lazy" || s.name == "LazyB"),
-        };
+        }
+    }
+
+    /// The order the series are drawn in: as listed, the headline last.
+    fn draw_order(&self) -> Vec<usize> {
+        let head = self.head();
         let mut order: Vec<usize> = (0..self.series.len())
             .filter(|&i| Some(i) != head)
             .collect();
         order.extend(head);
         order
+    }
+
+    /// Each series' colour: the headline in [`HEADLINE`], the others through [`PALETTE`] in
+    /// their order, so that no other line takes the headline's colour.
+    fn colors(&self) -> Vec<RGBColor> {
+        let head = self.head();
+        (0..self.series.len())
+            .map(|i| match head {
+                Some(h) if h == i => HEADLINE,
+                Some(h) if h < i => PALETTE[(i - 1) % PALETTE.len()],
+                _ => PALETTE[i % PALETTE.len()],
+            })
+            .collect()
     }
 
     /// For each series, the one drawn before it whose points it repeats exactly (it is then
@@ -142,21 +161,32 @@ pub(crate) struct Figure {
 /// Width of the shared legend column in pixels (at least; wider for long entries).
 const LEGEND_W: u32 = 205;
 
-fn color(i: usize) -> RGBColor {
-    const C: [RGBColor; 10] = [
-        RGBColor(31, 119, 180),
-        RGBColor(255, 127, 14),
-        RGBColor(44, 160, 44),
-        RGBColor(214, 39, 40),
-        RGBColor(148, 103, 189),
-        RGBColor(140, 86, 75),
-        RGBColor(227, 119, 194),
-        RGBColor(127, 127, 127),
-        RGBColor(188, 189, 34),
-        RGBColor(23, 190, 207),
-    ];
-    C[i % C.len()]
-}
+/// The headline series' colour (LazyB's, unless a panel names another): a strong red, drawn
+/// wider than the rest, that no other series takes.
+const HEADLINE: RGBColor = RGBColor(214, 39, 40);
+
+/// The other series' colours, in order (the Tableau palette without its red).
+const PALETTE: [RGBColor; 9] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+/// The size asked of plotters for a figure's smallest text (tick labels, legends, marks). Its
+/// SVG backend writes 0.806 of the size asked (16 → 12.9 px).
+pub(crate) const TEXT: u32 = 16;
+
+/// The widest a figure is drawn, legend included. A README shows a figure at most 830 px
+/// wide, scaled down when it is wider: at this width the smallest text (12.9 px, [`TEXT`])
+/// still shows at 11.2 px, over the 11 px a reader needs (checked on every README figure by
+/// `tests/it/figures.rs`). Rows of panels that would be wider wrap onto further rows.
+pub(crate) const MAX_WIDTH: u32 = 960;
 
 fn bounds(vals: impl Iterator<Item = f64>, log: bool, include_zero: bool) -> (f64, f64) {
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
@@ -181,7 +211,9 @@ fn bounds(vals: impl Iterator<Item = f64>, log: bool, include_zero: bool) -> (f6
 }
 
 impl Figure {
-    /// Writes the figure to `path` (SVG), `width_per_panel` × `height` pixels per panel.
+    /// Writes the figure to `path` (SVG), `width_per_panel` × `height` pixels per panel: the
+    /// panels left to right, wrapped onto further rows where a row would make the figure
+    /// wider than [`MAX_WIDTH`].
     pub(crate) fn write_svg(&self, path: &Path, width_per_panel: u32, height: u32) -> Result<()> {
         let n = self.panels.len().max(1) as u32;
         let labels: Vec<String> = match (self.shared_legend, self.panels.first()) {
@@ -190,29 +222,37 @@ impl Figure {
                 .collect(),
             _ => Vec::new(),
         };
-        // wide enough for the longest entry (about 8 px a character at 14 px)
+        // wide enough for the longest entry (about 9 px a character at TEXT)
         let longest = labels.iter().map(|l| l.chars().count()).max().unwrap_or(0) as u32;
         let extra = if self.shared_legend {
-            LEGEND_W.max(48 + 8 * longest)
+            LEGEND_W.max(48 + 9 * longest)
         } else {
             0
         };
-        let root = SVGBackend::new(path, (width_per_panel * n + extra, height)).into_drawing_area();
+        let cols = (MAX_WIDTH.saturating_sub(extra) / width_per_panel.max(1)).clamp(1, n);
+        let rows = n.div_ceil(cols);
+        let root = SVGBackend::new(path, (width_per_panel * cols + extra, height * rows))
+            .into_drawing_area();
         let err = |e: String| Error::Internal(format!("drawing {}: {e}", path.display()));
         root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
-        let (plots, legend) = root.split_horizontally(width_per_panel * n);
-        let areas = plots.split_evenly((1, n as usize));
+        let (plots, legend) = root.split_horizontally(width_per_panel * cols);
+        let areas = plots.split_evenly((rows as usize, cols as usize));
         for (p, area) in self.panels.iter().zip(areas.iter()) {
             draw_panel(area, p, !self.shared_legend)?;
         }
-        for (i, label) in labels.into_iter().enumerate() {
-            let y = 50 + 22 * i as i32;
-            let c = color(i);
+        let colors = self.panels.first().map(Panel::colors).unwrap_or_default();
+        for ((i, label), c) in labels.into_iter().enumerate().zip(colors) {
+            let y = 50 + 24 * i as i32;
+            let line = vec![(8, y), (34, y)];
+            let dashed = self.panels[0].series[i].dashed;
+            if dashed {
+                legend.draw(&DashedPathElement::new(line, 5, 4, c.stroke_width(2)))
+            } else {
+                legend.draw(&PathElement::new(line, c.stroke_width(3)))
+            }
+            .map_err(|e| err(e.to_string()))?;
             legend
-                .draw(&PathElement::new(vec![(8, y), (34, y)], c.stroke_width(2)))
-                .map_err(|e| err(e.to_string()))?;
-            legend
-                .draw(&Text::new(label, (40, y - 7), ("sans-serif", 14)))
+                .draw(&Text::new(label, (40, y - 8), ("sans-serif", TEXT)))
                 .map_err(|e| err(e.to_string()))?;
         }
         root.present().map_err(|e| err(e.to_string()))?;
@@ -274,7 +314,7 @@ where
 {
     let e = |x: &dyn std::fmt::Display| Error::Internal(format!("drawing a figure: {x}"));
     let mut chart = ChartBuilder::on(area)
-        .caption(&p.title, ("sans-serif", 18))
+        .caption(&p.title, ("sans-serif", TEXT + 4))
         .margin(12)
         .x_label_area_size(42)
         .y_label_area_size(62)
@@ -295,24 +335,28 @@ where
         .y_label_formatter(&tick_label)
         .x_desc(&p.x_label)
         .y_desc(&p.y_label)
-        .label_style(("sans-serif", 13))
-        .axis_desc_style(("sans-serif", 15))
+        .label_style(("sans-serif", TEXT))
+        .axis_desc_style(("sans-serif", TEXT + 1))
         .light_line_style(WHITE.mix(0.0))
         .draw()
         .map_err(|x| e(&x))?;
     let repeats = p.repeats();
+    let colors = p.colors();
+    let head = p.head();
     for i in p.draw_order() {
         let s = &p.series[i];
-        let c = color(i);
+        let c = colors[i];
+        // the headline a little wider than the rest
+        let w = if head == Some(i) { 3 } else { 2 };
         // a repeat of an earlier line: dashed and wider, so that the line under it shows
         let (dashed, style, name) = match repeats[i] {
             Some(j) => (
                 true,
-                c.stroke_width(3),
+                c.stroke_width(w + 1),
                 format!("{} (= {})", s.name, p.series[j].name),
             ),
-            None if s.dashed => (true, c.stroke_width(1), s.name.clone()),
-            None => (false, c.stroke_width(2), s.name.clone()),
+            None if s.dashed => (true, c.stroke_width(w - 1), s.name.clone()),
+            None => (false, c.stroke_width(w), s.name.clone()),
         };
         let pts = s.points.clone();
         if dashed {
@@ -321,7 +365,7 @@ where
                 .map_err(|x| e(&x))?
                 .label(name)
                 .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], c.stroke_width(2))
+                    DashedPathElement::new(vec![(x, y), (x + 18, y)], 4, 3, c.stroke_width(2))
                 });
         } else {
             chart
@@ -349,7 +393,7 @@ where
     let (px, _) = chart.plotting_area().get_pixel_range();
     let middle = (px.start + px.end) / 2;
     for m in &p.marks {
-        let c = color(m.series);
+        let c = colors[m.series];
         chart
             .draw_series(std::iter::once(Cross::new(m.at, 6, c.stroke_width(2))))
             .map_err(|x| e(&x))?;
@@ -366,7 +410,7 @@ where
             .draw_series(std::iter::once(Text::new(
                 m.label.clone(),
                 (m.at.0, m.text_y),
-                ("sans-serif", 13).into_font().color(&c).pos(anchor),
+                ("sans-serif", TEXT).into_font().color(&c).pos(anchor),
             )))
             .map_err(|x| e(&x))?;
     }
@@ -375,7 +419,7 @@ where
             .configure_series_labels()
             .border_style(BLACK)
             .background_style(WHITE.mix(0.85))
-            .label_font(("sans-serif", 13))
+            .label_font(("sans-serif", TEXT))
             .position(if p.legend_lower_right {
                 SeriesLabelPosition::LowerRight
             } else {

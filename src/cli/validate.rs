@@ -17,7 +17,7 @@ use lazybatch::metrics::Stats;
 use lazybatch::policy::Spec;
 use lazybatch::progress::Mode;
 use lazybatch::run::grid::mean_stats;
-use lazybatch::run::validate::{error, fingerprint, pair, Pair};
+use lazybatch::run::validate::{error, fingerprint, pair, predict, Lag, Pair};
 use lazybatch::run::{RunSpec, Testbed, TestbedOptions};
 use lazybatch::time::{Nanos, Sla};
 use serde_json::json;
@@ -204,7 +204,7 @@ fn point_json(real: &Testbed, a: &ValidateArgs, p: &Point) -> serde_json::Value 
         };
         run_json(&id, st, 0.0)
     };
-    let (measured, again) = (&p.pair.measured, p.pair.again.as_ref());
+    let (measured, again) = (&p.pair.measured, p.pair.again.as_ref().map(|(st, _)| st));
     let mut measured_json = as_run(&measured_on, measured);
     // the arrivals drawn, for a replay (`--measured validate.json`) to check it draws the same
     if let Ok(t) = real.traffic(&p.cfg) {
@@ -221,8 +221,17 @@ fn point_json(real: &Testbed, a: &ValidateArgs, p: &Point) -> serde_json::Value 
         "error": errors(measured, &p.pair.predicted),
         "repeat": again.map(|st| as_run(&measured_on, st)),
         "run_to_run": again.map(|st| errors(measured, st)),
-        "delivery_lag_ms": { "mean": p.pair.lag_mean.as_ms(), "max": p.pair.lag_max.as_ms() },
+        "delivery_lag_ms": lag_json(p.pair.lag),
+        "repeat_delivery_lag_ms": p.pair.again.as_ref().map(|(_, l)| lag_json(*l)),
+        // the instants the wall-time run delivered its requests at: what the prediction served
+        "delivered_ns": (!p.pair.delivered.is_empty()).then_some(&p.pair.delivered),
     })
+}
+
+/// A run's delivery lag in JSON: mean and largest, ms, and whether it passed
+/// [`lazybatch::run::validate::LATE_DELIVERY`].
+fn lag_json(l: Lag) -> serde_json::Value {
+    json!({ "mean": l.mean.as_ms(), "max": l.max.as_ms(), "late": l.is_late() })
 }
 
 /// A percentage with its sign.
@@ -288,10 +297,10 @@ fn text(real: &Testbed, a: &ValidateArgs, points: &[Point]) -> String {
             q.mean_batch_size,
             m.merges,
             q.merges,
-            p.pair.lag_mean.as_ms(),
-            p.pair.lag_max.as_ms(),
+            p.pair.lag.mean.as_ms(),
+            p.pair.lag.max.as_ms(),
         );
-        if let Some(r) = &p.pair.again {
+        if let Some((r, _)) = &p.pair.again {
             o.pop();
             out!(
                 o,
@@ -317,7 +326,7 @@ fn text(real: &Testbed, a: &ValidateArgs, points: &[Point]) -> String {
     let (mut mean_rr, mut p99_rr): (Vec<f64>, Vec<f64>) = points
         .iter()
         .filter_map(|p| {
-            let (m, r) = (&p.pair.measured, p.pair.again.as_ref()?);
+            let (m, (r, _)) = (&p.pair.measured, p.pair.again.as_ref()?);
             Some((
                 error(m.latency_ms.mean, r.latency_ms.mean).abs(),
                 error(m.latency_ms.p99, r.latency_ms.p99).abs(),
@@ -332,7 +341,17 @@ fn text(real: &Testbed, a: &ValidateArgs, points: &[Point]) -> String {
             100.0 * median(&mut p99_rr)
         );
     }
+    if let Some(w) = worst_lag(points).warning() {
+        out!(o, "warning: {w}");
+    }
     o
+}
+
+/// The worst delivery lag of every real run of `points`.
+fn worst_lag(points: &[Point]) -> Lag {
+    points
+        .iter()
+        .fold(Lag::default(), |l, p| l.worst(p.pair.worst_lag()))
 }
 
 /// `--measured FILE`: each recorded run replayed on the table of `--device profile:TABLE`.
@@ -358,7 +377,18 @@ fn replay(
     let mut points = Vec::new();
     let mut unchecked = 0;
     for (k, row) in rows.iter().enumerate() {
-        // a validate.json point holds its recorded run under "measured"; a compare.json row is one
+        // a validate.json point holds its recorded run under "measured", and the instants its
+        // requests were delivered at (what its prediction served); a compare.json row is one run
+        // and the replay serves its arrivals as drawn
+        let delivered: Option<Vec<Nanos>> = match row.get("delivered_ns") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(v) => Some(serde_json::from_value(v.clone()).map_err(|e| {
+                anyhow::anyhow!(
+                    "{}: [{k}].delivered_ns: not a list of instants in ns: {e}",
+                    file.display()
+                )
+            })?),
+        };
         let row = row.get("measured").filter(|m| m.is_object()).unwrap_or(row);
         let field = |f: &str| -> Result<&serde_json::Value> {
             row.get(f)
@@ -398,6 +428,7 @@ fn replay(
         let mut outs = Vec::new();
         for seed in first..first.saturating_add(seeds) {
             let cfg = cfg_at(seed);
+            let keep = lazybatch::metrics::KeepRecords::default();
             if seed == first {
                 let drawn: Vec<_> = bench.traffic(&cfg)?.arrivals.collect();
                 match row.get("arrivals_fingerprint").and_then(|f| f.as_str()) {
@@ -409,20 +440,34 @@ fn replay(
                     Some(_) => {}
                     None => unchecked += 1,
                 }
+                if let Some(at) = &delivered {
+                    if at.len() != drawn.len() || seeds != 1 {
+                        bail!(
+                            "{}: [{k}].delivered_ns: {} instants for one run of {} requests",
+                            file.display(),
+                            at.len(),
+                            drawn.len()
+                        );
+                    }
+                    if at.windows(2).any(|w| w[1] < w[0]) {
+                        bail!(
+                            "{}: [{k}].delivered_ns: the instants must not decrease",
+                            file.display()
+                        );
+                    }
+                    outs.push(predict(&bench, &cfg, &drawn, at, keep)?.stats());
+                    continue;
+                }
             }
-            outs.push(
-                bench
-                    .run(&cfg, lazybatch::metrics::KeepRecords::default())?
-                    .stats(),
-            );
+            outs.push(bench.run(&cfg, keep)?.stats());
         }
         let predicted = mean_stats(&outs.iter().collect::<Vec<_>>());
         let cfg = cfg_at(first);
         let pair = Pair {
             measured,
             predicted,
-            lag_mean: Nanos::ZERO,
-            lag_max: Nanos::ZERO,
+            lag: Lag::default(),
+            delivered: Vec::new(),
             again: None,
         };
         points.push(Point {
@@ -518,6 +563,12 @@ fn finish(bench: &Testbed, a: &ValidateArgs, points: &[Point], note: String) -> 
             "wrote validate.txt, validate.json, validate.svg{saved} to {}",
             dir.display()
         );
+    }
+    if a.json {
+        // the table (which ends with it) is not printed: the warning goes to stderr
+        if let Some(w) = worst_lag(points).warning() {
+            eprintln!("warning: {w}");
+        }
     }
     emit(if a.json { &json } else { &table })
 }

@@ -37,10 +37,10 @@ pub(crate) struct HeatMap {
 
 /// Cell size and margins in pixels.
 const CELL_W: i32 = 62;
-const CELL_H: i32 = 30;
-const LEFT: i32 = 150;
+const CELL_H: i32 = 32;
+const LEFT: i32 = 175;
 const TOP: i32 = 40;
-const BOTTOM: i32 = 72;
+const BOTTOM: i32 = 80;
 
 /// The colour of `v` (`higher`: on goal at or above `goal`, as the reciprocals are under
 /// theirs).
@@ -101,19 +101,28 @@ impl HeatMap {
         (w as u32, h as u32)
     }
 
-    /// Writes the panels side by side to `path` (SVG).
+    /// Writes the panels side by side to `path` (SVG), wrapped onto further rows where a row
+    /// would be wider than [`crate::plot::MAX_WIDTH`].
     pub(crate) fn write_svg(panels: &[HeatMap], path: &Path) -> Result<()> {
         let err = |e: String| Error::Internal(format!("drawing {}: {e}", path.display()));
-        let (w, h) = panels
-            .iter()
-            .map(HeatMap::size)
-            .fold((0, 0), |(w, h), (a, b)| (w + a, h.max(b)));
+        // each panel's top left corner, row by row
+        let (mut at, mut x, mut y, mut row_h, mut w) = (Vec::new(), 0u32, 0u32, 0u32, 0u32);
+        for p in panels {
+            let (pw, ph) = p.size();
+            if x > 0 && x + pw > crate::plot::MAX_WIDTH {
+                (x, y, row_h) = (0, y + row_h, 0);
+            }
+            at.push((x, y));
+            x += pw;
+            w = w.max(x);
+            row_h = row_h.max(ph);
+        }
+        let h = y + row_h;
         let root = SVGBackend::new(path, (w.max(1), h.max(1))).into_drawing_area();
         root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
-        let mut x0 = 0;
-        for p in panels {
-            p.draw(&root, x0).map_err(err)?;
-            x0 += p.size().0 as i32;
+        for (p, &(x, y)) in panels.iter().zip(&at) {
+            let area = root.clone().shrink((x, y), p.size());
+            p.draw(&area, 0).map_err(err)?;
         }
         root.present().map_err(|e| err(e.to_string()))
     }
@@ -124,7 +133,7 @@ impl HeatMap {
         x0: i32,
     ) -> std::result::Result<(), String> {
         let e = |e: DrawingAreaErrorKind<_>| e.to_string();
-        let font = ("sans-serif", 13);
+        let font = ("sans-serif", crate::plot::TEXT);
         let centred = TextStyle::from(font).pos(text_anchor::Pos::new(
             text_anchor::HPos::Center,
             text_anchor::VPos::Center,
@@ -138,7 +147,7 @@ impl HeatMap {
         root.draw(&Text::new(
             self.title.clone(),
             (x0 + LEFT + grid_w / 2, TOP / 2),
-            TextStyle::from(("sans-serif", 15)).pos(text_anchor::Pos::new(
+            TextStyle::from(("sans-serif", crate::plot::TEXT + 2)).pos(text_anchor::Pos::new(
                 text_anchor::HPos::Center,
                 text_anchor::VPos::Center,
             )),
@@ -174,12 +183,12 @@ impl HeatMap {
         let below = TOP + CELL_H * self.rows.len() as i32;
         for (c, name) in self.cols.iter().enumerate() {
             let x = x0 + LEFT + cell_w * c as i32 + cell_w / 2;
-            root.draw(&Text::new(name.clone(), (x, below + 12), centred.clone()))
+            root.draw(&Text::new(name.clone(), (x, below + 14), centred.clone()))
                 .map_err(e)?;
         }
         root.draw(&Text::new(
             self.x_label.clone(),
-            (x0 + LEFT + grid_w / 2, below + 34),
+            (x0 + LEFT + grid_w / 2, below + 40),
             centred.clone(),
         ))
         .map_err(e)?;
@@ -199,8 +208,8 @@ impl HeatMap {
         };
         root.draw(&Text::new(
             key,
-            (x0 + LEFT + grid_w / 2, below + 56),
-            TextStyle::from(("sans-serif", 11)).pos(text_anchor::Pos::new(
+            (x0 + LEFT + grid_w / 2, below + 66),
+            TextStyle::from(("sans-serif", crate::plot::TEXT)).pos(text_anchor::Pos::new(
                 text_anchor::HPos::Center,
                 text_anchor::VPos::Center,
             )),

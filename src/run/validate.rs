@@ -1,10 +1,14 @@
 //! Holding the simulator against real runs (`lazybatch validate`): the same arrivals — the same
-//! instants, lengths and classes, drawn once from the run's seed — served twice, for real on a
-//! device in wall time and on that device's latency table in virtual time
-//! ([`crate::device::table`]), and each measured statistic beside its prediction with their
-//! relative error. The pairing is checked, not assumed: both runs keep every request's record,
-//! and a pair whose requests differ in number, lengths or class, or whose arrivals differ by
-//! more than the wall clock's delivery allows ([`MAX_DELIVERY_LAG`]), is refused.
+//! lengths and classes, drawn once from the run's seed — served twice, for real on a device in
+//! wall time and on that device's latency table in virtual time ([`crate::device::table`]),
+//! and each measured statistic beside its prediction with their relative error.
+//!
+//! The prediction serves the arrivals **as the wall-time run delivered them** (each request at
+//! the instant it really arrived), not as they were scheduled: a busy machine delivers requests
+//! late, and that lateness is a measurement of the machine ([`Lag`], reported beside every
+//! point, with a plain warning past [`LATE_DELIVERY`]), never a reason to refuse the pair. What
+//! is still checked, and refused as a bug, is that both runs served the same requests: as many,
+//! each with the same lengths, class and model, at the same instants.
 
 use super::drive::Arrivals;
 use super::{RunSpec, Testbed};
@@ -15,31 +19,97 @@ use crate::runtime::Request;
 use crate::time::Nanos;
 use crate::traffic::{Arrival, Traffic};
 
-/// The most a wall-time run may deliver a request after its scheduled instant and still count
-/// as serving the same arrivals (the arrival thread sleeps to each instant; on a loaded 2-core
-/// machine a wake-up can be late by milliseconds).
-pub const MAX_DELIVERY_LAG: Nanos = Nanos(50_000_000);
+/// How late a wall-time run may deliver its requests before its measurement says more about
+/// the machine than about the device: past it `validate` still reports and writes everything,
+/// and says in plain words that validation needs an idle machine ([`Lag::warning`]). The
+/// arrival thread sleeps to each instant; an idle 2-core machine wakes it within a
+/// millisecond, a loaded one tens of milliseconds late.
+pub const LATE_DELIVERY: Nanos = Nanos(50_000_000);
+
+/// How late a wall-time run delivered its requests behind their scheduled instants.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lag {
+    /// The mean lag over the run's requests.
+    pub mean: Nanos,
+    /// The largest.
+    pub max: Nanos,
+}
+
+impl Lag {
+    /// The lag of `measured` (a wall-time run's records, in arrival order) behind `drawn` (its
+    /// schedule); a request stamped before its instant (which the arrival thread never does)
+    /// counts as on time.
+    pub fn of(drawn: &[Arrival], measured: &[Request]) -> Lag {
+        let (mut sum, mut max) = (0u128, Nanos::ZERO);
+        for (a, m) in drawn.iter().zip(measured) {
+            let lag = Nanos(m.arrival.0.saturating_sub(a.time.0));
+            sum += u128::from(lag.0);
+            max = max.max(lag);
+        }
+        let n = drawn.len().min(measured.len()).max(1) as u128;
+        Lag {
+            mean: Nanos((sum / n) as u64),
+            max,
+        }
+    }
+
+    /// The larger of two runs' lags (each statistic apart).
+    pub fn worst(self, other: Lag) -> Lag {
+        Lag {
+            mean: self.mean.max(other.mean),
+            max: self.max.max(other.max),
+        }
+    }
+
+    /// Whether the machine delivered a request later than [`LATE_DELIVERY`].
+    pub fn is_late(&self) -> bool {
+        self.max > LATE_DELIVERY
+    }
+
+    /// What to tell the user when [`Lag::is_late`]: the lag, and what to do about it.
+    pub fn warning(&self) -> Option<String> {
+        self.is_late().then(|| {
+            format!(
+                "the machine delivered requests up to {:.0} ms late (mean {:.1} ms; an idle machine delivers them within {} ms): the measured runs include time this machine spent on other work, which no table predicts, so validation needs an idle machine; see docs/validate.md",
+                self.max.as_ms(),
+                self.mean.as_ms(),
+                LATE_DELIVERY.as_ms()
+            )
+        })
+    }
+}
 
 /// One configuration served for real and on the table.
 #[derive(Clone, Debug)]
 pub struct Pair {
     /// The real device's statistics.
     pub measured: Stats,
-    /// The table's.
+    /// The table's, on the arrivals as the real run delivered them.
     pub predicted: Stats,
-    /// How late the wall-time run delivered its requests: the mean and largest lag behind the
-    /// scheduled instants.
-    pub lag_mean: Nanos,
-    /// The largest lag.
-    pub lag_max: Nanos,
+    /// How late the wall-time run delivered its requests behind their scheduled instants.
+    pub lag: Lag,
+    /// The instants at which the wall-time run delivered its requests, in order: the arrivals
+    /// the prediction served (kept so that a replay predicts exactly the same).
+    pub delivered: Vec<Nanos>,
     /// With `repeat`: the real device's statistics from serving the same arrivals a second
-    /// time, what the measurement itself spreads by (its own repeatability).
-    pub again: Option<Stats>,
+    /// time, what the measurement itself spreads by (its own repeatability), and that run's
+    /// lag.
+    pub again: Option<(Stats, Lag)>,
 }
 
-/// Serves `cfg` on `real` (wall time) and on `table` (virtual time) with the same arrivals, and
-/// with `repeat` serves them on `real` a second time; `shown` follows the real runs' delivered
-/// traffic from `base` seconds on ([`crate::run::grid::delivered`]).
+impl Pair {
+    /// The worse lag of the real runs (the first, and with `repeat` the second).
+    pub fn worst_lag(&self) -> Lag {
+        self.again
+            .as_ref()
+            .map_or(self.lag, |(_, l)| self.lag.worst(*l))
+    }
+}
+
+/// Serves `cfg` on `real` (wall time) and on `table` (virtual time, on the arrivals as `real`
+/// delivered them), and with `repeat` serves the same schedule on `real` a second time;
+/// `shown` follows the real runs' delivered traffic from `base` seconds on
+/// ([`crate::run::grid::delivered`]).
 pub fn pair(
     real: &mut Testbed,
     table: &Testbed,
@@ -59,36 +129,65 @@ pub fn pair(
     };
     let traffic = crate::run::grid::delivered(Traffic::from_list(drawn.clone()), shown, base);
     let measured = real.drive(cfg, keep.clone(), Arrivals::Scheduled(traffic))?;
-    let predicted = {
-        let t = Traffic::from_list(drawn.clone());
-        table.drive(cfg, keep.clone(), Arrivals::Scheduled(t))?
-    };
-    let (lag_mean, lag_max) = same_arrivals(&measured.requests, &predicted.requests)?;
+    let delivered: Vec<Nanos> = measured.requests.iter().map(|r| r.arrival).collect();
+    let predicted = predict(table, cfg, &drawn, &delivered, keep.clone())?;
+    same_arrivals(&measured.requests, &predicted.requests)?;
+    let lag = Lag::of(&drawn, &measured.requests);
     let again = if repeat {
         let secs = (cfg.requests as f64 / cfg.rate).ceil() as u64;
-        let traffic = crate::run::grid::delivered(Traffic::from_list(drawn), shown, base + secs);
+        let traffic =
+            crate::run::grid::delivered(Traffic::from_list(drawn.clone()), shown, base + secs);
         let again = real.drive(cfg, keep, Arrivals::Scheduled(traffic))?;
-        same_arrivals(&again.requests, &predicted.requests)?;
-        Some(again.stats())
+        let lag = Lag::of(&drawn, &again.requests);
+        Some((again.stats(), lag))
     } else {
         None
     };
     Ok(Pair {
         measured: measured.stats(),
         predicted: predicted.stats(),
-        lag_mean,
-        lag_max,
+        lag,
+        delivered,
         again,
     })
 }
 
+/// Serves `drawn` on `table` with each request at its `delivered` instant instead of its
+/// scheduled one: the prediction of a wall-time run that delivered them so.
+pub fn predict(
+    table: &Testbed,
+    cfg: &RunSpec,
+    drawn: &[Arrival],
+    delivered: &[Nanos],
+    keep: KeepRecords,
+) -> Result<crate::engine::Outcome> {
+    if drawn.len() != delivered.len() {
+        return Err(Error::Internal(format!(
+            "validate: {} arrivals drawn and {} delivered",
+            drawn.len(),
+            delivered.len()
+        )));
+    }
+    let list: Vec<Arrival> = drawn
+        .iter()
+        .zip(delivered)
+        .map(|(a, &time)| Arrival { time, ..*a })
+        .collect();
+    if list.windows(2).any(|w| w[1].time < w[0].time) {
+        return Err(Error::Internal(
+            "validate: the delivered instants are out of order".into(),
+        ));
+    }
+    table.drive(cfg, keep, Arrivals::Scheduled(Traffic::from_list(list)))
+}
+
 /// Checks that two runs served the same requests: as many, each with the same lengths, class
-/// and model, the measured one arriving no earlier than predicted and at most
-/// [`MAX_DELIVERY_LAG`] later. Returns the mean and largest lag.
-pub fn same_arrivals(measured: &[Request], predicted: &[Request]) -> Result<(Nanos, Nanos)> {
+/// and model, arriving at the same instant (the prediction serves the measured run's delivered
+/// instants). A difference is a bug of the pairing, never the machine's lateness.
+pub fn same_arrivals(measured: &[Request], predicted: &[Request]) -> Result<()> {
     let refuse = |msg: String| {
         Err(Error::Internal(format!(
-            "validate: the measured and predicted runs did not serve the same arrivals: {msg}"
+            "validate: the measured and predicted runs did not serve the same requests: {msg}"
         )))
     };
     if measured.len() != predicted.len() {
@@ -98,24 +197,17 @@ pub fn same_arrivals(measured: &[Request], predicted: &[Request]) -> Result<(Nan
             predicted.len()
         ));
     }
-    let (mut sum, mut max) = (0u64, 0u64);
     for (m, p) in measured.iter().zip(predicted) {
-        if m.id != p.id || m.len != p.len || m.class != p.class || m.part != p.part {
+        if m.id != p.id
+            || m.len != p.len
+            || m.class != p.class
+            || m.part != p.part
+            || m.arrival != p.arrival
+        {
             return refuse(format!("request {} differs: {m:?} against {p:?}", m.id.0));
         }
-        let lag = m.arrival.0 as i128 - p.arrival.0 as i128;
-        if lag < 0 || lag > i128::from(MAX_DELIVERY_LAG.0) {
-            return refuse(format!(
-                "request {} arrived {:.3} ms from its instant (allowed: 0 to {} ms late)",
-                m.id.0,
-                lag as f64 / 1e6,
-                MAX_DELIVERY_LAG.as_ms()
-            ));
-        }
-        sum += lag as u64;
-        max = max.max(lag as u64);
     }
-    Ok((Nanos(sum / measured.len().max(1) as u64), Nanos(max)))
+    Ok(())
 }
 
 /// A run's arrivals in 16 hex digits (64-bit FNV-1a over each arrival's instant, lengths, model
@@ -238,22 +330,76 @@ mod tests {
         )
     }
 
+    fn drawn(us: &[f64]) -> Vec<Arrival> {
+        us.iter()
+            .map(|&t| Arrival {
+                time: Nanos::from_us(t),
+                ..Arrival::default()
+            })
+            .collect()
+    }
+
     #[test]
-    fn runs_of_other_arrivals_are_refused() {
+    fn lateness_is_measured_and_reported_never_refused() {
+        // scheduled at 0 and 100 us, delivered 30 us and 75 ms late: a busy machine's lag
+        let late = vec![req(0, 30.0, 5), req(1, 100.0 + 75_000.0, 7)];
+        let lag = Lag::of(&drawn(&[0.0, 100.0]), &late);
+        assert_eq!(
+            lag,
+            Lag {
+                mean: Nanos::from_us(37_515.0),
+                max: Nanos::from_us(75_000.0)
+            }
+        );
+        assert!(lag.is_late());
+        let w = lag.warning().unwrap();
+        assert!(
+            w.starts_with("the machine delivered requests up to 75 ms late")
+                && w.contains("validation needs an idle machine; see docs/validate.md"),
+            "{w}"
+        );
+        // the prediction serves the delivered instants: the pair is the same requests
+        same_arrivals(&late, &late.clone()).unwrap();
+        // at the bound, not late; a nanosecond past it, late; never early
+        let at = |ns: u64| vec![req(0, ns as f64 / 1e3, 5)];
+        let on_time = Lag::of(&drawn(&[0.0]), &at(LATE_DELIVERY.0));
+        assert!(!on_time.is_late() && on_time.warning().is_none());
+        assert!(Lag::of(&drawn(&[0.0]), &at(LATE_DELIVERY.0 + 1)).is_late());
+        assert_eq!(Lag::of(&drawn(&[50.0]), &at(10_000)), Lag::default());
+        // the worse of two runs, statistic by statistic
+        let a = Lag {
+            mean: Nanos(5),
+            max: Nanos(9),
+        };
+        let b = Lag {
+            mean: Nanos(7),
+            max: Nanos(8),
+        };
+        assert_eq!(
+            a.worst(b),
+            Lag {
+                mean: Nanos(7),
+                max: Nanos(9)
+            }
+        );
+    }
+
+    #[test]
+    fn runs_of_other_requests_are_refused() {
         let predicted = vec![req(0, 0.0, 5), req(1, 100.0, 7)];
-        // the same, delivered 30 and 70 us late: paired, with the lags
-        let ok = vec![req(0, 30.0, 5), req(1, 170.0, 7)];
-        let (mean, max) = same_arrivals(&ok, &predicted).unwrap();
-        assert_eq!((mean, max), (Nanos::from_us(50.0), Nanos::from_us(70.0)));
-        // another length, another count, an early or very late arrival: refused
+        same_arrivals(&predicted.clone(), &predicted).unwrap();
+        // another length, another count, another instant: a bug of the pairing
         for bad in [
-            vec![req(0, 30.0, 5), req(1, 170.0, 8)],
-            vec![req(0, 30.0, 5)],
-            vec![req(0, 30.0, 5), req(1, 50.0, 7)],
-            vec![req(0, 30.0, 5), req(1, 100.0 + 60_000.0, 7)],
+            vec![req(0, 0.0, 5), req(1, 100.0, 8)],
+            vec![req(0, 0.0, 5)],
+            vec![req(0, 0.0, 5), req(1, 101.0, 7)],
         ] {
-            let e = same_arrivals(&bad, &predicted).unwrap_err().to_string();
-            assert!(e.contains("did not serve the same arrivals"), "{e}");
+            let e = same_arrivals(&bad, &predicted).unwrap_err();
+            assert!(matches!(e, Error::Internal(_)), "{e}");
+            assert!(
+                e.to_string().contains("did not serve the same requests"),
+                "{e}"
+            );
         }
     }
 

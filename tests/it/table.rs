@@ -383,7 +383,17 @@ fn validate_serves_the_same_arrivals_on_the_cpu_and_on_its_table() {
         assert!(p["repeat"]["device"].as_str().unwrap().starts_with("cpu"));
         let r = p["run_to_run"]["mean"].as_f64().unwrap();
         assert!(r.is_finite() && r > -1.0, "{p}");
-        assert!(p["delivery_lag_ms"]["max"].as_f64().unwrap() < 50.0, "{p}");
+        // how late the machine delivered the requests: reported, whatever it was (a busy
+        // machine delivers them late; that is a measurement, never a failure)
+        let lag = &p["delivery_lag_ms"];
+        let (mean, max) = (lag["mean"].as_f64().unwrap(), lag["max"].as_f64().unwrap());
+        assert!(0.0 <= mean && mean <= max, "{p}");
+        assert_eq!(lag["late"], max > 50.0, "{p}");
+        assert!(p["repeat_delivery_lag_ms"]["max"].as_f64().unwrap() >= 0.0);
+        // the instants the prediction served: one per request, in order
+        let at: Vec<u64> = serde_json::from_value(p["delivered_ns"].clone()).unwrap();
+        assert_eq!(at.len(), 30, "{p}");
+        assert!(at.windows(2).all(|w| w[0] <= w[1]), "{p}");
     }
     // its measured runs replay offline on the table it kept: the same arrivals (seed 3, checked
     // by their fingerprint) on the same table predict exactly what the live prediction did
