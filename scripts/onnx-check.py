@@ -13,6 +13,9 @@ Usage: scripts/onnx-check.py MODEL.onnx IO.json
 import json
 import sys
 
+from needs import needs
+
+needs("onnxruntime", ["numpy", "onnxruntime", "onnx"])
 try:
     import numpy as np
     import onnxruntime as ort

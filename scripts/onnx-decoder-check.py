@@ -18,6 +18,9 @@ Usage: scripts/onnx-decoder-check.py MODEL.onnx IO.json
 import json
 import sys
 
+from needs import needs
+
+needs("onnxruntime", ["numpy", "onnxruntime"])
 try:
     import numpy as np
     import onnxruntime as ort

@@ -23,6 +23,9 @@ import sys
 import tempfile
 import time
 
+from needs import needs
+
+needs("tritonclient-check", ["numpy", "tritonclient", "geventhttpclient"], pip="numpy 'tritonclient[http,grpc]'")
 try:
     import numpy as np
     import tritonclient.http as http

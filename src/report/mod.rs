@@ -562,7 +562,7 @@ pub(crate) fn write_all(
     for (i, (name, cfg)) in opts.npus.iter().enumerate() {
         let dir = opts.out.join(name);
         std::fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-        let mut ctx = experiments::Ctx::new(plan, results, dir, cfg, i as u8, name)?;
+        let mut ctx = experiments::Ctx::new(plan, results, dir, cfg, i as u8, name, opts.progress)?;
         for (k, e) in chosen.iter().enumerate() {
             let t0 = std::time::Instant::now();
             e.write(&mut ctx)?;

@@ -7,6 +7,7 @@ mod cpu;
 mod cuda;
 #[cfg(feature = "cuda")]
 mod cuda_stand_in;
+mod figures;
 mod fuzz;
 mod graph;
 mod grpc;

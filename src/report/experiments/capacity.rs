@@ -7,9 +7,8 @@
 //! parallel.
 
 use super::*;
-use crate::progress::Mode;
 use crate::report::table::Table;
-use crate::run::capacity::{search_all, Bound, Search};
+use crate::run::capacity::{search_all_as, Bound, Search};
 use crate::run::spec::Colocation;
 use crate::run::RunSpec;
 use crate::runtime::{MaxBatch, MaxPending};
@@ -118,7 +117,8 @@ fn search(ctx: &Ctx, model: &'static str) -> Result<ModelCapacity> {
         seeds: plan.seeds,
         lowest_share: crate::run::capacity::lowest_share(bench.is_virtual()),
     };
-    let caps = search_all(&bench, &templates, &how, Mode::Off)?;
+    let label = format!("{}: {} capacity", ctx.npu_name, model_label(model));
+    let caps = search_all_as(&label, &bench, &templates, &how, ctx.progress)?;
     Ok(ModelCapacity { model, caps })
 }
 

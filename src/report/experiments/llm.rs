@@ -14,9 +14,8 @@
 
 use super::*;
 use crate::plot::{Figure, Panel, Series};
-use crate::progress::Mode;
 use crate::report::table::Table;
-use crate::run::capacity::{search_all, Bound, Search};
+use crate::run::capacity::{search_all_as, Bound, Search};
 use crate::run::RunSpec;
 use crate::runtime::{MaxBatch, MaxPending};
 use crate::time::Sla;
@@ -90,10 +89,12 @@ pub(super) fn unloaded(bench: &crate::run::Testbed) -> (f64, f64) {
 
 /// One SLO's capacity search over every policy.
 fn search(
+    ctx: &Ctx,
     bench: &crate::run::Testbed,
-    plan: &Plan,
     bound: Bound,
+    slo: &str,
 ) -> Result<Vec<crate::run::capacity::Capacity>> {
+    let plan = ctx.plan;
     let sla = Sla::from_ms(LLM_SLA_MS)?;
     let templates = POLICIES
         .iter()
@@ -120,7 +121,8 @@ fn search(
         seeds: plan.capacity.seeds,
         lowest_share: crate::run::capacity::lowest_share(bench.is_virtual()),
     };
-    search_all(bench, &templates, &how, Mode::Off)
+    let label = format!("{}: GPT-2 capacity, {slo} SLO", ctx.npu_name);
+    search_all_as(&label, bench, &templates, &how, ctx.progress)
 }
 
 /// A run's p99 of a token figure (NaN when the run has none).
@@ -205,7 +207,10 @@ fn llm(ctx: &mut Ctx) -> Result<()> {
     let slos = [1.0, 2.0].map(|k| (k * TTFT_X * prefill, k * TPOT_X * step));
     let caps = slos
         .iter()
-        .map(|&(ttft_ms, tpot_ms)| search(&bench, ctx.plan, Bound::TokenSlo { ttft_ms, tpot_ms }))
+        .zip(["tight", "loose"])
+        .map(|(&(ttft_ms, tpot_ms), slo)| {
+            search(ctx, &bench, Bound::TokenSlo { ttft_ms, tpot_ms }, slo)
+        })
         .collect::<Result<Vec<_>>>()?;
     let mut c = Table::new(&[
         "slo_ttft_p99_ms",

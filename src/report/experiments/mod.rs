@@ -249,6 +249,8 @@ pub(crate) struct Ctx<'a> {
     pub(super) colo_gains: Option<(f64, f64, String)>,
     /// The capacity experiment's searches, when run.
     pub(super) capacities: Vec<ModelCapacity>,
+    /// How the searches that run while the report is written show their progress.
+    pub(super) progress: crate::progress::Mode,
 }
 
 impl<'a> Ctx<'a> {
@@ -260,6 +262,7 @@ impl<'a> Ctx<'a> {
         npu: &'a NpuConfig,
         npu_idx: u8,
         name: &str,
+        progress: crate::progress::Mode,
     ) -> Result<Self> {
         Ok(Ctx {
             plan,
@@ -272,6 +275,7 @@ impl<'a> Ctx<'a> {
             sections: Vec::new(),
             colo_gains: None,
             capacities: Vec::new(),
+            progress,
         })
     }
 

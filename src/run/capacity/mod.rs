@@ -328,8 +328,20 @@ pub fn search_all(
     how: &Search,
     progress: Mode,
 ) -> Result<Vec<Capacity>> {
+    search_all_as("capacity", bench, templates, how, progress)
+}
+
+/// [`search_all`], its progress shown under `label` (`reproduce` names the configuration,
+/// model and bound).
+pub fn search_all_as(
+    label: &str,
+    bench: &Testbed,
+    templates: &[RunSpec],
+    how: &Search,
+    progress: Mode,
+) -> Result<Vec<Capacity>> {
     let serial = bench.serial_capacity();
-    let shown = progress.start("capacity", templates.len() as u64, "policies");
+    let shown = progress.start(label, templates.len() as u64, "policies");
     let seeded = |t: &RunSpec, rate: f64| -> Vec<RunSpec> {
         (1..=how.seeds)
             .map(|seed| RunSpec {
