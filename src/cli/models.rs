@@ -20,7 +20,7 @@ pub(super) fn run(names: &[String], dims: &[(String, usize)], json_out: bool) ->
         let len = m.ref_lengths();
         rows.push(json!({
             "name": m.name,
-            "class": if m.is_seq2seq() { "seq2seq" } else { "static" },
+            "class": m.architecture(),
             "nodes": m.nodes.len(),
             "params": m.params(),
             "macs": m.macs(len),
@@ -36,13 +36,13 @@ pub(super) fn run(names: &[String], dims: &[(String, usize)], json_out: bool) ->
     }
     out!(
         o,
-        "{:<18} {:<8} {:>6} {:>13} {:>16}  {}",
+        "{:<18} {:<12} {:>6} {:>13} {:>16}  {}",
         "model",
         "class",
         "nodes",
         "params",
         "MACs (batch 1)",
-        "lengths (enc/dec steps)"
+        "reference lengths (seq2seq: source/target steps; decoder-only: prompt/output)"
     );
     for r in &rows {
         let lens = match (r["enc_steps"].as_u64(), r["dec_steps"].as_u64()) {
@@ -51,7 +51,7 @@ pub(super) fn run(names: &[String], dims: &[(String, usize)], json_out: bool) ->
         };
         out!(
             o,
-            "{:<18} {:<8} {:>6} {:>13} {:>16}  {}",
+            "{:<18} {:<12} {:>6} {:>13} {:>16}  {}",
             r["name"].as_str().unwrap_or(""),
             r["class"].as_str().unwrap_or(""),
             r["nodes"].as_u64().unwrap_or(0),

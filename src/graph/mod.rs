@@ -332,6 +332,18 @@ impl Model {
         !self.loops.is_empty()
     }
 
+    /// What kind of network it is, as `models` names it: `static` (no loops), `decoder-only`
+    /// (a prompt's prefill, then one output token a decoder step: a model whose prefill emits
+    /// the first token or that has a context window, GPT-2) or `seq2seq` (an encoder over the
+    /// source, a decoder over the target: GNMT, the Transformer, LAS).
+    pub fn architecture(&self) -> &'static str {
+        match self.parts.iter().find_map(|p| p.seq.as_ref()) {
+            _ if !self.is_seq2seq() => "static",
+            Some(s) if s.prefill_token || s.max_context.is_some() => "decoder-only",
+            _ => "seq2seq",
+        }
+    }
+
     /// The node with id `id`.
     pub fn node(&self, id: NodeId) -> &Node {
         &self.nodes[id.idx()]

@@ -1,8 +1,45 @@
-//! `lazy` (LazyBatching) and its variants. When requests are pending and the slack check
+//! `lazy` (LazyBatching) and its readings. When requests are pending and the slack check
 //! ([`super::slack`], the paper's Eq. 2) allows it, preempt the active sub-batch at the node
-//! boundary, push the newcomers on the BatchTable, let them catch up and merge; otherwise let the
-//! active batch run on and start the pending ones when the table empties. No time window
-//! anywhere. The Oracle ([`super::oracle`]) is the same policy with an exact check.
+//! boundary, push the newcomers on the BatchTable, let them catch up and merge; when it refuses,
+//! let the active batch complete uninterrupted. No time window anywhere. The Oracle
+//! ([`super::oracle`]) is the same policy with an exact check.
+//!
+//! ## A refusal holds until the active batch completes (the latch)
+//!
+//! §IV-B: "When the … predictor determines that an additional batching can violate SLA, then
+//! the scheduler does not try to batch more inputs and authorize the currently active batch to
+//! complete its execution uninterrupted." `lazy` reads this literally. When the gate refuses,
+//! the policy remembers the members of **the currently active batch: the sub-batch on top of
+//! the BatchTable at that moment**, the one executing (the paper's "active batch", which its
+//! Fig. 8 keeps on top of the stack; the entries below are preempted batches, not executing).
+//! Until every one of those members has completed, nobody is admitted and the gate is not asked
+//! again; the members may meanwhile merge with entries below as they catch up, or split where
+//! their lengths diverge — they are followed by identity, wherever they stand. Then the gate is
+//! asked again at the next node boundary. An idle server admits at once, as always (there is no
+//! active batch to protect). The Oracle follows the same rule.
+//!
+//! `lazy:recheck` is the reading the code had until 2026-12 and is kept as an ablation: the
+//! gate is asked again at every node boundary while anyone is pending, so a refusal lasts one
+//! node, and as the active batch's remaining work shrinks a short prefix of the queue slips in
+//! and preempts it (GNMT at 512 req/s: 229 preemptions and an encoder batch of 2.1 against 154
+//! and 3.1 latched; `docs/policies.md`).
+//!
+//! ## Who is admitted when the gate passes
+//!
+//! The paper's predictor weighs "the active batch and pending inputs" and says nothing of
+//! admitting part of the queue. `lazy` admits the longest FIFO prefix of the pending queue
+//! (within the free slots and the maximum batch) for which no affected deadline is predicted
+//! missed; `lazy:all` admits every pending request that fits the slots or none
+//! (all-or-nothing), an equally plausible reading kept as an ablation.
+//!
+//! ## A request past its predicted decoder length
+//!
+//! Eq. 2 prices a request's decoder at `dec_timesteps` (the coverage step, `--coverage`); the
+//! paper is silent on a request still decoding past it (14.4% of newstest2019's outputs exceed
+//! 32 words). `lazy` prices it as one step from done (its predicted length is its steps so far
+//! plus one); `lazy:past-again` prices it at `dec_timesteps` more steps, and `lazy:past-max` at
+//! the model's longest decoder length — the conservative readings the paper's principle ("we
+//! overestimate … for a conservative slack prediction") would favour.
 //!
 //! ## The merge rule
 //!
@@ -19,24 +56,87 @@
 //! ## `lazy:no-decoder-preempt` (an ablation, not the paper's)
 //!
 //! The same gate, but never while the active sub-batch stands at a decoder node: newcomers wait
-//! until the table drains or the active entry is in an encoder or at a static node. On GNMT the
-//! paper's LazyB lets a short prefix of the queue preempt a batch in its long decoder, run the
-//! encoders in a small group and rejoin with fresh predicted work that closes the gate on the
-//! rest of the queue (`docs/policies.md`, the GNMT ablation); this variant measures that cause.
-//! On models without a decoder it is `lazy`.
+//! until the table drains or the active entry is in an encoder or at a static node. It measures
+//! how much of GNMT's result comes from preempting a batch in its long decoder (`docs/policies.md`,
+//! the GNMT ablation). On models without a decoder it is `lazy`.
+//!
+//! The readings combine (`lazy:recheck:all`); a policy's name lists them in [`READINGS`]' order.
 
+use super::slack::{self, Past};
 use super::spec::{Entry, ParamError, Parsed};
-use super::{oracle, slack};
-use super::{Decision, Policy, View};
+use super::{oracle, Decision, Policy, View};
+use crate::runtime::RequestId;
 
-/// LazyBatching with the conservative predictor, or the Oracle; merging at a common loop node
-/// whatever the timestep, or (`strict`) only at an identical (node, timestep).
+/// The readings of the paper's text a `lazy` policy runs under; each field's default is
+/// `lazy`'s own reading.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Readings {
+    /// Merge only at an identical (node, timestep) (`strict`).
+    pub strict: bool,
+    /// Never preempt an active sub-batch standing at a decoder node (`no-decoder-preempt`).
+    pub keep_decoder: bool,
+    /// Ask the gate again at every node after a refusal, instead of latching (`recheck`).
+    pub recheck: bool,
+    /// Admit every pending request that fits or none (`all`).
+    pub all: bool,
+    /// How a request past its predicted decoder length is priced (`past-again`, `past-max`).
+    pub past: Past,
+}
+
+/// Each reading's name in a policy string, in the order a name lists them, and what it sets.
+pub(crate) const READINGS: &[(&str, fn(&mut Readings))] = &[
+    ("strict", |r| r.strict = true),
+    ("no-decoder-preempt", |r| r.keep_decoder = true),
+    ("recheck", |r| r.recheck = true),
+    ("all", |r| r.all = true),
+    ("past-again", |r| r.past = Past::Again),
+    ("past-max", |r| r.past = Past::Max),
+];
+
+impl Readings {
+    /// The names of the readings that differ from `lazy`'s, in [`READINGS`]' order: those
+    /// whose setting leaves these readings as they are.
+    fn names(self) -> impl Iterator<Item = &'static str> {
+        READINGS.iter().filter_map(move |&(name, set)| {
+            let mut with = self;
+            set(&mut with);
+            (with == self).then_some(name)
+        })
+    }
+
+    /// Reads `params` (each a reading's name, at most once; one `past-` reading).
+    pub(crate) fn parse(params: &[&str]) -> std::result::Result<Readings, ParamError> {
+        let mut r = Readings::default();
+        for (i, p) in params.iter().enumerate() {
+            let Some(&(_, set)) = READINGS.iter().find(|(name, _)| name == p) else {
+                let known: Vec<&str> = READINGS.iter().map(|(n, _)| *n).collect();
+                return Err(format!(
+                    "unknown reading '{p}' (readings: {}; or, for lazy, 'adaptive')",
+                    known.join(", ")
+                )
+                .into());
+            };
+            if params[..i].contains(p) {
+                return Err(format!("'{p}' given twice").into());
+            }
+            let before = r.past;
+            set(&mut r);
+            if before != Past::Step && r.past != before {
+                return Err("takes one of 'past-again' and 'past-max'".into());
+            }
+        }
+        Ok(r)
+    }
+}
+
+/// LazyBatching with the conservative predictor, or the Oracle, under [`Readings`].
 #[derive(Clone, Debug)]
 pub struct Lazy {
     oracle: bool,
-    strict: bool,
-    /// Never preempt an active sub-batch standing at a decoder node (the ablation).
-    keep_decoder: bool,
+    readings: Readings,
+    /// The members of the sub-batch that was active when the gate last refused, sorted: nobody
+    /// is admitted until all have completed (empty: no refusal holds).
+    latch: Vec<RequestId>,
     /// The Oracle's scratch: one group per BatchTable entry.
     groups: Vec<oracle::Group>,
     /// The entries below the active one, summed once per table generation.
@@ -44,39 +144,69 @@ pub struct Lazy {
 }
 
 impl Lazy {
-    /// The paper's LazyB.
-    pub(crate) fn conservative() -> Self {
+    fn with(oracle: bool, readings: Readings) -> Self {
         Lazy {
-            oracle: false,
-            strict: false,
-            keep_decoder: false,
+            oracle,
+            readings,
+            latch: Vec::new(),
             groups: Vec::new(),
             below: Below::default(),
         }
     }
+    /// The paper's LazyB.
+    pub(crate) fn conservative() -> Self {
+        Lazy::with(false, Readings::default())
+    }
     /// LazyB with exact batched latencies.
     pub fn oracle() -> Self {
-        Lazy {
-            oracle: true,
-            strict: false,
-            keep_decoder: false,
-            groups: Vec::new(),
-            below: Below::default(),
-        }
+        Lazy::with(true, Readings::default())
+    }
+    /// The same policy under other readings.
+    pub(crate) fn reading(self, readings: Readings) -> Self {
+        Lazy { readings, ..self }
     }
     /// The same policy merging only at an identical (node, timestep): the ablation of the merge
     /// rule.
     pub fn strict(self) -> Self {
-        Lazy {
+        let readings = Readings {
             strict: true,
-            ..self
-        }
+            ..self.readings
+        };
+        self.reading(readings)
     }
     /// The same policy never preempting an active sub-batch in its decoder: the GNMT ablation.
     pub fn keeping_decoder(self) -> Self {
-        Lazy {
+        let readings = Readings {
             keep_decoder: true,
-            ..self
+            ..self.readings
+        };
+        self.reading(readings)
+    }
+
+    /// Whether a refusal still holds: some member of the sub-batch active at the last refusal
+    /// is still in flight. Clears the latch when none is.
+    fn latched(&mut self, v: &View) -> bool {
+        if self.latch.is_empty() {
+            return false;
+        }
+        let holds = v
+            .table
+            .entries()
+            .iter()
+            .flat_map(|sb| sb.members.iter())
+            .any(|r| self.latch.binary_search(r).is_ok());
+        if !holds {
+            self.latch.clear();
+        }
+        holds
+    }
+
+    /// Latches a refusal on the active sub-batch's members.
+    fn refuse(&mut self, v: &View) {
+        if let Some(top) = v.table.top() {
+            self.latch.clear();
+            self.latch.extend_from_slice(&top.members);
+            self.latch.sort_unstable();
         }
     }
 }
@@ -94,7 +224,7 @@ struct Below {
 
 impl Below {
     /// Brings the cache up to date with the table (`oracle`: also the groups).
-    fn refresh(&mut self, v: &View, oracle: bool) {
+    fn refresh(&mut self, v: &View, oracle: bool, past: Past) {
         let generation = v.table.generation();
         if self.generation == Some(generation) {
             return;
@@ -102,13 +232,13 @@ impl Below {
         let entries = v.table.entries();
         let below = &entries[..entries.len().saturating_sub(1)];
         self.load = below.iter().fold((0, u64::MAX), |(t, d), sb| {
-            let (et, ed) = slack::entry_load(v, sb);
+            let (et, ed) = slack::entry_load(v, sb, past);
             (t + et, d.min(ed))
         });
         self.groups.clear();
         if oracle {
             self.groups
-                .extend(below.iter().map(|sb| oracle::entry_group(v, sb)));
+                .extend(below.iter().map(|sb| oracle::entry_group(v, sb, past)));
         }
         self.generation = Some(generation);
     }
@@ -116,19 +246,17 @@ impl Below {
 
 impl Policy for Lazy {
     fn name(&self) -> String {
-        match (self.oracle, self.strict, self.keep_decoder) {
-            (true, false, false) => "oracle",
-            (true, true, false) => "oracle:strict",
-            (false, false, false) => "lazy",
-            (false, true, false) => "lazy:strict",
-            (true, _, true) => "oracle:no-decoder-preempt",
-            (false, _, true) => "lazy:no-decoder-preempt",
-        }
-        .into()
+        let base = if self.oracle { "oracle" } else { "lazy" };
+        std::iter::once(base)
+            .chain(self.readings.names())
+            .collect::<Vec<_>>()
+            .join(":")
     }
 
-    /// The Oracle's groups: one per entry, the table's at most `max_batch`.
+    /// The latch (the members of one sub-batch) and the Oracle's groups (one per entry): the
+    /// table's at most `max_batch` each.
     fn reserve(&mut self, max_batch: usize) {
+        self.latch.reserve(max_batch);
         if self.oracle {
             self.groups.reserve(max_batch);
             self.below.groups.reserve(max_batch);
@@ -136,7 +264,7 @@ impl Policy for Lazy {
     }
 
     fn cell_nodes(&self, model: &crate::graph::Model) -> Vec<bool> {
-        if self.strict {
+        if self.readings.strict {
             Vec::new()
         } else {
             super::cellular::loop_cells(model)
@@ -152,27 +280,37 @@ impl Policy for Lazy {
             return Decision::Run;
         }
         if v.table.is_empty() {
+            // no active batch to protect: whatever a refusal held is over
+            self.latch.clear();
             return Decision::Admit {
                 count: k_max,
                 pad: false,
             };
         }
-        if self.keep_decoder && in_decoder(v) {
+        if self.readings.keep_decoder && in_decoder(v) {
             return Decision::Run;
         }
-        self.below.refresh(v, self.oracle);
+        if !self.readings.recheck && self.latched(v) {
+            return Decision::Run;
+        }
+        let past = self.readings.past;
+        self.below.refresh(v, self.oracle, past);
         let k = if self.oracle {
             let below = (self.below.load, &self.below.groups[..]);
-            oracle::admissible(v, k_max, below, &mut self.groups)
+            oracle::admissible(v, k_max, below, past, &mut self.groups)
         } else {
-            slack::admissible(v, k_max, self.below.load)
+            slack::admissible(v, k_max, self.below.load, past)
         };
+        let k = if self.readings.all && k < k_max { 0 } else { k };
         if k > 0 {
             Decision::Admit {
                 count: k,
                 pad: false,
             }
         } else {
+            if !self.readings.recheck {
+                self.refuse(v);
+            }
             Decision::Run
         }
     }
@@ -185,31 +323,21 @@ fn in_decoder(v: &View) -> bool {
         .is_some_and(|top| v.model.node(top.next.node).class == crate::graph::Class::Decoder)
 }
 
-/// `lazy`, `oracle`, `lazy:strict`, `oracle:strict`, `lazy:no-decoder-preempt`,
-/// `oracle:no-decoder-preempt`; `lazy+cell` is the name cross-step
-/// merging had while it was an option.
-/// (`lazy:adaptive` has its own entry, in `adaptive.rs`.)
+/// `lazy` and `oracle` with any of the [`READINGS`] (`lazy:strict`, `oracle:recheck:all`, …);
+/// `lazy+cell` is the name cross-step merging had while it was an option. (`lazy:adaptive` has
+/// its own entry, in `adaptive.rs`.)
 pub(crate) const ENTRY: Entry = Entry {
     names: &["lazy", "oracle", "lazy+cell"],
     variant: None,
-    usage: "lazy[:strict|:no-decoder-preempt], oracle[:strict|:no-decoder-preempt]",
+    usage: "lazy[:strict][:no-decoder-preempt][:recheck][:all][:past-again|:past-max], oracle[:the same readings]",
     parse: parse_lazy,
 };
 
 fn parse_lazy(name: &str, params: &[&str], _: u32) -> std::result::Result<Parsed, ParamError> {
-    let (strict, keep_decoder) = match (name, params) {
-        ("lazy+cell", []) | (_, []) => (false, false),
-        ("lazy+cell", _) => return Err("takes no parameters".into()),
-        (_, ["strict"]) => (true, false),
-        (_, ["no-decoder-preempt"]) => (false, true),
-        _ => {
-            return Err(
-                "takes no parameter but 'strict' (lazy:strict), 'no-decoder-preempt' \
-                 or, for lazy, 'adaptive'"
-                    .into(),
-            )
-        }
-    };
+    if name == "lazy+cell" && !params.is_empty() {
+        return Err("takes no parameters".into());
+    }
+    let readings = Readings::parse(params)?;
     let oracle = name == "oracle";
     Ok(Parsed {
         build: std::sync::Arc::new(move |_| {
@@ -218,8 +346,7 @@ fn parse_lazy(name: &str, params: &[&str], _: u32) -> std::result::Result<Parsed
             } else {
                 Lazy::conservative()
             };
-            let l = if strict { l.strict() } else { l };
-            Box::new(if keep_decoder { l.keeping_decoder() } else { l })
+            Box::new(l.reading(readings))
         }),
         uses_sla: true,
         // the Oracle's look-ahead assumes every entry merges as it catches up: not so for

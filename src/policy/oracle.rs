@@ -7,7 +7,7 @@
 //! remaining work) is done. It admits the largest number of newcomers for which every affected
 //! request still meets its deadline (a binary search: a longer prefix never finishes earlier).
 
-use super::slack::in_flight;
+use super::slack::{in_flight, predicted_len, Past};
 use super::View;
 use crate::graph::{Lengths, NodeStep};
 use crate::runtime::SubBatch;
@@ -24,11 +24,11 @@ pub(super) struct Group {
 
 /// The representative of a BatchTable entry: its member with the most remaining single-input
 /// work (members stand at different steps after cross-step merges).
-pub(super) fn entry_group(v: &View, sb: &SubBatch) -> Group {
+pub(super) fn entry_group(v: &View, sb: &SubBatch, past: Past) -> Group {
     let mut best = (0u64, Some(sb.next), v.predicted_len(sb.members[0]));
     for (j, &r) in sb.members.iter().enumerate() {
         let q = v.request(r);
-        let len = sb.padded.unwrap_or_else(|| v.predicted_len_of(q));
+        let len = sb.padded.unwrap_or_else(|| predicted_len(v, q, past));
         let at = Some(NodeStep {
             node: sb.next.node,
             step: sb.steps.get(j).copied().unwrap_or(sb.next.step),
@@ -117,17 +117,18 @@ pub(super) fn admissible(
     v: &View,
     k_max: usize,
     below: ((u64, u64), &[Group]),
+    past: Past,
     scratch: &mut Vec<Group>,
 ) -> usize {
     let now = v.now.0;
     let (below_load, below_groups) = below;
-    let inflight_min = in_flight(v, below_load).1;
+    let inflight_min = in_flight(v, below_load, past).1;
     let Some(&first) = v.infq.front() else {
         return 0;
     };
     scratch.clear();
     scratch.extend_from_slice(below_groups);
-    scratch.extend(v.table.top().map(|sb| entry_group(v, sb)));
+    scratch.extend(v.table.top().map(|sb| entry_group(v, sb, past)));
     let entries = &scratch[..];
     // the newcomers run as one sub-batch at the first one's predicted lengths
     let len = v.predicted_len(first);

@@ -82,6 +82,18 @@ fn models_and_profile_json_parse() {
         10,
         "the seven paper models, lstm_stack, gpt2 and gpt2_medium"
     );
+    let class = |name: &str| {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == name)
+            .unwrap()["class"]
+            .clone()
+    };
+    assert_eq!(
+        [class("resnet50"), class("gnmt"), class("gpt2")],
+        ["static", "seq2seq", "decoder-only"]
+    );
     let o = lazybatch(&[
         "profile",
         "--device",

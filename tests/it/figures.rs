@@ -15,8 +15,8 @@ const LAZYB: &str = "#D62728";
 
 /// The SVG figures the README shows, in order.
 fn readme_figures() -> Vec<String> {
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md"))
-        .unwrap();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
     readme
         .lines()
         .filter_map(|l| {

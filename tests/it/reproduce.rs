@@ -491,11 +491,13 @@ fn quick_figures_are_pinned() {
     let cap = head.iter().position(|h| h == "capacity_rps").unwrap();
     let lazy = rows
         .iter()
-        .find(|x| x[0] == "transformer_base" && x[1] == "lazy")
+        .find(|x| x[0] == "gnmt" && x[1] == "lazy")
         .unwrap();
+    // (since LazyB's refusals hold until the active batch completes, 2026-12; the quick
+    // plan's runs are too short for the Transformer's LazyB to miss the bound at any rate)
     assert_eq!(
-        lazy[cap], "7952.591",
-        "the Transformer's LazyB capacity (quick search)"
+        lazy[cap], "5176.324",
+        "GNMT's LazyB capacity (quick search)"
     );
 }
 

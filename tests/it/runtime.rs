@@ -122,6 +122,43 @@ fn unit_run(policy: &str, arrivals: &[Arrival]) -> Vec<f64> {
 }
 
 #[test]
+fn a_refused_batch_runs_to_completion_and_arrivals_meanwhile_wait_for_it() {
+    // the unit device: 1 ms a node, the input free, 8 ms alone. Requests 0 and 1 at t = 0
+    // (request 0's SLA 20 ms), 2 at 0.5 ms and 3 at 5 ms (SLA 100 ms). At each boundary n
+    // (t = n) the gate weighs n + 2 (8 − n) + 8 = 24 − n ms against request 0's deadline of 20
+    let at = |ms: f64, sla: f64| Arrival {
+        time: Nanos::from_ms(ms),
+        len: Lengths { enc: 1, dec: 1 },
+        sla: Some(Nanos::from_ms(sla)),
+        ..Arrival::default()
+    };
+    let arrivals = [
+        at(0.0, 20.0),
+        at(0.0, 100.0),
+        at(0.5, 100.0),
+        at(5.0, 100.0),
+    ];
+    // the paper's rule: refused at t = 1, the pair runs to completion at 8 uninterrupted;
+    // requests 2 and 3 (arrived meanwhile) then start together on the idle server: 16
+    assert_eq!(unit_run("lazy", &arrivals), [8.0, 8.0, 16.0, 16.0]);
+    // the Oracle's exact estimate sees that a batch costs what one request does here, so it
+    // never refuses: request 2 at t = 1 (it runs A by 2 and merges with the pair at B),
+    // request 3 at t = 5 (it catches up A..D by 9 and merges at E); the four finish at 13
+    assert_eq!(unit_run("oracle", &arrivals), [13.0, 13.0, 13.0, 13.0]);
+    // asked again at every node, the gate lets request 2 in at t = 4 (24 − 4 = 20): it
+    // catches up with the pair at E at t = 8 and the three finish at 12; request 3 is refused
+    // until the table empties (12 + 8 = 20)
+    assert_eq!(
+        unit_run("lazy:recheck", &arrivals),
+        [12.0, 12.0, 12.0, 20.0]
+    );
+    // alone, a request is never refused: both rules are the single-input latency
+    let one = [at(1.0, 100.0)];
+    assert_eq!(unit_run("lazy", &one), [9.0]);
+    assert_eq!(unit_run("lazy:recheck", &one), [9.0]);
+}
+
+#[test]
 fn a_lone_request_starts_at_once_under_lazy_and_after_the_window_under_graph() {
     // one request at 1 ms on the unit device (8 ms alone): LazyB starts it on arrival; GraphB
     // holds it for its whole window first, since no second request comes to fill the batch
@@ -160,15 +197,20 @@ fn the_oracles_estimate_is_the_simulated_finish_time() {
     assert_eq!(unit_run("oracle", &with(10.999)), [8.0, 16.0, 16.0]);
     // LazyB's conservative sum asks for 3 + 5 + 8 + 8 = 24 ms of Req0's deadline for the same
     // schedule. Just below, it takes the longest prefix that fits: one newcomer at t = 3
-    // (3 + 5 + 8 = 16), which merges with Req0 at D at t = 6; at t = 7 the two have 4 ms each
-    // left and the second fits (7 + 8 + 8 = 23): it catches up to E by 11, all done at 15.
-    // Below 16 ms not even one fits at any boundary (t + (8 − t) + 8 = 16).
-
+    // (3 + 5 + 8 = 16), which merges with Req0 at D at t = 6. At t = 4 the gate refuses the
+    // second (4 + 5 left for Req0 + 7 for the first newcomer + 8 = 24 ms): the refusal holds
+    // until the first newcomer's sub-batch, the one active then, completes at 11; the second
+    // then runs alone, 11..19. Asked again at every node (`lazy:recheck`), the gate lets it in
+    // at t = 7, when the merged two have 4 ms each left (7 + 8 + 8 = 23): it catches up to E by
+    // 11 and all are done at 15. Below 16 ms not even one fits at any boundary
+    // (t + (8 − t) + 8 = 16).
     assert_eq!(unit_run("lazy", &with(24.0)), [11.0, 11.0, 11.0]);
-    assert_eq!(unit_run("lazy", &with(23.999)), [15.0, 15.0, 15.0]);
+    assert_eq!(unit_run("lazy", &with(23.999)), [11.0, 11.0, 19.0]);
+    assert_eq!(unit_run("lazy:recheck", &with(23.999)), [15.0, 15.0, 15.0]);
     // at exactly 16 the first fits and the second never does (7 + 8 + 8 > 16): it runs alone
-    // after the merged pair, 11..19
+    // after the merged pair, 11..19, under either rule
     assert_eq!(unit_run("lazy", &with(16.0)), [11.0, 11.0, 19.0]);
+    assert_eq!(unit_run("lazy:recheck", &with(16.0)), [11.0, 11.0, 19.0]);
     assert_eq!(unit_run("lazy", &with(15.999)), [8.0, 16.0, 16.0]);
 }
 

@@ -487,3 +487,175 @@ fn each_variant_is_named_by_its_string_and_only_strict_merges_nowhere_but_its_ow
         }
     }
 }
+
+/// Requests 0 and 1 in flight on the eight-node graph since t = 0 (request 0's deadline 20 ms,
+/// request 1's 100 ms), newcomer 2 (deadline 100 ms) pending; the pair stands at `node` at
+/// t = `node` ms (it ran nodes 0..node, 1 ms each).
+fn pair_at(pol: &mut Lazy, node: u32) -> Decision {
+    let rs = [req(0, 0.0, 20.0), req(1, 0.0, 100.0), req(2, 0.5, 100.0)];
+    decide_on(pol, &rs, &[(&[0, 1], node)], &[2], f64::from(node))
+}
+
+#[test]
+fn a_refusal_holds_until_the_active_members_complete_then_the_gate_is_asked_again() {
+    // Eq. 2 with the pair at node n at t = n: both have 9 − n ms left each, a newcomer 9 ms:
+    // done by n + 2 (9 − n) + 9 = 27 − n ms against request 0's deadline of 20: refused at
+    // nodes 2..=6, admissible from node 7 on
+    let admit = Decision::Admit {
+        count: 1,
+        pad: false,
+    };
+    let mut recheck = Lazy::conservative().reading(Readings {
+        recheck: true,
+        ..Readings::default()
+    });
+    let mut lazy = Lazy::conservative();
+    for node in 2..=6 {
+        assert_eq!(pair_at(&mut recheck, node), Decision::Run, "node {node}");
+        assert_eq!(pair_at(&mut lazy, node), Decision::Run, "node {node}");
+    }
+    assert_eq!(lazy.latch, [RequestId(0), RequestId(1)]);
+    // the gate would pass now: the ablation asks it again and admits; lazy holds its refusal
+    // at every boundary while the pair is in flight
+    for node in 7..=8 {
+        assert_eq!(pair_at(&mut recheck, node), admit, "node {node}");
+        assert_eq!(pair_at(&mut lazy, node), Decision::Run, "node {node}");
+    }
+    // the pair completed (another request 3, pushed later at node A, is in flight): the gate
+    // is asked again — 8 ms left for request 3 and 9 for the newcomer at t = 9: 26 ≤ 100
+    let rs = [
+        req(0, 0.0, 20.0),
+        req(1, 0.0, 100.0),
+        req(2, 0.5, 100.0),
+        req(3, 8.0, 100.0),
+    ];
+    let after = decide_on(&mut lazy, &rs, &[(&[3], 1)], &[2], 9.0);
+    assert_eq!(after, admit);
+    assert!(lazy.latch.is_empty());
+}
+
+#[test]
+fn the_latch_follows_the_active_members_wherever_they_stand_and_spares_an_idle_server() {
+    let mut lazy = Lazy::conservative();
+    assert_eq!(pair_at(&mut lazy, 2), Decision::Run);
+    // request 1 merged into an entry with another request and request 0 gone: still held
+    let rs = [
+        req(0, 0.0, 20.0),
+        req(1, 0.0, 100.0),
+        req(2, 0.5, 100.0),
+        req(3, 0.0, 100.0),
+    ];
+    assert_eq!(
+        decide_on(&mut lazy, &rs, &[(&[1, 3], 7)], &[2], 6.0),
+        Decision::Run
+    );
+    // an entry below the active one holding request 0: still held
+    assert_eq!(
+        decide_on(&mut lazy, &rs, &[(&[0], 7), (&[3], 2)], &[2], 6.0),
+        Decision::Run
+    );
+    // an idle server admits everyone waiting at once, whatever was refused before, and the
+    // refusal is over
+    assert_eq!(
+        decide_on(&mut lazy, &rs, &[], &[2, 3], 9.0),
+        Decision::Admit {
+            count: 2,
+            pad: false
+        }
+    );
+    assert!(lazy.latch.is_empty());
+}
+
+#[test]
+fn all_or_nothing_admits_the_whole_queue_or_none_and_latches_like_lazy() {
+    // request 0 at node C at t = 3 (6 ms left, deadline as given), newcomers 1 and 2 (9 ms
+    // each, deadline 90): both done by 3 + 6 + 18 = 27 ms, the first alone by 18
+    let rs = |d0| [req(0, 0.0, d0), req(1, 2.0, 90.0), req(2, 2.5, 90.0)];
+    let all = || {
+        Lazy::conservative().reading(Readings {
+            all: true,
+            ..Readings::default()
+        })
+    };
+    assert_eq!(
+        admitted(decide(&mut Lazy::conservative(), &rs(27.0), 3, 3.0)),
+        2
+    );
+    assert_eq!(admitted(decide(&mut all(), &rs(27.0), 3, 3.0)), 2);
+    assert_eq!(
+        admitted(decide(&mut Lazy::conservative(), &rs(26.9), 3, 3.0)),
+        1
+    );
+    let mut a = all();
+    assert_eq!(admitted(decide(&mut a, &rs(26.9), 3, 3.0)), 0);
+    assert_eq!(a.latch, [RequestId(0)], "its refusal latches");
+}
+
+#[test]
+fn a_request_past_its_predicted_decoder_length_is_priced_as_each_reading_says() {
+    // tiny_seq2seq, 1 ms a node alone, 3 decoder steps predicted, 12 at most; a decoder step
+    // is 5 nodes. Request 0 at the decoder's first node, step 5, 5 steps done; a newcomer of
+    // encoder length 4 costs 2 + 4 + 15 = 21 ms. Request 0 has left: one step (5 ms, `lazy`),
+    // 3 more steps (15 ms, `past-again`) or up to step 12 (35 ms, `past-max`)
+    let with = |past| {
+        Lazy::conservative().reading(Readings {
+            past,
+            ..Readings::default()
+        })
+    };
+    let past = [(4u32, 0u32, 4u32, 0u32), (3, 5, 4, 5)];
+    let single = |pol: Lazy, d| admits(pol, &past[1..], 4, d);
+    for (reading, bound) in [(Past::Step, 26.0), (Past::Again, 36.0), (Past::Max, 56.0)] {
+        assert_eq!(
+            (
+                single(with(reading), bound),
+                single(with(reading), bound - 0.1)
+            ),
+            (1, 0),
+            "{reading:?}"
+        );
+    }
+    // a request within its predicted length is priced alike by all three: request 0 at step
+    // 1 of 3 with one step done has 2 steps and 5 nodes... 10 ms left: 10 + 21 = 31
+    let within = [(3u32, 1u32, 4u32, 1u32)];
+    for reading in [Past::Step, Past::Again, Past::Max] {
+        assert_eq!(
+            (
+                admits(with(reading), &within, 4, 31.0),
+                admits(with(reading), &within, 4, 30.9)
+            ),
+            (1, 0),
+            "{reading:?}"
+        );
+    }
+}
+
+#[test]
+fn readings_combine_and_a_name_lists_them_in_one_order() {
+    for (text, name) in [
+        ("lazy", "lazy"),
+        ("lazy:recheck", "lazy:recheck"),
+        ("lazy:all:recheck", "lazy:recheck:all"),
+        ("oracle:past-max:strict", "oracle:strict:past-max"),
+        ("lazy:past-again", "lazy:past-again"),
+        ("lazy+cell", "lazy"),
+    ] {
+        assert_eq!(
+            crate::policy::parse(text, 8).unwrap().name(),
+            name,
+            "{text}"
+        );
+    }
+    for (bad, says) in [
+        ("lazy:recheck:recheck", "given twice"),
+        ("lazy:past-again:past-max", "one of"),
+        ("lazy:nope", "unknown reading 'nope'"),
+        ("lazy+cell:all", "takes no parameters"),
+    ] {
+        let e = crate::policy::Spec::parse(bad, 8)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains(says), "{bad}: {e}");
+    }
+}
