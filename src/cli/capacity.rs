@@ -25,7 +25,7 @@ pub(super) struct CapacityArgs {
     model: ModelArgs,
     #[command(flatten)]
     dev: DeviceArgs,
-    /// Policies, comma-separated, of serial, graph:W[:B], cellular:W[:B], continuous[:B],
+    /// Policies, comma-separated, of serial, graph:W[:B][:per-model], cellular:W[:B], continuous[:B],
     /// chunked:MS[:B], dva:D:W[:B], lazy[:strict][:no-decoder-preempt][:recheck][:all][:past-again|:past-max], lazy:adaptive[:recheck], oracle[:the same readings].
     #[arg(long, value_delimiter = ',', default_value = DEFAULT_POLICIES)]
     policies: Vec<String>,

@@ -325,7 +325,10 @@ impl<'a> Server<'a> {
                 self.idling = Some(Some(t));
                 return Ok(Step::Went);
             }
-            Decision::Admit { count, pad } => self.admit(count, pad, now, policy)?,
+            Decision::Admit { count, pad } => self.admit(None, count, pad, now, policy)?,
+            Decision::AdmitModel { part, count, pad } => {
+                self.admit(Some(part), count, pad, now, policy)?
+            }
             Decision::Swap if !self.table.swap_top() => {
                 return Err(Error::Internal(format!(
                     "policy {} swapped a BatchTable of fewer than two entries",
@@ -467,10 +470,18 @@ impl<'a> Server<'a> {
         Ok(())
     }
 
-    /// Takes the `count` oldest pending requests into slots and onto the table: one sub-batch
-    /// per model (a single model: one), each at its model's first node, pushed so that the
-    /// model of the oldest admitted request runs first; `pad`: run as graph batches.
-    fn admit(&mut self, count: usize, pad: bool, now: Nanos, policy: &dyn Policy) -> Result<()> {
+    /// Takes the `count` oldest pending requests (of model `part` only, when given) into slots
+    /// and onto the table: one sub-batch per model (a single model: one), each at its model's
+    /// first node, pushed so that the model of the oldest admitted request runs first; `pad`:
+    /// run as graph batches.
+    fn admit(
+        &mut self,
+        part: Option<u16>,
+        count: usize,
+        pad: bool,
+        now: Nanos,
+        policy: &dyn Policy,
+    ) -> Result<()> {
         if count == 0
             || count > self.infq.len()
             || count > self.free_slots.len()
@@ -487,7 +498,21 @@ impl<'a> Server<'a> {
             self.counters.preemptions += 1;
         }
         self.batch.clear();
-        self.batch.extend(self.infq.next_batch(count));
+        match part {
+            None => self.batch.extend(self.infq.next_batch(count)),
+            Some(p) => {
+                let requests = &self.requests;
+                let of = |r: RequestId| requests.get(r).part == p;
+                self.infq.take_where(count, of, &mut self.batch);
+                if self.batch.len() < count {
+                    return Err(Error::Internal(format!(
+                        "policy {} admitted {count} requests of model {p}, {} pending",
+                        policy.name(),
+                        self.batch.len()
+                    )));
+                }
+            }
+        }
         self.order.clear();
         for r in &self.batch {
             let q = self.requests.get_mut(*r);

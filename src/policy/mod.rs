@@ -60,6 +60,17 @@ pub enum Decision {
         /// Run as a graph batch.
         pad: bool,
     },
+    /// [`Decision::Admit`] of the `count` oldest pending requests **of one co-located model**
+    /// (`part`), the others keeping their places in the queue: graph batching with a queue per
+    /// model (`graph:W[:B]:per-model`, Triton's per-model batcher).
+    AdmitModel {
+        /// The model (its index among the co-located ones).
+        part: u16,
+        /// How many of its pending requests, oldest first.
+        count: usize,
+        /// Run as a graph batch.
+        pad: bool,
+    },
     /// Do nothing until this time (or the next arrival, whichever is first).
     WaitUntil(Nanos),
     /// Put the sub-batch below the active one on top (the active one waits where it stands),

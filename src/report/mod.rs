@@ -271,6 +271,8 @@ pub(crate) struct Job {
     pub classes: String,
     /// Shed requests whose deadline is lost (`--shed`).
     pub shed: bool,
+    /// Requests in the run; 0: the plan's for the model ([`Plan::requests`]).
+    pub requests: u32,
 }
 
 impl Job {
@@ -305,7 +307,12 @@ impl Job {
             arrivals: "poisson",
             classes: String::new(),
             shed: false,
+            requests: 0,
         }
+    }
+    /// The same run with `requests` requests instead of the plan's.
+    pub fn lasting(self, requests: u32) -> Job {
+        Job { requests, ..self }
     }
     /// The same run on NPU configuration `npu`.
     pub fn on(self, npu: u8) -> Job {
@@ -410,7 +417,10 @@ fn run_jobs(
                     c => Some(c.parse()?),
                 },
                 shed: j.shed,
-                requests: plan.requests(j.model),
+                requests: match j.requests {
+                    0 => plan.requests(j.model),
+                    n => n as usize,
+                },
                 sla,
                 seed: j.seed,
                 max_batch: MaxBatch::new(j.max_batch)?,

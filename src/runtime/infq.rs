@@ -51,6 +51,27 @@ impl InfQ {
         self.ids.pop_front()
     }
 
+    /// Moves the `count` oldest requests for which `pick` holds (all of them if fewer wait)
+    /// into `out`, oldest first; the others keep their order: the batch of one model a policy
+    /// with a queue per model admitted.
+    pub(crate) fn take_where(
+        &mut self,
+        count: usize,
+        mut pick: impl FnMut(RequestId) -> bool,
+        out: &mut Vec<RequestId>,
+    ) {
+        let mut taken = 0;
+        self.ids.retain(|&r| {
+            if taken < count && pick(r) {
+                out.push(r);
+                taken += 1;
+                false
+            } else {
+                true
+            }
+        });
+    }
+
     /// Removes the `count` oldest requests (all of them if fewer wait) and yields them, oldest
     /// first: the batch a policy admitted.
     pub(crate) fn next_batch(
@@ -77,5 +98,14 @@ mod tests {
         let rest: Vec<u32> = q.next_batch(10).map(|r| r.0).collect();
         assert_eq!(rest, [2, 3, 4]);
         assert!(q.is_empty() && q.next_batch(1).next().is_none());
+        // the oldest two even ids leave; the rest keep their order
+        (0..7).for_each(|i| q.push(RequestId(i)));
+        let mut even = Vec::new();
+        q.take_where(2, |r| r.0 % 2 == 0, &mut even);
+        assert_eq!(even, [RequestId(0), RequestId(2)]);
+        let left: Vec<u32> = q.iter().map(|r| r.0).collect();
+        assert_eq!(left, [1, 3, 4, 5, 6]);
+        q.take_where(9, |r| r.0 > 3, &mut even);
+        assert_eq!(even.len(), 5, "only as many as there are");
     }
 }

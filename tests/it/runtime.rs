@@ -267,6 +267,7 @@ const POLICIES: &[&str] = &[
     "graph:0:1",
     "graph:2",
     "graph:10:4",
+    "graph:10:4:per-model",
     "lazy",
     "oracle",
     "cellular:2:4",
@@ -769,7 +770,14 @@ fn colocated_models_complete_once_and_never_share_a_sub_batch() {
         Nanos::from_ms(100.0),
         Nanos::from_ms(200.0),
     ];
-    for p in ["serial", "graph:3:8", "lazy", "lazy:strict"] {
+    for p in [
+        "serial",
+        "graph:3:8",
+        "graph:3:8:per-model",
+        "lazy",
+        "lazy:strict",
+        "lazy:recheck",
+    ] {
         let arrivals = lazybatch::traffic::generate_parts(
             &b.model,
             Default::default(),

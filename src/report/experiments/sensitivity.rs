@@ -15,7 +15,7 @@ impl Experiment for Sensitivity {
     fn jobs(&self, plan: &Plan, npu: &NpuConfig, jobs: &mut BTreeSet<Job>) -> Result<()> {
         let _ = npu;
         eval_jobs(OTHERS, &[plan.low_rate, plan.high_rate], plan, false, jobs);
-        sla_jobs(OTHERS, plan, jobs);
+        sla_jobs(OTHERS, &["lazy", "oracle"], plan, jobs);
         Ok(())
     }
     fn write(&self, ctx: &mut Ctx) -> Result<()> {
