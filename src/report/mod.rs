@@ -125,6 +125,11 @@ pub struct Plan {
     /// and tabled beside [`Plan::rates`] but kept out of the averages, where a queue that grows
     /// without bound would swamp every other rate.
     pub overload_rates: Vec<f64>,
+    /// Run lengths (requests) of the overload experiment, shortest first: how long a run must be
+    /// before throughput past saturation stops moving.
+    pub overload_lengths: Vec<u32>,
+    /// Seeds per point of the overload experiment (1..=seeds; its runs are long).
+    pub overload_seeds: u32,
     /// The capacity experiment's search.
     pub capacity: CapacityPlan,
     /// Graph-batching windows of the main evaluation (ms).
@@ -176,6 +181,8 @@ impl Plan {
                 requests_seq: 150,
                 rates: vec![16.0, 256.0, 1000.0],
                 overload_rates: vec![2000.0],
+                overload_lengths: vec![150, 600],
+                overload_seeds: 1,
                 capacity: CapacityPlan {
                     requests: 300,
                     seeds: 1,
@@ -200,6 +207,8 @@ impl Plan {
                 requests_seq: 500,
                 rates: vec![16.0, 128.0, 256.0, 512.0, 1000.0],
                 overload_rates: vec![1500.0, 2000.0],
+                overload_lengths: vec![500, 1000, 2000, 5000, 10000],
+                overload_seeds: 5,
                 capacity: CapacityPlan {
                     requests: 2000,
                     seeds: 2,

@@ -16,13 +16,16 @@ mod goodput;
 mod lifo;
 mod llm;
 mod max_batch;
+mod overload;
 mod sensitivity;
 mod sla;
 mod tokens;
 mod traffic;
 
 pub(crate) use capacity::ModelCapacity;
+pub(crate) use colocation::ColoGains;
 pub(crate) use eval::{gains, gains_of, pooled, throughput_at};
+pub(crate) use overload::{graph_over_half, throughput_with_overload};
 pub(crate) use sla::{sla_curve, zero_from};
 
 use super::heatmap::HeatMap;
@@ -56,6 +59,7 @@ pub(super) const ALL: &[&dyn Experiment] = &[
     &batching::Batching,
     &traffic::Traffic,
     &eval::Eval,
+    &overload::Overload,
     &capacity::Capacity,
     &cdf::Cdf,
     &sla::Sla,
@@ -79,7 +83,34 @@ pub(super) fn find(name: &str) -> Option<&'static dyn Experiment> {
 
 /// The four co-located models (the paper's §VI names four; we take the three main ones and BERT).
 pub(super) const COLO: &str = "resnet50,gnmt,transformer_base,bert_base";
-pub(super) const COLO_POLICIES: &[&str] = &["lazy", "graph:5", "graph:25", "graph:50"];
+/// The co-location experiment's GraphB windows, each run with one queue for every model and with
+/// a queue per model (`:per-model`).
+pub(super) const COLO_WINDOWS: &[f64] = &[5.0, 25.0, 50.0];
+/// The LazyB readings that serve co-located models (the Oracle's look-ahead assumes one model).
+pub(super) const COLO_READINGS: &[&str] = &[
+    "lazy",
+    "lazy:recheck",
+    "lazy:all",
+    "lazy:past-max",
+    "lazy:strict",
+];
+
+/// The co-location experiment's GraphB policies: every window with a shared queue, then every
+/// window with a queue per model.
+pub(super) fn colo_graphs() -> Vec<String> {
+    let shared = COLO_WINDOWS.iter().map(|&w| graph_policy(w, MAX_BATCH));
+    let per = COLO_WINDOWS
+        .iter()
+        .map(|&w| format!("{}:per-model", graph_policy(w, MAX_BATCH)));
+    shared.chain(per).collect()
+}
+
+/// Every policy of the co-location experiment: the readings, then the GraphB policies.
+pub(super) fn colo_policies() -> Vec<String> {
+    let mut v: Vec<String> = COLO_READINGS.iter().map(|s| s.to_string()).collect();
+    v.extend(colo_graphs());
+    v
+}
 
 pub(super) const CELL_MODELS: &[&str] = &["resnet50", "gnmt", "transformer_base", "lstm_stack"];
 pub(super) const CELL_POLICIES: &[&str] = &[
@@ -143,6 +174,9 @@ pub(super) fn label(p: &str) -> String {
         "lazy:all" => "LazyB (all-or-nothing)".into(),
         "lazy:past-max" => "LazyB (past-max)".into(),
         "lazy:past-again" => "LazyB (past-again)".into(),
+        g if g.ends_with(":per-model") => {
+            format!("{} per model", label(&g[..g.len() - ":per-model".len()]))
+        }
         "lazy:adaptive" => "LazyB (adaptive)".into(),
         "continuous" => "Continuous".into(),
         c if c.starts_with("chunked:") => format!("Chunked({})", &c["chunked:".len()..]),
@@ -275,8 +309,8 @@ pub(crate) struct Ctx<'a> {
     pub files: Vec<String>,
     /// report.md sections, by experiment.
     pub(super) sections: Vec<(String, String)>,
-    /// The co-location experiment's (latency gain, throughput gain, best GraphB), when run.
-    pub(super) colo_gains: Option<(f64, f64, String)>,
+    /// The co-location experiment's gains of each reading, when run.
+    pub(super) colo_gains: Vec<ColoGains>,
     /// The capacity experiment's searches, when run.
     pub(super) capacities: Vec<ModelCapacity>,
     /// How the searches that run while the report is written show their progress.
@@ -303,7 +337,7 @@ impl<'a> Ctx<'a> {
             npu_name: name.to_string(),
             files: Vec::new(),
             sections: Vec::new(),
-            colo_gains: None,
+            colo_gains: Vec::new(),
             capacities: Vec::new(),
             progress,
         })
@@ -380,6 +414,14 @@ impl<'a> Ctx<'a> {
                     .ok_or_else(|| Error::Internal(format!("missing run {j:?}")))
             })
             .collect()
+    }
+
+    /// The run of one job of this configuration.
+    pub(super) fn run_of(&self, job: Job) -> Result<&'a RunOut> {
+        let j = job.on(self.npu_idx);
+        self.res
+            .get(&j)
+            .ok_or_else(|| Error::Internal(format!("missing run {j:?}")))
     }
 
     pub(super) fn runs_named(
