@@ -165,8 +165,9 @@ const LEGEND_W: u32 = 205;
 /// wider than the rest, that no other series takes.
 const HEADLINE: RGBColor = RGBColor(214, 39, 40);
 
-/// The other series' colours, in order (the Tableau palette without its red).
-const PALETTE: [RGBColor; 9] = [
+/// The other series' colours, in order (the Tableau palette without its red, then black, navy
+/// and teal, so that a dozen lines never share a colour).
+const PALETTE: [RGBColor; 12] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -176,6 +177,9 @@ const PALETTE: [RGBColor; 9] = [
     RGBColor(127, 127, 127),
     RGBColor(188, 189, 34),
     RGBColor(23, 190, 207),
+    RGBColor(0, 0, 0),
+    RGBColor(0, 0, 128),
+    RGBColor(0, 128, 128),
 ];
 
 /// The size asked of plotters for a figure's smallest text (tick labels, legends, marks). Its

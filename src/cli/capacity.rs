@@ -16,7 +16,8 @@ use serde_json::json;
 use std::path::{Path, PathBuf};
 
 /// The policies searched when none are given.
-const DEFAULT_POLICIES: &str = "serial,graph:0,graph:5,graph:25,graph:50,lazy,lazy:adaptive,oracle";
+const DEFAULT_POLICIES: &str =
+    "serial,graph:0,graph:5,graph:25,graph:50,lazy,lazy:recheck,lazy:adaptive,oracle";
 
 #[derive(Args, Debug)]
 #[command(group(clap::ArgGroup::new("bound").required(true).multiple(true).args(["p99_ms", "violations", "ttft_p99_ms", "tpot_p99_ms"])))]

@@ -295,6 +295,8 @@ fn aggregate(
                 v["arrivals_fingerprint"] = json!(lazybatch::run::validate::fingerprint(&drawn));
             }
         }
+        // which rule a LazyB policy's refusals followed, for a replay of this record
+        v["lazy_rule"] = json!(lazybatch::run::validate::LAZY_RULE);
         if !per.is_empty() {
             v["per_model"] = json!(per
                 .iter()

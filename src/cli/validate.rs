@@ -211,6 +211,7 @@ fn point_json(real: &Testbed, a: &ValidateArgs, p: &Point) -> serde_json::Value 
         let drawn: Vec<_> = t.arrivals.collect();
         measured_json["arrivals_fingerprint"] = json!(fingerprint(&drawn));
     }
+    measured_json["lazy_rule"] = json!(lazybatch::run::validate::LAZY_RULE);
     json!({
         "policy": p.cfg.policy.text,
         "rate_rps": p.cfg.rate,
@@ -341,10 +342,40 @@ fn text(real: &Testbed, a: &ValidateArgs, points: &[Point]) -> String {
             100.0 * median(&mut p99_rr)
         );
     }
-    if let Some(w) = worst_lag(points).warning() {
+    if let Some(w) = late_warning(points) {
         out!(o, "warning: {w}");
     }
     o
+}
+
+/// The warning when a real run delivered a request late: the worst lag, what to do, and which
+/// runs were late.
+fn late_warning(points: &[Point]) -> Option<String> {
+    let w = worst_lag(points).warning()?;
+    let runs = points.len()
+        * if points.iter().any(|p| p.pair.again.is_some()) {
+            2
+        } else {
+            1
+        };
+    let mut late = Vec::new();
+    for p in points {
+        let at = format!(
+            "{} at {:.1} req/s, seed {}",
+            p.cfg.policy.text, p.cfg.rate, p.cfg.seed
+        );
+        if p.pair.lag.is_late() {
+            late.push(at.clone());
+        }
+        if p.pair.again.as_ref().is_some_and(|(_, l)| l.is_late()) {
+            late.push(format!("{at} (its repeat)"));
+        }
+    }
+    Some(format!(
+        "{w} (late: {} of {runs} runs: {})",
+        late.len(),
+        late.join("; ")
+    ))
 }
 
 /// The worst delivery lag of every real run of `points`.
@@ -376,6 +407,7 @@ fn replay(
     }
     let mut points = Vec::new();
     let mut unchecked = 0;
+    let mut renamed = 0;
     for (k, row) in rows.iter().enumerate() {
         // a validate.json point holds its recorded run under "measured", and the instants its
         // requests were delivered at (what its prediction served); a compare.json row is one run
@@ -402,7 +434,12 @@ fn replay(
                 bench.model.name
             );
         }
-        let policy = field("policy")?.as_str().unwrap_or_default().to_string();
+        let recorded = field("policy")?.as_str().unwrap_or_default();
+        let rule = row.get("lazy_rule").and_then(|r| r.as_str());
+        let policy = lazybatch::run::validate::as_recorded(recorded, rule);
+        if policy != recorded {
+            renamed += 1;
+        }
         let rate = field("rate_rps")?.as_f64().unwrap_or(0.0);
         let requests = field("requests")?.as_u64().unwrap_or(0) as usize;
         let seeds = row
@@ -481,6 +518,13 @@ fn replay(
         out!(
             note,
             "{unchecked} of {} recorded runs carry no arrivals fingerprint (recorded before compare and validate wrote one): their replay assumes this build draws the arrivals those runs drew",
+            points.len()
+        );
+    }
+    if renamed > 0 {
+        out!(
+            note,
+            "{renamed} of {} recorded runs of a LazyB policy carry no `lazy_rule` (recorded before 2026-12, when its slack gate was asked again at every node): each is replayed as that reading, `…:recheck`",
             points.len()
         );
     }
@@ -566,7 +610,7 @@ fn finish(bench: &Testbed, a: &ValidateArgs, points: &[Point], note: String) -> 
     }
     if a.json {
         // the table (which ends with it) is not printed: the warning goes to stderr
-        if let Some(w) = worst_lag(points).warning() {
+        if let Some(w) = late_warning(points) {
             eprintln!("warning: {w}");
         }
     }

@@ -83,8 +83,11 @@ pub(crate) struct Readings {
     pub past: Past,
 }
 
-/// Each reading's name in a policy string, in the order a name lists them, and what it sets.
-pub(crate) const READINGS: &[(&str, fn(&mut Readings))] = &[
+/// A reading's name in a policy string, and what it sets.
+pub(crate) type Reading = (&'static str, fn(&mut Readings));
+
+/// Each reading, in the order a policy's name lists them.
+pub(crate) const READINGS: &[Reading] = &[
     ("strict", |r| r.strict = true),
     ("no-decoder-preempt", |r| r.keep_decoder = true),
     ("recheck", |r| r.recheck = true),

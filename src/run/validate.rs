@@ -210,6 +210,25 @@ pub fn same_arrivals(measured: &[Request], predicted: &[Request]) -> Result<()> 
     Ok(())
 }
 
+/// What a record's `lazy_rule` says of its LazyB policies (`compare.json`, `validate.json`):
+/// their slack gate's refusals held until the active batch completed (the paper's rule, since
+/// 2026-12). A record without it ran every `lazy` and `oracle` policy as today's `:recheck`
+/// reading, and a replay runs them so ([`as_recorded`]).
+pub const LAZY_RULE: &str = "latch";
+
+/// The policy a record ran, in today's terms: `policy` as recorded when the record says its
+/// `lazy_rule` ([`LAZY_RULE`]); without one (recorded before 2026-12), a LazyB or Oracle policy
+/// asked its gate at every node, today's `:recheck` reading.
+pub fn as_recorded(policy: &str, lazy_rule: Option<&str>) -> String {
+    let lazy = policy.starts_with("lazy") || policy.starts_with("oracle");
+    match lazy_rule {
+        Some(_) => policy.to_string(),
+        None if !lazy || policy.split(':').any(|p| p == "recheck") => policy.to_string(),
+        None if policy == "lazy+cell" => "lazy:recheck".to_string(),
+        None => format!("{policy}:recheck"),
+    }
+}
+
 /// A run's arrivals in 16 hex digits (64-bit FNV-1a over each arrival's instant, lengths, model
 /// and class): recorded with a run (`compare`'s JSON) so that a replay can tell whether it drew
 /// the same arrivals, whatever changed in between.
@@ -428,6 +447,23 @@ mod tests {
             assert_ne!(base, f(&[a, b]));
         }
         assert_ne!(base, f(&[a]));
+    }
+
+    #[test]
+    fn a_record_from_before_the_latch_is_replayed_under_the_rule_it_ran() {
+        for (old, now) in [
+            ("lazy", "lazy:recheck"),
+            ("oracle", "oracle:recheck"),
+            ("lazy:strict", "lazy:strict:recheck"),
+            ("lazy:adaptive", "lazy:adaptive:recheck"),
+            ("lazy+cell", "lazy:recheck"),
+            ("lazy:recheck", "lazy:recheck"),
+            ("graph:5", "graph:5"),
+            ("serial", "serial"),
+        ] {
+            assert_eq!(as_recorded(old, None), now, "{old}");
+            assert_eq!(as_recorded(old, Some(LAZY_RULE)), old, "{old}");
+        }
     }
 
     #[test]
