@@ -7,7 +7,7 @@
 
 use super::calibration::{calibrate, Calibration};
 use super::claims::{claims, differs, value, Value};
-use super::experiments::{Ctx, READINGS};
+use super::experiments::{readings_columns, Ctx, READINGS};
 use crate::error::{Error, Result};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -174,17 +174,12 @@ fn readings_table(ctxs: &[Ctx]) -> String {
          Every reading of LazyB's rules the paper leaves open (`src/policy/lazy.rs` names each; `lazy` is the literal one), \
          each under every configuration; ✓: within 30% of the paper's figure (the rows without a paper figure have none).\n",
     );
+    let (head, rule) = readings_columns();
     for ctx in ctxs {
         let _ = writeln!(
             md,
-            "\n### `{}`\n\n| claim | paper | {} |\n|---|---|{}",
-            ctx.npu_name,
-            READINGS
-                .iter()
-                .map(|r| format!("`{r}`"))
-                .collect::<Vec<_>>()
-                .join(" | "),
-            "---|".repeat(READINGS.len())
+            "\n### `{}`\n\n| claim | paper | {head} |\n|---|---|{rule}",
+            ctx.npu_name
         );
         for c in claims() {
             let cells: Vec<String> = READINGS

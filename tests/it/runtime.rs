@@ -121,17 +121,22 @@ fn unit_run(policy: &str, arrivals: &[Arrival]) -> Vec<f64> {
         .collect()
 }
 
+/// A request of the eight-node graph (one step each way) arriving at `ms` with an SLA of `sla`
+/// ms.
+fn at(ms: f64, sla: f64) -> Arrival {
+    Arrival {
+        time: Nanos::from_ms(ms),
+        len: Lengths { enc: 1, dec: 1 },
+        sla: Some(Nanos::from_ms(sla)),
+        ..Arrival::default()
+    }
+}
+
 #[test]
 fn a_refused_batch_runs_to_completion_and_arrivals_meanwhile_wait_for_it() {
     // the unit device: 1 ms a node, the input free, 8 ms alone. Requests 0 and 1 at t = 0
     // (request 0's SLA 20 ms), 2 at 0.5 ms and 3 at 5 ms (SLA 100 ms). At each boundary n
     // (t = n) the gate weighs n + 2 (8 − n) + 8 = 24 − n ms against request 0's deadline of 20
-    let at = |ms: f64, sla: f64| Arrival {
-        time: Nanos::from_ms(ms),
-        len: Lengths { enc: 1, dec: 1 },
-        sla: Some(Nanos::from_ms(sla)),
-        ..Arrival::default()
-    };
     let arrivals = [
         at(0.0, 20.0),
         at(0.0, 100.0),
@@ -181,12 +186,6 @@ fn the_oracles_estimate_is_the_simulated_finish_time() {
     // free), then all three run D..H together in 5: everyone done at 3 + 3 + 5 = 11 ms. The
     // simulation must finish exactly then, and a deadline 1 µs earlier must refuse them
     // (Req0 then finishes alone at 8 and the newcomers run 8..16).
-    let at = |ms: f64, sla: f64| Arrival {
-        time: Nanos::from_ms(ms),
-        len: Lengths { enc: 1, dec: 1 },
-        sla: Some(Nanos::from_ms(sla)),
-        ..Arrival::default()
-    };
     let newcomers = [at(2.5, 100.0), at(2.5, 100.0)];
     let with = |sla0: f64| {
         let mut a = vec![at(0.0, sla0)];

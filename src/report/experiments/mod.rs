@@ -141,6 +141,13 @@ pub(crate) const READINGS: &[&str] = &[
     "oracle",
     "lazy:strict",
 ];
+/// A markdown table's columns for every reading: the header cells (`` `lazy` | `lazy:recheck` |
+/// … ``) and the matching rule cells (`---|` each).
+pub(crate) fn readings_columns() -> (String, String) {
+    let head: Vec<String> = READINGS.iter().map(|r| format!("`{r}`")).collect();
+    (head.join(" | "), "---|".repeat(READINGS.len()))
+}
+
 /// The readings run beside the main evaluation's policies ([`policies`] has `lazy` and
 /// `oracle`).
 pub(super) const ABLATIONS: &[&str] = &["lazy:recheck", "lazy:all", "lazy:past-max", "lazy:strict"];

@@ -250,16 +250,8 @@ fn overload(ctx: &mut Ctx) -> Result<()> {
         plan.overload_rates,
         longest(plan)
     );
-    let _ = writeln!(
-        text,
-        "| model | {} |\n|---|{}",
-        READINGS
-            .iter()
-            .map(|r| format!("`{r}`"))
-            .collect::<Vec<_>>()
-            .join(" | "),
-        "---|".repeat(READINGS.len())
-    );
+    let (head, rule) = readings_columns();
+    let _ = writeln!(text, "| model | {head} |\n|---|{rule}");
     for &m in MAIN {
         let cells: Vec<String> = READINGS
             .iter()
