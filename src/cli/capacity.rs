@@ -139,7 +139,7 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
         }
         // said before any device is opened (a token bound does not need the single-input
         // latency to be checked)
-        capacity::check(bound, 0.0, a.serve.sla_ms)?;
+        capacity::check(bound, 0.0, a.serve.sla_ms())?;
     }
     let shard = Shard::from_flag(a.shard.as_deref(), a.out.as_deref())?;
     let all = specs_for(&a.policies, sv.max_batch(), &model)?;
@@ -156,8 +156,22 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
         .collect();
     let specs: Vec<_> = owned.iter().map(|&r| all[r].clone()).collect();
     let bench = open_bench(model, &a.dev, &sv, progress)?;
+    // under a token bound, the SLA-aware policies' deadlines come from it unless --sla-ms says
+    let mut sv = sv;
+    let derived = match (a.serve.sla_ms, &sv.spec.colocated) {
+        (None, None) => capacity::token_sla_ms(&bench, bound),
+        _ => None,
+    };
+    if let Some(ms) = derived {
+        sv.spec.sla = lazybatch::time::Sla::from_ms(ms)?;
+        eprintln!(
+            "the SLA-aware policies' deadline, from the token bound: {ms:.1} ms (the first token within its bound, each later one within its own, for a request of the predictor's lengths; --sla-ms sets another)"
+        );
+    }
+    let sla_ms = sv.spec.sla.as_ms();
+    super::warn_slas_below(&bench, &sv.spec);
     let single_ms = 1e3 / bench.serial_capacity();
-    capacity::check(bound, single_ms, a.serve.sla_ms)?;
+    capacity::check(bound, single_ms, sla_ms)?;
     let how = Search {
         bound,
         precision: a.search_precision / 100.0,
@@ -200,7 +214,7 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
             bench.model.name,
             bench.description(),
             router.name(),
-            bound_text(bound, a.serve.sla_ms),
+            bound_text(bound, sla_ms),
             sv.requests(),
             bench.serial_capacity()
         );
@@ -209,7 +223,7 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
             device: &bench.description(),
             router: router.name(),
             target_rps: rate,
-            bound: bound_json(bound, a.serve.sla_ms),
+            bound: bound_json(bound, sla_ms),
             head: &head,
             wall: t0.elapsed().as_secs_f64(),
         };
@@ -230,15 +244,15 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
     };
     let head = format!(
         "{name} on {device}: capacity{behind} at {}; {} requests per probe, {seeds} seed(s), precision {}%, single-input latency {single_ms:.3} ms (one server's serial capacity {serial:.1} req/s)",
-        bound_text(bound, a.serve.sla_ms),
+        bound_text(bound, sla_ms),
         sv.requests(),
         a.search_precision
     );
-    let title = format!("{name} on {device}: {}", bound_text(bound, a.serve.sla_ms));
+    let title = format!("{name} on {device}: {}", bound_text(bound, sla_ms));
     let rows: Vec<(Capacity, serde_json::Value)> = caps
         .into_iter()
         .map(|c| {
-            let j = cap_json(&name, &device, bound, a.serve.sla_ms, &c);
+            let j = cap_json(&name, &device, bound, sla_ms, &c);
             (c, j)
         })
         .collect();
@@ -247,7 +261,7 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
             header: &head,
             title: &title,
             bound,
-            bound_words: &bound_text(bound, a.serve.sla_ms),
+            bound_words: &bound_text(bound, sla_ms),
             serial,
             wall,
         };
@@ -256,10 +270,7 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
     let file = ShardFile {
         sweep: shard::sweep(
             &format!("capacity\n{sweep_text}"),
-            &format!(
-                "{head}\n{bound:?} sla {} coverage {}",
-                a.serve.sla_ms, sv.coverage
-            ),
+            &format!("{head}\n{bound:?} sla {} coverage {}", sla_ms, sv.coverage),
             &bench.profile,
         ),
         shard: s.index,
@@ -273,7 +284,7 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
         entries: Vec::new(),
         search: Some(CapacitySearch {
             bound,
-            bound_words: bound_text(bound, a.serve.sla_ms),
+            bound_words: bound_text(bound, sla_ms),
             serial,
         }),
         capacities: owned

@@ -101,6 +101,7 @@ pub(super) fn compare(a: CompareArgs, progress: Mode) -> Result<()> {
         bail!("co-located models take total --rates (split by --shares), not --load");
     }
     let bench = open_bench(model, &a.dev, &sv, progress)?;
+    super::warn_slas_below(&bench, &sv.spec);
     let rates: Vec<f64> = match &a.load {
         Some(ls) => ls
             .iter()
@@ -132,8 +133,8 @@ pub(super) fn compare(a: CompareArgs, progress: Mode) -> Result<()> {
     };
     let results = run_all(&bench, &cfgs, keep, progress, "compare")?;
     let wall = t0.elapsed().as_secs_f64();
-    let rows = aggregate(&bench, &cfgs, results, seeds, a.serve.sla_ms, wall);
-    let head = header(&bench, &sv, seeds, a.serve.sla_ms);
+    let rows = aggregate(&bench, &cfgs, results, seeds, a.serve.sla_ms(), wall);
+    let head = header(&bench, &sv, seeds, a.serve.sla_ms());
     let title = format!("{} on {}", bench.model.name, bench.description());
     if let (Some(s), Some(dir)) = (shard, &a.out) {
         let file = ShardFile {

@@ -96,6 +96,7 @@ pub(super) fn run(a: HttpArgs, progress: Mode) -> Result<()> {
     let name = model.name.clone();
     let parts: Vec<String> = model.parts.iter().map(|p| p.name.clone()).collect();
     let bench = open_bench(model, &a.dev, &sv, progress)?;
+    super::warn_slas_below(&bench, &sv.spec);
     let device = bench.description();
     // the traffic comes over HTTP: the spec's rate, seed and request count shape none of it
     let cfg = sv.spec(spec, 1.0, 1);

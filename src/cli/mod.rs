@@ -57,7 +57,7 @@ use lazybatch::graph::{zoo, Lengths, Model};
 use lazybatch::policy::Spec;
 use lazybatch::profile::Profile;
 use lazybatch::progress::Mode;
-use lazybatch::run::{Testbed, TestbedOptions};
+use lazybatch::run::{RunSpec, Testbed, TestbedOptions};
 use std::path::PathBuf;
 
 /// SLA-aware node-level batching (LazyBatching, HPCA 2021): serve, profile and compare
@@ -494,6 +494,24 @@ fn open_bench(model: Model, dev: &DeviceArgs, sv: &Serve, progress: Mode) -> Res
         },
     };
     Ok(Testbed::open(model, opened, &opts)?)
+}
+
+/// Says on stderr which SLAs of `spec` no request of the reference lengths can meet even served
+/// alone on `bench` (a run then reports them late, and the SLA-aware policies find no slack).
+fn warn_slas_below(bench: &Testbed, spec: &RunSpec) {
+    for (what, sla, alone) in bench.slas_below_single_input(spec) {
+        eprintln!(
+            "warning: {what} ({} ms) is below {}'s single-input latency ({:.3} ms, served alone at its reference lengths): a request of those lengths is late even served alone, and the SLA-aware policies (lazy, oracle, lazy:adaptive) find no slack to batch with; raise --sla-ms (--slas, --classes){}",
+            sla.as_ms(),
+            bench.model.name,
+            alone.as_ms(),
+            if bench.model.is_seq2seq() {
+                ", or bound the tokens instead (`capacity --ttft-p99-ms X --tpot-p99-ms Y` sets the deadlines from them)"
+            } else {
+                ""
+            }
+        );
+    }
 }
 
 /// Policy strings parsed at the server's maximum batch and checked for `model` (one that cannot

@@ -138,6 +138,7 @@ pub(super) fn run(a: RunArgs, progress: Mode) -> Result<()> {
         None => None,
     };
     let bench = open_bench(model, &a.dev, &sv, progress)?;
+    super::warn_slas_below(&bench, &sv.spec);
     let rate = match (a.rate, a.load, &trace) {
         (Some(r), _, _) => r,
         (None, Some(l), _) => check_rate("--load × serial capacity", l * bench.serial_capacity())?,
@@ -196,7 +197,7 @@ pub(super) fn run(a: RunArgs, progress: Mode) -> Result<()> {
         policy: &a.policy,
         rate,
         seed: a.seed,
-        sla_ms: a.serve.sla_ms,
+        sla_ms: a.serve.sla_ms(),
         traced: a.trace.is_some(),
         arrivals: cfg.arrivals,
         classes: cfg.classes.as_ref().map(ToString::to_string),

@@ -21,9 +21,10 @@ pub(super) struct ServeArgs {
     /// Number of requests per run, in [1, 10⁹] [default: 10000; a trace gives its own].
     #[arg(long, allow_negative_numbers = true)]
     pub(super) requests: Option<i64>,
-    /// SLA target in milliseconds, in (0, 86400000] (one day).
-    #[arg(long, default_value_t = 100.0, allow_negative_numbers = true)]
-    pub(super) sla_ms: f64,
+    /// SLA target in milliseconds, in (0, 86400000] (one day) [default: 100; `capacity` under a
+    /// token bound: from the bound].
+    #[arg(long, allow_negative_numbers = true)]
+    pub(super) sla_ms: Option<f64>,
     /// Server maximum batch (activation slots; graph batching's default B), in [1, 4096] and at
     /// most the model's own `max_batch` [default: the smaller of 64 and the model's].
     #[arg(long, allow_negative_numbers = true)]
@@ -68,6 +69,16 @@ pub(super) struct ServeArgs {
     /// [default: rr].
     #[arg(long)]
     pub(super) router: Option<String>,
+}
+
+/// The SLA when `--sla-ms` is not given.
+pub(super) const DEFAULT_SLA_MS: f64 = 100.0;
+
+impl ServeArgs {
+    /// `--sla-ms`, or its default.
+    pub(super) fn sla_ms(&self) -> f64 {
+        self.sla_ms.unwrap_or(DEFAULT_SLA_MS)
+    }
 }
 
 /// The serving flags, checked against their ranges and against the model: a run spec every
@@ -127,7 +138,7 @@ pub(super) fn serve_args(s: &ServeArgs, model: &Model, traced: bool) -> Result<S
         1,
         MAX_REQUESTS as i64,
     )?;
-    let sla = Sla::from_ms(s.sla_ms)?;
+    let sla = Sla::from_ms(s.sla_ms())?;
     let model_max = i64::from(model.max_batch.clamp(1, MAX_BATCH));
     let max_batch = match s.max_batch {
         None => 64.min(model_max),

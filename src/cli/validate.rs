@@ -118,6 +118,7 @@ pub(super) fn run(mut a: ValidateArgs, progress: Mode) -> Result<()> {
         return replay(&a, model, &sv, file, progress);
     }
     let mut real = open_bench(model.clone(), &a.dev, &sv, progress)?;
+    super::warn_slas_below(&real, &sv.spec);
     if real.is_virtual() {
         bail!(
             "validate holds the simulator against a real device: give --device cpu or --device cuda (this run would be on {})",
@@ -197,7 +198,7 @@ fn point_json(real: &Testbed, a: &ValidateArgs, p: &Point) -> serde_json::Value 
             policy: &p.cfg.policy.text,
             rate: p.cfg.rate,
             seed: p.cfg.seed,
-            sla_ms: a.serve.sla_ms,
+            sla_ms: a.serve.sla_ms(),
             traced: false,
             arrivals: p.cfg.arrivals,
             classes: None,
@@ -252,7 +253,7 @@ fn text(real: &Testbed, a: &ValidateArgs, points: &[Point]) -> String {
         real.model.name,
         real.description(),
         points.first().map_or(0, |p| p.cfg.requests),
-        a.serve.sla_ms,
+        a.serve.sla_ms(),
         1e3 / real.serial_capacity()
     );
     // the policy column as wide as its longest name
@@ -449,7 +450,7 @@ fn replay(
             .max(1);
         // the run's first seed (`--seed`), then the next ones
         let first = row.get("seed").and_then(|s| s.as_u64()).unwrap_or(1);
-        let sla_ms = field("sla_ms")?.as_f64().unwrap_or(a.serve.sla_ms);
+        let sla_ms = field("sla_ms")?.as_f64().unwrap_or(a.serve.sla_ms());
         let measured: Stats = serde_json::from_value(row.clone())
             .map_err(|e| anyhow::anyhow!("{}: [{k}]: {e}", file.display()))?;
         let spec = Spec::parse(&policy, sv.max_batch())?;

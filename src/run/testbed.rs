@@ -17,6 +17,7 @@ use crate::graph::Model;
 use crate::metrics::KeepRecords;
 use crate::profile::Profile;
 use crate::runtime::{MaxBatch, Predictor};
+use crate::time::Nanos;
 use crate::traffic::lengths::profiling_lengths;
 use crate::traffic::{self, Traffic};
 
@@ -157,6 +158,34 @@ impl Testbed {
     /// Serial capacity: 1 / single-input latency at the reference lengths (requests/s).
     pub fn serial_capacity(&self) -> f64 {
         self.predictor.serial_capacity(self.model.ref_lengths())
+    }
+
+    /// The SLAs of `spec` that no request can meet even served alone: each (what it is, its
+    /// SLA, the single-input latency at the reference lengths of the model it applies to).
+    /// Such a run reports every request late, and its SLA-aware policies find no slack to
+    /// batch with.
+    pub fn slas_below_single_input(&self, spec: &RunSpec) -> Vec<(String, Nanos, Nanos)> {
+        let alone = |p: usize| {
+            self.predictor
+                .single_input_of(p, self.model.ref_lengths_of(p))
+        };
+        let mut below = Vec::new();
+        match (&spec.colocated, &spec.classes) {
+            (Some(c), _) => {
+                for (p, sla) in c.slas().iter().enumerate() {
+                    let name = &self.model.parts[p].name;
+                    below.push((format!("{name}'s SLA"), sla.nanos(), alone(p)));
+                }
+            }
+            (None, Some(classes)) => {
+                for (name, &sla) in classes.names.iter().zip(&classes.slas) {
+                    below.push((format!("class {name}'s SLA"), sla, alone(0)));
+                }
+            }
+            (None, None) => below.push(("the SLA".to_string(), spec.sla.nanos(), alone(0))),
+        }
+        below.retain(|(_, sla, alone)| sla < alone);
+        below
     }
 
     /// Traffic for `spec` from its arrival process: at `spec.rate`, shared by co-located models

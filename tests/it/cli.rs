@@ -1010,3 +1010,69 @@ fn serve_and_load_end_to_end_with_a_graceful_sigint() {
         "{summary}"
     );
 }
+
+#[test]
+fn an_sla_no_request_can_meet_is_said_and_a_token_bound_sets_the_deadline() {
+    let err = |o: &Output| String::from_utf8_lossy(&o.stderr).to_string();
+    let run = |sla: &str| {
+        lazybatch(&[
+            "run",
+            "--device",
+            "npu",
+            "--model",
+            "gnmt",
+            "--policy",
+            "lazy",
+            "--rate",
+            "5",
+            "--requests",
+            "20",
+            "--sla-ms",
+            sla,
+        ])
+    };
+    // GNMT takes 45.5 ms alone on the default NPU configuration
+    let o = run("5");
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(
+        err(&o).contains("warning: the SLA (5 ms) is below gnmt's single-input latency (45.547 ms"),
+        "{}",
+        err(&o)
+    );
+    assert!(!err(&run("100")).contains("single-input latency ("));
+    // under a token bound the SLA-aware policies' deadline comes from it, unless --sla-ms says
+    let cap = |extra: &[&str]| {
+        let mut args = vec![
+            "capacity",
+            "--device",
+            "npu",
+            "--model",
+            "gnmt",
+            "--ttft-p99-ms",
+            "200",
+            "--policies",
+            "lazy",
+            "--requests",
+            "500",
+            "--seeds",
+            "1",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        lazybatch(&args)
+    };
+    let derived = cap(&[]);
+    assert!(derived.status.success(), "{}", err(&derived));
+    assert!(
+        err(&derived).contains("deadline, from the token bound:"),
+        "{}",
+        err(&derived)
+    );
+    let given = cap(&["--sla-ms", "300"]);
+    assert!(given.status.success(), "{}", err(&given));
+    assert!(
+        !err(&given).contains("from the token bound"),
+        "{}",
+        err(&given)
+    );
+}

@@ -170,6 +170,42 @@ pub fn lowest_share(virtual_time: bool) -> f64 {
     }
 }
 
+/// The end-to-end deadline a token bound sets for the SLA-aware policies, whose slack check
+/// reads one deadline a request: the first token within the TTFT bound and every later one
+/// within the TPOT bound, for a request of the predictor's lengths (the model's reference
+/// encoder length, `dec_timesteps` decoder steps): `TTFT + TPOT · (T − 1)` ms for its `T`
+/// output tokens. A bound given alone takes the other term from that request served alone (its
+/// first token's time, or one decoder step's). None: not a token bound, or a model without a
+/// decoder.
+pub fn token_sla_ms(bench: &Testbed, bound: Bound) -> Option<f64> {
+    let (ttft, tpot) = match bound {
+        Bound::TtftP99Ms(x) => (Some(x), None),
+        Bound::TpotP99Ms(x) => (None, Some(x)),
+        Bound::TokenSlo { ttft_ms, tpot_ms } => (Some(ttft_ms), Some(tpot_ms)),
+        Bound::P99Ms(_) | Bound::Violations(_) => return None,
+    };
+    let m = &bench.model;
+    m.parts.first()?.seq.as_ref()?;
+    let p = &bench.predictor;
+    let enc = m.ref_lengths_of(0).enc;
+    let len = p.predicted_in(0, enc, 0);
+    let tokens = m.tokens_of(0, len).max(1);
+    let ms = |dec| {
+        p.single_input_of(0, crate::graph::Lengths { enc, dec })
+            .as_ms()
+    };
+    let total = ms(len.dec);
+    // one decoder step alone: the whole request less the same request one step shorter
+    let step = if len.dec >= 2 {
+        total - ms(len.dec - 1)
+    } else {
+        0.0
+    };
+    let later = f64::from(tokens - 1);
+    let first = (total - later * step).max(0.0);
+    Some(ttft.unwrap_or(first) + tpot.unwrap_or(step) * later)
+}
+
 /// Refuses a bound no rate can meet: a p99 or an SLA below the single-input latency, or a
 /// violation share outside [0, 1).
 pub fn check(bound: Bound, single_ms: f64, sla_ms: f64) -> Result<()> {

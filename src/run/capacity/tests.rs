@@ -285,3 +285,37 @@ fn each_input_is_refused_exactly_at_its_boundary() {
     assert_eq!(rates, [100.0, 200.0, 150.0]);
     assert_eq!(c.capacity_rps, Some(100.0));
 }
+
+#[test]
+fn a_token_bound_sets_the_deadline_of_a_request_of_the_predicted_lengths() {
+    // tiny_seq2seq on a table of 1 ms a node at any batch: a request of the reference encoder
+    // length (4) takes src + emb + 4 encoder steps + its first decoder step (5 nodes) = 11 ms
+    // to its first token, then 5 ms a further token; it has `dec` tokens (no prefill token)
+    let m = crate::graph::zoo::fixture("tiny_seq2seq.toml");
+    let table = crate::device::table::TableDevice::from_profile(
+        crate::profile::Profile::uniform(&m, 8, crate::time::Nanos::from_ms(1.0)),
+        "uniform",
+    );
+    let opts = crate::run::TestbedOptions {
+        max_batch: crate::runtime::MaxBatch::new(8).unwrap(),
+        coverage: 90.0,
+        profile: None,
+        sampling: crate::device::measure::Sampling::default(),
+    };
+    let bench = Testbed::open(m, crate::device::open::Opened::Table(table), &opts).unwrap();
+    let dec = bench.predictor.predicted_in(0, 4, 0).dec;
+    assert!(dec >= 2, "{dec}");
+    let later = f64::from(dec - 1);
+    let sla = |b| token_sla_ms(&bench, b).unwrap();
+    let both = Bound::TokenSlo {
+        ttft_ms: 30.0,
+        tpot_ms: 2.0,
+    };
+    assert!((sla(both) - (30.0 + 2.0 * later)).abs() < 1e-9);
+    // a bound alone takes the other term from the request served alone
+    assert!((sla(Bound::TtftP99Ms(30.0)) - (30.0 + 5.0 * later)).abs() < 1e-9);
+    assert!((sla(Bound::TpotP99Ms(2.0)) - (11.0 + 2.0 * later)).abs() < 1e-9);
+    // other bounds set no deadline
+    assert!(token_sla_ms(&bench, Bound::P99Ms(100.0)).is_none());
+    assert!(token_sla_ms(&bench, Bound::Violations(0.01)).is_none());
+}
