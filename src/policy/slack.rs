@@ -42,6 +42,10 @@ pub(crate) enum Past {
 /// `dec_timesteps` decoder steps while it has done fewer; past them, as `past` says.
 pub(super) fn predicted_len(v: &View, q: &Request, past: Past) -> Lengths {
     let len = v.predicted_len_of(q);
+    // `lazy`'s own reading is the predictor's: nothing more to look up on this hot path
+    if past == Past::Step {
+        return len;
+    }
     let dts = v
         .predictor
         .predicted_in(usize::from(q.part), q.enc_len(), 0)
