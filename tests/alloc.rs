@@ -213,7 +213,9 @@ fn serving_allocates_nothing_in_steady_state() {
         Pace::Scaled(3.0),
         Pace::Jitter(0x9e37_79b9_7f4a_7c15),
     ];
-    // every policy kind, each with a max batch below the server's where it takes one
+    // every policy kind, each with a max batch below the server's where it takes one; not
+    // `auto`, whose every choice builds its candidates afresh and serves a window of requests
+    // on a table device (src/policy/auto.rs says so): it allocates when it chooses
     let policies = [
         "lazy",
         "oracle",

@@ -27,7 +27,7 @@ pub(super) struct CapacityArgs {
     #[command(flatten)]
     dev: DeviceArgs,
     /// Policies, comma-separated, of serial, graph:W[:B][:per-model], cellular:W[:B], continuous[:B],
-    /// chunked:MS[:B], dva:D:W[:B], lazy[:strict][:no-decoder-preempt][:recheck][:all][:past-again|:past-max], lazy:adaptive[:recheck], oracle[:the same readings].
+    /// chunked:MS[:B], dva:D:W[:B], lazy[:strict][:no-decoder-preempt][:recheck][:all][:past-again|:past-max], lazy:adaptive[:recheck], oracle[:the same readings], auto.
     #[arg(long, value_delimiter = ',', default_value = DEFAULT_POLICIES)]
     policies: Vec<String>,
     /// The bound: p99 latency at most this many ms (above the single-input latency).

@@ -24,7 +24,7 @@ pub(super) struct RunArgs {
     model: ModelArgs,
     #[command(flatten)]
     dev: DeviceArgs,
-    /// Policy: serial, graph:W[:B][:per-model], cellular:W[:B], continuous[:B], chunked:MS[:B], dva:D:W[:B], lazy[:strict][:no-decoder-preempt][:recheck][:all][:past-again|:past-max], lazy:adaptive[:recheck], oracle[:the same readings] (docs/policies.md).
+    /// Policy: serial, graph:W[:B][:per-model], cellular:W[:B], continuous[:B], chunked:MS[:B], dva:D:W[:B], lazy[:strict][:no-decoder-preempt][:recheck][:all][:past-again|:past-max], lazy:adaptive[:recheck], oracle[:the same readings], auto (docs/policies.md).
     #[arg(long)]
     policy: String,
     /// Arrival rate in requests/s.

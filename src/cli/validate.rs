@@ -32,7 +32,7 @@ pub(super) struct ValidateArgs {
     model: ModelArgs,
     #[command(flatten)]
     dev: DeviceArgs,
-    /// Policies, comma-separated, of serial, graph:W[:B][:per-model], cellular:W[:B], continuous[:B], chunked:MS[:B], dva:D:W[:B], lazy[:strict][:no-decoder-preempt][:recheck][:all][:past-again|:past-max], lazy:adaptive[:recheck], oracle[:the same readings].
+    /// Policies, comma-separated, of serial, graph:W[:B][:per-model], cellular:W[:B], continuous[:B], chunked:MS[:B], dva:D:W[:B], lazy[:strict][:no-decoder-preempt][:recheck][:all][:past-again|:past-max], lazy:adaptive[:recheck], oracle[:the same readings], auto.
     #[arg(
         long,
         value_delimiter = ',',

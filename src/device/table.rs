@@ -149,8 +149,14 @@ impl TableDevice {
 
     /// The device of a table already in memory (`validate`'s prediction of a run it measures).
     pub fn from_profile(table: Profile, source: &str) -> TableDevice {
+        TableDevice::from_shared(Arc::new(table), source)
+    }
+
+    /// The device of a table shared with others (a policy's simulations on the predictor's
+    /// table, `auto`).
+    pub(crate) fn from_shared(table: Arc<Profile>, source: &str) -> TableDevice {
         TableDevice {
-            table: Arc::new(table),
+            table,
             path: PathBuf::from(source),
             curves: Arc::new(Vec::new()),
             woken: None,

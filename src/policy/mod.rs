@@ -2,9 +2,10 @@
 //! [`View`] of the server (time, pending queue, BatchTable, predictor) and returns a
 //! [`Decision`]; it never touches a device. [`Spec`] is a policy string (`serial`,
 //! `graph:W[:B]`, `cellular:W[:B]`, `continuous[:B]`, `chunked:MS[:B]`, `dva:D:W[:B]`, `lazy`,
-//! `oracle`, …) checked once into a typed value that builds a fresh policy for every run.
+//! `oracle`, `auto`, …) checked once into a typed value that builds a fresh policy for every run.
 
 mod adaptive;
+pub(crate) mod auto;
 pub(crate) mod cellular;
 mod chunked;
 mod continuous;
@@ -43,6 +44,7 @@ pub const REGISTRY: &[&Entry] = &[
     &dvabatch::ENTRY,
     &lazy::ENTRY,
     &adaptive::ENTRY,
+    &auto::ENTRY,
 ];
 
 /// What the engine should do next.

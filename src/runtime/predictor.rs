@@ -85,6 +85,8 @@ pub struct Predictor {
     max_batch: u32,
     /// `loop_from[x]`: how many loops start before node x (loops are in node order).
     loop_from: Vec<usize>,
+    /// The per-node table it was built from (a policy that simulates on it: `auto`).
+    table: std::sync::Arc<Profile>,
 }
 
 /// The shape of Algorithm 1 from one position ([`Predictor::walk`]).
@@ -173,7 +175,14 @@ impl Predictor {
             loop_from: (0..=n)
                 .map(|x| model.loops.iter().filter(|l| l.first.idx() < x).count())
                 .collect(),
+            table: std::sync::Arc::new(profile.clone()),
         }
+    }
+
+    /// The per-node latency table it was built from: the device's own, which a policy may
+    /// serve candidate schedules on in virtual time (`auto`).
+    pub(crate) fn table(&self) -> &std::sync::Arc<Profile> {
+        &self.table
     }
 
     /// The decoder length (`dec_timesteps`) it assumes for a request of co-located model

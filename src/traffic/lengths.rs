@@ -199,6 +199,15 @@ pub fn profiled_output_lengths(seq: &SeqConfig) -> Result<Vec<(u32, u64)>> {
     Ok(by_out.into_iter().collect())
 }
 
+/// [`profiled_output_lengths`] in the model's decoder steps: (steps, count), the
+/// distribution the predictor's `dec_timesteps` is a percentile of.
+pub(crate) fn profiled_output_steps(seq: &SeqConfig) -> Result<Vec<(u32, u64)>> {
+    Ok(profiled_output_lengths(seq)?
+        .into_iter()
+        .map(|(out, n)| (out_steps(seq, out), n))
+        .collect())
+}
+
 /// Nearest-rank percentile (`coverage` in (0, 100]) of a (value, count) histogram.
 pub fn percentile(hist: &[(u32, u64)], coverage: f64) -> u32 {
     let total: u64 = hist.iter().map(|h| h.1).sum();
