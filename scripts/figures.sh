@@ -15,6 +15,7 @@ for f in eval_latency sla cdf lifo capacity; do
 done
 cp "$out/default/eval_latency.svg" docs/figures/eval_latency_default.svg
 cp "$out/paper/adaptive_heat.svg" docs/figures/adaptive_heat.svg
+cp "$out/paper/dominance_heat.svg" docs/figures/dominance_heat.svg
 cp "$out/default/bursts.svg" docs/figures/bursts.svg
 cp "$out/default/goodput_cdf.svg" docs/figures/goodput_cdf.svg
 cp "$out/paper/tokens.svg" docs/figures/tokens.svg

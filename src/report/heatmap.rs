@@ -31,6 +31,8 @@ pub(crate) struct HeatMap {
     pub labels: Vec<Vec<String>>,
     /// Cell width in pixels (0: [`CELL_W`]).
     pub cell_w: i32,
+    /// Width of the row labels' margin in pixels (0: [`LEFT`]).
+    pub left: i32,
     /// What the colours mean, under the grid (empty: the goal and the worst ratio, in words).
     pub key: String,
 }
@@ -87,6 +89,14 @@ fn cell_label(v: f64, goal: f64) -> String {
 }
 
 impl HeatMap {
+    fn left(&self) -> i32 {
+        if self.left > 0 {
+            self.left
+        } else {
+            LEFT
+        }
+    }
+
     fn cell_w(&self) -> i32 {
         if self.cell_w > 0 {
             self.cell_w
@@ -96,7 +106,7 @@ impl HeatMap {
     }
 
     fn size(&self) -> (u32, u32) {
-        let w = LEFT + self.cell_w() * self.cols.len() as i32 + 20;
+        let w = self.left() + self.cell_w() * self.cols.len() as i32 + 20;
         let h = TOP + CELL_H * self.rows.len() as i32 + BOTTOM;
         (w as u32, h as u32)
     }
@@ -146,7 +156,7 @@ impl HeatMap {
         let grid_w = cell_w * self.cols.len() as i32;
         root.draw(&Text::new(
             self.title.clone(),
-            (x0 + LEFT + grid_w / 2, TOP / 2),
+            (x0 + self.left() + grid_w / 2, TOP / 2),
             TextStyle::from(("sans-serif", crate::plot::TEXT + 2)).pos(text_anchor::Pos::new(
                 text_anchor::HPos::Center,
                 text_anchor::VPos::Center,
@@ -157,14 +167,14 @@ impl HeatMap {
             let y = TOP + CELL_H * r as i32;
             root.draw(&Text::new(
                 name.clone(),
-                (x0 + LEFT - 6, y + CELL_H / 2),
+                (x0 + self.left() - 6, y + CELL_H / 2),
                 right.clone(),
             ))
             .map_err(e)?;
             for c in 0..self.cols.len() {
                 let v = self.values.get(r).and_then(|row| row.get(c)).copied();
                 let v = v.unwrap_or(f64::NAN);
-                let x = x0 + LEFT + cell_w * c as i32;
+                let x = x0 + self.left() + cell_w * c as i32;
                 let corners = [(x, y), (x + cell_w, y + CELL_H)];
                 let colour = shade_of(v, self.goal, self.worst, self.higher_is_better);
                 root.draw(&Rectangle::new(corners, colour.filled()))
@@ -182,13 +192,13 @@ impl HeatMap {
         }
         let below = TOP + CELL_H * self.rows.len() as i32;
         for (c, name) in self.cols.iter().enumerate() {
-            let x = x0 + LEFT + cell_w * c as i32 + cell_w / 2;
+            let x = x0 + self.left() + cell_w * c as i32 + cell_w / 2;
             root.draw(&Text::new(name.clone(), (x, below + 14), centred.clone()))
                 .map_err(e)?;
         }
         root.draw(&Text::new(
             self.x_label.clone(),
-            (x0 + LEFT + grid_w / 2, below + 40),
+            (x0 + self.left() + grid_w / 2, below + 40),
             centred.clone(),
         ))
         .map_err(e)?;
@@ -208,7 +218,7 @@ impl HeatMap {
         };
         root.draw(&Text::new(
             key,
-            (x0 + LEFT + grid_w / 2, below + 66),
+            (x0 + self.left() + grid_w / 2, below + 66),
             TextStyle::from(("sans-serif", crate::plot::TEXT)).pos(text_anchor::Pos::new(
                 text_anchor::HPos::Center,
                 text_anchor::VPos::Center,

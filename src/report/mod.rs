@@ -154,6 +154,13 @@ pub struct Plan {
     pub colo_rates: Vec<f64>,
     /// Loads (arrival rate × mean service time) of the LIFO experiment.
     pub lifo_loads: Vec<f64>,
+    /// Loads (× Serial's capacity) of the dominance grid.
+    pub dominance_loads: Vec<f64>,
+    /// Requests per run of the dominance grid.
+    pub dominance_requests: usize,
+    /// Seeds per point of the dominance grid (1..=seeds; `--seeds` sets it too): fewer than the
+    /// plan's, so that the grid's 1,000-odd points run in minutes on two cores.
+    pub dominance_seeds: u32,
 }
 
 /// How `reproduce` searches capacities (`lazybatch capacity`'s search, smaller).
@@ -171,6 +178,7 @@ impl Plan {
     /// The plan for `opts`.
     pub fn new(opts: &Options) -> Result<Plan> {
         let seeds = opts.seeds.unwrap_or(if opts.quick { 2 } else { 20 });
+        let dominance_seeds = opts.seeds.unwrap_or(if opts.quick { 2 } else { 4 });
         if seeds == 0 {
             return Err(Error::invalid("seeds", "must be at least 1"));
         }
@@ -199,6 +207,9 @@ impl Plan {
                 cell_rates: vec![16.0, 256.0, 1000.0],
                 colo_rates: vec![64.0, 128.0, 256.0, 384.0],
                 lifo_loads: vec![0.3, 0.7, 0.9],
+                dominance_loads: vec![0.3, 0.9, 2.0, 4.0],
+                dominance_requests: 300,
+                dominance_seeds,
             }
         } else {
             Plan {
@@ -225,6 +236,9 @@ impl Plan {
                 cell_rates: vec![16.0, 256.0, 1000.0],
                 colo_rates: vec![64.0, 128.0, 256.0, 384.0],
                 lifo_loads: vec![0.1, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95],
+                dominance_loads: vec![0.1, 0.3, 0.9, 1.5, 2.0, 4.0],
+                dominance_requests: 600,
+                dominance_seeds,
             }
         })
     }

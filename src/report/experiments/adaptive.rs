@@ -10,16 +10,7 @@ use crate::report::table::Table;
 /// The adaptive LazyB's grid.
 pub(super) struct Adaptive;
 
-const MODELS: &[&str] = &[
-    "resnet50",
-    "gnmt",
-    "transformer_base",
-    "vgg16",
-    "mobilenet_v1",
-    "bert_base",
-    "las",
-    "lstm_stack",
-];
+const MODELS: &[&str] = NON_LLM_MODELS;
 const BASELINES: &[&str] = &[
     "serial", "graph:0", "graph:5", "graph:25", "graph:50", "lazy",
 ];

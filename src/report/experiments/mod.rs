@@ -11,6 +11,7 @@ mod cdf;
 mod cellular;
 mod colocation;
 mod dec_timesteps;
+mod dominance;
 mod eval;
 mod goodput;
 mod lifo;
@@ -70,6 +71,7 @@ pub(super) const ALL: &[&dyn Experiment] = &[
     &bursts::Bursts,
     &goodput::Goodput,
     &adaptive::Adaptive,
+    &dominance::Dominance,
     &tokens::Tokens,
     &llm::Llm,
     &colocation::Colocation,
@@ -122,6 +124,18 @@ pub(super) const CELL_POLICIES: &[&str] = &[
     "lazy:strict",
 ];
 
+/// Every zoo model but GPT-2, the decoder-only language model (the models the grids of our
+/// extensions serve, `adaptive` and `dominance`).
+pub(super) const NON_LLM_MODELS: &[&str] = &[
+    "resnet50",
+    "gnmt",
+    "transformer_base",
+    "vgg16",
+    "mobilenet_v1",
+    "bert_base",
+    "las",
+    "lstm_stack",
+];
 pub(super) const MAIN: &[&str] = &["resnet50", "gnmt", "transformer_base"];
 pub(super) const OTHERS: &[&str] = &["vgg16", "mobilenet_v1", "las", "bert_base"];
 pub(super) const MAX_BATCH: u32 = 64;
