@@ -334,8 +334,9 @@ struct DeviceArgs {
     /// (im2col + cuBLAS, the device's own kernels).
     #[arg(long, default_value = "auto")]
     conv: String,
-    /// Threads for the CPU device's kernels and the parallel simulations (default: one per
-    /// core, or RAYON_NUM_THREADS).
+    /// Threads for the CPU device's kernels and the parallel simulations (default: the
+    /// simulations one per core, the kernels one per core less one, left to the engine and the
+    /// arrivals; RAYON_NUM_THREADS sets both).
     #[arg(long, allow_negative_numbers = true)]
     threads: Option<i64>,
 }
@@ -347,6 +348,9 @@ impl DeviceArgs {
             return Ok(());
         };
         let n = in_range("--threads", n, 1, 1024)? as usize;
+        if !lazybatch::device::cpu::team::set_kernel_threads(n) {
+            bail!("--threads {n}: the CPU device's kernels already run another count");
+        }
         if rayon::ThreadPoolBuilder::new()
             .num_threads(n)
             .build_global()

@@ -51,8 +51,9 @@ pub fn gemm_strided(
         return;
     }
     // a GEMM run inside a share of a larger job stays on its thread
-    let par = if m * n * k >= PARALLEL_MACS && !super::par::in_share() {
-        Parallelism::Rayon(0)
+    let threads = super::team::kernel_threads();
+    let par = if threads > 1 && m * n * k >= PARALLEL_MACS && !super::par::in_share() {
+        Parallelism::Rayon(threads)
     } else {
         Parallelism::None
     };
