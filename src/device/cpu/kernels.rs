@@ -51,7 +51,7 @@ pub fn gemm_strided(
         return;
     }
     // a GEMM run inside a share of a larger job stays on its thread
-    let threads = super::team::kernel_threads();
+    let threads = super::team::team().threads();
     let par = if threads > 1 && m * n * k >= PARALLEL_MACS && !super::par::in_share() {
         Parallelism::Rayon(threads)
     } else {

@@ -136,11 +136,15 @@ pub fn kernel_threads() -> usize {
     if let Some(&n) = CONFIGURED.get() {
         return n.max(1);
     }
-    let env = std::env::var("RAYON_NUM_THREADS").ok();
-    kernel_threads_for(
-        env.as_deref().and_then(|v| v.trim().parse().ok()),
-        std::thread::available_parallelism().map_or(1, |n| n.get()),
-    )
+    // read once: the cores' count reads the cgroups' files
+    static DEFAULT: OnceLock<usize> = OnceLock::new();
+    *DEFAULT.get_or_init(|| {
+        let env = std::env::var("RAYON_NUM_THREADS").ok();
+        kernel_threads_for(
+            env.as_deref().and_then(|v| v.trim().parse().ok()),
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+        )
+    })
 }
 
 /// [`kernel_threads`] from `RAYON_NUM_THREADS` (if a positive count) and the cores.
