@@ -166,6 +166,15 @@ impl TableDevice {
         }
     }
 
+    /// Back to the state of a run's start (not woken, the spread's draws from their seed),
+    /// keeping what [`Device::prepare`] derived from the model: a prepared device serving
+    /// another run of the same model (`auto`'s candidates, one after another).
+    pub(crate) fn restart(&mut self) {
+        self.woken = None;
+        self.charged.clear();
+        *self.spread = Spread::new();
+    }
+
     /// The table.
     pub fn table(&self) -> &Profile {
         &self.table
@@ -198,9 +207,7 @@ impl Device for TableDevice {
 
     fn prepare(&mut self, model: &Model, max_batch: u32) -> Result<()> {
         self.check_for(model, max_batch)?;
-        self.woken = None;
-        self.charged.clear();
-        *self.spread = Spread::new();
+        self.restart();
         self.curves = Arc::new(
             model
                 .nodes

@@ -302,10 +302,12 @@ impl<'a> Server<'a> {
         }
         // with requests in flight and nothing to decide (the policy contract), just run; a
         // policy that interleaves sub-batches decides whenever there are several
-        let interleaving = self.interleaves && self.table.entries().len() > 1;
-        let quiet = !self.table.is_empty()
-            && (self.infq.is_empty() || self.never_preempts)
-            && !interleaving;
+        let quiet = crate::policy::nothing_to_decide(
+            &self.table,
+            self.infq.is_empty(),
+            self.never_preempts,
+            self.interleaves,
+        );
         let decision = if quiet {
             Decision::Run
         } else {

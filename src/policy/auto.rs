@@ -353,7 +353,7 @@ impl Auto {
                 scores.push(None);
                 continue;
             }
-            dev.prepare(v.model, mb.get()).ok()?;
+            dev.restart();
             let mut pol = spec.build();
             let out = engine::run(
                 &setup,
@@ -416,9 +416,9 @@ impl Policy for Auto {
         }
         self.switch(v);
         let p = &mut self.policy;
-        let interleaving = p.interleaves() && v.table.entries().len() > 1;
-        if !v.table.is_empty() && (v.infq.is_empty() || p.never_preempts()) && !interleaving {
-            // the engine's own rule for a policy with nothing to decide
+        // the engine's own rule for a policy with nothing to decide
+        let (never, interleaves) = (p.never_preempts(), p.interleaves());
+        if super::nothing_to_decide(v.table, v.infq.is_empty(), never, interleaves) {
             return Decision::Run;
         }
         p.decide(v)

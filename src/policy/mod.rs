@@ -161,6 +161,21 @@ impl<'a> View<'a> {
     }
 }
 
+/// True when a policy has nothing to decide and the active sub-batch just runs: requests are
+/// in flight, and none is pending or the policy never preempts ([`Policy::never_preempts`]),
+/// unless it interleaves several sub-batches ([`Policy::interleaves`]). The [`Policy`]
+/// contract: the engine asks no policy then, and `auto` answers so for the candidate it serves
+/// with.
+pub(crate) fn nothing_to_decide(
+    table: &BatchTable,
+    none_pending: bool,
+    never_preempts: bool,
+    interleaves: bool,
+) -> bool {
+    let interleaving = interleaves && table.entries().len() > 1;
+    !table.is_empty() && (none_pending || never_preempts) && !interleaving
+}
+
 /// A batching policy.
 ///
 /// Contract with the engine: while requests are in flight and none is pending, a policy has

@@ -209,11 +209,11 @@ fn dominance(ctx: &mut Ctx) -> Result<()> {
     // below adds in one order and the files come out the same byte for byte
     let mut order: Vec<usize> = (0..specs.len()).collect();
     order.sort_by_key(|&i| (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    let specs: Vec<_> = order.into_iter().map(|i| specs[i].clone()).collect();
     let shown = ctx.progress.start("dominance", specs.len() as u64, "runs");
-    let outs: Vec<(Key, Stats)> = specs
+    let outs: Vec<(Key, Stats)> = order
         .par_iter()
-        .map(|(k, spec)| {
+        .map(|&i| {
+            let (k, spec) = &specs[i];
             let out = run_one(&benches[k.0].bed, spec, Keep::default());
             shown.inc(1);
             Ok((*k, out?.stats))
