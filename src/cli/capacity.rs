@@ -27,7 +27,7 @@ pub(super) struct CapacityArgs {
     #[command(flatten)]
     dev: DeviceArgs,
     /// Policies, comma-separated, of serial, graph:W[:B][:per-model], cellular:W[:B], continuous[:B],
-    /// chunked:MS[:B], dva:D:W[:B], lazy[:strict][:no-decoder-preempt][:recheck][:all][:past-again|:past-max], lazy:adaptive[:recheck], oracle[:the same readings], auto.
+    /// chunked:MS[:B], dva:D:W[:B], lazy[:strict][:no-decoder-preempt][:recheck][:all][:past-again|:past-max], lazy:adaptive[:recheck], oracle[:the same readings], auto[:tokens].
     #[arg(long, value_delimiter = ',', default_value = DEFAULT_POLICIES)]
     policies: Vec<String>,
     /// The bound: p99 latency at most this many ms (above the single-input latency).
@@ -51,7 +51,7 @@ pub(super) struct CapacityArgs {
     /// Seeds per probe (each probe is their mean), in [1, 1000].
     #[arg(long, default_value_t = 2, allow_negative_numbers = true)]
     seeds: i64,
-    /// Stop when the bracket is narrower than this (%), in (0, 50] (named apart from the CUDA
+    /// Stop when the bracket is narrower than this (%), in [0.001, 50] (named apart from the CUDA
     /// device's --precision f32|f16|tf32, which `capacity` takes too).
     #[arg(long, default_value_t = 2.0, allow_negative_numbers = true)]
     search_precision: f64,
@@ -97,9 +97,10 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
     }
     let sv = serve_args(&a.serve, &model, false)?;
     let seeds = in_range("--seeds", a.seeds, 1, 1000)? as u64;
-    if !(a.search_precision > 0.0 && a.search_precision <= 50.0) {
+    let floor = 100.0 * capacity::MIN_PRECISION;
+    if !(a.search_precision >= floor && a.search_precision <= 50.0) {
         anyhow::bail!(
-            "invalid --search-precision: must be in (0, 50] %, got {}",
+            "invalid --search-precision: must be in [{floor}, 50] %, got {}",
             a.search_precision
         );
     }
@@ -140,6 +141,15 @@ pub(super) fn run(mut a: CapacityArgs, progress: Mode) -> Result<()> {
         // said before any device is opened (a token bound does not need the single-input
         // latency to be checked)
         capacity::check(bound, 0.0, a.serve.sla_ms())?;
+    }
+    if bound.on_tokens() && a.policies.iter().any(|p| p == "auto") {
+        eprintln!(
+            "under a token bound `auto` is searched as `{}`: it scores its candidates on TTFT and TPOT p99 (docs/policies.md)",
+            lazybatch::policy::FOR_TOKENS
+        );
+        for p in &mut a.policies {
+            *p = lazybatch::policy::under_token_bound(p).to_string();
+        }
     }
     let shard = Shard::from_flag(a.shard.as_deref(), a.out.as_deref())?;
     let all = specs_for(&a.policies, sv.max_batch(), &model)?;

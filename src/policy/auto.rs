@@ -89,47 +89,92 @@ pub const FULL_EVERY: u64 = 4;
 /// A contender: a candidate whose regret at its last serving of the window was at most this.
 pub const CONTENDER: f64 = 1.25;
 
+/// `auto` as a token bound serves it: scored on TTFT and TPOT p99 ([`Objective::Tokens`]).
+pub const FOR_TOKENS: &str = "auto:tokens";
+
+/// `policy` as searched under a token bound (`capacity --ttft-p99-ms/--tpot-p99-ms`, the
+/// dominance grid's GPT-2 SLOs): `auto` becomes [`FOR_TOKENS`], as the SLA-aware policies'
+/// deadline comes from the bound; every other policy is itself.
+pub fn under_token_bound(policy: &str) -> &str {
+    if policy == "auto" {
+        FOR_TOKENS
+    } else {
+        policy
+    }
+}
+
+/// The candidate `auto:tokens` serves with until its first choice: `continuous`, the policy
+/// LLM servers run. `lazy:adaptive`, `auto`'s first, starves newcomers (GPT-2 on the default
+/// NPU configuration under the tight token SLO: capacity 0.2 req/s against `continuous`'s
+/// 16.5), and its first arrivals (64 before the first choice, up to 64 more before a
+/// preempting successor takes over a table that never empties) set the p99 time to first
+/// token of a 5,000-request probe: `auto:tokens` starting as `lazy:adaptive` chose
+/// `continuous` at every choice and still reached only 10.9 req/s.
+const FIRST_FOR_TOKENS: &str = "continuous";
+
 /// The seed of the decoder lengths drawn for the remembered requests.
 const OUTPUT_SEED: u64 = 0x6175_746f;
 
-/// `auto`: takes no parameter.
+/// `auto` or `auto:tokens`.
 pub(crate) const ENTRY: Entry = Entry {
     names: &["auto"],
     variant: None,
-    usage: "auto",
+    usage: "auto[:tokens]",
     parse,
 };
 
+/// The two figures a candidate is scored on over the window; its regret is the larger of
+/// its two ratios to the best candidate's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Objective {
+    /// Mean and p99 latency, end to end (`auto`): what the dominance grid holds it to.
+    Latency,
+    /// p99 time to first token and p99 time per output token (`auto:tokens`): an LLM
+    /// service's SLO (`capacity --ttft-p99-ms --tpot-p99-ms` serves `auto` as this). On a
+    /// model without a decoder the run has no token figures, and it scores as `auto`.
+    Tokens,
+}
+
 fn parse(_: &str, params: &[&str], default_max: u32) -> std::result::Result<Parsed, ParamError> {
-    if !params.is_empty() {
-        return Err("takes no parameter".into());
-    }
+    let objective = match params {
+        [] => Objective::Latency,
+        ["tokens"] => Objective::Tokens,
+        _ => {
+            return Err(format!(
+                "takes no parameter, or `tokens` (score on TTFT and TPOT p99), got `{}`",
+                params.join(":")
+            )
+            .into())
+        }
+    };
     let candidates = CANDIDATES
         .iter()
         .map(|c| Spec::parse(c, default_max).map_err(|e| ParamError(e.to_string())))
         .collect::<std::result::Result<Vec<_>, _>>()?;
     Ok(Parsed {
-        build: std::sync::Arc::new(move |_| Box::new(Auto::new(candidates.clone()))),
+        build: std::sync::Arc::new(move |_| Box::new(Auto::new(candidates.clone(), objective))),
         uses_sla: true,
         one_model_only: true,
     })
 }
 
-/// One choice: when, and each candidate's (mean, p99) in ms over the window.
+/// One choice: when, and each candidate's two figures of the [`Objective`] in ms over the
+/// window.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Choice {
     /// When it was made.
     pub at: Nanos,
     /// The candidate chosen (index into [`CANDIDATES`]).
     pub chosen: usize,
-    /// Each candidate's mean and p99 latency (ms) over the window served again (None: not a
-    /// contender this time).
+    /// Each candidate's two figures (ms; mean and p99 latency, or TTFT and TPOT p99) over the
+    /// window served again (None: not a contender this time).
     pub scores: Vec<Option<(f64, f64)>>,
 }
 
 /// The self-choosing policy.
 pub struct Auto {
     candidates: Vec<Spec>,
+    objective: Objective,
     /// Which candidates never preempt ([`Policy::never_preempts`]).
     never_preempts: Vec<bool>,
     /// The serving candidate (index) and its instance.
@@ -163,8 +208,15 @@ pub struct Auto {
 }
 
 impl Auto {
-    fn new(candidates: Vec<Spec>) -> Self {
-        let policy = candidates[0].build();
+    fn new(candidates: Vec<Spec>, objective: Objective) -> Self {
+        let first = match objective {
+            Objective::Latency => 0,
+            Objective::Tokens => candidates
+                .iter()
+                .position(|c| c.text == FIRST_FOR_TOKENS)
+                .unwrap_or(0),
+        };
+        let policy = candidates[first].build();
         let never_preempts = candidates
             .iter()
             .map(|c| c.build().never_preempts())
@@ -173,7 +225,8 @@ impl Auto {
         Auto {
             never_preempts,
             candidates,
-            serving: 0,
+            objective,
+            serving: first,
             next: None,
             waiting: 0,
             policy,
@@ -265,7 +318,7 @@ impl Auto {
         let best_p99 = known().map(|s| s.1).fold(f64::INFINITY, f64::min);
         for (r, s) in self.regret.iter_mut().zip(&scores) {
             if let Some((mean, p99)) = s {
-                *r = (mean / best_mean).max(p99 / best_p99);
+                *r = ratio(*mean, best_mean).max(ratio(*p99, best_p99));
             }
         }
         let mut best = serving;
@@ -317,7 +370,7 @@ impl Auto {
         self.policy.reserve(self.max_batch);
     }
 
-    /// Every candidate's (mean, p99) latency in ms over the history, served from an empty
+    /// Every candidate's two figures of the objective in ms over the history, served from an empty
     /// server on the predictor's table; None when it cannot be served (a bug elsewhere: a
     /// policy that cannot serve its own model's table is caught by every other run).
     fn serve_history(&mut self, v: &View, served: &[bool]) -> Option<Vec<Option<(f64, f64)>>> {
@@ -364,10 +417,31 @@ impl Auto {
             )
             .ok()?;
             let classes = out.class_stats();
-            let lat = &classes.get(1)?.latency_ms;
-            scores.push(Some((lat.mean, lat.p99)));
+            let second = classes.get(1)?;
+            let lat = &second.latency_ms;
+            let tokens = match self.objective {
+                Objective::Latency => None,
+                Objective::Tokens => second
+                    .ttft_ms
+                    .as_ref()
+                    .zip(second.tpot_ms.as_ref())
+                    .map(|(f, t)| (f.p99, t.p99)),
+            };
+            scores.push(Some(tokens.unwrap_or((lat.mean, lat.p99))));
         }
         Some(scores)
+    }
+}
+
+/// A figure over the best candidate's: 1 where both are 0 (a TPOT p99 of requests of one
+/// token), unbounded where only the best's is.
+fn ratio(x: f64, best: f64) -> f64 {
+    if best > 0.0 {
+        x / best
+    } else if x > 0.0 {
+        f64::INFINITY
+    } else {
+        1.0
     }
 }
 
@@ -498,14 +572,97 @@ mod tests {
             .iter()
             .map(|c| Spec::parse(c, 8).unwrap())
             .collect();
-        Auto::new(candidates)
+        Auto::new(candidates, Objective::Latency)
     }
 
     #[test]
-    fn it_takes_no_parameter() {
+    fn it_takes_no_parameter_or_tokens() {
         let e = Spec::parse("auto:1", 64).err().unwrap().to_string();
-        assert!(e.contains("takes no parameter"), "{e}");
+        assert!(e.contains("takes no parameter, or `tokens`"), "{e}");
+        assert!(e.contains("got `1`"), "{e}");
+        assert!(Spec::parse("auto:tokens:1", 64).is_err());
         assert_eq!(parse("auto", &[], 64).map(|p| p.uses_sla).ok(), Some(true));
+        assert_eq!(
+            Spec::parse(FOR_TOKENS, 64).unwrap().build().name(),
+            "auto",
+            "it reports itself as auto"
+        );
+        assert_eq!(under_token_bound("auto"), FOR_TOKENS);
+        assert_eq!(under_token_bound("lazy"), "lazy");
+        assert_eq!(under_token_bound(FOR_TOKENS), FOR_TOKENS);
+    }
+
+    /// `auto:tokens` on the two-layer GPT fixture, every node 0.01 ms at every batch.
+    fn tokens_auto() -> Auto {
+        let candidates = CANDIDATES
+            .iter()
+            .map(|c| Spec::parse(c, 8).unwrap())
+            .collect();
+        Auto::new(candidates, Objective::Tokens)
+    }
+
+    #[test]
+    fn auto_tokens_starts_as_continuous_and_scores_the_token_figures() {
+        let m = zoo::fixture("tiny_gpt.toml");
+        let prof = Profile::uniform(&m, 8, Nanos::from_ms(0.01));
+        let mut pol = tokens_auto();
+        assert_eq!(CANDIDATES[pol.serving], FIRST_FOR_TOKENS);
+        assert_eq!(pol.policy.name(), "continuous");
+        // a request every 100 ms, each alone on the server (the longest, 126 decoder steps,
+        // takes under 70 ms): its time to first token and per output token are the same
+        // whatever its output length, the window's drawn ones included
+        let arrivals: Vec<Arrival> = (0..FIRST as u32 + 10)
+            .map(|i| Arrival {
+                time: Nanos::from_ms(100.0 * f64::from(i)),
+                len: Lengths { enc: 4, dec: 6 },
+                ..Arrival::default()
+            })
+            .collect();
+        serve(&m, &prof, &mut pol, &arrivals);
+        let c = pol.last_choice().expect("a choice").clone();
+        let serial = CANDIDATES.iter().position(|&c| c == "serial").unwrap();
+        let alone = serve(
+            &m,
+            &prof,
+            Spec::parse("serial", 8).unwrap().build().as_mut(),
+            &arrivals,
+        );
+        let (ttft, tpot) = (alone.ttft_ms.unwrap().p99, alone.tpot_ms.unwrap().p99);
+        assert!(ttft > 0.0 && tpot > 0.0 && ttft != tpot, "{ttft} {tpot}");
+        let (a, b) = c.scores[serial].unwrap();
+        assert!(
+            (a - ttft).abs() < 1e-9 && (b - tpot).abs() < 1e-9,
+            "{:?} vs ({ttft}, {tpot})",
+            c.scores[serial]
+        );
+        // every candidate ties (each request alone): the serving one stays
+        assert_eq!(CANDIDATES[c.chosen], "continuous", "{c:?}");
+        // `auto` on the same arrivals scores end-to-end latency: other figures
+        let mut lat = auto();
+        serve(&m, &prof, &mut lat, &arrivals);
+        let l = lat.last_choice().unwrap().scores[serial].unwrap();
+        assert!(l.0 > ttft, "{l:?}");
+    }
+
+    #[test]
+    fn auto_tokens_on_a_model_without_a_decoder_scores_as_auto() {
+        let (m, prof) = table(0.01, 0.5);
+        let ms: Vec<f64> = (0..FIRST as u32 + 10).map(f64::from).collect();
+        let (mut t, mut l) = (tokens_auto(), auto());
+        serve(&m, &prof, &mut t, &arrivals_at(&ms));
+        serve(&m, &prof, &mut l, &arrivals_at(&ms));
+        assert_eq!(
+            t.last_choice().unwrap().scores,
+            l.last_choice().unwrap().scores
+        );
+        assert_eq!(t.last_choice().unwrap().scores[0], Some((0.09, 0.09)));
+    }
+
+    #[test]
+    fn a_ratio_to_a_best_of_zero_is_one_or_unbounded() {
+        assert_eq!(ratio(0.0, 0.0), 1.0);
+        assert_eq!(ratio(1.0, 0.0), f64::INFINITY);
+        assert_eq!(ratio(3.0, 2.0), 1.5);
     }
 
     #[test]

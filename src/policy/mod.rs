@@ -6,6 +6,7 @@
 
 mod adaptive;
 pub(crate) mod auto;
+pub use auto::{under_token_bound, FOR_TOKENS};
 pub(crate) mod cellular;
 mod chunked;
 mod continuous;

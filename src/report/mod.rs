@@ -161,6 +161,9 @@ pub struct Plan {
     /// Seeds per point of the dominance grid (1..=seeds; `--seeds` sets it too): fewer than the
     /// plan's, so that the grid's 1,000-odd points run in minutes on two cores.
     pub dominance_seeds: u32,
+    /// The dominance grid's capacity searches (Poisson arrivals; a quarter of the grid's
+    /// seeds, at least one: the searches are the grid's longest part).
+    pub dominance_capacity: CapacityPlan,
 }
 
 /// How `reproduce` searches capacities (`lazybatch capacity`'s search, smaller).
@@ -210,6 +213,11 @@ impl Plan {
                 dominance_loads: vec![0.3, 0.9, 2.0, 4.0],
                 dominance_requests: 300,
                 dominance_seeds,
+                dominance_capacity: CapacityPlan {
+                    requests: 300,
+                    seeds: u64::from(dominance_seeds.div_ceil(4)),
+                    precision: 0.1,
+                },
             }
         } else {
             Plan {
@@ -239,6 +247,11 @@ impl Plan {
                 dominance_loads: vec![0.1, 0.3, 0.9, 1.5, 2.0, 4.0],
                 dominance_requests: 600,
                 dominance_seeds,
+                dominance_capacity: CapacityPlan {
+                    requests: 600,
+                    seeds: u64::from(dominance_seeds.div_ceil(4)),
+                    precision: 0.05,
+                },
             }
         })
     }

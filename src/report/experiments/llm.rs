@@ -87,6 +87,15 @@ pub(super) fn unloaded(bench: &crate::run::Testbed) -> (f64, f64) {
     (prefill, step)
 }
 
+/// The tight and the loose token SLO on a bench, `(TTFT p99 ms, TPOT p99 ms)` each: the tight
+/// one [`TTFT_X`] × the reference prompt's prefill alone and [`TPOT_X`] × a decode step alone,
+/// the loose one both doubled (the dominance grid's GPT-2 capacities use the same).
+pub(super) fn token_slos(bench: &crate::run::Testbed) -> [(&'static str, f64, f64); 2] {
+    let (prefill, step) = unloaded(bench);
+    [("tight", 1.0), ("loose", 2.0)]
+        .map(|(name, k)| (name, k * TTFT_X * prefill, k * TPOT_X * step))
+}
+
 /// One SLO's capacity search over every policy.
 fn search(
     ctx: &Ctx,
@@ -133,7 +142,6 @@ fn p99(of: Option<&crate::metrics::LatencyMs>) -> f64 {
 fn llm(ctx: &mut Ctx) -> Result<()> {
     let bench = crate::report::bench_for(MODEL, ctx.npu(), MAX_BATCH, COVERAGE)?;
     let cap = bench.serial_capacity();
-    let (prefill, step) = unloaded(&bench);
     let mut t = Table::new(&[
         "policy",
         "load",
@@ -204,11 +212,10 @@ fn llm(ctx: &mut Ctx) -> Result<()> {
     ctx.table(&t, "llm")?;
     ctx.figure(&fig, "llm", 420, 380)?;
     // capacity at the tight and the loose SLO
-    let slos = [1.0, 2.0].map(|k| (k * TTFT_X * prefill, k * TPOT_X * step));
-    let caps = slos
+    let slos = token_slos(&bench).map(|(_, ttft, tpot)| (ttft, tpot));
+    let caps = token_slos(&bench)
         .iter()
-        .zip(["tight", "loose"])
-        .map(|(&(ttft_ms, tpot_ms), slo)| {
+        .map(|&(slo, ttft_ms, tpot_ms)| {
             search(ctx, &bench, Bound::TokenSlo { ttft_ms, tpot_ms }, slo)
         })
         .collect::<Result<Vec<_>>>()?;

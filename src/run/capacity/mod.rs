@@ -160,6 +160,11 @@ const UNDER_SERIAL: f64 = 1.0 / 1024.0;
 /// rate from searching for hours.
 const UNDER_SERIAL_REAL: f64 = 1.0 / 16.0;
 
+/// The finest precision a search takes (a share of the rate, 0.001%): a bracket narrower than
+/// a double's resolution is never reached (1e-15 searched forever), and a probe's own noise is
+/// far above this.
+pub const MIN_PRECISION: f64 = 1e-5;
+
 /// The lowest share of the serial capacity a search tries: on a simulated device (`virtual_time`)
 /// or a real one.
 pub fn lowest_share(virtual_time: bool) -> f64 {
@@ -253,10 +258,14 @@ pub fn search_one(
     how: &Search,
     mut probe: impl FnMut(f64) -> Result<Stats>,
 ) -> Result<Capacity> {
-    if !(how.precision > 0.0 && how.precision < 1.0) {
+    if !(how.precision >= MIN_PRECISION && how.precision < 1.0) {
         return Err(Error::invalid(
             "search precision",
-            format!("must be in (0, 100) %, got {}", 100.0 * how.precision),
+            format!(
+                "must be in [{}, 100) %, got {}",
+                100.0 * MIN_PRECISION,
+                100.0 * how.precision
+            ),
         ));
     }
     let mut probes: Vec<Probe> = Vec::new();

@@ -16,6 +16,8 @@ use crate::runtime::{MaxBatch, MaxPending};
 use crate::time::Sla;
 use rayon::prelude::*;
 
+mod capacity;
+
 /// The dominance grid.
 pub(super) struct Dominance;
 
@@ -347,6 +349,7 @@ fn dominance(ctx: &mut Ctx) -> Result<()> {
         .take(15)
         .map(|m| format!("- {}", m.1))
         .collect();
+    let capacities = capacity::capacities(ctx, &benches, &policies)?;
     ctx.sections.push((
         "Dominance: auto against the best peer".into(),
         format!(
@@ -357,7 +360,7 @@ fn dominance(ctx: &mut Ctx) -> Result<()> {
              at **{met} of {points} points**. `dominance.csv` has every point and each best peer's name; the cells show the worse of \
              the two ratios (green meets the goal).\n\nEvery policy held to the same goal (the safest to leave on meets the most points; \
              a peer is measured against the best of the peers, itself included):\n\n{safest}\n\nThe {shown} worst misses of \
-             `auto` ({missed} in all):\n\n{worst}\n",
+             `auto` ({missed} in all):\n\n{worst}\n\n{capacities}",
             safest = lines.join("\n"),
             window = crate::policy::auto::WINDOW,
             benches = benches.len(),
