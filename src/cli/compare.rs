@@ -39,7 +39,7 @@ pub(super) struct CompareArgs {
     /// Rates as multiples of the serial capacity instead of --rates.
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     load: Option<Vec<f64>>,
-    /// Policies, comma-separated, of serial, graph:W[:B][:per-model], cellular:W[:B], continuous[:B], chunked:MS[:B], dva:D:W[:B], lazy[:strict][:no-decoder-preempt][:recheck][:all][:past-again|:past-max], lazy:adaptive[:recheck], oracle[:the same readings], auto (docs/policies.md)
+    /// Policies, comma-separated, of serial, graph:W[:B][:per-model], cellular:W[:B], continuous[:B], chunked:MS[:B], dva:D:W[:B], lazy[:strict][:no-decoder-preempt][:recheck][:all][:past-again|:past-max], lazy:adaptive[:recheck], oracle[:the same readings], auto[:tokens] (docs/policies.md)
     /// [default: serial,graph:0,graph:5,graph:25,graph:50,graph:95,lazy,oracle; co-located
     /// models: those of these that serve several models].
     #[arg(long, value_delimiter = ',')]
@@ -200,7 +200,7 @@ fn header(bench: &Testbed, sv: &Serve, seeds: u64, sla_ms: f64) -> String {
     let mut o = String::new();
     outp!(
         o,
-        "{} on {}{}: {} requests per run{}, {} seed(s), SLA {} ms, max batch {}, single-input latency {:.3} ms",
+        "{} on {}{}: {} requests per run{}, {} seed(s), {}, max batch {}, single-input latency {:.3} ms",
         bench.model.name,
         bench.description(),
         match sv.spec.replicas.count() {
@@ -213,7 +213,17 @@ fn header(bench: &Testbed, sv: &Serve, seeds: u64, sla_ms: f64) -> String {
             p => format!(" ({p} arrivals)"),
         },
         seeds,
-        sla_ms,
+        match &sv.spec.colocated {
+            Some(c) => format!(
+                "SLAs {} ms (each model's, in order)",
+                c.slas()
+                    .iter()
+                    .map(|s| s.as_ms().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            None => format!("SLA {sla_ms} ms"),
+        },
         sv.max_batch(),
         1e3 / bench.serial_capacity()
     );
@@ -275,6 +285,10 @@ fn aggregate(
             traced: false,
             arrivals: c0.arrivals,
             classes: c0.classes.as_ref().map(ToString::to_string),
+            slas: c0
+                .colocated
+                .as_ref()
+                .map(|c| c.slas().iter().map(|s| s.as_ms()).collect()),
         };
         let mut v = run_json(&id, &st, wall);
         let (_, lat25, lat75) = spread(&|s| s.latency_ms.mean);
@@ -340,6 +354,8 @@ fn per_model(bench: &Testbed, chunk: &[RunOut]) -> Vec<(String, [f64; 4])> {
 /// policy's percentile spectrum per rate, mean and p99 against rate) titled `title`.
 pub(super) fn write_out(dir: &Path, name: &str, title: &str, rows: &[Row]) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    // the name starts file names: never a path (a tampered shard.json's model may be anything)
+    let name = &lazybatch::files::file_stem(name);
     let mut points = Vec::new();
     for row in rows {
         let Some(h) = &row.histogram else {

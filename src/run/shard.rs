@@ -177,15 +177,34 @@ impl ShardFile {
         Ok(path)
     }
 
-    /// Reads the file a shard wrote into `dir`.
+    /// Reads the file a shard wrote into `dir`: a regular file of at most
+    /// [`crate::files::SHARD`]'s size, whose model name is one a model file may have
+    /// ([`crate::files::check_name`]: it starts the merged files' names) and whose wall time
+    /// is a finite count of seconds; its header and title are made printable
+    /// ([`crate::files::printable`]: a title cannot hold a terminal's escape sequence).
     pub fn load(dir: &Path) -> Result<ShardFile> {
         let path = dir.join(Self::NAME);
-        let text = std::fs::read_to_string(&path).map_err(|e| Error::io(&path, e))?;
-        serde_json::from_str(&text).map_err(|e| Error::ConfigFile {
-            file: path,
+        let text = crate::files::read_text(&path, crate::files::SHARD)?;
+        let mut f: ShardFile = serde_json::from_str(&text).map_err(|e| Error::ConfigFile {
+            file: path.clone(),
             line: e.line(),
             msg: e.to_string(),
-        })
+        })?;
+        let bad = |field: &str, msg: String| Error::ConfigFile {
+            file: path.clone(),
+            line: 0,
+            msg: format!("{field}: {msg} (the file was edited)"),
+        };
+        crate::files::check_name(&f.model).map_err(|m| bad("model", m))?;
+        if !(f.wall_s.is_finite() && (0.0..=1e9).contains(&f.wall_s)) {
+            return Err(bad(
+                "wall_s",
+                format!("must be in [0, 1e9] s, got {}", f.wall_s),
+            ));
+        }
+        f.header = crate::files::printable(&f.header);
+        f.title = crate::files::printable(&f.title);
+        Ok(f)
     }
 }
 

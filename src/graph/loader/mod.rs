@@ -275,6 +275,10 @@ impl<'a> Parser<'a> {
         let name = self
             .get_str(root, "name", "", 1)?
             .ok_or_else(|| self.err(1, "name", "missing (every model needs a name)"))?;
+        if let Err(why) = crate::files::check_name(&name) {
+            let line = root.get("name").map_or(1, |i| self.line_of(i.span()));
+            return Err(self.err(line, "name", &why));
+        }
         let description = self
             .get_str(root, "description", "", 1)?
             .unwrap_or_default();

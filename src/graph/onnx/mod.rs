@@ -311,12 +311,14 @@ fn quote(s: &str) -> String {
     toml_edit::Value::from(s).to_string().trim().to_string()
 }
 
-/// An imported model's name (the file's stem) and what it is (`imported from ONNX (opset 17,
+/// An imported model's name (the file's stem, made a valid model name:
+/// [`crate::files::file_stem`]) and what it is (`imported from ONNX (opset 17,
 /// its producer)`).
 fn identity(path: &Path, model: &ModelProto) -> (String, String) {
-    let stem = path
-        .file_stem()
-        .map_or_else(|| "onnx".into(), |s| s.to_string_lossy().into_owned());
+    let stem = path.file_stem().map_or_else(
+        || "onnx".into(),
+        |s| crate::files::file_stem(&s.to_string_lossy()),
+    );
     let opset = model
         .opset_import
         .iter()
