@@ -134,6 +134,7 @@ pub(super) fn run(a: LoadArgs, progress: lazybatch::progress::Mode) -> Result<()
         traced: false,
         arrivals: process,
         classes: classes.as_ref().map(ToString::to_string),
+        slas: None,
     };
     let per_class: Vec<(String, metrics::Stats)> = match &classes {
         Some(c) => c
@@ -161,7 +162,8 @@ pub(super) fn run(a: LoadArgs, progress: lazybatch::progress::Mode) -> Result<()
         v["first_error"] = out.first_error.clone().into();
         v["measured_by"] = "client: scheduled arrival to answer".into();
         out!(o, "{}", serde_json::to_string_pretty(&v)?);
-        return emit(&o);
+        emit(&o)?;
+        return answered_any(&st, out.failed.total());
     }
     text(&mut o, &id, &st, out.wall_s, &per_class);
     out!(
@@ -180,5 +182,17 @@ pub(super) fn run(a: LoadArgs, progress: lazybatch::progress::Mode) -> Result<()
             .as_ref()
             .map_or(String::new(), |e| format!(" (first: {e})"))
     );
-    emit(&o)
+    emit(&o)?;
+    answered_any(&st, out.failed.total())
+}
+
+/// Fails (a non-zero exit, for a script or a CI gate) when requests were sent and not one got
+/// a usable answer, a completion or a refusal with its reason: the server is not serving.
+fn answered_any(st: &metrics::Stats, failed: u64) -> Result<()> {
+    if st.completed + st.rejected == 0 && failed > 0 {
+        anyhow::bail!(
+            "no request got a usable answer ({failed} failed: see the line above): is the server at --url serving?"
+        );
+    }
+    Ok(())
 }

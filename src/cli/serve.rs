@@ -24,7 +24,7 @@ pub(super) struct RunArgs {
     model: ModelArgs,
     #[command(flatten)]
     dev: DeviceArgs,
-    /// Policy: serial, graph:W[:B][:per-model], cellular:W[:B], continuous[:B], chunked:MS[:B], dva:D:W[:B], lazy[:strict][:no-decoder-preempt][:recheck][:all][:past-again|:past-max], lazy:adaptive[:recheck], oracle[:the same readings], auto (docs/policies.md).
+    /// Policy: serial, graph:W[:B][:per-model], cellular:W[:B], continuous[:B], chunked:MS[:B], dva:D:W[:B], lazy[:strict][:no-decoder-preempt][:recheck][:all][:past-again|:past-max], lazy:adaptive[:recheck], oracle[:the same readings], auto[:tokens] (docs/policies.md).
     #[arg(long)]
     policy: String,
     /// Arrival rate in requests/s.
@@ -67,13 +67,22 @@ pub(super) struct RunId<'a> {
     pub(super) arrivals: lazybatch::traffic::Process,
     /// SLA classes, when the requests have them (their deadlines replace `sla_ms`).
     pub(super) classes: Option<String>,
+    /// Co-located models' SLAs (ms), in the models' order (`--slas`): they replace `sla_ms`.
+    pub(super) slas: Option<Vec<f64>>,
 }
 
 pub(super) fn run_json(id: &RunId, st: &Stats, wall_s: f64) -> serde_json::Value {
+    // a trace whose arrivals all share one instant has no rate: null, never 0
+    let rate = if id.traced && id.rate == 0.0 {
+        serde_json::Value::Null
+    } else {
+        id.rate.into()
+    };
     let mut v = json!({
-        "model": id.model, "device": id.device, "policy": id.policy, "rate_rps": id.rate,
+        "model": id.model, "device": id.device, "policy": id.policy, "rate_rps": rate,
         "requests": st.requests, "completed": st.completed, "rejected": st.rejected,
         "rejected_queue_full": st.rejected_queue_full, "rejected_shed": st.rejected_shed,
+        "rejected_abandoned": st.rejected_abandoned,
         "goodput_rps": st.goodput_rps, "traced": id.traced,
         "arrivals": if id.traced { "trace".to_string() } else { id.arrivals.to_string() },
         "classes": id.classes,
@@ -201,6 +210,10 @@ pub(super) fn run(a: RunArgs, progress: Mode) -> Result<()> {
         traced: a.trace.is_some(),
         arrivals: cfg.arrivals,
         classes: cfg.classes.as_ref().map(ToString::to_string),
+        slas: cfg
+            .colocated
+            .as_ref()
+            .map(|c| c.slas().iter().map(|s| s.as_ms()).collect()),
     };
     if a.json {
         let mut v = run_json(&id, &st, wall);
@@ -272,14 +285,22 @@ pub(super) fn text(o: &mut String, id: &RunId, st: &Stats, wall: f64, groups: &[
         id.device,
         id.policy,
         match (id.traced, id.arrivals) {
+            (true, _) if id.rate == 0.0 => "trace (every arrival at one instant: no rate)".into(),
             (true, _) => format!("trace (mean {:.1} req/s)", id.rate),
             (false, Process::Poisson) => format!("{:.1} req/s", id.rate),
             (false, p) => format!("{:.1} req/s ({p} arrivals)", id.rate),
         },
         st.requests,
-        match &id.classes {
-            Some(c) => format!("SLA classes {c}"),
-            None => format!("SLA {} ms", id.sla_ms),
+        match (&id.classes, &id.slas) {
+            (Some(c), _) => format!("SLA classes {c}"),
+            (None, Some(slas)) => format!(
+                "SLAs {} ms (each model's, in order)",
+                slas.iter()
+                    .map(|s| s.to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            (None, None) => format!("SLA {} ms", id.sla_ms),
         },
         id.seed
     );

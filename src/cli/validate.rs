@@ -32,7 +32,7 @@ pub(super) struct ValidateArgs {
     model: ModelArgs,
     #[command(flatten)]
     dev: DeviceArgs,
-    /// Policies, comma-separated, of serial, graph:W[:B][:per-model], cellular:W[:B], continuous[:B], chunked:MS[:B], dva:D:W[:B], lazy[:strict][:no-decoder-preempt][:recheck][:all][:past-again|:past-max], lazy:adaptive[:recheck], oracle[:the same readings], auto.
+    /// Policies, comma-separated, of serial, graph:W[:B][:per-model], cellular:W[:B], continuous[:B], chunked:MS[:B], dva:D:W[:B], lazy[:strict][:no-decoder-preempt][:recheck][:all][:past-again|:past-max], lazy:adaptive[:recheck], oracle[:the same readings], auto[:tokens].
     #[arg(
         long,
         value_delimiter = ',',
@@ -202,6 +202,7 @@ fn point_json(real: &Testbed, a: &ValidateArgs, p: &Point) -> serde_json::Value 
             traced: false,
             arrivals: p.cfg.arrivals,
             classes: None,
+            slas: None,
         };
         run_json(&id, st, 0.0)
     };

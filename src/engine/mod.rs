@@ -268,6 +268,11 @@ impl<'a> Server<'a> {
         clock: &mut C,
         arrivals: &mut A,
     ) -> Result<Step> {
+        // a node boundary: the source may give up what the server holds (a shutdown)
+        if arrivals.give_up() {
+            self.abandon_all()?;
+            return Ok(Step::Done);
+        }
         if let Some(until) = self.idling {
             if !arrivals.ready(until) {
                 return Ok(Step::Blocked);
@@ -349,7 +354,10 @@ impl<'a> Server<'a> {
         self.stalls = 0;
         self.refresh_members()?;
         self.wake(device, now);
-        if quiet && self.run_ahead(device, clock, arrivals.next_due(), now) {
+        if quiet
+            && !arrivals.may_give_up()
+            && self.run_ahead(device, clock, arrivals.next_due(), now)
+        {
             self.free_at = Some(clock.now());
             return Ok(Step::Went);
         }
@@ -445,6 +453,30 @@ impl<'a> Server<'a> {
                 }
                 None => self.infq.push(id),
             }
+        }
+        Ok(())
+    }
+
+    /// Every request in the server leaves as [`Rejection::Abandoned`]: those on the
+    /// BatchTable (part-served, at this node boundary) and those queued. The run then ends
+    /// ([`ArrivalSource::give_up`]).
+    fn abandon_all(&mut self) -> Result<()> {
+        let mut ids: Vec<RequestId> = self
+            .table
+            .entries()
+            .iter()
+            .flat_map(|e| e.members.iter().copied())
+            .collect();
+        while let Some(&id) = self.infq.front() {
+            self.infq.shed_front();
+            ids.push(id);
+        }
+        for id in ids {
+            let q = self.requests.reject(id)?;
+            if let Some(o) = self.setup.observer {
+                o.left(&q, Left::Rejected(Rejection::Abandoned));
+            }
+            self.record.reject(q, Rejection::Abandoned)?;
         }
         Ok(())
     }

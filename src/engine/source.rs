@@ -32,6 +32,19 @@ pub trait ArrivalSource {
     fn ready(&self, _until: Option<Nanos>) -> bool {
         true
     }
+    /// Whether the server is to give up every request it holds now, at this node boundary
+    /// (a server's shutdown deadline passed): they leave as [`Rejection::Abandoned`] and the
+    /// run ends.
+    ///
+    /// [`Rejection::Abandoned`]: crate::runtime::Rejection::Abandoned
+    fn give_up(&self) -> bool {
+        false
+    }
+    /// Whether it may ever give up ([`ArrivalSource::give_up`]): then the engine never runs
+    /// several nodes as one (a run ahead), so that every node boundary is one where it looks.
+    fn may_give_up(&self) -> bool {
+        false
+    }
 }
 
 /// A virtual-time source's idle: the clock jumps to the `next` arrival or `until`, whichever
@@ -124,6 +137,8 @@ pub struct ChannelArrivals {
     peeked: Option<Arrival>,
     total: usize,
     origin: Instant,
+    /// Set by the front end when its shutdown deadline passed ([`ArrivalSource::give_up`]).
+    give_up: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl ChannelArrivals {
@@ -135,6 +150,16 @@ impl ChannelArrivals {
             peeked: None,
             total: expected,
             origin,
+            give_up: None,
+        }
+    }
+
+    /// The same source, giving up the requests in the server once `flag` is set (a front
+    /// end's shutdown deadline: [`ArrivalSource::give_up`]).
+    pub fn giving_up_on(self, flag: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Self {
+        ChannelArrivals {
+            give_up: Some(flag),
+            ..self
         }
     }
 
@@ -187,6 +212,14 @@ impl ArrivalSource for ChannelArrivals {
     }
     fn expected(&self) -> usize {
         self.total
+    }
+    fn give_up(&self) -> bool {
+        self.give_up
+            .as_ref()
+            .is_some_and(|f| f.load(std::sync::atomic::Ordering::SeqCst))
+    }
+    fn may_give_up(&self) -> bool {
+        self.give_up.is_some()
     }
 }
 

@@ -462,3 +462,81 @@ fn a_swap_without_an_entry_below_is_an_error() {
         "{e}"
     );
 }
+
+/// Pre-drawn arrivals that give up at the engine's `at`-th look (it looks once a turn, at
+/// the node boundary before the turn: a front end's shutdown deadline).
+struct GivingUp<'a> {
+    inner: Predrawn<'a>,
+    looks: std::cell::Cell<usize>,
+    at: usize,
+}
+
+impl ArrivalSource for GivingUp<'_> {
+    fn poll(&mut self, now: Nanos) -> Option<Arrival> {
+        self.inner.poll(now)
+    }
+    fn idle(&mut self, clock: &mut dyn Clock, until: Option<Nanos>) -> bool {
+        self.inner.idle(clock, until)
+    }
+    fn expected(&self) -> usize {
+        self.inner.expected()
+    }
+    fn next_due(&mut self) -> Option<Nanos> {
+        self.inner.next_due()
+    }
+    fn give_up(&self) -> bool {
+        self.looks.set(self.looks.get() + 1);
+        self.looks.get() >= self.at
+    }
+    fn may_give_up(&self) -> bool {
+        true
+    }
+}
+
+#[test]
+fn a_source_that_gives_up_ends_the_run_at_a_node_boundary_with_every_request_counted() {
+    // the eight-node fixture at 1 ms a node: twelve requests at once under Serial; the first
+    // turn admits the first request and runs its first node, each next turn one node; at the
+    // fourth look (3 ms, the first request three nodes in) the source gives up
+    let m = zoo::fixture("eight_nodes.toml");
+    let prof = Profile::uniform(&m, 8, Nanos::from_ms(1.0));
+    let pred = Predictor::new(&m, &prof, 1);
+    let setup = kept(&m, &pred);
+    let mut dev = crate::device::table::TableDevice::from_profile(prof, "1 ms a node");
+    dev.prepare(&m, 8).unwrap();
+    let arrivals: Vec<Arrival> = (0..12)
+        .map(|_| Arrival {
+            len: Lengths { enc: 1, dec: 1 },
+            ..Arrival::default()
+        })
+        .collect();
+    let mut src = GivingUp {
+        inner: Predrawn::new(&arrivals),
+        looks: std::cell::Cell::new(0),
+        at: 4,
+    };
+    let mut pol = policy::parse("serial", 8).unwrap();
+    let out = run_source(
+        &setup,
+        &mut dev,
+        pol.as_mut(),
+        &mut VirtualClock::new(),
+        &mut src,
+    )
+    .unwrap();
+    let st = out.stats();
+    assert_eq!(
+        (
+            st.requests,
+            st.completed,
+            st.rejected,
+            st.rejected_abandoned
+        ),
+        (12, 0, 12, 12)
+    );
+    assert_eq!((st.rejected_queue_full, st.rejected_shed), (0, 0));
+    // nothing ran past the boundary where it gave up
+    assert_eq!(out.counters.executions, 3, "{:?}", out.counters);
+    assert_eq!(out.counters.busy, Nanos::from_ms(3.0));
+    assert!(out.requests.iter().all(|q| q.completion.is_none()));
+}

@@ -204,15 +204,22 @@ pub(super) async fn metrics(State(f): State<Arc<Front>>) -> Response {
     }
 }
 
-/// What a body reserves: its declared length (the largest body when it declares none, chunked)
-/// times [`PARSE_FACTOR`], at most the whole budget (so that one large request alone is served).
-fn reservation(f: &Front, headers: &axum::http::HeaderMap) -> usize {
+/// A body declared (`Content-Length`) larger than `--max-body-mib`: the 413 it gets at once,
+/// before a byte of it is read or any budget reserved.
+fn declared_too_large(f: &Front, headers: &axum::http::HeaderMap) -> Option<String> {
     let declared = headers
-        .get(axum::http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<usize>().ok())
-        .unwrap_or(f.max_body)
-        .min(f.max_body);
-    declared.saturating_mul(PARSE_FACTOR).min(f.max_inflight)
+        .get(axum::http::header::CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse::<u128>()
+        .ok()?;
+    (declared > f.max_body as u128).then(|| {
+        format!(
+            "the body is declared {declared} bytes, larger than {} bytes (--max-body-mib)",
+            f.max_body
+        )
+    })
 }
 
 /// How much memory a body takes while it is parsed, as a multiple of its size: a JSON tensor's
@@ -235,11 +242,16 @@ pub(super) async fn infer(
         Ok(h) => h,
         Err(msg) => return lingering(&f, body, not_found(msg)),
     };
-    let _held = match take_in(&f, reservation(&f, &headers)) {
+    if let Some(msg) = declared_too_large(&f, &headers) {
+        f.metrics.count(Some(h.part), outcome::TOO_LARGE);
+        return lingering(&f, body, error(StatusCode::PAYLOAD_TOO_LARGE, msg));
+    }
+    // a place now; the body's share of the budget as its bytes arrive
+    let (_taken, mut held) = match take_in(&f, 0) {
         Ok(held) => held,
         Err((why, msg)) => return lingering(&f, body, unavailable(&f, h, why, msg)),
     };
-    let body = match received(&f, body)
+    let body = match received(&f, body, &mut held)
         .await
         .and_then(|b| decoded(&headers, b, f.max_body))
     {
@@ -250,6 +262,7 @@ pub(super) async fn infer(
                 match status {
                     StatusCode::REQUEST_TIMEOUT => outcome::TIMED_OUT,
                     StatusCode::PAYLOAD_TOO_LARGE => outcome::TOO_LARGE,
+                    StatusCode::SERVICE_UNAVAILABLE => outcome::OVERLOADED,
                     _ => outcome::BAD_REQUEST,
                 },
             );
@@ -347,33 +360,53 @@ fn lingering(f: &Front, body: axum::body::Body, mut answer: Response) -> Respons
 }
 
 /// The request's body, read within the body timeout and up to `--max-body-mib` (408 and 413
-/// with the protocol's error object otherwise; a connection that fails mid-body, 400).
+/// with the protocol's error object otherwise; a connection that fails mid-body, 400), each
+/// chunk charged to `held` as it arrives, [`PARSE_FACTOR`] times its size (503 when the
+/// bodies in flight hold `--max-inflight-mib`).
 async fn received(
     f: &Front,
-    body: axum::body::Body,
+    mut body: axum::body::Body,
+    held: &mut super::state::Reserved<'_>,
 ) -> std::result::Result<axum::body::Bytes, (StatusCode, String)> {
     use http_body_util::BodyExt;
-    let limited = http_body_util::Limited::new(body, f.max_body);
-    match tokio::time::timeout(f.body_timeout, limited.collect()).await {
-        Err(_) => Err((
-            StatusCode::REQUEST_TIMEOUT,
-            format!(
-                "the body did not arrive within {} s (--body-timeout-s)",
-                f.body_timeout.as_secs_f64()
-            ),
-        )),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err((
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!(
-                "the body is larger than {} bytes (--max-body-mib)",
-                f.max_body
-            ),
-        )),
-        Ok(Err(e)) => Err((
-            StatusCode::BAD_REQUEST,
-            format!("the body could not be read: {e}"),
-        )),
-        Ok(Ok(c)) => Ok(c.to_bytes()),
+    let deadline = tokio::time::Instant::now() + f.body_timeout;
+    let mut got: Vec<u8> = Vec::new();
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => {
+                return Err((
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "the body did not arrive within {} s (--body-timeout-s)",
+                        f.body_timeout.as_secs_f64()
+                    ),
+                ))
+            }
+            Ok(None) => return Ok(got.into()),
+            Ok(Some(Err(e))) => {
+                return Err((
+                    StatusCode::BAD_REQUEST,
+                    format!("the body could not be read: {e}"),
+                ))
+            }
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            // trailers: nothing to keep
+            continue;
+        };
+        if got.len() + data.len() > f.max_body {
+            return Err((
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "the body is larger than {} bytes (--max-body-mib)",
+                    f.max_body
+                ),
+            ));
+        }
+        held.grow(data.len().saturating_mul(PARSE_FACTOR))
+            .map_err(|(_, msg)| (StatusCode::SERVICE_UNAVAILABLE, msg))?;
+        got.extend_from_slice(&data);
     }
 }
 

@@ -8,28 +8,32 @@ fn front() -> Arc<Front> {
 }
 
 #[test]
-fn a_request_is_taken_in_or_refused_before_its_body_is_read() {
+fn a_request_is_taken_in_before_its_body_and_charged_as_its_bytes_arrive() {
     let f = front();
-    let declared = |n: usize| {
+    let declared = |n: &str| {
         let mut h = axum::http::HeaderMap::new();
-        h.insert(axum::http::header::CONTENT_LENGTH, n.into());
+        h.insert(axum::http::header::CONTENT_LENGTH, n.parse().unwrap());
         h
     };
-    // a declared body reserves its length times the parse factor; none declared (chunked)
-    // reserves the largest body; neither more than the whole budget
-    assert_eq!(reservation(&f, &declared(1000)), 1000 * PARSE_FACTOR);
-    let none = axum::http::HeaderMap::new();
-    assert_eq!(reservation(&f, &none), f.max_body * PARSE_FACTOR);
-    assert_eq!(
-        reservation(&f, &declared(usize::MAX)),
-        f.max_body * PARSE_FACTOR
+    // a body declared over --max-body-mib (1 MiB here) is refused before a byte is read
+    assert_eq!(declared_too_large(&f, &declared("1048576")), None);
+    let msg = declared_too_large(&f, &declared("1048577")).unwrap();
+    assert!(
+        msg.contains("declared 1048577 bytes") && msg.contains("--max-body-mib"),
+        "{msg}"
     );
-    // --max-queue (4) places, each taken before a byte is read; the fifth is refused
-    let held: Vec<_> = (0..4)
-        .map(|_| take_in(&f, reservation(&f, &declared(10))).ok().unwrap())
-        .collect();
+    assert!(declared_too_large(&f, &declared("99999999999999999999999")).is_some());
+    assert_eq!(declared_too_large(&f, &axum::http::HeaderMap::new()), None);
+    // --max-queue (4) places, each taken before a byte is read and holding no budget; the
+    // fifth is refused
+    let held: Vec<_> = (0..4).map(|_| take_in(&f, 0).ok().unwrap()).collect();
     assert_eq!(f.admitted.load(Ordering::SeqCst), 4);
-    let refused = take_in(&f, reservation(&f, &declared(10))).err().unwrap();
+    assert_eq!(
+        f.inflight.load(Ordering::SeqCst),
+        0,
+        "nothing arrived, nothing held"
+    );
+    let refused = take_in(&f, 0).err().unwrap();
     assert_eq!(refused.0, outcome::QUEUE_FULL);
     drop(held);
     assert_eq!(
@@ -39,25 +43,32 @@ fn a_request_is_taken_in_or_refused_before_its_body_is_read() {
         ),
         (0, 0)
     );
-    // the bytes: 64 MiB hold twelve bodies of 1 MiB (5 MiB each), not thirteen
-    let big = declared(1 << 20);
+    // the bytes, charged as they arrive: 64 MiB hold twelve bodies of 1 MiB (5 MiB each),
+    // not thirteen
     let f = Arc::new(Front {
         max_queue: 100,
         ..super::super::state::owned_front()
     });
-    let held: Vec<_> = (0..12)
-        .map(|_| take_in(&f, reservation(&f, &big)).ok().unwrap())
-        .collect();
-    let refused = take_in(&f, reservation(&f, &big)).err().unwrap();
+    let mut held: Vec<_> = (0..13).map(|_| take_in(&f, 0).ok().unwrap()).collect();
+    for (_, r) in held.iter_mut().take(12) {
+        for _ in 0..4 {
+            r.grow((1 << 18) * PARSE_FACTOR).unwrap();
+        }
+        assert_eq!(r.held(), (1 << 20) * PARSE_FACTOR);
+    }
+    let refused = held[12].1.grow((1 << 20) * PARSE_FACTOR).err().unwrap();
     assert_eq!(refused.0, outcome::OVERLOADED);
     assert!(refused.1.contains("--max-inflight-mib"), "{}", refused.1);
-    assert_eq!(
-        f.admitted.load(Ordering::SeqCst),
-        12,
-        "the refused one gave its place back"
-    );
+    assert_eq!(held[12].1.held(), 0, "a refused growth holds nothing more");
     drop(held);
     assert_eq!(f.inflight.load(Ordering::SeqCst), 0);
+    assert_eq!(f.admitted.load(Ordering::SeqCst), 0);
+    // one request alone may hold the whole budget, never more
+    let (_t, mut one) = take_in(&f, 0).ok().unwrap();
+    one.grow(usize::MAX).unwrap();
+    assert_eq!(one.held(), f.max_inflight);
+    one.grow(1).unwrap();
+    assert_eq!(f.inflight.load(Ordering::SeqCst), f.max_inflight);
 }
 
 fn ready_now(f: &Arc<Front>) -> StatusCode {
@@ -413,17 +424,19 @@ fn a_body_is_read_whole_or_refused_as_too_large_too_slow_or_broken_off() {
             fails,
             stalls,
         });
-        tokio::runtime::Builder::new_current_thread()
+        let (_taken, mut held) = take_in(&f, 0).ok().unwrap();
+        let got = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
             .unwrap()
-            .block_on(received(&f, body))
+            .block_on(received(&f, body, &mut held));
+        (got, held.held())
     };
-    // whole, at exactly the limit, in two parts
-    assert_eq!(
-        &read(&[b"01234", b"56789"], false, false).unwrap()[..],
-        b"0123456789"
-    );
+    // whole, at exactly the limit, in two parts, charged its bytes times the parse factor
+    let (got, held) = read(&[b"01234", b"56789"], false, false);
+    assert_eq!(&got.unwrap()[..], b"0123456789");
+    assert_eq!(held, 10 * PARSE_FACTOR);
+    let read = |chunks: &[&[u8]], fails: bool, stalls: bool| read(chunks, fails, stalls).0;
     // a byte past the limit: 413, naming the flag
     let (st, msg) = read(&[b"01234", b"567890"], false, false).unwrap_err();
     assert_eq!(st, StatusCode::PAYLOAD_TOO_LARGE, "{msg}");
@@ -436,4 +449,34 @@ fn a_body_is_read_whole_or_refused_as_too_large_too_slow_or_broken_off() {
     let (st, msg) = read(&[b"01234"], false, true).unwrap_err();
     assert_eq!(st, StatusCode::REQUEST_TIMEOUT, "{msg}");
     assert!(msg.contains("--body-timeout-s"), "{msg}");
+    // a body that would take the bodies in flight past --max-inflight-mib: 503, naming it
+    let f = Front {
+        max_inflight: 8 * PARSE_FACTOR,
+        ..f
+    };
+    let body = axum::body::Body::new(Sent {
+        chunks: vec![
+            axum::body::Bytes::from_static(b"01234"),
+            axum::body::Bytes::from_static(b"567"),
+        ],
+        fails: false,
+        stalls: false,
+    });
+    // another body already holds 3 bytes' charge: the first chunk (5) fits, the second does
+    // not
+    let (_other_place, mut other) = take_in(&f, 0).ok().unwrap();
+    other.grow(3 * PARSE_FACTOR).unwrap();
+    let (_taken, mut held) = take_in(&f, 0).ok().unwrap();
+    let got = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+        .block_on(received(&f, body, &mut held));
+    let (st, msg) = got.unwrap_err();
+    assert_eq!(st, StatusCode::SERVICE_UNAVAILABLE, "{msg}");
+    assert!(msg.contains("--max-inflight-mib"), "{msg}");
+    // the first chunk's charge stays held until the handler returns, then is released
+    assert_eq!(held.held(), 5 * PARSE_FACTOR);
+    drop((held, other));
+    assert_eq!(f.inflight.load(Ordering::SeqCst), 0);
 }

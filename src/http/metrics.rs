@@ -392,6 +392,15 @@ pub(crate) struct Waiting {
     pub stopped: std::sync::atomic::AtomicBool,
     /// Told when the engine stops, so that the server shuts down.
     pub gone: tokio::sync::Notify,
+    /// Requests handed to the engine, and those it reported leaving (under `replies`' lock).
+    sent: std::sync::atomic::AtomicU64,
+    reported: std::sync::atomic::AtomicU64,
+    /// The books are closed ([`Waiting::close_books`]): a report after it is not counted.
+    closed: std::sync::atomic::AtomicBool,
+    /// Set when the shutdown's share for connections has passed ([`Waiting::give_up_flag`]):
+    /// the engine gives up what it holds, and the observer counts every request that leaves
+    /// itself (the handlers may be dropped with the front end before they run).
+    give_up: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Waiting {
@@ -404,7 +413,47 @@ impl Waiting {
             metrics,
             stopped: std::sync::atomic::AtomicBool::new(false),
             gone: tokio::sync::Notify::new(),
+            sent: std::sync::atomic::AtomicU64::new(0),
+            reported: std::sync::atomic::AtomicU64::new(0),
+            closed: std::sync::atomic::AtomicBool::new(false),
+            give_up: Arc::default(),
         }
+    }
+
+    /// The flag that tells the engine's source to give up what the server holds
+    /// ([`crate::engine::ChannelArrivals::giving_up_on`]); once set, every request that leaves
+    /// is counted here, never handed to its handler.
+    pub fn give_up_flag(&self) -> Arc<std::sync::atomic::AtomicBool> {
+        self.give_up.clone()
+    }
+
+    /// A request was handed to the engine.
+    pub fn sent_one(&self) {
+        self.sent.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Closes the books while the engine still runs (a shutdown limit passed with the engine
+    /// inside a node): every request handed to it that it has not reported leaving is counted
+    /// `abandoned` now — none of them will be answered — and a report after this is not
+    /// counted, so that each request is counted once. Returns how many were.
+    pub fn close_books(&self) -> u64 {
+        let _held = self.replies.lock().unwrap_or_else(|e| e.into_inner());
+        if self.closed.swap(true, Ordering::SeqCst) {
+            return 0;
+        }
+        let n = self
+            .sent
+            .load(Ordering::SeqCst)
+            .saturating_sub(self.reported.load(Ordering::SeqCst));
+        for _ in 0..n {
+            self.metrics.count(None, outcome::ABANDONED);
+        }
+        n
+    }
+
+    /// Whether the engine has stopped ([`Waiting::engine_stopped`]).
+    pub fn has_stopped(&self) -> bool {
+        self.stopped.load(Ordering::SeqCst)
     }
 
     /// The engine stopped: every waiting handler hears so (its reply is dropped) and the
@@ -439,7 +488,21 @@ impl std::fmt::Debug for Metrics {
 
 impl Observer for Waiting {
     fn left(&self, q: &Request, how: Left) {
-        let tx = self.replies.lock().ok().and_then(|mut m| m.remove(&q.key));
+        let tx = {
+            let mut m = self.replies.lock().unwrap_or_else(|e| e.into_inner());
+            if self.closed.load(Ordering::SeqCst) {
+                return;
+            }
+            self.reported.fetch_add(1, Ordering::SeqCst);
+            let tx = m.remove(&q.key);
+            // past the shutdown's limit a handler may be dropped before it runs: the
+            // observer counts the request (as abandoned, or completed after its client went)
+            if self.give_up.load(Ordering::SeqCst) {
+                None
+            } else {
+                tx
+            }
+        };
         let latency = match how {
             Left::Completed(at) => {
                 self.metrics.completed(q, at);
@@ -474,6 +537,7 @@ pub(crate) fn rejected(why: crate::runtime::Rejection) -> &'static str {
     match why {
         crate::runtime::Rejection::QueueFull => outcome::QUEUE_FULL,
         crate::runtime::Rejection::Shed => outcome::SHED,
+        crate::runtime::Rejection::Abandoned => outcome::ABANDONED,
     }
 }
 

@@ -17,6 +17,8 @@ pub mod load;
 mod metrics;
 mod protocol;
 mod served;
+#[cfg(test)]
+mod shutdown_tests;
 mod state;
 
 use crate::device::exchange::Exchange;
@@ -69,6 +71,7 @@ pub struct Server {
     engine: Option<std::thread::JoinHandle<Result<Outcome>>>,
     exchange: Arc<Exchange>,
     metrics: Arc<Metrics>,
+    waiting: Arc<Waiting>,
 }
 
 /// How many requests a server answered under each outcome (`lazybatch_requests_total`'s
@@ -93,6 +96,15 @@ impl Server {
         self.wait()
     }
 
+    /// Stops accepting and stops within the shutdown limit, as a signal would:
+    /// [`Server::wait_within_limit`].
+    pub fn stop_within_limit(mut self) -> Result<Option<Outcome>> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        self.wait_within_limit()
+    }
+
     /// The server's counts by outcome, readable after it stopped.
     pub fn tally(&self) -> Tally {
         Tally(self.metrics.clone())
@@ -104,17 +116,48 @@ impl Server {
         self.exchange.held()
     }
 
-    /// Waits until the server stops (a signal, or [`Server::shutdown`]).
+    /// Waits until the server stops (a signal, or [`Server::shutdown`]) and its engine has
+    /// ended.
     pub fn wait(mut self) -> Result<Outcome> {
-        let joined = |e| Error::Internal(format!("a server thread panicked: {e:?}"));
-        if let Some(h) = self.http.take() {
-            h.join().map_err(joined)??;
-        }
+        self.join_front()?;
         match self.engine.take() {
-            Some(h) => h.join().map_err(joined)?,
+            Some(h) => h.join().map_err(panicked)?,
             None => Err(Error::Internal("the engine thread is gone".into())),
         }
     }
+
+    /// Waits until the server stops, within its shutdown limit: the engine's outcome, or None
+    /// when the engine was still inside a node when the limit passed (it gives up what it
+    /// holds at its next node boundary; a node may take longer than the limit). The front
+    /// end's counts ([`Server::tally`]) hold every request either way.
+    pub fn wait_within_limit(mut self) -> Result<Option<Outcome>> {
+        self.join_front()?;
+        match self.engine.take() {
+            Some(h) if h.is_finished() => h.join().map_err(panicked)?.map(Some),
+            Some(_) => {
+                self.waiting.close_books();
+                Ok(None)
+            }
+            None => Err(Error::Internal("the engine thread is gone".into())),
+        }
+    }
+
+    fn join_front(&mut self) -> Result<()> {
+        if let Some(h) = self.http.take() {
+            h.join().map_err(panicked)??;
+        }
+        Ok(())
+    }
+}
+
+fn panicked(e: Box<dyn std::any::Any + Send>) -> Error {
+    Error::Internal(format!("a server thread panicked: {e:?}"))
+}
+
+/// The part of `--shutdown-timeout-s` kept for the engine to reach a node boundary and give up
+/// what it holds, after the connections' share: a tenth of it, at most a second.
+fn engine_share(shutdown: std::time::Duration) -> std::time::Duration {
+    (shutdown / 10).min(std::time::Duration::from_secs(1))
 }
 
 /// Starts serving `bench` under `cfg` (its policy, SLA, maximum batch): the engine on one
@@ -189,9 +232,16 @@ pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server
         body_timeout: opts.timeouts.body,
     });
     let held = exchange.clone();
+    // set once the connections' share of the shutdown limit has passed: the engine then gives
+    // up every request it holds at its next node boundary
+    let give_up = waiting.give_up_flag();
+    let engine_waiting = waiting.clone();
+    let books = waiting.clone();
+    let giving_up = give_up.clone();
     let engine = std::thread::spawn(move || {
+        let waiting = engine_waiting;
         let _exit = OnEngineExit(waiting.clone());
-        let mut src = ChannelArrivals::new(rx, origin, 0);
+        let mut src = ChannelArrivals::new(rx, origin, 0).giving_up_on(giving_up);
         let arrivals = Arrivals::FrontEnd {
             channel: &mut src,
             observer: waiting.as_ref(),
@@ -201,6 +251,12 @@ pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server
     });
     let (stop, stopped) = oneshot::channel::<()>();
     let (max_body, timeouts) = (opts.max_body, opts.timeouts);
+    let engine_share = engine_share(timeouts.shutdown);
+    // the connections may take the shutdown limit less the engine's share
+    let drain = Timeouts {
+        shutdown: timeouts.shutdown.saturating_sub(engine_share),
+        ..timeouts
+    };
     let max_connections = opts.max_connections;
     let http = std::thread::spawn(move || -> Result<()> {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -220,6 +276,12 @@ pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server
                     _ = signal() => {}
                     _ = closing.waiting.gone.notified() => {}
                 }
+                // a second signal does not wait for anything
+                tokio::spawn(async {
+                    signal().await;
+                    eprintln!("serve: a second signal: exiting at once");
+                    std::process::exit(130);
+                });
                 // new requests get 503 while the admitted ones finish
                 closing.closing.store(true, Ordering::SeqCst);
                 let _ = closed.send(true);
@@ -229,7 +291,7 @@ pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server
                 Some(l) => {
                     let l = tokio::net::TcpListener::from_std(l)
                         .map_err(|e| Error::io("--grpc-listen", e))?;
-                    let serving = grpc_serve(front.clone(), l, (max_body, timeouts), on_close);
+                    let serving = grpc_serve(front.clone(), l, (max_body, drain), on_close);
                     Some(tokio::spawn(serving))
                 }
             };
@@ -238,7 +300,7 @@ pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server
                 move |outcome: &'static str| m.count(None, outcome)
             };
             let limits = listen::Limits {
-                times: timeouts,
+                times: drain,
                 connections: max_connections,
             };
             let mut finished = listen::serve(listener, app, limits, (shutdown, count)).await;
@@ -247,13 +309,28 @@ pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server
             }
             if !finished {
                 eprintln!(
-                    "serve: connections still open {:.0} s after the shutdown began were dropped (--shutdown-timeout-s)",
+                    "serve: connections still open {:.1} s after the shutdown began were dropped (--shutdown-timeout-s)",
+                    drain.shutdown.as_secs_f64()
+                );
+            }
+            // every handler has answered or is gone: what the engine still holds has no
+            // client; it gives it up at its next node boundary, and closing the channel ends it
+            give_up.store(true, Ordering::SeqCst);
+            front.tx.lock().map(|mut t| t.take()).ok();
+            let engine_done = async {
+                while !front.waiting.has_stopped() {
+                    tokio::select! {
+                        _ = front.waiting.gone.notified() => {}
+                        () = tokio::time::sleep(std::time::Duration::from_millis(5)) => {}
+                    }
+                }
+            };
+            if tokio::time::timeout(engine_share, engine_done).await.is_err() {
+                eprintln!(
+                    "serve: the engine was still inside a node {:.1} s after the shutdown began: not waited for (it gives up what it holds at its next node boundary)",
                     timeouts.shutdown.as_secs_f64()
                 );
             }
-            // every handler has answered or is gone: closing the channel lets the engine
-            // drain and end
-            front.tx.lock().map(|mut t| t.take()).ok();
             Ok(())
         })
     });
@@ -265,6 +342,7 @@ pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server
         engine: Some(engine),
         exchange: held,
         metrics: tally,
+        waiting: books,
     })
 }
 

@@ -9,6 +9,7 @@ use super::protocol::Checked;
 use super::state::{Front, Hosted};
 use crate::engine::{stamped, Left};
 use crate::graph::Lengths;
+use crate::runtime::Rejection;
 use crate::traffic::Arrival;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -97,18 +98,22 @@ pub(super) async fn serve(f: &Front, h: &Hosted, mut req: Checked) -> (Served, u
         let msg = "the server is shutting down";
         return (refused(f, h, outcome::SHUTTING_DOWN, msg), key);
     }
+    f.waiting.sent_one();
     let Ok((how, latency)) = answer.await else {
         let msg = "the engine stopped before answering".to_string();
         return (Served::Failed(msg), key);
     };
     if let Left::Rejected(why) = how {
-        let o = rejected(why);
-        let msg = if o == outcome::SHED {
-            "shed: its deadline could no longer be met (--shed)"
-        } else {
-            "queue full: the engine's pending queue is full (--max-pending)"
+        let msg = match why {
+            Rejection::Shed => "shed: its deadline could no longer be met (--shed)",
+            Rejection::QueueFull => {
+                "queue full: the engine's pending queue is full (--max-pending)"
+            }
+            Rejection::Abandoned => {
+                "abandoned: the server shut down before it completed (--shutdown-timeout-s)"
+            }
         };
-        return (refused(f, h, o, msg), key);
+        return (refused(f, h, rejected(why), msg), key);
     }
     (output(f, h, key, dec, latency), key)
 }

@@ -103,8 +103,37 @@ impl Drop for Taken<'_> {
     }
 }
 
-/// A body's reservation of `--max-inflight-mib`, held until its handler returns.
+/// A body's reservation of `--max-inflight-mib`, held until its handler returns: it grows as
+/// the body's bytes arrive ([`Reserved::grow`]), so that a client that declares a large body
+/// and sends nothing holds none of the budget.
 pub(super) struct Reserved<'a>(&'a Front, usize);
+
+impl Reserved<'_> {
+    /// Reserves `more` bytes besides what it holds (at most the whole budget for one request,
+    /// so that one large request alone is served), or says why not: the outcome and the
+    /// message of a 503; what it held stays held until it is dropped.
+    pub(super) fn grow(&mut self, more: usize) -> std::result::Result<(), (&'static str, String)> {
+        let f = self.0;
+        let more = more.min(f.max_inflight.saturating_sub(self.1));
+        let before = f.inflight.fetch_add(more, Ordering::SeqCst);
+        if before + more > f.max_inflight {
+            f.inflight.fetch_sub(more, Ordering::SeqCst);
+            let msg = format!(
+                "overloaded: the request bodies in flight hold {before} of {} bytes (--max-inflight-mib); this one would reserve {} more",
+                f.max_inflight, more
+            );
+            return Err((outcome::OVERLOADED, msg));
+        }
+        self.1 += more;
+        Ok(())
+    }
+
+    /// The bytes it holds.
+    #[cfg(test)]
+    pub(super) fn held(&self) -> usize {
+        self.1
+    }
+}
 
 impl Drop for Reserved<'_> {
     fn drop(&mut self) {

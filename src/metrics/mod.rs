@@ -37,7 +37,8 @@ pub struct Stats {
     /// Requests completed.
     pub completed: u64,
     /// Requests rejected, every one for a counted reason: the pending queue was full
-    /// (`--max-pending`), or `--shed` found its deadline lost.
+    /// (`--max-pending`), `--shed` found its deadline lost, or a server's shutdown deadline
+    /// passed before it completed.
     pub rejected: u64,
     /// Of those, rejected because the pending queue was full.
     #[serde(default)]
@@ -45,6 +46,10 @@ pub struct Stats {
     /// Of those, shed: their deadline could no longer be met (`--shed`).
     #[serde(default)]
     pub rejected_shed: u64,
+    /// Of those, abandoned at a node boundary when a server's shutdown deadline passed
+    /// (`serve --shutdown-timeout-s`).
+    #[serde(default)]
+    pub rejected_abandoned: u64,
     /// Latency percentiles.
     pub latency_ms: LatencyMs,
     /// Completed requests / (last completion − first arrival).

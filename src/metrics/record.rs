@@ -190,6 +190,7 @@ struct Tally {
     completed: u64,
     rejected_queue_full: u64,
     rejected_shed: u64,
+    rejected_abandoned: u64,
     /// Completed within their deadline.
     good: u64,
     /// Latencies in µs (3 significant digits; grows its range as needed).
@@ -216,6 +217,7 @@ impl Tally {
             completed: 0,
             rejected_queue_full: 0,
             rejected_shed: 0,
+            rejected_abandoned: 0,
             good: 0,
             hist,
             sum: 0,
@@ -266,6 +268,7 @@ impl Tally {
             completed,
             rejected_queue_full,
             rejected_shed,
+            rejected_abandoned,
             good,
             hist,
             sum,
@@ -284,6 +287,7 @@ impl Tally {
         self.completed += completed;
         self.rejected_queue_full += rejected_queue_full;
         self.rejected_shed += rejected_shed;
+        self.rejected_abandoned += rejected_abandoned;
         self.good += good;
         self.hist
             .add(hist)
@@ -303,6 +307,7 @@ impl Tally {
         match why {
             Rejection::QueueFull => self.rejected_queue_full += 1,
             Rejection::Shed => self.rejected_shed += 1,
+            Rejection::Abandoned => self.rejected_abandoned += 1,
         }
     }
 
@@ -320,9 +325,10 @@ impl Tally {
         Stats {
             requests: self.offered,
             completed,
-            rejected: self.rejected_queue_full + self.rejected_shed,
+            rejected: self.rejected_queue_full + self.rejected_shed + self.rejected_abandoned,
             rejected_queue_full: self.rejected_queue_full,
             rejected_shed: self.rejected_shed,
+            rejected_abandoned: self.rejected_abandoned,
             goodput_rps: if span > 0.0 {
                 self.good as f64 / span
             } else {
@@ -452,6 +458,7 @@ impl Recorder {
         let outcome = match why {
             Rejection::QueueFull => "rejected:queue_full",
             Rejection::Shed => "rejected:shed",
+            Rejection::Abandoned => "rejected:abandoned",
         };
         self.write_csv(&q, outcome)?;
         if self.keep.requests {

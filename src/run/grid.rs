@@ -176,6 +176,7 @@ pub fn mean_stats(runs: &[&Stats]) -> Stats {
         rejected: count(&|s| s.rejected),
         rejected_queue_full: count(&|s| s.rejected_queue_full),
         rejected_shed: count(&|s| s.rejected_shed),
+        rejected_abandoned: count(&|s| s.rejected_abandoned),
         latency_ms: metrics::LatencyMs {
             mean: avg(&|s| s.latency_ms.mean),
             p50: avg(&|s| s.latency_ms.p50),

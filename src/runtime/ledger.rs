@@ -24,6 +24,9 @@ pub enum Rejection {
     QueueFull,
     /// `--shed`: its deadline could no longer be met, even served alone at once.
     Shed,
+    /// The server gave it up at a node boundary, queued or part-served: a shutdown's
+    /// deadline (`serve --shutdown-timeout-s`) passed before it completed.
+    Abandoned,
 }
 
 /// The live requests and the count of those that left.
