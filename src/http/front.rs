@@ -272,7 +272,10 @@ pub(super) async fn infer(
     let mut req = match split(&headers, &body).and_then(|(json, binary)| {
         serde_json::from_slice::<InferRequest>(json)
             .map_err(|e| format!("malformed request body: {e}"))
-            .and_then(|r| r.check(&h.input, h.max_dec, binary))
+            .and_then(|r| {
+                r.check_outputs(&h.output)?;
+                r.check(&h.input, h.max_dec, binary)
+            })
     }) {
         Ok(v) => v,
         Err(msg) => {
@@ -462,6 +465,10 @@ fn split<'b>(
     let Some(h) = headers.get(HEADER_LENGTH) else {
         return Ok((body, &[]));
     };
+    // given twice, one of the two would be dropped unseen
+    if headers.get_all(HEADER_LENGTH).iter().count() > 1 {
+        return Err("Inference-Header-Content-Length given more than once: give it once".into());
+    }
     let n: usize = h
         .to_str()
         .ok()

@@ -275,6 +275,11 @@ fn the_binary_part_starts_where_the_header_says_within_the_body() {
             "{bad}: {msg}"
         );
     }
+    // given twice (even twice the same): refused, one would be dropped unseen
+    let mut twice = with("3");
+    twice.append(HEADER_LENGTH, "3".parse().unwrap());
+    let msg = split(&twice, body).unwrap_err();
+    assert!(msg.contains("given more than once"), "{msg}");
 }
 
 /// A response's status and body, read.

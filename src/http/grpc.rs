@@ -177,8 +177,9 @@ impl GrpcInferenceService for Grpc {
         r: Request<pb::ModelReadyRequest>,
     ) -> Result<Response<pb::ModelReadyResponse>, Status> {
         let r = r.into_inner();
-        known(&self.0, &r.name, &r.version)?;
-        let ready = !self.0.closing_down();
+        // a model the server does not serve is not ready (Triton answers so, not NOT_FOUND)
+        let served = known(&self.0, &r.name, &r.version).is_ok();
+        let ready = served && !self.0.closing_down();
         Ok(Response::new(pb::ModelReadyResponse { ready }))
     }
 
@@ -302,11 +303,15 @@ impl GrpcInferenceService for Grpc {
             f.metrics.count(Some(h.part), why);
             Status::unavailable(msg)
         })?;
-        let req =
-            as_json_request(r).and_then(|(req, binary)| req.check(&h.input, h.max_dec, &binary));
+        let req = as_json_request(r).and_then(|(req, binary)| {
+            req.check_outputs(&h.output)?;
+            req.check(&h.input, h.max_dec, &binary)
+        });
         let mut req = req.map_err(|msg| {
             f.metrics.count(Some(h.part), outcome::BAD_REQUEST);
-            Status::invalid_argument(msg)
+            // at most 1 KiB, as over HTTP: a message that quotes a million-axis shape was
+            // 3.6 MB, past what the gRPC clients read
+            Status::invalid_argument(super::protocol::capped(msg))
         })?;
         let id = req.id.take();
         let (served, key) = served::serve(f, h, req).await;
@@ -398,13 +403,38 @@ where
         let answer = self.inner.call(req);
         let metrics = self.metrics.clone();
         Box::pin(async move {
-            let resp = answer.await?;
+            let mut resp = answer.await?;
             if refused_by_tonic(resp.headers()) {
                 metrics.count(None, outcome::TOO_LARGE);
+            }
+            if undecodable(resp.headers()) {
+                // the client's message, not the server: gRPC's code for a bad argument, and
+                // counted as HTTP counts a malformed body
+                resp.headers_mut().insert(
+                    "grpc-status",
+                    axum::http::HeaderValue::from(tonic::Code::InvalidArgument as i32),
+                );
+                metrics.count(None, outcome::MALFORMED);
             }
             Ok(resp)
         })
     }
+}
+
+/// True when a trailers-only answer is tonic's refusal of a message it could not decode
+/// (`INTERNAL`, "failed to decode Protobuf message"): garbage, a truncated message, a huge
+/// length prefix.
+fn undecodable(headers: &axum::http::HeaderMap) -> bool {
+    let internal = headers
+        .get("grpc-status")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| s.parse::<i32>().ok())
+        == Some(tonic::Code::Internal as i32);
+    let says = headers
+        .get("grpc-message")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|m| m.contains("decode%20Protobuf") || m.contains("decode Protobuf"));
+    internal && says
 }
 
 /// True when a trailers-only answer carries the codes tonic refuses an oversized message with.
@@ -438,6 +468,22 @@ mod tests {
             assert!(!with(Some(c)), "{c}");
         }
         assert!(!with(None));
+    }
+
+    #[test]
+    fn an_undecodable_message_is_told_apart_from_the_handlers_own_internal_errors() {
+        let with = |code: &str, msg: &str| {
+            let mut h = axum::http::HeaderMap::new();
+            h.insert("grpc-status", code.parse().unwrap());
+            h.insert("grpc-message", msg.parse().unwrap());
+            undecodable(&h)
+        };
+        assert!(with(
+            "13",
+            "failed%20to%20decode%20Protobuf%20message%3A%20invalid%20wire%20type"
+        ));
+        assert!(!with("13", "the%20engine%20stopped%20before%20answering"));
+        assert!(!with("3", "failed%20to%20decode%20Protobuf%20message"));
     }
 
     use super::super::metrics::outcome;
@@ -580,7 +626,8 @@ mod tests {
         };
         assert!(ready("").unwrap().into_inner().ready);
         assert!(ready("1").unwrap().into_inner().ready);
-        assert_eq!(ready("2").unwrap_err().code(), tonic::Code::NotFound);
+        // a version it does not serve is not ready (Triton answers false, not NOT_FOUND)
+        assert!(!ready("2").unwrap().into_inner().ready);
         let other = block_on(g.model_metadata(Request::new(pb::ModelMetadataRequest {
             name: "nope".into(),
             version: String::new(),

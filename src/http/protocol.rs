@@ -54,7 +54,6 @@ pub(super) struct InputTensor {
 /// An output the client asks for (`parameters.binary_data`: in the binary part).
 #[derive(Debug, Deserialize)]
 pub(super) struct RequestedOutput {
-    #[allow(dead_code)]
     pub(super) name: String,
     #[serde(default)]
     pub(super) parameters: Option<serde_json::Map<String, Value>>,
@@ -81,6 +80,31 @@ impl InferRequest {
     /// Its one input checked against the model's `io`, its values from `data` or from
     /// `binary` (the body after the JSON part), and its parameters; `max_dec`: the most
     /// decoder steps (0: none).
+    /// Refuses a requested output the model does not have (`output`, its one output): it was
+    /// answered 200 with the model's output, as if asked for.
+    pub(crate) fn check_outputs(&self, output: &Io) -> Result<(), String> {
+        for o in self.outputs.iter().flatten() {
+            if o.name != output.name {
+                return Err(format!(
+                    "output '{}': the model's output is '{}'",
+                    o.name, output.name
+                ));
+            }
+            // the classification extension would answer class labels: it was ignored, and the
+            // whole tensor answered
+            if o.parameters
+                .as_ref()
+                .is_some_and(|p| p.contains_key("class_count"))
+            {
+                return Err(format!(
+                    "output '{}': parameter class_count (the classification extension) is not supported",
+                    o.name
+                ));
+            }
+        }
+        Ok(())
+    }
+
     pub(crate) fn check(self, io: &Io, max_dec: u32, binary: &[u8]) -> Result<Checked, String> {
         let name = &io.name;
         let [input] = &self.inputs[..] else {
@@ -258,14 +282,29 @@ pub(super) struct Numbers(pub(super) Vec<f32>);
 
 impl<'de> Deserialize<'de> for Numbers {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let mut v = Vec::new();
-        serde::de::DeserializeSeed::deserialize(Sink(&mut v), d)?;
-        Ok(Numbers(v))
+        let mut nest = Nest::default();
+        serde::de::DeserializeSeed::deserialize(Sink(&mut nest, 0), d)?;
+        if let Some(why) = nest.ragged {
+            return Err(serde::de::Error::custom(format!(
+                "ragged nested data ({why}): nested lists must be rectangular, as the shape is"
+            )));
+        }
+        Ok(Numbers(nest.values))
     }
 }
 
-/// Appends every number of a (nested) list to its vector.
-struct Sink<'a>(&'a mut Vec<f32>);
+/// What a (nested) list holds: its numbers in order, each depth's list length, the depth of
+/// its numbers, and the first place it is not rectangular.
+#[derive(Default)]
+struct Nest {
+    values: Vec<f32>,
+    lens: Vec<Option<usize>>,
+    leaf: Option<usize>,
+    ragged: Option<String>,
+}
+
+/// Appends every number of a (nested) list at depth `.1` to the [`Nest`].
+struct Sink<'a>(&'a mut Nest, usize);
 
 impl<'de> serde::de::DeserializeSeed<'de> for Sink<'_> {
     type Value = ();
@@ -280,14 +319,45 @@ impl<'de> serde::de::Visitor<'de> for Sink<'_> {
         f.write_str("numbers, or lists of them")
     }
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let (nest, depth) = (self.0, self.1);
         if let Some(n) = seq.size_hint() {
-            self.0.reserve(n);
+            nest.values.reserve(n);
         }
-        while seq.next_element_seed(Sink(self.0))?.is_some() {}
+        let mut count = 0usize;
+        while seq
+            .next_element_seed(Sink(&mut *nest, depth + 1))?
+            .is_some()
+        {
+            count += 1;
+        }
+        // an inner list ends before its outer one: lengths are kept by depth
+        if nest.lens.len() <= depth {
+            nest.lens.resize(depth + 1, None);
+        }
+        match nest.lens[depth] {
+            None => nest.lens[depth] = Some(count),
+            Some(len) if len == count => {}
+            Some(len) => {
+                if nest.ragged.is_none() {
+                    nest.ragged =
+                        Some(format!("lists of {len} and {count} at depth {}", depth + 1));
+                }
+            }
+        }
         Ok(())
     }
     fn visit_f64<E: serde::de::Error>(self, x: f64) -> Result<(), E> {
-        self.0.push(finite(x).map_err(E::custom)?);
+        let (nest, depth) = (self.0, self.1);
+        nest.values.push(finite(x).map_err(E::custom)?);
+        match nest.leaf {
+            None => nest.leaf = Some(depth),
+            Some(d) if d == depth => {}
+            Some(d) => {
+                if nest.ragged.is_none() {
+                    nest.ragged = Some(format!("numbers at depths {d} and {depth}"));
+                }
+            }
+        }
         Ok(())
     }
     fn visit_i64<E: serde::de::Error>(self, x: i64) -> Result<(), E> {
@@ -359,7 +429,7 @@ pub(super) fn error(status: StatusCode, msg: String) -> Response {
 const MAX_ERROR: usize = 1024;
 
 /// `msg` cut to [`MAX_ERROR`] bytes at a character boundary, saying how much was left out.
-fn capped(mut msg: String) -> String {
+pub(super) fn capped(mut msg: String) -> String {
     if msg.len() <= MAX_ERROR {
         return msg;
     }
@@ -423,6 +493,61 @@ mod tests {
             .check(&tokens(), 0, &[])
             .unwrap_err();
         assert!(e.contains("no decoder"), "{e}");
+    }
+
+    #[test]
+    fn nested_data_must_be_rectangular() {
+        let parse = |v: Value| serde_json::from_value::<Numbers>(v).map(|n| n.0);
+        assert_eq!(
+            parse(serde_json::json!([[1, 2], [3, 4]])).unwrap(),
+            vec![1.0, 2.0, 3.0, 4.0]
+        );
+        assert_eq!(
+            parse(serde_json::json!([1, 2, 3])).unwrap(),
+            vec![1.0, 2.0, 3.0]
+        );
+        assert_eq!(
+            parse(serde_json::json!([[[1], [2]]])).unwrap(),
+            vec![1.0, 2.0]
+        );
+        let e = parse(serde_json::json!([[0, 0], [1, 2, 3, 4]]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("ragged nested data (lists of 2 and 4 at depth 2)"),
+            "{e}"
+        );
+        let e = parse(serde_json::json!([[0, 0], 1]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("numbers at depths 2 and 1"), "{e}");
+    }
+
+    #[test]
+    fn a_requested_output_must_be_the_models_own() {
+        let out = Io {
+            name: "logits".into(),
+            ..tokens()
+        };
+        let ask = |name: &str| {
+            req(serde_json::json!({"inputs": [], "outputs": [{"name": name}]})).check_outputs(&out)
+        };
+        assert_eq!(ask("logits"), Ok(()));
+        assert_eq!(
+            ask("nope"),
+            Err("output 'nope': the model's output is 'logits'".into())
+        );
+        assert_eq!(
+            req(serde_json::json!({"inputs": []})).check_outputs(&out),
+            Ok(())
+        );
+        let e = req(serde_json::json!({"inputs": [], "outputs": [{"name": "logits", "parameters": {"class_count": 3}}]}))
+            .check_outputs(&out)
+            .unwrap_err();
+        assert!(
+            e.contains("class_count (the classification extension) is not supported"),
+            "{e}"
+        );
     }
 
     #[test]

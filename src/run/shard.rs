@@ -195,7 +195,10 @@ impl ShardFile {
             line: 0,
             msg: format!("{field}: {msg} (the file was edited)"),
         };
-        crate::files::check_name(&f.model).map_err(|m| bad("model", m))?;
+        // a reproduce sweep names no one model
+        if !f.model.is_empty() {
+            crate::files::check_name(&f.model).map_err(|m| bad("model", m))?;
+        }
         if !(f.wall_s.is_finite() && (0.0..=1e9).contains(&f.wall_s)) {
             return Err(bad(
                 "wall_s",

@@ -387,7 +387,7 @@ fn parse_at_most(
         })?;
         if !(0.0..=horizon_ms).contains(&t) {
             return Err(bad(format!(
-                "TIME_MS: must be in [0, {horizon_ms:.4e}] ms (100 years), got {}",
+                "TIME_MS: must be in [0, {horizon_ms:.0}] ms (100 years: the clock's horizon, which the run must also end within), got {}",
                 crate::error::num(t)
             )));
         }

@@ -329,7 +329,12 @@ fn bounds_no_rate_can_meet_are_refused_naming_the_flag() {
         ),
         (
             &["--p99-ms", "20", "--search-precision", "0"],
-            "invalid --search-precision: must be in (0, 50] %",
+            "invalid --search-precision: must be in [0.001, 50] %",
+        ),
+        (
+            // a bracket narrower than a double can tell apart: it searched for ever
+            &["--p99-ms", "20", "--search-precision", "1e-15"],
+            "invalid --search-precision: must be in [0.001, 50] %, got 0.000000000000001",
         ),
         (
             &["--p99-ms", "20", "--violations", "1"],

@@ -160,6 +160,16 @@ fn grpc_answers_the_devices_outputs_and_each_bad_request_its_code() {
             .unwrap()
             .into_inner();
         assert!(ready.ready);
+        // a model it does not serve: not ready, as Triton answers (not NOT_FOUND)
+        let unknown = c
+            .model_ready(pb::ModelReadyRequest {
+                name: "no_such_model".into(),
+                version: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(!unknown.ready);
         let stats = c
             .model_statistics(pb::ModelStatisticsRequest::default())
             .await

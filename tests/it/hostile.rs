@@ -60,7 +60,10 @@ fn device_choices_name_what_is_wrong() {
         (&["serve", "--model", "resnet50", "--device", "npu", "--requests", "5"], "serve takes no --requests: its traffic comes over HTTP"),
         (&["serve", "--model", "resnet50", "--device", "npu", "--arrivals", "gamma:2"], "serve takes no --arrivals"),
         (&["serve", "--model", "resnet50,gnmt", "--device", "npu", "--shares", "1,1"], "serve takes no --shares"),
-        (&["serve", "--model", "resnet50", "--device", "npu", "--header-timeout-s", "0"], "invalid --header-timeout-s: 0 (seconds, in (0, 3600])"),
+        (&["serve", "--model", "resnet50", "--device", "npu", "--header-timeout-s", "0"], "invalid --header-timeout-s: 0 (seconds, in [0.1, 3600])"),
+        // a timeout no request can meet: every one would be 408, health checks too
+        (&["serve", "--model", "resnet50", "--device", "npu", "--header-timeout-s", "1e-308"], "invalid --header-timeout-s: 0.000"),
+        (&["serve", "--model", "resnet50", "--device", "npu", "--body-timeout-s", "0.05"], "invalid --body-timeout-s: 0.05 (seconds, in [0.1, 3600])"),
         (&["serve", "--model", "resnet50", "--device", "npu", "--body-timeout-s", "nan"], "invalid --body-timeout-s: NaN"),
         (&["serve", "--model", "resnet50", "--device", "npu", "--shutdown-timeout-s", "1e9"], "invalid --shutdown-timeout-s: 1000000000"),
         (&["run", "--model", "resnet50", "--progress", "loud", "--policy", "lazy", "--rate", "10"], "'loud' is not one of auto, bar, lines, off"),
@@ -164,7 +167,7 @@ fn files_out_of_range_name_the_file_line_field_and_range() {
     exits(
         &run_with(&["--policy", "lazy", "--trace", &far]),
         2,
-        "far.trace:2: TIME_MS: must be in [0, 3.1558e12] ms (100 years), got 1e17",
+        "far.trace:2: TIME_MS: must be in [0, 3155760000000] ms (100 years: the clock's horizon, which the run must also end within), got 1e17",
     );
     let long = write(&dir, "long.trace", "0 4294967295 4294967295\n");
     exits(
@@ -388,6 +391,147 @@ fn a_plan_larger_than_the_machine_is_refused_before_it_is_allocated() {
             )),
         }
     }
+}
+
+#[test]
+fn a_hostile_model_name_writes_nothing_outside_out_and_merge_refuses_a_tampered_shard() {
+    let dir = fresh_dir("hostile-names");
+    let text = std::fs::read_to_string("models/resnet50.toml").unwrap();
+    for (name, why) in [
+        ("../../ESCAPED", "name: must not start with '.'"),
+        ("/tmp/ABSOLUTE", "name: use only [A-Za-z0-9_.+-], got \"/\""),
+        ("", "name: must be 1 to 128 characters, got 0"),
+        ("a\u{1b}[31m", "name: use only [A-Za-z0-9_.+-]"),
+    ] {
+        let escaped = name.replace('\u{1b}', "\\u001b");
+        let m = text.replacen("name = \"resnet50\"", &format!("name = \"{escaped}\""), 1);
+        let file = write(&dir, "m.toml", &m);
+        let out = dir.join("out").join("x");
+        exits(
+            &[
+                "compare",
+                "--model",
+                &file,
+                "--device",
+                "npu",
+                "--requests",
+                "50",
+                "--rates",
+                "100",
+                "--policies",
+                "lazy",
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            2,
+            why,
+        );
+    }
+    // nothing was written anywhere: not beside the folder, not under it
+    assert!(!dir.join("ESCAPED_lazy_100rps.hgrm").exists());
+    assert!(!dir.join("out").exists());
+    // a shard.json edited to name its model a path is refused, naming the field
+    let shard = dir.join("s0");
+    let o = lazybatch(&[
+        "compare",
+        "--model",
+        "resnet50",
+        "--device",
+        "npu",
+        "--requests",
+        "50",
+        "--rates",
+        "100",
+        "--policies",
+        "lazy",
+        "--shard",
+        "0/1",
+        "--out",
+        shard.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let f = shard.join("shard.json");
+    let json = std::fs::read_to_string(&f).unwrap();
+    std::fs::write(
+        &f,
+        json.replacen("\"model\": \"resnet50\"", "\"model\": \"../escaped\"", 1),
+    )
+    .unwrap();
+    let merged = dir.join("merged");
+    exits(
+        &[
+            "merge",
+            shard.to_str().unwrap(),
+            "--out",
+            merged.to_str().unwrap(),
+        ],
+        2,
+        "model: must not start with '.' (the file was edited)",
+    );
+    assert!(!dir.join("escaped_lazy_100rps.hgrm").exists());
+}
+
+#[test]
+fn merge_refuses_a_shard_file_that_is_not_a_regular_file() {
+    // a FIFO blocked merge for ever; /dev/zero was read into 2 GB
+    let dir = fresh_dir("hostile-merge-fifo");
+    let s = dir.join("s");
+    std::fs::create_dir_all(&s).unwrap();
+    let fifo = s.join("shard.json");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    if !made.is_ok_and(|st| st.success()) {
+        eprintln!("SKIP: no mkfifo on this machine");
+        return;
+    }
+    exits(
+        &[
+            "merge",
+            s.to_str().unwrap(),
+            "--out",
+            dir.join("o").to_str().unwrap(),
+        ],
+        2,
+        "not a regular file (a shard file must be one)",
+    );
+}
+
+#[test]
+fn a_plan_over_the_processs_own_memory_limit_is_refused_naming_it() {
+    // under a 2 GiB address-space limit the host's free memory (tens of GiB) said yes and the
+    // plan's 9.2 GiB allocation aborted the process (exit 134)
+    let probe = Command::new("prlimit").arg("--version").output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIP: no prlimit on this machine (util-linux)");
+        return;
+    }
+    let o = Command::new("prlimit")
+        .args(["--as=2147483648", env!("CARGO_BIN_EXE_lazybatch")])
+        .args([
+            "run",
+            "--device",
+            "cpu",
+            "--model",
+            "resnet50",
+            "--policy",
+            "lazy",
+            "--rate",
+            "10",
+            "--requests",
+            "5",
+            "--max-batch",
+            "512",
+            "--force-max-batch",
+            "--reps",
+            "1",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("the process's address-space limit still allows (RLIMIT_AS"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -203,7 +203,7 @@ fn binary_tensors_and_per_request_slas_are_served_and_counted() {
     let path = "/v2/models/mobilenet_style/infer";
     let bytes: Vec<u8> = io[0].input.iter().flat_map(|v| v.to_le_bytes()).collect();
     // a deadline no request can meet: completed, and counted as a violation
-    let json = serde_json::json!({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 3, 32, 32], "parameters": {"binary_data_size": bytes.len()}}], "outputs": [{"name": "output", "parameters": {"binary_data": true}}], "parameters": {"sla_ms": 0.000001}}).to_string();
+    let json = serde_json::json!({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 3, 32, 32], "parameters": {"binary_data_size": bytes.len()}}], "outputs": [{"name": "softmax_80", "parameters": {"binary_data": true}}], "parameters": {"sla_ms": 0.000001}}).to_string();
     let (st, head, bin) = call_binary(a, path, &json, &bytes);
     assert_eq!(st, 200, "{head}");
     let v: serde_json::Value = serde_json::from_str(&head).unwrap();

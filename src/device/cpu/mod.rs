@@ -41,7 +41,7 @@ pub mod team;
 mod winograd;
 
 use super::layout::{Layout, NodeLayout, Seg, Src};
-use super::memory::{self, Pool};
+use super::memory;
 use super::weights::{self, Weights};
 use super::{Device, Member, Timing};
 use crate::error::{Error, Result};
@@ -482,12 +482,7 @@ impl Device for CpuDevice {
             .params()
             .saturating_add(largest)
             .saturating_add(states);
-        memory::check(
-            Pool::Host,
-            &what,
-            memory::f32_bytes(first),
-            memory::available(),
-        )?;
+        memory::check_host(&what, memory::f32_bytes(first))?;
         let mut nodes = Vec::with_capacity(model.nodes.len());
         let (mut need_a, mut need_c, mut need_cols, mut need_scores) =
             (1usize, 1usize, 1usize, 1usize);
@@ -622,12 +617,7 @@ impl Device for CpuDevice {
                 (need_cols as u64).saturating_mul(threads as u64),
                 u64::saturating_add,
             );
-        memory::check(
-            Pool::Host,
-            &what,
-            memory::f32_bytes(rest),
-            memory::available(),
-        )?;
+        memory::check_host(&what, memory::f32_bytes(rest))?;
         let (arena, bufs) = plan.allocate();
         for (n, buf) in nodes.iter_mut().zip(bufs) {
             n.out = buf;

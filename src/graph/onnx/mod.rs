@@ -120,7 +120,11 @@ fn within_external_limit(len: u64) -> std::result::Result<(), String> {
 /// location must be a relative path inside the model's directory, as the ONNX spec requires,
 /// and stay there once links are followed (a symlink out of the directory is refused: the
 /// class of `onnx`'s CVE-2024-27318); it must name a regular file of at most [`MAX_EXTERNAL`]
-/// bytes, its size checked before it is read.
+/// bytes, its size checked before it is read. Only each initializer's own region is read,
+/// once: its length must be the tensor's declared size (a region larger than its tensor was
+/// copied whole before the mismatch was seen: 40 tensors of 4 values naming one 100 MB region
+/// took 4 GB), and the bytes must fit the memory the process may still use
+/// ([`crate::device::memory::check_host`]) before they are allocated.
 fn load_external(g: &mut GraphProto, model: &Path) -> std::result::Result<(), String> {
     use proto::pb::tensor_proto::DataLocation;
     let dir = model.parent().unwrap_or(Path::new("."));
@@ -129,7 +133,8 @@ fn load_external(g: &mut GraphProto, model: &Path) -> std::result::Result<(), St
     } else {
         dir
     };
-    let mut files: HashMap<String, Vec<u8>> = HashMap::new();
+    // each file opened once: its handle and length
+    let mut files: HashMap<String, (std::fs::File, u64)> = HashMap::new();
     for t in &mut g.initializer {
         if t.data_location != Some(DataLocation::External as i32) {
             continue;
@@ -181,27 +186,60 @@ fn load_external(g: &mut GraphProto, model: &Path) -> std::result::Result<(), St
                 return Err(shown(&"external data must be a regular file"));
             }
             within_external_limit(meta.len()).map_err(|e| shown(&e))?;
-            let data = std::fs::read(&real).map_err(|e| shown(&e))?;
-            files.insert(loc.clone(), data);
+            let f = std::fs::File::open(&real).map_err(|e| shown(&e))?;
+            files.insert(loc.clone(), (f, meta.len()));
         }
-        let data = &files[&loc];
+        let Some((file, size)) = files.get_mut(&loc) else {
+            return Err(format!("initializer '{name}': {loc} was not opened"));
+        };
+        let size = *size as usize;
         let offset = num("offset")?.unwrap_or(0);
-        let length = num("length")?.unwrap_or(data.len().saturating_sub(offset));
-        let bytes = offset
-            .checked_add(length)
-            .and_then(|end| data.get(offset..end))
-            .ok_or_else(|| {
-                format!(
-                    "initializer '{name}': bytes {offset}..+{length} lie outside {} ({} bytes)",
-                    loc,
-                    data.len()
-                )
-            })?;
-        t.raw_data = Some(bytes.to_vec());
+        let length = num("length")?.unwrap_or(size.saturating_sub(offset));
+        if offset.checked_add(length).is_none_or(|end| end > size) {
+            return Err(format!(
+                "initializer '{name}': bytes {offset}..+{length} lie outside {loc} ({size} bytes)"
+            ));
+        }
+        if let Some(want) = declared_bytes(t) {
+            if want != length as u128 {
+                return Err(format!(
+                    "initializer '{name}': its external data is {length} bytes, its tensor's shape {:?} and type take {want}",
+                    t.dims
+                ));
+            }
+        }
+        crate::device::memory::check_host(&format!("initializer '{name}' ({loc})"), length as u64)
+            .map_err(|e| e.to_string())?;
+        let mut bytes: Vec<u8> = Vec::new();
+        bytes
+            .try_reserve_exact(length)
+            .map_err(|e| format!("initializer '{name}': {length} bytes: {e}"))?;
+        bytes.resize(length, 0);
+        use std::io::{Read, Seek, SeekFrom};
+        file.seek(SeekFrom::Start(offset as u64))
+            .and_then(|_| file.read_exact(&mut bytes))
+            .map_err(|e| format!("initializer '{name}': reading {loc}: {e}"))?;
+        t.raw_data = Some(bytes);
         t.data_location = None;
         t.external_data.clear();
     }
     Ok(())
+}
+
+/// The bytes a tensor's shape and element type take, when its type has a fixed size.
+fn declared_bytes(t: &proto::pb::TensorProto) -> Option<u128> {
+    use proto::pb::tensor_proto::DataType as D;
+    let each: u128 = match D::try_from(t.data_type.unwrap_or(0)).ok()? {
+        D::Bool | D::Int8 | D::Uint8 => 1,
+        D::Float16 | D::Bfloat16 | D::Int16 | D::Uint16 => 2,
+        D::Float | D::Int32 | D::Uint32 => 4,
+        D::Double | D::Int64 | D::Uint64 | D::Complex64 => 8,
+        D::Complex128 => 16,
+        _ => return None,
+    };
+    t.dims
+        .iter()
+        .try_fold(each, |n, &d| n.checked_mul(u128::try_from(d).ok()?))
 }
 
 /// Every operator outside [`SUPPORTED`], each with the first node that uses it.

@@ -113,6 +113,54 @@ fn external_data_is_read_from_the_models_directory_and_never_through_a_link_out_
     let _ = std::fs::remove_dir_all(&outside);
 }
 
+#[test]
+fn an_external_region_must_be_its_tensors_size_before_a_byte_is_copied() {
+    // the largest initializer's region given a length past its tensor's size (the review's
+    // amplification: 40 small tensors naming one 100 MB region were each copied whole),
+    // and a file larger than the tensor with no length at all
+    let d = dir("onnx-external-size");
+    let (path, bytes) = with_external(&d, "weights.bin");
+    let mut padded = bytes.clone();
+    padded.extend_from_slice(&[0u8; 4096]);
+    std::fs::write(d.join("weights.bin"), &padded).unwrap();
+    let e = import(&path, &[]).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!(
+            "its external data is {} bytes, its tensor's shape",
+            padded.len()
+        )) && e.contains(&format!("take {}", bytes.len())),
+        "{e}"
+    );
+    // with the region's offset and length given right, the same file imports
+    let mut m = ModelProto::decode(&std::fs::read(&path).unwrap()[..]).unwrap();
+    let g = m.graph.as_mut().unwrap();
+    for t in &mut g.initializer {
+        if !t.external_data.is_empty() {
+            t.external_data.push(StringStringEntryProto {
+                key: Some("length".into()),
+                value: Some(bytes.len().to_string()),
+            });
+        }
+    }
+    std::fs::write(&path, m.encode_to_vec()).unwrap();
+    assert!(import(&path, &[]).is_ok());
+    // a region past the file's end
+    let mut m = ModelProto::decode(&std::fs::read(&path).unwrap()[..]).unwrap();
+    let g = m.graph.as_mut().unwrap();
+    for t in &mut g.initializer {
+        if !t.external_data.is_empty() {
+            t.external_data.push(StringStringEntryProto {
+                key: Some("offset".into()),
+                value: Some("8192".into()),
+            });
+        }
+    }
+    std::fs::write(&path, m.encode_to_vec()).unwrap();
+    let e = import(&path, &[]).unwrap_err().to_string();
+    assert!(e.contains("lie outside weights.bin"), "{e}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 use proto::pb::tensor_proto::DataType;
 use test_graph::{floats, graph, Built, W};
 

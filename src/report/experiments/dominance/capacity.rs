@@ -259,7 +259,7 @@ pub(super) fn capacities(ctx: &mut Ctx, benches: &[Bench], policies: &[&str]) ->
          {GOAL}× the best peer's on **{met} of {points}** benches and bounds (`dominance_capacity.csv`).\n\n\
          | policy | capacities within {GOAL}× of the best peer's |\n|---|---|\n{ranking}\n\n\
          A policy that met the bound at every rate tried counts at the highest rate tried (a lower bound: \
-         its probes were too short to fill a queue). No policy met the bound at any rate on {unmet_n} (left out): {unmet}.\n\n\
+         its probes were too short to fill a queue). {unmet}\n\n\
          `auto`'s misses ({missed}):\n\n{misses}\n\nGPT-2 under the token SLOs, where `auto` is searched as `{tokens}` (it \
          scores its candidates on TTFT and TPOT p99, as `capacity` does under a token bound; goal: at least {LLM_GOAL}× `continuous`):\n\n{llm}\n",
         prec = 100.0 * plan.precision,
@@ -267,8 +267,15 @@ pub(super) fn capacities(ctx: &mut Ctx, benches: &[Bench], policies: &[&str]) ->
         requests = plan.requests,
         ranking = ranking.join("\n"),
         missed = misses.len(),
-        unmet_n = unmet.len(),
-        unmet = if unmet.is_empty() { "none".to_string() } else { unmet.join("; ") },
+        unmet = if unmet.is_empty() {
+            "Some policy met every bench's bound.".to_string()
+        } else {
+            format!(
+                "No policy met the bound at any rate on {} (left out): {}.",
+                unmet.len(),
+                unmet.join("; ")
+            )
+        },
         tokens = crate::policy::FOR_TOKENS,
         misses = if misses.is_empty() { "none".to_string() } else { misses.join("\n") },
         llm = llm_lines.join("\n"),
