@@ -16,7 +16,13 @@ release binary and asserts what docs/serve.md and docs/limits.md promise:
              is counted `too_many_connections` there);
   sigterm    SIGTERM while a flood, half-sent headers and stalled bodies are open: the process
              exits 0 within --shutdown-timeout-s (plus a margin), prints its summary on stdout,
-             and completed there equals the 200s the clients received.
+             and completed there equals the 200s the clients received;
+  declared   four connections that send headers declaring 64 MiB bodies and nothing more hold
+             none of --max-inflight-mib: inferences sent meanwhile are answered 200; a body
+             declared over --max-body-mib is answered 413 at once;
+  slow node  a server on a latency table that prices every node at 60 s, three requests in:
+             SIGTERM ends it within --shutdown-timeout-s (plus a margin), the three counted
+             `abandoned`, and a second SIGTERM at once ends a second such server at once.
 
 Usage: scripts/soak-hostile.py [--bin target/release/lazybatch] [--flood N] [--concurrency C]
                               [--max-inflight-mib M] [--max-connections K]
@@ -49,20 +55,23 @@ def check(ok, what):
 
 
 class Server:
-    """`lazybatch serve` on a free loopback port, NPU model, its limits set small."""
+    """`lazybatch serve` on a free loopback port, NPU model (or `device`), its limits set
+    small."""
 
-    def __init__(self, binary):
-        args = [binary, "serve", "--model", MODEL, "--device", "npu", "--listen", "127.0.0.1:0",
+    def __init__(self, binary, device="npu", extra=()):
+        args = [binary, "serve", "--model", MODEL, "--device", device, *extra, "--listen", "127.0.0.1:0",
                 "--header-timeout-s", str(HEADER_S), "--body-timeout-s", str(BODY_S),
                 "--shutdown-timeout-s", str(SHUTDOWN_S), "--max-inflight-mib", str(INFLIGHT_MIB),
                 "--max-connections", str(MAX_CONNECTIONS), "--max-queue", str(MAX_QUEUE)]
         self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        seen = []
         line = self.p.stderr.readline()
         while line and "serving" not in line:
+            seen.append(line)
             line = self.p.stderr.readline()
         m = re.search(r"http://127\.0\.0\.1:(\d+)", line)
         if not m:
-            raise SystemExit(f"serve did not start: {line}{self.p.stderr.read()}")
+            raise SystemExit(f"serve did not start: {''.join(seen)}{line}{self.p.stderr.read()}")
         self.port = int(m.group(1))
 
     def kib(self, field):
@@ -208,6 +217,81 @@ async def flood(srv, n, concurrency, samples):
     return counts
 
 
+async def declared(srv, n=8):
+    print(f"declared: 4 connections declaring 64 MiB bodies and sending none; {n} inferences meanwhile")
+    head = (f"POST {PATH} HTTP/1.1\r\nHost: soak\r\nContent-Length: {64 << 20}\r\n\r\n").encode()
+    holders = []
+    for _ in range(4):
+        r, w = await asyncio.open_connection("127.0.0.1", srv.port)
+        w.write(head)
+        await w.drain()
+        holders.append(w)
+    await asyncio.sleep(0.5)
+    seen = [why(*(await exchange(srv.port, infer_request(BODY)))[:2]) for _ in range(n)]
+    check(seen.count("completed") == n, f"{n} inferences beside the declarations answered 200 ({seen})")
+    big = (f"POST {PATH} HTTP/1.1\r\nHost: soak\r\nContent-Length: 1000000000\r\n"
+           "Connection: close\r\n\r\n").encode()
+    status, body, secs = await exchange(srv.port, big, timeout=30)
+    check(status == 413 and secs < 1.0 + MARGIN_S,
+          f"a body declared over --max-body-mib answered 413 at once ({status} after {secs:.1f} s)")
+    for w in holders:
+        w.close()
+    return n
+
+
+def slow_table(binary):
+    """A latency table for ResNet-50 that prices every node at 60 s at every batch, from the NPU
+    model's own (its shapes and keys kept)."""
+    import os
+    import tempfile
+    d = tempfile.mkdtemp(prefix="soak-slow-")
+    path = os.path.join(d, "r50.json")
+    subprocess.run([binary, "profile", "--device", "npu", "--model", MODEL, "--max-batch", "8",
+                    "--save", path], check=True, capture_output=True)
+    with open(path) as f:
+        t = json.load(f)
+    for n in t["nodes"]:
+        n["latency_ns"] = [60_000_000_000] * len(n["latency_ns"])
+    slow = os.path.join(d, "slow.json")
+    with open(slow, "w") as f:
+        json.dump(t, f)
+    return slow
+
+
+async def slow_node(binary):
+    print(f"slow node: a table of 60 s a node, 3 requests in, SIGTERM (shutdown timeout {SHUTDOWN_S} s)")
+    slow = slow_table(binary)
+    srv = Server(binary, device=f"profile:{slow}", extra=("--max-batch", "8"))
+    clients = [asyncio.create_task(exchange(srv.port, infer_request(BODY), timeout=SHUTDOWN_S + 30))
+               for _ in range(3)]
+    await asyncio.sleep(1.0)
+    stopping = asyncio.get_running_loop().run_in_executor(None, srv.stop)
+    secs, code, out = await stopping
+    await asyncio.gather(*clients)
+    told = summary(out)
+    check(code == 0 and secs < SHUTDOWN_S + MARGIN_S,
+          f"exit 0 within {SHUTDOWN_S + MARGIN_S:.0f} s of SIGTERM with a minute-long node running ({secs:.1f} s, code {code})")
+    check(told.get("abandoned", 0) == 3, f"the 3 requests counted abandoned ({told})")
+    # a second signal does not wait even for the connections' share
+    srv = Server(binary, device=f"profile:{slow}", extra=("--max-batch", "8"))
+    held = [asyncio.create_task(exchange(srv.port, infer_request(BODY), timeout=SHUTDOWN_S + 30))
+            for _ in range(2)]
+    await asyncio.sleep(1.0)
+    t0 = time.monotonic()
+    srv.p.send_signal(signal.SIGTERM)
+    await asyncio.sleep(0.3)
+    srv.p.send_signal(signal.SIGTERM)
+    try:
+        srv.p.communicate(timeout=SHUTDOWN_S + 60)
+    except subprocess.TimeoutExpired:
+        srv.p.kill()
+        srv.p.communicate()
+    secs = time.monotonic() - t0
+    await asyncio.gather(*held)
+    check(srv.p.returncode == 130 and secs < 0.3 + MARGIN_S,
+          f"a second SIGTERM exits at once, status 130 ({secs:.1f} s, code {srv.p.returncode})")
+
+
 async def main():
     global BODY, INFLIGHT_MIB, MAX_CONNECTIONS
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -290,6 +374,10 @@ async def main():
           f"exit 0 within {SHUTDOWN_S + MARGIN_S:.0f} s of SIGTERM ({secs:.1f} s)")
     check("stopped:" in out, "its summary on stdout")
     check(told.get("completed", -1) == ok200, f"completed: the server's {told.get('completed')} = the clients' {ok200}")
+    srv = Server(a.bin)
+    await declared(srv)
+    srv.stop()
+    await slow_node(a.bin)
     print(f"soak: {time.monotonic() - t_start:.0f} s, {len(failures)} failed")
     return 1 if failures else 0
 

@@ -59,6 +59,11 @@ pub(super) struct CompareArgs {
     /// Indexed Job's JOB_COMPLETION_INDEX, of N).
     #[arg(long, value_name = "I/N")]
     shard: Option<String>,
+    /// On a real device, serve the whole grid a second time (the same arrivals) and report
+    /// how far the two passes differ, each row's `run_to_run` mean and p99: the device's own
+    /// repeatability, beside every figure it measured (docs/validate.md).
+    #[arg(long)]
+    repeat: bool,
     /// Print a JSON array instead of the table.
     #[arg(long)]
     json: bool,
@@ -76,6 +81,9 @@ pub(super) struct Row {
     pub per_model: Vec<(String, [f64; 4])>,
     /// The first seed's latency histogram (with --out).
     pub histogram: Option<Histogram<u64>>,
+    /// With `--repeat`: the second pass's mean and p99 against the first's, relative
+    /// ((second − first) / first, means over the seeds).
+    pub run_to_run: Option<(f64, f64)>,
 }
 
 /// Runs the grid and reports it.
@@ -109,6 +117,9 @@ pub(super) fn compare(a: CompareArgs, progress: Mode) -> Result<()> {
             .collect::<Result<_>>()?,
         None => given_rates,
     };
+    if a.repeat && bench.is_virtual() {
+        bail!("--repeat measures a real device's run-to-run spread: a simulated device (--device npu or a profile table) repeats itself exactly");
+    }
     let shard = Shard::from_flag(a.shard.as_deref(), a.out.as_deref())?;
     let all = grid(&specs, &rates, seeds, &sv);
     // a row is one (policy, rate) with all its seeds: a shard runs whole rows
@@ -131,9 +142,32 @@ pub(super) fn compare(a: CompareArgs, progress: Mode) -> Result<()> {
         histogram: want_hgrm && cfgs[i].seed == 1,
         latencies: false,
     };
-    let results = run_all(&bench, &cfgs, keep, progress, "compare")?;
+    // --repeat: the whole grid again after the first pass, so that both meet the same
+    // machine over the same span
+    let passes: Vec<RunSpec> = if a.repeat {
+        cfgs.iter().chain(&cfgs).cloned().collect()
+    } else {
+        cfgs.clone()
+    };
+    let keep_pass = |i: usize| keep(i % cfgs.len());
+    let mut results = run_all(&bench, &passes, keep_pass, progress, "compare")?;
+    let again = a.repeat.then(|| results.split_off(cfgs.len()));
     let wall = t0.elapsed().as_secs_f64();
-    let rows = aggregate(&bench, &cfgs, results, seeds, a.serve.sla_ms(), wall);
+    let mut rows = aggregate(&bench, &cfgs, results, seeds, a.serve.sla_ms(), wall);
+    if let Some(again) = again {
+        for (row, chunk) in rows.iter_mut().zip(again.chunks(seeds as usize)) {
+            let st = mean_stats(&chunk.iter().map(|c| &c.stats).collect::<Vec<_>>());
+            let rel = |first: f64, second: f64| lazybatch::run::validate::error(first, second);
+            let r2r = (
+                rel(row.stats.latency_ms.mean, st.latency_ms.mean),
+                rel(row.stats.latency_ms.p99, st.latency_ms.p99),
+            );
+            row.json["run_to_run"] = json!({"mean": r2r.0, "p99": r2r.1});
+            row.json["repeat"] =
+                json!({"mean_latency_ms": st.latency_ms.mean, "p99_ms": st.latency_ms.p99});
+            row.run_to_run = Some(r2r);
+        }
+    }
     let head = header(&bench, &sv, seeds, a.serve.sla_ms());
     let title = format!("{} on {}", bench.model.name, bench.description());
     if let (Some(s), Some(dir)) = (shard, &a.out) {
@@ -190,7 +224,13 @@ pub(super) fn compare(a: CompareArgs, progress: Mode) -> Result<()> {
             cfgs.len(),
             wall
         ),
-        None => out!(o, "({} runs in {:.2} s wall)", cfgs.len(), wall),
+        None => out!(o, "({} runs in {:.2} s wall)", passes.len(), wall),
+    }
+    if a.repeat {
+        out!(
+            o,
+            "(run to run: the grid served a second time on the same arrivals; the columns are its mean and p99 against the first pass's, the device's own spread beside its figures)"
+        );
     }
     emit(&o)
 }
@@ -325,6 +365,7 @@ fn aggregate(
             json: v,
             per_model: per,
             histogram: chunk[0].histogram.clone(),
+            run_to_run: None,
         });
     }
     rows
@@ -391,7 +432,8 @@ pub(super) fn write_out(dir: &Path, name: &str, title: &str, rows: &[Row]) -> Re
 pub(super) fn table(o: &mut String, rows: &[Row]) {
     // the policy column as wide as its longest name
     let w = rows.iter().map(|r| r.policy.len()).fold(12, usize::max);
-    out!(
+    let repeated = rows.iter().any(|r| r.run_to_run.is_some());
+    outp!(
         o,
         "{:<w$} {:>9} {:>11} {:>11} {:>13} {:>9} {:>10}",
         "policy",
@@ -402,9 +444,13 @@ pub(super) fn table(o: &mut String, rows: &[Row]) {
         "SLA viol",
         "mean batch"
     );
+    if repeated {
+        outp!(o, " {:>12} {:>11}", "r2r mean", "r2r p99");
+    }
+    out!(o, "");
     for r in rows {
         let st = &r.stats;
-        out!(
+        outp!(
             o,
             "{:<w$} {:>9.1} {:>11.3} {:>11.3} {:>13.1} {:>8.2}% {:>10.2}",
             r.policy,
@@ -415,6 +461,10 @@ pub(super) fn table(o: &mut String, rows: &[Row]) {
             100.0 * st.sla_violation_rate,
             st.mean_batch_size
         );
+        if let Some((m, p)) = r.run_to_run {
+            outp!(o, " {:>11.1}% {:>10.1}%", 100.0 * m, 100.0 * p);
+        }
+        out!(o, "");
         for (m, x) in &r.per_model {
             // under the policy column, aligned with the row above (the full names, with any
             // reduced-size suffix, are in the header)

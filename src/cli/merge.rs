@@ -139,6 +139,7 @@ pub(super) fn run(a: MergeArgs) -> Result<()> {
                     })?),
                     None => None,
                 },
+                run_to_run: None,
             })
         })
         .collect::<Result<_>>()?;

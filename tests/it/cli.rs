@@ -428,6 +428,7 @@ fn cpu_compare_runs_for_real_from_a_saved_table() {
         "--profile",
         prof.to_str().unwrap(),
         "--json",
+        "--repeat",
     ];
     args.extend(model);
     let o = lazybatch(&args);
@@ -436,6 +437,16 @@ fn cpu_compare_runs_for_real_from_a_saved_table() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let rows = v.as_array().unwrap();
     assert_eq!(rows.len(), 6);
+    for r in rows {
+        // --repeat: the second pass's figures and their spread against the first's, whatever
+        // they are on this machine (the spread is a measurement, not a bound)
+        let again = r["repeat"]["mean_latency_ms"].as_f64().unwrap();
+        let spread = r["run_to_run"]["mean"].as_f64().unwrap();
+        let first = r["latency_ms"]["mean"].as_f64().unwrap();
+        assert!(again > 0.0 && spread.is_finite(), "{r}");
+        assert!(((again - first) / first - spread).abs() < 1e-9, "{r}");
+        assert!(r["run_to_run"]["p99"].as_f64().unwrap().is_finite(), "{r}");
+    }
     for r in rows {
         let dev = r["device"].as_str().unwrap();
         assert!(

@@ -58,6 +58,7 @@ fn device_choices_name_what_is_wrong() {
         (&["validate", "--model", "resnet50", "--device", "npu"], "validate holds the simulator against a real device"),
         (&["validate", "--model", "resnet50", "--device", "cpu", "--rates", "10", "--load", "0.5"], "give --rates or --load, not both"),
         (&["serve", "--model", "resnet50", "--device", "npu", "--requests", "5"], "serve takes no --requests: its traffic comes over HTTP"),
+        (&["compare", "--model", "resnet50", "--device", "npu", "--repeat"], "--repeat measures a real device's run-to-run spread: a simulated device"),
         (&["serve", "--model", "resnet50", "--device", "npu", "--arrivals", "gamma:2"], "serve takes no --arrivals"),
         (&["serve", "--model", "resnet50,gnmt", "--device", "npu", "--shares", "1,1"], "serve takes no --shares"),
         (&["serve", "--model", "resnet50", "--device", "npu", "--header-timeout-s", "0"], "invalid --header-timeout-s: 0 (seconds, in [0.1, 3600])"),
