@@ -26,9 +26,9 @@ pub(super) struct CapacityArgs {
     model: ModelArgs,
     #[command(flatten)]
     dev: DeviceArgs,
-    /// Policies, comma-separated, of serial, graph:W[:B][:per-model], cellular:W[:B], continuous[:B],
-    /// chunked:MS[:B], dva:D:W[:B], lazy[:strict][:no-decoder-preempt][:recheck][:all][:past-again|:past-max], lazy:adaptive[:recheck], oracle[:the same readings], auto[:tokens].
-    #[arg(long, value_delimiter = ',', default_value = DEFAULT_POLICIES)]
+    // the help lists every policy of the registry
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_POLICIES,
+          help = super::policies_help("Policies, comma-separated, of", "."))]
     policies: Vec<String>,
     /// The bound: p99 latency at most this many ms (above the single-input latency).
     #[arg(long, allow_negative_numbers = true)]

@@ -39,10 +39,11 @@ pub(super) struct CompareArgs {
     /// Rates as multiples of the serial capacity instead of --rates.
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     load: Option<Vec<f64>>,
-    /// Policies, comma-separated, of serial, graph:W[:B][:per-model], cellular:W[:B], continuous[:B], chunked:MS[:B], dva:D:W[:B], lazy[:strict][:no-decoder-preempt][:recheck][:all][:past-again|:past-max], lazy:adaptive[:recheck], oracle[:the same readings], auto[:tokens] (docs/policies.md)
-    /// [default: serial,graph:0,graph:5,graph:25,graph:50,graph:95,lazy,oracle; co-located
-    /// models: those of these that serve several models].
-    #[arg(long, value_delimiter = ',')]
+    // the help lists every policy of the registry
+    #[arg(long, value_delimiter = ',', help = super::policies_help(
+        "Policies, comma-separated, of",
+        " [default: serial,graph:0,graph:5,graph:25,graph:50,graph:95,lazy,oracle; co-located models: those of these that serve several models]."
+    ))]
     policies: Option<Vec<String>>,
     #[command(flatten)]
     serve: ServeArgs,

@@ -26,11 +26,11 @@ pub(super) struct HttpArgs {
     model: ModelArgs,
     #[command(flatten)]
     dev: DeviceArgs,
-    /// Policy: serial, graph:W[:B][:per-model], cellular:W[:B], continuous[:B], chunked:MS[:B], dva:D:W[:B], lazy[:strict][:no-decoder-preempt][:recheck][:all][:past-again|:past-max], lazy:adaptive[:recheck], oracle[:the same readings], auto[:tokens] (docs/policies.md).
-    /// [default: lazy:adaptive, the safest to leave on that serves without pausing (it met the
-    /// goal at the most points of the dominance grid after `auto`, whose choices pause the
-    /// engine on a real device: docs/serve.md); co-located models: lazy]
-    #[arg(long)]
+    // the help lists every policy of the registry
+    #[arg(long, help = super::policies_help(
+        "Policy:",
+        ". [default: lazy:adaptive, the safest to leave on that serves without pausing (it met the goal at the most points of the dominance grid after `auto`, whose choices pause the engine on a real device: docs/serve.md); co-located models: lazy]"
+    ))]
     policy: Option<String>,
     /// Address to listen on (port 0: any free port, printed).
     #[arg(long, default_value = "127.0.0.1:8000")]

@@ -18,6 +18,15 @@ macro_rules! outp {
     }};
 }
 
+/// A policy flag's help: `lead`, every policy's grammar from the registry
+/// ([`lazybatch::policy::grammar`]), the pointer to docs/policies.md, then `more`.
+fn policies_help(lead: &str, more: &str) -> String {
+    format!(
+        "{lead} {} (docs/policies.md){more}",
+        lazybatch::policy::grammar()
+    )
+}
+
 /// Writes a command's output to stdout; a closed pipe (`| head`) is not an error.
 fn emit(s: &str) -> Result<()> {
     use std::io::Write;

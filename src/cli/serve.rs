@@ -24,8 +24,8 @@ pub(super) struct RunArgs {
     model: ModelArgs,
     #[command(flatten)]
     dev: DeviceArgs,
-    /// Policy: serial, graph:W[:B][:per-model], cellular:W[:B], continuous[:B], chunked:MS[:B], dva:D:W[:B], lazy[:strict][:no-decoder-preempt][:recheck][:all][:past-again|:past-max], lazy:adaptive[:recheck], oracle[:the same readings], auto[:tokens] (docs/policies.md).
-    #[arg(long)]
+    // the help lists every policy of the registry
+    #[arg(long, help = super::policies_help("Policy:", "."))]
     policy: String,
     /// Arrival rate in requests/s.
     #[arg(long, allow_negative_numbers = true, conflicts_with = "load")]

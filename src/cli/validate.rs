@@ -32,11 +32,12 @@ pub(super) struct ValidateArgs {
     model: ModelArgs,
     #[command(flatten)]
     dev: DeviceArgs,
-    /// Policies, comma-separated, of serial, graph:W[:B][:per-model], cellular:W[:B], continuous[:B], chunked:MS[:B], dva:D:W[:B], lazy[:strict][:no-decoder-preempt][:recheck][:all][:past-again|:past-max], lazy:adaptive[:recheck], oracle[:the same readings], auto[:tokens].
+    // the help lists every policy of the registry
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "serial,graph:5,graph:25,lazy,oracle"
+        default_value = "serial,graph:5,graph:25,lazy,oracle",
+        help = super::policies_help("Policies, comma-separated, of", ".")
     )]
     policies: Vec<String>,
     /// Arrival rates (requests/s), comma-separated.

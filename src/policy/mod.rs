@@ -48,6 +48,16 @@ pub const REGISTRY: &[&Entry] = &[
     &auto::ENTRY,
 ];
 
+/// Every policy's grammar, in [`REGISTRY`]'s order, comma-separated (`serial, graph:W[:B]…`):
+/// what the command line's help lists, derived here so that a new policy appears there too.
+pub fn grammar() -> String {
+    REGISTRY
+        .iter()
+        .map(|e| e.usage)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// What the engine should do next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Decision {

@@ -1088,3 +1088,22 @@ fn an_sla_no_request_can_meet_is_said_and_a_token_bound_sets_the_deadline() {
         err(&given)
     );
 }
+
+#[test]
+fn every_policy_flags_help_lists_every_policy_of_the_registry() {
+    // derived from the registry: a policy added there appears in every command's help
+    for cmd in ["run", "compare", "capacity", "validate", "serve"] {
+        let o = lazybatch(&[cmd, "--help"]);
+        assert!(o.status.success(), "{cmd}");
+        let text = String::from_utf8_lossy(&o.stdout);
+        // clap may wrap the help at any space
+        let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        for e in lazybatch::policy::REGISTRY {
+            assert!(
+                flat.contains(e.usage),
+                "{cmd} --help lacks {}: {flat}",
+                e.usage
+            );
+        }
+    }
+}
