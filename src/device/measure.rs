@@ -486,3 +486,61 @@ pub fn pass_times(
     times.sort_unstable();
     Ok(times)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A device whose every node takes 1 ms, except the first node it runs after sitting idle
+    /// (wall clock) for at least [`Waking::AFTER`]: that one costs [`Waking::WAKE`] more.
+    struct Waking {
+        last: Option<std::time::Instant>,
+    }
+
+    impl Waking {
+        const AFTER: std::time::Duration = std::time::Duration::from_millis(8);
+        const WAKE: Nanos = Nanos(5_000_000);
+    }
+
+    impl Device for Waking {
+        fn name(&self) -> &'static str {
+            "waking"
+        }
+        fn is_virtual(&self) -> bool {
+            false
+        }
+        fn prepare(&mut self, _: &Model, _: u32) -> Result<()> {
+            Ok(())
+        }
+        fn execute(&mut self, _: &Model, _: NodeStep, _: &[Member]) -> Result<Timing> {
+            let now = std::time::Instant::now();
+            let woke = self.last.is_some_and(|l| now - l >= Self::AFTER);
+            self.last = Some(now);
+            let extra = if woke { Self::WAKE.0 } else { 0 };
+            Ok(Timing {
+                time: Nanos(1_000_000 + extra),
+                ..Timing::default()
+            })
+        }
+    }
+
+    #[test]
+    fn after_idle_measures_a_known_wake_up_cost_with_its_sign_and_size() {
+        let model = crate::graph::zoo::fixture("eight_nodes.toml");
+        let mut dev = Waking { last: None };
+        let len = Lengths { enc: 1, dec: 1 };
+        // a 1 ms gap does not wake it (each pass is instant: the gap is the sleep, the median
+        // of 7 passes hides a late wake-up on a busy machine); 32 ms always does
+        let rows = after_idle(&mut dev, &model, len, 7, &[1, 32]).unwrap();
+        assert_eq!(rows.len(), 2);
+        assert_eq!((rows[0].gap_ns, rows[1].gap_ns), (1_000_000, 32_000_000));
+        assert!(rows[0].extra_ns.iter().all(|&e| e == 0), "{:?}", rows[0]);
+        // after 32 ms idle the pass's first node costs exactly the wake-up more; the others
+        // nothing: positive, a cost, never a saving
+        let first = model.unrolled(len).next().unwrap().node.idx();
+        for (k, &e) in rows[1].extra_ns.iter().enumerate() {
+            let want = if k == first { Waking::WAKE.0 as i64 } else { 0 };
+            assert_eq!(e, want, "node {k}: {:?}", rows[1]);
+        }
+    }
+}

@@ -24,6 +24,19 @@ fn table(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// The run count a command's footer says (`(N runs in …`), from its wall-time line.
+fn runs_said(text: &str) -> u64 {
+    let line = text
+        .lines()
+        .find(|l| l.contains("wall") && l.starts_with('('))
+        .unwrap_or_else(|| panic!("no footer: {text}"));
+    line.trim_start_matches('(')
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no run count: {line}"))
+}
+
 /// A file's text with its wall-time lines left out.
 fn without_wall(path: &Path) -> String {
     std::fs::read_to_string(path)
@@ -74,6 +87,9 @@ fn a_sharded_sweep_merges_into_the_unsharded_one() {
     let merged = ok(&[&["merge"][..], &shard_args, &["--out", &at("merged")]].concat());
     assert_eq!(table(&full), table(&merged));
     assert_eq!(table(&full).len(), 2 + 12, "{full}");
+    // the footer: the merged sweep ran as many runs as the unsharded one (not each shard's
+    // count of the whole sweep, added up)
+    assert_eq!(runs_said(&merged), runs_said(&full), "{merged}");
     let mut names: Vec<String> = std::fs::read_dir(d.join("full"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().to_string())
