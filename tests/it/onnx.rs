@@ -46,6 +46,25 @@ pub(crate) fn against_onnxruntime(name: &str, dev: &mut dyn Device) -> Option<f6
     let m = import(name);
     let io = inputs_and_outputs(&m, dev, 4, 8, 7).unwrap();
     assert_eq!(io.len(), 4, "{name}: every request captured");
+    // the Rust side's own outputs, checked whether or not onnxruntime is there to compare:
+    // each request answered with finite values, and the same inputs on a fresh device of the
+    // same seed give the same bits
+    for (k, r) in io.iter().enumerate() {
+        assert!(
+            !r.output.is_empty() && r.output.iter().all(|x| x.is_finite()),
+            "{name}: request {k}'s output is empty or not finite"
+        );
+    }
+    if dev.name() == "cpu" {
+        let again = inputs_and_outputs(&m, &mut CpuDevice::new(3), 4, 8, 7).unwrap();
+        for (k, (a, b)) in io.iter().zip(&again).enumerate() {
+            assert_eq!(a.input, b.input, "{name}: request {k}'s input");
+            assert_eq!(
+                a.output, b.output,
+                "{name}: request {k}'s output, run again"
+            );
+        }
+    }
     let json = serde_json::json!({
         "inputs": io.iter().map(|r| &r.input).collect::<Vec<_>>(),
         "outputs": io.iter().map(|r| &r.output).collect::<Vec<_>>(),
