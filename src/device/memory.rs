@@ -126,27 +126,17 @@ fn cgroup_room(cgroups: &str, read: &dyn Fn(&str) -> Option<String>) -> Option<u
         } else {
             continue;
         };
-        // the process's cgroup and every parent: the tightest binds
-        let mut dir = path.trim_end_matches('/').to_string();
-        loop {
+        // the process's cgroup and every parent up to the root: the tightest binds
+        let mut dirs = vec![String::new()];
+        for part in path.split('/').filter(|p| !p.is_empty()) {
+            dirs.push(format!("{}/{part}", dirs[dirs.len() - 1]));
+        }
+        for dir in dirs {
             let at = format!("{root}{dir}");
             if let Some(max) = number(format!("{at}/{limit}")) {
                 let used = number(format!("{at}/{usage}")).unwrap_or(0);
                 let room = max.saturating_sub(used);
                 best = Some(best.map_or(room, |b| b.min(room)));
-            }
-            match dir.rfind('/') {
-                Some(i) => dir.truncate(i),
-                None => break,
-            }
-            if dir.is_empty() {
-                // the root itself, once
-                if let Some(max) = number(format!("{root}/{limit}")) {
-                    let used = number(format!("{root}/{usage}")).unwrap_or(0);
-                    let room = max.saturating_sub(used);
-                    best = Some(best.map_or(room, |b| b.min(room)));
-                }
-                break;
             }
         }
     }

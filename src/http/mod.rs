@@ -15,11 +15,13 @@ pub mod grpc;
 mod listen;
 pub mod load;
 mod metrics;
+mod numbers;
 mod protocol;
 mod served;
 #[cfg(test)]
 mod shutdown_tests;
 mod state;
+mod tonic_refusals;
 
 use crate::device::exchange::Exchange;
 use crate::engine::{ChannelArrivals, Outcome};
@@ -319,10 +321,7 @@ pub fn start(bench: Testbed, cfg: RunSpec, opts: &ServeOptions) -> Result<Server
             front.tx.lock().map(|mut t| t.take()).ok();
             let engine_done = async {
                 while !front.waiting.has_stopped() {
-                    tokio::select! {
-                        _ = front.waiting.gone.notified() => {}
-                        () = tokio::time::sleep(std::time::Duration::from_millis(5)) => {}
-                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
                 }
             };
             if tokio::time::timeout(engine_share, engine_done).await.is_err() {
@@ -357,7 +356,7 @@ async fn grpc_serve(
     use tonic::codec::CompressionEncoding::{Deflate, Gzip};
     // a compressed message is inflated up to --max-body-mib (past it: RESOURCE_EXHAUSTED, so a
     // small bomb cannot take the memory a large message may not)
-    let refusals = grpc::CountRefusals(front.metrics.clone());
+    let refusals = tonic_refusals::CountRefusals(front.metrics.clone());
     let service = grpc::GrpcInferenceServiceServer::new(grpc::Grpc(front))
         .accept_compressed(Gzip)
         .accept_compressed(Deflate)

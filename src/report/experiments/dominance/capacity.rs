@@ -242,13 +242,7 @@ pub(super) fn capacities(ctx: &mut Ctx, benches: &[Bench], policies: &[&str]) ->
         ]);
     }
     ctx.table(&t, "dominance_capacity")?;
-    let mut ranked: Vec<(usize, &str)> = each_met
-        .iter()
-        .copied()
-        .zip(policies.iter().copied())
-        .collect();
-    ranked.sort_by_key(|r| std::cmp::Reverse(r.0));
-    let ranking: Vec<String> = ranked
+    let ranking: Vec<String> = super::ranked(&each_met, policies)
         .iter()
         .map(|(n, p)| format!("| `{p}` | {n} of {points} |"))
         .collect();

@@ -169,6 +169,17 @@ fn sla_ms(bed: &Testbed) -> f64 {
     }
 }
 
+/// Each policy with the points it met, most first (ties in the policies' order).
+fn ranked<'a>(each_met: &[usize], policies: &[&'a str]) -> Vec<(usize, &'a str)> {
+    let mut ranked: Vec<(usize, &str)> = each_met
+        .iter()
+        .copied()
+        .zip(policies.iter().copied())
+        .collect();
+    ranked.sort_by_key(|r| std::cmp::Reverse(r.0));
+    ranked
+}
+
 /// (bench, load, arrivals, policy) of a point's runs, each over the seeds.
 type Key = (usize, usize, usize, usize);
 
@@ -325,12 +336,7 @@ fn dominance(ctx: &mut Ctx) -> Result<()> {
     ctx.heat_map(&heats, "dominance_heat")?;
     misses.sort_by(|x, y| y.0.total_cmp(&x.0));
     let mut safest = Table::new(&["policy", "points_met", "points"]);
-    let mut ranked: Vec<(usize, &str)> = each_met
-        .iter()
-        .copied()
-        .zip(policies.iter().copied())
-        .collect();
-    ranked.sort_by_key(|r| std::cmp::Reverse(r.0));
+    let ranked = ranked(&each_met, &policies);
     let mut lines = vec![
         "| policy | points within 1.05× of the best peer on mean and p99 |".to_string(),
         "|---|---|".to_string(),
