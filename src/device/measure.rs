@@ -15,7 +15,9 @@ use crate::time::Nanos;
 pub enum Order {
     /// A node's runs one after another: the node measured with its own data in the caches.
     Isolated,
-    /// Whole passes over the model, each node after the one before it, as a request runs them.
+    /// Whole passes over the model, each node after the one before it, as a request runs them:
+    /// a loop's nodes at every step, one step after another, each node timed at its middle
+    /// step (for a decoder node, the step the table records).
     InModelOrder,
 }
 
@@ -64,11 +66,7 @@ fn unit(
 ) -> (NodeStep, Vec<Member>) {
     let first = lens.first().copied().unwrap_or_default();
     let len = lens.get(model.part_of(id)).copied().unwrap_or(first);
-    let step = if model.node(id).class == Class::Decoder {
-        len.dec.saturating_sub(1) / 2
-    } else {
-        0
-    };
+    let step = table_step(model, len, id);
     let members = (0..b)
         .map(|slot| Member {
             slot,
@@ -78,6 +76,33 @@ fn unit(
         })
         .collect();
     (NodeStep { node: id, step }, members)
+}
+
+/// The step at which a table times node `id` of a request at lengths `len`: a decoder node's
+/// middle step, every other node's first.
+fn table_step(model: &Model, len: Lengths, id: crate::graph::NodeId) -> u32 {
+    if model.node(id).class == Class::Decoder {
+        len.dec.saturating_sub(1) / 2
+    } else {
+        0
+    }
+}
+
+/// Every unit a request of each part of `model` executes, part after part, each part's
+/// request at its lengths (`lens[p]`, the first for parts beyond): the order of
+/// [`Order::InModelOrder`]'s passes.
+fn request_paths<'a>(
+    model: &'a Model,
+    lens: &'a [Lengths],
+) -> impl Iterator<Item = (NodeStep, Lengths)> + 'a {
+    let first = lens.first().copied().unwrap_or_default();
+    (0..model.parts.len()).flat_map(move |p| {
+        let len = lens.get(p).copied().unwrap_or(first);
+        std::iter::successors(Some(model.first_step_of(p)), move |&at| {
+            model.next_step(at, len)
+        })
+        .map(move |at| (at, len))
+    })
 }
 
 /// Runs every node of `model` once at each batch size a table samples ([`sampled_sizes`]: 1,
@@ -186,8 +211,13 @@ impl Profile {
                 })
             }
             Order::InModelOrder => {
-                // every size: one untimed pass, then `reps` timed passes over every node in
-                // order; then each node's median, read back in the node-by-node walk below
+                // every size: one untimed pass, then `reps` timed passes, each a request's
+                // path through every part unrolled (a decoder's steps one after another, as a
+                // request runs them: a node's weights are as warm as in a run), each node
+                // timed at its middle step (a decoder node's is the step a table records; an
+                // encoder loop's cost does not depend on the step, but its first step follows
+                // the whole model's other nodes); then each node's median, read back in the
+                // node-by-node walk below
                 device.prepare(model, max_batch)?;
                 let mut times: Vec<Vec<Timing>> = vec![Vec::new(); model.nodes.len()];
                 let mut runs: Vec<Vec<u64>> =
@@ -197,12 +227,21 @@ impl Profile {
                         r.clear();
                     }
                     for pass in 0..=reps {
-                        for n in &model.nodes {
-                            let (at, members) = unit(model, lens, n.id, b);
+                        for (at, len) in request_paths(model, lens) {
+                            let members: Vec<Member> = (0..b)
+                                .map(|slot| Member {
+                                    slot,
+                                    len,
+                                    input: u64::from(slot),
+                                    step: at.step,
+                                })
+                                .collect();
                             let t = device.execute(model, at, &members)?.time.0;
-                            shown.inc(u64::from(b));
-                            if pass > 0 {
-                                runs[n.id.idx()].push(t);
+                            if at.step == model.repeats(at.node, len).saturating_sub(1) / 2 {
+                                shown.inc(u64::from(b));
+                                if pass > 0 {
+                                    runs[at.node.idx()].push(t);
+                                }
                             }
                         }
                     }
@@ -247,8 +286,7 @@ impl Profile {
         let mut measured = Vec::with_capacity(sizes.len());
         for n in &model.nodes {
             let len = lens.get(model.part_of(n.id)).copied().unwrap_or(len);
-            let mid = len.dec.saturating_sub(1) / 2;
-            let step = if n.class == Class::Decoder { mid } else { 0 };
+            let step = table_step(model, len, n.id);
             let at = NodeStep { node: n.id, step };
             measured.clear();
             // one member list for the node; each size takes a prefix of it
@@ -541,6 +579,74 @@ mod tests {
         for (k, &e) in rows[1].extra_ns.iter().enumerate() {
             let want = if k == first { Waking::WAKE.0 as i64 } else { 0 };
             assert_eq!(e, want, "node {k}: {:?}", rows[1]);
+        }
+    }
+
+    /// A device that keeps every unit it executes and prices a unit by what ran just before
+    /// it: 1 µs per step of its own, plus [`Warm::COLD`] when another node ran since its last
+    /// run (its weights evicted), as a CPU's caches do.
+    #[derive(Default)]
+    struct Warm {
+        ran: Vec<(NodeStep, u32)>,
+    }
+
+    impl Warm {
+        const COLD: u64 = 1_000_000;
+    }
+
+    impl Device for Warm {
+        fn name(&self) -> &'static str {
+            "warm"
+        }
+        fn is_virtual(&self) -> bool {
+            false
+        }
+        fn prepare(&mut self, _: &Model, _: u32) -> Result<()> {
+            Ok(())
+        }
+        fn execute(&mut self, _: &Model, at: NodeStep, members: &[Member]) -> Result<Timing> {
+            let cold = self.ran.last().is_none_or(|(last, _)| last.node != at.node);
+            self.ran.push((at, members.len() as u32));
+            Ok(Timing {
+                time: Nanos(1_000 * u64::from(at.step + 1) + if cold { Self::COLD } else { 0 }),
+                ..Timing::default()
+            })
+        }
+    }
+
+    #[test]
+    fn a_model_order_pass_runs_a_requests_units_and_times_each_node_at_its_middle_step() {
+        let model = crate::graph::zoo::fixture("tiny_seq2seq.toml");
+        let len = Lengths { enc: 5, dec: 4 };
+        let how = Sampling {
+            reps: 2,
+            order: Order::InModelOrder,
+            ..Sampling::default()
+        };
+        let mut dev = Warm::default();
+        let t = Profile::measure_sampled(&mut dev, &model, 2, &[len], how).unwrap();
+        // each size: reps + 1 passes, each exactly a request's units in order, every member
+        // at the unit's step
+        let path: Vec<NodeStep> = model.unrolled(len).collect();
+        let passes: Vec<&[(NodeStep, u32)]> = dev.ran.chunks(path.len()).collect();
+        assert_eq!(passes.len(), 2 * 3, "sizes 1 and 2, three passes each");
+        for (k, pass) in passes.iter().enumerate() {
+            let b = if k < 3 { 1 } else { 2 };
+            assert_eq!(pass.iter().map(|u| u.0).collect::<Vec<_>>(), path);
+            assert!(pass.iter().all(|u| u.1 == b));
+        }
+        // every node's entry: the price of its middle step in a pass (a decoder node's is the
+        // table's step, (dec - 1) / 2 = 1; the encoder's (enc - 1) / 2 = 2, after its own
+        // step 1; a static node's its only run)
+        for n in &model.nodes {
+            let mid = model.repeats(n.id, len).saturating_sub(1) / 2;
+            let alone_in_loop = model.nodes[n.id.idx()].loop_id.is_some_and(|l| {
+                let lp = &model.loops[l.0 as usize];
+                lp.first == lp.last
+            });
+            let cold = if mid > 0 && alone_in_loop { 0 } else { Warm::COLD };
+            let want = 1_000 * u64::from(mid + 1) + cold;
+            assert_eq!(t.nodes[n.id.idx()].latency_ns, vec![want; 2], "{}", n.name);
         }
     }
 }
