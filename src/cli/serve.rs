@@ -82,7 +82,7 @@ pub(super) fn run_json(id: &RunId, st: &Stats, wall_s: f64) -> serde_json::Value
         "model": id.model, "device": id.device, "policy": id.policy, "rate_rps": rate,
         "requests": st.requests, "completed": st.completed, "rejected": st.rejected,
         "rejected_queue_full": st.rejected_queue_full, "rejected_shed": st.rejected_shed,
-        "rejected_abandoned": st.rejected_abandoned,
+        "rejected_abandoned": st.rejected_abandoned, "rejected_cancelled": st.rejected_cancelled,
         "goodput_rps": st.goodput_rps, "traced": id.traced,
         "arrivals": if id.traced { "trace".to_string() } else { id.arrivals.to_string() },
         "classes": id.classes,

@@ -644,7 +644,11 @@ mod tests {
                 let lp = &model.loops[l.0 as usize];
                 lp.first == lp.last
             });
-            let cold = if mid > 0 && alone_in_loop { 0 } else { Warm::COLD };
+            let cold = if mid > 0 && alone_in_loop {
+                0
+            } else {
+                Warm::COLD
+            };
             let want = 1_000 * u64::from(mid + 1) + cold;
             assert_eq!(t.nodes[n.id.idx()].latency_ns, vec![want; 2], "{}", n.name);
         }

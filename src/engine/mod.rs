@@ -19,8 +19,9 @@ pub use crate::metrics::record::{ClassCounters, Counters};
 pub(crate) use replicas::run_replicas;
 pub use router::{Replicas, Router};
 pub(crate) use source::ThreadArrivals;
-pub use source::{stamped, ArrivalSource, ChannelArrivals, Predrawn, Stream};
+pub use source::{stamped, ArrivalSource, ChannelArrivals, Predrawn, Stream, Told};
 
+mod cancel;
 mod replicas;
 mod router;
 mod source;
@@ -221,6 +222,9 @@ pub struct Server<'a> {
     /// Time is to pass until the next arrival or this time (`Some(None)`: the next arrival
     /// only), once the source can say when that is.
     idling: Option<Option<Nanos>>,
+    /// Keys of requests whose clients went away, told by the source and not yet let go
+    /// ([`cancel`]).
+    cancels: Vec<u64>,
 }
 
 impl<'a> Server<'a> {
@@ -255,6 +259,7 @@ impl<'a> Server<'a> {
             free_at: None,
             stalls: 0,
             idling: None,
+            cancels: Vec::new(),
         })
     }
 
@@ -298,6 +303,11 @@ impl<'a> Server<'a> {
             ));
         }
         self.receive(arrivals, now)?;
+        // asked after the arrivals are received: each request told has arrived (`cancel`)
+        arrivals.cancelled(&mut self.cancels);
+        if !self.cancels.is_empty() {
+            self.let_go(device, now)?;
+        }
         if setup.shed {
             self.shed_hopeless(now)?;
         }

@@ -40,11 +40,19 @@ pub trait ArrivalSource {
     fn give_up(&self) -> bool {
         false
     }
-    /// Whether it may ever give up ([`ArrivalSource::give_up`]): then the engine never runs
-    /// several nodes as one (a run ahead), so that every node boundary is one where it looks.
+    /// Whether it may ever give up ([`ArrivalSource::give_up`]) or cancel requests
+    /// ([`ArrivalSource::cancelled`]): then the engine never runs several nodes as one (a run
+    /// ahead), so that every node boundary is one where it looks.
     fn may_give_up(&self) -> bool {
         false
     }
+    /// Moves into `keys` the keys ([`Arrival::key`]) of requests whose clients went away, told
+    /// since it was last asked: each leaves the server at this node boundary as
+    /// [`Rejection::Cancelled`] if it is still there. Asked after the arrivals are received:
+    /// a request's cancellation is told after its arrival, so every request told has arrived.
+    ///
+    /// [`Rejection::Cancelled`]: crate::runtime::Rejection::Cancelled
+    fn cancelled(&mut self, _keys: &mut Vec<u64>) {}
 }
 
 /// A virtual-time source's idle: the clock jumps to the `next` arrival or `until`, whichever
@@ -133,24 +141,40 @@ impl<I: Iterator<Item = Arrival>> ArrivalSource for Stream<I> {
 /// channel counts in the request's latency: the wall-clock [`ArrivalSource`]. When every sender is gone and nothing is waiting, the engine loop ends
 /// once the requests in the server have left — a front end's graceful shutdown.
 pub struct ChannelArrivals {
-    rx: Receiver<Arrival>,
+    rx: Receiver<Told>,
     peeked: Option<Arrival>,
     total: usize,
     origin: Instant,
     /// Set by the front end when its shutdown deadline passed ([`ArrivalSource::give_up`]).
     give_up: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// Keys of requests whose clients went away, read from the channel and not yet asked for
+    /// ([`ArrivalSource::cancelled`]).
+    cancels: Vec<u64>,
+}
+
+/// What a sender tells the engine through a [`ChannelArrivals`]: a request arrived, or the
+/// client of the request under a key went away. Both travel in one channel, in the order they
+/// happened (a request's cancellation after its arrival), and a cancellation wakes an engine
+/// that idles (a policy's batching window) so that it lets the request go at once.
+#[derive(Clone, Copy, Debug)]
+pub enum Told {
+    /// A request arrived (stamped: [`stamped`]).
+    Arrived(Arrival),
+    /// The client of the request under this key ([`Arrival::key`]) went away.
+    Cancelled(u64),
 }
 
 impl ChannelArrivals {
     /// A source over `rx` on a clock whose zero is `origin`; `expected` requests in all, if
     /// known (0: unknown; it only sizes the queue up front).
-    pub fn new(rx: Receiver<Arrival>, origin: Instant, expected: usize) -> Self {
+    pub fn new(rx: Receiver<Told>, origin: Instant, expected: usize) -> Self {
         ChannelArrivals {
             rx,
             peeked: None,
             total: expected,
             origin,
             give_up: None,
+            cancels: Vec::new(),
         }
     }
 
@@ -177,12 +201,27 @@ pub fn stamped(a: Arrival, origin: Instant) -> Arrival {
     }
 }
 
+impl ChannelArrivals {
+    /// Takes in what was told: an arrival is kept for [`ArrivalSource::poll`], a cancellation
+    /// for [`ArrivalSource::cancelled`].
+    fn heard(&mut self, told: Told) {
+        match told {
+            Told::Arrived(a) => self.peeked = Some(a),
+            Told::Cancelled(key) => self.cancels.push(key),
+        }
+    }
+}
+
 impl ArrivalSource for ChannelArrivals {
     fn poll(&mut self, _now: Nanos) -> Option<Arrival> {
-        self.peeked.take().or_else(|| self.rx.try_recv().ok())
+        while self.peeked.is_none() {
+            let told = self.rx.try_recv().ok()?;
+            self.heard(told);
+        }
+        self.peeked.take()
     }
     fn idle(&mut self, clock: &mut dyn Clock, until: Option<Nanos>) -> bool {
-        if self.peeked.is_some() {
+        if self.peeked.is_some() || !self.cancels.is_empty() {
             return true;
         }
         let got = match until {
@@ -193,7 +232,7 @@ impl ArrivalSource for ChannelArrivals {
                     .rx
                     .recv_timeout(Duration::from_nanos(t.saturating_sub(now).0))
                 {
-                    Ok(a) => Some(a),
+                    Ok(told) => Some(told),
                     Err(RecvTimeoutError::Timeout) => return true,
                     Err(RecvTimeoutError::Disconnected) => {
                         clock.idle_until(t);
@@ -203,8 +242,8 @@ impl ArrivalSource for ChannelArrivals {
             }
         };
         match got {
-            Some(a) => {
-                self.peeked = Some(a);
+            Some(told) => {
+                self.heard(told);
                 true
             }
             None => until.is_some(),
@@ -218,8 +257,13 @@ impl ArrivalSource for ChannelArrivals {
             .as_ref()
             .is_some_and(|f| f.load(std::sync::atomic::Ordering::SeqCst))
     }
+    /// A front end sets its give-up flag ([`ChannelArrivals::giving_up_on`]); the one that
+    /// cancels requests is such a front end.
     fn may_give_up(&self) -> bool {
         self.give_up.is_some()
+    }
+    fn cancelled(&mut self, keys: &mut Vec<u64>) {
+        keys.append(&mut self.cancels);
     }
 }
 
@@ -253,7 +297,7 @@ impl ThreadArrivals {
                         Ok(()) | Err(RecvTimeoutError::Disconnected) => return,
                     }
                 }
-                if tx.send(stamped(a, origin)).is_err() {
+                if tx.send(Told::Arrived(stamped(a, origin))).is_err() {
                     return;
                 }
             }

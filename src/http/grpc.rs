@@ -657,7 +657,7 @@ mod tests {
         let answer = block_on(async {
             let engine = async {
                 let a = loop {
-                    if let Ok(a) = rx.try_recv() {
+                    if let Ok(crate::engine::Told::Arrived(a)) = rx.try_recv() {
                         break a;
                     }
                     tokio::task::yield_now().await;

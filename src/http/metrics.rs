@@ -23,8 +23,12 @@ use tokio::sync::oneshot;
 pub(crate) mod outcome {
     /// Answered with its outputs.
     pub const COMPLETED: &str = "completed";
-    /// Completed in the engine after its client went away (nobody to answer).
+    /// Completed in the engine after its client went away (nobody to answer), or given up at a
+    /// node boundary when the shutdown's limit passed.
     pub const ABANDONED: &str = "abandoned";
+    /// Its client went away (disconnected, or cancelled the gRPC call) and the engine let it
+    /// go at the next node boundary, queued or part-served.
+    pub const CANCELLED: &str = "cancelled";
     /// Malformed, or the wrong input name, datatype, shape or values.
     pub const BAD_REQUEST: &str = "bad_request";
     /// Turned away: `--max-queue` requests in the server, or the engine's pending queue full.
@@ -49,6 +53,7 @@ pub(crate) mod outcome {
     pub const ALL: &[&str] = &[
         COMPLETED,
         ABANDONED,
+        CANCELLED,
         MALFORMED,
         BAD_REQUEST,
         TIMED_OUT,
@@ -538,6 +543,7 @@ pub(crate) fn rejected(why: crate::runtime::Rejection) -> &'static str {
         crate::runtime::Rejection::QueueFull => outcome::QUEUE_FULL,
         crate::runtime::Rejection::Shed => outcome::SHED,
         crate::runtime::Rejection::Abandoned => outcome::ABANDONED,
+        crate::runtime::Rejection::Cancelled => outcome::CANCELLED,
     }
 }
 

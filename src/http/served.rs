@@ -7,7 +7,7 @@
 use super::metrics::{outcome, rejected};
 use super::protocol::Checked;
 use super::state::{Front, Hosted};
-use crate::engine::{stamped, Left};
+use crate::engine::{stamped, Left, Told};
 use crate::graph::Lengths;
 use crate::runtime::Rejection;
 use crate::traffic::Arrival;
@@ -36,15 +36,34 @@ pub(super) enum Served {
 }
 
 /// Counts a request in the server until it is answered (also when its client goes away, and
-/// then its reply slot goes too, so the observer hears nobody is waiting).
-struct Admitted<'a>(&'a Front, u64);
+/// then its reply slot goes too, so the observer hears nobody is waiting). A client that goes
+/// away (its handler dropped) before the answer, once the request was handed to the engine,
+/// cancels it: the engine lets it go at its next node boundary (`engine::cancel`). While the
+/// server shuts down it does not: connections the server itself drops at its limit are no
+/// client's leaving, and what the engine holds then is given up as `abandoned`.
+struct Admitted<'a> {
+    front: &'a Front,
+    key: u64,
+    /// Handed to the engine.
+    sent: bool,
+}
 
 impl Drop for Admitted<'_> {
     fn drop(&mut self) {
-        if let Ok(mut w) = self.0.waiting.replies.lock() {
-            w.remove(&self.1);
+        let f = self.front;
+        let unanswered = f
+            .waiting
+            .replies
+            .lock()
+            .map(|mut w| w.remove(&self.key).is_some())
+            .unwrap_or(false);
+        if unanswered && self.sent && !f.closing_down() {
+            if let Ok(Some(tx)) = f.tx.lock().as_deref() {
+                // the engine gone: nothing to tell
+                let _ = tx.send(Told::Cancelled(self.key));
+            }
         }
-        self.0.metrics.in_server.dec();
+        f.metrics.in_server.dec();
     }
 }
 
@@ -63,7 +82,11 @@ pub(super) async fn serve(f: &Front, h: &Hosted, mut req: Checked) -> (Served, u
         return (refused(f, h, outcome::SHUTTING_DOWN, msg), key);
     }
     f.metrics.in_server.inc();
-    let _admitted = Admitted(f, key);
+    let mut admitted = Admitted {
+        front: f,
+        key,
+        sent: false,
+    };
     let (reply, answer) = oneshot::channel();
     if let Ok(mut w) = f.waiting.replies.lock() {
         w.insert(key, reply);
@@ -91,7 +114,7 @@ pub(super) async fn serve(f: &Front, h: &Hosted, mut req: Checked) -> (Served, u
     let sent =
         f.tx.lock()
             .ok()
-            .and_then(|t| t.as_ref().map(|t| t.send(arrival).is_ok()))
+            .and_then(|t| t.as_ref().map(|t| t.send(Told::Arrived(arrival)).is_ok()))
             .unwrap_or(false);
     if !sent {
         f.exchange.take_input(key);
@@ -99,6 +122,7 @@ pub(super) async fn serve(f: &Front, h: &Hosted, mut req: Checked) -> (Served, u
         return (refused(f, h, outcome::SHUTTING_DOWN, msg), key);
     }
     f.waiting.sent_one();
+    admitted.sent = true;
     let Ok((how, latency)) = answer.await else {
         let msg = "the engine stopped before answering".to_string();
         return (Served::Failed(msg), key);
@@ -112,6 +136,7 @@ pub(super) async fn serve(f: &Front, h: &Hosted, mut req: Checked) -> (Served, u
             Rejection::Abandoned => {
                 "abandoned: the server shut down before it completed (--shutdown-timeout-s)"
             }
+            Rejection::Cancelled => "cancelled: its client went away before it completed",
         };
         return (refused(f, h, rejected(why), msg), key);
     }
@@ -304,7 +329,7 @@ mod tests {
                     return None;
                 }
                 let a = loop {
-                    if let Ok(a) = rx.try_recv() {
+                    if let Ok(crate::engine::Told::Arrived(a)) = rx.try_recv() {
                         break a;
                     }
                     tokio::task::yield_now().await;

@@ -5,7 +5,7 @@
 use super::metrics::{outcome, Metrics, Waiting};
 use super::protocol::Io;
 use crate::device::exchange::Exchange;
-use crate::traffic::Arrival;
+use crate::engine::Told;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Instant;
@@ -39,7 +39,9 @@ pub(super) struct Front {
     /// The device and the policy, as the metadata reports them.
     pub device: String,
     pub policy: String,
-    pub tx: Mutex<Option<mpsc::Sender<Arrival>>>,
+    /// The engine's channel: requests that arrived, and the keys of those whose clients went
+    /// away (None once the server shuts down).
+    pub tx: Mutex<Option<mpsc::Sender<Told>>>,
     pub origin: Instant,
     pub exchange: Arc<Exchange>,
     pub waiting: Arc<Waiting>,

@@ -50,6 +50,10 @@ pub struct Stats {
     /// (`serve --shutdown-timeout-s`).
     #[serde(default)]
     pub rejected_abandoned: u64,
+    /// Of those, cancelled: their client went away before they completed, and they left at
+    /// the next node boundary (`serve`).
+    #[serde(default)]
+    pub rejected_cancelled: u64,
     /// Latency percentiles.
     pub latency_ms: LatencyMs,
     /// Completed requests / (last completion − first arrival).

@@ -191,6 +191,7 @@ struct Tally {
     rejected_queue_full: u64,
     rejected_shed: u64,
     rejected_abandoned: u64,
+    rejected_cancelled: u64,
     /// Completed within their deadline.
     good: u64,
     /// Latencies in µs (3 significant digits; grows its range as needed).
@@ -218,6 +219,7 @@ impl Tally {
             rejected_queue_full: 0,
             rejected_shed: 0,
             rejected_abandoned: 0,
+            rejected_cancelled: 0,
             good: 0,
             hist,
             sum: 0,
@@ -269,6 +271,7 @@ impl Tally {
             rejected_queue_full,
             rejected_shed,
             rejected_abandoned,
+            rejected_cancelled,
             good,
             hist,
             sum,
@@ -288,6 +291,7 @@ impl Tally {
         self.rejected_queue_full += rejected_queue_full;
         self.rejected_shed += rejected_shed;
         self.rejected_abandoned += rejected_abandoned;
+        self.rejected_cancelled += rejected_cancelled;
         self.good += good;
         self.hist
             .add(hist)
@@ -308,6 +312,7 @@ impl Tally {
             Rejection::QueueFull => self.rejected_queue_full += 1,
             Rejection::Shed => self.rejected_shed += 1,
             Rejection::Abandoned => self.rejected_abandoned += 1,
+            Rejection::Cancelled => self.rejected_cancelled += 1,
         }
     }
 
@@ -325,10 +330,14 @@ impl Tally {
         Stats {
             requests: self.offered,
             completed,
-            rejected: self.rejected_queue_full + self.rejected_shed + self.rejected_abandoned,
+            rejected: self.rejected_queue_full
+                + self.rejected_shed
+                + self.rejected_abandoned
+                + self.rejected_cancelled,
             rejected_queue_full: self.rejected_queue_full,
             rejected_shed: self.rejected_shed,
             rejected_abandoned: self.rejected_abandoned,
+            rejected_cancelled: self.rejected_cancelled,
             goodput_rps: if span > 0.0 {
                 self.good as f64 / span
             } else {
@@ -459,6 +468,7 @@ impl Recorder {
             Rejection::QueueFull => "rejected:queue_full",
             Rejection::Shed => "rejected:shed",
             Rejection::Abandoned => "rejected:abandoned",
+            Rejection::Cancelled => "rejected:cancelled",
         };
         self.write_csv(&q, outcome)?;
         if self.keep.requests {

@@ -374,7 +374,8 @@ mod tests {
         let sender = std::thread::spawn(move || {
             for _ in 0..30 {
                 std::thread::sleep(Duration::from_millis(1));
-                tx.send(stamped(arrival(0.0), origin)).unwrap();
+                tx.send(engine::Told::Arrived(stamped(arrival(0.0), origin)))
+                    .unwrap();
             }
         });
         let mut src = ChannelArrivals::new(rx, origin, 0);

@@ -177,6 +177,7 @@ pub fn mean_stats(runs: &[&Stats]) -> Stats {
         rejected_queue_full: count(&|s| s.rejected_queue_full),
         rejected_shed: count(&|s| s.rejected_shed),
         rejected_abandoned: count(&|s| s.rejected_abandoned),
+        rejected_cancelled: count(&|s| s.rejected_cancelled),
         latency_ms: metrics::LatencyMs {
             mean: avg(&|s| s.latency_ms.mean),
             p50: avg(&|s| s.latency_ms.p50),

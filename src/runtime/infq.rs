@@ -1,8 +1,9 @@
 //! The paper's InfQ: requests that have arrived and wait to be admitted, oldest first. Policies
 //! read it (through their `View`); the engine appends arrivals and, when a policy admits `count`
 //! requests, takes them from the front with [`InfQ::next_batch`]; with `--shed` the engine
-//! also drops a hopeless request from the front ([`InfQ::shed_front`]). Those are the only
-//! ways out, so a request leaves the queue exactly once.
+//! also drops a hopeless request from the front ([`InfQ::shed_front`]), and one whose client
+//! went away from wherever it waits ([`InfQ::remove`]). Those are the only ways out, so a
+//! request leaves the queue exactly once.
 
 use super::request::RequestId;
 use std::collections::VecDeque;
@@ -49,6 +50,15 @@ impl InfQ {
     /// Removes the oldest request (shed: its deadline can no longer be met).
     pub(crate) fn shed_front(&mut self) -> Option<RequestId> {
         self.ids.pop_front()
+    }
+
+    /// Removes request `r` wherever it waits (its client went away); false when it does not
+    /// wait here.
+    pub(crate) fn remove(&mut self, r: RequestId) -> bool {
+        match self.ids.iter().position(|&q| q == r) {
+            Some(k) => self.ids.remove(k).is_some(),
+            None => false,
+        }
     }
 
     /// Moves the `count` oldest requests for which `pick` holds (all of them if fewer wait)

@@ -27,6 +27,10 @@ pub enum Rejection {
     /// The server gave it up at a node boundary, queued or part-served: a shutdown's
     /// deadline (`serve --shutdown-timeout-s`) passed before it completed.
     Abandoned,
+    /// Its client went away (an HTTP client disconnected, a gRPC call was cancelled) before
+    /// it completed: it left the server at the next node boundary, queued or part-served, its
+    /// slot freed for the next request and its batch-mates running on without it.
+    Cancelled,
 }
 
 /// The live requests and the count of those that left.

@@ -1017,7 +1017,7 @@ fn serve_and_load_end_to_end_with_a_graceful_sigint() {
     std::io::Read::read_to_string(&mut stdout, &mut summary).unwrap();
     assert!(
         summary.contains(
-            "stopped: completed 50, abandoned 0, malformed 0, bad_request 1, timed_out 0"
+            "stopped: completed 50, abandoned 0, cancelled 0, malformed 0, bad_request 1, timed_out 0"
         ),
         "{summary}"
     );

@@ -263,12 +263,18 @@ fn a_client_that_goes_away_is_counted_once_and_leaves_nothing_behind() {
         )
         .unwrap_or(0.0)
     };
-    // each request counted exactly once: the one that left as completed or abandoned
-    assert_eq!(count("completed") + count("abandoned"), 2.0, "{text}");
+    // each request counted exactly once: the one whose client left is let go of, queued, at
+    // the engine's next turn (cancelled), never computed
+    assert_eq!(
+        (count("completed"), count("cancelled")),
+        (1.0, 1.0),
+        "{text}"
+    );
+    assert_eq!(count("abandoned"), 0.0, "{text}");
     assert_eq!(metric(&text, "lazybatch_requests_in_server"), 0.0);
     let out = server.shutdown();
-    let out = out.unwrap();
-    assert_eq!(out.stats().completed, 2, "the engine completed both");
+    let st = out.unwrap().stats();
+    assert_eq!((st.completed, st.rejected_cancelled), (1, 1), "{st:?}");
 }
 
 #[test]

@@ -13,6 +13,7 @@ mod graph;
 mod grpc;
 mod hostile;
 mod http;
+mod http_cancel;
 mod http_colocated;
 mod http_load;
 mod kernels;

@@ -1,0 +1,190 @@
+//! A request whose client went away leaves at the next node boundary: what a layer-granular
+//! server can do and a graph-granular one cannot (Triton's TensorRT backend runs a batch to its
+//! end). The front end tells the engine the request's key ([`ArrivalSource::cancelled`]); at
+//! its next turn the engine takes the request out of the queue or out of its sub-batch on the
+//! BatchTable, frees its slot (its activations, its KV cache) for the next request at once, and
+//! counts it [`Rejection::Cancelled`]; its batch-mates run on without it, their slots and
+//! values untouched. A key whose request already left (it completed while the news travelled)
+//! is ignored: every request still leaves exactly once.
+//!
+//! [`ArrivalSource::cancelled`]: super::ArrivalSource::cancelled
+
+use super::{Left, Server};
+use crate::device::{Device, Member};
+use crate::error::Result;
+use crate::runtime::{Rejection, RequestId};
+use crate::time::Nanos;
+
+impl Server<'_> {
+    /// Lets go of every request told cancelled that is still in the server (the source is
+    /// asked after the arrivals are received, so each has arrived).
+    pub(super) fn let_go<D: Device + ?Sized>(&mut self, device: &mut D, now: Nanos) -> Result<()> {
+        let mut keys = std::mem::take(&mut self.cancels);
+        for &key in &keys {
+            if let Some(id) = self.holding(key) {
+                self.cancel(device, id)?;
+            }
+        }
+        keys.clear();
+        self.cancels = keys;
+        self.snap(now);
+        self.check()
+    }
+
+    /// The request in the server under `key`, on the table or queued.
+    fn holding(&self, key: u64) -> Option<RequestId> {
+        let held = |r: &&RequestId| self.requests.get(**r).key == key;
+        let on_table = self.table.entries().iter().flat_map(|e| e.members.iter());
+        on_table.chain(self.infq.iter()).find(held).copied()
+    }
+
+    /// Takes `id` out of the table (its sub-batch runs on without it) or out of the queue,
+    /// frees its slot and counts it cancelled.
+    fn cancel<D: Device + ?Sized>(&mut self, device: &mut D, id: RequestId) -> Result<()> {
+        match self.table.remove(id) {
+            Some(merges) => self.counters.merges += u64::from(merges),
+            None => {
+                self.infq.remove(id);
+            }
+        }
+        let mut q = self.requests.reject(id)?;
+        if let Some(s) = q.slot.take() {
+            // what the device keeps for the request (its captured outputs) goes with it; the
+            // front end drops what nobody will take
+            device.complete(&Member {
+                slot: s,
+                len: q.len,
+                input: q.key,
+                step: 0,
+            });
+            self.free_slots.push(s);
+        }
+        if let Some(o) = self.setup.observer {
+            o.left(&q, Left::Rejected(Rejection::Cancelled));
+        }
+        self.record.reject(q, Rejection::Cancelled)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::kept;
+    use super::super::*;
+    use crate::graph::zoo;
+    use crate::profile::Profile;
+    use crate::runtime::Predictor;
+    use crate::time::VirtualClock;
+
+    /// Pre-drawn arrivals whose clients of `keys` go away at the engine's `at`-th look (it
+    /// looks once a turn, at the node boundary before the turn).
+    struct Leaving<'a> {
+        inner: Predrawn<'a>,
+        looks: usize,
+        at: usize,
+        keys: Vec<u64>,
+    }
+
+    impl ArrivalSource for Leaving<'_> {
+        fn poll(&mut self, now: Nanos) -> Option<Arrival> {
+            self.inner.poll(now)
+        }
+        fn idle(&mut self, clock: &mut dyn Clock, until: Option<Nanos>) -> bool {
+            self.inner.idle(clock, until)
+        }
+        fn expected(&self) -> usize {
+            self.inner.expected()
+        }
+        fn next_due(&mut self) -> Option<Nanos> {
+            self.inner.next_due()
+        }
+        fn may_give_up(&self) -> bool {
+            true
+        }
+        fn cancelled(&mut self, keys: &mut Vec<u64>) {
+            self.looks += 1;
+            if self.looks == self.at {
+                keys.append(&mut self.keys);
+            }
+        }
+    }
+
+    #[test]
+    fn a_cancelled_request_leaves_its_sub_batch_at_the_next_boundary_and_its_slot_serves_at_once() {
+        // the eight-node fixture (an input and eight layers: nine nodes) at 1 ms a node, 8
+        // slots, LazyB: ten requests at 0 (keys 10..=19); eight are admitted and run nodes 0
+        // and 1; at the third look (2 ms) the clients of 11 (in the sub-batch) and 18 (queued)
+        // go away, and 99 (never sent, or long gone) is ignored
+        let m = zoo::fixture("eight_nodes.toml");
+        let prof = Profile::uniform(&m, 8, Nanos::from_ms(1.0));
+        let pred = Predictor::new(&m, &prof, 1);
+        let setup = kept(&m, &pred);
+        let mut dev = crate::device::table::TableDevice::from_profile(prof, "1 ms a node");
+        dev.prepare(&m, 8).unwrap();
+        let arrivals: Vec<Arrival> = (10..20)
+            .map(|k| Arrival {
+                len: Lengths { enc: 1, dec: 1 },
+                key: Some(k),
+                ..Arrival::default()
+            })
+            .collect();
+        let mut src = Leaving {
+            inner: Predrawn::new(&arrivals),
+            looks: 0,
+            at: 3,
+            keys: vec![11, 18, 99],
+        };
+        let mut pol = crate::policy::parse("lazy", 8).unwrap();
+        let out = run_source(
+            &setup,
+            &mut dev,
+            pol.as_mut(),
+            &mut VirtualClock::new(),
+            &mut src,
+        )
+        .unwrap();
+        let st = out.stats();
+        assert_eq!(
+            (
+                st.requests,
+                st.completed,
+                st.rejected,
+                st.rejected_cancelled
+            ),
+            (10, 8, 2, 2)
+        );
+        // at 2 ms the sub-batch runs on without 11 (seven members at node 2), and the slot it
+        // freed takes 19 at once: its sub-batch runs nodes 0 and 1 (to 4 ms) and merges there
+        let snaps = out.snapshots.as_ref().unwrap();
+        let at2: Vec<_> = snaps
+            .iter()
+            .filter(|s| s.0 == Nanos::from_ms(2.0))
+            .collect();
+        let tables: Vec<Vec<(Vec<u32>, u32)>> = at2
+            .iter()
+            .map(|s| s.1.iter().map(|e| (e.0.clone(), e.1.node.0)).collect())
+            .collect();
+        assert_eq!(
+            tables,
+            [
+                vec![((0..8).collect(), 2)],
+                vec![(vec![0, 2, 3, 4, 5, 6, 7], 2)],
+                vec![(vec![0, 2, 3, 4, 5, 6, 7], 2), (vec![9], 0)],
+            ],
+            "ran node 1; 11 (id 1) let go; 19 (id 9) admitted"
+        );
+        // the eight survivors complete together: nodes 2..8 of the merged batch after 4 ms
+        let done: Vec<(u64, Nanos)> = out
+            .requests
+            .iter()
+            .filter_map(|q| q.completion.map(|c| (q.key, c)))
+            .collect();
+        assert_eq!(done.len(), 8);
+        assert!(
+            done.iter().all(|&(_, c)| c == Nanos::from_ms(11.0)),
+            "{done:?}"
+        );
+        let keys: Vec<u64> = done.iter().map(|d| d.0).collect();
+        assert!(!keys.contains(&11) && !keys.contains(&18) && keys.contains(&19));
+        assert_eq!(out.counters.executions, 2 + 2 + 7);
+    }
+}
