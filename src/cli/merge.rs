@@ -39,7 +39,14 @@ pub(super) fn run(a: MergeArgs) -> Result<()> {
     }
     let (first_dir, first) = (&files[0].0, &files[0].1);
     for (dir, f) in &files[1..] {
-        if f.sweep != first.sweep || f.of != first.of || f.rows != first.rows {
+        if f.sweep != first.sweep
+            || f.of != first.of
+            || f.rows != first.rows
+            || f.runs != first.runs
+            || f.header != first.header
+            || f.model != first.model
+            || f.title != first.title
+        {
             let command = |f: &ShardFile| match (&f.search, &f.reproduce) {
                 (Some(_), _) => "capacity",
                 (None, Some(_)) => "reproduce",

@@ -205,9 +205,66 @@ impl ShardFile {
                 format!("must be in [0, 1e9] s, got {}", f.wall_s),
             ));
         }
+        if f.rows == 0 || f.runs < f.rows {
+            return Err(bad(
+                "runs",
+                format!(
+                    "a sweep runs each of its rows at least once: {} runs of {} rows",
+                    f.runs, f.rows
+                ),
+            ));
+        }
+        for (k, e) in f.entries.iter().enumerate() {
+            e.agrees()
+                .map_err(|m| bad(&format!("entries[{k}] (row {})", e.row), m))?;
+        }
         f.header = crate::files::printable(&f.header);
         f.title = crate::files::printable(&f.title);
         Ok(f)
+    }
+}
+
+impl ShardRow {
+    /// Whether the row's figures agree with each other: its JSON's policy, rate and counts
+    /// are its own, and it completed and refused no more requests than it offered. A row
+    /// edited in one place and not the other is refused, saying where.
+    fn agrees(&self) -> std::result::Result<(), String> {
+        let j = &self.json;
+        if j["policy"].as_str() != Some(self.policy.as_str()) {
+            return Err(format!(
+                "json.policy {} where policy is '{}'",
+                j["policy"], self.policy
+            ));
+        }
+        if j["rate_rps"].as_f64() != Some(self.rate) {
+            return Err(format!(
+                "json.rate_rps {} where rate is {}",
+                j["rate_rps"], self.rate
+            ));
+        }
+        let s = &self.stats;
+        for (field, own) in [
+            ("requests", s.requests),
+            ("completed", s.completed),
+            ("rejected", s.rejected),
+        ] {
+            if j[field].as_u64() != Some(own) {
+                return Err(format!(
+                    "json.{field} {} where stats.{field} is {own}",
+                    j[field]
+                ));
+            }
+        }
+        if s.completed
+            .checked_add(s.rejected)
+            .is_none_or(|n| n > s.requests)
+        {
+            return Err(format!(
+                "stats: {} completed and {} rejected of {} requests",
+                s.completed, s.rejected, s.requests
+            ));
+        }
+        Ok(())
     }
 }
 

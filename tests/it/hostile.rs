@@ -470,6 +470,49 @@ fn a_hostile_model_name_writes_nothing_outside_out_and_merge_refuses_a_tampered_
         "model: must not start with '.' (the file was edited)",
     );
     assert!(!dir.join("escaped_lazy_100rps.hgrm").exists());
+    // figures edited in one place and not the other, and a run count of none, are refused,
+    // naming where they disagree (each passed straight through before)
+    for (edit, says) in [
+        (
+            (|v: &mut serde_json::Value| v["entries"][0]["json"]["completed"] = 999_999.into())
+                as fn(&mut serde_json::Value),
+            "entries[0] (row 0): json.completed 999999 where stats.completed is 50",
+        ),
+        (
+            |v| v["entries"][0]["policy"] = "graph:5".into(),
+            "entries[0] (row 0): json.policy \"lazy\" where policy is 'graph:5'",
+        ),
+        (
+            |v| v["entries"][0]["rate"] = 250.0.into(),
+            "json.rate_rps 100.0 where rate is 250",
+        ),
+        (
+            |v| {
+                v["entries"][0]["stats"]["completed"] = 60.into();
+                v["entries"][0]["json"]["completed"] = 60.into();
+            },
+            "stats: 60 completed and 0 rejected of 50 requests",
+        ),
+        (
+            |v| v["runs"] = 0.into(),
+            "runs: a sweep runs each of its rows at least once: 0 runs of 1 rows",
+        ),
+    ] {
+        let mut v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        edit(&mut v);
+        std::fs::write(&f, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+        exits(
+            &[
+                "merge",
+                shard.to_str().unwrap(),
+                "--out",
+                merged.to_str().unwrap(),
+            ],
+            2,
+            says,
+        );
+    }
+    assert!(!merged.exists(), "nothing merged from an edited shard");
 }
 
 #[test]
