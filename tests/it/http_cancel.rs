@@ -11,8 +11,9 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-/// The tiny seq2seq fixture allowed 4,096 decoder steps: a request of that many runs for a
-/// while even on a fast machine, long enough to leave in the middle of.
+/// The tiny seq2seq fixture 16 times as wide, with a vocabulary of 4,000, allowed 4,096
+/// decoder steps: four requests of that many run for a good fraction of a second, long enough
+/// to see batched while they run and to leave in the middle of.
 fn long_decoder() -> Model {
     let src = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -24,7 +25,10 @@ fn long_decoder() -> Model {
     let f = dir.join("long_decoder.toml");
     let text = text
         .replace("name = \"tiny_seq2seq\"", "name = \"long_decoder\"")
-        .replace("max_dec = 12", "max_dec = 4096");
+        .replace("max_dec = 12", "max_dec = 4096")
+        .replace("= 16", "= 256")
+        .replace("vocab = 50", "vocab = 4000")
+        .replace("out_features = 50", "out_features = 4000");
     std::fs::write(&f, text).unwrap();
     zoo::load(f.to_str().unwrap()).unwrap()
 }
