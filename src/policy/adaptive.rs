@@ -67,6 +67,7 @@ pub(crate) const ENTRY: Entry = Entry {
     names: &["lazy"],
     variant: Some("adaptive"),
     usage: "lazy:adaptive[:recheck]",
+    examples: &["lazy:adaptive"],
     parse,
 };
 

@@ -120,6 +120,7 @@ pub(crate) const ENTRY: Entry = Entry {
     names: &["auto"],
     variant: None,
     usage: "auto[:tokens]",
+    examples: &["auto"],
     parse,
 };
 

@@ -89,6 +89,7 @@ pub(crate) const ENTRY: Entry = Entry {
     names: &["cellular"],
     variant: None,
     usage: "cellular:W[:B]",
+    examples: &["cellular:2:4"],
     parse: parse_cellular,
 };
 

@@ -124,6 +124,7 @@ pub(crate) const ENTRY: Entry = Entry {
     names: &["chunked"],
     variant: None,
     usage: "chunked:MS[:B]",
+    examples: &["chunked:2:4"],
     parse: parse_chunked,
 };
 

@@ -80,6 +80,7 @@ pub(crate) const ENTRY: Entry = Entry {
     names: &["continuous"],
     variant: None,
     usage: "continuous[:B]",
+    examples: &["continuous:4"],
     parse: parse_continuous,
 };
 

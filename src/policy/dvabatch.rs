@@ -105,6 +105,7 @@ pub(crate) const ENTRY: Entry = Entry {
     names: &["dva"],
     variant: None,
     usage: "dva:D:W[:B]",
+    examples: &["dva:50:2:4"],
     parse: parse_dva,
 };
 

@@ -123,6 +123,7 @@ pub(crate) const ENTRY: Entry = Entry {
     names: &["graph"],
     variant: None,
     usage: "graph:W[:B][:per-model]",
+    examples: &["graph:0:1", "graph:2", "graph:10:4", "graph:10:4:per-model"],
     parse: parse_graph,
 };
 

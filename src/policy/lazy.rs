@@ -334,6 +334,7 @@ pub(crate) const ENTRY: Entry = Entry {
     names: &["lazy", "oracle", "lazy+cell"],
     variant: None,
     usage: "lazy[:strict][:no-decoder-preempt][:recheck][:all][:past-again|:past-max], oracle[:the same readings]",
+    examples: &["lazy", "oracle", "lazy:strict", "lazy:no-decoder-preempt", "lazy:recheck:all"],
     parse: parse_lazy,
 };
 

@@ -48,6 +48,12 @@ pub const REGISTRY: &[&Entry] = &[
     &auto::ENTRY,
 ];
 
+/// Every policy's examples ([`Entry::examples`]), in [`REGISTRY`]'s order: what the property
+/// tests drive, so that a new policy is driven too.
+pub fn examples() -> impl Iterator<Item = &'static str> {
+    REGISTRY.iter().flat_map(|e| e.examples.iter().copied())
+}
+
 /// Every policy's grammar, in [`REGISTRY`]'s order, comma-separated (`serial, graph:W[:B]…`):
 /// what the command line's help lists, derived here so that a new policy appears there too.
 pub fn grammar() -> String {

@@ -31,6 +31,7 @@ pub(crate) const ENTRY: Entry = Entry {
     names: &["serial"],
     variant: None,
     usage: "serial",
+    examples: &["serial"],
     parse: parse_serial,
 };
 

@@ -18,6 +18,9 @@ pub struct Entry {
     pub variant: Option<&'static str>,
     /// Its grammar, for the list of known policies (`graph:W[:B]`).
     pub usage: &'static str,
+    /// Strings naming it that exercise its readings (a small maximum batch where it takes
+    /// one): what the property tests drive every policy with ([`super::examples`]).
+    pub examples: &'static [&'static str],
     /// Reads the parameters after the name (`name` is the one used); an error message says
     /// what is wrong.
     pub parse: fn(
@@ -231,5 +234,33 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn every_entry_gives_examples_that_parse_to_itself() {
+        // each example names its own entry (a variant's examples are the variant's), and a
+        // policy without examples would go undriven by the property tests
+        for e in super::super::REGISTRY {
+            assert!(!e.examples.is_empty(), "{}: no examples", e.usage);
+            for &x in e.examples {
+                let parts: Vec<&str> = x.split(':').collect();
+                assert!(
+                    e.names.contains(&parts[0]),
+                    "{x} is not named {:?}",
+                    e.names
+                );
+                if let Some(v) = e.variant {
+                    assert_eq!(parts.get(1), Some(&v), "{x}");
+                }
+                Spec::parse(x, 8).unwrap_or_else(|err| panic!("{x}: {err}"));
+            }
+        }
+        assert_eq!(
+            super::super::examples().count(),
+            super::super::REGISTRY
+                .iter()
+                .map(|e| e.examples.len())
+                .sum::<usize>()
+        );
     }
 }

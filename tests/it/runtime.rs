@@ -261,21 +261,51 @@ fn run(b: &Testbed, c: &RunSpec) -> (lazybatch::metrics::Stats, lazybatch::engin
     (out.stats(), out)
 }
 
-const POLICIES: &[&str] = &[
-    "serial",
-    "graph:0:1",
-    "graph:2",
-    "graph:10:4",
-    "graph:10:4:per-model",
-    "lazy",
-    "oracle",
-    "cellular:2:4",
-    "lazy:strict",
-    "continuous:4",
-    "lazy:adaptive",
-    "lazy:no-decoder-preempt",
-    "dva:50:2:4",
-];
+/// Every policy the registry lists, by the examples each declares
+/// (`lazybatch::policy::examples`): a new policy is driven here without an edit.
+fn policies() -> Vec<&'static str> {
+    policy::examples().collect()
+}
+
+/// Arrivals whose clients go away: `leave[i]`, when set, is how long after its arrival request
+/// `i`'s client leaves (told to the engine at its first look at or after that instant, after
+/// the arrivals due by then: as a front end tells it).
+struct Leaving<'a> {
+    inner: engine::Predrawn<'a>,
+    /// (instant, key), by instant.
+    told: std::collections::VecDeque<(Nanos, u64)>,
+    now: Nanos,
+}
+
+impl engine::ArrivalSource for Leaving<'_> {
+    fn poll(&mut self, now: Nanos) -> Option<Arrival> {
+        self.now = now;
+        self.inner.poll(now)
+    }
+    fn idle(&mut self, clock: &mut dyn lazybatch::time::Clock, until: Option<Nanos>) -> bool {
+        // wake for the next leaving as for an arrival
+        let until = match (until, self.told.front()) {
+            (Some(u), Some(&(t, _))) => Some(u.min(t)),
+            (u, t) => u.or(t.map(|t| t.0)),
+        };
+        self.inner.idle(clock, until)
+    }
+    fn expected(&self) -> usize {
+        self.inner.expected()
+    }
+    fn next_due(&mut self) -> Option<Nanos> {
+        let next = self.inner.next_due();
+        match (next, self.told.front()) {
+            (Some(n), Some(&(t, _))) => Some(n.min(t)),
+            (n, _) => n,
+        }
+    }
+    fn cancelled(&mut self, keys: &mut Vec<u64>) {
+        while self.told.front().is_some_and(|&(t, _)| t <= self.now) {
+            keys.extend(self.told.pop_front().map(|(_, k)| k));
+        }
+    }
+}
 
 /// A bench of two co-located models (a seq2seq model and a static one).
 fn colocated_bench() -> Testbed {
@@ -290,21 +320,29 @@ fn colocated_bench() -> Testbed {
 proptest! {
     #![proptest_config(crate::proptest_config(48))]
 
-    /// The account of requests: random traffic (bursts included), every policy, one model or
-    /// two co-located, a pending queue small enough to reject: every request that arrived
-    /// leaves exactly once — completed or rejected — and the counts agree with the records.
+    /// The account of requests: random traffic (bursts included), every policy of the
+    /// registry, one model or two co-located, a pending queue small enough to reject, and
+    /// clients that leave at random (queued, mid-batch or after their answer): every request
+    /// that arrived leaves exactly once — completed, rejected or cancelled — and the counts
+    /// agree with the records.
     #[test]
     fn every_request_leaves_exactly_once(
         gaps in proptest::collection::vec(0u32..2000, 1..60),
         lens in proptest::collection::vec((1u32..12, 1u32..12, 0u16..2), 60),
-        pi in 0usize..POLICIES.len(),
+        pi in 0usize..64,
         max_pending in 1usize..6,
         colocated in any::<bool>(),
         shed in any::<bool>(),
+        leave in proptest::collection::vec(proptest::option::weighted(0.2, 0u64..5000), 60),
     ) {
-        let policy = POLICIES[pi];
-        // the Oracle, cellular and continuous batching serve one model only
-        let colocated = colocated && !matches!(policy, "oracle" | "cellular:2:4" | "continuous:4" | "lazy:adaptive" | "dva:50:2:4");
+        let all = policies();
+        let policy = all[pi % all.len()];
+        // a policy that serves one model only (the Oracle, cellular, continuous…) runs one
+        let two = Model::compose(vec![
+            zoo::load(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/eight_nodes.toml")).unwrap(),
+            zoo::load(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/eight_nodes.toml")).unwrap(),
+        ]);
+        let colocated = colocated && policy::Spec::parse(policy, 8).unwrap().check_for(&two).is_ok();
         let b = if colocated {
             colocated_bench()
         } else {
@@ -320,6 +358,13 @@ proptest! {
             let sla = if colocated { Some(Nanos::from_ms(50.0)) } else { Some(Nanos::from_ms(10.0 * f64::from(class + 1))) };
             Arrival { time: Nanos(t), len, part, sla, class, key: None }
         }).collect();
+        // some clients leave, each after its request arrived (its key: its id, the default)
+        let mut told: Vec<(Nanos, u64)> = arrivals.iter().zip(&leave).enumerate()
+            .filter_map(|(i, (a, l))| l.map(|d| (a.time + Nanos(d * 10), i as u64)))
+            .collect();
+        told.sort();
+        let leaving = told.len() as u64;
+        let mut src = Leaving { inner: engine::Predrawn::new(&arrivals), told: told.into(), now: Nanos::ZERO };
         let mut pol = policy::parse(policy, 8).unwrap();
         let setup = engine::Setup {
             max_pending: lazybatch::runtime::MaxPending::new(max_pending).unwrap(),
@@ -329,19 +374,24 @@ proptest! {
             shed,
             ..engine::Setup::new(&b.model, &b.predictor, crate::sla(100.0), crate::mb(8))
         };
-        let out = engine::run(&setup, &mut b.npu().unwrap().clone(), pol.as_mut(), &mut VirtualClock::new(), &arrivals).unwrap();
+        let out = engine::run_source(&setup, &mut b.npu().unwrap().clone(), pol.as_mut(), &mut VirtualClock::new(), &mut src).unwrap();
         let st = out.stats();
         // one record per id, in order, and each either completed or rejected
         prop_assert_eq!(out.requests.len(), arrivals.len());
         for (i, r) in out.requests.iter().enumerate() {
             prop_assert_eq!(r.id.0 as usize, i);
-            prop_assert_eq!(r.completion.is_some(), r.first_issue.is_some());
+            // completed once issued; issued and not completed only when its client left
+            prop_assert!(r.completion.is_none() || r.first_issue.is_some());
+            if r.first_issue.is_some() && r.completion.is_none() {
+                prop_assert!(leave[i].is_some(), "request {} was issued and never completed", i);
+            }
         }
         let completed = out.requests.iter().filter(|r| r.completion.is_some()).count() as u64;
         prop_assert_eq!(st.requests, arrivals.len() as u64);
         prop_assert_eq!(st.completed, completed);
         prop_assert_eq!(st.rejected, st.requests - completed);
-        prop_assert_eq!(st.rejected, st.rejected_queue_full + st.rejected_shed);
+        prop_assert_eq!(st.rejected, st.rejected_queue_full + st.rejected_shed + st.rejected_cancelled);
+        prop_assert!(st.rejected_cancelled <= leaving);
         prop_assert!(shed || st.rejected_shed == 0);
         // per model, the same account
         let parts = out.part_stats();
@@ -370,15 +420,17 @@ proptest! {
     fn nothing_is_lost_and_merges_follow_the_rules(
         gaps in proptest::collection::vec(0u32..3000, 1..40),
         lens in proptest::collection::vec((1u32..12, 1u32..12), 40),
-        pi in 0usize..POLICIES.len(),
+        pi in 0usize..64,
     ) {
+        let all = policies();
+        let name = all[pi % all.len()];
         let b = bench(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures/tiny_seq2seq.toml"), 8);
         let mut t = 0u64;
         let arrivals: Vec<Arrival> = gaps.iter().zip(&lens).map(|(g, l)| {
             t += u64::from(*g) * 100;
             Arrival { time: Nanos(t), len: Lengths { enc: l.0, dec: l.1 }, ..Arrival::default() }
         }).collect();
-        let mut pol = policy::parse(POLICIES[pi], 8).unwrap();
+        let mut pol = policy::parse(name, 8).unwrap();
         let mut dev = b.npu().unwrap().clone();
         let out = engine::run(
 &engine::Setup { snapshots: true, check_invariants: true, keep: lazybatch::metrics::KeepRecords { requests: true, ..Default::default() }, ..engine::Setup::new(&b.model, &b.predictor, crate::sla(100.0), crate::mb(8)) },
@@ -405,10 +457,10 @@ pol.as_mut(),
             }
             // adjacent entries never stand at the same unit (they would have merged)
             for w in entries.windows(2) {
-                prop_assert!(w[0].1 != w[1].1 || w[0].0.len() + w[1].0.len() > 8 || POLICIES[pi].starts_with("graph") || POLICIES[pi] == "serial");
+                prop_assert!(w[0].1 != w[1].1 || w[0].0.len() + w[1].0.len() > 8 || name.starts_with("graph") || name == "serial");
                 // at cells (every loop node, for lazy, oracle and cellular) the same layer at
                 // another step must have merged too
-                if ["cellular:2:4", "lazy", "oracle", "lazy:no-decoder-preempt", "dva:50:2:4"].contains(&POLICIES[pi]) {
+                if ["cellular:2:4", "lazy", "oracle", "lazy:no-decoder-preempt", "dva:50:2:4"].contains(&name) {
                     prop_assert!(w[0].1.node != w[1].1.node || w[0].0.len() + w[1].0.len() > 8 || b.model.node(w[0].1.node).loop_id.is_none());
                 }
             }
