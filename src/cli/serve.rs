@@ -82,7 +82,7 @@ pub(super) fn run_json(id: &RunId, st: &Stats, wall_s: f64) -> serde_json::Value
         "model": id.model, "device": id.device, "policy": id.policy, "rate_rps": rate,
         "requests": st.requests, "completed": st.completed, "rejected": st.rejected,
         "rejected_queue_full": st.rejected_queue_full, "rejected_shed": st.rejected_shed,
-        "rejected_abandoned": st.rejected_abandoned, "rejected_cancelled": st.rejected_cancelled,
+        "rejected_abandoned": st.rejected_abandoned, "rejected_cancelled": st.rejected_cancelled, "rejected_late": st.rejected_late,
         "goodput_rps": st.goodput_rps, "traced": id.traced,
         "arrivals": if id.traced { "trace".to_string() } else { id.arrivals.to_string() },
         "classes": id.classes,
@@ -236,7 +236,7 @@ pub(super) fn run(a: RunArgs, progress: Mode) -> Result<()> {
         if !per_class.is_empty() {
             v["per_class"] = json!(per_class
                 .iter()
-                .map(|(c, sla, s)| json!({"class": c, "sla_ms": sla, "requests": s.requests, "completed": s.completed, "rejected": s.rejected, "rejected_shed": s.rejected_shed, "latency_ms": s.latency_ms, "throughput_rps": s.throughput_rps, "goodput_rps": s.goodput_rps, "sla_violation_rate": s.sla_violation_rate}))
+                .map(|(c, sla, s)| json!({"class": c, "sla_ms": sla, "requests": s.requests, "completed": s.completed, "rejected": s.rejected, "rejected_shed": s.rejected_shed, "rejected_late": s.rejected_late, "latency_ms": s.latency_ms, "throughput_rps": s.throughput_rps, "goodput_rps": s.goodput_rps, "sla_violation_rate": s.sla_violation_rate}))
                 .collect::<Vec<_>>());
         }
         out!(o, "{}", serde_json::to_string_pretty(&v)?);
@@ -305,13 +305,30 @@ pub(super) fn text(o: &mut String, id: &RunId, st: &Stats, wall: f64, groups: &[
         id.seed
     );
     if st.rejected > 0 {
+        // every reason a request was turned away or let go, those that happened
+        let why: Vec<String> = [
+            (
+                st.rejected_queue_full,
+                "with the pending queue full, --max-pending",
+            ),
+            (st.rejected_shed, "shed, their deadline lost, --shed"),
+            (
+                st.rejected_late,
+                "let go past their deadline, --abandon-late",
+            ),
+            (st.rejected_cancelled, "cancelled, their client gone"),
+            (st.rejected_abandoned, "abandoned at a shutdown's limit"),
+        ]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, words)| format!("{n} {words}"))
+        .collect();
         out!(
             o,
-            "  completed {} (rejected {}: {} with the pending queue full, --max-pending; {} shed, their deadline lost, --shed)",
+            "  completed {} (rejected {}: {})",
             st.completed,
             st.rejected,
-            st.rejected_queue_full,
-            st.rejected_shed
+            why.join("; ")
         );
     } else {
         out!(o, "  completed {} (rejected 0)", st.completed);

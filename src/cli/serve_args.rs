@@ -54,6 +54,10 @@ pub(super) struct ServeArgs {
     /// can no longer be met even served alone at once (counted as shed; goodput is reported).
     #[arg(long)]
     pub(super) shed: bool,
+    /// Let go of a request as soon as its deadline has passed, queued or part-served, at the
+    /// next node boundary, freeing its slot (counted as late; goodput is reported).
+    #[arg(long)]
+    pub(super) abandon_late: bool,
     /// Co-located models (--model a,b,…): each model's share of the arrival rate (default: equal).
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     pub(super) shares: Option<Vec<f64>>,
@@ -181,6 +185,7 @@ pub(super) fn serve_args(s: &ServeArgs, model: &Model, traced: bool) -> Result<S
         arrivals,
         classes,
         shed: s.shed,
+        abandon_late: s.abandon_late,
         requests: requests as usize,
         sla,
         max_batch,

@@ -461,6 +461,7 @@ fn replay(
         let cfg_at = |seed| RunSpec {
             classes: None,
             shed: false,
+            abandon_late: false,
             requests,
             sla,
             ..sv.spec(spec.clone(), rate, seed)

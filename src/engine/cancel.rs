@@ -1,11 +1,12 @@
-//! A request whose client went away leaves at the next node boundary: what a layer-granular
-//! server can do and a graph-granular one cannot (Triton's TensorRT backend runs a batch to its
-//! end). The front end tells the engine the request's key ([`ArrivalSource::cancelled`]); at
-//! its next turn the engine takes the request out of the queue or out of its sub-batch on the
-//! BatchTable, frees its slot (its activations, its KV cache) for the next request at once, and
-//! counts it [`Rejection::Cancelled`]; its batch-mates run on without it, their slots and
-//! values untouched. A key whose request already left (it completed while the news travelled)
-//! is ignored: every request still leaves exactly once.
+//! A request let go at the next node boundary, because its client went away or (with
+//! `--abandon-late`) its deadline passed: what a layer-granular server can do and a
+//! graph-granular one cannot (Triton's TensorRT backend runs a batch to its end). The front end
+//! tells the engine a leaving client's key ([`ArrivalSource::cancelled`]); at its next turn the
+//! engine takes the request out of the queue or out of its sub-batch on the BatchTable, frees
+//! its slot (its activations, its KV cache) for the next request at once, and counts it
+//! [`Rejection::Cancelled`] (or [`Rejection::Late`]); its batch-mates run on without it, their
+//! slots and values untouched. A key whose request already left (it completed while the news
+//! travelled) is ignored: every request still leaves exactly once.
 //!
 //! [`ArrivalSource::cancelled`]: super::ArrivalSource::cancelled
 
@@ -22,12 +23,35 @@ impl Server<'_> {
         let mut keys = std::mem::take(&mut self.cancels);
         for &key in &keys {
             if let Some(id) = self.holding(key) {
-                self.cancel(device, id)?;
+                self.let_go_of(device, id, Rejection::Cancelled)?;
             }
         }
         keys.clear();
         self.cancels = keys;
         self.snap(now);
+        self.check()
+    }
+
+    /// `--abandon-late`: lets go of every request in the server whose deadline has passed by
+    /// `now`, part-served or queued.
+    pub(super) fn let_go_late<D: Device + ?Sized>(
+        &mut self,
+        device: &mut D,
+        now: Nanos,
+    ) -> Result<()> {
+        let late = |r: &&RequestId| self.requests.get(**r).deadline < now;
+        let on_table = self.table.entries().iter().flat_map(|e| e.members.iter());
+        let mut ids = std::mem::take(&mut self.late);
+        ids.extend(on_table.chain(self.infq.iter()).filter(late));
+        for &id in &ids {
+            self.let_go_of(device, id, Rejection::Late)?;
+        }
+        let changed = !ids.is_empty();
+        ids.clear();
+        self.late = ids;
+        if changed {
+            self.snap(now);
+        }
         self.check()
     }
 
@@ -39,8 +63,13 @@ impl Server<'_> {
     }
 
     /// Takes `id` out of the table (its sub-batch runs on without it) or out of the queue,
-    /// frees its slot and counts it cancelled.
-    fn cancel<D: Device + ?Sized>(&mut self, device: &mut D, id: RequestId) -> Result<()> {
+    /// frees its slot and counts it as `why` says.
+    fn let_go_of<D: Device + ?Sized>(
+        &mut self,
+        device: &mut D,
+        id: RequestId,
+        why: Rejection,
+    ) -> Result<()> {
         match self.table.remove(id) {
             Some(merges) => self.counters.merges += u64::from(merges),
             None => {
@@ -60,9 +89,9 @@ impl Server<'_> {
             self.free_slots.push(s);
         }
         if let Some(o) = self.setup.observer {
-            o.left(&q, Left::Rejected(Rejection::Cancelled));
+            o.left(&q, Left::Rejected(why));
         }
-        self.record.reject(q, Rejection::Cancelled)
+        self.record.reject(q, why)
     }
 }
 
@@ -186,5 +215,72 @@ mod tests {
         let keys: Vec<u64> = done.iter().map(|d| d.0).collect();
         assert!(!keys.contains(&11) && !keys.contains(&18) && keys.contains(&19));
         assert_eq!(out.counters.executions, 2 + 2 + 7);
+    }
+
+    #[test]
+    fn with_abandon_late_a_request_past_its_deadline_leaves_at_the_next_boundary() {
+        // nine nodes of 1 ms, Serial, a 12 ms SLA, three requests at 0: the first completes at
+        // 9 ms; the second runs from 9 ms and is past its deadline at the boundary at 13 ms
+        // (at 12 ms it is due, not past), where the third, queued, goes too
+        let m = zoo::fixture("eight_nodes.toml");
+        let prof = Profile::uniform(&m, 8, Nanos::from_ms(1.0));
+        let pred = Predictor::new(&m, &prof, 1);
+        let setup = Setup {
+            abandon_late: true,
+            keep: crate::metrics::KeepRecords {
+                requests: true,
+                ..Default::default()
+            },
+            ..Setup::new(
+                &m,
+                &pred,
+                Sla::from_ms(12.0).unwrap(),
+                MaxBatch::new(8).unwrap(),
+            )
+        };
+        let mut dev = crate::device::table::TableDevice::from_profile(prof, "1 ms a node");
+        dev.prepare(&m, 8).unwrap();
+        let arrivals: Vec<Arrival> = (0..3)
+            .map(|_| Arrival {
+                len: Lengths { enc: 1, dec: 1 },
+                ..Arrival::default()
+            })
+            .collect();
+        let mut pol = crate::policy::parse("serial", 8).unwrap();
+        let out = run(
+            &setup,
+            &mut dev,
+            pol.as_mut(),
+            &mut VirtualClock::new(),
+            &arrivals,
+        )
+        .unwrap();
+        let st = out.stats();
+        assert_eq!(
+            (st.completed, st.rejected, st.rejected_late),
+            (1, 2, 2),
+            "{st:?}"
+        );
+        assert_eq!(out.requests[0].completion, Some(Nanos::from_ms(9.0)));
+        assert!(out.requests[1..].iter().all(|q| q.completion.is_none()));
+        // the second ran four nodes (9 to 13 ms); nothing ran after
+        assert_eq!(out.counters.executions, 9 + 4);
+        assert_eq!(out.counters.busy, Nanos::from_ms(13.0));
+        // without the rule, all three complete, the last two late
+        let plain = Setup {
+            abandon_late: false,
+            ..setup
+        };
+        let mut pol = crate::policy::parse("serial", 8).unwrap();
+        let st = run(
+            &plain,
+            &mut dev,
+            pol.as_mut(),
+            &mut VirtualClock::new(),
+            &arrivals,
+        )
+        .unwrap()
+        .stats();
+        assert_eq!((st.completed, st.rejected_late), (3, 0));
     }
 }

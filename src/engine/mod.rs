@@ -87,6 +87,9 @@ pub struct Setup<'a> {
     /// Reject a request, at arrival or when it reaches the head of the queue, whose deadline
     /// can no longer be met even served alone at once (`--shed`).
     pub shed: bool,
+    /// Let go of every request whose deadline has passed, queued or part-served, at the next
+    /// node boundary (`--abandon-late`): counted [`Rejection::Late`], its slot freed.
+    pub abandon_late: bool,
     /// Told of every request as it leaves the server (a network front end answers its
     /// client there).
     pub observer: Option<&'a dyn Observer>,
@@ -142,6 +145,7 @@ impl<'a> Setup<'a> {
             check_invariants: cfg!(debug_assertions),
             classes: 1,
             shed: false,
+            abandon_late: false,
             observer: None,
         }
     }
@@ -225,6 +229,8 @@ pub struct Server<'a> {
     /// Keys of requests whose clients went away, told by the source and not yet let go
     /// ([`cancel`]).
     cancels: Vec<u64>,
+    /// Scratch: the requests found late (`--abandon-late`, [`cancel`]).
+    late: Vec<RequestId>,
 }
 
 impl<'a> Server<'a> {
@@ -260,6 +266,7 @@ impl<'a> Server<'a> {
             stalls: 0,
             idling: None,
             cancels: Vec::new(),
+            late: Vec::with_capacity(mb as usize),
         })
     }
 
@@ -307,6 +314,9 @@ impl<'a> Server<'a> {
         arrivals.cancelled(&mut self.cancels);
         if !self.cancels.is_empty() {
             self.let_go(device, now)?;
+        }
+        if setup.abandon_late {
+            self.let_go_late(device, now)?;
         }
         if setup.shed {
             self.shed_hopeless(now)?;
@@ -364,8 +374,10 @@ impl<'a> Server<'a> {
         self.stalls = 0;
         self.refresh_members()?;
         self.wake(device, now);
+        // a node boundary where a request may be let go is one to stop at
         if quiet
             && !arrivals.may_give_up()
+            && !setup.abandon_late
             && self.run_ahead(device, clock, arrivals.next_due(), now)
         {
             self.free_at = Some(clock.now());

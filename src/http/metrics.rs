@@ -29,6 +29,9 @@ pub(crate) mod outcome {
     /// Its client went away (disconnected, or cancelled the gRPC call) and the engine let it
     /// go at the next node boundary, queued or part-served.
     pub const CANCELLED: &str = "cancelled";
+    /// Its deadline passed before it completed and the engine let it go at the next node
+    /// boundary (`--abandon-late`).
+    pub const LATE: &str = "late";
     /// Malformed, or the wrong input name, datatype, shape or values.
     pub const BAD_REQUEST: &str = "bad_request";
     /// Turned away: `--max-queue` requests in the server, or the engine's pending queue full.
@@ -54,6 +57,7 @@ pub(crate) mod outcome {
         COMPLETED,
         ABANDONED,
         CANCELLED,
+        LATE,
         MALFORMED,
         BAD_REQUEST,
         TIMED_OUT,
@@ -544,6 +548,7 @@ pub(crate) fn rejected(why: crate::runtime::Rejection) -> &'static str {
         crate::runtime::Rejection::Shed => outcome::SHED,
         crate::runtime::Rejection::Abandoned => outcome::ABANDONED,
         crate::runtime::Rejection::Cancelled => outcome::CANCELLED,
+        crate::runtime::Rejection::Late => outcome::LATE,
     }
 }
 

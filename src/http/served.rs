@@ -137,6 +137,9 @@ pub(super) async fn serve(f: &Front, h: &Hosted, mut req: Checked) -> (Served, u
                 "abandoned: the server shut down before it completed (--shutdown-timeout-s)"
             }
             Rejection::Cancelled => "cancelled: its client went away before it completed",
+            Rejection::Late => {
+                "late: its deadline passed before it completed, and the server let it go (--abandon-late)"
+            }
         };
         return (refused(f, h, rejected(why), msg), key);
     }
@@ -424,6 +427,8 @@ mod tests {
         for (why, says, o) in [
             (Rejection::Shed, "shed:", outcome::SHED),
             (Rejection::QueueFull, "queue full:", outcome::QUEUE_FULL),
+            (Rejection::Late, "late:", outcome::LATE),
+            (Rejection::Cancelled, "cancelled:", outcome::CANCELLED),
         ] {
             let (s, _) = served_by(&f, 0, checked(vec![0.5; 4], None, None), |_| {
                 Left::Rejected(why)

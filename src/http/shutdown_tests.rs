@@ -31,6 +31,7 @@ fn serve_slow(each: Nanos, limit: Duration) -> Server {
         arrivals: Default::default(),
         classes: None,
         shed: false,
+        abandon_late: false,
         requests: 1,
         sla: Sla::from_ms(1e3).unwrap(),
         seed: 1,

@@ -54,6 +54,9 @@ pub struct Stats {
     /// the next node boundary (`serve`).
     #[serde(default)]
     pub rejected_cancelled: u64,
+    /// Of those, let go at a node boundary once their deadline had passed (`--abandon-late`).
+    #[serde(default)]
+    pub rejected_late: u64,
     /// Latency percentiles.
     pub latency_ms: LatencyMs,
     /// Completed requests / (last completion − first arrival).

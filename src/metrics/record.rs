@@ -192,6 +192,7 @@ struct Tally {
     rejected_shed: u64,
     rejected_abandoned: u64,
     rejected_cancelled: u64,
+    rejected_late: u64,
     /// Completed within their deadline.
     good: u64,
     /// Latencies in µs (3 significant digits; grows its range as needed).
@@ -220,6 +221,7 @@ impl Tally {
             rejected_shed: 0,
             rejected_abandoned: 0,
             rejected_cancelled: 0,
+            rejected_late: 0,
             good: 0,
             hist,
             sum: 0,
@@ -272,6 +274,7 @@ impl Tally {
             rejected_shed,
             rejected_abandoned,
             rejected_cancelled,
+            rejected_late,
             good,
             hist,
             sum,
@@ -292,6 +295,7 @@ impl Tally {
         self.rejected_shed += rejected_shed;
         self.rejected_abandoned += rejected_abandoned;
         self.rejected_cancelled += rejected_cancelled;
+        self.rejected_late += rejected_late;
         self.good += good;
         self.hist
             .add(hist)
@@ -313,6 +317,7 @@ impl Tally {
             Rejection::Shed => self.rejected_shed += 1,
             Rejection::Abandoned => self.rejected_abandoned += 1,
             Rejection::Cancelled => self.rejected_cancelled += 1,
+            Rejection::Late => self.rejected_late += 1,
         }
     }
 
@@ -333,11 +338,13 @@ impl Tally {
             rejected: self.rejected_queue_full
                 + self.rejected_shed
                 + self.rejected_abandoned
-                + self.rejected_cancelled,
+                + self.rejected_cancelled
+                + self.rejected_late,
             rejected_queue_full: self.rejected_queue_full,
             rejected_shed: self.rejected_shed,
             rejected_abandoned: self.rejected_abandoned,
             rejected_cancelled: self.rejected_cancelled,
+            rejected_late: self.rejected_late,
             goodput_rps: if span > 0.0 {
                 self.good as f64 / span
             } else {
@@ -469,6 +476,7 @@ impl Recorder {
             Rejection::Shed => "rejected:shed",
             Rejection::Abandoned => "rejected:abandoned",
             Rejection::Cancelled => "rejected:cancelled",
+            Rejection::Late => "rejected:late",
         };
         self.write_csv(&q, outcome)?;
         if self.keep.requests {

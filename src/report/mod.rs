@@ -453,6 +453,7 @@ fn run_jobs(
                     c => Some(c.parse()?),
                 },
                 shed: j.shed,
+                abandon_late: false,
                 requests: match j.requests {
                     0 => plan.requests(j.model),
                     n => n as usize,

@@ -27,6 +27,9 @@ pub struct RunSpec {
     pub classes: Option<traffic::Classes>,
     /// Reject requests whose deadline is lost.
     pub shed: bool,
+    /// Let go, at the next node boundary, of every request whose deadline has passed, queued
+    /// or part-served (`--abandon-late`).
+    pub abandon_late: bool,
     /// Number of requests.
     pub requests: usize,
     /// SLA target (co-located models: each has its own, [`Colocation::slas`]).

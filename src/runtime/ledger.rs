@@ -31,6 +31,9 @@ pub enum Rejection {
     /// it completed: it left the server at the next node boundary, queued or part-served, its
     /// slot freed for the next request and its batch-mates running on without it.
     Cancelled,
+    /// Its deadline passed before it completed, and the server let it go at the next node
+    /// boundary, queued or part-served (`--abandon-late`).
+    Late,
 }
 
 /// The live requests and the count of those that left.

@@ -84,6 +84,7 @@ fn nine_ms(requests: usize) -> (Testbed, RunSpec) {
         arrivals: lazybatch::traffic::Process::Poisson,
         classes: None,
         shed: false,
+        abandon_late: false,
         requests,
         sla: crate::sla(100.0),
         seed: 1,

@@ -246,6 +246,7 @@ fn run_json_is_deterministic_and_is_the_library_run() {
         arrivals: Default::default(),
         classes: None,
         shed: false,
+        abandon_late: false,
         requests: 300,
         sla: crate::sla(va["sla_ms"].as_f64().unwrap()),
         seed: va["seed"].as_u64().unwrap(),
@@ -925,6 +926,45 @@ fn sla_classes_are_reported_apart() {
         shed
     );
     assert!(v["goodput_rps"].as_f64().unwrap() <= v["throughput_rps"].as_f64().unwrap());
+    // with --abandon-late, requests past their deadline are let go at the next node boundary,
+    // queued or part-served, and counted, per class too: the slots they held serve requests
+    // that can still make it, and goodput rises above shedding's
+    let late = lazybatch(&[
+        "run",
+        "--device",
+        "npu",
+        "--model",
+        "gnmt",
+        "--policy",
+        "lazy",
+        "--load",
+        "3",
+        "--requests",
+        "2000",
+        "--classes",
+        "gold:60:1,bronze:400:3",
+        "--abandon-late",
+        "--json",
+    ]);
+    assert!(
+        late.status.success(),
+        "{}",
+        String::from_utf8_lossy(&late.stderr)
+    );
+    let l: serde_json::Value = serde_json::from_slice(&late.stdout).unwrap();
+    let gone = l["rejected_late"].as_u64().unwrap();
+    assert!(gone > 0 && gone == l["rejected"].as_u64().unwrap(), "{l}");
+    let per = l["per_class"].as_array().unwrap();
+    assert_eq!(
+        per.iter()
+            .map(|c| c["rejected_late"].as_u64().unwrap())
+            .sum::<u64>(),
+        gone
+    );
+    assert!(
+        l["goodput_rps"].as_f64().unwrap() > v["goodput_rps"].as_f64().unwrap(),
+        "abandoning late work: {l}; shedding: {v}"
+    );
 }
 
 #[test]
@@ -1017,7 +1057,7 @@ fn serve_and_load_end_to_end_with_a_graceful_sigint() {
     std::io::Read::read_to_string(&mut stdout, &mut summary).unwrap();
     assert!(
         summary.contains(
-            "stopped: completed 50, abandoned 0, cancelled 0, malformed 0, bad_request 1, timed_out 0"
+            "stopped: completed 50, abandoned 0, cancelled 0, late 0, malformed 0, bad_request 1, timed_out 0"
         ),
         "{summary}"
     );

@@ -177,6 +177,7 @@ fn model_case(text: &str) {
         arrivals: Default::default(),
         classes: None,
         shed: false,
+        abandon_late: false,
         requests: 12,
         sla: crate::sla(100.0),
         seed: 1,

@@ -66,6 +66,7 @@ pub(crate) fn cfg(policy: &str) -> RunSpec {
         arrivals: Default::default(),
         classes: None,
         shed: false,
+        abandon_late: false,
         requests: 1,
         sla: crate::sla(1000.0),
         seed: 1,

@@ -19,6 +19,7 @@ fn cfg(policy: &str, rate: f64, n: usize, seed: u64) -> RunSpec {
         arrivals: Default::default(),
         classes: None,
         shed: false,
+        abandon_late: false,
         requests: n,
         sla: crate::sla(100.0),
         seed,

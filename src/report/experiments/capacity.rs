@@ -111,6 +111,7 @@ fn search(ctx: &Ctx, model: &'static str) -> Result<ModelCapacity> {
             arrivals: "poisson".parse()?,
             classes: None,
             shed: false,
+            abandon_late: false,
             requests: plan.requests,
             sla,
             seed: 1,

@@ -114,6 +114,7 @@ fn search(
                 arrivals: "poisson".parse()?,
                 classes: None,
                 shed: false,
+                abandon_late: false,
                 requests: plan.capacity.requests,
                 sla,
                 seed: 1,

@@ -124,6 +124,7 @@ pub(super) fn capacities(ctx: &mut Ctx, benches: &[Bench], policies: &[&str]) ->
                 arrivals: "poisson".parse()?,
                 classes: None,
                 shed: false,
+                abandon_late: false,
                 requests: plan.requests,
                 sla: bd.sla,
                 seed: 1,

@@ -203,6 +203,7 @@ fn dominance(ctx: &mut Ctx) -> Result<()> {
                             arrivals: arr.parse()?,
                             classes: None,
                             shed: false,
+                            abandon_late: false,
                             requests: plan.dominance_requests,
                             sla,
                             seed,
