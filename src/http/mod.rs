@@ -362,10 +362,17 @@ async fn grpc_serve(
         .accept_compressed(Deflate)
         .max_decoding_message_size(max_body)
         .max_encoding_message_size(usize::MAX);
+    // the standard health service (grpc.health.v1: grpc_health_probe, Kubernetes' gRPC
+    // probes): the server ("") and the inference service SERVING until the shutdown begins
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health
+        .set_serving::<grpc::GrpcInferenceServiceServer<grpc::Grpc>>()
+        .await;
     let (told, heard) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(timeouts.header))
         .layer(refusals)
+        .add_service(health_service)
         .add_service(service)
         .serve_with_incoming_shutdown(
             // answers leave at once (no Nagle delay behind the client's delayed ACK: 40 ms a
@@ -380,6 +387,13 @@ async fn grpc_serve(
         _ = &mut server => return true,
         _ = closing.wait_for(|c| *c) => {}
     }
+    // not ready while the calls in flight finish, as the HTTP readiness says
+    health
+        .set_not_serving::<grpc::GrpcInferenceServiceServer<grpc::Grpc>>()
+        .await;
+    health
+        .set_service_status("", tonic_health::ServingStatus::NotServing)
+        .await;
     let _ = told.send(());
     tokio::select! {
         done = server => done.is_ok(),

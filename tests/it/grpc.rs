@@ -330,3 +330,91 @@ fn a_grpc_call_still_waiting_at_the_shutdown_deadline_is_dropped_said_and_counte
         "{summary}"
     );
 }
+
+/// The standard gRPC health service (`grpc.health.v1`, what `grpc_health_probe` and
+/// Kubernetes' gRPC probes call): the server and the inference service SERVING, an unknown
+/// service NOT_FOUND, and a watcher told NOT_SERVING as the shutdown begins (tonic then turns
+/// new calls away), while a request in flight is still answered.
+#[test]
+fn the_standard_grpc_health_service_serves_until_the_shutdown_begins() {
+    use tonic_health::pb::health_check_response::ServingStatus;
+    use tonic_health::pb::health_client::HealthClient;
+    use tonic_health::pb::HealthCheckRequest;
+    // graph batching holds a lone request for its 1.5-s window: the shutdown waits for it
+    let bench = lazybatch::run::Testbed::new(
+        lazybatch::graph::zoo::load("resnet50").unwrap(),
+        Default::default(),
+        crate::mb(8),
+        90.0,
+    )
+    .unwrap();
+    let server = start(bench, cfg("graph:1500"), &options(64)).unwrap();
+    let (http, grpc) = (server.addr, server.grpc_addr.unwrap());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let health = || async move {
+        let channel = tonic::transport::Channel::from_shared(format!("http://{grpc}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        HealthClient::new(channel)
+    };
+    let check = |service: &str| {
+        let service = service.to_string();
+        rt.block_on(async {
+            health()
+                .await
+                .check(HealthCheckRequest { service })
+                .await
+                .map(|r| r.into_inner().status)
+        })
+    };
+    assert_eq!(check("").unwrap(), ServingStatus::Serving as i32);
+    assert_eq!(
+        check("inference.GRPCInferenceService").unwrap(),
+        ServingStatus::Serving as i32
+    );
+    assert_eq!(check("nothing.Here").unwrap_err().code(), Code::NotFound);
+    // a watcher of the server's status hears SERVING now
+    let mut watch = rt.block_on(async {
+        health()
+            .await
+            .watch(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+    });
+    let first = rt.block_on(watch.message()).unwrap().unwrap();
+    assert_eq!(first.status, ServingStatus::Serving as i32);
+    // a request waits in the batching window; the shutdown begins and waits for it
+    let body = serde_json::json!({"inputs": [{"name": "image", "datatype": "FP32", "shape": [1, 3, 224, 224], "data": vec![0.5f32; 3 * 224 * 224]}]}).to_string();
+    let waiting = std::thread::spawn(move || {
+        crate::http::call(http, "POST", "/v2/models/resnet50/infer", &body)
+    });
+    let t0 = std::time::Instant::now();
+    while !crate::http::call(http, "GET", "/metrics", "")
+        .1
+        .contains("lazybatch_requests_in_server 1")
+    {
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(60),
+            "never admitted"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let stopping = std::thread::spawn(move || server.shutdown().unwrap().stats().completed);
+    // the watcher hears NOT_SERVING as the shutdown begins
+    let next = rt.block_on(watch.message()).unwrap().unwrap();
+    assert_eq!(next.status, ServingStatus::NotServing as i32);
+    // a watch never ends by itself: a watcher that stays holds the drain to the shutdown's
+    // limit like any open call (30 s here); this one goes
+    drop(watch);
+    assert_eq!(
+        waiting.join().unwrap().0,
+        200,
+        "the request in flight was answered"
+    );
+    assert_eq!(stopping.join().unwrap(), 1);
+}
