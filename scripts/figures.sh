@@ -18,6 +18,7 @@ cp "$out/paper/adaptive_heat.svg" docs/figures/adaptive_heat.svg
 cp "$out/paper/dominance_heat.svg" docs/figures/dominance_heat.svg
 cp "$out/default/bursts.svg" docs/figures/bursts.svg
 cp "$out/default/goodput_cdf.svg" docs/figures/goodput_cdf.svg
+cp "$out/default/goodput.svg" docs/figures/goodput.svg
 cp "$out/paper/tokens.svg" docs/figures/tokens.svg
 cp "$out/default/llm.svg" docs/figures/llm.svg
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT

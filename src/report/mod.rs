@@ -307,6 +307,8 @@ pub(crate) struct Job {
     pub classes: String,
     /// Shed requests whose deadline is lost (`--shed`).
     pub shed: bool,
+    /// Let go of requests past their deadline at the next node boundary (`--abandon-late`).
+    pub abandon_late: bool,
     /// Requests in the run; 0: the plan's for the model ([`Plan::requests`]).
     pub requests: u32,
 }
@@ -343,6 +345,7 @@ impl Job {
             arrivals: "poisson",
             classes: String::new(),
             shed: false,
+            abandon_late: false,
             requests: 0,
         }
     }
@@ -363,6 +366,13 @@ impl Job {
         Job {
             classes,
             shed,
+            ..self
+        }
+    }
+    /// The same run letting go of late requests (`--abandon-late`) or not.
+    pub fn abandoning_late(self, abandon_late: bool) -> Job {
+        Job {
+            abandon_late,
             ..self
         }
     }
@@ -453,7 +463,7 @@ fn run_jobs(
                     c => Some(c.parse()?),
                 },
                 shed: j.shed,
-                abandon_late: false,
+                abandon_late: j.abandon_late,
                 requests: match j.requests {
                     0 => plan.requests(j.model),
                     n => n as usize,

@@ -217,13 +217,38 @@ fn quick_reproduce_writes_every_figure_and_is_deterministic() {
             "{model}: {serial:?}"
         );
     }
-    // goodput: every model × policy × shedding × load; nothing shed without --shed
+    // goodput: every model × policy × (as served, shedding, letting late work go) × load;
+    // nothing shed without --shed, nothing let go without --abandon-late, and at twice the
+    // capacity and beyond, letting late work go gives more goodput than shedding
     let (head, rows) = csv(&a, "default/goodput.csv");
     let col = |name: &str| head.iter().position(|h| h == name).unwrap();
-    assert_eq!(rows.len(), 3 * 2 * 2 * 4);
+    assert_eq!(rows.len(), 3 * 2 * 3 * 4);
     let (shed, count) = (col("shed"), col("shed_requests"));
     assert!(rows.iter().all(|r| r[shed] == "true" || r[count] == "0"));
     assert!(rows.iter().any(|r| r[shed] == "true" && r[count] != "0"));
+    let (late, gone) = (col("abandon_late"), col("late_requests"));
+    assert!(rows.iter().all(|r| r[late] == "true" || r[gone] == "0"));
+    assert!(rows.iter().any(|r| r[late] == "true" && r[gone] != "0"));
+    let (m, p, load, good) = (col("model"), col("policy"), col("load"), col("goodput_rps"));
+    let goodput = |r: &Vec<String>, s: &str, l: &str| -> f64 {
+        rows.iter()
+            .find(|x| {
+                x[m] == r[m] && x[p] == r[p] && x[load] == r[load] && x[shed] == s && x[late] == l
+            })
+            .map(|x| x[good].parse().unwrap())
+            .unwrap()
+    };
+    for r in rows
+        .iter()
+        .filter(|r| r[m] == "resnet50" && r[load].parse::<f64>().unwrap() >= 2.0)
+    {
+        assert!(
+            goodput(r, "false", "true") > goodput(r, "true", "false"),
+            "{}: {:?}",
+            r[p],
+            r
+        );
+    }
     // each class's CDF: 101 quantiles per model × policy × shedding × class, latencies
     // non-decreasing along each
     let (head, rows) = csv(&a, "default/goodput_cdf.csv");

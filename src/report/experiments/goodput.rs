@@ -1,7 +1,7 @@
 //! Goodput under overload with SLA classes, with and without shedding (our extension, not the
 //! paper's): two classes per model, `gold` at 2 and `bronze` at 8 times its single-input
 //! latency (shares 1 : 3), offered at 0.5 to 4 times its serial capacity, under LazyB and
-//! Orca-style `continuous`, each with and without `--shed`.
+//! Orca-style `continuous`, each as it is, with `--shed` and with `--abandon-late`.
 
 use super::*;
 use crate::plot::{Figure, Panel, Series};
@@ -16,6 +16,14 @@ const MODELS: &[&str] = &["resnet50", "gnmt", "transformer_base"];
 const POLICIES: &[&str] = &["lazy", "continuous"];
 /// Offered load, multiples of the serial capacity.
 const LOADS: &[f64] = &[0.5, 1.0, 2.0, 4.0];
+
+/// What a run does with requests whose deadline is lost: (`--shed`, `--abandon-late`), and the
+/// suffix of its series' name.
+const MODES: &[(bool, bool, &str)] = &[
+    (false, false, ""),
+    (true, false, " + shed"),
+    (false, true, " + abandon-late"),
+];
 
 /// The model's classes and its rates at [`LOADS`] on `npu`.
 fn setting(model: &'static str, npu: &NpuConfig) -> Result<(String, Vec<f64>)> {
@@ -42,10 +50,10 @@ impl Experiment for Goodput {
             let (classes, rates) = setting(m, npu)?;
             for p in POLICIES {
                 for &r in &rates {
-                    for shed in [false, true] {
+                    for &(shed, late, _) in MODES {
                         for s in seeds(plan) {
                             let j = Job::new(m, p, r, s, SLA_MS, COVERAGE, MAX_BATCH);
-                            jobs.insert(j.classed(classes.clone(), shed));
+                            jobs.insert(j.classed(classes.clone(), shed).abandoning_late(late));
                         }
                     }
                 }
@@ -159,20 +167,28 @@ fn goodput(ctx: &mut Ctx) -> Result<()> {
         "model",
         "policy",
         "shed",
+        "abandon_late",
         "load",
         "rate_rps",
         "goodput_rps",
         "throughput_rps",
         "sla_violation",
         "shed_requests",
+        "late_requests",
     ]);
     let mut fig = Figure {
         shared_legend: true,
         ..Figure::default()
     };
-    let mut text = String::from(
-        "| model | load | LazyB | LazyB + shed | Continuous | Continuous + shed |\n|---|---|---|---|---|---|\n",
-    );
+    let mut text = String::from("| model | load |");
+    for p in POLICIES {
+        for &(_, _, suffix) in MODES {
+            let _ = write!(text, " {}{suffix} |", label(p));
+        }
+    }
+    text.push_str("\n|---|---|");
+    text.push_str(&"---|".repeat(POLICIES.len() * MODES.len()));
+    text.push('\n');
     for &m in MODELS {
         let (classes, rates) = setting(m, ctx.npu())?;
         let mut panel = Panel {
@@ -183,15 +199,17 @@ fn goodput(ctx: &mut Ctx) -> Result<()> {
         };
         let mut cells = vec![Vec::new(); LOADS.len()];
         for p in POLICIES {
-            for shed in [false, true] {
+            for &(shed, late, suffix) in MODES {
                 let mut s = Series {
-                    name: format!("{}{}", label(p), if shed { " + shed" } else { "" }),
+                    name: format!("{}{suffix}", label(p)),
                     markers: true,
-                    dashed: shed,
+                    dashed: shed || late,
                     ..Series::default()
                 };
                 for (k, (&load, &r)) in LOADS.iter().zip(&rates).enumerate() {
-                    let runs = ctx.runs_with(m, p, r, &|j| j.classed(classes.clone(), shed))?;
+                    let runs = ctx.runs_with(m, p, r, &|j| {
+                        j.classed(classes.clone(), shed).abandoning_late(late)
+                    })?;
                     let f =
                         |g: &dyn Fn(&RunOut) -> f64| spread(runs.iter().map(|x| g(x)).collect());
                     let good = f(&|x| x.stats.goodput_rps);
@@ -199,12 +217,14 @@ fn goodput(ctx: &mut Ctx) -> Result<()> {
                         m.into(),
                         (*p).into(),
                         shed.to_string().into(),
+                        late.to_string().into(),
                         load.into(),
                         r.into(),
                         good.0.into(),
                         f(&|x| x.stats.throughput_rps).0.into(),
                         f(&|x| x.stats.sla_violation_rate).0.into(),
                         f(&|x| x.stats.rejected_shed as f64).0.into(),
+                        f(&|x| x.stats.rejected_late as f64).0.into(),
                     ]);
                     s.push_spread(load, good);
                     cells[k].push(format!("{:.1}", good.0));
@@ -220,12 +240,14 @@ fn goodput(ctx: &mut Ctx) -> Result<()> {
     ctx.table(&t, "goodput")?;
     ctx.figure(&fig, "goodput", 440, 400)?;
     ctx.sections.push((
-        "Goodput under overload, with and without shedding (our extension)".into(),
+        "Goodput under overload: as served, shedding, letting late work go (our extension)".into(),
         format!(
             "![goodput](goodput.svg)\n\nGoodput (requests completed within their own deadline per second) with two SLA classes \
              per model (`gold` at 2 and `bronze` at 8 times the single-input latency, shares 1 : 3; `--classes`), offered at \
-             0.5 to 4 times the serial capacity, with and without `--shed` (reject a request whose deadline can no longer be \
-             met even served alone at once). `goodput.csv` has throughput, violations and the requests shed.\n\n{text}"
+             0.5 to 4 times the serial capacity: as served, with `--shed` (reject a request whose deadline can no longer be \
+             met even served alone at once) and with `--abandon-late` (let a request go at the next node boundary once its \
+             deadline has passed, queued or part-served). `goodput.csv` has throughput, violations and the requests shed \
+             and let go.\n\n{text}"
         ),
     ));
     Ok(())
