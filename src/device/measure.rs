@@ -67,15 +67,20 @@ fn unit(
     let first = lens.first().copied().unwrap_or_default();
     let len = lens.get(model.part_of(id)).copied().unwrap_or(first);
     let step = table_step(model, len, id);
-    let members = (0..b)
+    (NodeStep { node: id, step }, members(b, len, step))
+}
+
+/// `b` members as a table times them: slots 0..b, each its slot's generated input, all at
+/// lengths `len` and step `step`.
+fn members(b: u32, len: Lengths, step: u32) -> Vec<Member> {
+    (0..b)
         .map(|slot| Member {
             slot,
             len,
             input: u64::from(slot),
             step,
         })
-        .collect();
-    (NodeStep { node: id, step }, members)
+        .collect()
 }
 
 /// The step at which a table times node `id` of a request at lengths `len`: a decoder node's
@@ -228,14 +233,7 @@ impl Profile {
                     }
                     for pass in 0..=reps {
                         for (at, len) in request_paths(model, lens) {
-                            let members: Vec<Member> = (0..b)
-                                .map(|slot| Member {
-                                    slot,
-                                    len,
-                                    input: u64::from(slot),
-                                    step: at.step,
-                                })
-                                .collect();
+                            let members = members(b, len, at.step);
                             let t = device.execute(model, at, &members)?.time.0;
                             if at.step == model.repeats(at.node, len).saturating_sub(1) / 2 {
                                 shown.inc(u64::from(b));
@@ -290,14 +288,7 @@ impl Profile {
             let at = NodeStep { node: n.id, step };
             measured.clear();
             // one member list for the node; each size takes a prefix of it
-            let members: Vec<Member> = (0..max_batch)
-                .map(|slot| Member {
-                    slot,
-                    len,
-                    input: u64::from(slot),
-                    step,
-                })
-                .collect();
+            let members = members(max_batch, len, step);
             for &b in sizes {
                 measured.push(time(&mut *device, at, &members[..b as usize])?);
             }

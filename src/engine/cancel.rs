@@ -11,7 +11,7 @@
 //! [`ArrivalSource::cancelled`]: super::ArrivalSource::cancelled
 
 use super::{Left, Server};
-use crate::device::{Device, Member};
+use crate::device::Device;
 use crate::error::Result;
 use crate::runtime::{Rejection, RequestId};
 use crate::time::Nanos;
@@ -77,17 +77,9 @@ impl Server<'_> {
             }
         }
         let mut q = self.requests.reject(id)?;
-        if let Some(s) = q.slot.take() {
-            // what the device keeps for the request (its captured outputs) goes with it; the
-            // front end drops what nobody will take
-            device.complete(&Member {
-                slot: s,
-                len: q.len,
-                input: q.key,
-                step: 0,
-            });
-            self.free_slots.push(s);
-        }
+        // what the device keeps for the request (its captured outputs) goes with it; the front
+        // end drops what nobody will take
+        super::release_slot(device, &mut self.free_slots, &mut q);
         if let Some(o) = self.setup.observer {
             o.left(&q, Left::Rejected(why));
         }
@@ -97,45 +89,12 @@ impl Server<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::kept;
+    use super::super::tests::{kept, Scripted};
     use super::super::*;
     use crate::graph::zoo;
     use crate::profile::Profile;
     use crate::runtime::Predictor;
     use crate::time::VirtualClock;
-
-    /// Pre-drawn arrivals whose clients of `keys` go away at the engine's `at`-th look (it
-    /// looks once a turn, at the node boundary before the turn).
-    struct Leaving<'a> {
-        inner: Predrawn<'a>,
-        looks: usize,
-        at: usize,
-        keys: Vec<u64>,
-    }
-
-    impl ArrivalSource for Leaving<'_> {
-        fn poll(&mut self, now: Nanos) -> Option<Arrival> {
-            self.inner.poll(now)
-        }
-        fn idle(&mut self, clock: &mut dyn Clock, until: Option<Nanos>) -> bool {
-            self.inner.idle(clock, until)
-        }
-        fn expected(&self) -> usize {
-            self.inner.expected()
-        }
-        fn next_due(&mut self) -> Option<Nanos> {
-            self.inner.next_due()
-        }
-        fn may_give_up(&self) -> bool {
-            true
-        }
-        fn cancelled(&mut self, keys: &mut Vec<u64>) {
-            self.looks += 1;
-            if self.looks == self.at {
-                keys.append(&mut self.keys);
-            }
-        }
-    }
 
     #[test]
     fn a_cancelled_request_leaves_its_sub_batch_at_the_next_boundary_and_its_slot_serves_at_once() {
@@ -156,12 +115,7 @@ mod tests {
                 ..Arrival::default()
             })
             .collect();
-        let mut src = Leaving {
-            inner: Predrawn::new(&arrivals),
-            looks: 0,
-            at: 3,
-            keys: vec![11, 18, 99],
-        };
+        let mut src = Scripted::new(&arrivals).leaving_at(3, vec![11, 18, 99]);
         let mut pol = crate::policy::parse("lazy", 8).unwrap();
         let out = run_source(
             &setup,

@@ -734,15 +734,7 @@ impl<'a> Server<'a> {
         for &r in &self.finished {
             let mut q = self.requests.complete(r)?;
             q.completion = Some(done_at);
-            if let Some(s) = q.slot.take() {
-                device.complete(&Member {
-                    slot: s,
-                    len: q.len,
-                    input: q.key,
-                    step: 0,
-                });
-                self.free_slots.push(s);
-            }
+            release_slot(device, &mut self.free_slots, &mut q);
             if let Some(o) = self.setup.observer {
                 o.left(&q, Left::Completed(done_at));
             }
@@ -768,6 +760,20 @@ impl<'a> Server<'a> {
             self.table.check()?;
         }
         Ok(())
+    }
+}
+
+/// Frees the slot request `q` held, if any, for the next request: the device hands over (or,
+/// for a request let go, drops through the front end) what it keeps for the request first.
+fn release_slot<D: Device + ?Sized>(device: &mut D, free_slots: &mut Vec<u32>, q: &mut Request) {
+    if let Some(s) = q.slot.take() {
+        device.complete(&Member {
+            slot: s,
+            len: q.len,
+            input: q.key,
+            step: 0,
+        });
+        free_slots.push(s);
     }
 }
 

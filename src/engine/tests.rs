@@ -463,15 +463,46 @@ fn a_swap_without_an_entry_below_is_an_error() {
     );
 }
 
-/// Pre-drawn arrivals that give up at the engine's `at`-th look (it looks once a turn, at
-/// the node boundary before the turn: a front end's shutdown deadline).
-struct GivingUp<'a> {
+/// Pre-drawn arrivals with what a front end says at the engine's looks: give up at the
+/// `give_up_at`-th look at its give-up flag (once a turn, at the node boundary before the turn:
+/// a shutdown's deadline), and tell the keys of `leaving` at the given look at its
+/// cancellations (once a turn that receives: clients that went away).
+pub(super) struct Scripted<'a> {
     inner: Predrawn<'a>,
     looks: std::cell::Cell<usize>,
-    at: usize,
+    give_up_at: Option<usize>,
+    cancel_looks: usize,
+    leaving: Option<(usize, Vec<u64>)>,
 }
 
-impl ArrivalSource for GivingUp<'_> {
+impl<'a> Scripted<'a> {
+    /// `list`'s arrivals, nothing said.
+    pub(super) fn new(list: &'a [Arrival]) -> Self {
+        Scripted {
+            inner: Predrawn::new(list),
+            looks: std::cell::Cell::new(0),
+            give_up_at: None,
+            cancel_looks: 0,
+            leaving: None,
+        }
+    }
+    /// Gives up at the `at`-th look.
+    pub(super) fn giving_up_at(self, at: usize) -> Self {
+        Scripted {
+            give_up_at: Some(at),
+            ..self
+        }
+    }
+    /// Tells `keys` at the `at`-th look at its cancellations.
+    pub(super) fn leaving_at(self, at: usize, keys: Vec<u64>) -> Self {
+        Scripted {
+            leaving: Some((at, keys)),
+            ..self
+        }
+    }
+}
+
+impl ArrivalSource for Scripted<'_> {
     fn poll(&mut self, now: Nanos) -> Option<Arrival> {
         self.inner.poll(now)
     }
@@ -486,10 +517,18 @@ impl ArrivalSource for GivingUp<'_> {
     }
     fn give_up(&self) -> bool {
         self.looks.set(self.looks.get() + 1);
-        self.looks.get() >= self.at
+        self.give_up_at.is_some_and(|at| self.looks.get() >= at)
     }
     fn may_give_up(&self) -> bool {
         true
+    }
+    fn cancelled(&mut self, keys: &mut Vec<u64>) {
+        self.cancel_looks += 1;
+        if let Some((at, told)) = &mut self.leaving {
+            if self.cancel_looks == *at {
+                keys.append(told);
+            }
+        }
     }
 }
 
@@ -510,11 +549,7 @@ fn a_source_that_gives_up_ends_the_run_at_a_node_boundary_with_every_request_cou
             ..Arrival::default()
         })
         .collect();
-    let mut src = GivingUp {
-        inner: Predrawn::new(&arrivals),
-        looks: std::cell::Cell::new(0),
-        at: 4,
-    };
+    let mut src = Scripted::new(&arrivals).giving_up_at(4);
     let mut pol = policy::parse("serial", 8).unwrap();
     let out = run_source(
         &setup,

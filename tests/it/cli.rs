@@ -892,75 +892,49 @@ fn sla_classes_are_reported_apart() {
     // the tighter deadline is missed more often by the same requests' latencies
     assert!(per[0]["sla_violation_rate"].as_f64() > per[1]["sla_violation_rate"].as_f64());
     assert_eq!(v["rejected_shed"], 0);
+    // GNMT at three times its capacity in two classes, with `flag`: what a lost deadline gives,
+    // each rejection counted under `field`, in all and per class, all of the run's rejections
+    let overloaded = |flag: &str, field: &str| -> serde_json::Value {
+        let out = lazybatch(&[
+            "run",
+            "--device",
+            "npu",
+            "--model",
+            "gnmt",
+            "--policy",
+            "lazy",
+            "--load",
+            "3",
+            "--requests",
+            "2000",
+            "--classes",
+            "gold:60:1,bronze:400:3",
+            flag,
+            "--json",
+        ]);
+        assert!(
+            out.status.success(),
+            "{flag}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let n = v[field].as_u64().unwrap();
+        assert!(n > 0 && n == v["rejected"].as_u64().unwrap(), "{flag}: {v}");
+        let per = v["per_class"].as_array().unwrap();
+        assert_eq!(
+            per.iter().map(|c| c[field].as_u64().unwrap()).sum::<u64>(),
+            n,
+            "{flag}"
+        );
+        v
+    };
     // with --shed, lost deadlines are rejected and counted, per class too
-    let out = lazybatch(&[
-        "run",
-        "--device",
-        "npu",
-        "--model",
-        "gnmt",
-        "--policy",
-        "lazy",
-        "--load",
-        "3",
-        "--requests",
-        "2000",
-        "--classes",
-        "gold:60:1,bronze:400:3",
-        "--shed",
-        "--json",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let shed = v["rejected_shed"].as_u64().unwrap();
-    assert!(shed > 0 && shed == v["rejected"].as_u64().unwrap());
-    let per = v["per_class"].as_array().unwrap();
-    assert_eq!(
-        per.iter()
-            .map(|c| c["rejected_shed"].as_u64().unwrap())
-            .sum::<u64>(),
-        shed
-    );
+    let v = overloaded("--shed", "rejected_shed");
     assert!(v["goodput_rps"].as_f64().unwrap() <= v["throughput_rps"].as_f64().unwrap());
     // with --abandon-late, requests past their deadline are let go at the next node boundary,
     // queued or part-served, and counted, per class too: the slots they held serve requests
     // that can still make it, and goodput rises above shedding's
-    let late = lazybatch(&[
-        "run",
-        "--device",
-        "npu",
-        "--model",
-        "gnmt",
-        "--policy",
-        "lazy",
-        "--load",
-        "3",
-        "--requests",
-        "2000",
-        "--classes",
-        "gold:60:1,bronze:400:3",
-        "--abandon-late",
-        "--json",
-    ]);
-    assert!(
-        late.status.success(),
-        "{}",
-        String::from_utf8_lossy(&late.stderr)
-    );
-    let l: serde_json::Value = serde_json::from_slice(&late.stdout).unwrap();
-    let gone = l["rejected_late"].as_u64().unwrap();
-    assert!(gone > 0 && gone == l["rejected"].as_u64().unwrap(), "{l}");
-    let per = l["per_class"].as_array().unwrap();
-    assert_eq!(
-        per.iter()
-            .map(|c| c["rejected_late"].as_u64().unwrap())
-            .sum::<u64>(),
-        gone
-    );
+    let l = overloaded("--abandon-late", "rejected_late");
     assert!(
         l["goodput_rps"].as_f64().unwrap() > v["goodput_rps"].as_f64().unwrap(),
         "abandoning late work: {l}; shedding: {v}"

@@ -90,7 +90,7 @@ pub(crate) fn cpu_bench(m: lazybatch::graph::Model) -> Testbed {
 
 /// A server's options on a loopback port the system picks: room for 64 requests, 1 MiB bodies,
 /// 1 GiB in flight, 1,024 connections, the default time limits.
-fn loopback() -> ServeOptions {
+pub(crate) fn loopback() -> ServeOptions {
     ServeOptions {
         listen: "127.0.0.1:0".parse().unwrap(),
         grpc: None,

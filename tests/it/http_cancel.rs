@@ -2,7 +2,7 @@
 //! queued or in the middle of a sub-batch, frees its slot, counts it `cancelled`, and its
 //! batch-mates run on without it, their outputs bit for bit those of an undisturbed run.
 
-use crate::http::{call, cfg, cpu_bench};
+use crate::http::{call, cfg, cpu_bench, loopback};
 use lazybatch::graph::{zoo, Model};
 use lazybatch::http::load::sample;
 use lazybatch::http::{start, ServeOptions, Server};
@@ -31,18 +31,6 @@ fn long_decoder() -> Model {
         .replace("out_features = 50", "out_features = 4000");
     std::fs::write(&f, text).unwrap();
     zoo::load(f.to_str().unwrap()).unwrap()
-}
-
-fn options() -> ServeOptions {
-    ServeOptions {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        grpc: None,
-        max_queue: 64,
-        max_body: 1 << 20,
-        max_inflight: 1 << 30,
-        max_connections: 64,
-        timeouts: Default::default(),
-    }
 }
 
 const STEPS: usize = 4096;
@@ -77,7 +65,7 @@ fn until(what: &str, mut ok: impl FnMut() -> bool) {
 }
 
 fn serve() -> Server {
-    start(cpu_bench(long_decoder()), cfg("lazy"), &options()).unwrap()
+    start(cpu_bench(long_decoder()), cfg("lazy"), &loopback()).unwrap()
 }
 
 #[test]
@@ -173,7 +161,7 @@ fn a_cancelled_grpc_call_is_let_go_of_and_counted_cancelled() {
     .unwrap();
     let opts = ServeOptions {
         grpc: Some("127.0.0.1:0".parse().unwrap()),
-        ..options()
+        ..loopback()
     };
     let server = start(bench, cfg("graph:3000"), &opts).unwrap();
     let (a, grpc) = (server.addr, server.grpc_addr.unwrap());
