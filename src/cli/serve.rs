@@ -178,11 +178,18 @@ pub(super) fn run(a: RunArgs, progress: Mode) -> Result<()> {
     let wall = t0.elapsed().as_secs_f64();
     shown.finish();
     let st = out.stats();
-    let per_model: Vec<(String, Stats)> = if colocated {
-        let names = bench.model.parts.iter().map(|p| p.name.clone());
-        names.zip(out.part_stats()).collect()
-    } else {
-        Vec::new()
+    // each co-located model's figures, with the SLA they are counted against
+    let per_model: Vec<(String, f64, Stats)> = match &cfg.colocated {
+        Some(c) => {
+            let names = bench.model.parts.iter().map(|p| p.name.clone());
+            let slas = c.slas().iter().map(|s| s.as_ms());
+            names
+                .zip(slas)
+                .zip(out.part_stats())
+                .map(|((m, sla), s)| (m, sla, s))
+                .collect()
+        }
+        None => Vec::new(),
     };
     if let Some(p) = &a.hgrm {
         let mut f =
@@ -220,7 +227,7 @@ pub(super) fn run(a: RunArgs, progress: Mode) -> Result<()> {
         if !per_model.is_empty() {
             v["per_model"] = json!(per_model
                 .iter()
-                .map(|(m, s)| json!({"model": m, "completed": s.completed, "rejected": s.rejected, "latency_ms": s.latency_ms, "throughput_rps": s.throughput_rps, "sla_violation_rate": s.sla_violation_rate}))
+                .map(|(m, sla, s)| json!({"model": m, "sla_ms": sla, "completed": s.completed, "rejected": s.rejected, "latency_ms": s.latency_ms, "throughput_rps": s.throughput_rps, "sla_violation_rate": s.sla_violation_rate}))
                 .collect::<Vec<_>>());
         }
         if cfg.replicas.count() > 1 {
@@ -246,11 +253,8 @@ pub(super) fn run(a: RunArgs, progress: Mode) -> Result<()> {
     let router = cfg.replicas.router().name();
     let groups: Vec<(String, Stats)> = per_model
         .into_iter()
-        .chain(
-            per_class
-                .into_iter()
-                .map(|(c, sla, s)| (format!("{c} (SLA {sla} ms)"), s)),
-        )
+        .chain(per_class)
+        .map(|(name, sla, s)| (format!("{name} (SLA {sla} ms)"), s))
         .chain(
             out.replicas
                 .iter()

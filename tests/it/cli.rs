@@ -637,6 +637,33 @@ fn colocation_arguments_are_checked() {
         per[0]["completed"].as_u64().unwrap() > per[1]["completed"].as_u64().unwrap(),
         "shares 3:1"
     );
+    // each model's figures name the SLA they were counted against (the probe's T13: the header
+    // said "SLA 100 ms" whatever --slas said, and the model lines said nothing)
+    assert_eq!(per[0]["sla_ms"], 20.0);
+    assert_eq!(per[1]["sla_ms"], 150.0);
+    let o = lazybatch(&[
+        "run",
+        "--device",
+        "npu",
+        "--model",
+        "resnet50,gnmt",
+        "--policy",
+        "lazy",
+        "--rate",
+        "50",
+        "--requests",
+        "200",
+        "--slas",
+        "20,150",
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && !text.contains("SLA 100 ms"), "{text}");
+    for line in ["resnet50 (SLA 20 ms)", "gnmt (SLA 150 ms)"] {
+        assert!(
+            text.lines().any(|l| l.trim_start().starts_with(line)),
+            "{line}: {text}"
+        );
+    }
 }
 
 #[test]

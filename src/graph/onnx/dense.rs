@@ -89,7 +89,7 @@ impl Translator {
     }
 
     pub(crate) fn gemm(&mut self, n: &NodeProto) -> R<()> {
-        let b = self.const_input(n, 1)?;
+        let b = self.weight_input(n, 1)?;
         let (alpha, beta) = (attr_f(n, "alpha", 1.0), attr_f(n, "beta", 1.0));
         if alpha != 1.0 || beta != 1.0 || attr_i(n, "transA", 0) != 0 {
             return Err(format!(
@@ -132,11 +132,12 @@ impl Translator {
     }
 
     pub(crate) fn matmul(&mut self, n: &NodeProto) -> R<()> {
-        if let (Val::Part(a), Val::Part(b)) = (self.input(n, 0)?.clone(), self.input(n, 1)?.clone())
-        {
+        // (matched by reference: a weight matrix is not copied to learn it is not a part)
+        if let (Val::Part(a), Val::Part(b)) = (self.input(n, 0)?, self.input(n, 1)?) {
+            let (a, b) = (a.clone(), b.clone());
             return self.part_matmul(n, a, b);
         }
-        let b = self.const_input(n, 1).map_err(|_| {
+        let b = self.weight_input(n, 1).map_err(|_| {
             format!(
                 "{}: only a MatMul by a weight matrix (an initializer) is supported",
                 at(n)

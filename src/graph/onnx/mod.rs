@@ -31,7 +31,7 @@ use super::Model;
 use crate::error::{Error, Result};
 use prost::Message;
 use proto::pb::{GraphProto, ModelProto};
-use proto::{is_float, is_int, tensor, value_type, Dim};
+use proto::{is_float, is_int, take_tensor, value_type, Dim};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -71,8 +71,7 @@ fn import_bytes(path: &Path, bytes: Vec<u8>, dims: &Dims) -> Result<Model> {
         .ok_or_else(|| err("the file holds no graph".into()))?;
     checker::structure(&model, &graph).map_err(err)?;
     load_external(&mut graph, path).map_err(err)?;
-    let graph = &graph;
-    let (text, weights) = if decoder::is_decoder(graph) {
+    let (text, weights) = if decoder::is_decoder(&graph) {
         // a decoder with its key/value cache: its prompt and steps keep their own lengths
         if let Some((k, _)) = dims.first() {
             return Err(err(format!(
@@ -81,10 +80,10 @@ fn import_bytes(path: &Path, bytes: Vec<u8>, dims: &Dims) -> Result<Model> {
             )));
         }
         let (stem, about) = identity(path, &model);
-        decoder::translate(&stem, &about, graph).map_err(err)?
+        decoder::translate(&stem, &about, &graph).map_err(err)?
     } else {
-        check_ops(graph).map_err(err)?;
-        translate_graph(path, &model, graph, dims).map_err(err)?
+        check_ops(&graph).map_err(err)?;
+        translate_graph(path, &model, &mut graph, dims).map_err(err)?
     };
     let mut m = super::loader::parse_model(&text, path)
         .map_err(|e| err(format!("the translated graph does not load: {e}")))?;
@@ -119,7 +118,8 @@ fn within_external_limit(len: u64) -> std::result::Result<(), String> {
 /// for large models: `model.onnx.data` beside `model.onnx`) into the tensors themselves. A
 /// location must be a relative path inside the model's directory, as the ONNX spec requires,
 /// and stay there once links are followed (a symlink out of the directory is refused: the
-/// class of `onnx`'s CVE-2024-27318); it must name a regular file of at most [`MAX_EXTERNAL`]
+/// class of `onnx`'s CVE-2024-27318; so is a file with several hard links, whose other names no
+/// path shows); it must name a regular file of at most [`MAX_EXTERNAL`]
 /// bytes, its size checked before it is read. Only each initializer's own region is read,
 /// once: its length must be the tensor's declared size (a region larger than its tensor was
 /// copied whole before the mismatch was seen: 40 tensors of 4 values naming one 100 MB region
@@ -185,6 +185,15 @@ fn load_external(g: &mut GraphProto, model: &Path) -> std::result::Result<(), St
             if !meta.is_file() {
                 return Err(shown(&"external data must be a regular file"));
             }
+            // a hard link has no path to follow: its other names may lie outside the folder
+            #[cfg(unix)]
+            if std::os::unix::fs::MetadataExt::nlink(&meta) > 1 {
+                return Err(shown(&format!(
+                    "external data has {} hard links, and one may lead outside the model's \
+                     directory where no path shows it: refused (copy the file into the directory)",
+                    std::os::unix::fs::MetadataExt::nlink(&meta)
+                )));
+            }
             within_external_limit(meta.len()).map_err(|e| shown(&e))?;
             let f = std::fs::File::open(&real).map_err(|e| shown(&e))?;
             files.insert(loc.clone(), (f, meta.len()));
@@ -210,20 +219,58 @@ fn load_external(g: &mut GraphProto, model: &Path) -> std::result::Result<(), St
         }
         crate::device::memory::check_host(&format!("initializer '{name}' ({loc})"), length as u64)
             .map_err(|e| e.to_string())?;
-        let mut bytes: Vec<u8> = Vec::new();
-        bytes
-            .try_reserve_exact(length)
-            .map_err(|e| format!("initializer '{name}': {length} bytes: {e}"))?;
-        bytes.resize(length, 0);
-        use std::io::{Read, Seek, SeekFrom};
+        use std::io::{Seek, SeekFrom};
         file.seek(SeekFrom::Start(offset as u64))
-            .and_then(|_| file.read_exact(&mut bytes))
             .map_err(|e| format!("initializer '{name}': reading {loc}: {e}"))?;
-        t.raw_data = Some(bytes);
+        let reading = |e: std::io::Error| format!("initializer '{name}': reading {loc}: {e}");
+        let room = |e: std::collections::TryReserveError| {
+            format!("initializer '{name}': {length} bytes: {e}")
+        };
+        if t.data_type == Some(proto::pb::tensor_proto::DataType::Float as i32) {
+            // decoded as it is read: the values are held once, never beside their bytes
+            t.float_data = read_floats(file, length).map_err(|e| match e {
+                Short::Io(e) => reading(e),
+                Short::Room(e) => room(e),
+            })?;
+        } else {
+            let mut bytes: Vec<u8> = Vec::new();
+            bytes.try_reserve_exact(length).map_err(room)?;
+            bytes.resize(length, 0);
+            std::io::Read::read_exact(file, &mut bytes).map_err(reading)?;
+            t.raw_data = Some(bytes);
+        }
         t.data_location = None;
         t.external_data.clear();
     }
     Ok(())
+}
+
+/// Why external data could not be read: the file, or the memory for its values.
+enum Short {
+    Io(std::io::Error),
+    Room(std::collections::TryReserveError),
+}
+
+/// `length` bytes (a multiple of 4, the caller has checked them against the tensor's size) of
+/// little-endian 32-bit floats from `file`, decoded a chunk at a time into one vector reserved
+/// up front and fallibly.
+fn read_floats(file: &mut std::fs::File, length: usize) -> std::result::Result<Vec<f32>, Short> {
+    use std::io::Read;
+    let mut out: Vec<f32> = Vec::new();
+    out.try_reserve_exact(length / 4).map_err(Short::Room)?;
+    let mut chunk = vec![0u8; (1 << 20).min(length)];
+    let mut left = length;
+    while left > 0 {
+        let n = chunk.len().min(left);
+        file.read_exact(&mut chunk[..n]).map_err(Short::Io)?;
+        out.extend(
+            chunk[..n]
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        );
+        left -= n;
+    }
+    Ok(out)
 }
 
 /// The bytes a tensor's shape and element type take, when its type has a fixed size.
@@ -242,34 +289,55 @@ fn declared_bytes(t: &proto::pb::TensorProto) -> Option<u128> {
         .try_fold(each, |n, &d| n.checked_mul(u128::try_from(d).ok()?))
 }
 
-/// Every operator outside [`SUPPORTED`], each with the first node that uses it.
+/// Every operator outside [`SUPPORTED`], each with the first node that uses it; then every node
+/// given more or fewer inputs than its operator takes (a `Relu` of 200,001 inputs was imported,
+/// the extra inputs unread).
 fn check_ops(g: &GraphProto) -> std::result::Result<(), String> {
     let mut bad: BTreeMap<&str, &str> = BTreeMap::new();
     for n in &g.node {
         let domain = n.domain();
-        if !SUPPORTED.contains(&n.op_type()) || !(domain.is_empty() || domain == "ai.onnx") {
+        let known = SUPPORTED.iter().any(|(op, ..)| *op == n.op_type());
+        if !known || !(domain.is_empty() || domain == "ai.onnx") {
             bad.entry(n.op_type()).or_insert(n.name());
         }
     }
-    if bad.is_empty() {
-        return Ok(());
+    if !bad.is_empty() {
+        let list: Vec<String> = bad
+            .iter()
+            .map(|(op, node)| format!("{op} (node '{node}')"))
+            .collect();
+        let names: Vec<&str> = SUPPORTED.iter().map(|(op, ..)| *op).collect();
+        return Err(format!(
+            "unsupported operators: {} (supported: {})",
+            list.join(", "),
+            names.join(", ")
+        ));
     }
-    let list: Vec<String> = bad
-        .iter()
-        .map(|(op, node)| format!("{op} (node '{node}')"))
-        .collect();
-    Err(format!(
-        "unsupported operators: {} (supported: {})",
-        list.join(", "),
-        SUPPORTED.join(", ")
-    ))
+    for n in &g.node {
+        let Some(&(op, fewest, most)) = SUPPORTED.iter().find(|(op, ..)| *op == n.op_type()) else {
+            continue;
+        };
+        let got = n.input.len();
+        if got < fewest || got > most {
+            let takes = match (fewest, most) {
+                (a, b) if a == b => format!("{a}"),
+                (a, usize::MAX) => format!("at least {a}"),
+                (a, b) => format!("{a} to {b}"),
+            };
+            return Err(format!(
+                "node '{}' ({op}): {got} inputs, where the operator takes {takes}",
+                n.name()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The graph as model-file text, and each weighted node's weights by name.
 fn translate_graph(
     path: &Path,
     model: &ModelProto,
-    g: &GraphProto,
+    g: &mut GraphProto,
     dims: &Dims,
 ) -> std::result::Result<(String, Vec<(String, Weights)>), String> {
     let mut uses: HashMap<String, usize> = HashMap::new();
@@ -282,10 +350,12 @@ fn translate_graph(
         *uses.entry(o.name().to_string()).or_default() += 1;
     }
     let mut t = Translator::new(uses);
-    for init in &g.initializer {
-        let c = tensor(init).map_err(|e| format!("initializer '{}': {e}", init.name()))?;
+    // (the values move out of the message: each weight is held once)
+    for init in &mut g.initializer {
+        let c = take_tensor(init).map_err(|e| format!("initializer '{}': {e}", init.name()))?;
         t.vals.insert(init.name().to_string(), Val::Const(c));
     }
+    let g = &*g;
     let (input, shape, tokens) = graph_input(g, &t.vals, dims)?;
     t.graph_input(&input, shape, tokens);
     let mut text = header(path, model);

@@ -24,7 +24,7 @@ fn every_translated_operator_is_in_a_fixture_checked_against_onnxruntime() {
     }
     let missing: Vec<&str> = SUPPORTED
         .iter()
-        .copied()
+        .map(|(op, ..)| *op)
         .filter(|op| !seen.contains(*op))
         .collect();
     assert!(
@@ -99,6 +99,14 @@ fn external_data_is_read_from_the_models_directory_and_never_through_a_link_out_
         assert!(e.contains("leads outside the model's directory"), "{e}");
         std::fs::remove_file(d.join("weights.bin")).unwrap();
     }
+    // a hard link to the file outside: nothing in its path shows where it leads, refused
+    #[cfg(unix)]
+    {
+        std::fs::hard_link(outside.join("secret.bin"), d.join("weights.bin")).unwrap();
+        let e = import(&path, &[]).unwrap_err().to_string();
+        assert!(e.contains("2 hard links"), "{e}");
+        std::fs::remove_file(d.join("weights.bin")).unwrap();
+    }
     // not a regular file
     std::fs::create_dir(d.join("weights.bin")).unwrap();
     let e = import(&path, &[]).unwrap_err().to_string();
@@ -167,6 +175,36 @@ use test_graph::{floats, graph, Built, W};
 /// `x` through a ReLU: the smallest graph that imports.
 fn relu(b: Built) -> Built {
     b.node("r", "Relu", &["x"], "y", vec![]).output("y")
+}
+
+#[test]
+fn a_node_with_more_or_fewer_inputs_than_its_operator_takes_is_refused() {
+    // the review's Relu of 200,001 inputs was imported, all but the first unread
+    let e = floats(&[3])
+        .node("r", "Relu", &["x", "x"], "y", vec![])
+        .output("y")
+        .refused();
+    assert!(
+        e.contains("node 'r' (Relu): 2 inputs, where the operator takes 1"),
+        "{e}"
+    );
+    let e = floats(&[3])
+        .node("m", "MatMul", &["x"], "y", vec![])
+        .output("y")
+        .refused();
+    assert!(
+        e.contains("(MatMul): 1 inputs, where the operator takes 2"),
+        "{e}"
+    );
+    // a variadic operator takes any number from its least
+    let e = floats(&[3])
+        .node("c", "Concat", &[], "y", vec![])
+        .output("y")
+        .refused();
+    assert!(
+        e.contains("(Concat): 0 inputs, where the operator takes at least 1"),
+        "{e}"
+    );
 }
 
 #[test]

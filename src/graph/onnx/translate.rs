@@ -15,51 +15,54 @@ use std::collections::HashMap;
 
 pub(crate) use super::values::{Emitted, Kind, Val};
 
-/// The ONNX operators the importer translates.
-pub(crate) const SUPPORTED: &[&str] = &[
-    "Conv",
-    "LayerNormalization",
-    "Gelu",
-    "Erf",
-    "Mul",
-    "Div",
-    "Sub",
-    "Transpose",
-    "Gather",
-    "Shape",
-    "Unsqueeze",
-    "Squeeze",
-    "Concat",
-    "Slice",
-    "Cast",
-    "Range",
-    "Expand",
-    "Where",
-    "Equal",
-    "Greater",
-    "GreaterOrEqual",
-    "Less",
-    "LessOrEqual",
-    "GatherElements",
-    "IsNaN",
-    "BatchNormalization",
-    "Relu",
-    "Clip",
-    "Sigmoid",
-    "Tanh",
-    "Add",
-    "MaxPool",
-    "AveragePool",
-    "GlobalAveragePool",
-    "ReduceMean",
-    "Flatten",
-    "Reshape",
-    "Gemm",
-    "MatMul",
-    "Softmax",
-    "Identity",
-    "Dropout",
-    "Constant",
+/// The ONNX operators the importer translates, each with the inputs the ONNX specification
+/// allows it, fewest to most, over the opsets imported (an optional input left out in the middle,
+/// an empty name, counts): `Unsqueeze`, `Squeeze`, `ReduceMean` and `Reshape` took their second
+/// input as an attribute in early opsets, `Slice` its last four; `Concat` takes any number.
+pub(crate) const SUPPORTED: &[(&str, usize, usize)] = &[
+    ("Conv", 2, 3),
+    ("LayerNormalization", 2, 3),
+    ("Gelu", 1, 1),
+    ("Erf", 1, 1),
+    ("Mul", 2, 2),
+    ("Div", 2, 2),
+    ("Sub", 2, 2),
+    ("Transpose", 1, 1),
+    ("Gather", 2, 2),
+    ("Shape", 1, 1),
+    ("Unsqueeze", 1, 2),
+    ("Squeeze", 1, 2),
+    ("Concat", 1, usize::MAX),
+    ("Slice", 1, 5),
+    ("Cast", 1, 1),
+    ("Range", 3, 3),
+    ("Expand", 2, 2),
+    ("Where", 3, 3),
+    ("Equal", 2, 2),
+    ("Greater", 2, 2),
+    ("GreaterOrEqual", 2, 2),
+    ("Less", 2, 2),
+    ("LessOrEqual", 2, 2),
+    ("GatherElements", 2, 2),
+    ("IsNaN", 1, 1),
+    ("BatchNormalization", 5, 5),
+    ("Relu", 1, 1),
+    ("Clip", 1, 3),
+    ("Sigmoid", 1, 1),
+    ("Tanh", 1, 1),
+    ("Add", 2, 2),
+    ("MaxPool", 1, 1),
+    ("AveragePool", 1, 1),
+    ("GlobalAveragePool", 1, 1),
+    ("ReduceMean", 1, 2),
+    ("Flatten", 1, 1),
+    ("Reshape", 1, 2),
+    ("Gemm", 2, 3),
+    ("MatMul", 2, 2),
+    ("Softmax", 1, 1),
+    ("Identity", 1, 1),
+    ("Dropout", 1, 3),
+    ("Constant", 0, 0),
 ];
 
 /// The translation's state.
@@ -244,8 +247,36 @@ impl Translator {
 
     /// Input `i` as a constant.
     pub(crate) fn const_input(&self, n: &NodeProto, i: usize) -> R<Const> {
+        self.const_input_ref(n, i).cloned()
+    }
+
+    /// [`Self::const_input`] for a node's weights: when `n` is their only reader, their values
+    /// move out of the table instead of being copied (its entry keeps the dimensions), so that
+    /// an imported model holds each weight once (a 1 GiB MatMul weight took 2 GiB).
+    pub(crate) fn weight_input(&mut self, n: &NodeProto, i: usize) -> R<Const> {
+        let c = self.const_input_ref(n, i)?;
+        let name = &n.input[i];
+        if self.uses.get(name).copied().unwrap_or(0) != 1 {
+            return Ok(c.clone());
+        }
+        let dims = c.dims.clone();
+        match self.vals.get_mut(name) {
+            Some(Val::Const(c)) => Ok(std::mem::replace(
+                c,
+                Const {
+                    dims,
+                    f: Vec::new(),
+                    i: Vec::new(),
+                },
+            )),
+            _ => Err(format!("{}: input {i} '{name}' went missing", at(n))),
+        }
+    }
+
+    /// Input `i` of `n`, which must be a constant, borrowed.
+    fn const_input_ref(&self, n: &NodeProto, i: usize) -> R<&Const> {
         match self.input(n, i)? {
-            Val::Const(c) => Ok(c.clone()),
+            Val::Const(c) => Ok(c),
             _ => Err(format!(
                 "{}: input {i} must be an initializer (a weight), not a computed tensor",
                 at(n)

@@ -26,7 +26,7 @@ fn window(len: usize, k: usize, s: usize, p: usize) -> R<usize> {
 impl Translator {
     pub(crate) fn conv(&mut self, n: &NodeProto) -> R<()> {
         let (_, from, shape) = self.node_input(n, 0)?;
-        let w = self.const_input(n, 1)?;
+        let w = self.weight_input(n, 1)?;
         let [c, h, wd] = shape[..] else {
             return Err(format!(
                 "{}: input shape {shape:?}: expected [C, H, W]",
