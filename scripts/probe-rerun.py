@@ -49,6 +49,9 @@ class Case:
         def limits():
             if limit_as:
                 resource.setrlimit(resource.RLIMIT_AS, (limit_as, limit_as))
+            # (as many descriptors as allowed: a flood's client holds thousands)
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
             os.setpgrp()
 
         t0 = time.monotonic()
@@ -471,6 +474,31 @@ def server_findings(b, scratch):
         metadata = r.read()
     secs, code, _ = srv.stop()
     record("T9", "the server stops cleanly", "ok" if code == 0 else "silently wrong", f"exit {code} in {secs:.1f} s")
+
+    print("T10: a flood beyond --max-connections, client and server reconciled")
+    srv = Serve(b, ["--model", "resnet50", "--device", "npu", "--max-connections", "256"])
+    flood = Case([b, "load", "--url", f"http://127.0.0.1:{srv.port}", "--model", "resnet50", "--rate", "1e9",
+                  "--requests", "8000", "--concurrency", "2000", "--timeout-s", "30", "--progress", "off",
+                  "--json"], timeout=120, limit_as=None)
+    _, code, out = srv.stop()
+    told = {k: int(v) for k, v in re.findall(r"(\w+) (\d+)", out.split(";")[0].removeprefix("stopped:"))}
+    if flood.hung or flood.rc != 0:
+        record("T10", "the flood's client", "hang" if flood.hung else "silently wrong",
+               f"exit {flood.rc}: {flood.err[-160:]}")
+    else:
+        c = json.loads(flood.out)
+        sent = 8000 - c["not_sent"]
+        failed = c["failed"]["http_5xx"] + c["failed"]["transport"]
+        refused = told.get("too_many_connections", 0) + told.get("overloaded", 0) + told.get("queue_full", 0)
+        # every request sent is the server's; the server's refusals count connections, some of
+        # which the client's pool opened without a request (docs/serve.md)
+        ok = (c["completed"] == told.get("completed") and c["completed"] + failed == sent
+              and failed <= refused and c["failed"]["timed_out"] == 0)
+        record("T10", "completed equal; every refusal the client saw is the server's",
+               "ok" if ok else "silently wrong",
+               f"client: {sent} sent, {c['completed']} completed, {failed} refused or closed; server: "
+               f"{told.get('completed')} completed, {refused} refused ({refused - failed} connections without a "
+               f"request)")
 
     print("T14: a NaN in binary FP32 data on the CPU device (MobileNet, quarter size)")
     srv = Serve(b, ["--model", "mobilenet_v1", "--width", "0.25", "--res", "0.25", "--device", "cpu"])

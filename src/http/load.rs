@@ -130,8 +130,15 @@ pub fn drive(model: &Model, traffic: Traffic, opts: &LoadOptions) -> Result<Load
     let input = hosted.input.clone();
     let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
     connector.set_nodelay(true);
+    // each arrival is sent once: a request the client retried on a fresh connection (hyper's
+    // default when a pooled one closes first) was counted twice by a server that refuses
+    // connections, and a refusal the retry then passed was hidden from the client's counts;
+    // idle connections are let go before a server's idle timeout closes them (lazybatch
+    // serve's: 10 s), so that no request meets one closing under it
     let client: Http = Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(opts.concurrency)
+        .pool_idle_timeout(std::time::Duration::from_secs(4))
+        .retry_canceled_requests(false)
         .build(connector);
     let base = opts.url.trim_end_matches('/').to_string();
     // the server's metadata and metrics within the request timeout too (a silent server
