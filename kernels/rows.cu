@@ -113,3 +113,23 @@ extern "C" __global__ void add_pair(const float* a, const float* b, float* y, lo
     v += b[i];
     y[i] = lb_act(act, v);
 }
+
+// The generated inputs of lazybatch's CPU device (`device::weights::fill_input`), made where
+// they are used: value i of the sequence keyed (k1, k2) into out[i], a token id in [2, 2^24) or
+// a value in [-1, 1) (24 random bits times 2^-23, less one: exact in f32, so bit for bit the
+// CPU's; a fused multiply-add gives the same, the product being exact).
+__device__ __forceinline__ unsigned lb_fmix32(unsigned h) {
+    h ^= h >> 16;
+    h *= 0x85EBCA6Bu;
+    h ^= h >> 13;
+    h *= 0xC2B2AE35u;
+    return h ^ (h >> 16);
+}
+
+extern "C" __global__ void fill_hashed(float* out, long long n, unsigned k1, unsigned k2, int tokens) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    unsigned z = lb_fmix32(lb_fmix32((unsigned)i * 0x9E3779B9u ^ k1) ^ k2);
+    out[i] = tokens ? (float)(2u + (z >> 8) % ((1u << 24) - 2u))
+                    : (float)(z >> 8) * (1.0f / 8388608.0f) - 1.0f;
+}

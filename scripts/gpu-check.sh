@@ -47,7 +47,9 @@
 # VALIDATE_SEED=N draws the validate part's arrivals from seed N (default 1, validate's own).
 # CAPACITY_SEEDS=N serves each capacity probe with N seeds (default 1).
 # REQS_SEQ=N serves N requests a compare point for the models other than ResNet-50 (default 200).
-# SPEED_MODELS="resnet50 vgg16 bert_base" (the default) names the models of the speed part.
+# SPEED_MODELS="resnet50 vgg16 mobilenet_v1 bert_base" (the default) names the models of the speed
+# part; it ends with lazybatch's curve beside PyTorch's without our input nodes, which PyTorch's
+# timing leaves out (scripts/speed-vs-torch.py).
 # STEP_TIMEOUT=SECONDS ends any one step after that long (it then counts as failed).
 # MODELS="resnet50 gnmt transformer" (the default) names the models to profile and compare.
 set -euo pipefail
@@ -111,7 +113,7 @@ if [ "${SMOKE:-0}" = 1 ]; then
 else
   width=(); res=(); vwidth=(); vres=()
   read -r -a vmodels <<< "${VERIFY_MODELS:-resnet50 gnmt transformer_base vgg16 mobilenet_v1 bert_base las lstm_stack gpt2}"
-  read -r -a speed_models <<< "${SPEED_MODELS:-resnet50 vgg16 bert_base}"; torch_batches=1,8,32,64
+  read -r -a speed_models <<< "${SPEED_MODELS:-resnet50 vgg16 mobilenet_v1 bert_base}"; torch_batches=1,8,32,64
   mb=64; reqs=500; reqs_seq=${REQS_SEQ:-200}; pols=serial,graph:5,graph:25,graph:50,lazy,oracle; bench=()
 fi
 img_args() {
@@ -209,12 +211,20 @@ has_conv() { [[ " resnet50 vgg16 mobilenet_v1 " == *" $1 "* ]]; }
     echo '### PyTorch eager (scripts/torch-baseline.py)'
     echo '```'
     if python3 -c 'import torch' 2> /dev/null; then
-      step "pytorch eager" python3 scripts/torch-baseline.py --batches "$torch_batches"
+      step "pytorch eager" python3 scripts/torch-baseline.py --batches "$torch_batches" \
+        --models "$(IFS=,; echo "${speed_models[*]}")" --json "$out/speed/torch.json"
     else
       echo "(no PyTorch here: the peer is not measured)"
       echo "skipped  pytorch eager (no PyTorch)" >> "$steps"
     fi
     echo '```'
+    if [ -f "$out/speed/torch.json" ]; then
+      echo
+      echo '### Like for like: without our input nodes, which PyTorch does not time (scripts/speed-vs-torch.py)'
+      echo
+      step "speed vs pytorch" python3 scripts/speed-vs-torch.py "$out/speed" "$out/speed/torch.json" \
+        --batches "$torch_batches"
+    fi
     echo
   fi
   if want bench; then

@@ -5,6 +5,7 @@ use anyhow::Result;
 use clap::Args;
 use lazybatch::device::open::{open, Opened};
 use lazybatch::graph::loader::MAX_BATCH;
+use lazybatch::graph::op::Op;
 use lazybatch::graph::{Lengths, Model, NodeId};
 use lazybatch::profile::Profile;
 use lazybatch::time::Nanos;
@@ -119,6 +120,19 @@ struct Shown<'a> {
 /// lengths' mean in words (seq2seq models).
 type Alone = (Nanos, Nanos, Option<(f64, f64)>);
 
+/// The input nodes' share of a whole-graph pass at batch `b` (their table times, each as many
+/// times as a request runs it): the part of our time that a peer such as PyTorch, whose input
+/// is on the card before its clock starts, does not count.
+fn input_share(model: &Model, prof: &Profile, b: u32, len: Lengths) -> Nanos {
+    let ns: u64 = prof
+        .nodes
+        .iter()
+        .filter(|n| matches!(model.nodes[n.id as usize].op, Op::Input { .. }))
+        .map(|n| n.latency_ns[b as usize - 1] * u64::from(model.repeats(NodeId(n.id), len)))
+        .sum();
+    Nanos(ns)
+}
+
 fn json_of(sh: &Shown) -> serde_json::Value {
     let (model, prof, max_batch, len, alone) = (sh.model, sh.prof, sh.max_batch, sh.len, sh.alone);
     let algorithm1 = lazybatch::runtime::Predictor::new(model, prof, len.dec);
@@ -149,7 +163,7 @@ fn json_of(sh: &Shown) -> serde_json::Value {
         "alone_latency_us": alone.map(|a| a.0.as_us()),
         "wmt19_mean_alone_latency_us": alone.and_then(|a| a.2.map(|_| a.1.as_us())),
         "wmt19_mean_words": alone.and_then(|a| a.2.map(|w| [w.0, w.1])),
-        "batch_curve": curve.iter().map(|(b, t, tp)| json!({"batch": b, "latency_us": t.as_us(), "throughput_rps": tp})).collect::<Vec<_>>(),
+        "batch_curve": curve.iter().map(|(b, t, tp)| json!({"batch": b, "latency_us": t.as_us(), "input_us": input_share(model, prof, *b, len).as_us(), "throughput_rps": tp})).collect::<Vec<_>>(),
         "nodes": nodes,
     })
 }
@@ -218,24 +232,31 @@ fn text(o: &mut String, sh: &Shown) {
     );
     out!(
         o,
-        "{:>6} {:>14} {:>16} {:>12}",
+        "{:>6} {:>14} {:>16} {:>12} {:>12}",
         "batch",
         "latency (ms)",
         "throughput (/s)",
-        "per input (ms)"
+        "per input (ms)",
+        "inputs (ms)"
     );
     for &(b, t, tp) in &curve {
         if show.contains(&b) || b == max_batch {
             out!(
                 o,
-                "{:>6} {:>14.3} {:>16.1} {:>12.4}",
+                "{:>6} {:>14.3} {:>16.1} {:>12.4} {:>12.3}",
                 b,
                 t.as_ms(),
                 tp,
-                t.as_ms() / f64::from(b)
+                t.as_ms() / f64::from(b),
+                input_share(model, prof, b, len).as_ms()
             );
         }
     }
+    out!(
+        o,
+        "(inputs: the input nodes' share of the latency, making or copying the requests' values; \
+         a peer that times its forward pass alone leaves it out)"
+    );
     out!(
         o,
         "\nper-node latency (us) at batch {show:?}; x = runs per request:"

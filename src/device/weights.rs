@@ -168,7 +168,9 @@ pub(crate) fn fill_input_hwc(
     fill_hashed(out, input_keys(seed, input, node), false, Some(chw));
 }
 
-fn input_keys(seed: u64, input: u64, node: u64) -> (u32, u32) {
+/// The two 32-bit keys of request `input`'s generated values at node `node` under `seed` (the
+/// CUDA device's `fill_hashed` kernel takes them as they are).
+pub(crate) fn input_keys(seed: u64, input: u64, node: u64) -> (u32, u32) {
     let key = seed
         ^ input
             .wrapping_add(0x1234_5678)

@@ -52,6 +52,7 @@ typedef void* CUfunction;
 enum {
     OK = 0,
     INVALID_VALUE = 1,
+    OUT_OF_MEMORY = 2,
     INVALID_IMAGE = 200,
     INVALID_HANDLE = 400,
     NOT_FOUND = 500,
@@ -526,6 +527,35 @@ CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t bytes) { return alloc(p, bytes); }
 CUresult cuMemAllocAsync(CUdeviceptr* p, size_t bytes, CUstream) { return alloc(p, bytes); }
 CUresult cuMemFree_v2(CUdeviceptr p) { return release(p); }
 CUresult cuMemFreeAsync(CUdeviceptr p, CUstream) { return release(p); }
+// Page-locked host memory (cuMemHostAlloc): plain host memory here, remembered so that a copy
+// that starts inside it must also end inside it.
+static std::map<const char*, size_t> g_host_allocs;
+static bool host_copy_ok(const void* s, size_t n) {
+    std::lock_guard<std::mutex> g(g_lock);
+    const char* p = static_cast<const char*>(s);
+    auto it = g_host_allocs.upper_bound(p);
+    if (it == g_host_allocs.begin()) return true;
+    --it;
+    if (p >= it->first + it->second) return true;  // not page-locked memory
+    return p + n <= it->first + it->second;
+}
+CUresult cuMemHostAlloc(void** p, size_t bytes, unsigned) {
+    size_t rounded = (bytes + 63) / 64 * 64;
+    *p = std::aligned_alloc(64, rounded ? rounded : 64);
+    if (!*p) return OUT_OF_MEMORY;
+    std::lock_guard<std::mutex> g(g_lock);
+    g_host_allocs[static_cast<const char*>(*p)] = bytes;
+    return OK;
+}
+CUresult cuMemAllocHost_v2(void** p, size_t bytes) { return cuMemHostAlloc(p, bytes, 0); }
+CUresult cuMemFreeHost(void* p) {
+    {
+        std::lock_guard<std::mutex> g(g_lock);
+        if (g_host_allocs.erase(static_cast<const char*>(p)) == 0) return INVALID_VALUE;
+    }
+    std::free(p);
+    return OK;
+}
 CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) {
     if (!inside(p, n)) return INVALID_VALUE;
     auto run = [p, v, n] { std::memset(reinterpret_cast<void*>(p), v, n); };
@@ -535,6 +565,10 @@ CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n) {
 CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, CUstream) { return cuMemsetD8_v2(p, v, n); }
 CUresult cuMemcpyHtoD_v2(CUdeviceptr d, const void* s, size_t n) {
     if (!inside(d, n)) return copy(nullptr, s, n, d, 0);
+    if (!host_copy_ok(s, n)) {
+        std::fprintf(stderr, "stand-in: a host-to-device copy of %zu bytes runs past its page-locked buffer\n", n);
+        return INVALID_VALUE;
+    }
     // a captured upload reads the host memory when the graph runs
     auto run = [d, s, n] {
         count(g_htod);

@@ -120,6 +120,20 @@ fn models_and_profile_json_parse() {
     assert_eq!(n["latency_us"].as_array().unwrap().len(), 4);
     assert_eq!(n["compute_cycles"].as_array().unwrap().len(), 4);
     assert_eq!(v["batch_curve"].as_array().unwrap().len(), 4);
+    // the input nodes' share is reported apart: their table times at that batch (GNMT's one
+    // input node runs once a request)
+    let nodes = v["nodes"].as_array().unwrap();
+    for p in v["batch_curve"].as_array().unwrap() {
+        let b = p["batch"].as_u64().unwrap() as usize;
+        let want: f64 = nodes
+            .iter()
+            .filter(|n| n["op"] == "input")
+            .map(|n| n["latency_us"][b - 1].as_f64().unwrap())
+            .sum();
+        let input = p["input_us"].as_f64().unwrap();
+        assert!((input - want).abs() < 1e-9, "{p}: {want}");
+        assert!(input < p["latency_us"].as_f64().unwrap(), "{p}");
+    }
 }
 
 #[test]

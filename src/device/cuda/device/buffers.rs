@@ -221,6 +221,7 @@ impl CudaDevice {
             d.clear();
         }
         self.mem.nodes.clear();
+        (self.mem.input_len, self.host.pinned) = (0, None);
         (self.mem.scratch, self.mem.s16, self.mem.layout) = (None, None, None);
         self.mem.model_name.clear();
         let Plan {
@@ -279,6 +280,14 @@ impl CudaDevice {
         self.host.host_i32 = Vec::with_capacity(needs.rows);
         self.host.host_i64 = Vec::with_capacity(needs.rows);
         self.host.host_i64b = Vec::with_capacity(needs.rows);
+        self.mem.input_len = model
+            .nodes
+            .iter()
+            .zip(&nodes)
+            .filter(|(n, _)| matches!(n.op, Op::Input { .. }))
+            .map(|(_, g)| g.out.len())
+            .max()
+            .unwrap_or(0);
         self.mem.nodes = nodes;
         self.mem.layout = Some(layout);
         self.mem.model_name = model.name.clone();

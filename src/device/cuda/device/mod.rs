@@ -64,13 +64,13 @@ use crate::time::Nanos;
 use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::cublas::{CudaBlas, Gemm, GemmConfig, StridedBatchedConfig};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr,
-    LaunchConfig, PushKernelArg,
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, CudaView, CudaViewMut, DevicePtr,
+    LaunchConfig, PinnedHostSlice, PushKernelArg,
 };
 use gemm::Units;
 pub use graphs::GraphStats;
 use graphs::Graphs;
-use state::{blas_workspace, Host, Libs, Memory};
+use state::{blas_workspace, Host, Libs, Memory, Pinned};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
@@ -533,6 +533,7 @@ impl CudaDevice {
                 scratch: None,
                 s16: None,
                 max_dec: 1,
+                input_len: 0,
             },
             host: Host {
                 segs: Vec::new(),
@@ -540,7 +541,7 @@ impl CudaDevice {
                 host_i32: Vec::new(),
                 host_i64: Vec::new(),
                 host_i64b: Vec::new(),
-                host_in: Vec::new(),
+                pinned: None,
             },
             capture: Capture::default(),
             graphs: Graphs::default(),
@@ -675,6 +676,7 @@ impl Device for CudaDevice {
     /// (captured as for the CPU comparison) handed to `x` when it completes.
     fn set_exchange(&mut self, x: Option<std::sync::Arc<crate::device::exchange::Exchange>>) {
         self.capture = Capture::exchanging(x);
+        self.stage_for_exchange();
     }
 
     fn complete(&mut self, m: &Member) {
@@ -712,6 +714,7 @@ impl Device for CudaDevice {
             return Err(Error::invalid("max batch", "must be at least 1"));
         }
         self.allocate(model, max_batch as usize)?;
+        self.stage_for_exchange();
         self.lib.stream.synchronize().map_err(cuda_err)?;
         Ok(())
     }

@@ -32,6 +32,8 @@ pub(super) struct Memory {
     pub(super) scratch: Option<Scratch>,
     pub(super) s16: Option<Scratch16>,
     pub(super) max_dec: usize,
+    /// The largest input node's output (values): what a front end's inputs are staged in.
+    pub(super) input_len: usize,
 }
 
 impl Memory {
@@ -53,7 +55,63 @@ pub(super) struct Host {
     pub(super) host_i32: Vec<i32>,
     pub(super) host_i64: Vec<i64>,
     pub(super) host_i64b: Vec<i64>,
-    pub(super) host_in: Vec<f32>,
+    /// Page-locked staging of a front end's inputs (see [`Pinned`]), once one is served.
+    pub(super) pinned: Option<Pinned>,
+}
+
+/// Page-locked host memory that a front end's inputs are staged in, so that their copy to the
+/// card is one asynchronous DMA a run of rows (from pageable memory the driver copies through a
+/// buffer of its own first), with an event recorded after the copies: the values are written
+/// again only once it has passed.
+pub(super) struct Pinned {
+    values: PinnedHostSlice<f32>,
+    /// The values' host address, taken once (cudarc's accessor waits on an event of its own
+    /// each time, a blocking call per node on the stand-in's count; ours is `copied`).
+    ptr: *mut f32,
+    copied: Option<CudaEvent>,
+}
+
+// SAFETY: `ptr` points into `values`, which the struct owns and which cudarc allows to move
+// between threads; it is dereferenced only through `&mut self`.
+unsafe impl Send for Pinned {}
+
+impl Pinned {
+    /// `len` values of page-locked memory.
+    pub(super) fn new(ctx: &Arc<CudaContext>, len: usize) -> Result<Pinned> {
+        // SAFETY: the values are written before they are read (write-combined memory: the host
+        // writes it and the card reads it, as here).
+        let mut values = unsafe { ctx.alloc_pinned::<f32>(len.max(1)) }.map_err(cuda_err)?;
+        let ptr = values.as_mut_ptr().map_err(cuda_err)?;
+        Ok(Pinned {
+            values,
+            ptr,
+            copied: None,
+        })
+    }
+
+    /// How many values it holds.
+    pub(super) fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    /// The values to write, once the last copies out of them are done (they are as a rule:
+    /// every node ends in a sync; a query, not a wait, says so).
+    pub(super) fn writable(&mut self) -> Result<&mut [f32]> {
+        if let Some(e) = self.copied.take() {
+            if !e.is_complete() {
+                e.synchronize().map_err(cuda_err)?;
+            }
+        }
+        // SAFETY: `ptr` is the start of `values`' `len()` values, alive as long as `self`, and
+        // no copy reads them any more (above); the borrow of `self` keeps the slice unique.
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.ptr, self.values.len()) })
+    }
+
+    /// Marks the copies just enqueued on `stream`.
+    pub(super) fn copied(&mut self, stream: &Arc<CudaStream>) -> Result<()> {
+        self.copied = Some(stream.record_event(None).map_err(cuda_err)?);
+        Ok(())
+    }
 }
 
 /// Gives cuBLAS a workspace of its own, allocated once (its API reference recommends 32 MiB on
