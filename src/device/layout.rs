@@ -55,6 +55,29 @@ pub(crate) struct Seg {
     pub len: usize,
 }
 
+impl Seg {
+    /// Appends `s` to `segs`, merged into the last segment when it continues it (the next
+    /// elements of the same source into the next destination elements): a request's rows,
+    /// which [`Layout::input_segs`] gives a segment each, become one copy where they lie one
+    /// after another (BERT's batch of 64 staged 8,192 row segments a node).
+    pub(crate) fn push_coalesced(segs: &mut Vec<Seg>, s: Seg) {
+        if let Some(last) = segs.last_mut() {
+            let follows = match (last.src, s.src) {
+                (Src::Node { node: a, off: o }, Src::Node { node: b, off: p }) => {
+                    a == b && o + last.len == p
+                }
+                (Src::Fill(a), Src::Fill(b)) => a.to_bits() == b.to_bits(),
+                (Src::Node { .. }, Src::Fill(_)) | (Src::Fill(_), Src::Node { .. }) => false,
+            };
+            if follows && last.dst + last.len == s.dst {
+                last.len += s.len;
+                return;
+            }
+        }
+        segs.push(s);
+    }
+}
+
 /// The buffer layout of a model on a real device.
 #[derive(Clone, Debug)]
 pub struct Layout {
@@ -271,5 +294,36 @@ impl Layout {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_merge_only_where_both_ends_continue() {
+        let node = |off| Src::Node { node: 3, off };
+        let seg = |src, dst, len| Seg { src, dst, len };
+        let mut segs = Vec::new();
+        // two rows of one request, one after another at both ends: one copy
+        Seg::push_coalesced(&mut segs, seg(node(100), 0, 8));
+        Seg::push_coalesced(&mut segs, seg(node(108), 8, 8));
+        assert_eq!(segs, [seg(node(100), 0, 16)]);
+        // the source jumps (another slot), the destination does not: a new copy
+        Seg::push_coalesced(&mut segs, seg(node(300), 16, 8));
+        // the destination jumps: a new copy
+        Seg::push_coalesced(&mut segs, seg(node(308), 40, 8));
+        // another producer: a new copy, even at the next offsets
+        Seg::push_coalesced(&mut segs, seg(Src::Node { node: 4, off: 316 }, 48, 8));
+        assert_eq!(segs.len(), 4);
+        // fills of one value merge; of another, or after a node's rows, do not
+        Seg::push_coalesced(&mut segs, seg(Src::Fill(0.0), 56, 4));
+        Seg::push_coalesced(&mut segs, seg(Src::Fill(0.0), 60, 4));
+        Seg::push_coalesced(&mut segs, seg(Src::Fill(1.0), 64, 4));
+        assert_eq!(
+            segs[4..],
+            [seg(Src::Fill(0.0), 56, 8), seg(Src::Fill(1.0), 64, 4)]
+        );
     }
 }

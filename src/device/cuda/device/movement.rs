@@ -80,10 +80,13 @@ impl CudaDevice {
                 let mut off = rows * width;
                 for (k, inp) in node.inputs.iter().enumerate() {
                     layout.input_segs(model, node, inp, m, r, |s| {
-                        self.host.segs.push(Seg {
-                            dst: s.dst + off,
-                            ..s
-                        })
+                        Seg::push_coalesced(
+                            &mut self.host.segs,
+                            Seg {
+                                dst: s.dst + off,
+                                ..s
+                            },
+                        )
                     });
                     off += node.in_shapes[k].feat.iter().product::<usize>();
                 }
@@ -247,10 +250,13 @@ impl CudaDevice {
             for r in 0..Layout::rows(node, m.len) {
                 let off = rows * width;
                 layout.input_segs(model, node, &node.inputs[0], m, r, |s| {
-                    self.host.segs.push(Seg {
-                        dst: s.dst + off,
-                        ..s
-                    })
+                    Seg::push_coalesced(
+                        &mut self.host.segs,
+                        Seg {
+                            dst: s.dst + off,
+                            ..s
+                        },
+                    )
                 });
                 rows += 1;
             }
@@ -289,23 +295,31 @@ impl CudaDevice {
         let layout = self.mem.layout()?;
         let feat = layout.nodes[i].feat;
         let at = self.host.staged.host.len();
-        let mut r_at = 0;
+        // (source, destination, length) per run of rows that lie one after another at both
+        // ends: a member's rows are one copy where its slot holds them in order
+        let (mut r_at, mut nseg, mut max_len) = (0, 0, 0);
+        let staged = &mut self.host.staged.host;
         for m in members {
             for r in 0..Layout::rows(node, m.len) {
                 let pos = layout.out_pos(model, i, m.step, r, m.len);
-                self.host.staged.host.extend_from_slice(&[
-                    (r_at * feat) as i64,
-                    layout.offset(i, m.slot, pos) as i64,
-                    feat as i64,
-                ]);
+                let (src, dst) = ((r_at * feat) as i64, layout.offset(i, m.slot, pos) as i64);
                 r_at += 1;
+                if let [.., s, d, len] = &mut staged[at..] {
+                    if *s + *len == src && *d + *len == dst {
+                        *len += feat as i64;
+                        max_len = max_len.max(*len as usize);
+                        continue;
+                    }
+                }
+                staged.extend_from_slice(&[src, dst, feat as i64]);
+                (nseg, max_len) = (nseg + 1, max_len.max(feat));
             }
         }
         self.host.staged.scatter = Some(SegCopy {
             src: Src::Fill(0.0),
             at,
-            nseg: r_at,
-            max_len: feat,
+            nseg,
+            max_len,
         });
         Ok(())
     }
