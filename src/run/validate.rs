@@ -466,6 +466,83 @@ mod tests {
         }
     }
 
+    /// A testbed of `model` on a table device pricing every node at `ns` at every batch size:
+    /// a device whose node times are fixed.
+    fn fixed(model: &crate::graph::Model, ns: u64) -> Testbed {
+        use crate::device::open::Opened;
+        use crate::device::table::TableDevice;
+        use crate::profile::Profile;
+        let table = TableDevice::from_profile(Profile::uniform(model, 4, Nanos(ns)), "fixed");
+        let opts = crate::run::TestbedOptions {
+            max_batch: crate::runtime::MaxBatch::new(4).unwrap(),
+            coverage: 90.0,
+            profile: None,
+            sampling: Default::default(),
+        };
+        Testbed::open(model.clone(), Opened::Table(table), &opts).unwrap()
+    }
+
+    #[test]
+    fn a_prediction_off_by_a_known_factor_has_that_error() {
+        // The known answer: a "measured" run on a device whose every node takes 1 us, and its
+        // prediction on a table that prices every node at 1.1 us, on the instants the
+        // measurement delivered. Served one at a time (100 ms apart) or all at one instant
+        // (queued behind each other), every latency is a sum of node times, so the prediction
+        // is 1.1 times the measurement: +10% on the mean and the p99. On the measured device's
+        // own table, 0.
+        let m = crate::graph::zoo::load("resnet50").unwrap();
+        let (measured_bed, off, same) = (fixed(&m, 1_000), fixed(&m, 1_100), fixed(&m, 1_000));
+        for (gap_ms, policy) in [(100.0, "serial"), (0.0, "serial"), (0.0, "lazy")] {
+            let spec = RunSpec {
+                policy: crate::policy::Spec::parse(policy, 4).unwrap(),
+                rate: 10.0,
+                arrivals: Default::default(),
+                classes: None,
+                shed: false,
+                abandon_late: false,
+                requests: 12,
+                sla: crate::time::Sla::from_ms(1e4).unwrap(),
+                seed: 1,
+                max_batch: crate::runtime::MaxBatch::new(4).unwrap(),
+                max_pending: crate::runtime::MaxPending::new(1000).unwrap(),
+                colocated: None,
+                replicas: crate::engine::Replicas::ONE,
+            };
+            let drawn: Vec<Arrival> = (0..12)
+                .map(|k| Arrival {
+                    time: Nanos::from_ms(gap_ms * f64::from(k)),
+                    ..Arrival::default()
+                })
+                .collect();
+            let keep = KeepRecords {
+                requests: true,
+                ..KeepRecords::default()
+            };
+            let measured = measured_bed
+                .drive(
+                    &spec,
+                    keep.clone(),
+                    Arrivals::Scheduled(Traffic::from_list(drawn.clone())),
+                )
+                .unwrap();
+            let delivered: Vec<Nanos> = measured.requests.iter().map(|r| r.arrival).collect();
+            let ms = measured.stats().latency_ms;
+            for (bed, want) in [(&off, 0.10), (&same, 0.0)] {
+                let p = predict(bed, &spec, &drawn, &delivered, keep.clone()).unwrap();
+                same_arrivals(&measured.requests, &p.requests).unwrap();
+                let ps = p.stats().latency_ms;
+                for (stat, m, p) in [("mean", ms.mean, ps.mean), ("p99", ms.p99, ps.p99)] {
+                    let e = error(m, p);
+                    assert!(
+                        (e - want).abs() < 1e-6,
+                        "{policy} {gap_ms} ms apart, {stat}: measured {m}, predicted {p}, \
+                         error {e}, want {want}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn errors_are_relative_to_the_measurement() {
         assert_eq!(error(10.0, 11.0), 0.1);
