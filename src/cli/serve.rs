@@ -83,6 +83,7 @@ pub(super) fn run_json(id: &RunId, st: &Stats, wall_s: f64) -> serde_json::Value
         "requests": st.requests, "completed": st.completed, "rejected": st.rejected,
         "rejected_queue_full": st.rejected_queue_full, "rejected_shed": st.rejected_shed,
         "rejected_abandoned": st.rejected_abandoned, "rejected_cancelled": st.rejected_cancelled, "rejected_late": st.rejected_late,
+        "rejected_not_admitted": st.rejected_not_admitted,
         "goodput_rps": st.goodput_rps, "traced": id.traced,
         "arrivals": if id.traced { "trace".to_string() } else { id.arrivals.to_string() },
         "classes": id.classes,
@@ -243,7 +244,7 @@ pub(super) fn run(a: RunArgs, progress: Mode) -> Result<()> {
         if !per_class.is_empty() {
             v["per_class"] = json!(per_class
                 .iter()
-                .map(|(c, sla, s)| json!({"class": c, "sla_ms": sla, "requests": s.requests, "completed": s.completed, "rejected": s.rejected, "rejected_shed": s.rejected_shed, "rejected_late": s.rejected_late, "latency_ms": s.latency_ms, "throughput_rps": s.throughput_rps, "goodput_rps": s.goodput_rps, "sla_violation_rate": s.sla_violation_rate}))
+                .map(|(c, sla, s)| json!({"class": c, "sla_ms": sla, "requests": s.requests, "completed": s.completed, "rejected": s.rejected, "rejected_shed": s.rejected_shed, "rejected_late": s.rejected_late, "rejected_not_admitted": s.rejected_not_admitted, "latency_ms": s.latency_ms, "throughput_rps": s.throughput_rps, "goodput_rps": s.goodput_rps, "sla_violation_rate": s.sla_violation_rate}))
                 .collect::<Vec<_>>());
         }
         out!(o, "{}", serde_json::to_string_pretty(&v)?);
@@ -316,6 +317,10 @@ pub(super) fn text(o: &mut String, id: &RunId, st: &Stats, wall: f64, groups: &[
                 "with the pending queue full, --max-pending",
             ),
             (st.rejected_shed, "shed, their deadline lost, --shed"),
+            (
+                st.rejected_not_admitted,
+                "not admitted, predicted late behind the work in the server, --admit predicted",
+            ),
             (
                 st.rejected_late,
                 "let go past their deadline, --abandon-late",

@@ -58,6 +58,12 @@ pub(super) struct ServeArgs {
     /// next node boundary, freeing its slot (counted as late; goodput is reported).
     #[arg(long)]
     pub(super) abandon_late: bool,
+    /// Which arrivals to admit: `all` that the queue has room for (--max-pending), or
+    /// `predicted`: only those the slack predictor says complete by their deadline behind the
+    /// work already in the server; the others are refused at once (counted as not admitted;
+    /// `serve` answers 429 with Retry-After, gRPC RESOURCE_EXHAUSTED) [default: all].
+    #[arg(long, value_name = "WHICH")]
+    pub(super) admit: Option<String>,
     /// Co-located models (--model a,b,…): each model's share of the arrival rate (default: equal).
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     pub(super) shares: Option<Vec<f64>>,
@@ -186,6 +192,7 @@ pub(super) fn serve_args(s: &ServeArgs, model: &Model, traced: bool) -> Result<S
         classes,
         shed: s.shed,
         abandon_late: s.abandon_late,
+        admit: admit(s.admit.as_deref())?,
         requests: requests as usize,
         sla,
         max_batch,
@@ -194,6 +201,18 @@ pub(super) fn serve_args(s: &ServeArgs, model: &Model, traced: bool) -> Result<S
         replicas,
     };
     Ok(Serve { spec, coverage })
+}
+
+/// `--admit`: `all` or `predicted`.
+fn admit(v: Option<&str>) -> Result<lazybatch::engine::Admit> {
+    use lazybatch::engine::Admit;
+    match v {
+        None | Some("all") => Ok(Admit::All),
+        Some("predicted") => Ok(Admit::Predicted),
+        Some(other) => {
+            anyhow::bail!("invalid --admit: must be `all` or `predicted`, got '{other}'")
+        }
+    }
 }
 
 /// `--replicas` and `--router`: one server unless several are asked for (the count checked

@@ -462,6 +462,7 @@ fn replay(
             classes: None,
             shed: false,
             abandon_late: false,
+            admit: Default::default(),
             requests,
             sla,
             ..sv.spec(spec.clone(), rate, seed)

@@ -16,11 +16,13 @@ use crate::time::{Clock, Nanos, Sla};
 use crate::traffic::Arrival;
 
 pub use crate::metrics::record::{ClassCounters, Counters};
+pub use admission::Admit;
 pub(crate) use replicas::run_replicas;
 pub use router::{Replicas, Router};
 pub(crate) use source::ThreadArrivals;
 pub use source::{stamped, ArrivalSource, ChannelArrivals, Predrawn, Stream, Told};
 
+mod admission;
 mod cancel;
 mod replicas;
 mod router;
@@ -90,6 +92,9 @@ pub struct Setup<'a> {
     /// Let go of every request whose deadline has passed, queued or part-served, at the next
     /// node boundary (`--abandon-late`): counted [`Rejection::Late`], its slot freed.
     pub abandon_late: bool,
+    /// Which arrivals are admitted (`--admit`): all the queue has room for, or only those the
+    /// predictor says meet their deadline behind the work in the server.
+    pub admit: Admit,
     /// Told of every request as it leaves the server (a network front end answers its
     /// client there).
     pub observer: Option<&'a dyn Observer>,
@@ -146,6 +151,7 @@ impl<'a> Setup<'a> {
             classes: 1,
             shed: false,
             abandon_late: false,
+            admit: Admit::All,
             observer: None,
         }
     }
@@ -231,6 +237,8 @@ pub struct Server<'a> {
     cancels: Vec<u64>,
     /// Scratch: the requests found late (`--abandon-late`, [`cancel`]).
     late: Vec<RequestId>,
+    /// How fast the server lately drained its requests ([`admission`]).
+    seen: admission::Seen,
 }
 
 impl<'a> Server<'a> {
@@ -267,6 +275,7 @@ impl<'a> Server<'a> {
             idling: None,
             cancels: Vec::new(),
             late: Vec::with_capacity(mb as usize),
+            seen: admission::Seen::default(),
         })
     }
 
@@ -456,6 +465,7 @@ impl<'a> Server<'a> {
             }
             let hopeless =
                 self.setup.shed && self.setup.predictor.best_completion(&q, now) > q.deadline;
+            let refused = self.not_admitted(&q, now);
             self.record.arrive(&q);
             self.requests.arrive(q)?;
             let why = if self.infq.len() >= self.setup.max_pending.get() {
@@ -463,7 +473,7 @@ impl<'a> Server<'a> {
             } else if hopeless {
                 Some(Rejection::Shed)
             } else {
-                None
+                refused
             };
             match why {
                 Some(why) => {
@@ -731,6 +741,8 @@ impl<'a> Server<'a> {
         }
         self.counters.merges += u64::from(adv.merges);
         self.counters.splits += u64::from(adv.splits);
+        self.seen
+            .saw(done_at, self.members.len(), self.finished.len());
         for &r in &self.finished {
             let mut q = self.requests.complete(r)?;
             q.completion = Some(done_at);

@@ -296,8 +296,17 @@ pub(super) async fn infer(
             respond(&f, h, (&id, binary), (&shape, &values, latency))
         }
         Served::Refused(msg) => error(StatusCode::SERVICE_UNAVAILABLE, msg),
+        Served::NotAdmitted(msg, wait) => not_admitted(msg, wait),
         Served::Failed(msg) => error(StatusCode::INTERNAL_SERVER_ERROR, msg),
     }
+}
+
+/// A request not admitted (`--admit predicted`): 429 with `Retry-After` in whole seconds.
+fn not_admitted(msg: String, wait: u64) -> Response {
+    let mut r = error(StatusCode::TOO_MANY_REQUESTS, msg);
+    r.headers_mut()
+        .insert(axum::http::header::RETRY_AFTER, wait.into());
+    r
 }
 
 /// The answer to a completed request (`id` to the client) in JSON, or with its output in the

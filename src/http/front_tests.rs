@@ -485,3 +485,10 @@ fn a_body_is_read_whole_or_refused_as_too_large_too_slow_or_broken_off() {
     drop((held, other));
     assert_eq!(f.inflight.load(Ordering::SeqCst), 0);
 }
+
+#[test]
+fn a_request_not_admitted_is_told_429_and_when_to_retry() {
+    let r = not_admitted("not admitted: …".into(), 3);
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.headers()[axum::http::header::RETRY_AFTER], "3");
+}

@@ -323,6 +323,7 @@ impl GrpcInferenceService for Grpc {
                 latency,
             } => (values, shape, latency),
             Served::Refused(msg) => return Err(Status::unavailable(msg)),
+            Served::NotAdmitted(msg, wait) => return Err(not_admitted(msg, wait)),
             Served::Failed(msg) => return Err(Status::internal(msg)),
         };
         let (_, raw) = tensor(&h.output, &shape, &values, true);
@@ -358,9 +359,27 @@ impl GrpcInferenceService for Grpc {
     }
 }
 
+/// A request not admitted (`--admit predicted`): RESOURCE_EXHAUSTED, with `retry-after` in
+/// seconds (the HTTP header's name) and gRPC's own retry pushback in milliseconds.
+fn not_admitted(msg: String, wait: u64) -> Status {
+    let mut s = Status::resource_exhausted(msg);
+    let md = s.metadata_mut();
+    md.insert("retry-after", wait.into());
+    md.insert("grpc-retry-pushback-ms", (wait * 1000).into());
+    s
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_not_admitted_is_resource_exhausted_with_when_to_retry() {
+        let s = not_admitted("not admitted: …".into(), 2);
+        assert_eq!(s.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(s.metadata().get("retry-after").unwrap(), "2");
+        assert_eq!(s.metadata().get("grpc-retry-pushback-ms").unwrap(), "2000");
+    }
 
     use super::super::metrics::outcome;
     use super::super::state::{owned_front, test_front};

@@ -38,6 +38,9 @@ pub(crate) mod outcome {
     pub const QUEUE_FULL: &str = "queue_full";
     /// Turned away by `--shed`: its deadline could no longer be met.
     pub const SHED: &str = "shed";
+    /// Refused at arrival by `--admit predicted`: predicted to miss its deadline behind the
+    /// work in the server.
+    pub const NOT_ADMITTED: &str = "not_admitted";
     /// Arrived while the server was shutting down.
     pub const SHUTTING_DOWN: &str = "shutting_down";
     /// Its body did not arrive within the body timeout (`--body-timeout-s`): 408.
@@ -66,6 +69,7 @@ pub(crate) mod outcome {
         OVERLOADED,
         QUEUE_FULL,
         SHED,
+        NOT_ADMITTED,
         SHUTTING_DOWN,
     ];
 }
@@ -549,6 +553,7 @@ pub(crate) fn rejected(why: crate::runtime::Rejection) -> &'static str {
         crate::runtime::Rejection::Abandoned => outcome::ABANDONED,
         crate::runtime::Rejection::Cancelled => outcome::CANCELLED,
         crate::runtime::Rejection::Late => outcome::LATE,
+        crate::runtime::Rejection::NotAdmitted(_) => outcome::NOT_ADMITTED,
     }
 }
 

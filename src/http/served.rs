@@ -31,6 +31,10 @@ pub(super) enum Served {
     },
     /// Turned away, and counted so (503, or gRPC's UNAVAILABLE): why.
     Refused(String),
+    /// Not admitted (`--admit predicted`), and counted so (429 with `Retry-After`, or gRPC's
+    /// RESOURCE_EXHAUSTED with `retry-after`): why, and the seconds to wait, at least 1 (the
+    /// work ahead of it, rounded up).
+    NotAdmitted(String, u64),
     /// The server failed it (500, or INTERNAL): why.
     Failed(String),
 }
@@ -140,6 +144,16 @@ pub(super) async fn serve(f: &Front, h: &Hosted, mut req: Checked) -> (Served, u
             Rejection::Late => {
                 "late: its deadline passed before it completed, and the server let it go (--abandon-late)"
             }
+            Rejection::NotAdmitted(ahead) => {
+                f.metrics.count(Some(h.part), rejected(why));
+                let wait = ahead.as_secs().ceil().max(1.0) as u64;
+                let msg = format!(
+                    "not admitted: behind the work in the server it would miss its deadline \
+                     (--admit predicted); that work takes {:.1} ms",
+                    ahead.as_ms()
+                );
+                return (Served::NotAdmitted(msg, wait), key);
+            }
         };
         return (refused(f, h, rejected(why), msg), key);
     }
@@ -206,7 +220,7 @@ mod tests {
         let failed = |s: Served| match s {
             Served::Failed(msg) => msg,
             Served::Done { .. } => panic!("answered 200"),
-            Served::Refused(msg) => panic!("refused: {msg}"),
+            Served::Refused(msg) | Served::NotAdmitted(msg, _) => panic!("refused: {msg}"),
         };
         f.exchange.put_output(1, vec![1.5; n]);
         match output(&f, h, 1, dec, Duration::ZERO) {
@@ -439,6 +453,18 @@ mod tests {
             );
             assert_eq!(counted(&f, o), 1, "{o}");
         }
+        // not admitted (--admit predicted): why, and the wait ahead rounded up to whole
+        // seconds, at least one (Retry-After takes seconds)
+        for (ahead_ms, wait) in [(0.3, 1), (2_500.0, 3), (4_000.0, 4)] {
+            let (s, _) = served_by(&f, 0, checked(vec![0.5; 4], None, None), |_| {
+                Left::Rejected(Rejection::NotAdmitted(Nanos::from_ms(ahead_ms)))
+            });
+            assert!(
+                matches!(&s, Served::NotAdmitted(msg, w) if msg.starts_with("not admitted:") && *w == wait),
+                "{ahead_ms} ms"
+            );
+        }
+        assert_eq!(counted(&f, outcome::NOT_ADMITTED), 3);
         // no engine to send to: shutting down, and the input taken back
         let f = front(false, false);
         let (s, a) = served_by(&f, 0, checked(vec![0.5; 4], None, None), |_| unreachable!());

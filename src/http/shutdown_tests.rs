@@ -32,6 +32,7 @@ fn serve_slow(each: Nanos, limit: Duration) -> Server {
         classes: None,
         shed: false,
         abandon_late: false,
+        admit: Default::default(),
         requests: 1,
         sla: Sla::from_ms(1e3).unwrap(),
         seed: 1,

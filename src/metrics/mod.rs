@@ -57,6 +57,10 @@ pub struct Stats {
     /// Of those, let go at a node boundary once their deadline had passed (`--abandon-late`).
     #[serde(default)]
     pub rejected_late: u64,
+    /// Of those, refused at arrival: predicted to miss their deadline behind the work in the
+    /// server (`--admit predicted`).
+    #[serde(default)]
+    pub rejected_not_admitted: u64,
     /// Latency percentiles.
     pub latency_ms: LatencyMs,
     /// Completed requests / (last completion − first arrival).

@@ -193,6 +193,7 @@ struct Tally {
     rejected_abandoned: u64,
     rejected_cancelled: u64,
     rejected_late: u64,
+    rejected_not_admitted: u64,
     /// Completed within their deadline.
     good: u64,
     /// Latencies in µs (3 significant digits; grows its range as needed).
@@ -222,6 +223,7 @@ impl Tally {
             rejected_abandoned: 0,
             rejected_cancelled: 0,
             rejected_late: 0,
+            rejected_not_admitted: 0,
             good: 0,
             hist,
             sum: 0,
@@ -275,6 +277,7 @@ impl Tally {
             rejected_abandoned,
             rejected_cancelled,
             rejected_late,
+            rejected_not_admitted,
             good,
             hist,
             sum,
@@ -296,6 +299,7 @@ impl Tally {
         self.rejected_abandoned += rejected_abandoned;
         self.rejected_cancelled += rejected_cancelled;
         self.rejected_late += rejected_late;
+        self.rejected_not_admitted += rejected_not_admitted;
         self.good += good;
         self.hist
             .add(hist)
@@ -318,6 +322,7 @@ impl Tally {
             Rejection::Abandoned => self.rejected_abandoned += 1,
             Rejection::Cancelled => self.rejected_cancelled += 1,
             Rejection::Late => self.rejected_late += 1,
+            Rejection::NotAdmitted(_) => self.rejected_not_admitted += 1,
         }
     }
 
@@ -339,12 +344,14 @@ impl Tally {
                 + self.rejected_shed
                 + self.rejected_abandoned
                 + self.rejected_cancelled
-                + self.rejected_late,
+                + self.rejected_late
+                + self.rejected_not_admitted,
             rejected_queue_full: self.rejected_queue_full,
             rejected_shed: self.rejected_shed,
             rejected_abandoned: self.rejected_abandoned,
             rejected_cancelled: self.rejected_cancelled,
             rejected_late: self.rejected_late,
+            rejected_not_admitted: self.rejected_not_admitted,
             goodput_rps: if span > 0.0 {
                 self.good as f64 / span
             } else {
@@ -477,6 +484,7 @@ impl Recorder {
             Rejection::Abandoned => "rejected:abandoned",
             Rejection::Cancelled => "rejected:cancelled",
             Rejection::Late => "rejected:late",
+            Rejection::NotAdmitted(_) => "rejected:not_admitted",
         };
         self.write_csv(&q, outcome)?;
         if self.keep.requests {

@@ -464,6 +464,7 @@ fn run_jobs(
                 },
                 shed: j.shed,
                 abandon_late: j.abandon_late,
+                admit: Default::default(),
                 requests: match j.requests {
                     0 => plan.requests(j.model),
                     n => n as usize,

@@ -179,6 +179,7 @@ pub fn mean_stats(runs: &[&Stats]) -> Stats {
         rejected_abandoned: count(&|s| s.rejected_abandoned),
         rejected_cancelled: count(&|s| s.rejected_cancelled),
         rejected_late: count(&|s| s.rejected_late),
+        rejected_not_admitted: count(&|s| s.rejected_not_admitted),
         latency_ms: metrics::LatencyMs {
             mean: avg(&|s| s.latency_ms.mean),
             p50: avg(&|s| s.latency_ms.p50),

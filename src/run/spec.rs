@@ -30,6 +30,8 @@ pub struct RunSpec {
     /// Let go, at the next node boundary, of every request whose deadline has passed, queued
     /// or part-served (`--abandon-late`).
     pub abandon_late: bool,
+    /// Which arrivals are admitted (`--admit`).
+    pub admit: crate::engine::Admit,
     /// Number of requests.
     pub requests: usize,
     /// SLA target (co-located models: each has its own, [`Colocation::slas`]).

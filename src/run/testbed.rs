@@ -225,6 +225,7 @@ impl Testbed {
             keep,
             classes: spec.classes.as_ref().map_or(1, |c| c.names.len()),
             shed: spec.shed,
+            admit: spec.admit,
             abandon_late: spec.abandon_late,
             ..engine::Setup::new(&self.model, &self.predictor, spec.sla, spec.max_batch)
         })

@@ -500,6 +500,7 @@ mod tests {
                 classes: None,
                 shed: false,
                 abandon_late: false,
+                admit: Default::default(),
                 requests: 12,
                 sla: crate::time::Sla::from_ms(1e4).unwrap(),
                 seed: 1,

@@ -34,6 +34,10 @@ pub enum Rejection {
     /// Its deadline passed before it completed, and the server let it go at the next node
     /// boundary, queued or part-served (`--abandon-late`).
     Late,
+    /// Refused at arrival (`--admit predicted`): behind the work already in the server, the
+    /// slack predictor said it would complete past its deadline; the work ahead of it would
+    /// have taken this long (a client's `Retry-After`).
+    NotAdmitted(crate::time::Nanos),
 }
 
 /// The live requests and the count of those that left.

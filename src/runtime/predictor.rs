@@ -212,11 +212,17 @@ impl Predictor {
 
     /// Algorithm 1 for a request of part `part`.
     pub fn single_input_of(&self, part: usize, len: Lengths) -> Nanos {
+        self.part_latency(part, len, 1)
+    }
+
+    /// A batch of `batch` requests of part `part` at lengths `len` through that part's whole
+    /// graph, every node at `batch` (Algorithm 1 from the part's first node).
+    pub fn part_latency(&self, part: usize, len: Lengths, batch: u32) -> Nanos {
         let first = NodeStep {
             node: self.part_first[part],
             step: 0,
         };
-        self.remaining(Some(first), len, 1)
+        self.remaining(Some(first), len, batch)
     }
 
     /// The earliest a pending request could complete if it started alone at `now`, at the

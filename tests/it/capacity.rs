@@ -85,6 +85,7 @@ fn nine_ms(requests: usize) -> (Testbed, RunSpec) {
         classes: None,
         shed: false,
         abandon_late: false,
+        admit: Default::default(),
         requests,
         sla: crate::sla(100.0),
         seed: 1,

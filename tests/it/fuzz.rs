@@ -178,6 +178,7 @@ fn model_case(text: &str) {
         classes: None,
         shed: false,
         abandon_late: false,
+        admit: Default::default(),
         requests: 12,
         sla: crate::sla(100.0),
         seed: 1,

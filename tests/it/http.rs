@@ -67,6 +67,7 @@ pub(crate) fn cfg(policy: &str) -> RunSpec {
         classes: None,
         shed: false,
         abandon_late: false,
+        admit: Default::default(),
         requests: 1,
         sla: crate::sla(1000.0),
         seed: 1,

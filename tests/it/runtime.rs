@@ -242,6 +242,7 @@ fn cfg_max(policy: &str, rate: f64, n: usize, seed: u64, max_batch: u32) -> RunS
         classes: None,
         shed: false,
         abandon_late: false,
+        admit: Default::default(),
         requests: n,
         sla: crate::sla(100.0),
         seed,

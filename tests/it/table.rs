@@ -20,6 +20,7 @@ fn cfg(policy: &str, rate: f64, n: usize, seed: u64) -> RunSpec {
         classes: None,
         shed: false,
         abandon_late: false,
+        admit: Default::default(),
         requests: n,
         sla: crate::sla(100.0),
         seed,

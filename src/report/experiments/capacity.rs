@@ -112,6 +112,7 @@ fn search(ctx: &Ctx, model: &'static str) -> Result<ModelCapacity> {
             classes: None,
             shed: false,
             abandon_late: false,
+            admit: Default::default(),
             requests: plan.requests,
             sla,
             seed: 1,

@@ -115,6 +115,7 @@ fn search(
                 classes: None,
                 shed: false,
                 abandon_late: false,
+                admit: Default::default(),
                 requests: plan.capacity.requests,
                 sla,
                 seed: 1,

@@ -125,6 +125,7 @@ pub(super) fn capacities(ctx: &mut Ctx, benches: &[Bench], policies: &[&str]) ->
                 classes: None,
                 shed: false,
                 abandon_late: false,
+                admit: Default::default(),
                 requests: plan.requests,
                 sla: bd.sla,
                 seed: 1,

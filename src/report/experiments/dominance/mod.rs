@@ -204,6 +204,7 @@ fn dominance(ctx: &mut Ctx) -> Result<()> {
                             classes: None,
                             shed: false,
                             abandon_late: false,
+                            admit: Default::default(),
                             requests: plan.dominance_requests,
                             sla,
                             seed,
