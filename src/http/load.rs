@@ -337,6 +337,10 @@ fn verdict(
         200 => Seen::Answered,
         503 if body.starts_with(br#"{"error":"shed"#) => Seen::Refused(Rejection::Shed),
         503 if body.starts_with(br#"{"error":"queue full"#) => Seen::Refused(Rejection::QueueFull),
+        // (the wait ahead is the server's; an open-loop client does not retry)
+        429 if body.starts_with(br#"{"error":"not admitted"#) => {
+            Seen::Refused(Rejection::NotAdmitted(Nanos::ZERO))
+        }
         s @ 400..=499 => Seen::Failed(Failure::Http4xx, format!("{s}: {}", text())),
         s => Seen::Failed(Failure::Http5xx, format!("{s}: {}", text())),
     }

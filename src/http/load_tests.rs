@@ -353,6 +353,10 @@ fn an_answer_is_counted_by_its_status_its_error_and_whether_it_could_be_read() {
         verdict(503, ok(r#"{"error":"queue full (--max-queue)"}"#), 100),
         Seen::Refused(Rejection::QueueFull)
     ));
+    assert!(matches!(
+        verdict(429, ok(r#"{"error":"not admitted: behind the work"}"#), 100),
+        Seen::Refused(Rejection::NotAdmitted(_))
+    ));
     // a 503 for another reason, a 4xx and a 5xx: failures that quote the server
     for (status, kind) in [
         (503, "5xx"),
