@@ -55,6 +55,7 @@ pub(crate) struct Seg {
     pub len: usize,
 }
 
+#[cfg(feature = "cuda")]
 impl Seg {
     /// Appends `s` to `segs`, merged into the last segment when it continues it (the next
     /// elements of the same source into the next destination elements): a request's rows,
@@ -297,7 +298,7 @@ impl Layout {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "cuda"))]
 mod tests {
     use super::*;
 
