@@ -521,14 +521,12 @@ fn cuda_exchanges_inputs_and_outputs_with_a_front_end() {
 }
 
 #[test]
-fn cuda_input_nodes_make_values_on_the_card_and_copy_served_ones_once_a_run_of_slots() {
+fn cuda_input_nodes_make_values_on_the_card_and_copy_per_run() {
     use lazybatch::device::exchange::Exchange;
     use lazybatch::device::{Device, Member};
     use lazybatch::graph::op::Op;
     use lazybatch::graph::NodeStep;
-    if !gpu_or_skip(
-        "cuda_input_nodes_make_values_on_the_card_and_copy_served_ones_once_a_run_of_slots",
-    ) {
+    if !gpu_or_skip("cuda_input_nodes_make_values_on_the_card_and_copy_per_run") {
         return;
     }
     // An input node's host cost, counted by the stand-in (a real driver counts nothing and the
