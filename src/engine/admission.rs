@@ -126,6 +126,28 @@ mod tests {
     use crate::time::{Sla, VirtualClock};
     use crate::traffic::Arrival;
 
+    /// A table that prices every node of `m` at 10 us at every batch size (max batch 1), and
+    /// its whole pass.
+    fn fixed(m: &crate::graph::Model) -> (Profile, Nanos) {
+        let each = Nanos(10_000);
+        (
+            Profile::uniform(m, 1, each),
+            Nanos(each.0 * m.nodes.len() as u64),
+        )
+    }
+
+    /// A run of `m` at SLA 3 ms and max batch 1 under `--admit predicted`.
+    fn admitting<'a>(m: &'a crate::graph::Model, pred: &'a Predictor) -> Setup<'a> {
+        let mut setup = Setup::new(
+            m,
+            pred,
+            Sla::from_ms(3.0).unwrap(),
+            MaxBatch::new(1).unwrap(),
+        );
+        setup.admit = Admit::Predicted;
+        setup
+    }
+
     #[test]
     fn a_request_predicted_to_miss_its_deadline_behind_the_queue_is_refused_with_the_wait() {
         // A table that prices every node at 10 us at every batch size: a pass of ResNet-50's
@@ -134,17 +156,9 @@ mod tests {
         // (k + 1) · 740 us, so the first four (2.96 ms) are admitted and the rest refused, each
         // told the wait ahead of it, 4 · 740 us (the four before it, as the queue stood).
         let m = zoo::load("resnet50").unwrap();
-        let each = Nanos(10_000);
-        let profile = Profile::uniform(&m, 1, each);
-        let pass = Nanos(each.0 * m.nodes.len() as u64);
+        let (profile, pass) = fixed(&m);
         let pred = Predictor::new(&m, &profile, 1);
-        let mut setup = Setup::new(
-            &m,
-            &pred,
-            Sla::from_ms(3.0).unwrap(),
-            MaxBatch::new(1).unwrap(),
-        );
-        setup.admit = Admit::Predicted;
+        let setup = admitting(&m, &pred);
         let mut dev = TableDevice::from_profile(profile, "fixed");
         let arrivals = vec![Arrival::default(); 10];
         for (policy, refused) in [("serial", 6), ("graph:0", 6)] {
@@ -194,17 +208,9 @@ mod tests {
         // fifth is told 4 passes, as above, and the sixth (the queue unchanged: the fifth
         // left) 4 passes too
         let m = zoo::load("resnet50").unwrap();
-        let each = Nanos(10_000);
-        let profile = Profile::uniform(&m, 1, each);
-        let pass = Nanos(each.0 * m.nodes.len() as u64);
+        let (profile, pass) = fixed(&m);
         let pred = Predictor::new(&m, &profile, 1);
-        let mut setup = Setup::new(
-            &m,
-            &pred,
-            Sla::from_ms(3.0).unwrap(),
-            MaxBatch::new(1).unwrap(),
-        );
-        setup.admit = Admit::Predicted;
+        let mut setup = admitting(&m, &pred);
         let seen = std::sync::Mutex::new(Vec::new());
         #[derive(Debug)]
         struct Told<'a>(&'a std::sync::Mutex<Vec<Rejection>>);

@@ -936,8 +936,8 @@ fn sla_classes_are_reported_apart() {
     assert_eq!(v["rejected_shed"], 0);
     // GNMT at three times its capacity in two classes, with `flag`: what a lost deadline gives,
     // each rejection counted under `field`, in all and per class, all of the run's rejections
-    let overloaded = |flag: &str, field: &str| -> serde_json::Value {
-        let out = lazybatch(&[
+    let gnmt_at_3x = |extra: &[&str]| -> serde_json::Value {
+        let mut args = vec![
             "run",
             "--device",
             "npu",
@@ -951,15 +951,19 @@ fn sla_classes_are_reported_apart() {
             "2000",
             "--classes",
             "gold:60:1,bronze:400:3",
-            flag,
             "--json",
-        ]);
+        ];
+        args.extend(extra);
+        let out = lazybatch(&args);
         assert!(
             out.status.success(),
-            "{flag}: {}",
+            "{extra:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let overloaded = |flag: &str, field: &str| -> serde_json::Value {
+        let v = gnmt_at_3x(&[flag]);
         let n = v[field].as_u64().unwrap();
         assert!(n > 0 && n == v["rejected"].as_u64().unwrap(), "{flag}: {v}");
         let per = v["per_class"].as_array().unwrap();
@@ -985,23 +989,7 @@ fn sla_classes_are_reported_apart() {
     // the server are refused at arrival and counted, per class too; fewer of those admitted
     // miss it than without any control
     let a = overloaded("--admit=predicted", "rejected_not_admitted");
-    let plain = lazybatch(&[
-        "run",
-        "--device",
-        "npu",
-        "--model",
-        "gnmt",
-        "--policy",
-        "lazy",
-        "--load",
-        "3",
-        "--requests",
-        "2000",
-        "--classes",
-        "gold:60:1,bronze:400:3",
-        "--json",
-    ]);
-    let plain: serde_json::Value = serde_json::from_slice(&plain.stdout).unwrap();
+    let plain = gnmt_at_3x(&[]);
     assert!(
         a["sla_violation_rate"].as_f64() < plain["sla_violation_rate"].as_f64(),
         "admitted by prediction: {a}; all admitted: {plain}"
